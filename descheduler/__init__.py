@@ -1,0 +1,1 @@
+"""Descheduler that re-creates pods the lower cluster cannot place."""

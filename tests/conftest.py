@@ -1,0 +1,45 @@
+"""Suite-wide checks: no asyncio task and no child process may outlive the test that made it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from vnode.testing import processes
+from vnode.testing.fixtures import long_lived_pids
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_child_processes(request: pytest.FixtureRequest) -> Iterator[None]:
+    before = processes.children_of(os.getpid())
+    yield
+    deadline = time.monotonic() + 3.0
+    while True:
+        allowed = before | long_lived_pids(request.config)
+        leaked = processes.children_of(os.getpid()) - allowed
+        if not leaked or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    if leaked:
+        for pid in leaked:
+            processes.stop_group(pid, timeout=2.0)
+        pytest.fail(f"test left child processes behind: {sorted(leaked)}")
+
+
+@pytest.fixture(autouse=True)
+async def _no_leaked_tasks() -> AsyncIterator[None]:
+    before = asyncio.all_tasks()
+    yield
+    current = asyncio.current_task()
+    leaked = [
+        t for t in asyncio.all_tasks() if t not in before and t is not current and not t.done()
+    ]
+    if leaked:
+        for task in leaked:
+            task.cancel()
+        await asyncio.gather(*leaked, return_exceptions=True)
+        pytest.fail(f"test left asyncio tasks running: {sorted(t.get_name() for t in leaked)}")

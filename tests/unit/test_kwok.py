@@ -1,0 +1,60 @@
+"""The kwok documents and manifests the harness writes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from pathlib import Path
+
+from vnode.testing import kwok
+
+
+def test_node_manifest_is_managed_and_has_no_addresses() -> None:
+    node = kwok.FakeNode(name="n1", cpu="4", memory="8Gi", pods="10",
+                         labels={"zone": "a"}, extended={"example.com/gpu": "2"})  # fmt: skip
+    manifest = kwok.node_manifest(node)
+    assert manifest["metadata"]["annotations"] == {kwok.MANAGED_ANNOTATION: kwok.MANAGED_VALUE}
+    assert manifest["metadata"]["labels"]["zone"] == "a"
+    assert manifest["metadata"]["labels"]["kubernetes.io/hostname"] == "n1"
+    assert "addresses" not in manifest["status"]
+    assert manifest["status"]["allocatable"] == {
+        "cpu": "4",
+        "memory": "8Gi",
+        "pods": "10",
+        "ephemeral-storage": "1Ti",
+        "example.com/gpu": "2",
+    }
+    assert manifest["status"]["capacity"] == manifest["status"]["allocatable"]
+
+
+def test_cri_log_lines_are_in_the_cri_format() -> None:
+    start = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    text = kwok.cri_log_lines(["a b", "c"], start=start)
+    assert text.splitlines() == [
+        "2026-01-02T03:04:05.000000000Z stdout F a b",
+        "2026-01-02T03:04:06.000000000Z stdout F c",
+    ]
+    for line in text.splitlines():
+        assert re.fullmatch(r"\S+Z (stdout|stderr) [FP] .*", line)
+
+
+def test_simulation_rules_match_every_pod(tmp_path: Path) -> None:
+    docs = kwok.simulation_documents(
+        logs_file=tmp_path / "l",
+        previous_logs_file=tmp_path / "p",
+        exec_dir=tmp_path,
+        forward_port=1234,
+    )
+    assert {d["kind"] for d in docs} == {"ClusterLogs", "ClusterExec", "ClusterPortForward"}
+    for doc in docs:
+        assert "selector" not in doc["spec"]
+    forward = next(d for d in docs if d["kind"] == "ClusterPortForward")
+    assert forward["spec"]["forwards"] == [{"target": {"address": "127.0.0.1", "port": 1234}}]
+
+
+def test_kwok_listens_on_loopback_only(tmp_path: Path) -> None:
+    argv = kwok.kwok_argv(
+        binary=tmp_path / "kwok", kubeconfig=tmp_path / "k", configs=[], port=4321
+    )
+    assert "--server-address=127.0.0.1:4321" in argv
+    assert "--node-ip=127.0.0.1" in argv

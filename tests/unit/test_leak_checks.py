@@ -1,0 +1,50 @@
+"""The suite-wide checks fail a test that leaves a task or a child process running."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+_CONFTEST = (Path(__file__).parents[1] / "conftest.py").read_text()
+
+
+def _run(pytester: pytest.Pytester, body: str) -> pytest.RunResult:
+    pytester.makeconftest(_CONFTEST)
+    pytester.makeini(
+        "[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n"
+    )
+    pytester.makepyfile(test_inner=body)
+    return pytester.runpytest_subprocess("-p", "vnode.testing.fixtures", "-q")
+
+
+def test_a_leaked_task_fails_the_test(pytester: pytest.Pytester) -> None:
+    result = _run(pytester, (
+        "import asyncio\n"
+        "async def test_leaks():\n"
+        "    asyncio.get_running_loop().create_task(asyncio.sleep(60), name='forgotten')\n"
+    ))  # fmt: skip
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*test left asyncio tasks running: *forgotten*"])
+
+
+def test_a_leaked_child_process_fails_the_test(pytester: pytest.Pytester) -> None:
+    result = _run(pytester, (
+        "import subprocess\n"
+        "def test_leaks():\n"
+        "    subprocess.Popen(['sleep', '60'])\n"
+    ))  # fmt: skip
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*test left child processes behind*"])
+
+
+def test_a_clean_test_passes(pytester: pytest.Pytester) -> None:
+    result = _run(pytester, (
+        "import asyncio, subprocess\n"
+        "async def test_clean():\n"
+        "    await asyncio.sleep(0)\n"
+        "    subprocess.run(['true'], check=True)\n"
+    ))  # fmt: skip
+    result.assert_outcomes(passed=1)

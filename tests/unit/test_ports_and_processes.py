@@ -1,0 +1,62 @@
+"""Port choice and child-process handling of the harness."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from vnode.testing import ports, processes
+
+
+def test_an_occupied_preferred_port_gives_another(caplog: pytest.LogCaptureFixture) -> None:
+    with socket.socket() as s:
+        s.bind((ports.LOOPBACK, 0))
+        s.listen()
+        busy = s.getsockname()[1]
+        chosen = ports.pick(busy)
+        assert chosen != busy
+        assert ports.is_free(chosen)
+    assert f"port {busy} on 127.0.0.1 is in use" in caplog.text
+
+
+def test_a_free_preferred_port_is_used_and_never_handed_out_twice() -> None:
+    taken: set[int] = set()
+    first = ports.pick(taken=taken)
+    assert ports.pick(first, taken=taken) != first
+    assert len(taken) == 2
+
+
+def test_a_dead_component_is_reported_with_its_log_tail(tmp_path: Path) -> None:
+    proc = processes.Process(
+        name="doomed", argv=["sh", "-c", "echo starting; echo 'fatal: no etcd'; exit 7"],
+        log=tmp_path / "doomed.log",
+    )  # fmt: skip
+    deadline = time.monotonic() + 10
+    while proc.alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(processes.ComponentDied) as info:
+        proc.check()
+    assert "doomed exited with code 7" in str(info.value)
+    assert "fatal: no etcd" in str(info.value)
+
+
+def test_stop_takes_the_whole_process_group(tmp_path: Path) -> None:
+    # The child starts a grandchild that ignores SIGTERM: stop must still end both.
+    script = (
+        "import subprocess, time\n"
+        "subprocess.Popen(['sh', '-c', 'trap \"\" TERM; sleep 60'])\n"
+        "time.sleep(60)\n"
+    )
+    proc = processes.Process(
+        name="tree", argv=[sys.executable, "-c", script], log=tmp_path / "t.log"
+    )
+    time.sleep(0.3)
+    assert processes.group_alive(proc.pid)
+    proc.stop(timeout=0.5)
+    assert not processes.group_alive(proc.pid)
+    assert proc.pid not in processes.children_of(os.getpid())

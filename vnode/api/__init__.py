@@ -1,0 +1,1 @@
+"""The kubelet-compatible HTTPS API of the virtual node."""

@@ -1,0 +1,1 @@
+"""The provider-facing error vocabulary."""

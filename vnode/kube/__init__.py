@@ -1,0 +1,1 @@
+"""Client plumbing shared by vnode, the webhook and the descheduler (list+watch, queues)."""

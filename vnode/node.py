@@ -1,0 +1,1 @@
+"""Composes informers, controllers and the kubelet API of one virtual node."""

@@ -1,0 +1,1 @@
+"""Provider implementations of the virtual node."""

@@ -1,0 +1,1 @@
+"""The Kubernetes-to-Kubernetes provider: forwards pods to a lower cluster."""

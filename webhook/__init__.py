@@ -1,0 +1,1 @@
+"""Mutating admission webhook that moves lower-cluster placement into `clusterSelector`."""
