@@ -11,7 +11,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=versions.env
 source "${here}/versions.env"
 
-cache_root="${TENSILE_CACHE_DIR:-${HOME}/.cache/tensile}"
+cache_root="${TENSILE_CACHE_DIR:-${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}/.cache/tensile}"
 bin_dir="${1:-${cache_root}/${KUBERNETES_VERSION}/bin}"
 mkdir -p "${bin_dir}"
 
@@ -25,7 +25,9 @@ fi
 # What the harness needs next to the binaries: kwok's stage definitions (from the kwok
 # module) and a stamp per binary naming the recipe it was built with, so a changed recipe
 # rebuilds only what it touches.
-kwok_recipe="${KWOK_VERSION}+exitcode-patch-1"
+# The kwok recipe names the version and a digest of the patch files (sorted by name), as
+# vnode/testing/binaries.py computes it.
+kwok_recipe="${KWOK_VERSION}+$(cat $(ls "${here}"/kwok-patch/* | LC_ALL=C sort) | sha256sum | cut -c1-16)"
 stamp_ok() { [[ -x "${bin_dir}/$1" && "$(cat "${bin_dir}/$1.stamp" 2>/dev/null)" == "$2" ]]; }
 stamp() { echo "$2" > "${bin_dir}/$1.stamp"; }
 
@@ -44,6 +46,7 @@ fi
 work="$(mktemp -d)"
 trap 'rm -rf "${work}"' EXIT
 export GOFLAGS="-mod=mod -buildvcs=false"
+export GOWORK=off
 export CGO_ENABLED=0
 # A toolchain download through the module proxy is fine if the local Go is older.
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
@@ -66,7 +69,8 @@ build_kubernetes() {
   # k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with
   # local paths, which a dependent module cannot see: replace each with its release.
   local info gomod
-  info="$(go mod download -json "k8s.io/kubernetes@${KUBERNETES_VERSION}")"
+  # `go mod download` exits non-zero on an error it also reports in the JSON: show that.
+  info="$(go mod download -json "k8s.io/kubernetes@${KUBERNETES_VERSION}")" || true
   if grep -q '"Error"' <<<"${info}"; then
     echo "error: cannot download k8s.io/kubernetes@${KUBERNETES_VERSION} through the Go module proxy:" >&2
     grep '"Error"' <<<"${info}" >&2
@@ -92,11 +96,17 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 )
 GO
-  go mod tidy -e >/dev/null
+  # -e: the kubernetes module graph names test-only packages no build of ours needs; the
+  # log is shown if a build fails.
+  go mod tidy -e >"${work}/kubernetes-tidy.log" 2>&1
   for b in kube-apiserver kube-controller-manager kube-scheduler; do
     stamp_ok "${b}" "${KUBERNETES_VERSION}" && continue
     echo "building ${b} ${KUBERNETES_VERSION} ..."
-    go build -trimpath -ldflags "${ldflags}" -o "${bin_dir}/${b}.tmp" "k8s.io/kubernetes/cmd/${b}"
+    go build -trimpath -ldflags "${ldflags}" -o "${bin_dir}/${b}.tmp" "k8s.io/kubernetes/cmd/${b}" || {
+      echo "error: building ${b} failed; go mod tidy said:" >&2
+      cat "${work}/kubernetes-tidy.log" >&2
+      exit 1
+    }
     mv "${bin_dir}/${b}.tmp" "${bin_dir}/${b}"
     stamp "${b}" "${KUBERNETES_VERSION}"
   done
@@ -146,10 +156,11 @@ GO
   # kwok's local exec loses the command's exit status (kubectl would always exit 1). Build
   # from a temporary copy of the module in which each exec path passes its error through a
   # helper of ours that keeps the status (hack/kwok-patch/).
-  local orig="$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
+  local orig
+  orig="$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
   cp -r "${orig}" "${mod}/kwok-src" && chmod -R u+w "${mod}/kwok-src"
   local server="${mod}/kwok-src/pkg/kwok/server"
-  sed -i 's/^\(\s*\)\(err :\?= utilsexec.Exec(ctx, cmd\[0\], cmd\[1:\]...)\)$/\1\2\n\1err = tensileExitCode(err)/' \
+  sed -i -f "${here}/kwok-patch/exec-exit-code.sed" \
     "${server}/debugging_exec.go" "${server}/debugging_exec_other.go"
   if [[ $(cat "${server}"/debugging_exec*.go | grep -c 'err = tensileExitCode(err)') != 2 ]]; then
     echo "error: the kwok ${KWOK_VERSION} exec sources no longer match the exit-code patch" >&2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import subprocess
 import time
 import urllib.request
@@ -140,6 +141,8 @@ def test_port_forward_reaches_the_local_test_server(
     )  # fmt: skip
     try:
         assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 30)
+        assert ready, "kubectl port-forward printed nothing in 30s"
         line = proc.stdout.readline()
         match = re.search(r"127\.0\.0\.1:(\d+) -> 8080", line)
         assert match, f"unexpected port-forward output: {line!r}"

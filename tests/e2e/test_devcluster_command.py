@@ -36,13 +36,14 @@ def test_up_env_down_on_an_occupied_port_leaves_nothing_behind(tmp_path: Path) -
         blocker.bind((ports.LOOPBACK, 0))
         blocker.listen()
         occupied = blocker.getsockname()[1]
-        up = _devcluster(
-            "up", "--dir", str(state), "--lower-nodes", "1", "--upper-port", str(occupied)
-        )
-        assert up.returncode == 0, up.stderr
         try:
+            up = _devcluster(
+                "up", "--dir", str(state), "--lower-nodes", "1",
+                "--upper-port", str(occupied), "--timeout", "120",
+            )  # fmt: skip
+            assert up.returncode == 0, up.stderr
             recorded = json.loads((state / STATE_FILE).read_text())
-            pgids = list(recorded["pgids"].values())
+            pids = [p["pid"] for p in recorded["processes"].values()]
             used_ports = list(recorded["ports"].values())
             assert recorded["ports"]["upper-apiserver"] != occupied
             assert f"port {occupied} on 127.0.0.1 is in use" in up.stderr
@@ -76,7 +77,7 @@ def test_up_env_down_on_an_occupied_port_leaves_nothing_behind(tmp_path: Path) -
             down = _devcluster("down", "--dir", str(state))
         assert down.returncode == 0, down.stderr
 
-    assert not [p for p in pgids if processes.group_alive(p)]
+    assert not [p for p in pids if processes.group_alive(p)]
     assert not [p for p in used_ports if ports.is_listening(p)]
     assert not state.exists()
 

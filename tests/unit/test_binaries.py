@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -9,12 +10,15 @@ import pytest
 from vnode.testing import binaries
 
 
-def _fake_binaries(directory: Path, names: tuple[str, ...]) -> None:
+def _fake_binaries(directory: Path, names: tuple[str, ...], *, stamp: bool = True) -> None:
     directory.mkdir(parents=True, exist_ok=True)
+    recipes = binaries.recipes()
     for name in names:
         path = directory / name
         path.write_text("#!/bin/sh\n")
         path.chmod(0o755)
+        if stamp:
+            (directory / f"{name}.stamp").write_text(recipes[name] + "\n")
 
 
 def test_kubebuilder_assets_take_precedence_over_the_cache(tmp_path: Path) -> None:
@@ -31,6 +35,31 @@ def test_kubebuilder_assets_take_precedence_over_the_cache(tmp_path: Path) -> No
     assert found["kwok"] == cache / "kwok"
 
 
+def test_a_cached_binary_of_another_recipe_is_not_used(tmp_path: Path) -> None:
+    env = {"TENSILE_CACHE_DIR": str(tmp_path / "cache")}
+    cache = binaries.cache_dir(env=env)
+    _fake_binaries(cache, binaries.COMPONENTS)
+    (cache / "kwok.stamp").write_text("v0.0.1+old\n")
+    _fake_binaries(cache, ("etcd",), stamp=False)
+    (cache / "etcd.stamp").unlink()
+    found, missing = binaries.locate(env=env)
+    assert missing == ["etcd", "kwok"]
+    assert set(found) == {"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+
+
+def test_the_kwok_recipe_matches_the_build_script() -> None:
+    # The build script stamps kwok with the same digest of hack/kwok-patch/.
+    script = binaries.BUILD_SCRIPT.read_text()
+    assert "kwok-patch/* | LC_ALL=C sort) | sha256sum | cut -c1-16" in script
+    here = binaries.BUILD_SCRIPT.parent
+    digest = subprocess.run(
+        ["bash", "-c", f'cat $(ls "{here}"/kwok-patch/* | LC_ALL=C sort) | sha256sum | cut -c1-16'],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    version = binaries.load_versions()["KWOK_VERSION"]
+    assert binaries.recipes()["kwok"] == f"{version}+{digest}"
+
+
 def test_the_cache_is_keyed_by_the_pinned_kubernetes_version(tmp_path: Path) -> None:
     version = binaries.load_versions()["KUBERNETES_VERSION"]
     assert (
@@ -38,10 +67,10 @@ def test_the_cache_is_keyed_by_the_pinned_kubernetes_version(tmp_path: Path) -> 
     )
 
 
-def test_missing_binaries_without_build_name_the_remedies(tmp_path: Path) -> None:
+def test_missing_binaries_without_go_name_the_remedies(tmp_path: Path) -> None:
     env = {"TENSILE_CACHE_DIR": str(tmp_path), "PATH": str(tmp_path)}
     with pytest.raises(binaries.MissingBinaries) as info:
-        binaries.ensure(env=env)
+        binaries.ensure(build=True, env=env)
     message = str(info.value)
     assert "missing control-plane binaries: " + ", ".join(binaries.COMPONENTS) in message
     assert "'go' tool is not on PATH" in message

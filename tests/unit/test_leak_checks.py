@@ -30,14 +30,17 @@ def test_a_leaked_task_fails_the_test(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*test left asyncio tasks running: *forgotten*"])
 
 
-def test_a_leaked_child_process_fails_the_test(pytester: pytest.Pytester) -> None:
+def test_a_leaked_child_process_fails_the_test_and_is_stopped(pytester: pytest.Pytester) -> None:
+    pid_file = pytester.path / "pid"
     result = _run(pytester, (
         "import subprocess\n"
         "def test_leaks():\n"
-        "    subprocess.Popen(['sleep', '60'])\n"
+        "    p = subprocess.Popen(['sleep', '60'])\n"
+        f"    open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
     ))  # fmt: skip
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*test left child processes behind*"])
+    assert not Path(f"/proc/{pid_file.read_text()}").exists()
 
 
 def test_a_clean_test_passes(pytester: pytest.Pytester) -> None:

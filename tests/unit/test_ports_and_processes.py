@@ -25,9 +25,10 @@ def test_an_occupied_preferred_port_gives_another(caplog: pytest.LogCaptureFixtu
 
 
 def test_a_free_preferred_port_is_used_and_never_handed_out_twice() -> None:
+    free = ports.pick()
     taken: set[int] = set()
-    first = ports.pick(taken=taken)
-    assert ports.pick(first, taken=taken) != first
+    assert ports.pick(free, taken=taken) == free
+    assert ports.pick(free, taken=taken) != free
     assert len(taken) == 2
 
 
@@ -47,15 +48,19 @@ def test_a_dead_component_is_reported_with_its_log_tail(tmp_path: Path) -> None:
 
 def test_stop_takes_the_whole_process_group(tmp_path: Path) -> None:
     # The child starts a grandchild that ignores SIGTERM: stop must still end both.
+    ready = tmp_path / "ready"
     script = (
         "import subprocess, time\n"
-        "subprocess.Popen(['sh', '-c', 'trap \"\" TERM; sleep 60'])\n"
+        f"subprocess.Popen(['sh', '-c', 'trap \"\" TERM; touch {ready}; sleep 60'])\n"
         "time.sleep(60)\n"
     )
     proc = processes.Process(
         name="tree", argv=[sys.executable, "-c", script], log=tmp_path / "t.log"
     )
-    time.sleep(0.3)
+    deadline = time.monotonic() + 10
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ready.exists()
     assert processes.group_alive(proc.pid)
     proc.stop(timeout=0.5)
     assert not processes.group_alive(proc.pid)

@@ -8,6 +8,7 @@ versions; otherwise a `MissingBinaries` error that says what to install or set.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -19,6 +20,7 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 VERSIONS_FILE = _REPO_ROOT / "hack" / "versions.env"
 BUILD_SCRIPT = _REPO_ROOT / "hack" / "build-control-plane.sh"
+KWOK_PATCH_DIR = _REPO_ROOT / "hack" / "kwok-patch"
 
 
 class MissingBinaries(RuntimeError):
@@ -57,24 +59,56 @@ def cache_dir(*, env: Mapping[str, str] | None = None) -> Path:
     return root / load_versions()["KUBERNETES_VERSION"] / "bin"
 
 
+def recipes() -> dict[str, str]:
+    """Return the build recipe of each component, as the build script stamps it.
+
+    A cached binary whose `<name>.stamp` differs was built from other versions or another
+    kwok patch, and is rebuilt rather than used.
+    """
+    versions = load_versions()
+    digest = hashlib.sha256()
+    for path in sorted(KWOK_PATCH_DIR.iterdir(), key=lambda p: p.name.encode()):
+        digest.update(path.read_bytes())
+    return {
+        "etcd": versions["ETCD_VERSION"],
+        "kube-apiserver": versions["KUBERNETES_VERSION"],
+        "kube-controller-manager": versions["KUBERNETES_VERSION"],
+        "kube-scheduler": versions["KUBERNETES_VERSION"],
+        "kwok": f"{versions['KWOK_VERSION']}+{digest.hexdigest()[:16]}",
+    }
+
+
 def locate(*, env: Mapping[str, str] | None = None) -> tuple[dict[str, Path], list[str]]:
-    """Find each component: returns (found name -> path, names not found)."""
+    """Find each component: returns (found name -> path, names not found).
+
+    `$KUBEBUILDER_ASSETS` binaries are taken as they are; cached ones only with the
+    current recipe's stamp.
+    """
     env = os.environ if env is None else env
-    dirs: list[Path] = []
-    if env.get("KUBEBUILDER_ASSETS"):
-        dirs.append(Path(env["KUBEBUILDER_ASSETS"]))
-    dirs.append(cache_dir(env=env))
+    assets = Path(env["KUBEBUILDER_ASSETS"]) if env.get("KUBEBUILDER_ASSETS") else None
+    cache = cache_dir(env=env)
+    expected = recipes()
     found: dict[str, Path] = {}
     missing: list[str] = []
     for name in COMPONENTS:
-        for d in dirs:
-            candidate = d / name
-            if candidate.is_file() and os.access(candidate, os.X_OK):
-                found[name] = candidate
-                break
+        if assets is not None and _executable(assets / name):
+            found[name] = assets / name
+        elif _executable(cache / name) and _stamp(cache / name) == expected[name]:
+            found[name] = cache / name
         else:
             missing.append(name)
     return found, missing
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def _stamp(binary: Path) -> str | None:
+    try:
+        return binary.with_name(binary.name + ".stamp").read_text().strip()
+    except OSError:
+        return None
 
 
 def ensure(*, build: bool = True, env: Mapping[str, str] | None = None) -> dict[str, Path]:

@@ -21,6 +21,8 @@ from vnode.testing.pki import KeyPair
 from vnode.testing.rest import RestClient
 
 STATE_FILE = "devcluster.json"
+PROCESSES_FILE = "processes.json"
+"""Written at every component start, so the components of an interrupted start can be found."""
 FORWARD_TARGET_TEXT = "hello from the lower cluster\n"
 """What the local server behind every lower pod's forwarded ports answers."""
 LOG_LINES = tuple(f"tensile log line {i}" for i in range(1, 11))

@@ -24,12 +24,20 @@ class ApiserverFiles:
     kubelet_client: KeyPair
     kubelet_ca: Path | None
     """CA that signs the kubelets' serving certificates, or None to not verify them."""
+    etcd_ca: Path
+    etcd_client: KeyPair
 
 
-def etcd_argv(*, binary: Path, data_dir: Path, client_port: int, peer_port: int) -> list[str]:
-    """Return the argv of a single-member etcd on loopback, tuned for throw-away data."""
-    client = f"http://{LOOPBACK}:{client_port}"
-    peer = f"http://{LOOPBACK}:{peer_port}"
+def etcd_argv(
+    *, binary: Path, data_dir: Path, client_port: int, peer_port: int, ca: Path, serving: KeyPair
+) -> list[str]:
+    """Return the argv of a single-member etcd on loopback, tuned for throw-away data.
+
+    Clients and peers must present a certificate signed by `ca`: loopback alone does not
+    keep other local users from both clusters' data.
+    """
+    client = f"https://{LOOPBACK}:{client_port}"
+    peer = f"https://{LOOPBACK}:{peer_port}"
     return [
         str(binary),
         "--name=tensile",
@@ -40,6 +48,14 @@ def etcd_argv(*, binary: Path, data_dir: Path, client_port: int, peer_port: int)
         f"--initial-advertise-peer-urls={peer}",
         f"--initial-cluster=tensile={peer}",
         "--initial-cluster-state=new",
+        f"--cert-file={serving.cert}",
+        f"--key-file={serving.key}",
+        "--client-cert-auth=true",
+        f"--trusted-ca-file={ca}",
+        f"--peer-cert-file={serving.cert}",
+        f"--peer-key-file={serving.key}",
+        "--peer-client-cert-auth=true",
+        f"--peer-trusted-ca-file={ca}",
         # Test data is disposable; fsync dominates apiserver write latency on small disks.
         "--unsafe-no-fsync=true",
         "--quota-backend-bytes=4294967296",
@@ -60,7 +76,10 @@ def apiserver_argv(
     """Return the argv of a kube-apiserver bound to loopback `port`, storing under `etcd_prefix`."""
     argv = [
         str(binary),
-        f"--etcd-servers=http://{LOOPBACK}:{etcd_port}",
+        f"--etcd-servers=https://{LOOPBACK}:{etcd_port}",
+        f"--etcd-cafile={files.etcd_ca}",
+        f"--etcd-certfile={files.etcd_client.cert}",
+        f"--etcd-keyfile={files.etcd_client.key}",
         f"--etcd-prefix={etcd_prefix}",
         f"--etcd-compaction-interval={compaction_interval}",
         f"--bind-address={LOOPBACK}",

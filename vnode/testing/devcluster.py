@@ -10,14 +10,17 @@ Exit codes: 0 success, 1 the pair failed to start or stop, 2 bad usage or missin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import shlex
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from vnode.testing import binaries, cluster, processes
-from vnode.testing.pair import ENV_FILE, ClusterPair
+from vnode.testing.pair import ENV_FILE, ClusterPair, remove_created, stop_leftovers
+from vnode.testing.rest import ApiStatusError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -103,12 +106,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _up(args: argparse.Namespace, directory: Path) -> int:
     if (directory / cluster.STATE_FILE).exists():
-        pair = ClusterPair.attach(directory)
-        if all(processes.group_alive(p) for p in pair.pids()):
+        running = ClusterPair.attach(directory)
+        alive = running.running()
+        if alive and len(alive) == len(running.refs):
             print(f"a pair is already running in {directory}", file=sys.stderr)
             return 0
-        print(f"removing the stale state of a stopped pair in {directory}", file=sys.stderr)
-        pair.stop()
+        print(f"removing what is left of a stopped pair in {directory}", file=sys.stderr)
+        running.stop()
+    # An `up` killed outright leaves only its process list: stop those and start afresh.
+    stop_leftovers(directory)
     directory.mkdir(parents=True, exist_ok=True)
     settings = cluster.PairSettings(
         lower_nodes=args.lower_nodes,
@@ -122,11 +128,12 @@ def _up(args: argparse.Namespace, directory: Path) -> int:
         startup_timeout=args.timeout,
     )
     try:
-        pair = ClusterPair.start(directory=directory, settings=settings)
+        with _signals_raise():
+            pair = ClusterPair.start(directory=directory, settings=settings)
     except binaries.MissingBinaries as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except (processes.ComponentDied, TimeoutError, OSError) as exc:
+    except (processes.ComponentDied, TimeoutError, OSError, ApiStatusError) as exc:
         print(f"error: the cluster pair did not start: {exc}", file=sys.stderr)
         return 1
     (directory / ENV_FILE).write_text("\n".join(env_lines(pair)) + "\n")
@@ -137,17 +144,37 @@ def _up(args: argparse.Namespace, directory: Path) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """Turn SIGTERM and SIGHUP into SystemExit, so an interrupted start-up cleans up."""
+
+    def raise_exit(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, raise_exit) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def _down(directory: Path) -> int:
     try:
         pair = ClusterPair.attach(directory)
     except FileNotFoundError:
+        if stop_leftovers(directory):
+            print(f"stopped the leftovers of an interrupted start in {directory}")
+            return 0
         print(f"no pair in {directory}; nothing to stop", file=sys.stderr)
         return 0
-    pair.stop()
-    leftover = [pid for pid in pair.pids() if processes.group_alive(pid)]
+    pair.stop(remove_state=False)
+    leftover = pair.running()
     if leftover:
-        print(f"error: processes still alive after stop: {leftover}", file=sys.stderr)
+        # The state stays, so `down` can be run again.
+        print(f"error: still running after stop: {', '.join(leftover)}", file=sys.stderr)
         return 1
+    remove_created(directory, owns_directory=False)
     print(f"cluster pair in {directory} stopped")
     return 0
 

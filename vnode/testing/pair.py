@@ -11,6 +11,7 @@ from typing import Any
 
 from vnode.testing import binaries, kwok, processes
 from vnode.testing.cluster import (
+    PROCESSES_FILE,
     STATE_FILE,
     Cluster,
     PairSettings,
@@ -21,7 +22,10 @@ from vnode.testing.pki import KeyPair
 from vnode.testing.startup import Startup
 
 ENV_FILE = "env.sh"
-_CREATED = ("pki", "logs", "data", "upper.kubeconfig", "lower.kubeconfig", ENV_FILE, STATE_FILE)
+_CREATED = (
+    "pki", "logs", "data", "upper.kubeconfig", "lower.kubeconfig",
+    ENV_FILE, PROCESSES_FILE, STATE_FILE,
+)  # fmt: skip
 
 
 class ClusterPair:
@@ -34,7 +38,7 @@ class ClusterPair:
         upper: Cluster,
         lower: Cluster,
         vnode: VirtualNodeMaterial,
-        pgids: Mapping[str, int],
+        refs: Mapping[str, processes.ProcessRef],
         ports_in_use: Mapping[str, int],
         exec_dir: Path,
         logs_file: Path,
@@ -46,7 +50,8 @@ class ClusterPair:
         self.upper = upper
         self.lower = lower
         self.vnode = vnode
-        self.pgids = dict(pgids)
+        self.refs = dict(refs)
+        """Each component's process (it also leads the component's process group)."""
         self.ports = dict(ports_in_use)
         self.exec_dir = exec_dir
         """Working directory of commands run by `kubectl exec` in lower pods."""
@@ -72,8 +77,9 @@ class ClusterPair:
 
         Ready means both apiservers answer /readyz, the controller managers have made the
         `default` ServiceAccount, and every kwok Node is Ready. Raises MissingBinaries,
-        ComponentDied (with the tail of the component's log), or TimeoutError; whatever was
-        started is stopped again before the error propagates.
+        ComponentDied (with the tail of the component's log), TimeoutError, or the
+        apiserver's ApiStatusError; whatever was started is stopped again and the state it
+        wrote is removed before the error propagates.
         """
         settings = settings or PairSettings()
         paths = dict(binary_paths) if binary_paths is not None else binaries.ensure()
@@ -82,13 +88,14 @@ class ClusterPair:
             started = startup.run()
         except BaseException:
             startup.stop_all()
+            remove_created(startup.directory, owns_directory=owns_directory)
             raise
         pair = cls(
             directory=startup.directory,
             upper=started.upper,
             lower=started.lower,
             vnode=started.vnode,
-            pgids={name: p.pid for name, p in started.processes.items()},
+            refs={name: p.ref for name, p in started.processes.items()},
             ports_in_use=started.ports,
             exec_dir=started.exec_dir,
             logs_file=started.logs_file,
@@ -119,7 +126,10 @@ class ClusterPair:
                     key=Path(state["vnode"]["serving_key"]),
                 ),
             ),
-            pgids=state["pgids"],
+            refs={
+                name: processes.ProcessRef(pid=int(ref["pid"]), start=int(ref["start"]))
+                for name, ref in state["processes"].items()
+            },
             ports_in_use=state["ports"],
             exec_dir=Path(state["exec_dir"]),
             logs_file=Path(state["logs_file"]),
@@ -133,13 +143,13 @@ class ClusterPair:
         order = ["kwok", "forward-target", "upper-scheduler", "lower-scheduler",
                  "upper-controller-manager", "lower-controller-manager",
                  "upper-apiserver", "lower-apiserver", "etcd"]  # fmt: skip
-        names = sorted(self.pgids, key=lambda n: order.index(n) if n in order else -1)
+        names = sorted(self.refs, key=lambda n: order.index(n) if n in order else -1)
         for name in names:
             proc = self._processes.get(name)
             if proc is not None:
                 proc.stop()
             else:
-                processes.stop_group(self.pgids[name])
+                processes.stop_recorded(self.refs[name])
         if remove_state:
             remove_created(self.directory, owns_directory=self._owns_directory)
 
@@ -150,7 +160,11 @@ class ClusterPair:
 
     def pids(self) -> set[int]:
         """Return the process ids of the components (each also leads its process group)."""
-        return set(self.pgids.values())
+        return {ref.pid for ref in self.refs.values()}
+
+    def running(self) -> list[str]:
+        """Return the names of the components still running (checked by pid and start time)."""
+        return [name for name, ref in self.refs.items() if processes.recorded_alive(ref)]
 
     # -- conveniences for tests and the demo ----------------------------------------------
 
@@ -162,7 +176,9 @@ class ClusterPair:
     def state(self) -> dict[str, Any]:
         """Return what `attach` needs to describe this pair again (JSON-serialisable)."""
         return {
-            "pgids": self.pgids,
+            "processes": {
+                name: {"pid": ref.pid, "start": ref.start} for name, ref in self.refs.items()
+            },
             "ports": self.ports,
             "exec_dir": str(self.exec_dir),
             "logs_file": str(self.logs_file),
@@ -176,6 +192,23 @@ class ClusterPair:
                 "serving_key": str(self.vnode.serving.key),
             },
         }
+
+
+def stop_leftovers(directory: Path) -> bool:
+    """Stop the components a start-up recorded in `directory` before it was killed.
+
+    Returns whether there was such a record; the record and the rest of the state are
+    removed. Processes whose pid now belongs to another program are left alone.
+    """
+    path = directory / PROCESSES_FILE
+    try:
+        recorded = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return False
+    for ref in recorded.values():
+        processes.stop_recorded(processes.ProcessRef(pid=int(ref["pid"]), start=int(ref["start"])))
+    remove_created(directory, owns_directory=False)
+    return True
 
 
 def remove_created(directory: Path, *, owns_directory: bool) -> None:

@@ -2,17 +2,21 @@
 
 Each component runs in its own session (process group) with its output in a log file,
 so stopping it takes its children too and a death can be explained by the log's tail.
+A component is identified by its pid *and* its start time, so a stale state file never
+makes us signal an unrelated process that reused the pid.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
@@ -32,6 +36,18 @@ class ComponentDied(RuntimeError):
         super().__init__(f"{name} exited with code {returncode}; last lines of {log}:\n{tail(log)}")
 
 
+@dataclass(frozen=True, kw_only=True)
+class ProcessRef:
+    """A process identified by pid and start time (clock ticks since boot, /proc/PID/stat)."""
+
+    pid: int
+    start: int
+
+    def matches(self) -> bool:
+        """Tell whether the process with this pid is still the one that was recorded."""
+        return _start_ticks(self.pid) == self.start
+
+
 def tail(path: Path, *, lines: int = _TAIL_LINES) -> str:
     """Return the last `lines` lines of a text file, or a note if it cannot be read."""
     try:
@@ -45,9 +61,16 @@ def tail(path: Path, *, lines: int = _TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with_parent(parent: int, prctl: object) -> None:  # pragma: no cover - runs in the child
+    # Runs between fork and exec: only async-signal-safe work (libc was loaded in the parent).
+    prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # type: ignore[operator]
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
 
 
 class Process:
@@ -63,18 +86,22 @@ class Process:
         cwd: Path | None = None,
         die_with_parent: bool = True,
     ) -> None:
-        """Start `argv` now; stdout and stderr go to `log` (appended).
+        """Start `argv` now; stdout and stderr go to `log`, which is started afresh.
 
-        With `die_with_parent`, the kernel kills the child if this process dies first, so
-        a crashed test run leaves nothing behind; `tensile-devcluster up` turns it off
-        because its components must outlive the command.
+        With `die_with_parent`, the kernel kills the child if the thread that started it
+        ends, so a crashed test run leaves nothing behind (start pairs from the main thread
+        or another long-lived one); `tensile-devcluster up` turns it off because its
+        components must outlive the command.
 
         Raises OSError if the executable cannot be started.
         """
         self.name = name
         self.log = log
         log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("ab") as out:
+        preexec = None
+        if die_with_parent:
+            preexec = functools.partial(_die_with_parent, os.getpid(), _libc().prctl)
+        with log.open("wb") as out:
             self._popen = subprocess.Popen(
                 list(argv),
                 stdin=subprocess.DEVNULL,
@@ -83,8 +110,9 @@ class Process:
                 env=dict(env) if env is not None else None,
                 cwd=cwd,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if die_with_parent else None,  # noqa: PLW1509
+                preexec_fn=preexec,  # noqa: PLW1509 - see _die_with_parent
             )
+        self.ref = ProcessRef(pid=self._popen.pid, start=_start_ticks(self._popen.pid) or 0)
 
     @property
     def pid(self) -> int:
@@ -108,8 +136,17 @@ class Process:
             self._popen.wait(timeout=1.0)
 
 
+def stop_recorded(ref: ProcessRef, *, timeout: float = 10.0) -> None:
+    """Stop the process group led by `ref`, unless its pid now belongs to another process."""
+    if ref.matches():
+        stop_group(ref.pid, timeout=timeout)
+
+
 def stop_group(pgid: int, *, timeout: float = 10.0) -> None:
-    """SIGTERM the process group `pgid`, wait up to `timeout` seconds, then SIGKILL it."""
+    """SIGTERM the process group `pgid`, wait up to `timeout` seconds, then SIGKILL it.
+
+    A pid that leads no group (a plain child) is signalled on its own.
+    """
     if not _signal_group(pgid, signal.SIGTERM):
         return
     deadline = time.monotonic() + timeout
@@ -124,52 +161,67 @@ def stop_group(pgid: int, *, timeout: float = 10.0) -> None:
 
 
 def group_alive(pgid: int) -> bool:
-    """Tell whether any process of group `pgid` is alive (zombies of our own are reaped)."""
+    """Tell whether any process of group `pgid` (or process `pgid`) is alive, not a zombie."""
+    alive = any(state != "Z" for state in _members(pgid))
+    # Reap it if it is our child, after looking: one that died meanwhile is reaped next time.
+    # (An orphaned zombie is not reaped by every pid 1, e.g. in containers.)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pgid, os.WNOHANG)
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # pragma: no cover - a recycled id owned by someone else
-        return False
-    return not _all_zombies(pgid)
+    return alive
 
 
-def _all_zombies(pgid: int) -> bool:
-    """Tell whether every process of group `pgid` is a zombie (dead, not yet reaped)."""
-    found = False
+def recorded_alive(ref: ProcessRef) -> bool:
+    """Tell whether the recorded process (or its group) is still running."""
+    return ref.matches() and group_alive(ref.pid)
+
+
+def _members(pgid: int) -> list[str]:
+    """Return the states of the processes in group `pgid` or with pid `pgid` (Linux /proc)."""
+    states = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # The command name may hold spaces and parentheses: fields start after the last ")".
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if int(fields[2]) != pgid:
-            continue
-        found = True
-        if fields[0] != "Z":
-            return False
-    return found
+        fields = _stat_fields(int(entry.name))
+        if fields is not None and (int(fields[2]) == pgid or int(entry.name) == pgid):
+            states.append(fields[0])
+    return states
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> bool:
     try:
         os.killpg(pgid, sig)
     except ProcessLookupError:
+        # Not a group leader (or gone): signal the process itself if it still exists.
+        try:
+            os.kill(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            return False
+    except PermissionError:  # a reused id that belongs to someone else
         return False
     return True
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Return /proc/PID/stat fields from the state onwards (index 0 = state), or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: fields start after the last ")".
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def _start_ticks(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    # starttime is field 22 of /proc/PID/stat; index 0 here is field 3 (state).
+    return int(fields[19]) if fields is not None else None
 
 
 def children_of(pid: int) -> set[int]:
     """Return the ids of the live (non-zombie) direct children of process `pid` (Linux /proc)."""
     result: set[int] = set()
-    task_dir = Path(f"/proc/{pid}/task")
     try:
-        tasks = list(task_dir.iterdir())
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
         return result
     for task in tasks:
@@ -178,10 +230,7 @@ def children_of(pid: int) -> set[int]:
         except OSError:
             continue
         for child in text.split():
-            try:
-                state = Path(f"/proc/{child}/stat").read_text()
-            except OSError:
-                continue
-            if state[state.rfind(")") + 2 :].split()[0] != "Z":
+            fields = _stat_fields(int(child))
+            if fields is not None and fields[0] != "Z":
                 result.add(int(child))
     return result

@@ -11,6 +11,7 @@ import datetime as dt
 import functools
 import json
 import os
+import shutil
 import ssl
 import sys
 import time
@@ -26,6 +27,7 @@ from vnode.testing.cluster import (
     FORWARD_TARGET_TEXT,
     LOG_LINES,
     PREVIOUS_LOG_LINES,
+    PROCESSES_FILE,
     Cluster,
     PairSettings,
     VirtualNodeMaterial,
@@ -62,6 +64,9 @@ class Startup:
         self.settings = settings
         self.paths = paths
         self.procs: dict[str, processes.Process] = {}
+        """The current process of each component."""
+        self.every_process: list[processes.Process] = []
+        """Every process started, replaced ones included, so a failure can stop them all."""
         self.taken: set[int] = set()
         self.deadline = time.monotonic() + settings.startup_timeout
         self.pki = self.directory / "pki"
@@ -69,14 +74,16 @@ class Startup:
         self.data = self.directory / "data"
 
     def stop_all(self) -> None:
-        for proc in reversed(list(self.procs.values())):
+        for proc in reversed(self.every_process):
             proc.stop()
 
     def run(self) -> Started:
         for d in (self.pki, self.logs, self.data):
-            d.mkdir(parents=True, exist_ok=True)
+            # Whatever an earlier, failed start left here (old etcd data above all) goes.
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir(parents=True)
         material = self._make_pki()
-        etcd_port = self._start_etcd()
+        etcd_port = self._start_etcd(material)
         api_ports = self._start_apiservers(etcd_port=etcd_port, material=material)
         clusters = {
             name: self._write_kubeconfigs(name=name, port=api_ports[name], material=material)
@@ -130,6 +137,20 @@ class Startup:
 
     def _make_pki(self) -> dict[str, KeyPair]:
         out: dict[str, KeyPair] = {}
+        etcd_ca = CertificateAuthority.create(directory=self.pki, name="etcd-ca")
+        out["etcd-ca"] = etcd_ca.pair
+        out["etcd-serving"] = etcd_ca.issue(
+            directory=self.pki,
+            name="etcd-serving",
+            common_name="etcd",
+            dns_names=("localhost",),
+            ip_addresses=(ports.LOOPBACK,),
+            server=True,
+            client=True,  # also its peer certificate
+        )
+        out["etcd-client"] = etcd_ca.issue(
+            directory=self.pki, name="etcd-client", common_name="kube-apiserver", client=True
+        )
         for name in ("upper", "lower"):
             ca = CertificateAuthority.create(directory=self.pki, name=f"{name}-ca")
             out[f"{name}-ca"] = ca.pair
@@ -175,7 +196,7 @@ class Startup:
                 )
         return out
 
-    def _start_etcd(self) -> int:
+    def _start_etcd(self, material: Mapping[str, KeyPair]) -> int:
         def spawn(port: int) -> processes.Process:
             peer = ports.pick(taken=self.taken)
             return self._spawn(
@@ -185,13 +206,19 @@ class Startup:
                     data_dir=self.data / "etcd",
                     client_port=port,
                     peer_port=peer,
+                    ca=material["etcd-ca"].cert,
+                    serving=material["etcd-serving"],
                 ),
             )
+
+        context = ssl.create_default_context(cafile=str(material["etcd-ca"].cert))
+        client = material["etcd-client"]
+        context.load_cert_chain(str(client.cert), str(client.key))
 
         def ready(port: int) -> bool:
             try:
                 with urllib.request.urlopen(
-                    f"http://{ports.LOOPBACK}:{port}/health", timeout=1
+                    f"https://{ports.LOOPBACK}:{port}/health", timeout=1, context=context
                 ) as r:
                     return bool(json.loads(r.read()).get("health") == "true")
             except OSError:
@@ -238,6 +265,8 @@ class Startup:
             # The upper cluster verifies its kubelets (the virtual node) like a hardened
             # cluster does; kwok's kubelet endpoint has only a self-signed certificate.
             kubelet_ca=material["upper-ca"].cert if name == "upper" else None,
+            etcd_ca=material["etcd-ca"].cert,
+            etcd_client=material["etcd-client"],
         )
         return components.apiserver_argv(
             binary=self.paths["kube-apiserver"],
@@ -418,6 +447,9 @@ class Startup:
         self, name: str, argv: Sequence[str], *, env_extra: Mapping[str, str] | None = None
     ) -> processes.Process:
         env = {**os.environ, **env_extra} if env_extra else None
+        previous = self.procs.get(name)
+        if previous is not None:
+            previous.stop()
         proc = processes.Process(
             name=name,
             argv=argv,
@@ -427,6 +459,9 @@ class Startup:
             die_with_parent=self.settings.die_with_parent,
         )
         self.procs[name] = proc
+        self.every_process.append(proc)
+        record = {n: {"pid": p.ref.pid, "start": p.ref.start} for n, p in self.procs.items()}
+        (self.directory / PROCESSES_FILE).write_text(json.dumps(record))
         return proc
 
     def _start_with_port_retry(
@@ -455,7 +490,10 @@ class Startup:
             try:
                 self._poll(name, functools.partial(ready, current))
             except processes.ComponentDied as exc:
-                if "address already in use" not in processes.tail(exc.log, lines=200):
+                # Only this component's own lost port race is retried; its log holds only
+                # the current attempt.
+                lost_port = "address already in use" in processes.tail(exc.log, lines=200)
+                if exc.name != name or not lost_port:
                     raise
                 port = ports.pick(taken=self.taken)
                 spawn(port)
