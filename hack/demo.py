@@ -25,7 +25,8 @@ def main() -> int:
     pair = ClusterPair.attach(directory)
     for cluster in (pair.upper, pair.lower):
         print(f"\n$ kubectl --kubeconfig {cluster.kubeconfig} get nodes -o wide")
-        print(cluster.kubectl("get", "nodes", "-o", "wide").stdout, end="")
+        result = cluster.kubectl("get", "nodes", "-o", "wide")
+        print(result.stdout + result.stderr, end="")
     env_file = directory / ENV_FILE
     quoted = shlex.quote(str(directory))
     print(
