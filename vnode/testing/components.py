@@ -122,28 +122,23 @@ def controller_manager_argv(
 ) -> list[str]:
     """Return the argv of a kube-controller-manager for one cluster (CSR signing with `ca`)."""
     return [
-        str(binary),
-        f"--kubeconfig={kubeconfig}",
-        f"--authentication-kubeconfig={kubeconfig}",
-        f"--authorization-kubeconfig={kubeconfig}",
-        f"--bind-address={LOOPBACK}",
-        f"--secure-port={port}",
-        "--leader-elect=false",
+        *_controller_flags(binary=binary, kubeconfig=kubeconfig, port=port),
         "--use-service-account-credentials=true",
         f"--service-account-private-key-file={service_account_key}",
         f"--root-ca-file={ca.cert}",
         f"--cluster-signing-cert-file={ca.cert}",
         f"--cluster-signing-key-file={ca.key}",
         f"--cluster-cidr={cluster_cidr}",
-        "--kube-api-qps=200",
-        "--kube-api-burst=400",
-        "--profiling=false",
-        "--v=1",
     ]
 
 
 def scheduler_argv(*, binary: Path, kubeconfig: Path, port: int) -> list[str]:
     """Return the argv of a kube-scheduler for one cluster."""
+    return _controller_flags(binary=binary, kubeconfig=kubeconfig, port=port)
+
+
+def _controller_flags(*, binary: Path, kubeconfig: Path, port: int) -> list[str]:
+    """Flags kube-controller-manager and kube-scheduler share: one identity, loopback serving."""
     return [
         str(binary),
         f"--kubeconfig={kubeconfig}",
