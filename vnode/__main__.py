@@ -1,13 +1,137 @@
-"""The `virtual-node` command (flags + env -> settings -> run)."""
+"""The `virtual-node` command: flags + env -> settings -> clients + provider -> run.
 
+Exit codes: 0 after a clean stop (SIGTERM/SIGINT), 1 when a cluster cannot be reached or
+the node cannot start, 2 for invalid flags or environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
 import sys
+import urllib.parse
+from collections.abc import Sequence
 
-from vnode._unimplemented import exit_not_implemented
+from vnode import cli, logs
+from vnode.kube import config, errors
+from vnode.kube.client import ApiClient
+from vnode.node import StartupError, VirtualNode
+from vnode.providers.k2k.provider import K2KProvider
+from vnode.providers.k2k.translate import Translation
+from vnode.settings import Settings
+
+logger = logging.getLogger("vnode")
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Run the virtual node; returns the exit code."""
-    return exit_not_implemented("virtual-node")
+    try:
+        settings = cli.parse(sys.argv[1:] if argv is None else argv)
+    except cli.UsageError as exc:
+        print(f"virtual-node: error: {exc}", file=sys.stderr)
+        return 2
+    logs.configure(level=settings.log_level, fmt=settings.log_format)
+    try:
+        upper_info = config.load(settings.upper.kubeconfig)
+        lower_info = config.load(settings.lower.kubeconfig)
+    except config.ConfigError as exc:
+        print(f"virtual-node: error: {exc}", file=sys.stderr)
+        return 2
+    if not settings.api.verify_clients:
+        logger.warning("--no-verify-clients: the kubelet API accepts ANY caller; development only")
+    try:
+        asyncio.run(_run(settings, upper_info, lower_info))
+    except (errors.ApiUnavailable, errors.ApiError, StartupError) as exc:
+        logger.error("virtual-node stopped: %s", exc)
+        return 1
+    except KeyboardInterrupt:  # pragma: no cover - a second Ctrl-C
+        return 130
+    return 0
+
+
+async def _run(
+    settings: Settings, upper_info: config.ConnectionInfo, lower_info: config.ConnectionInfo
+) -> None:
+    node_ip = settings.node.internal_ip or _reachable_address(upper_info.server)
+    settings = _with_ip(settings, node_ip)
+    async with (
+        ApiClient(
+            upper_info,
+            name="upper",
+            qps=settings.upper.qps,
+            burst=settings.upper.burst,
+            user_agent=f"tensile-virtual-node/{settings.node.name}",
+        ) as upper,
+        ApiClient(
+            lower_info,
+            name="lower",
+            qps=settings.lower.qps,
+            burst=settings.lower.burst,
+            user_agent=f"tensile-virtual-node/{settings.node.name}",
+        ) as lower,
+    ):
+        provider = K2KProvider(
+            upper=upper,
+            lower=lower,
+            translation=Translation(
+                node_name=settings.node.name,
+                node_labels=_node_labels(settings),
+                namespace_prefix=settings.pods.namespace_prefix,
+                ignore_labels=settings.pods.ignore_labels,
+                enable_service_account=settings.pods.enable_service_account,
+            ),
+            node_ip=node_ip,
+            upper_namespace=settings.pods.namespace,
+        )
+        # Both clusters must answer before anything is registered (tensile-kube: fatal).
+        await upper.request("GET", "/version")
+        await provider.start()
+        node = VirtualNode(settings=settings, upper=upper, provider=provider)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, node.stop)
+        try:
+            logger.info(
+                "virtual node %s starting (upper %s, lower %s, InternalIP %s)",
+                settings.node.name,
+                upper_info.server,
+                lower_info.server,
+                node_ip,
+            )
+            await node.run()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+    logger.info("virtual node %s stopped", settings.node.name)
+
+
+def _node_labels(settings: Settings) -> dict[str, str]:
+    from vnode.controllers.status import node_labels  # noqa: PLC0415 - wiring only
+
+    return node_labels(settings.node)
+
+
+def _reachable_address(server: str) -> str:
+    """Return the local address the upper apiserver can reach us at (the route toward it)."""
+    parsed = urllib.parse.urlsplit(server)
+    host = parsed.hostname or "127.0.0.1"
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((host, parsed.port or 443))  # no packet is sent for UDP connect
+            return str(s.getsockname()[0])
+    except OSError as exc:
+        raise errors.ApiUnavailable(
+            f"cannot find the address the upper cluster reaches this node at ({exc}); "
+            "set VKUBELET_POD_IP"
+        ) from exc
+
+
+def _with_ip(settings: Settings, ip: str) -> Settings:
+    import dataclasses  # noqa: PLC0415
+
+    return dataclasses.replace(settings, node=dataclasses.replace(settings.node, internal_ip=ip))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,1 +1,154 @@
-"""Composes informers, controllers and the kubelet API of one virtual node."""
+"""One virtual node: informers, controllers and metrics around a provider; start order; stop.
+
+Start order (virtual-kubelet's): every informer runs and has synced before any worker
+starts; the pod controller cleans up dangling backend pods; the node controller registers
+the Node. `stop()` (SIGTERM) stops the queues from handing out keys, lets in-flight work
+finish for up to `shutdown_timeout` seconds, then cancels everything; every task is
+named, owned by a TaskGroup and awaited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+from typing import Protocol
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from vnode.controllers.events import EventRecorder
+from vnode.controllers.node import NodeController
+from vnode.controllers.pods import PodController, PodProvider
+from vnode.kube.client import ApiClient
+from vnode.kube.informer import Informer
+from vnode.provider import NodeProvider
+from vnode.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+class Provider(PodProvider, NodeProvider, Protocol):
+    """A full provider: pods, node, and its own informers and workers."""
+
+    def informers(self) -> Sequence[Informer]:
+        """Informers that must run and sync before any worker starts."""
+
+    async def run(self, *, workers: int) -> None:
+        """Run the provider's own workers until `shut_down`."""
+
+    async def shut_down(self) -> None:
+        """Stop the provider's queues."""
+
+
+class StartupError(Exception):
+    """The node could not start (caches did not sync in time); the message says which."""
+
+
+class VirtualNode:
+    """Runs one virtual node until `stop()` or cancellation."""
+
+    def __init__(self, *, settings: Settings, upper: ApiClient, provider: Provider) -> None:
+        self.settings = settings
+        self._upper = upper
+        self._provider = provider
+        self._stop = asyncio.Event()
+        recorder = EventRecorder(
+            upper, component=f"{settings.node.name}/pod-controller", host=settings.node.name
+        )
+        self.pods = PodController(
+            upper=upper,
+            provider=provider,
+            node_name=settings.node.name,
+            namespace=settings.pods.namespace,
+            workers=settings.pods.workers,
+            recorder=recorder,
+        )
+        self.node = NodeController(upper=upper, provider=provider, settings=settings.node)
+
+    def stop(self) -> None:
+        """Ask `run` to stop gracefully (safe to call from a signal handler)."""
+        self._stop.set()
+
+    async def run(self) -> None:
+        """Run until `stop()`; raises StartupError if the caches do not sync in time."""
+        informers = [*self._provider.informers(), self.pods.informer, self.node.informer]
+        async with self._metrics_server(), asyncio.TaskGroup() as group:
+            background = [group.create_task(i.run(), name=f"informer-{i.name}") for i in informers]
+            stop = group.create_task(self._stop.wait(), name="stop-signal")
+            await self._wait_synced(informers, stop)
+            if stop.done():
+                for task in background:
+                    task.cancel()
+                return
+            logger.info("caches synced; starting workers")
+            work = [
+                group.create_task(
+                    self._provider.run(workers=self.settings.pods.workers), name="provider-workers"
+                ),
+                group.create_task(self.pods.run(), name="pod-controller"),
+            ]
+            background.append(group.create_task(self.node.run(), name="node-controller"))
+            await stop
+            await self._drain(work)
+            for task in background + work:
+                task.cancel()
+
+    async def _wait_synced(self, informers: Sequence[Informer], stop: asyncio.Task[bool]) -> None:
+        timeout = self.settings.startup_timeout or None
+
+        async def all_synced() -> None:
+            for informer in informers:
+                await informer.wait_synced()
+
+        synced = asyncio.create_task(all_synced(), name="wait-synced")
+        try:
+            async with asyncio.timeout(timeout):
+                await asyncio.wait([synced, stop], return_when=asyncio.FIRST_COMPLETED)
+        except TimeoutError:
+            missing = [f"{i.name} ({i.last_sync_error})" for i in informers if not i.has_synced()]
+            self.stop()
+            raise StartupError(
+                f"caches not synced after {timeout}s: {', '.join(missing)}"
+            ) from None
+        finally:
+            synced.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await synced
+
+    async def _drain(self, work: list[asyncio.Task[None]]) -> None:
+        logger.info(
+            "stopping: finishing in-flight work (up to %.0fs)", self.settings.shutdown_timeout
+        )
+        await self.pods.shut_down()
+        await self._provider.shut_down()
+        _done, pending = await asyncio.wait(work, timeout=self.settings.shutdown_timeout)
+        if pending:
+            logger.warning(
+                "stopping: abandoning work still in flight after %.0fs",
+                self.settings.shutdown_timeout,
+            )
+
+    @contextlib.asynccontextmanager
+    async def _metrics_server(self) -> AsyncIterator[None]:
+        addr = self.settings.metrics_addr
+        if not addr:
+            yield
+            return
+        host, _, port = addr.rpartition(":")
+        app = web.Application()
+        app.router.add_get("/metrics", _metrics)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, host or None, int(port))
+        await site.start()
+        logger.info("metrics on http://%s/metrics", addr)
+        try:
+            yield
+        finally:
+            await runner.cleanup()
+
+
+async def _metrics(_request: web.Request) -> web.Response:
+    return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})

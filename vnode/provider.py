@@ -1,1 +1,66 @@
-"""Protocols the node runtime calls on a provider (pod lifecycle, node status, streams)."""
+"""Protocols the node runtime calls on a provider, with their contracts.
+
+A provider stands behind a virtual node (virtual-kubelet's PodLifecycleHandler,
+PodNotifier and NodeProvider, reshaped for asyncio). All objects are Kubernetes dicts and
+are read-only for both sides: never mutate what you are given or what you returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+Obj = dict[str, Any]
+
+
+class PodLifecycleHandler(Protocol):
+    """Runs upper pods on the backend.
+
+    Contracts: calls for one pod never overlap (the pod controller's queue guarantees it);
+    `create_pod` and `delete_pod` are idempotent; errors are `vnode.errors.ProviderError`s
+    (others are treated as transient and retried).
+    """
+
+    async def create_pod(self, pod: Obj) -> None:
+        """Start the upper pod `pod` on the backend, with everything it needs."""
+
+    async def update_pod(self, pod: Obj) -> None:
+        """Apply the mutable parts of `pod` (images, labels, ...) to the running pod."""
+
+    async def delete_pod(self, pod: Obj, *, grace_period: int | None) -> bool:
+        """Stop the pod gracefully (`grace_period` seconds, None = backend default).
+
+        Returns True when the backend no longer has the pod, False while it is terminating.
+        """
+
+    def backend_pod(self, pod: Obj) -> Obj | None:
+        """Return the backend's pod for the upper pod (same UID), or None (non-blocking)."""
+
+    def pod_status(self, pod: Obj) -> dict[str, Any] | None:
+        """Return the status the upper pod should show, or None if the backend has no pod."""
+
+    def vanished(self, pod: Obj) -> bool:
+        """Tell whether the backend's pod disappeared without this node deleting it."""
+
+
+class PodNotifier(Protocol):
+    """Pushes changes of backend pods, so status flows up without polling."""
+
+    def notify_pods(self, callback: Callable[[str], None]) -> None:
+        """Register `callback(upper "namespace/name")`, called (non-blocking) on each change."""
+
+
+class NodeProvider(Protocol):
+    """Describes the virtual node and says whether the backend is healthy."""
+
+    async def ping(self) -> None:
+        """Return if the backend answers; raise otherwise (keep it cheap: every 10 s)."""
+
+    def capacity(self) -> Mapping[str, str]:
+        """Return the node's capacity = allocatable (resource name -> quantity)."""
+
+    def node_info(self) -> Mapping[str, str]:
+        """Return `status.nodeInfo` fields (kubeletVersion, ...)."""
+
+    def notify_node_changed(self, callback: Callable[[], None]) -> None:
+        """Register `callback()`, called (non-blocking) when `capacity()` may have changed."""

@@ -1,1 +1,115 @@
-"""Frozen settings dataclasses, built once from flags and environment."""
+"""Frozen settings of a virtual node, built once from flags and environment (`vnode.cli`).
+
+Every field has a default and says its unit. Names follow tensile-kube's and
+virtual-kubelet's flags and environment variables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Taint:
+    """The taint the virtual node carries (VKUBELET_TAINT_KEY/VALUE/EFFECT)."""
+
+    key: str = "virtual-kubelet.io/provider"
+    value: str = "k8s"
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientSettings:
+    """How to reach one cluster."""
+
+    kubeconfig: str | None = None
+    """Kubeconfig path; None: $KUBECONFIG, ~/.kube/config, then in-cluster."""
+    qps: float = 100.0
+    """Client-side requests per second (token bucket rate)."""
+    burst: int = 200
+    """Client-side request burst."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeSettings:
+    """The Node object in the upper cluster and its heartbeats."""
+
+    name: str = "virtual-kubelet"
+    """--nodename: the Node's name."""
+    operating_system: str = "linux"
+    """--os, lower-cased (kubernetes.io/os label and nodeInfo.operatingSystem)."""
+    taint: Taint | None = field(default_factory=Taint)
+    """None with --disable-taint."""
+    extra_labels: tuple[tuple[str, str], ...] = ()
+    """VKUBELET_NODE_LABEL ("key:value")."""
+    internal_ip: str = ""
+    """VKUBELET_POD_IP, or detected: the address the upper apiserver reaches us at."""
+    external_ip: str = ""
+    """VKUBELET_EXTERNAL_POD_IP: published as ExternalIP when set."""
+    kubelet_port: int = 10250
+    """KUBELET_PORT: published in status.daemonEndpoints.kubeletEndpoint.port."""
+    enable_lease: bool = True
+    """--enable-node-lease: renew kube-node-lease/<name>."""
+    lease_duration: int = 40
+    """Lease duration in seconds."""
+    lease_renew_interval: float = 10.0
+    """Seconds between lease renewals (and health pings of the lower cluster)."""
+    status_interval: float = 60.0
+    """Seconds between full node status updates when nothing changed."""
+    status_min_interval: float = 1.0
+    """At most one node status update per this many seconds (debounce)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodSettings:
+    """How pods are forwarded."""
+
+    namespace: str | None = None
+    """--namespace: only upper pods of this namespace (None: all)."""
+    namespace_prefix: str = ""
+    """--namespace-prefix: lower namespace = prefix + upper namespace."""
+    ignore_labels: tuple[str, ...] = ("pod-group.scheduling.sigs.k8s.io",)
+    """--ignore-labels: label keys kept off the lower pod (restored on the way up)."""
+    enable_service_account: bool = True
+    """--enable-serviceaccount: mirror the pod's ServiceAccount in the lower cluster."""
+    workers: int = 50
+    """--pod-sync-workers: concurrent workers per queue."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiSettings:
+    """The kubelet HTTPS API (served by vnode.api)."""
+
+    cert_file: str = ""
+    """APISERVER_CERT_LOCATION."""
+    key_file: str = ""
+    """APISERVER_KEY_LOCATION."""
+    client_ca_file: str = ""
+    """--client-verify-ca / APISERVER_CA_CERT_LOCATION."""
+    verify_clients: bool = True
+    """False with --no-verify-clients (development only)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Everything a virtual node runs with."""
+
+    node: NodeSettings = field(default_factory=NodeSettings)
+    pods: PodSettings = field(default_factory=PodSettings)
+    upper: ClientSettings = field(default_factory=ClientSettings)
+    lower: ClientSettings = field(default_factory=lambda: ClientSettings(qps=500.0, burst=1000))
+    api: ApiSettings = field(default_factory=ApiSettings)
+    enable_controllers: tuple[str, ...] = ("PVControllers", "ServiceControllers")
+    """--enable-controllers (accepted for compatibility; see the README for what runs)."""
+    metrics_addr: str = ""
+    """--metrics-addr host:port of the plain-HTTP Prometheus endpoint ("" disables it)."""
+    log_level: str = "info"
+    """--log-level: debug, info, warn, error."""
+    log_format: str = "text"
+    """--log-format: text or json."""
+    startup_timeout: float = 0.0
+    """--startup-timeout seconds to wait for the caches before giving up (0: wait forever)."""
+    shutdown_timeout: float = 10.0
+    """Seconds SIGTERM waits for in-flight work before abandoning it."""

@@ -1,0 +1,260 @@
+"""The `virtual-node` command line: tensile-kube's and virtual-kubelet's flags and environment
+variables, parsed into frozen `Settings`. Invalid values raise UsageError (exit 2)."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+from collections.abc import Mapping, Sequence
+
+from vnode.settings import (
+    TAINT_EFFECTS,
+    ApiSettings,
+    ClientSettings,
+    NodeSettings,
+    PodSettings,
+    Settings,
+    Taint,
+)
+
+KNOWN_CONTROLLERS = ("PVControllers", "ServiceControllers")
+LOG_LEVELS = ("debug", "info", "warn", "warning", "error")
+
+
+class UsageError(Exception):
+    """A flag or environment variable has an invalid value; the message says which and why."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "t", "yes", "y"):
+        return True
+    if lowered in ("0", "false", "f", "no", "n"):
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
+
+
+def _duration(text: str) -> float:
+    """Parse a Go-style duration ("90s", "1m", "1m30s", "500ms") or plain seconds."""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    rest = text.strip()
+    try:
+        return float(rest)
+    except ValueError:
+        pass
+    total = 0.0
+    while rest:
+        i = 0
+        while i < len(rest) and (rest[i].isdigit() or rest[i] == "."):
+            i += 1
+        unit = "ms" if rest[i : i + 2] == "ms" else rest[i : i + 1]
+        if i == 0 or unit not in units:
+            raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 30s, 1m, 1m30s)")
+        total += float(rest[:i]) * units[unit]
+        rest = rest[i + len(unit) :]
+    return total
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="virtual-node", description="A virtual node standing for a lower cluster.")
+    a = p.add_argument
+    # tensile-kube's own flags
+    a("--client-kubeconfig", required=True, help="kubeconfig of the lower cluster")
+    a("--client-qps", type=float, default=500.0, help="lower cluster client QPS")
+    a("--client-burst", type=int, default=1000, help="lower cluster client burst")
+    a(
+        "--ignore-labels",
+        default="pod-group.scheduling.sigs.k8s.io",
+        help="comma-separated label keys kept off lower pods",
+    )
+    a(
+        "--enable-controllers",
+        default="PVControllers,ServiceControllers",
+        help="comma-separated controllers: " + ", ".join(KNOWN_CONTROLLERS),
+    )
+    a(
+        "--enable-serviceaccount",
+        type=_bool,
+        default=True,
+        nargs="?",
+        const=True,
+        help="mirror pods' ServiceAccounts in the lower cluster",
+    )
+    a("--log-level", default="info", choices=LOG_LEVELS)
+    # virtual-kubelet node-cli flags
+    a("--kubeconfig", default=None, help="kubeconfig of the upper cluster (default $KUBECONFIG)")
+    a("--namespace", default="", help="only forward upper pods of this namespace")
+    a("--cluster-domain", default="cluster.local", help="accepted for compatibility; unused")
+    a("--nodename", default=None, help="name of the virtual node")
+    a("--os", default="Linux", help="operating system of the node (Linux or Windows)")
+    a("--provider", default="k8s", help="provider: k8s")
+    a("--provider-config", default="", help="accepted for compatibility; unused")
+    a("--metrics-addr", default="", help="host:port of the Prometheus metrics endpoint")
+    a("--taint", default=None, help="deprecated: the taint key (see VKUBELET_TAINT_KEY)")
+    a("--disable-taint", action="store_true", help="do not taint the virtual node")
+    a("--pod-sync-workers", type=int, default=50, help="workers per queue")
+    a("--enable-node-lease", type=_bool, default=True, nargs="?", const=True)
+    a(
+        "--full-resync-period",
+        type=_duration,
+        default=60.0,
+        help="accepted for compatibility; watches are event-driven",
+    )
+    a(
+        "--startup-timeout",
+        type=_duration,
+        default=0.0,
+        help="wait this long for caches (0: forever)",
+    )
+    a("--kube-api-qps", type=float, default=0.0, help="upper cluster client QPS (0: 100)")
+    a("--kube-api-burst", type=int, default=0, help="upper cluster client burst (0: 200)")
+    a(
+        "--client-verify-ca",
+        default=None,
+        help="CA of kubelet API clients (APISERVER_CA_CERT_LOCATION)",
+    )
+    a("--no-verify-clients", action="store_true", help="DEVELOPMENT ONLY: no kubelet API auth")
+    # tensile's additions
+    a("--namespace-prefix", default="", help="lower namespace = prefix + upper namespace")
+    a("--log-format", default="text", choices=("text", "json"))
+    a("--shutdown-timeout", type=_duration, default=10.0, help="bound of a graceful stop")
+    return p
+
+
+def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings:
+    """Build Settings from command-line arguments and environment variables.
+
+    Raises UsageError with a message naming the bad flag or variable.
+    """
+    env = os.environ if env is None else env
+    try:
+        args = _parser().parse_args(list(argv))
+    except argparse.ArgumentTypeError as exc:  # pragma: no cover - argparse wraps these
+        raise UsageError(str(exc)) from exc
+    if args.provider != "k8s":
+        raise UsageError(f"--provider: only 'k8s' is supported, got {args.provider!r}")
+    operating_system = args.os.lower()
+    if operating_system not in ("linux", "windows"):
+        raise UsageError(f"--os must be Linux or Windows, got {args.os!r}")
+    controllers = tuple(c.strip() for c in args.enable_controllers.split(",") if c.strip())
+    unknown = [c for c in controllers if c not in KNOWN_CONTROLLERS]
+    if unknown:
+        raise UsageError(
+            f"--enable-controllers: unknown {', '.join(unknown)} "
+            f"(known: {', '.join(KNOWN_CONTROLLERS)})"
+        )
+    for flag, value in (("--pod-sync-workers", args.pod_sync_workers),):
+        if value < 1:
+            raise UsageError(f"{flag} must be >= 1, got {value}")
+    for flag, value in (("--client-qps", args.client_qps), ("--kube-api-qps", args.kube_api_qps)):
+        if value < 0:
+            raise UsageError(f"{flag} must be >= 0, got {value}")
+    return Settings(
+        node=_node_settings(args, env, operating_system),
+        pods=PodSettings(
+            namespace=args.namespace or None,
+            namespace_prefix=_namespace_prefix(args.namespace_prefix),
+            ignore_labels=tuple(k.strip() for k in args.ignore_labels.split(",") if k.strip()),
+            enable_service_account=args.enable_serviceaccount,
+            workers=args.pod_sync_workers,
+        ),
+        upper=ClientSettings(
+            kubeconfig=args.kubeconfig or None,
+            qps=args.kube_api_qps or 100.0,
+            burst=args.kube_api_burst or 200,
+        ),
+        lower=ClientSettings(
+            kubeconfig=args.client_kubeconfig, qps=args.client_qps, burst=args.client_burst
+        ),
+        api=ApiSettings(
+            cert_file=env.get("APISERVER_CERT_LOCATION", ""),
+            key_file=env.get("APISERVER_KEY_LOCATION", ""),
+            client_ca_file=args.client_verify_ca or env.get("APISERVER_CA_CERT_LOCATION", ""),
+            verify_clients=not args.no_verify_clients,
+        ),
+        enable_controllers=controllers,
+        metrics_addr=_address(args.metrics_addr, "--metrics-addr") if args.metrics_addr else "",
+        log_level="warn" if args.log_level == "warning" else args.log_level,
+        log_format=args.log_format,
+        startup_timeout=args.startup_timeout,
+        shutdown_timeout=args.shutdown_timeout,
+    )
+
+
+def _node_settings(
+    args: argparse.Namespace, env: Mapping[str, str], operating_system: str
+) -> NodeSettings:
+    name = (
+        args.nodename
+        or env.get("DEFAULT_NODE_NAME")
+        or env.get("DEFAULTNODE_NAME")
+        or "virtual-kubelet"
+    )
+    taint: Taint | None = None
+    if not args.disable_taint:
+        effect = env.get("VKUBELET_TAINT_EFFECT", "NoSchedule")
+        if effect not in TAINT_EFFECTS:
+            raise UsageError(
+                f"VKUBELET_TAINT_EFFECT must be one of {', '.join(TAINT_EFFECTS)}, got {effect!r}"
+            )
+        taint = Taint(
+            key=env.get("VKUBELET_TAINT_KEY") or args.taint or "virtual-kubelet.io/provider",
+            value=env.get("VKUBELET_TAINT_VALUE", args.provider),
+            effect=effect,
+        )
+    labels: tuple[tuple[str, str], ...] = ()
+    raw_label = env.get("VKUBELET_NODE_LABEL", "")
+    if raw_label:
+        parts = [p.strip() for p in raw_label.split(":")]
+        if len(parts) != 2 or not all(parts):
+            raise UsageError(f"VKUBELET_NODE_LABEL must be key:value, got {raw_label!r}")
+        labels = ((parts[0], parts[1]),)
+    port_text = env.get("KUBELET_PORT", "10250")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise UsageError(f"KUBELET_PORT must be a port number, got {port_text!r}") from None
+    if not 0 < port < 65536:
+        raise UsageError(f"KUBELET_PORT must be 1-65535, got {port}")
+    return NodeSettings(
+        name=name,
+        operating_system=operating_system,
+        taint=taint,
+        extra_labels=labels,
+        internal_ip=_ip(env.get("VKUBELET_POD_IP", ""), "VKUBELET_POD_IP"),
+        external_ip=_ip(env.get("VKUBELET_EXTERNAL_POD_IP", ""), "VKUBELET_EXTERNAL_POD_IP"),
+        kubelet_port=port,
+        enable_lease=args.enable_node_lease,
+    )
+
+
+def _ip(text: str, name: str) -> str:
+    if not text:
+        return ""
+    try:
+        return str(ipaddress.ip_address(text.strip()))
+    except ValueError:
+        raise UsageError(f"{name} must be an IP address, got {text!r}") from None
+
+
+def _address(text: str, flag: str) -> str:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise UsageError(f"{flag} must be host:port or :port, got {text!r}")
+    return f"{host or '0.0.0.0'}:{port}"  # noqa: S104 - the operator chose all interfaces
+
+
+def _namespace_prefix(prefix: str) -> str:
+    # The prefix starts every lower namespace name: a DNS label of lower-case letters,
+    # digits and '-', starting with a letter or digit.
+    if prefix and not all(c.islower() or c.isdigit() or c == "-" for c in prefix):
+        raise UsageError(f"--namespace-prefix may hold only a-z, 0-9 and '-', got {prefix!r}")
+    if prefix and not (prefix[0].isalnum()):
+        raise UsageError(f"--namespace-prefix must start with a letter or digit, got {prefix!r}")
+    return prefix

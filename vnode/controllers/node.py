@@ -1,0 +1,179 @@
+"""The node controller: the virtual Node in the upper cluster, its status and its Lease.
+
+- The Node is created, or adopted (our labels and taint merged into an existing one), and
+  re-created if someone deletes it.
+- Its status (capacity, conditions, addresses, ...) is written when the provider reports a
+  change, at most once per `status_min_interval`, and at least every `status_interval`.
+- The Lease is renewed every `lease_renew_interval` while the provider's ping succeeds.
+  When the lower cluster fails its health check, renewals and status writes stop, so the
+  upper node lifecycle controller marks the node NotReady, as it would a dead kubelet; on
+  recovery both resume at once (Ready again within one ping interval).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from vnode.controllers import status as decide
+from vnode.kube import errors
+from vnode.kube.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiClient
+from vnode.kube.informer import Handlers, Informer
+from vnode.kube.resources import LEASES, NODES
+from vnode.provider import NodeProvider
+from vnode.settings import NodeSettings
+
+logger = logging.getLogger(__name__)
+
+
+class NodeController:
+    """Registers the virtual node and keeps its status and lease fresh."""
+
+    def __init__(self, *, upper: ApiClient, provider: NodeProvider, settings: NodeSettings):
+        self._upper = upper
+        self._provider = provider
+        self._settings = settings
+        self.informer = Informer(
+            upper, NODES, name="upper-node", field_selector=f"metadata.name={settings.name}"
+        )
+        self.healthy = False
+        """Whether the last ping of the provider succeeded."""
+        self.ready = asyncio.Event()
+        """Set once the Node exists with a first status."""
+        self._wake = asyncio.Event()
+        self._lease: dict[str, Any] | None = None
+        self.informer.add_handlers(Handlers(on_delete=lambda _n: self._node_deleted()))
+        provider.notify_node_changed(self._wake.set)
+
+    def _node_deleted(self) -> None:
+        logger.warning("node %s was deleted; registering it again", self._settings.name)
+        self._lease = None
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Register the node, then keep status and lease fresh until cancelled."""
+        await self.informer.wait_synced()
+        await self._ping()
+        await self._ensure_node()
+        await self._update_status()
+        self.ready.set()
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._status_loop(), name="node-status")
+            group.create_task(self._heartbeat_loop(), name="node-heartbeat")
+
+    async def _ping(self) -> bool:
+        try:
+            await self._provider.ping()
+        except Exception as exc:  # noqa: BLE001 - any failure means unhealthy
+            if self.healthy:
+                logger.warning("provider ping failed: %s; pausing node heartbeats", exc)
+            self.healthy = False
+            return False
+        if not self.healthy:
+            logger.info("provider healthy; node heartbeats running")
+        self.healthy = True
+        return True
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._settings.lease_renew_interval)
+            was_healthy = self.healthy
+            if await self._ping():
+                if not was_healthy:
+                    self._wake.set()  # status right away, not at the next interval
+                if self._settings.enable_lease:
+                    await self._guard("lease renewal", self._renew_lease())
+
+    async def _status_loop(self) -> None:
+        while True:
+            try:
+                async with asyncio.timeout(self._settings.status_interval):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            if self.healthy:
+                await self._guard("node status update", self._update_status())
+            await asyncio.sleep(self._settings.status_min_interval)
+
+    async def _guard(self, what: str, work: Any) -> None:
+        try:
+            await work
+        except (errors.ApiError, errors.ApiUnavailable) as exc:
+            logger.warning("%s failed: %s", what, exc)
+
+    async def _ensure_node(self) -> dict[str, Any]:
+        path = NODES.path(name=self._settings.name)
+        try:
+            current = await self._upper.request("GET", path)
+        except errors.NotFound:
+            try:
+                created = await self._upper.request(
+                    "POST", NODES.path(), body=decide.node_object(self._settings)
+                )
+                logger.info("registered node %s", self._settings.name)
+                return created
+            except errors.AlreadyExists:
+                current = await self._upper.request("GET", path)
+        # Adopt: merge our labels in, put our taint in place of an older one of ours.
+        patch = {
+            "metadata": {"labels": decide.node_labels(self._settings)},
+            "spec": {
+                "taints": decide.node_taints(
+                    (current.get("spec") or {}).get("taints") or [], settings=self._settings
+                )
+            },
+        }
+        return await self._upper.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
+
+    async def _update_status(self) -> None:
+        current = self.informer.store.get(self._settings.name)
+        if current is None:
+            current = await self._ensure_node()
+        body = decide.node_status(
+            current,
+            settings=self._settings,
+            capacity=self._provider.capacity(),
+            node_info=self._provider.node_info(),
+            now=decide.now_rfc3339(),
+        )
+        try:
+            await self._upper.request(
+                "PATCH",
+                NODES.path(name=self._settings.name, subresource="status"),
+                body=body,
+                content_type=STRATEGIC_MERGE_PATCH,
+            )
+        except errors.NotFound:
+            await self._ensure_node()
+            self._wake.set()
+
+    async def _renew_lease(self) -> None:
+        name = self._settings.name
+        path = LEASES.path(namespace="kube-node-lease", name=name)
+        now = decide.now_micro()
+        if self._lease is not None:
+            lease = {**self._lease, "spec": {**self._lease["spec"], "renewTime": now}}
+            try:
+                self._lease = await self._upper.request("PUT", path, body=lease)
+                return
+            except (errors.Conflict, errors.NotFound):
+                self._lease = None  # someone changed or removed it: start from the server's
+        try:
+            current = await self._upper.request("GET", path)
+            current["spec"] = {
+                **(current.get("spec") or {}),
+                "holderIdentity": name,
+                "leaseDurationSeconds": self._settings.lease_duration,
+                "renewTime": now,
+            }
+            self._lease = await self._upper.request("PUT", path, body=current)
+        except errors.NotFound:
+            node = self.informer.store.get(name) or await self._ensure_node()
+            body = decide.lease_object(
+                settings=self._settings, node_uid=str(node["metadata"]["uid"]), now=now
+            )
+            self._lease = await self._upper.request(
+                "POST", LEASES.path(namespace="kube-node-lease"), body=body
+            )

@@ -1,0 +1,218 @@
+"""The pod controller: upper pods bound to the virtual node -> provider, and statuses back up.
+
+Two queues, keyed by upper "namespace/name" (virtual-kubelet's design):
+- `pods_from_upper`: create, update or delete the pod in the provider; finish an upper
+  deletion once the provider's pod is gone (grace 0, UID precondition);
+- `status_from_lower`: write the provider's status to the upper pod's status subresource,
+  driven by the provider's notifications (no polling).
+A key is never processed by two workers at once, so calls for one pod never overlap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Protocol
+
+from vnode import errors as provider_errors
+from vnode.controllers import status as decide
+from vnode.controllers.events import EventRecorder
+from vnode.kube import errors
+from vnode.kube.backoff import ExponentialBackoff
+from vnode.kube.client import MERGE_PATCH, ApiClient
+from vnode.kube.informer import Handlers, Informer
+from vnode.kube.resources import PODS, object_key, split_key
+from vnode.kube.store import Obj
+from vnode.kube.workqueue import QueueSettings, WorkQueue
+from vnode.provider import PodLifecycleHandler, PodNotifier
+
+logger = logging.getLogger(__name__)
+
+# Refused pods back off up to two minutes: no retry storm against a lower cluster that says no.
+_POD_QUEUE = QueueSettings(backoff=ExponentialBackoff(base=0.5, cap=120.0), max_retries=20)
+
+
+class PodProvider(PodLifecycleHandler, PodNotifier, Protocol):
+    """What the pod controller needs of a provider."""
+
+    async def cleanup_dangling(self, upper_pods: list[Obj]) -> None:
+        """Delete backend pods whose upper pod no longer exists."""
+
+
+class PodController:
+    """Keeps the provider's pods equal to the upper pods bound to `node_name`."""
+
+    def __init__(
+        self,
+        *,
+        upper: ApiClient,
+        provider: PodProvider,
+        node_name: str,
+        namespace: str | None,
+        workers: int,
+        recorder: EventRecorder,
+        sync_timeout: float = 60.0,
+    ) -> None:
+        """`sync_timeout` (seconds) bounds one provider call, so a hung backend cannot pin a
+        worker forever."""
+        self._upper = upper
+        self._provider = provider
+        self._workers = workers
+        self._recorder = recorder
+        self._sync_timeout = sync_timeout
+        self.informer = Informer(
+            upper,
+            PODS,
+            name="upper-pods",
+            namespace=namespace,
+            field_selector=f"spec.nodeName={node_name}",
+        )
+        self.pods_from_upper = WorkQueue(name="pods_from_upper", settings=_POD_QUEUE)
+        self.status_from_lower = WorkQueue(name="status_from_lower")
+        self._gone: dict[str, Obj] = {}
+        """Last state of upper pods deleted from the API, until the provider deleted them."""
+        self.informer.add_handlers(
+            Handlers(on_add=self._added, on_update=self._updated, on_delete=self._deleted)
+        )
+        provider.notify_pods(self._provider_changed)
+
+    def _added(self, pod: Obj) -> None:
+        key = object_key(pod)
+        self.pods_from_upper.add(key)
+        self.status_from_lower.add(key)
+
+    def _updated(self, old: Obj, new: Obj) -> None:
+        if decide.spec_changed(old, new):
+            self.pods_from_upper.add(object_key(new))
+
+    def _deleted(self, pod: Obj) -> None:
+        key = object_key(pod)
+        self._gone[key] = pod
+        self.pods_from_upper.add(key)
+
+    def _provider_changed(self, key: str) -> None:
+        self.status_from_lower.add(key)
+        # Deletions below finish upper deletions or mark vanished pods: the spec side decides.
+        self.pods_from_upper.add(key)
+
+    async def run(self) -> None:
+        """Wait for the upper pod cache, clean up dangling backend pods, then work the queues."""
+        await self.informer.wait_synced()
+        await self._provider.cleanup_dangling(list(self.informer.store))
+        async with asyncio.TaskGroup() as group:
+            group.create_task(
+                self.pods_from_upper.run(workers=self._workers, handler=self._sync_pod),
+                name="pods-from-upper",
+            )
+            group.create_task(
+                self.status_from_lower.run(workers=self._workers, handler=self._sync_status),
+                name="status-from-lower",
+            )
+
+    async def shut_down(self) -> None:
+        """Stop handing out keys."""
+        await self.pods_from_upper.shut_down()
+        await self.status_from_lower.shut_down()
+
+    # -- upper -> provider ---------------------------------------------------------------
+
+    async def _sync_pod(self, key: str) -> None:
+        async with asyncio.timeout(self._sync_timeout):
+            await self._sync_pod_now(key)
+
+    async def _sync_pod_now(self, key: str) -> None:
+        pod = self.informer.store.get(key)
+        if pod is None:
+            gone = self._gone.pop(key, None)
+            if gone is not None:
+                grace = (gone.get("metadata") or {}).get("deletionGracePeriodSeconds")
+                await self._provider.delete_pod(gone, grace_period=grace)
+            return
+        self._gone.pop(key, None)
+        refusal = decide.rejection(pod)
+        if refusal is not None:
+            if not decide.is_terminal(pod):
+                await self._write_status(pod, decide.rejected_status(pod, message=refusal))
+                await self._recorder.record(
+                    pod, type="Warning", reason="UnsupportedPod", message=refusal
+                )
+            return
+        meta = pod["metadata"]
+        if meta.get("deletionTimestamp"):
+            grace = meta.get("deletionGracePeriodSeconds")
+            if await self._provider.delete_pod(pod, grace_period=grace):
+                await self._final_delete(pod)
+            return  # otherwise the provider's deletion event brings the key back
+        if decide.is_terminal(pod):
+            return
+        if self._provider.backend_pod(pod) is None:
+            if self._provider.vanished(pod):
+                await self._write_status(pod, decide.vanished_status(pod, now=decide.now_rfc3339()))
+                return
+            await self._create(pod)
+        else:
+            try:
+                await self._provider.update_pod(pod)
+            except provider_errors.ProviderError as exc:
+                await self._recorder.record(
+                    pod, type="Warning", reason="ProviderUpdateFailed", message=str(exc)
+                )
+                raise
+
+    async def _create(self, pod: Obj) -> None:
+        try:
+            await self._provider.create_pod(pod)
+        except provider_errors.ProviderError as exc:
+            await self._recorder.record(
+                pod, type="Warning", reason="ProviderCreateFailed", message=str(exc)
+            )
+            await self._write_status(
+                pod, decide.provider_failed_status(pod, message=str(exc), now=decide.now_rfc3339())
+            )
+            raise
+        await self._recorder.record(
+            pod,
+            type="Normal",
+            reason="ProviderCreateSuccess",
+            message="Create pod in provider successfully",
+        )
+
+    async def _final_delete(self, pod: Obj) -> None:
+        meta = pod["metadata"]
+        body = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "gracePeriodSeconds": 0,
+            "preconditions": {"uid": meta["uid"]},
+        }
+        try:
+            await self._upper.request(
+                "DELETE", PODS.path(namespace=meta["namespace"], name=meta["name"]), body=body
+            )
+        except (errors.NotFound, errors.Conflict):
+            pass  # gone already, or a new pod of the same name: not ours to delete
+
+    # -- provider -> upper status --------------------------------------------------------
+
+    async def _sync_status(self, key: str) -> None:
+        pod = self.informer.store.get(key)
+        if pod is None or decide.is_terminal(pod):
+            return
+        desired = self._provider.pod_status(pod)
+        if desired is not None:
+            await self._write_status(pod, desired)
+
+    async def _write_status(self, pod: Obj, desired: dict[str, Any]) -> None:
+        patch = decide.status_patch(pod.get("status") or {}, desired)
+        if patch is None:
+            return
+        namespace, name = split_key(object_key(pod))
+        try:
+            await self._upper.request(
+                "PATCH",
+                PODS.path(namespace=namespace, name=name, subresource="status"),
+                body=patch,
+                content_type=MERGE_PATCH,
+            )
+        except errors.NotFound:
+            pass  # deleted meanwhile

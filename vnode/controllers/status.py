@@ -1,0 +1,282 @@
+"""Pure decisions of the pod and node controllers: what to enqueue, reject, patch, publish.
+
+No I/O and no mutation of inputs; the controllers in `pods.py` and `node.py` act on these.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from vnode.settings import NodeSettings
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+_MUTABLE_SPEC = ("containers", "initContainers", "activeDeadlineSeconds", "tolerations")
+
+
+def now_rfc3339(now: dt.datetime | None = None) -> str:
+    """Return `now` (default: the current UTC time) as Kubernetes' second-precision RFC 3339."""
+    return (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def now_micro(now: dt.datetime | None = None) -> str:
+    """Return `now` as a Kubernetes MicroTime (Lease renewTime)."""
+    return (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def is_terminal(pod: Mapping[str, Any]) -> bool:
+    """Tell whether the pod's phase is Succeeded or Failed (it will never run again)."""
+    return (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
+
+
+def spec_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Tell whether an upper pod update needs the provider (virtual-kubelet's podShouldEnqueue):
+    a mutable spec field, labels, annotations or the deletion state changed."""
+    old_meta, new_meta = old.get("metadata") or {}, new.get("metadata") or {}
+    for f in ("labels", "annotations", "deletionTimestamp", "deletionGracePeriodSeconds", "uid"):
+        if old_meta.get(f) != new_meta.get(f):
+            return True
+    old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+    return any(old_spec.get(f) != new_spec.get(f) for f in _MUTABLE_SPEC)
+
+
+def rejection(pod: Mapping[str, Any]) -> str | None:
+    """Return why a virtual node does not run this pod, or None if it does.
+
+    kube-system pods (cluster add-ons meant for real nodes) and DaemonSet pods (one per
+    node, which a whole lower cluster is not) are refused with a status saying so,
+    instead of being left Pending forever as tensile-kube did.
+    """
+    meta = pod.get("metadata") or {}
+    if meta.get("namespace") == "kube-system":
+        return "pods in kube-system are not forwarded by a virtual node"
+    for owner in meta.get("ownerReferences") or []:
+        if owner.get("kind") == "DaemonSet" and owner.get("controller"):
+            return "DaemonSet pods do not run on a virtual node (taint it or exclude it)"
+    return None
+
+
+def rejected_status(pod: Mapping[str, Any], *, message: str) -> dict[str, Any]:
+    """Return the Failed status of a refused pod (like a kubelet's admission refusal)."""
+    status = dict(pod.get("status") or {})
+    status.update(phase="Failed", reason="UnsupportedPod", message=message)
+    return status
+
+
+def status_patch(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Return a JSON merge patch turning `current` status into `desired`, or None if equal.
+
+    Keys absent from `desired` are removed (null), so the upper status mirrors the lower one
+    rather than accumulating stale fields.
+    """
+    if dict(current) == dict(desired):
+        return None
+    body: dict[str, Any] = {k: v for k, v in desired.items() if current.get(k) != v}
+    body.update({k: None for k in current if k not in desired})
+    return {"status": body}
+
+
+# -- the Node ---------------------------------------------------------------------------------
+
+
+def node_labels(settings: NodeSettings) -> dict[str, str]:
+    """Return the labels of the virtual node (virtual-kubelet's and tensile-kube's set)."""
+    labels = {
+        "type": "virtual-kubelet",
+        "kubernetes.io/role": "agent",
+        "kubernetes.io/hostname": settings.name,
+        "kubernetes.io/os": settings.operating_system,
+        "beta.kubernetes.io/os": settings.operating_system,
+        "kubernetes.io/arch": "amd64",
+        "node.kubernetes.io/exclude-from-external-load-balancers": "true",
+    }
+    labels.update(dict(settings.extra_labels))
+    return labels
+
+
+def node_taints(
+    existing: Iterable[Mapping[str, Any]], *, settings: NodeSettings
+) -> list[dict[str, Any]]:
+    """Return the Node's taints: others' kept, ours (by key) replaced or removed."""
+    key = settings.taint.key if settings.taint else "virtual-kubelet.io/provider"
+    taints = [dict(t) for t in existing if t.get("key") != key]
+    if settings.taint is not None:
+        taints.append(
+            {
+                "key": settings.taint.key,
+                "value": settings.taint.value,
+                "effect": settings.taint.effect,
+            }
+        )
+    return taints
+
+
+def node_object(settings: NodeSettings) -> dict[str, Any]:
+    """Return the Node to create (status follows in a separate status update)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": settings.name, "labels": node_labels(settings)},
+        "spec": {"taints": node_taints([], settings=settings)},
+    }
+
+
+_CONDITIONS = (
+    ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+    (
+        "MemoryPressure",
+        "False",
+        "KubeletHasSufficientMemory",
+        "kubelet has sufficient memory available",
+    ),
+    ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+    ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+)
+
+
+def node_status(
+    current: Mapping[str, Any] | None,
+    *,
+    settings: NodeSettings,
+    capacity: Mapping[str, str],
+    node_info: Mapping[str, str],
+    now: str,
+) -> dict[str, Any]:
+    """Return the strategic merge patch body for `nodes/<name>/status`.
+
+    Conditions keep their lastTransitionTime while their status is unchanged and carry a
+    fresh heartbeat; addresses are InternalIP (and ExternalIP if set), never a Hostname
+    (which would win over InternalIP on apiservers with the default address order and
+    need to resolve).
+    """
+    previous = {
+        c.get("type"): c for c in ((current or {}).get("status") or {}).get("conditions") or []
+    }
+    conditions = []
+    for ctype, status, reason, message in _CONDITIONS:
+        old = previous.get(ctype) or {}
+        transition = old.get("lastTransitionTime") if old.get("status") == status else None
+        conditions.append(
+            {
+                "type": ctype,
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": transition or now,
+            }
+        )
+    addresses = [{"type": "InternalIP", "address": settings.internal_ip}]
+    if settings.external_ip:
+        addresses.append({"type": "ExternalIP", "address": settings.external_ip})
+    return {
+        "status": {
+            "capacity": dict(capacity),
+            "allocatable": dict(capacity),
+            "conditions": conditions,
+            "addresses": addresses,
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": settings.kubelet_port}},
+            "nodeInfo": {**dict(node_info), "operatingSystem": settings.operating_system},
+            "phase": "Running",
+        }
+    }
+
+
+def lease_object(*, settings: NodeSettings, node_uid: str, now: str) -> dict[str, Any]:
+    """Return the node's Lease in kube-node-lease, owned by the Node (deleted with it)."""
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": settings.name,
+            "namespace": "kube-node-lease",
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Node", "name": settings.name, "uid": node_uid}
+            ],
+        },
+        "spec": {
+            "holderIdentity": settings.name,
+            "leaseDurationSeconds": settings.lease_duration,
+            "renewTime": now,
+        },
+    }
+
+
+def provider_failed_status(pod: Mapping[str, Any], *, message: str, now: str) -> dict[str, Any]:
+    """Return the status of a pod the provider could not start (virtual-kubelet's behaviour).
+
+    Pending (retried), or Failed with Ready/ContainersReady False when it may not restart
+    (restartPolicy Never); reason ProviderFailed, the provider's message. A terminal pod's
+    status is returned unchanged.
+    """
+    status = dict(pod.get("status") or {})
+    if status.get("phase") in TERMINAL_PHASES:
+        return status
+    never = (pod.get("spec") or {}).get("restartPolicy") == "Never"
+    status.update(phase="Failed" if never else "Pending", reason="ProviderFailed", message=message)
+    if never:
+        status["conditions"] = _not_ready(list(status.get("conditions") or []), now=now)
+    return status
+
+
+GONE_CONTAINER_MESSAGE = (
+    "The container could not be located when the pod was deleted.  The container used to be Running"
+)
+
+
+def vanished_status(pod: Mapping[str, Any], *, now: str) -> dict[str, Any]:
+    """Return the Failed status of a pod whose backend pod was deleted behind our back.
+
+    Mirrors what a kubelet reports when a container disappears: every container status not
+    yet terminated becomes terminated with exit code 137 and reason ContainerStatusUnknown
+    (a running one keeps its startedAt); Ready and ContainersReady become False. A terminal
+    pod's status is returned unchanged.
+    """
+    status = dict(pod.get("status") or {})
+    if status.get("phase") in TERMINAL_PHASES:
+        return status
+    status.update(
+        phase="Failed",
+        reason="LowerPodDeleted",
+        message="the pod's lower-cluster pod was deleted outside this virtual node",
+    )
+    for field in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"):
+        if field in status:
+            status[field] = [_gone_container(cs, now=now) for cs in status[field] or []]
+    status["conditions"] = _not_ready(list(status.get("conditions") or []), now=now)
+    return status
+
+
+def _gone_container(original: Mapping[str, Any], *, now: str) -> dict[str, Any]:
+    cs = dict(original)
+    state = cs.get("state") or {}
+    if "terminated" in state:
+        return cs
+    terminated: dict[str, Any] = {
+        "exitCode": 137,
+        "reason": "ContainerStatusUnknown",
+        "message": GONE_CONTAINER_MESSAGE,
+        "finishedAt": now,
+    }
+    started = (state.get("running") or {}).get("startedAt")
+    if started:
+        terminated["startedAt"] = started
+    cs.update(state={"terminated": terminated}, ready=False, started=False)
+    return cs
+
+
+_READY_CONDITIONS = ("Ready", "ContainersReady")
+
+
+def _not_ready(conditions: list[dict[str, Any]], *, now: str) -> list[dict[str, Any]]:
+    # A kubelet marks a terminal pod's Ready and ContainersReady False with reason PodFailed;
+    # a condition that was False already keeps its transition time.
+    result = [c for c in conditions if c.get("type") not in _READY_CONDITIONS]
+    for kind in _READY_CONDITIONS:
+        old = next((c for c in conditions if c.get("type") == kind), None)
+        since = old.get("lastTransitionTime", now) if old and old.get("status") == "False" else now
+        result.append(
+            {"type": kind, "status": "False", "reason": "PodFailed", "lastTransitionTime": since}
+        )
+    return result

@@ -1,0 +1,221 @@
+"""One asyncio HTTP client per cluster: authenticated JSON requests, streams, rate limits.
+
+Requests go out through one aiohttp session with the cluster's TLS settings and a
+client-side token bucket (client-go's QPS/burst). Answers >= 400 become `errors.ApiError`;
+unreachable servers `errors.ApiUnavailable`. Throttling (429) is retried after its
+Retry-After for every verb; connection failures and 5xx only for reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp
+
+from vnode.kube import errors, metrics
+from vnode.kube.backoff import ExponentialBackoff, TokenBucket, jittered
+from vnode.kube.config import ConnectionInfo
+
+logger = logging.getLogger(__name__)
+
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+
+_READ_RETRIES = 3
+_THROTTLE_RETRIES = 5
+_RETRY_BACKOFF = ExponentialBackoff(base=0.2, cap=5.0)
+
+
+class ApiClient:
+    """Requests to one kube-apiserver. Use as `async with ApiClient(...) as client:`."""
+
+    def __init__(
+        self,
+        info: ConnectionInfo,
+        *,
+        name: str,
+        qps: float = 50.0,
+        burst: int = 100,
+        user_agent: str = "tensile",
+        timeout: float = 30.0,
+    ) -> None:
+        """`name` labels logs and metrics ("upper", "lower"); `qps`/`burst` as in client-go
+        (qps <= 0 disables client-side limiting); `timeout` (seconds) bounds non-streaming
+        requests."""
+        self.info = info
+        self.name = name
+        self.timeout = timeout
+        self._limiter = TokenBucket(rate=qps, burst=max(1, burst)) if qps > 0 else None
+        self._user_agent = user_agent
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> ApiClient:
+        connector = aiohttp.TCPConnector(limit=0, ssl=self.info.ssl_context or False)
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            headers={"User-Agent": self._user_agent},
+            # Keep-alive connections are reused for many small requests; streams get their
+            # own read timeouts per request.
+            timeout=aiohttp.ClientTimeout(total=None, connect=10),
+        )
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the session and its connections."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """The aiohttp session (for WebSocket connections made by callers)."""
+        if self._session is None:
+            raise RuntimeError(f"{self.name} client is not open (use `async with`)")
+        return self._session
+
+    def headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Return the headers of a request: authorization plus `extra`."""
+        headers = dict(extra or {})
+        auth = self.info.authorization()
+        if auth:
+            headers["Authorization"] = auth
+        return headers
+
+    def url(self, path: str) -> str:
+        """Return the absolute URL of an API path."""
+        return self.info.server + path
+
+    async def _throttle(self) -> None:
+        if self._limiter is not None:
+            wait = self._limiter.reserve(time.monotonic())
+            if wait > 0:
+                await asyncio.sleep(wait)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Send one request and return the decoded JSON answer (`{}` when empty).
+
+        Raises errors.ApiError subclasses for HTTP errors and errors.ApiUnavailable when the
+        server cannot be reached. `timeout` (seconds) defaults to the client's.
+        """
+        read = method == "GET"
+        failures = 0
+        throttled = 0
+        while True:
+            try:
+                return await self._once(method, path, params=params, body=body,
+                                        content_type=content_type, timeout=timeout)  # fmt: skip
+            except errors.TooManyRequests as exc:
+                throttled += 1
+                if throttled > _THROTTLE_RETRIES:
+                    raise
+                delay = exc.retry_after if exc.retry_after is not None else 1.0
+                await asyncio.sleep(min(delay, 10.0))
+            except (errors.ApiUnavailable, errors.ServerError):
+                failures += 1
+                if not read or failures >= _READ_RETRIES:
+                    raise
+                await asyncio.sleep(jittered(_RETRY_BACKOFF.delay(failures - 1)))
+
+    async def _once(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None,
+        body: Any,
+        content_type: str,
+        timeout: float | None,
+    ) -> dict[str, Any]:
+        await self._throttle()
+        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        headers = self.headers({"Accept": JSON})
+        if data is not None:
+            headers["Content-Type"] = content_type
+        started = time.monotonic()
+        code = 0
+        try:
+            async with self.session.request(
+                method,
+                self.url(path),
+                params=params,
+                data=data,
+                headers=headers,
+                proxy=self.info.proxy,
+                server_hostname=self.info.tls_server_name,
+                timeout=aiohttp.ClientTimeout(total=timeout or self.timeout),
+            ) as response:
+                code = response.status
+                payload = await response.read()
+                if code >= 400:
+                    raise errors.from_response(
+                        code=code, body=payload, retry_after=response.headers.get("Retry-After")
+                    )
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise errors.ApiUnavailable(f"{self.name} {method} {path}: {exc!r}") from exc
+        finally:
+            metrics.API_REQUESTS.labels(self.name, method, str(code)).inc()
+            metrics.API_LATENCY.labels(self.name, method).observe(time.monotonic() - started)
+        if not payload:
+            return {}
+        result = json.loads(payload)
+        return result if isinstance(result, dict) else {"items": result}
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        read_timeout: float | None = None,
+        accept: str = JSON,
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """GET a streaming answer (watch, log follow) and yield the open response.
+
+        `read_timeout` (seconds) fails the read when no bytes arrive for that long. Raises
+        like `request` when the answer is an error or the server cannot be reached.
+        """
+        await self._throttle()
+        code = 0
+        try:
+            async with self.session.get(
+                self.url(path),
+                params=params,
+                headers=self.headers({"Accept": accept}),
+                proxy=self.info.proxy,
+                server_hostname=self.info.tls_server_name,
+                timeout=aiohttp.ClientTimeout(total=None, connect=10, sock_read=read_timeout),
+            ) as response:
+                code = response.status
+                if code >= 400:
+                    raise errors.from_response(
+                        code=code,
+                        body=await response.read(),
+                        retry_after=response.headers.get("Retry-After"),
+                    )
+                metrics.API_REQUESTS.labels(self.name, "WATCH", str(code)).inc()
+                yield response
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            if code == 0:
+                metrics.API_REQUESTS.labels(self.name, "WATCH", "0").inc()
+            raise errors.ApiUnavailable(f"{self.name} GET {path}: {exc!r}") from exc

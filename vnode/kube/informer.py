@@ -1,0 +1,113 @@
+"""Informer: a reflector filling a store and telling handlers what changed.
+
+Handlers run synchronously on the event loop right after the store changed; they must only
+look at the objects and enqueue keys (DESIGN.md: nothing blocks the watch stream).
+`wait_synced` returns once the first list is in the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from vnode.kube import metrics
+from vnode.kube.client import ApiClient
+from vnode.kube.reflector import Event, Reflector, ReflectorSettings
+from vnode.kube.resources import Resource
+from vnode.kube.store import IndexFunc, Obj, Store
+
+logger = logging.getLogger(__name__)
+
+
+def strip_managed_fields(obj: Obj) -> Obj:
+    """Return `obj` without metadata.managedFields (server-side apply bookkeeping, often
+    the largest part of an object and never read by us)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        meta = {k: v for k, v in meta.items() if k != "managedFields"}
+        return {**obj, "metadata": meta}
+    return obj
+
+
+@dataclass(frozen=True, kw_only=True)
+class Handlers:
+    """Callbacks for changes. `on_update` gets (old, new); `on_delete` the last known state."""
+
+    on_add: Callable[[Obj], None] | None = None
+    on_update: Callable[[Obj, Obj], None] | None = None
+    on_delete: Callable[[Obj], None] | None = None
+
+
+class Informer:
+    """Watches one resource (optionally one namespace and selectors) into a Store."""
+
+    def __init__(
+        self,
+        client: ApiClient,
+        resource: Resource,
+        *,
+        name: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        indexers: Mapping[str, IndexFunc] | None = None,
+        settings: ReflectorSettings | None = None,
+        transform: Callable[[Obj], Obj] | None = strip_managed_fields,
+    ) -> None:
+        """`transform` trims objects before they are cached (default: drop managedFields)."""
+        self.name = name
+        self.store = Store(indexers=indexers)
+        self._handlers: list[Handlers] = []
+        self._synced = asyncio.Event()
+        self._reflector = Reflector(
+            client,
+            resource,
+            name=name,
+            namespace=namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            store=self.store,
+            on_event=self._dispatch,
+            on_synced=self._synced.set,
+            settings=settings or ReflectorSettings(),
+            transform=transform,
+        )
+
+    def add_handlers(self, handlers: Handlers) -> None:
+        """Register callbacks; add them before `run` so the initial list reaches them."""
+        self._handlers.append(handlers)
+
+    def has_synced(self) -> bool:
+        """Tell whether the first list has been stored."""
+        return self._synced.is_set()
+
+    async def wait_synced(self, *, timeout: float | None = None) -> None:
+        """Wait for the first list (`timeout` in seconds). Raises TimeoutError."""
+        async with asyncio.timeout(timeout):
+            await self._synced.wait()
+
+    async def run(self) -> None:
+        """List and watch until cancelled (never returns otherwise)."""
+        await self._reflector.run()
+
+    @property
+    def last_sync_error(self) -> BaseException | None:
+        """The error of the last failed list or watch attempt, cleared by a success."""
+        return self._reflector.last_error
+
+    def _dispatch(self, event: Event) -> None:
+        metrics.CACHED_OBJECTS.labels(self.name).set(len(self.store))
+        for h in self._handlers:
+            try:
+                if event.type == "ADDED" and h.on_add is not None:
+                    h.on_add(event.obj)
+                elif event.type == "MODIFIED" and h.on_update is not None:
+                    h.on_update(event.old or event.obj, event.obj)
+                elif event.type == "DELETED" and h.on_delete is not None:
+                    h.on_delete(event.obj)
+            except Exception:
+                # A failing handler must not stop the watch (tensile-kube's panics on
+                # tombstones did); it is a bug to fix, so say it loudly.
+                logger.exception("informer %s: handler failed on %s", self.name, event.type)

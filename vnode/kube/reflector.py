@@ -1,0 +1,210 @@
+"""Reflector: keep a Store equal to the server's state of one resource, by list then watch.
+
+What client-go's reflector does, with the lessons of the Python clients' watch bugs:
+- list in pages, then watch from the list's resourceVersion with bookmarks and a
+  server-side timeout (jittered, so many watches do not expire together);
+- a 410 Gone, as the watch request's HTTP status or as an ERROR event in the stream,
+  means the resourceVersion was compacted: list again and emit DELETED for every object
+  that vanished in the gap (a relist diff, so no deletion is missed);
+- a stream that goes silent (no event and no bookmark for `idle_timeout`) is dropped and
+  re-watched: half-open TCP connections otherwise hang forever;
+- other failures back off exponentially with jitter; after several in a row, relist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from vnode.kube import errors, metrics
+from vnode.kube.backoff import ExponentialBackoff, jittered
+from vnode.kube.client import ApiClient
+from vnode.kube.resources import Resource, object_key
+from vnode.kube.store import Obj, Store
+
+logger = logging.getLogger(__name__)
+
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    """A change of the store: the new object (or the last state, for DELETED) and the old one."""
+
+    type: EventType
+    obj: Obj
+    old: Obj | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReflectorSettings:
+    """Timing of list and watch; every duration is in seconds."""
+
+    page_size: int = 500
+    """Objects per list page (limit/continue)."""
+    watch_timeout: tuple[float, float] = (300.0, 600.0)
+    """Range of the server-side watch timeout (timeoutSeconds), picked at random per watch."""
+    idle_timeout: float = 150.0
+    """Re-watch when nothing (not even a bookmark) arrived for this long."""
+    backoff: ExponentialBackoff = field(
+        default_factory=lambda: ExponentialBackoff(base=0.5, cap=30.0)
+    )
+    """Delay between failed attempts."""
+    relist_after_failures: int = 5
+    """Consecutive failed watches after which the next attempt lists again."""
+
+
+class Reflector:
+    """Lists and watches one resource into a Store, reporting each change to `on_event`."""
+
+    def __init__(
+        self,
+        client: ApiClient,
+        resource: Resource,
+        *,
+        name: str,
+        store: Store,
+        on_event: Callable[[Event], None],
+        on_synced: Callable[[], None] = lambda: None,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        settings: ReflectorSettings | None = None,
+        transform: Callable[[Obj], Obj] | None = None,
+    ) -> None:
+        """`transform` (like client-go's SetTransform) trims each object before it is stored."""
+        self.name = name
+        self._transform = transform
+        self._client = client
+        self._path = resource.path(namespace=namespace)
+        self._selectors: dict[str, str] = {}
+        if label_selector:
+            self._selectors["labelSelector"] = label_selector
+        if field_selector:
+            self._selectors["fieldSelector"] = field_selector
+        self._store = store
+        self._on_event = on_event
+        self._on_synced = on_synced
+        self._settings = settings or ReflectorSettings()
+        self._rv: str | None = None
+        self.last_error: BaseException | None = None
+        """The error of the last failed attempt; None after a success."""
+
+    async def run(self) -> None:
+        """List and watch until cancelled."""
+        failures = 0
+        while True:
+            try:
+                if self._rv is None:
+                    await self._list()
+                    self._on_synced()
+                await self._watch()
+                failures = 0
+                self.last_error = None
+            except errors.Gone:
+                logger.info(
+                    "reflector %s: resourceVersion %s expired; listing again", self.name, self._rv
+                )
+                self._rv = None
+            except (errors.ApiError, errors.ApiUnavailable, ValueError) as exc:
+                # ValueError: a body that is not JSON (a proxy's page, a truncated line).
+                failures += 1
+                self.last_error = exc
+                if failures >= self._settings.relist_after_failures:
+                    self._rv = None
+                delay = jittered(self._settings.backoff.delay(failures - 1))
+                logger.warning("reflector %s: %s; retrying in %.1fs", self.name, exc, delay)
+                await asyncio.sleep(delay)
+
+    async def _list(self) -> None:
+        metrics.RELISTS.labels(self.name).inc()
+        items: list[Obj] = []
+        params = {**self._selectors, "limit": str(self._settings.page_size)}
+        while True:
+            try:
+                page = await self._client.request("GET", self._path, params=params)
+            except errors.Gone:
+                # The continue token expired mid-list: start the list over.
+                params.pop("continue", None)
+                items.clear()
+                continue
+            items.extend(page.get("items") or [])
+            meta = page.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                self._replace(items, rv=str(meta.get("resourceVersion") or ""))
+                return
+            params["continue"] = token
+
+    def _replace(self, items: list[Obj], *, rv: str) -> None:
+        if self._transform is not None:
+            items = [self._transform(obj) for obj in items]
+        fresh = {object_key(obj): obj for obj in items}
+        for key in self._store.keys():  # noqa: SIM118 - iterating a Store yields objects
+            if key not in fresh:
+                gone = self._store.delete(key)
+                if gone is not None:
+                    self._on_event(Event(type="DELETED", obj=gone))
+        for key, obj in fresh.items():
+            old = self._store.get(key)
+            if old is not None and _rv_of(old) == _rv_of(obj):
+                continue
+            self._store.upsert(obj)
+            self._on_event(Event(type="MODIFIED" if old else "ADDED", obj=obj, old=old))
+        self._rv = rv
+
+    async def _watch(self) -> None:
+        low, high = self._settings.watch_timeout
+        params = {
+            **self._selectors,
+            "watch": "1",
+            "allowWatchBookmarks": "true",
+            "resourceVersion": self._rv or "",
+            "timeoutSeconds": str(int(random.uniform(low, high))),  # noqa: S311 - jitter only
+        }
+        async with self._client.stream(
+            self._path, params=params, read_timeout=self._settings.idle_timeout
+        ) as response:
+            buffer = b""
+            async for chunk in response.content.iter_any():
+                buffer += chunk
+                # Objects can be large (ConfigMaps up to 1 MiB): split lines ourselves
+                # rather than rely on a line-length limit.
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        self._handle(json.loads(line))
+
+    def _handle(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        if kind == "ERROR":
+            code = int(obj.get("code") or 500)
+            raise errors.from_response(code=code, body=json.dumps(obj))
+        if kind == "BOOKMARK":
+            self._rv = _rv_of(obj) or self._rv
+            return
+        if self._transform is not None:
+            obj = self._transform(obj)
+        key = object_key(obj)
+        if kind in ("ADDED", "MODIFIED"):
+            old = self._store.get(key)
+            if old is None or _rv_of(old) != _rv_of(obj):
+                self._store.upsert(obj)
+                self._on_event(Event(type="MODIFIED" if old else "ADDED", obj=obj, old=old))
+        elif kind == "DELETED":
+            if self._store.delete(key) is not None:
+                self._on_event(Event(type="DELETED", obj=obj))
+        else:
+            logger.warning("reflector %s: unknown watch event type %r", self.name, kind)
+            return
+        self._rv = _rv_of(obj) or self._rv
+
+
+def _rv_of(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")

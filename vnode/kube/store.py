@@ -1,0 +1,78 @@
+"""An informer's cache: objects by key ("namespace/name") with optional secondary indexes.
+
+Synchronous and single-threaded (one event loop). Objects are the API's dicts and are
+shared with readers: callers must treat them as read-only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from vnode.kube.resources import object_key
+
+Obj = dict[str, Any]
+IndexFunc = Callable[[Obj], Iterable[str]]
+
+
+class Store:
+    """Keyed objects plus indexes: `by_index(name, value)` finds objects by a derived value."""
+
+    def __init__(self, *, indexers: Mapping[str, IndexFunc] | None = None) -> None:
+        self._items: dict[str, Obj] = {}
+        self._indexers = dict(indexers or {})
+        self._indexes: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[Obj]:
+        return iter(list(self._items.values()))
+
+    def get(self, key: str) -> Obj | None:
+        """Return the object with `key`, or None."""
+        return self._items.get(key)
+
+    def keys(self) -> list[str]:
+        """Return every key."""
+        return list(self._items)
+
+    def by_index(self, index: str, value: str) -> list[Obj]:
+        """Return the objects whose indexer `index` yields `value`.
+
+        Raises KeyError for an index that was not configured.
+        """
+        keys = self._indexes[index].get(value, ())
+        return [self._items[k] for k in keys]
+
+    def upsert(self, obj: Obj) -> Obj | None:
+        """Insert or replace `obj`; return the object it replaced, if any."""
+        key = object_key(obj)
+        old = self._items.get(key)
+        if old is not None:
+            self._unindex(key, old)
+        self._items[key] = obj
+        self._index(key, obj)
+        return old
+
+    def delete(self, key: str) -> Obj | None:
+        """Remove the object with `key`; return it, or None if it was not there."""
+        old = self._items.pop(key, None)
+        if old is not None:
+            self._unindex(key, old)
+        return old
+
+    def _index(self, key: str, obj: Obj) -> None:
+        for name, func in self._indexers.items():
+            for value in func(obj):
+                self._indexes[name].setdefault(value, set()).add(key)
+
+    def _unindex(self, key: str, obj: Obj) -> None:
+        for name, func in self._indexers.items():
+            index = self._indexes[name]
+            for value in func(obj):
+                keys = index.get(value)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del index[value]

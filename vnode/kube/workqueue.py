@@ -1,0 +1,197 @@
+"""A deduplicating keyed work queue with per-key backoff, as client-go's workqueue.
+
+Guarantees (client-go's): a key is queued at most once however often it is added; a key is
+never handed to two workers at once (an add while it is being processed is remembered and
+handed out again when the worker is done); failed keys come back after a per-key
+exponential delay combined with an overall token bucket, up to `max_retries` times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from vnode.kube import metrics
+from vnode.kube.backoff import ExponentialBackoff, TokenBucket
+
+logger = logging.getLogger(__name__)
+
+
+class Requeue(Exception):
+    """Raised by a handler to have its key handled again after `after` seconds, not as a failure."""
+
+    def __init__(self, after: float, reason: str = "") -> None:
+        self.after = after
+        super().__init__(reason or f"requeue after {after}s")
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueSettings:
+    """Retry policy of a queue; durations in seconds."""
+
+    backoff: ExponentialBackoff = field(
+        default_factory=lambda: ExponentialBackoff(base=0.005, cap=60.0)
+    )
+    """Per-key delay after consecutive failures."""
+    max_retries: int = 15
+    """Failures after which a key is dropped (until something adds it again)."""
+    rate: float = 50.0
+    """Overall retries per second (token bucket)."""
+    burst: int = 500
+    """Token bucket size."""
+
+
+class WorkQueue:
+    """Keys to process; see the module docstring for the guarantees."""
+
+    def __init__(self, *, name: str, settings: QueueSettings | None = None) -> None:
+        self.name = name
+        self._settings = settings or QueueSettings()
+        self._bucket = TokenBucket(rate=self._settings.rate, burst=self._settings.burst)
+        self._queue: collections.deque[str] = collections.deque()
+        self._dirty: set[str] = set()
+        self._processing: set[str] = set()
+        self._added_at: dict[str, float] = {}
+        self._failures: dict[str, int] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._ready = asyncio.Event()
+        """Set while keys are queued (or on shut down): waiting workers wake and race."""
+        self._shutting_down = False
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def add(self, key: str) -> None:
+        """Queue `key` unless it is queued already (or its worker will pick it up again)."""
+        if self._shutting_down or key in self._dirty:
+            return
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        self._dirty.add(key)
+        metrics.QUEUE_ADDS.labels(self.name).inc()
+        if key in self._processing:
+            return
+        self._queue.append(key)
+        self._added_at[key] = time.monotonic()
+        metrics.QUEUE_DEPTH.labels(self.name).set(len(self._queue))
+        self._notify()
+
+    def add_after(self, key: str, delay: float) -> None:
+        """Queue `key` in `delay` seconds (an earlier pending delay for it wins)."""
+        if self._shutting_down:
+            return
+        if delay <= 0:
+            self.add(key)
+            return
+        loop = asyncio.get_running_loop()
+        existing = self._timers.get(key)
+        due = loop.time() + delay
+        if existing is not None and existing.when() <= due:
+            return
+        if existing is not None:
+            existing.cancel()
+        self._timers[key] = loop.call_at(due, self._fire, key)
+
+    def add_rate_limited(self, key: str) -> None:
+        """Queue `key` again after its backoff (and the overall bucket) allows; counts a failure."""
+        failures = self._failures.get(key, 0)
+        self._failures[key] = failures + 1
+        metrics.QUEUE_RETRIES.labels(self.name).inc()
+        delay = max(self._settings.backoff.delay(failures), self._bucket.reserve(time.monotonic()))
+        self.add_after(key, delay)
+
+    def forget(self, key: str) -> None:
+        """Reset the failure count of `key` (after a success, or when giving up)."""
+        self._failures.pop(key, None)
+
+    def num_requeues(self, key: str) -> int:
+        """Return how many times `key` failed since it was last forgotten."""
+        return self._failures.get(key, 0)
+
+    def _fire(self, key: str) -> None:
+        self._timers.pop(key, None)
+        self.add(key)
+
+    def _notify(self) -> None:
+        self._ready.set()
+
+    async def get(self) -> str | None:
+        """Wait for a key and mark it processing; None once the queue is shut down."""
+        while not self._queue:
+            if self._shutting_down:
+                return None
+            self._ready.clear()
+            await self._ready.wait()
+        key = self._queue.popleft()
+        self._dirty.discard(key)
+        self._processing.add(key)
+        metrics.QUEUE_DEPTH.labels(self.name).set(len(self._queue))
+        added = self._added_at.pop(key, None)
+        if added is not None:
+            metrics.QUEUE_LATENCY.labels(self.name).observe(time.monotonic() - added)
+        return key
+
+    def done(self, key: str) -> None:
+        """Mark `key` processed; if it was added meanwhile, queue it again."""
+        self._processing.discard(key)
+        if key in self._dirty and not self._shutting_down:
+            self._queue.append(key)
+            self._added_at[key] = time.monotonic()
+            metrics.QUEUE_DEPTH.labels(self.name).set(len(self._queue))
+            self._notify()
+
+    async def shut_down(self) -> None:
+        """Stop handing out keys: waiting `get` calls return None; pending delays are dropped."""
+        self._shutting_down = True
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        self._ready.set()
+
+    def busy(self) -> bool:
+        """Tell whether a worker is processing a key."""
+        return bool(self._processing)
+
+    async def run(self, *, workers: int, handler: Callable[[str], Awaitable[None]]) -> None:
+        """Process keys with `workers` concurrent workers until the queue is shut down.
+
+        A handler that returns forgets the key's failures; one that raises Requeue has it
+        back after the given delay; any other exception requeues it with backoff, up to
+        `max_retries`, then drops it with an error log.
+        """
+        async with asyncio.TaskGroup() as group:
+            for i in range(workers):
+                group.create_task(self._worker(handler), name=f"{self.name}-worker-{i}")
+
+    async def _worker(self, handler: Callable[[str], Awaitable[None]]) -> None:
+        while True:
+            key = await self.get()
+            if key is None:
+                return
+            started = time.monotonic()
+            try:
+                await handler(key)
+                self.forget(key)
+            except Requeue as again:
+                self.add_after(key, again.after)
+            except Exception as exc:  # noqa: BLE001 - any handler failure is retried
+                if self.num_requeues(key) < self._settings.max_retries:
+                    logger.info("queue %s: %s failed, will retry: %s", self.name, key, exc)
+                    self.add_rate_limited(key)
+                else:
+                    logger.error(
+                        "queue %s: dropping %s after %d failures: %s",
+                        self.name,
+                        key,
+                        self.num_requeues(key) + 1,
+                        exc,
+                    )
+                    self.forget(key)
+            finally:
+                metrics.QUEUE_WORK.labels(self.name).observe(time.monotonic() - started)
+                self.done(key)

@@ -1,0 +1,198 @@
+"""What the virtual node offers: the resources still free in the lower cluster.
+
+The virtual node's `status.capacity` and `status.allocatable` are the lower cluster's
+schedulable room: the allocatable of its usable nodes minus what the pods bound to them
+request, counted the way kube-scheduler counts them. The lower pods this virtual node
+created are left out, because the upper scheduler already counts their upper twins
+against the virtual node. Pure functions only; objects are plain dicts as the API returns
+them in JSON, and amounts are exact `Fraction`s in each resource's unit (cores, bytes,
+counts).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from fractions import Fraction
+from typing import Any, Final
+
+from vnode.kube.quantity import format_quantity, parse_quantity
+
+STANDARD_RESOURCES: Final = ("cpu", "memory", "pods", "ephemeral-storage")
+"""Resource names a node status always carries, in the order `node_resources` writes them."""
+
+_BINARY_RESOURCES: Final = frozenset({"memory", "ephemeral-storage"})
+_HUGEPAGES_PREFIX: Final = "hugepages-"
+# What PodLevelResources lets spec.resources set (component-helpers IsSupportedPodLevelResource).
+_POD_LEVEL_RESOURCES: Final = frozenset({"cpu", "memory"})
+_TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+_ZERO: Final = Fraction(0)
+
+
+def pod_requests(pod: Mapping[str, Any]) -> dict[str, Fraction]:
+    """Return what `pod` occupies on its node, per resource name, as kube-scheduler counts it.
+
+    Mirrors `PodRequests` in k8s.io/component-helpers/resource with the sidecar-aware
+    (non-deprecated) formula and spec (not status) resources:
+
+    - app containers and restartable init containers (sidecars: `restartPolicy: Always`)
+      all run together, so their requests add up;
+    - each other init container runs alone but alongside the sidecars declared before it,
+      so the pod needs at least its request plus theirs; the larger of the two wins;
+    - pod-level `spec.resources.requests` (PodLevelResources) replace the container
+      figure for cpu, memory and hugepages-*;
+    - `spec.overhead` (RuntimeClass) is added on top;
+    - "pods" is always 1: the pod takes one of its node's pod slots.
+
+    A container with a limit but no request for a resource requests its limit, as API
+    defaulting would have made it; objects read from the apiserver already are defaulted.
+
+    Raises:
+        ValueError: a quantity in the pod is malformed.
+    """
+    spec = pod.get("spec") or {}
+    running: dict[str, Fraction] = {}
+    for container in spec.get("containers") or ():
+        running = _plus(running, _container_requests(container))
+    sidecars: dict[str, Fraction] = {}
+    init_peak: dict[str, Fraction] = {}
+    for container in spec.get("initContainers") or ():
+        requests = _container_requests(container)
+        if container.get("restartPolicy") == "Always":
+            # A sidecar keeps running next to the app containers. While it starts, only
+            # the sidecars before it run, which is never more than `running` ends up with.
+            sidecars = _plus(sidecars, requests)
+            running = _plus(running, requests)
+        else:
+            init_peak = _larger(init_peak, _plus(requests, sidecars))
+    result = _larger(running, init_peak)
+    pod_level = (spec.get("resources") or {}).get("requests") or {}
+    for name, quantity in pod_level.items():
+        if name in _POD_LEVEL_RESOURCES or name.startswith(_HUGEPAGES_PREFIX):
+            result[name] = parse_quantity(quantity)
+    result = _plus(result, _resource_list(spec.get("overhead")))
+    result["pods"] = Fraction(1)
+    return result
+
+
+def pod_is_terminal(pod: Mapping[str, Any]) -> bool:
+    """Tell whether `pod` has finished for good (phase Succeeded or Failed).
+
+    A terminal pod holds no resources: kube-scheduler leaves such pods out of a node's
+    requested totals, and the kubelet will not restart them.
+    """
+    return (pod.get("status") or {}).get("phase") in _TERMINAL_PHASES
+
+
+def node_is_usable(node: Mapping[str, Any]) -> bool:
+    """Tell whether new pods can be scheduled to `node`: Ready is "True" and it is not cordoned.
+
+    Mirrors the node lifecycle controller's view: only Ready "True" is ready; "False",
+    "Unknown" and a missing condition (a kubelet that never reported) are not, and
+    kube-scheduler keeps new pods off such nodes through their not-ready taints.
+    """
+    if (node.get("spec") or {}).get("unschedulable"):
+        return False
+    conditions = (node.get("status") or {}).get("conditions") or ()
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def capacity(
+    *,
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    is_own_pod: Callable[[Mapping[str, Any]], bool],
+) -> dict[str, Fraction]:
+    """Return the resources free in the lower cluster, per resource name, in its unit.
+
+    That is the sum of `status.allocatable` over usable nodes (`node_is_usable`), minus
+    `pod_requests` of every pod that is bound (`spec.nodeName`) to one of them, is not
+    terminal and is not one of ours (`is_own_pod` false). A pod being deleted
+    (`deletionTimestamp` set) still counts: it holds its resources until it is gone, as
+    kube-scheduler assumes too.
+
+    Every resource name in some usable node's allocatable is in the result, and so are
+    the `STANDARD_RESOURCES`, possibly 0; names only pods request are not. Totals are
+    clamped at 0, because a node status with a negative amount is refused by the
+    apiserver ("Invalid value: -20Gi", as tensile-kube ran into) and a negative offer
+    means nothing. The clamp is on the cluster-wide total, not per node, so a node
+    holding more than its allocatable (static pods, shrunk allocatable) lowers the
+    offer; erring that way is safer than offering room that is not there.
+
+    `is_own_pod` is only called for pods that would otherwise count.
+
+    Raises:
+        ValueError: a quantity in a node or pod is malformed.
+    """
+    usable: set[str] = set()
+    total: dict[str, Fraction] = dict.fromkeys(STANDARD_RESOURCES, _ZERO)
+    for node in nodes:
+        if node_is_usable(node):
+            usable.add((node.get("metadata") or {}).get("name") or "")
+            total = _plus(total, _resource_list((node.get("status") or {}).get("allocatable")))
+    used: dict[str, Fraction] = {}
+    for pod in pods:
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if not node_name or node_name not in usable or pod_is_terminal(pod):
+            continue
+        if is_own_pod(pod):
+            continue
+        used = _plus(used, pod_requests(pod))
+    return {name: max(_ZERO, amount - used.get(name, _ZERO)) for name, amount in total.items()}
+
+
+def node_resources(values: Mapping[str, Fraction]) -> dict[str, str]:
+    """Write `values` (as `capacity` returns) as a node's `status.capacity`/`allocatable`.
+
+    - cpu in cores, with millis when not whole ("1500m");
+    - memory, ephemeral-storage and hugepages-* in bytes, with the largest binary suffix
+      that divides exactly ("64Gi", "1536Mi");
+    - pods and every other (extended) resource as a whole count ("110", "4").
+
+    Every amount is rounded down to the unit it is written in (a milli-core, a byte, one
+    unit), unlike `format_quantity`, which rounds up: an offer must never exceed what is
+    free, and extended resources such as nvidia.com/gpu only come in whole units.
+    Negative amounts are written as 0, for the reason given in `capacity`.
+
+    The `STANDARD_RESOURCES` always come first (0 when missing), then the other names in
+    sorted order.
+    """
+    names = list(STANDARD_RESOURCES) + sorted(set(values) - set(STANDARD_RESOURCES))
+    result: dict[str, str] = {}
+    for name in names:
+        amount = max(_ZERO, Fraction(values.get(name, _ZERO)))
+        if name == "cpu":
+            result[name] = format_quantity(Fraction(math.floor(amount * 1000), 1000))
+        elif name in _BINARY_RESOURCES or name.startswith(_HUGEPAGES_PREFIX):
+            result[name] = format_quantity(math.floor(amount), binary=True)
+        else:
+            result[name] = format_quantity(math.floor(amount))
+    return result
+
+
+def _resource_list(raw: Mapping[str, Any] | None) -> dict[str, Fraction]:
+    """Parse a ResourceList (resource name -> quantity string)."""
+    return {name: parse_quantity(quantity) for name, quantity in (raw or {}).items()}
+
+
+def _container_requests(container: Mapping[str, Any]) -> dict[str, Fraction]:
+    """A container's requests, with the limit standing in for any request left out."""
+    resources = container.get("resources") or {}
+    # Same as API defaulting (SetDefaults_Pod copies such limits into requests).
+    return {**_resource_list(resources.get("limits")), **_resource_list(resources.get("requests"))}
+
+
+def _plus(left: Mapping[str, Fraction], right: Mapping[str, Fraction]) -> dict[str, Fraction]:
+    """Add two resource lists name by name; a missing name counts as 0."""
+    result = dict(left)
+    for name, amount in right.items():
+        result[name] = result.get(name, _ZERO) + amount
+    return result
+
+
+def _larger(left: Mapping[str, Fraction], right: Mapping[str, Fraction]) -> dict[str, Fraction]:
+    """Take the larger amount name by name; a name in only one of the lists keeps its amount."""
+    result = dict(left)
+    for name, amount in right.items():
+        result[name] = max(result[name], amount) if name in result else amount
+    return result

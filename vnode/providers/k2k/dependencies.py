@@ -1,0 +1,314 @@
+"""Copies of what forwarded pods need in the lower cluster: ConfigMaps, Secrets, ServiceAccounts.
+
+- Before a pod is created below, every object it references is copied from the upper
+  cluster (created, or brought up to date); a missing mandatory one is an error, not a pod
+  that starts without it (tensile-kube's fire-and-forget copies were a defect).
+- Later changes of an upper ConfigMap or Secret reach its lower copy (event-driven).
+- A copy no lower pod references any more is deleted (garbage collection per namespace).
+- Only copies this virtual node made are ever updated or deleted; a same-named lower
+  object that is not ours is never touched, and a pod needing it is refused with a reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from vnode import errors as provider_errors
+from vnode.kube import errors
+from vnode.kube.client import MERGE_PATCH, ApiClient
+from vnode.kube.informer import Handlers, Informer
+from vnode.kube.resources import CONFIG_MAPS, SECRETS, SERVICE_ACCOUNTS, Resource, split_key
+from vnode.kube.store import Obj
+from vnode.kube.workqueue import WorkQueue
+from vnode.providers.k2k import naming, translate
+
+logger = logging.getLogger(__name__)
+
+KINDS: dict[str, Resource] = {
+    "ConfigMap": CONFIG_MAPS,
+    "Secret": SECRETS,
+    "ServiceAccount": SERVICE_ACCOUNTS,
+}
+# The token controller of the lower cluster owns these; a copy would be deleted or, worse,
+# carry upper-cluster credentials with a lower-cluster meaning.
+_SKIPPED_SECRET_TYPES = frozenset({"kubernetes.io/service-account-token"})
+_COPIED_FIELDS = {
+    "ConfigMap": ("data", "binaryData", "immutable"),
+    "Secret": ("data", "type", "immutable"),
+    "ServiceAccount": ("automountServiceAccountToken",),
+}
+
+
+def copy_of(upper: Mapping[str, Any], *, kind: str, namespace: str, node_name: str) -> Obj:
+    """Return the lower copy of an upper ConfigMap, Secret or ServiceAccount (pure)."""
+    meta = upper.get("metadata") or {}
+    labels, annotations = naming.owner_marks(node_name)
+    copy: Obj = {
+        "apiVersion": "v1",
+        "kind": kind,
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": namespace,
+            "labels": {**(meta.get("labels") or {}), **labels},
+            "annotations": annotations,
+        },
+    }
+    for f in _COPIED_FIELDS[kind]:
+        if f in upper:
+            copy[f] = upper[f]
+    return copy
+
+
+def needs_update(lower: Mapping[str, Any], desired: Mapping[str, Any], *, kind: str) -> bool:
+    """Tell whether the lower copy's content differs from the desired copy (pure)."""
+    return any(lower.get(f) != desired.get(f) for f in _COPIED_FIELDS[kind] if f != "immutable")
+
+
+def referenced(pods: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]]:
+    """Return the (kind, name) pairs the given pods reference (pure)."""
+    refs: set[tuple[str, str]] = set()
+    for pod in pods:
+        deps = translate.dependencies(pod)
+        refs |= {("ConfigMap", n) for n in deps.config_maps}
+        refs |= {("Secret", n) for n in deps.secrets}
+        if deps.service_account:
+            refs.add(("ServiceAccount", deps.service_account))
+    return refs
+
+
+class DependencySync:
+    """Keeps the lower copies of pods' dependencies; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        upper: ApiClient,
+        lower: ApiClient,
+        node_name: str,
+        namespace_prefix: str,
+        upper_namespace: str | None,
+        enable_service_account: bool,
+        lower_pods: Informer,
+    ) -> None:
+        self._upper = upper
+        self._lower = lower
+        self._node = node_name
+        self._prefix = namespace_prefix
+        self._enable_sa = enable_service_account
+        self._lower_pods = lower_pods
+        self.upper_informers = {
+            kind: Informer(
+                upper, resource, name=f"upper-{resource.plural}", namespace=upper_namespace
+            )
+            for kind, resource in KINDS.items()
+        }
+        self.lower_informers = {
+            kind: Informer(
+                lower,
+                resource,
+                name=f"lower-owned-{resource.plural}",
+                label_selector=naming.owner_selector(node_name),
+            )
+            for kind, resource in KINDS.items()
+        }
+        self.updates = WorkQueue(name="dependencies_from_upper")
+        self.collections = WorkQueue(name="dependency_collection")
+        # Lower namespaces with a pod creation in flight: their unused copies may be about
+        # to be used, so collection waits.
+        self._creating: dict[str, int] = {}
+        for kind, informer in self.upper_informers.items():
+            informer.add_handlers(self._handlers_for(kind))
+
+    def _handlers_for(self, kind: str) -> Handlers:
+        def added(obj: Obj) -> None:
+            self._upper_changed(kind, obj)
+
+        def updated(_old: Obj, new: Obj) -> None:
+            self._upper_changed(kind, new)
+
+        return Handlers(on_add=added, on_update=updated)
+
+    def informers(self) -> list[Informer]:
+        """Every informer this syncer needs running."""
+        return [*self.upper_informers.values(), *self.lower_informers.values()]
+
+    async def run(self, *, workers: int) -> None:
+        """Run the update and collection workers until the queues shut down."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(
+                self.updates.run(workers=workers, handler=self._sync_update),
+                name="dependencies-from-upper",
+            )
+            group.create_task(
+                self.collections.run(workers=1, handler=self._collect), name="dependency-collection"
+            )
+
+    async def shut_down(self) -> None:
+        """Stop both queues."""
+        await self.updates.shut_down()
+        await self.collections.shut_down()
+
+    # -- before a pod is created ---------------------------------------------------------
+
+    async def ensure(self, pod: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+        """Create or update the lower copies `pod` needs; return those created (kind, ns, name).
+
+        Raises MissingDependency for a mandatory object missing upstairs, InvalidPod for a
+        same-named lower object that is not ours, and kube errors for API failures.
+        """
+        upper_ns = str(pod["metadata"]["namespace"])
+        lower_ns = naming.lower_namespace(upper_ns, prefix=self._prefix)
+        deps = translate.dependencies(pod)
+        optional = translate.optional_references(pod)
+        wanted = [("ConfigMap", n) for n in sorted(deps.config_maps)]
+        wanted += [("Secret", n) for n in sorted(deps.secrets)]
+        if self._enable_sa and deps.service_account and deps.service_account != "default":
+            wanted.append(("ServiceAccount", deps.service_account))
+        created: list[tuple[str, str, str]] = []
+        for kind, name in wanted:
+            source = self.upper_informers[kind].store.get(f"{upper_ns}/{name}")
+            if source is None:
+                if (kind, name) in optional:
+                    continue
+                raise provider_errors.MissingDependency(
+                    f"{kind} {upper_ns}/{name} does not exist in the upper cluster"
+                )
+            if kind == "Secret" and source.get("type") in _SKIPPED_SECRET_TYPES:
+                continue
+            if await self._put(kind, source, lower_ns):
+                created.append((kind, lower_ns, name))
+        return created
+
+    async def rollback(self, created: Iterable[tuple[str, str, str]]) -> None:
+        """Delete copies made for a pod that was then refused, unless another pod uses them."""
+        created = list(created)
+        if not created:
+            return
+        namespaces = {ns for _, ns, _ in created}
+        in_use = referenced(
+            p for p in self._lower_pods.store if p["metadata"].get("namespace") in namespaces
+        )
+        for kind, ns, name in created:
+            if (kind, name) not in in_use:
+                await self._delete(kind, ns, name)
+
+    def creating(self, lower_ns: str) -> _Creating:
+        """Mark a pod creation in `lower_ns` (a context manager) so collection waits for it."""
+        return _Creating(self._creating, lower_ns)
+
+    async def _put(self, kind: str, source: Mapping[str, Any], lower_ns: str) -> bool:
+        """Make the lower copy equal to `source`; True if it had to be created."""
+        name = str(source["metadata"]["name"])
+        desired = copy_of(source, kind=kind, namespace=lower_ns, node_name=self._node)
+        resource = KINDS[kind]
+        current = self.lower_informers[kind].store.get(f"{lower_ns}/{name}")
+        if current is None:
+            try:
+                await self._lower.request("POST", resource.path(namespace=lower_ns), body=desired)
+                return True
+            except errors.AlreadyExists:
+                current = await self._lower.request(
+                    "GET", resource.path(namespace=lower_ns, name=name)
+                )
+        if not naming.is_owned(current, node_name=self._node):
+            if kind == "ServiceAccount" or _same_content(current, desired, kind=kind):
+                return False  # someone else's identical copy (or SA) serves just as well
+            raise provider_errors.InvalidPod(
+                f"{kind} {lower_ns}/{name} exists in the lower cluster and is not managed by "
+                f"virtual node {self._node}; refusing to overwrite it"
+            )
+        if needs_update(current, desired, kind=kind):
+            await self._update(kind, current, desired)
+        return False
+
+    async def _update(self, kind: str, current: Mapping[str, Any], desired: Obj) -> None:
+        resource = KINDS[kind]
+        meta = current["metadata"]
+        if current.get("immutable"):
+            # An immutable copy cannot change: replace it (pods already running keep the
+            # old content, exactly as with an immutable object upstairs).
+            await self._delete(kind, meta["namespace"], meta["name"])
+            await self._lower.request(
+                "POST", resource.path(namespace=meta["namespace"]), body=desired
+            )
+            return
+        patch = {f: desired.get(f) for f in _COPIED_FIELDS[kind]}
+        await self._lower.request(
+            "PATCH",
+            resource.path(namespace=meta["namespace"], name=meta["name"]),
+            body=patch,
+            content_type=MERGE_PATCH,
+        )
+
+    async def _delete(self, kind: str, namespace: str, name: str) -> None:
+        current = self.lower_informers[kind].store.get(f"{namespace}/{name}")
+        if current is not None and not naming.is_owned(current, node_name=self._node):
+            return
+        with contextlib.suppress(errors.NotFound):
+            await self._lower.request("DELETE", KINDS[kind].path(namespace=namespace, name=name))
+
+    # -- afterwards ----------------------------------------------------------------------
+
+    def _upper_changed(self, kind: str, obj: Obj) -> None:
+        if kind == "ServiceAccount":
+            return
+        meta = obj.get("metadata") or {}
+        lower_ns = naming.lower_namespace(str(meta.get("namespace")), prefix=self._prefix)
+        if self.lower_informers[kind].store.get(f"{lower_ns}/{meta.get('name')}") is not None:
+            self.updates.add(f"{kind}/{meta.get('namespace')}/{meta.get('name')}")
+
+    async def _sync_update(self, key: str) -> None:
+        kind, _, rest = key.partition("/")
+        upper_ns, name = split_key(rest)
+        source = self.upper_informers[kind].store.get(rest)
+        lower_ns = naming.lower_namespace(str(upper_ns), prefix=self._prefix)
+        current = self.lower_informers[kind].store.get(f"{lower_ns}/{name}")
+        if source is None or current is None or not naming.is_owned(current, node_name=self._node):
+            return
+        desired = copy_of(source, kind=kind, namespace=lower_ns, node_name=self._node)
+        if needs_update(current, desired, kind=kind):
+            logger.info("updating lower %s %s/%s from the upper cluster", kind, lower_ns, name)
+            await self._update(kind, current, desired)
+
+    def schedule_collection(self, lower_ns: str) -> None:
+        """Look for unused copies in `lower_ns` soon (after a pod there went away)."""
+        self.collections.add_after(lower_ns, 2.0)
+
+    async def _collect(self, lower_ns: str) -> None:
+        if self._creating.get(lower_ns):
+            self.collections.add_after(lower_ns, 2.0)
+            return
+        in_use = referenced(
+            p for p in self._lower_pods.store if p["metadata"].get("namespace") == lower_ns
+        )
+        for kind, informer in self.lower_informers.items():
+            for copy in list(informer.store):
+                meta = copy["metadata"]
+                if meta.get("namespace") != lower_ns or (kind, meta["name"]) in in_use:
+                    continue
+                if kind == "ServiceAccount" and meta["name"] == "default":
+                    continue
+                logger.info("deleting unused lower %s %s/%s", kind, lower_ns, meta["name"])
+                await self._delete(kind, lower_ns, meta["name"])
+
+
+class _Creating:
+    def __init__(self, counts: dict[str, int], namespace: str) -> None:
+        self._counts = counts
+        self._namespace = namespace
+
+    def __enter__(self) -> None:
+        self._counts[self._namespace] = self._counts.get(self._namespace, 0) + 1
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._counts[self._namespace] -= 1
+        if not self._counts[self._namespace]:
+            del self._counts[self._namespace]
+
+
+def _same_content(current: Mapping[str, Any], desired: Mapping[str, Any], *, kind: str) -> bool:
+    return not needs_update(current, desired, kind=kind)

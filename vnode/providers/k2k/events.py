@@ -1,0 +1,122 @@
+"""Mirror lower-cluster Events about forwarded pods onto their upper pods.
+
+So `kubectl describe pod` in the upper cluster shows why a pod waits or fails below
+(FailedScheduling, Pulled, BackOff, ...). Each lower Event becomes one upper Event of the
+same name in the upper pod's namespace; a repeat (count, lastTimestamp) updates it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from vnode.kube import errors
+from vnode.kube.client import MERGE_PATCH, ApiClient
+from vnode.kube.informer import Handlers, Informer
+from vnode.kube.resources import EVENTS
+from vnode.kube.store import Obj
+from vnode.kube.workqueue import WorkQueue
+from vnode.providers.k2k import naming
+
+_COPIED = (
+    "reason",
+    "message",
+    "type",
+    "count",
+    "firstTimestamp",
+    "lastTimestamp",
+    "eventTime",
+    "series",
+    "action",
+    "reportingComponent",
+    "reportingInstance",
+    "source",
+)
+_REPEAT_FIELDS = ("count", "lastTimestamp", "message", "series")
+
+
+def upper_event(lower_event: Mapping[str, Any], *, lower_pod: Mapping[str, Any]) -> Obj | None:
+    """Return the upper Event for a lower Event about an owned pod, or None (pure).
+
+    The involved object becomes the upper pod (namespace, name, UID from the ownership
+    annotations); everything the user reads (reason, message, type, counts, times,
+    reporting component) is kept.
+    """
+    annotations = (lower_pod.get("metadata") or {}).get("annotations") or {}
+    upper_uid = annotations.get(naming.UPPER_UID_ANNOTATION)
+    upper_ns = annotations.get(naming.UPPER_NAMESPACE_ANNOTATION)
+    if not upper_uid or not upper_ns:
+        return None
+    involved = lower_event.get("involvedObject") or {}
+    event: Obj = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": lower_event["metadata"]["name"], "namespace": upper_ns},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": upper_ns,
+            "name": involved.get("name"),
+            "uid": upper_uid,
+            **({"fieldPath": involved["fieldPath"]} if involved.get("fieldPath") else {}),
+        },
+    }
+    for f in _COPIED:
+        if lower_event.get(f) is not None:
+            event[f] = lower_event[f]
+    return event
+
+
+class EventMirror:
+    """Watches lower pod Events and copies those about owned pods upstairs."""
+
+    def __init__(self, *, upper: ApiClient, lower: ApiClient, node_name: str, lower_pods: Informer):
+        self._upper = upper
+        self._node = node_name
+        self._lower_pods = lower_pods
+        self.informer = Informer(
+            lower, EVENTS, name="lower-events", field_selector="involvedObject.kind=Pod"
+        )
+        self.queue = WorkQueue(name="events_from_lower")
+        self.informer.add_handlers(
+            Handlers(on_add=self._changed, on_update=lambda _old, new: self._changed(new))
+        )
+
+    def _owned_pod(self, event: Mapping[str, Any]) -> Obj | None:
+        involved = event.get("involvedObject") or {}
+        pod = self._lower_pods.store.get(f"{involved.get('namespace')}/{involved.get('name')}")
+        if pod is None or not naming.is_owned(pod, node_name=self._node):
+            return None
+        if involved.get("uid") and involved["uid"] != pod["metadata"].get("uid"):
+            return None  # about an earlier pod of the same name
+        return pod
+
+    def _changed(self, event: Obj) -> None:
+        if self._owned_pod(event) is not None:
+            meta = event["metadata"]
+            self.queue.add(f"{meta['namespace']}/{meta['name']}")
+
+    async def sync(self, key: str) -> None:
+        """Create or update the upper copy of the lower Event `key`."""
+        lower_event = self.informer.store.get(key)
+        if lower_event is None:
+            return
+        pod = self._owned_pod(lower_event)
+        if pod is None:
+            return
+        event = upper_event(lower_event, lower_pod=pod)
+        if event is None:
+            return
+        ns = event["metadata"]["namespace"]
+        try:
+            await self._upper.request("POST", EVENTS.path(namespace=ns), body=event)
+        except errors.AlreadyExists:
+            patch = {f: event.get(f) for f in _REPEAT_FIELDS if f in event}
+            await self._upper.request(
+                "PATCH",
+                EVENTS.path(namespace=ns, name=event["metadata"]["name"]),
+                body=patch,
+                content_type=MERGE_PATCH,
+            )
+        except errors.NotFound:
+            pass  # the upper namespace is gone

@@ -1,0 +1,337 @@
+"""The Kubernetes-to-Kubernetes provider: upper pods run as pods of a lower cluster.
+
+It implements the Protocols of `vnode.provider` with the lower cluster's API: informers on
+the lower cluster's pods, nodes and events feed the status flow up and the capacity; the
+pure modules `translate`, `capacity` and `naming` decide; this module does the I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from vnode import errors as provider_errors
+from vnode.kube import errors
+from vnode.kube.client import STRATEGIC_MERGE_PATCH, ApiClient
+from vnode.kube.informer import Handlers, Informer
+from vnode.kube.resources import NAMESPACES, NODES, PODS
+from vnode.kube.store import Obj
+from vnode.providers.k2k import capacity, naming, translate
+from vnode.providers.k2k.dependencies import DependencySync
+from vnode.providers.k2k.events import EventMirror
+
+logger = logging.getLogger(__name__)
+
+UPPER_INDEX = "upper"
+_REFUSALS = (errors.Invalid, errors.Forbidden, errors.BadRequest)
+
+
+def _upper_key_of(pod: Obj) -> list[str]:
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    ns = annotations.get(naming.UPPER_NAMESPACE_ANNOTATION)
+    return [f"{ns}/{pod['metadata']['name']}"] if ns else []
+
+
+class K2KProvider:
+    """Forwards the pods of one virtual node to a lower cluster."""
+
+    def __init__(
+        self,
+        *,
+        upper: ApiClient,
+        lower: ApiClient,
+        translation: translate.Translation,
+        node_ip: str,
+        upper_namespace: str | None = None,
+    ) -> None:
+        """`node_ip` is the virtual node's InternalIP, shown as the pods' hostIP upstairs."""
+        self._node_ip = node_ip
+        self._upper = upper
+        self._lower = lower
+        self.t = translation
+        self._node = translation.node_name
+        self.pods = Informer(lower, PODS, name="lower-pods", indexers={UPPER_INDEX: _upper_key_of})
+        self.nodes = Informer(lower, NODES, name="lower-nodes")
+        self.dependencies = DependencySync(
+            upper=upper,
+            lower=lower,
+            node_name=self._node,
+            namespace_prefix=translation.namespace_prefix,
+            upper_namespace=upper_namespace,
+            enable_service_account=translation.enable_service_account,
+            lower_pods=self.pods,
+        )
+        self.events = EventMirror(
+            upper=upper, lower=lower, node_name=self._node, lower_pods=self.pods
+        )
+        self._pod_callbacks: list[Callable[[str], None]] = []
+        self._node_callbacks: list[Callable[[], None]] = []
+        self._deleting: set[str] = set()
+        """Upper UIDs whose lower pod this node is deleting."""
+        self._vanished: set[str] = set()
+        """Upper UIDs whose lower pod was deleted by someone else."""
+        self._known_namespaces: set[str] = set()
+        self._kubelet_version = "v0.0.0"
+        self.pods.add_handlers(
+            Handlers(
+                on_add=self._pod_added, on_update=self._pod_updated, on_delete=self._pod_deleted
+            )
+        )
+        self.nodes.add_handlers(
+            Handlers(
+                on_add=lambda _n: self._node_changed(),
+                on_update=lambda _o, _n: self._node_changed(),
+                on_delete=lambda _n: self._node_changed(),
+            )
+        )
+
+    # -- running -------------------------------------------------------------------------
+
+    def informers(self) -> list[Informer]:
+        """Every informer the provider needs running."""
+        return [self.pods, self.nodes, self.events.informer, *self.dependencies.informers()]
+
+    async def start(self) -> None:
+        """Read what must be known before the first pod: the lower cluster's version."""
+        version = await self._lower.request("GET", "/version")
+        self._kubelet_version = str(version.get("gitVersion") or "v0.0.0")
+
+    async def run(self, *, workers: int) -> None:
+        """Run the provider's own workers (dependency updates, collection, events)."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.dependencies.run(workers=workers), name="k2k-dependencies")
+            group.create_task(
+                self.events.queue.run(workers=4, handler=self.events.sync), name="k2k-events"
+            )
+
+    async def shut_down(self) -> None:
+        """Stop the provider's queues."""
+        await self.dependencies.shut_down()
+        await self.events.queue.shut_down()
+
+    # -- PodLifecycleHandler ---------------------------------------------------------------
+
+    def _lower_key(self, pod: Mapping[str, Any]) -> str:
+        meta = pod["metadata"]
+        ns = naming.lower_namespace(str(meta["namespace"]), prefix=self.t.namespace_prefix)
+        return f"{ns}/{meta['name']}"
+
+    def _ours(self, lower: Mapping[str, Any] | None) -> bool:
+        return lower is not None and naming.is_owned(lower, node_name=self._node)
+
+    def backend_pod(self, pod: Obj) -> Obj | None:
+        """Return the lower pod standing for `pod` (same upper UID), or None."""
+        lower = self.pods.store.get(self._lower_key(pod))
+        if not self._ours(lower) or lower is None:
+            return None
+        uid = (lower["metadata"].get("annotations") or {}).get(naming.UPPER_UID_ANNOTATION)
+        return lower if uid == pod["metadata"].get("uid") else None
+
+    async def create_pod(self, pod: Obj) -> None:
+        """Create the lower pod (with its namespace and dependencies) for `pod`.
+
+        Raises InvalidPod when the lower cluster refuses it (copies made for it are removed
+        again), MissingDependency, BackendUnavailable, or ProviderError when a stale lower
+        pod of the same name is still going away.
+        """
+        lower_key = self._lower_key(pod)
+        lower_ns, _, _name = lower_key.partition("/")
+        existing = self.pods.store.get(lower_key)
+        if existing is not None and self.backend_pod(pod) is None:
+            if not self._ours(existing):
+                raise provider_errors.InvalidPod(
+                    f"pod {lower_key} exists in the lower cluster and is not managed by "
+                    f"virtual node {self._node}"
+                )
+            await self._delete_lower(existing, grace_period=0)
+            raise provider_errors.ProviderError(
+                f"waiting for lower pod {lower_key} of an earlier pod of the same name to go"
+            )
+        try:
+            await self._ensure_namespace(lower_ns)
+            with self.dependencies.creating(lower_ns):
+                created = await self.dependencies.ensure(pod)
+                body = translate.lower_pod(pod, t=self.t)
+                try:
+                    await self._lower.request("POST", PODS.path(namespace=lower_ns), body=body)
+                except errors.AlreadyExists:
+                    return  # our earlier attempt got through; the informer will show it
+                except _REFUSALS as exc:
+                    await self.dependencies.rollback(created)
+                    raise provider_errors.InvalidPod(
+                        f"lower cluster refused the pod: {exc.message}"
+                    ) from exc
+        except errors.ApiUnavailable as exc:
+            raise provider_errors.BackendUnavailable(str(exc)) from exc
+        self._vanished.discard(str(pod["metadata"].get("uid")))
+        logger.info("created lower pod %s for upper pod %s", lower_key, _key(pod))
+
+    async def update_pod(self, pod: Obj) -> None:
+        """Apply image, activeDeadlineSeconds, toleration, label and annotation changes."""
+        lower = self.backend_pod(pod)
+        if lower is None:
+            return
+        patch = translate.spec_update(pod, lower, t=self.t)
+        if patch is None:
+            return
+        meta = lower["metadata"]
+        try:
+            await self._lower.request(
+                "PATCH",
+                PODS.path(namespace=meta["namespace"], name=meta["name"]),
+                body=patch,
+                content_type=STRATEGIC_MERGE_PATCH,
+            )
+        except _REFUSALS as exc:
+            raise provider_errors.InvalidPod(
+                f"lower cluster refused the update: {exc.message}"
+            ) from exc
+
+    async def delete_pod(self, pod: Obj, *, grace_period: int | None) -> bool:
+        """Delete the lower pod gracefully; True once it is gone below."""
+        lower = self.backend_pod(pod)
+        if lower is None:
+            return True
+        if lower["metadata"].get("deletionTimestamp"):
+            return False
+        self._deleting.add(str(pod["metadata"].get("uid")))
+        return await self._delete_lower(lower, grace_period=grace_period)
+
+    async def _delete_lower(self, lower: Obj, *, grace_period: int | None) -> bool:
+        meta = lower["metadata"]
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "preconditions": {"uid": meta["uid"]},
+        }
+        if grace_period is not None:
+            body["gracePeriodSeconds"] = grace_period
+        try:
+            await self._lower.request(
+                "DELETE", PODS.path(namespace=meta["namespace"], name=meta["name"]), body=body
+            )
+        except (errors.NotFound, errors.Conflict):
+            return True  # gone already, or a different pod now has the name
+        except errors.ApiUnavailable as exc:
+            raise provider_errors.BackendUnavailable(str(exc)) from exc
+        return False
+
+    def pod_status(self, pod: Obj) -> dict[str, Any] | None:
+        """Return the upper status mirrored from the lower pod, or None if there is none."""
+        lower = self.backend_pod(pod)
+        if lower is None:
+            return None
+        return translate.upper_status(lower, upper=pod, node_ip=self._node_ip)
+
+    def vanished(self, pod: Obj) -> bool:
+        """Tell whether the lower pod of `pod` was deleted by someone other than us."""
+        return str(pod["metadata"].get("uid")) in self._vanished
+
+    async def cleanup_dangling(self, upper_pods: Iterable[Obj]) -> None:
+        """Delete owned lower pods whose upper pod no longer exists (run once at start)."""
+        alive = {str(p["metadata"].get("uid")) for p in upper_pods}
+        for lower in list(self.pods.store):
+            if not self._ours(lower):
+                continue
+            uid = (lower["metadata"].get("annotations") or {}).get(naming.UPPER_UID_ANNOTATION)
+            if uid not in alive and not lower["metadata"].get("deletionTimestamp"):
+                logger.info("deleting lower pod %s: its upper pod is gone", _key(lower))
+                await self._delete_lower(lower, grace_period=None)
+
+    async def _ensure_namespace(self, name: str) -> None:
+        if name in self._known_namespaces:
+            return
+        body = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": name, "labels": {naming.MANAGED_NAMESPACE_LABEL: "true"}},
+        }
+        with contextlib.suppress(errors.AlreadyExists):
+            await self._lower.request("POST", NAMESPACES.path(), body=body)
+        self._known_namespaces.add(name)
+
+    # -- PodNotifier ------------------------------------------------------------------------
+
+    def notify_pods(self, callback: Callable[[str], None]) -> None:
+        """Register `callback(upper key)` for every change of an owned lower pod."""
+        self._pod_callbacks.append(callback)
+
+    def _notify(self, lower: Obj) -> None:
+        for key in _upper_key_of(lower):
+            for callback in self._pod_callbacks:
+                callback(key)
+
+    def _pod_added(self, pod: Obj) -> None:
+        if self._ours(pod):
+            self._notify(pod)
+        elif pod["spec"].get("nodeName"):
+            self._node_changed()
+
+    def _pod_updated(self, old: Obj, new: Obj) -> None:
+        if self._ours(new):
+            self._notify(new)
+        elif _capacity_relevant(old) != _capacity_relevant(new):
+            self._node_changed()
+
+    def _pod_deleted(self, pod: Obj) -> None:
+        if not self._ours(pod):
+            if pod["spec"].get("nodeName"):
+                self._node_changed()
+            return
+        uid = str((pod["metadata"].get("annotations") or {}).get(naming.UPPER_UID_ANNOTATION))
+        if uid in self._deleting:
+            self._deleting.discard(uid)
+        else:
+            self._vanished.add(uid)
+        self.dependencies.schedule_collection(str(pod["metadata"]["namespace"]))
+        self._notify(pod)
+
+    # -- NodeProvider -----------------------------------------------------------------------
+
+    async def ping(self) -> None:
+        """Return if the lower apiserver is ready; raise BackendUnavailable otherwise."""
+        try:
+            await self._lower.request("GET", "/readyz", timeout=5.0)
+        except (errors.ApiError, errors.ApiUnavailable) as exc:
+            raise provider_errors.BackendUnavailable(f"lower cluster: {exc}") from exc
+
+    def capacity(self) -> Mapping[str, str]:
+        """Return what the lower cluster can still take for this node's pods."""
+        values = capacity.capacity(
+            nodes=self.nodes.store,
+            pods=self.pods.store,
+            is_own_pod=lambda p: naming.is_owned(p, node_name=self._node),
+        )
+        return capacity.node_resources(values)
+
+    def node_info(self) -> Mapping[str, str]:
+        """Return status.nodeInfo: the lower apiserver's version stands for the kubelet's."""
+        return {
+            "kubeletVersion": self._kubelet_version,
+            "kubeProxyVersion": "",
+            "operatingSystem": "linux",
+            "architecture": "amd64",
+            "containerRuntimeVersion": f"tensile://{self._kubelet_version}",
+            "osImage": "tensile virtual node",
+        }
+
+    def notify_node_changed(self, callback: Callable[[], None]) -> None:
+        """Register `callback()` for changes that may change the capacity."""
+        self._node_callbacks.append(callback)
+
+    def _node_changed(self) -> None:
+        for callback in self._node_callbacks:
+            callback()
+
+
+def _capacity_relevant(pod: Mapping[str, Any]) -> tuple[Any, ...]:
+    spec = pod.get("spec") or {}
+    return (spec.get("nodeName"), capacity.pod_is_terminal(pod))
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"

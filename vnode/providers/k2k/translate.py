@@ -1,0 +1,392 @@
+"""Translation of pods between the upper and the lower cluster (objects in, objects out).
+
+Upper pod -> the lower pod to create or the patch to apply to it, and the ConfigMaps, Secrets
+and ServiceAccount it needs there; lower pod -> the status and labels the upper pod should
+show. This is tensile-kube's TrimPod / GetUpdatedPod / status mirroring, without the defects
+listed in research/tensile-kube.md section 10 (by-index image copy, annotations replaced
+wholesale, env flattening, legacy-only ServiceAccount handling). Pure functions only: nothing
+here does I/O, and no input is ever mutated.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vnode.providers.k2k import naming
+from vnode.providers.k2k.placement import lower_placement, parse_cluster_selector
+
+# Server-set or upper-only metadata: the lower API server assigns its own, or rejects them.
+_DROPPED_METADATA = (
+    "uid", "resourceVersion", "selfLink", "creationTimestamp", "deletionTimestamp",
+    "deletionGracePeriodSeconds", "generation", "ownerReferences", "managedFields",
+    "finalizers", "generateName",
+)  # fmt: skip
+_DROPPED_SPEC = (
+    "nodeName",  # the lower scheduler picks the lower node
+    "priority",  # recomputed by the lower Priority admission, which rejects a mismatch
+    "preemptionPolicy",  # idem, from priorityClassName
+    "overhead",  # recomputed by the lower RuntimeClass admission
+    "ephemeralContainers",  # cannot be set on create
+    "schedulingGates",  # the upper scheduler already ran
+    # Upper controllers set readiness-gate conditions on the upper pod only; left on the lower
+    # pod the gates would keep it NotReady forever. upper_status applies them instead.
+    "readinessGates",
+)
+_CONTAINER_GROUPS = ("initContainers", "containers")
+_STATUS_COPIED = (
+    "phase", "conditions", "message", "reason", "podIP", "podIPs", "startTime", "qosClass",
+    "containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses", "resize",
+    "resourceClaimStatuses",
+)  # fmt: skip
+_CONTAINER_STATUS_GROUPS = (
+    "initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses",
+)  # fmt: skip
+_TERMINAL_PHASES = ("Succeeded", "Failed")
+_READY_CONDITIONS = ("ContainersReady", "Ready")
+# Volume-name prefixes, not credentials.
+_MODERN_TOKEN_PREFIX = "kube-api-access-"  # noqa: S105
+_LEGACY_TOKEN_PREFIX = "default-token-"  # noqa: S105
+# Pod volume sources that name a Secret through `secretRef` (a LocalObjectReference).
+_SECRET_REF_SOURCES = ("cephfs", "cinder", "rbd", "flexVolume", "iscsi", "scaleIO", "storageos")
+# Published into every namespace by the lower cluster's own controller, with the lower CA,
+# which is what a lower pod must trust; an upper copy would be wrong and collide with it.
+_ROOT_CA = "kube-root-ca.crt"
+CONFIG_MAP = "ConfigMap"
+SECRET = "Secret"  # noqa: S105 (a kind name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Translation:
+    """Settings of one virtual node that the translation depends on."""
+
+    node_name: str
+    node_labels: Mapping[str, str]
+    namespace_prefix: str = ""
+    ignore_labels: tuple[str, ...] = ()
+    enable_service_account: bool = True
+
+
+@dataclass(frozen=True)
+class Dependencies:
+    """What a pod needs to exist in its lower namespace before it can start there."""
+
+    config_maps: frozenset[str]
+    secrets: frozenset[str]
+    service_account: str | None
+
+
+def lower_pod(upper: Mapping[str, Any], *, t: Translation) -> dict[str, Any]:
+    """Return the pod to create in the lower cluster for the upper pod `upper`.
+
+    Mirrors tensile-kube's TrimPod, fixed: same name, namespace `prefix + namespace`; labels
+    in `t.ignore_labels` move to the `tripped-labels` annotation; ownership marks, the upper
+    UID and namespace are added; server-set metadata and spec fields the lower admission
+    recomputes are dropped; placement follows `placement.lower_placement`; the volumes the
+    upper ServiceAccount admission injected are removed so the lower one injects its own
+    token; env fieldRefs that would resolve differently below become literals. With
+    `t.enable_service_account` False the pod runs as the lower namespace's `default`
+    ServiceAccount, which always exists, so no ServiceAccount has to be copied.
+    """
+    meta = _mapping(upper.get("metadata"))
+    namespace = str(meta.get("namespace") or "default")
+    annotation = _mapping(meta.get("annotations")).get(naming.CLUSTER_SELECTOR_ANNOTATION)
+    spec = lower_placement(
+        _spec(upper),
+        cluster_selector=parse_cluster_selector(annotation),
+        node_name=t.node_name,
+        node_labels=t.node_labels,
+    )
+    for key in _DROPPED_SPEC:
+        spec.pop(key, None)
+    token_volumes = {
+        str(v.get("name")) for v in _maps(spec.get("volumes")) if _is_injected_token_volume(v)
+    }
+    if token_volumes:
+        spec["volumes"] = [v for v in _maps(spec["volumes"]) if v.get("name") not in token_volumes]
+        if not spec["volumes"]:
+            del spec["volumes"]
+    if not t.enable_service_account:
+        spec["serviceAccountName"] = spec["serviceAccount"] = "default"
+    for group in _CONTAINER_GROUPS:
+        for container in _maps(spec.get(group)):
+            _lower_container(container, upper_meta=meta, token_volumes=token_volumes, t=t)
+    metadata = {k: copy.deepcopy(v) for k, v in meta.items() if k not in _DROPPED_METADATA}
+    metadata["namespace"] = naming.lower_namespace(namespace, prefix=t.namespace_prefix)
+    metadata["labels"], metadata["annotations"] = _lower_marks(meta, t=t)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def dependencies(upper: Mapping[str, Any]) -> Dependencies:
+    """Return the ConfigMaps, Secrets and ServiceAccount the upper pod `upper` references.
+
+    Covers what tensile-kube missed (projected sources, CSI and other secret-backed volumes,
+    env and envFrom of every container kind), plus imagePullSecrets. Left out: the token
+    volumes `lower_pod` removes (legacy `default-token-*`, projected `kube-api-access-*`), and
+    ConfigMap `kube-root-ca.crt`, which every lower namespace has of its own. The ServiceAccount is
+    `serviceAccountName` (or the deprecated `serviceAccount`), else `default` as in Kubernetes.
+    """
+    refs = list(_references(upper))
+    spec = _mapping(upper.get("spec"))
+    account = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
+    return Dependencies(
+        config_maps=frozenset(name for kind, name, _ in refs if kind == CONFIG_MAP),
+        secrets=frozenset(name for kind, name, _ in refs if kind == SECRET),
+        service_account=str(account),
+    )
+
+
+def optional_references(upper: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
+    """Return the ("ConfigMap"|"Secret", name) pairs the pod can start without.
+
+    A pair qualifies when every reference to it is `optional: true`, as a kubelet then starts
+    the pod without it. imagePullSecrets count as optional: a kubelet pulls without a missing
+    pull secret (it only warns).
+    """
+    required = {(kind, name) for kind, name, optional in _references(upper) if not optional}
+    return frozenset((k, n) for k, n, _ in _references(upper) if (k, n) not in required)
+
+
+def upper_status(
+    lower: Mapping[str, Any], *, upper: Mapping[str, Any], node_ip: str
+) -> dict[str, Any]:
+    """Return the status to write to the upper pod `upper`, mirrored from its lower pod `lower`.
+
+    Like tensile-kube the lower status is copied (phase, conditions, IPs, container statuses,
+    ...), but hostIP(s) become `node_ip`, the virtual node's address the upper cluster knows,
+    and nominatedNodeName (a lower node) is not copied. Upper conditions of types the lower
+    pod does not report (e.g. set by upper controllers for readiness gates) are kept, and the
+    upper pod's readinessGates gate Ready as a kubelet's would (reason ReadinessGatesNotReady).
+    """
+    status = _mapping(lower.get("status"))
+    mirrored = {key: copy.deepcopy(status[key]) for key in _STATUS_COPIED if key in status}
+    mirrored["hostIP"] = node_ip
+    mirrored["hostIPs"] = [{"ip": node_ip}]
+    conditions = _maps(mirrored.get("conditions"))
+    reported = {c.get("type") for c in conditions}
+    upper_conditions = _maps(_mapping(upper.get("status")).get("conditions"))
+    conditions += [copy.deepcopy(c) for c in upper_conditions if c.get("type") not in reported]
+    gates = [_mapping(g).get("conditionType") for g in _list(_spec(upper).get("readinessGates"))]
+    for ready in conditions:
+        if ready.get("type") == "Ready" and ready.get("status") == "True":
+            unready = _unready_gates(gates, conditions)
+            if unready:
+                ready.update(status="False", reason="ReadinessGatesNotReady", message=unready)
+    if conditions:
+        mirrored["conditions"] = conditions
+    return mirrored
+
+
+def restored_labels(lower: Mapping[str, Any]) -> dict[str, str]:
+    """Return what the upper pod's labels should be, from its lower pod `lower`.
+
+    The lower labels without the ownership labels (`virtual-pod`, NODE_LABEL), with the labels
+    `lower_pod` moved into the `tripped-labels` annotation put back (tensile-kube's GetPod
+    recovery). An unparseable `tripped-labels` is ignored.
+    """
+    meta = _mapping(lower.get("metadata"))
+    labels = {
+        k: v
+        for k, v in _mapping(meta.get("labels")).items()
+        if k not in (naming.VIRTUAL_POD_LABEL, naming.NODE_LABEL)
+    }
+    tripped = _mapping(meta.get("annotations")).get(naming.TRIPPED_LABELS_ANNOTATION)
+    try:
+        moved = json.loads(tripped) if isinstance(tripped, str) else None
+    except (ValueError, RecursionError):
+        moved = None
+    if isinstance(moved, dict):
+        labels.update({k: v for k, v in moved.items() if isinstance(v, str)})
+    return labels
+
+
+def spec_update(
+    upper: Mapping[str, Any], lower: Mapping[str, Any], *, t: Translation
+) -> dict[str, Any] | None:
+    """Return the patch that brings the lower pod `lower` in line with the upper pod `upper`.
+
+    Only what Kubernetes lets change on an existing pod is considered: container and init
+    container images (matched by name, unlike tensile-kube's by-index copy), a new or lower
+    activeDeadlineSeconds, added tolerations (the only legal change to them), and labels and
+    annotations computed as `lower_pod` does (ownership marks and `tripped-labels` kept).
+    Keys are added or changed, never removed: a key the lower pod has and the upper lacks may
+    be the lower cluster's own (a CNI's annotation, say) and is left alone.
+    Out: a body for `application/strategic-merge-patch+json`, which
+    merges `containers`/`initContainers` by name (so they are `[{"name", "image"}]`) and
+    replaces `tolerations` wholesale (so it lists the existing ones plus the added), or None
+    when nothing differs.
+    """
+    wanted = lower_pod(upper, t=t)
+    have_meta, have_spec = _mapping(lower.get("metadata")), _spec(lower)
+    meta_patch: dict[str, Any] = {}
+    for key in ("labels", "annotations"):
+        want, have = wanted["metadata"][key], _mapping(have_meta.get(key))
+        diff = {k: v for k, v in want.items() if have.get(k) != v}
+        if diff:
+            meta_patch[key] = diff
+    spec_patch: dict[str, Any] = {}
+    for group in _CONTAINER_GROUPS:
+        images = {c.get("name"): c.get("image") for c in _maps(have_spec.get(group))}
+        changed = [
+            {"name": c["name"], "image": c["image"]}
+            for c in _maps(wanted["spec"].get(group))
+            if isinstance(c.get("name"), str)
+            and c["name"] in images
+            and c.get("image") is not None
+            and images[c["name"]] != c["image"]
+        ]
+        if changed:
+            spec_patch[group] = changed
+    deadline = wanted["spec"].get("activeDeadlineSeconds")
+    current = have_spec.get("activeDeadlineSeconds")
+    # Kubernetes lets a deadline be set or shortened, never removed or extended.
+    if isinstance(deadline, int) and (not isinstance(current, int) or deadline < current):
+        spec_patch["activeDeadlineSeconds"] = deadline
+    existing = _list(have_spec.get("tolerations"))
+    added = [tol for tol in _list(wanted["spec"].get("tolerations")) if tol not in existing]
+    if added:
+        spec_patch["tolerations"] = copy.deepcopy(existing) + added
+    patch = {"metadata": meta_patch, "spec": spec_patch}
+    return {k: v for k, v in patch.items() if v} or None
+
+
+def _lower_marks(
+    meta: Mapping[str, Any], *, t: Translation
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    labels = dict(_mapping(meta.get("labels")))
+    annotations = dict(_mapping(meta.get("annotations")))
+    # Only lower_pod writes tripped-labels; one arriving from above would inject labels the
+    # upper pod never had when restored_labels merges it back.
+    annotations.pop(naming.TRIPPED_LABELS_ANNOTATION, None)
+    moved = {key: labels.pop(key) for key in t.ignore_labels if labels.get(key)}
+    if moved:
+        annotations[naming.TRIPPED_LABELS_ANNOTATION] = json.dumps(
+            moved, separators=(",", ":"), sort_keys=True, ensure_ascii=False
+        )
+    owner_labels, owner_annotations = naming.owner_marks(t.node_name)
+    labels.update(owner_labels)
+    annotations.update(owner_annotations)
+    if meta.get("uid"):
+        annotations[naming.UPPER_UID_ANNOTATION] = str(meta["uid"])
+    annotations[naming.UPPER_NAMESPACE_ANNOTATION] = str(meta.get("namespace") or "default")
+    return copy.deepcopy(labels), copy.deepcopy(annotations)
+
+
+def _lower_container(
+    container: dict[str, Any],
+    *,
+    upper_meta: Mapping[str, Any],
+    token_volumes: set[str],
+    t: Translation,
+) -> None:
+    # `container` belongs to lower_pod's own deep copy, so it is changed in place.
+    mounts = [m for m in _maps(container.get("volumeMounts")) if m.get("name") not in token_volumes]
+    if mounts:
+        container["volumeMounts"] = mounts
+    else:
+        container.pop("volumeMounts", None)
+    # Literals for what the lower kubelet would resolve differently; everything else
+    # (metadata.name, labels, status.podIP, resourceFieldRef, ...) it resolves correctly.
+    literals = {"spec.nodeName": t.node_name}
+    if upper_meta.get("uid"):
+        literals["metadata.uid"] = str(upper_meta["uid"])
+    if t.namespace_prefix:
+        literals["metadata.namespace"] = str(upper_meta.get("namespace") or "default")
+    for var in _maps(container.get("env")):
+        path = _mapping(_mapping(var.get("valueFrom")).get("fieldRef")).get("fieldPath")
+        if isinstance(path, str) and path in literals:
+            var.pop("valueFrom")
+            var["value"] = literals[path]
+
+
+def _is_injected_token_volume(volume: Mapping[str, Any]) -> bool:
+    # What the ServiceAccount admission adds: a projected token volume (Kubernetes >= 1.21),
+    # or the legacy token Secret volume.
+    name = str(volume.get("name") or "")
+    sources = _maps(_mapping(volume.get("projected")).get("sources"))
+    if name.startswith(_MODERN_TOKEN_PREFIX) and any("serviceAccountToken" in s for s in sources):
+        return True
+    return name.startswith(_LEGACY_TOKEN_PREFIX) and "secret" in volume
+
+
+def _references(upper: Mapping[str, Any]) -> Iterator[tuple[str, str, bool]]:
+    # Every (kind, name, optional) reference of the pod; empty or missing names are skipped.
+    spec = _spec(upper)
+    refs = _volume_references(_maps(spec.get("volumes")))
+    for group in ("initContainers", "containers", "ephemeralContainers"):
+        for container in _maps(spec.get(group)):
+            sources = [_mapping(v.get("valueFrom")) for v in _maps(container.get("env"))]
+            for key, kind in (("configMapKeyRef", CONFIG_MAP), ("secretKeyRef", SECRET)):
+                refs += [_named(kind, _mapping(s.get(key))) for s in sources]
+            for key, kind in (("configMapRef", CONFIG_MAP), ("secretRef", SECRET)):
+                refs += [
+                    _named(kind, _mapping(e.get(key))) for e in _maps(container.get("envFrom"))
+                ]
+    refs += [(SECRET, p.get("name"), True) for p in _maps(spec.get("imagePullSecrets"))]
+    for kind, name, optional in refs:
+        if isinstance(name, str) and name and (kind, name) != (CONFIG_MAP, _ROOT_CA):
+            yield kind, name, optional is True
+
+
+def _volume_references(volumes: list[dict[str, Any]]) -> list[tuple[str, object, object]]:
+    refs: list[tuple[str, object, object]] = []
+    for volume in volumes:
+        if _is_injected_token_volume(volume):
+            continue  # lower_pod removes it; the lower admission injects its own
+        refs.append(_named(CONFIG_MAP, _mapping(volume.get("configMap"))))
+        secret = _mapping(volume.get("secret"))
+        refs.append((SECRET, secret.get("secretName"), secret.get("optional")))
+        for source in _maps(_mapping(volume.get("projected")).get("sources")):
+            refs.append(_named(CONFIG_MAP, _mapping(source.get("configMap"))))
+            refs.append(_named(SECRET, _mapping(source.get("secret"))))
+        # Secret-backed volume plugins have no `optional`: the volume cannot mount without it.
+        csi_ref = _mapping(_mapping(volume.get("csi")).get("nodePublishSecretRef"))
+        refs.append((SECRET, csi_ref.get("name"), False))
+        for plugin in _SECRET_REF_SOURCES:
+            ref = _mapping(_mapping(volume.get(plugin)).get("secretRef"))
+            refs.append((SECRET, ref.get("name"), False))
+        refs.append((SECRET, _mapping(volume.get("azureFile")).get("secretName"), False))
+    return refs
+
+
+def _named(kind: str, ref: Mapping[str, Any]) -> tuple[str, object, object]:
+    # A {name, optional} reference (ConfigMap/Secret volume sources, key refs, envFrom).
+    return kind, ref.get("name"), ref.get("optional")
+
+
+def _unready_gates(gates: list[Any], conditions: list[dict[str, Any]]) -> str:
+    # The kubelet's wording (pkg/kubelet/status), joined the same way.
+    by_type = {c.get("type"): c for c in conditions}
+    messages = []
+    for gate in gates:
+        condition = by_type.get(gate)
+        if condition is None:
+            messages.append(
+                f'corresponding condition of pod readiness gate "{gate}" does not exist.'
+            )
+        elif condition.get("status") != "True":
+            messages.append(
+                f'the status of pod readiness gate "{gate}" is not "True", '
+                f"but {condition.get('status')}"
+            )
+    return ", ".join(messages)
+
+
+def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _mapping(pod.get("spec"))
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _maps(value: object) -> list[dict[str, Any]]:
+    # The dict items of a list; anything else a malformed object carries is ignored.
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
