@@ -11,3 +11,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
             if item.get_closest_marker("timeout") is None:
                 item.add_marker(pytest.mark.timeout(E2E_TIMEOUT))
+
+
+import secrets  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from vnode.testing.pair import ClusterPair  # noqa: E402
+from vnode.testing.vnodes import VirtualNodeProcess  # noqa: E402
+
+
+@pytest.fixture
+def virtual_node(cluster_pair: ClusterPair, tmp_path: Path) -> Iterator[VirtualNodeProcess]:
+    """A running `virtual-node` between the pair's clusters, with a name of its own.
+
+    Stopped with SIGTERM afterwards; a node that does not exit 0 fails the test.
+    """
+    node = VirtualNodeProcess(cluster_pair, name=f"vn-{secrets.token_hex(3)}", log_dir=tmp_path)
+    node.start()
+    try:
+        yield node
+    finally:
+        code = node.stop()
+        node.delete_node()
+        assert code == 0, f"virtual-node exited {code}; log {node.log}"

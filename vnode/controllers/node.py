@@ -37,8 +37,8 @@ class NodeController:
         self.informer = Informer(
             upper, NODES, name="upper-node", field_selector=f"metadata.name={settings.name}"
         )
-        self.healthy = False
-        """Whether the last ping of the provider succeeded."""
+        self.healthy: bool | None = None
+        """Whether the last ping of the provider succeeded (None: not pinged yet)."""
         self.ready = asyncio.Event()
         """Set once the Node exists with a first status."""
         self._wake = asyncio.Event()
@@ -57,6 +57,8 @@ class NodeController:
         await self._ping()
         await self._ensure_node()
         await self._update_status()
+        if self.healthy and self._settings.enable_lease:
+            await self._guard("lease renewal", self._renew_lease())
         self.ready.set()
         async with asyncio.TaskGroup() as group:
             group.create_task(self._status_loop(), name="node-status")
@@ -66,11 +68,11 @@ class NodeController:
         try:
             await self._provider.ping()
         except Exception as exc:  # noqa: BLE001 - any failure means unhealthy
-            if self.healthy:
+            if self.healthy is not False:
                 logger.warning("provider ping failed: %s; pausing node heartbeats", exc)
             self.healthy = False
             return False
-        if not self.healthy:
+        if self.healthy is not True:
             logger.info("provider healthy; node heartbeats running")
         self.healthy = True
         return True

@@ -113,7 +113,7 @@ class ApiClient:
         content_type: str = JSON,
         timeout: float | None = None,
     ) -> dict[str, Any]:
-        """Send one request and return the decoded JSON answer (`{}` when empty).
+        """Send one request and return the decoded JSON answer (`{}` when empty or not JSON).
 
         Raises errors.ApiError subclasses for HTTP errors and errors.ApiUnavailable when the
         server cannot be reached. `timeout` (seconds) defaults to the client's.
@@ -167,6 +167,7 @@ class ApiClient:
             ) as response:
                 code = response.status
                 payload = await response.read()
+                json_body = response.content_type in ("application/json", "")
                 if code >= 400:
                     raise errors.from_response(
                         code=code, body=payload, retry_after=response.headers.get("Retry-After")
@@ -176,8 +177,8 @@ class ApiClient:
         finally:
             metrics.API_REQUESTS.labels(self.name, method, str(code)).inc()
             metrics.API_LATENCY.labels(self.name, method).observe(time.monotonic() - started)
-        if not payload:
-            return {}
+        if not payload or not json_body:
+            return {}  # e.g. /readyz answers "ok": success is all a caller learns
         result = json.loads(payload)
         return result if isinstance(result, dict) else {"items": result}
 

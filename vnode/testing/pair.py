@@ -5,6 +5,9 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import ssl
+import time
+import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -157,6 +160,62 @@ class ClusterPair:
         """Raise ComponentDied if a component this process started has exited."""
         for proc in self._processes.values():
             proc.check()
+
+    # -- faults, for tests ------------------------------------------------------------------
+
+    def component(self, name: str) -> processes.Process:
+        """Return a component this process started. Raises KeyError for an attached pair."""
+        try:
+            return self._processes[name]
+        except KeyError:
+            raise KeyError(f"{name}: not a component this process started") from None
+
+    def stop_component(self, name: str) -> None:
+        """Stop one component (e.g. "lower-apiserver") as a crash or an outage would."""
+        self.component(name).stop()
+
+    def start_component(self, name: str, *, timeout: float = 60.0) -> None:
+        """Start a stopped component again on the same port; for an apiserver, wait for /readyz."""
+        proc = self.component(name)
+        proc.restart()
+        self.refs[name] = proc.ref
+        if name.endswith("-apiserver"):
+            client = (self.upper if name.startswith("upper") else self.lower).rest()
+            deadline = time.monotonic() + timeout
+            while True:
+                proc.check()
+                try:
+                    if client.get_text("/readyz")[0] == 200:
+                        return
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{name} not ready {timeout:.0f}s after a restart")
+                time.sleep(0.2)
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision (what the apiserver does every
+        --etcd-compaction-interval); watches from older resourceVersions then get 410 Gone.
+        Returns the revision compacted at."""
+        pki = self.directory / "pki"
+        context = ssl.create_default_context(cafile=str(pki / "etcd-ca.crt"))
+        context.load_cert_chain(str(pki / "etcd-client.crt"), str(pki / "etcd-client.key"))
+        base = f"https://127.0.0.1:{self.ports['etcd']}"
+
+        def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+            request = urllib.request.Request(  # noqa: S310 - loopback https URL we built
+                base + path,
+                data=json.dumps(body).encode(),
+                method="POST",
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(request, context=context, timeout=10) as r:  # noqa: S310
+                result: dict[str, Any] = json.loads(r.read())
+                return result
+
+        revision = int(post("/v3/kv/range", {"key": "AA=="})["header"]["revision"])
+        post("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+        return revision
 
     def pids(self) -> set[int]:
         """Return the process ids of the components (each also leads its process group)."""

@@ -97,27 +97,53 @@ class Process:
         """
         self.name = name
         self.log = log
-        log.parent.mkdir(parents=True, exist_ok=True)
+        self.argv = list(argv)
+        self._env = dict(env) if env is not None else None
+        self._cwd = cwd
+        self._die_with_parent = die_with_parent
+        self._spawn(mode="wb")
+
+    def _spawn(self, *, mode: str) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
         preexec = None
-        if die_with_parent:
+        if self._die_with_parent:
             preexec = functools.partial(_die_with_parent, os.getpid(), _libc().prctl)
-        with log.open("wb") as out:
+        with self.log.open(mode) as out:
             self._popen = subprocess.Popen(
-                list(argv),
+                self.argv,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=dict(env) if env is not None else None,
-                cwd=cwd,
+                env=self._env,
+                cwd=self._cwd,
                 start_new_session=True,
                 preexec_fn=preexec,  # noqa: PLW1509 - see _die_with_parent
             )
         self.ref = ProcessRef(pid=self._popen.pid, start=_start_ticks(self._popen.pid) or 0)
 
+    def restart(self) -> None:
+        """Start the same command again after `stop` (its log is appended to)."""
+        if self.alive():
+            raise RuntimeError(f"{self.name} is still running")
+        self._spawn(mode="ab")
+
+    def pause(self) -> None:
+        """Freeze the process group (SIGSTOP), as a hung component would be."""
+        os.killpg(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Let a paused process group run again (SIGCONT)."""
+        os.killpg(self.pid, signal.SIGCONT)
+
     @property
     def pid(self) -> int:
         """The child's process id (also its process group id)."""
         return self._popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit code once the child has exited (negative: killed by that signal)."""
+        return self._popen.poll()
 
     def alive(self) -> bool:
         """Tell whether the child is still running."""

@@ -1,0 +1,97 @@
+"""Small helpers for e2e tests: polling, manifests, and API shortcuts on the real clusters."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pytest
+
+from vnode.testing.rest import ApiStatusError, RestClient
+
+T = TypeVar("T")
+
+
+def wait_for(what: str, condition: Callable[[], T | None], *, timeout: float = 30.0) -> T:
+    """Poll `condition` every 0.1 s until it returns something truthy; fail after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.1)
+
+
+def pod_manifest(
+    name: str,
+    *,
+    node: str,
+    image: str = "nginx:1.27",
+    labels: dict[str, str] | None = None,
+    spec: dict[str, Any] | None = None,
+    requests: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A pod the upper scheduler places on virtual node `node`."""
+    container: dict[str, Any] = {"name": "main", "image": image}
+    if requests:
+        container["resources"] = {"requests": requests}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": name, **(labels or {})}},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
+            "containers": [container],
+            **(spec or {}),
+        },
+    }
+
+
+_PLURALS = {
+    "Pod": "pods",
+    "ConfigMap": "configmaps",
+    "Secret": "secrets",
+    "ServiceAccount": "serviceaccounts",
+    "ResourceQuota": "resourcequotas",
+}
+
+
+def create(client: RestClient, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """POST `obj` into `namespace` (its kind picks the collection)."""
+    plural = _PLURALS[obj["kind"]]
+    return client.request("POST", f"/api/v1/namespaces/{namespace}/{plural}", body=obj)
+
+
+def get(client: RestClient, path: str) -> dict[str, Any] | None:
+    """GET `path`, or None on 404."""
+    try:
+        return client.request("GET", path)
+    except ApiStatusError as exc:
+        if exc.code == 404:
+            return None
+        raise
+
+
+def pod(client: RestClient, namespace: str, name: str) -> dict[str, Any] | None:
+    """The pod, or None."""
+    return get(client, f"/api/v1/namespaces/{namespace}/pods/{name}")
+
+
+def phase(client: RestClient, namespace: str, name: str) -> str | None:
+    """The pod's phase, or None if there is no such pod."""
+    found = pod(client, namespace, name)
+    return None if found is None else found.get("status", {}).get("phase")
+
+
+def events_for(client: RestClient, namespace: str, name: str) -> list[dict[str, Any]]:
+    """Events whose involved object is the pod `name`."""
+    result = client.request(
+        "GET",
+        f"/api/v1/namespaces/{namespace}/events",
+        query={"fieldSelector": f"involvedObject.name={name}"},
+    )
+    return list(result.get("items") or [])

@@ -1,0 +1,359 @@
+"""The virtual node on the real pair: registration, pods down, status up, dependencies, deletion."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from tests.e2e.helpers import create, events_for, get, phase, pod, pod_manifest, wait_for
+from vnode.providers.k2k import naming
+from vnode.testing.pair import ClusterPair
+from vnode.testing.vnodes import VirtualNodeProcess
+
+
+def _node(pair: ClusterPair, name: str) -> dict[str, Any]:
+    found = get(pair.upper.rest(), f"/api/v1/nodes/{name}")
+    assert found is not None
+    return found
+
+
+def test_the_node_registers_like_a_kubelet(
+    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess
+) -> None:
+    node = _node(cluster_pair, virtual_node.name)
+    labels = node["metadata"]["labels"]
+    assert labels["type"] == "virtual-kubelet"
+    assert labels["kubernetes.io/role"] == "agent"
+    assert labels["kubernetes.io/hostname"] == virtual_node.name
+    assert labels["kubernetes.io/os"] == "linux"
+    ours = {"key": "virtual-kubelet.io/provider", "value": "k8s", "effect": "NoSchedule"}
+    assert ours in node["spec"]["taints"]
+    # The upper node lifecycle controller taints a new node not-ready until it is Ready.
+    wait_for(
+        "only our taint",
+        lambda: _node(cluster_pair, virtual_node.name)["spec"]["taints"] == [ours],
+        timeout=20,
+    )
+    status = node["status"]
+    assert status["addresses"] == [{"type": "InternalIP", "address": "127.0.0.1"}]
+    assert status["daemonEndpoints"]["kubeletEndpoint"]["Port"] == virtual_node.kubelet_port
+    lower_version = cluster_pair.lower.rest().request("GET", "/version")["gitVersion"]
+    assert status["nodeInfo"]["kubeletVersion"] == lower_version
+    conditions = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conditions == {
+        "Ready": "True",
+        "MemoryPressure": "False",
+        "DiskPressure": "False",
+        "PIDPressure": "False",
+    }
+    # Three kwok nodes of 32 CPU / 256Gi / 110 pods each, minus what other pods hold.
+    assert 0 < int(status["allocatable"]["pods"]) <= 330
+    assert status["capacity"] == status["allocatable"]
+    for streaming in ("kubelet.kubernetes.io/streaming-protocols",):
+        assert streaming not in (node["metadata"].get("annotations") or {})
+
+
+def test_the_lease_is_renewed_and_owned_by_the_node(
+    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess
+) -> None:
+    client = cluster_pair.upper.rest()
+    path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{virtual_node.name}"
+    first = wait_for("the lease", lambda: get(client, path), timeout=20)
+    assert first["spec"]["holderIdentity"] == virtual_node.name
+    assert first["spec"]["leaseDurationSeconds"] == 40
+    owner = first["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"]) == ("Node", virtual_node.name)
+    assert owner["uid"] == _node(cluster_pair, virtual_node.name)["metadata"]["uid"]
+    wait_for(
+        "a renewal",
+        lambda: (
+            (get(client, path) or {}).get("spec", {}).get("renewTime") != first["spec"]["renewTime"]
+        ),
+        timeout=25,
+    )
+
+
+def test_a_deleted_node_is_registered_again(
+    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess
+) -> None:
+    old_uid = _node(cluster_pair, virtual_node.name)["metadata"]["uid"]
+    virtual_node.delete_node()
+    wait_for(
+        "the node back",
+        lambda: (
+            (get(cluster_pair.upper.rest(), f"/api/v1/nodes/{virtual_node.name}") or {})
+            .get("metadata", {})
+            .get("uid", old_uid)
+            != old_uid
+        ),
+        timeout=20,
+    )
+    virtual_node.wait_ready(timeout=20)
+
+
+def test_pods_run_below_with_their_config_maps_and_secrets(
+    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str
+) -> None:
+    upper, lower = cluster_pair.upper.rest(), cluster_pair.lower.rest()
+    create(
+        upper,
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "cfg"},
+            "data": {"greeting": "hello"},
+        },
+    )
+    create(
+        upper,
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "sec"},
+            "stringData": {"token": "t0"},
+        },
+    )
+    manifest = pod_manifest("web", node=virtual_node.name)
+    manifest["spec"]["containers"][0]["env"] = [
+        {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "greeting"}}},
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    ]
+    manifest["spec"]["containers"][0]["volumeMounts"] = [{"name": "s", "mountPath": "/s"}]
+    manifest["spec"]["volumes"] = [{"name": "s", "secret": {"secretName": "sec"}}]
+    started = time.monotonic()
+    create(upper, namespace, manifest)
+    wait_for("Running upstairs", lambda: phase(upper, namespace, "web") == "Running")
+    elapsed = time.monotonic() - started
+
+    up = pod(upper, namespace, "web")
+    below = pod(lower, namespace, "web")
+    assert up is not None
+    assert below is not None
+    meta = below["metadata"]
+    assert meta["labels"][naming.VIRTUAL_POD_LABEL] == "true"
+    assert naming.is_owned(below, node_name=virtual_node.name)
+    assert meta["annotations"][naming.UPPER_UID_ANNOTATION] == up["metadata"]["uid"]
+    assert below["spec"]["nodeName"].startswith("lower-node-")
+    assert up["status"]["podIP"] == below["status"]["podIP"]
+    assert up["status"]["hostIP"] == "127.0.0.1"
+    assert {c["type"]: c["status"] for c in up["status"]["conditions"]}["Ready"] == "True"
+    env = {e["name"]: e for e in below["spec"]["containers"][0]["env"]}
+    assert env["NODE"] == {"name": "NODE", "value": virtual_node.name}
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    # The upper ServiceAccount token volume is replaced by the lower cluster's own.
+    for volume in below["spec"]["volumes"]:
+        assert volume["name"] == "s" or volume["name"].startswith("kube-api-access-")
+    copies = {
+        kind: get(lower, f"/api/v1/namespaces/{namespace}/{kind}/{name}")
+        for kind, name in (("configmaps", "cfg"), ("secrets", "sec"))
+    }
+    assert copies["configmaps"] is not None
+    assert copies["configmaps"]["data"] == {"greeting": "hello"}
+    assert copies["secrets"] is not None
+    assert naming.is_owned(copies["secrets"], node_name=virtual_node.name)
+    assert elapsed < 20
+
+
+def test_a_config_map_update_reaches_the_copy_and_unused_copies_are_collected(
+    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str
+) -> None:
+    upper, lower = cluster_pair.upper.rest(), cluster_pair.lower.rest()
+    create(
+        upper,
+        namespace,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"v": "1"}},
+    )
+    manifest = pod_manifest("web", node=virtual_node.name)
+    manifest["spec"]["volumes"] = [{"name": "c", "configMap": {"name": "cfg"}}]
+    create(upper, namespace, manifest)
+    wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
+    copy_path = f"/api/v1/namespaces/{namespace}/configmaps/cfg"
+    upper.request(
+        "PATCH", copy_path, body={"data": {"v": "2"}}, content_type="application/merge-patch+json"
+    )
+    wait_for("the update below", lambda: (get(lower, copy_path) or {}).get("data") == {"v": "2"})
+
+    upper.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/web")
+    wait_for("the pod gone below", lambda: pod(lower, namespace, "web") is None)
+    wait_for("the copy collected", lambda: get(lower, copy_path) is None, timeout=20)
+    assert get(upper, copy_path) is not None
+
+
+def test_graceful_deletion_goes_down_then_finishes_upstairs(
+    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str
+) -> None:
+    upper, lower = cluster_pair.upper.rest(), cluster_pair.lower.rest()
+    create(upper, namespace, pod_manifest("web", node=virtual_node.name))
+    wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
+    lower_uid = (pod(lower, namespace, "web") or {})["metadata"]["uid"]
+    upper.request(
+        "DELETE",
+        f"/api/v1/namespaces/{namespace}/pods/web",
+        body={"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 30},
+    )
+    wait_for(
+        "the lower pod gone",
+        lambda: (pod(lower, namespace, "web") or {}).get("metadata", {}).get("uid") != lower_uid,
+    )
+    # kwok ends the lower pod at once, so the upper pod goes long before its 30 s grace.
+    wait_for("the upper pod gone", lambda: pod(upper, namespace, "web") is None, timeout=15)
+
+
+def test_a_lower_pod_deleted_by_someone_else_fails_the_upper_pod(
+    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str
+) -> None:
+    upper, lower = cluster_pair.upper.rest(), cluster_pair.lower.rest()
+    create(upper, namespace, pod_manifest("web", node=virtual_node.name))
+    wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
+    lower.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/web")
+    wait_for("Failed", lambda: phase(upper, namespace, "web") == "Failed")
+    status = (pod(upper, namespace, "web") or {})["status"]
+    assert status["reason"] == "LowerPodDeleted"
+    terminated = status["containerStatuses"][0]["state"]["terminated"]
+    assert terminated["exitCode"] == 137
+    time.sleep(1.0)
+    assert pod(lower, namespace, "web") is None, "a vanished pod must not be re-created"
+
+
+def test_a_pod_the_lower_cluster_refuses_fails_with_the_reason_and_leaves_nothing(
+    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str
+) -> None:
+    upper, lower = cluster_pair.upper.rest(), cluster_pair.lower.rest()
+    create(
+        lower,
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "none"},
+            "spec": {"hard": {"pods": "0"}},
+        },
+    )
+    create(
+        upper,
+        namespace,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"v": "1"}},
+    )
+    manifest = pod_manifest("web", node=virtual_node.name)
+    manifest["spec"]["volumes"] = [{"name": "c", "configMap": {"name": "cfg"}}]
+    create(upper, namespace, manifest)
+
+    def failed_status() -> dict[str, Any] | None:
+        status = (pod(upper, namespace, "web") or {}).get("status", {})
+        return status if status.get("reason") == "ProviderFailed" else None
+
+    status = wait_for("ProviderFailed", failed_status)
+    assert status["phase"] == "Pending"
+    assert "exceeded quota" in status["message"]
+    reasons = {e["reason"] for e in events_for(upper, namespace, "web")}
+    assert "ProviderCreateFailed" in reasons
+    assert get(lower, f"/api/v1/namespaces/{namespace}/configmaps/cfg") is None
+    # Retries back off: a few attempts in several seconds, not a storm.
+    before = _attempts(virtual_node)
+    time.sleep(4.0)
+    assert _attempts(virtual_node) - before <= 4
+
+
+def _attempts(node: VirtualNodeProcess) -> float:
+    total = 0.0
+    for line in node.metrics().splitlines():
+        if line.startswith('tensile_api_requests_total{cluster="lower",code="403",verb="POST"}'):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_kube_system_and_daemon_set_pods_are_refused_clearly(
+    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess
+) -> None:
+    upper = cluster_pair.upper.rest()
+    manifest = pod_manifest(f"addon-{virtual_node.name}", node=virtual_node.name)
+    create(upper, "kube-system", manifest)
+    name = manifest["metadata"]["name"]
+    try:
+        wait_for("Failed", lambda: phase(upper, "kube-system", name) == "Failed")
+        status = (pod(upper, "kube-system", name) or {})["status"]
+        assert status["reason"] == "UnsupportedPod"
+        assert "kube-system" in status["message"]
+        assert pod(cluster_pair.lower.rest(), "kube-system", name) is None
+    finally:
+        upper.request("DELETE", f"/api/v1/namespaces/kube-system/pods/{name}")
+
+
+def test_image_and_label_changes_reach_the_lower_pod(
+    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str
+) -> None:
+    upper, lower = cluster_pair.upper.rest(), cluster_pair.lower.rest()
+    create(upper, namespace, pod_manifest("web", node=virtual_node.name))
+    wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
+    patch = {
+        "metadata": {"labels": {"tier": "front"}},
+        "spec": {"containers": [{"name": "main", "image": "nginx:1.28"}]},
+    }
+    upper.request(
+        "PATCH",
+        f"/api/v1/namespaces/{namespace}/pods/web",
+        body=patch,
+        content_type="application/strategic-merge-patch+json",
+    )
+
+    def updated() -> bool:
+        below = pod(lower, namespace, "web") or {}
+        return bool(
+            below.get("metadata", {}).get("labels", {}).get("tier") == "front"
+            and below["spec"]["containers"][0]["image"] == "nginx:1.28"
+        )
+
+    wait_for("the update below", updated)
+
+
+def test_ignored_labels_stay_upstairs_and_are_restored(
+    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str
+) -> None:
+    upper, lower = cluster_pair.upper.rest(), cluster_pair.lower.rest()
+    manifest = pod_manifest(
+        "web", node=virtual_node.name, labels={"pod-group.scheduling.sigs.k8s.io": "g1"}
+    )
+    create(upper, namespace, manifest)
+    wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
+    below = pod(lower, namespace, "web") or {}
+    assert "pod-group.scheduling.sigs.k8s.io" not in below["metadata"]["labels"]
+    tripped = json.loads(below["metadata"]["annotations"][naming.TRIPPED_LABELS_ANNOTATION])
+    assert tripped == {"pod-group.scheduling.sigs.k8s.io": "g1"}
+    assert (pod(upper, namespace, "web") or {})["metadata"]["labels"][
+        "pod-group.scheduling.sigs.k8s.io"
+    ] == "g1"
+
+
+def test_lower_events_are_mirrored_onto_the_upper_pod(
+    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str
+) -> None:
+    upper = cluster_pair.upper.rest()
+    # More CPU than any one lower node has, but less than the virtual node's total: the
+    # upper scheduler places it, the lower one cannot.
+    create(upper, namespace, pod_manifest("big", node=virtual_node.name, requests={"cpu": "40"}))
+
+    def scheduling_failure() -> list[dict[str, Any]]:
+        # The lower scheduler's verdict (the upper one found room on the virtual node).
+        return [
+            e
+            for e in events_for(upper, namespace, "big")
+            if e["reason"] == "FailedScheduling" and "Insufficient cpu" in e["message"]
+        ]
+
+    events = wait_for("FailedScheduling upstairs", scheduling_failure)
+    big = pod(upper, namespace, "big") or {}
+    assert events[0]["involvedObject"]["uid"] == big["metadata"]["uid"]
+    assert "Insufficient cpu" in events[0]["message"]
+    wait_for(
+        "PodScheduled=False mirrored",
+        lambda: any(
+            c["type"] == "PodScheduled" and c["status"] == "False"
+            for c in (
+                (pod(upper, namespace, "big") or {}).get("status", {}).get("conditions") or []
+            )
+        ),
+    )

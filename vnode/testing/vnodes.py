@@ -1,0 +1,117 @@
+"""Run the real `virtual-node` command between the two clusters of a pair, for tests.
+
+The node runs as a child process, exactly as users run it, with the pair's kubeconfigs
+and kubelet certificates; tests talk to it only through the clusters, its metrics and its
+signals.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from vnode.testing import ports, processes
+from vnode.testing.pair import ClusterPair
+from vnode.testing.rest import ApiStatusError
+
+
+class VirtualNodeProcess:
+    """One `python -m vnode` child process; `start()` returns when its Node is Ready."""
+
+    def __init__(
+        self,
+        pair: ClusterPair,
+        *,
+        name: str,
+        log_dir: Path,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        lower_kubeconfig: Path | None = None,
+    ) -> None:
+        self.pair = pair
+        self.name = name
+        self.metrics_port = ports.pick()
+        self.kubelet_port = ports.pick()
+        self.log = log_dir / f"virtual-node-{name}.log"
+        self._argv = [
+            sys.executable, "-m", "vnode",
+            f"--nodename={name}",
+            f"--kubeconfig={pair.upper.kubeconfig}",
+            f"--client-kubeconfig={lower_kubeconfig or pair.lower.kubeconfig}",
+            f"--metrics-addr=127.0.0.1:{self.metrics_port}",
+            "--log-level=debug",
+            *args,
+        ]  # fmt: skip
+        self._env = {
+            **os.environ,
+            **pair.vnode.env(),
+            "KUBELET_PORT": str(self.kubelet_port),
+            **(env or {}),
+        }
+        self.process: processes.Process | None = None
+
+    def start(self, *, timeout: float = 60.0, wait: bool = True) -> VirtualNodeProcess:
+        """Start the node; with `wait`, return once its Node is Ready (`timeout` seconds)."""
+        self.process = processes.Process(
+            name=f"virtual-node-{self.name}", argv=self._argv, log=self.log, env=self._env
+        )
+        if wait:
+            self.wait_ready(timeout=timeout)
+        return self
+
+    def wait_ready(self, *, timeout: float = 60.0) -> None:
+        """Wait until the upper cluster shows the Node Ready; raises ComponentDied/TimeoutError."""
+        client = self.pair.upper.rest()
+        deadline = time.monotonic() + timeout
+        while True:
+            self.check()
+            try:
+                node = client.request("GET", f"/api/v1/nodes/{self.name}")
+                conditions = node.get("status", {}).get("conditions") or []
+                taints = node.get("spec", {}).get("taints") or []
+                # Ready, and the node lifecycle controller lifted its not-ready taint, so
+                # pods schedule onto it straight away.
+                if any(
+                    c["type"] == "Ready" and c["status"] == "True" for c in conditions
+                ) and not any(t.get("key") == "node.kubernetes.io/not-ready" for t in taints):
+                    return
+            except ApiStatusError as exc:
+                if exc.code != 404:
+                    raise
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"node {self.name} not Ready after {timeout:.0f}s; log {self.log}"
+                )
+            time.sleep(0.1)
+
+    def check(self) -> None:
+        """Raise ComponentDied (with the log's tail) if the node process exited."""
+        if self.process is not None:
+            self.process.check()
+
+    def stop(self, *, timeout: float = 20.0) -> int | None:
+        """SIGTERM the node, SIGKILL after `timeout` seconds; return its exit code."""
+        if self.process is None:
+            return None
+        self.process.stop(timeout=timeout)
+        return self.process.returncode
+
+    def metrics(self) -> str:
+        """Return the node's Prometheus metrics text."""
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5
+        ) as r:
+            text: str = r.read().decode()
+            return text
+
+    def delete_node(self) -> None:
+        """Delete the Node object (and so its Lease) from the upper cluster."""
+        try:
+            self.pair.upper.rest().request("DELETE", f"/api/v1/nodes/{self.name}")
+        except ApiStatusError as exc:
+            if exc.code != 404:
+                raise
