@@ -97,6 +97,11 @@ class ApiClient:
         """Return the absolute URL of an API path."""
         return self.info.server + path
 
+    def _unreachable(self, method: str, path: str, exc: BaseException) -> str:
+        detail = str(exc) or type(exc).__name__
+        where = f"{self.info.server} ({method} {path})"
+        return f"cannot reach the {self.name} cluster at {where}: {detail}"
+
     async def _throttle(self) -> None:
         if self._limiter is not None:
             wait = self._limiter.reserve(time.monotonic())
@@ -173,7 +178,7 @@ class ApiClient:
                         code=code, body=payload, retry_after=response.headers.get("Retry-After")
                     )
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise errors.ApiUnavailable(f"{self.name} {method} {path}: {exc!r}") from exc
+            raise errors.ApiUnavailable(self._unreachable(method, path, exc)) from exc
         finally:
             metrics.API_REQUESTS.labels(self.name, method, str(code)).inc()
             metrics.API_LATENCY.labels(self.name, method).observe(time.monotonic() - started)
@@ -219,4 +224,4 @@ class ApiClient:
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             if code == 0:
                 metrics.API_REQUESTS.labels(self.name, "WATCH", "0").inc()
-            raise errors.ApiUnavailable(f"{self.name} GET {path}: {exc!r}") from exc
+            raise errors.ApiUnavailable(self._unreachable("GET", path, exc)) from exc

@@ -61,6 +61,7 @@ class WorkQueue:
         self._ready = asyncio.Event()
         """Set while keys are queued (or on shut down): waiting workers wake and race."""
         self._shutting_down = False
+        metrics.QUEUE_DEPTH.labels(name).set(0)
 
     def __len__(self) -> int:
         return len(self._queue)

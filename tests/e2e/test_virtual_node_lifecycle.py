@@ -1,0 +1,263 @@
+"""The virtual node across restarts, beside another node, as capacity changes, and as a command."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.helpers import create, get, phase, pod, pod_manifest, wait_for
+from vnode.kube.quantity import parse_quantity
+from vnode.providers.k2k import naming
+from vnode.testing.kwok import FakeNode
+from vnode.testing.pair import ClusterPair
+from vnode.testing.vnodes import VirtualNodeProcess
+
+
+def _lower_pods(pair: ClusterPair, namespace: str) -> dict[str, str]:
+    items = pair.lower.rest().request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in items}
+
+
+def test_a_restart_adopts_pods_recreates_missing_ones_and_deletes_orphans(
+    cluster_pair: ClusterPair, tmp_path: Path, namespace: str
+) -> None:
+    upper, lower = cluster_pair.upper.rest(), cluster_pair.lower.rest()
+    node = VirtualNodeProcess(cluster_pair, name=f"vn-{secrets.token_hex(3)}", log_dir=tmp_path)
+    node.start()
+    try:
+        for name in ("keep", "lose", "orphan"):
+            create(upper, namespace, pod_manifest(name, node=node.name))
+        for name in ("keep", "lose", "orphan"):
+            wait_for(f"{name} Running", lambda n=name: phase(upper, namespace, n) == "Running")
+        before = _lower_pods(cluster_pair, namespace)
+        assert node.stop() == 0
+
+        # While the node is down: its lower pod "lose" disappears, and the upper pod of
+        # "orphan" is force-deleted.
+        lower.request(
+            "DELETE",
+            f"/api/v1/namespaces/{namespace}/pods/lose",
+            body={"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
+        )
+        upper.request(
+            "DELETE",
+            f"/api/v1/namespaces/{namespace}/pods/orphan",
+            body={"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
+        )
+        wait_for("lose gone below", lambda: pod(lower, namespace, "lose") is None)
+
+        node.start()
+        wait_for("orphan deleted below", lambda: pod(lower, namespace, "orphan") is None)
+        wait_for("lose re-created below", lambda: pod(lower, namespace, "lose") is not None)
+        wait_for("lose Running", lambda: phase(upper, namespace, "lose") == "Running")
+        after = _lower_pods(cluster_pair, namespace)
+        assert after["keep"] == before["keep"], "an existing lower pod must be adopted"
+        assert set(after) == {"keep", "lose"}
+    finally:
+        node.stop()
+        node.delete_node()
+
+
+def test_two_virtual_nodes_share_a_lower_cluster_without_touching_each_other(
+    cluster_pair: ClusterPair, tmp_path: Path, namespace: str
+) -> None:
+    upper, lower = cluster_pair.upper.rest(), cluster_pair.lower.rest()
+    a = VirtualNodeProcess(cluster_pair, name=f"vn-a-{secrets.token_hex(3)}", log_dir=tmp_path)
+    b = VirtualNodeProcess(cluster_pair, name=f"vn-b-{secrets.token_hex(3)}", log_dir=tmp_path)
+    a.start()
+    b.start()
+    try:
+        create(upper, namespace, pod_manifest("on-a", node=a.name))
+        create(upper, namespace, pod_manifest("on-b", node=b.name))
+        for name in ("on-a", "on-b"):
+            wait_for(f"{name} Running", lambda n=name: phase(upper, namespace, n) == "Running")
+        owner = {
+            n: (pod(lower, namespace, n) or {})["metadata"]["annotations"][naming.NODE_ANNOTATION]
+            for n in ("on-a", "on-b")
+        }
+        assert owner == {"on-a": a.name, "on-b": b.name}
+        b_uid = _lower_pods(cluster_pair, namespace)["on-b"]
+
+        # A restart of a must leave b's pod alone (tensile-kube deleted it as dangling).
+        assert a.stop() == 0
+        a.start()
+        wait_for("on-a Running again", lambda: phase(upper, namespace, "on-a") == "Running")
+        assert _lower_pods(cluster_pair, namespace)["on-b"] == b_uid
+        # b's pod holds lower resources, so it counts against a's capacity and not b's.
+        cpu_a = _allocatable(cluster_pair, a.name)["cpu"]
+        cpu_b = _allocatable(cluster_pair, b.name)["cpu"]
+        assert cpu_a == cpu_b
+    finally:
+        for node in (a, b):
+            node.stop()
+            node.delete_node()
+
+
+def _allocatable(pair: ClusterPair, name: str) -> dict[str, Any]:
+    node = get(pair.upper.rest(), f"/api/v1/nodes/{name}") or {}
+    return {k: parse_quantity(v) for k, v in node["status"]["allocatable"].items()}
+
+
+def test_capacity_follows_the_lower_cluster(
+    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str
+) -> None:
+    lower = cluster_pair.lower.rest()
+    start = _allocatable(cluster_pair, virtual_node.name)
+
+    # A lower pod that is not ours takes its requests away from the virtual node...
+    hog = pod_manifest("hog", node="unused", requests={"cpu": "5", "memory": "10Gi"})
+    hog["spec"].pop("nodeSelector")
+    create(lower, namespace, hog)
+    wait_for(
+        "capacity to drop",
+        lambda: _allocatable(cluster_pair, virtual_node.name)["cpu"] == start["cpu"] - 5,
+        timeout=15,
+    )
+    now = _allocatable(cluster_pair, virtual_node.name)
+    assert now["memory"] == start["memory"] - 10 * 2**30
+    assert now["pods"] == start["pods"] - 1
+
+    # ... a new lower node adds its allocatable, and cordoning it takes it away again.
+    extra = FakeNode(name=f"extra-{secrets.token_hex(3)}", cpu="8", memory="16Gi", pods="20")
+    cluster_pair.add_lower_node(extra)
+    try:
+        wait_for(
+            "capacity to grow",
+            lambda: _allocatable(cluster_pair, virtual_node.name)["cpu"] == now["cpu"] + 8,
+            timeout=15,
+        )
+        lower.request(
+            "PATCH",
+            f"/api/v1/nodes/{extra.name}",
+            body={"spec": {"unschedulable": True}},
+            content_type="application/merge-patch+json",
+        )
+        wait_for(
+            "capacity back",
+            lambda: _allocatable(cluster_pair, virtual_node.name)["cpu"] == now["cpu"],
+            timeout=15,
+        )
+    finally:
+        lower.request("DELETE", f"/api/v1/nodes/{extra.name}")
+
+
+def test_a_namespace_prefix_maps_namespaces_below(
+    cluster_pair: ClusterPair, tmp_path: Path, namespace: str
+) -> None:
+    upper, lower = cluster_pair.upper.rest(), cluster_pair.lower.rest()
+    prefix = f"p{secrets.token_hex(2)}-"
+    node = VirtualNodeProcess(
+        cluster_pair,
+        name=f"vn-{secrets.token_hex(3)}",
+        log_dir=tmp_path,
+        args=[f"--namespace-prefix={prefix}"],
+    )
+    node.start()
+    try:
+        manifest = pod_manifest("web", node=node.name)
+        manifest["spec"]["containers"][0]["env"] = [
+            {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
+        ]
+        create(upper, namespace, manifest)
+        wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
+        below = pod(lower, prefix + namespace, "web")
+        assert below is not None
+        assert below["spec"]["containers"][0]["env"] == [{"name": "NS", "value": namespace}]
+        assert pod(lower, namespace, "web") is None
+    finally:
+        node.stop()
+        node.delete_node()
+        lower.request("DELETE", f"/api/v1/namespaces/{prefix}{namespace}")
+
+
+def _virtual_node(
+    *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "vnode", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "--client-kubeconfig"),
+        (["--client-kubeconfig=x", "--os=Plan9"], "--os must be Linux or Windows"),
+        (["--client-kubeconfig=x", "--enable-controllers=Nope"], "unknown Nope"),
+        (["--client-kubeconfig=x", "--pod-sync-workers=0"], "--pod-sync-workers must be >= 1"),
+        (["--client-kubeconfig=x", "--metrics-addr=nowhere"], "--metrics-addr must be host:port"),
+        (["--client-kubeconfig=x", "--full-resync-period=soon"], "not a duration"),
+        (["--client-kubeconfig=/does/not/exist"], "kubeconfig /does/not/exist does not exist"),
+    ],
+)
+def test_invalid_flags_exit_2_with_one_clear_message(
+    cluster_pair: ClusterPair, args: list[str], message: str
+) -> None:
+    result = _virtual_node(f"--kubeconfig={cluster_pair.upper.kubeconfig}", *args)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_environment_exits_2(cluster_pair: ClusterPair) -> None:
+    for var, value, message in (
+        ("VKUBELET_TAINT_EFFECT", "Sometimes", "VKUBELET_TAINT_EFFECT must be one of"),
+        ("VKUBELET_POD_IP", "not-an-ip", "VKUBELET_POD_IP must be an IP address"),
+        ("KUBELET_PORT", "http", "KUBELET_PORT must be a port number"),
+        ("VKUBELET_NODE_LABEL", "novalue", "VKUBELET_NODE_LABEL must be key:value"),
+    ):
+        result = _virtual_node(
+            f"--kubeconfig={cluster_pair.upper.kubeconfig}",
+            f"--client-kubeconfig={cluster_pair.lower.kubeconfig}",
+            env={**os.environ, var: value},
+        )
+        assert result.returncode == 2, var
+        assert message in result.stderr
+
+
+def test_an_unreachable_lower_cluster_is_a_clear_error(
+    cluster_pair: ClusterPair, tmp_path: Path
+) -> None:
+    text = cluster_pair.lower.kubeconfig.read_text()
+    dead = tmp_path / "dead.kubeconfig"
+    port = cluster_pair.ports["lower-apiserver"]
+    dead.write_text(text.replace(f"127.0.0.1:{port}", "127.0.0.1:1"))
+    result = _virtual_node(
+        f"--kubeconfig={cluster_pair.upper.kubeconfig}",
+        f"--client-kubeconfig={dead}",
+        "--nodename=unreachable",
+    )
+    assert result.returncode == 1
+    assert "lower" in result.stderr
+    assert "127.0.0.1:1" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert get(cluster_pair.upper.rest(), "/api/v1/nodes/unreachable") is None
+
+
+def test_metrics_show_queues_syncs_and_api_calls(
+    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str
+) -> None:
+    upper = cluster_pair.upper.rest()
+    create(upper, namespace, pod_manifest("web", node=virtual_node.name))
+    wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
+    text = virtual_node.metrics()
+    for series in (
+        'tensile_workqueue_depth{queue="pods_from_upper"}',
+        'tensile_workqueue_work_duration_seconds_count{queue="pods_from_upper"}',
+        'tensile_workqueue_work_duration_seconds_count{queue="status_from_lower"}',
+        'tensile_workqueue_queue_duration_seconds_bucket{le="0.01",queue="status_from_lower"}',
+        'tensile_api_requests_total{cluster="lower",code="201",verb="POST"}',
+        'tensile_informer_cached_objects{informer="lower-pods"}',
+    ):
+        assert series in text, series
