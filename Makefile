@@ -39,10 +39,10 @@ test-unit: venv
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest tests/unit tests/component $(PYTEST_ARGS)
 
 demo: venv controlplane
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python hack/demo.py --dir $(DEMO_DIR)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python hack/demo.py up --dir $(DEMO_DIR)
 
 demo-down: venv
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/tensile-devcluster down --dir $(DEMO_DIR)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python hack/demo.py down --dir $(DEMO_DIR)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -124,6 +124,9 @@ def test_pods_run_below_with_their_config_maps_and_secrets(
     ]
     manifest["spec"]["containers"][0]["volumeMounts"] = [{"name": "s", "mountPath": "/s"}]
     manifest["spec"]["volumes"] = [{"name": "s", "secret": {"secretName": "sec"}}]
+    create(upper, namespace, {"apiVersion": "v1", "kind": "ServiceAccount",
+                              "metadata": {"name": "runner"}})  # fmt: skip
+    manifest["spec"]["serviceAccountName"] = "runner"
     started = time.monotonic()
     create(upper, namespace, manifest)
     wait_for("Running upstairs", lambda: phase(upper, namespace, "web") == "Running")
@@ -144,9 +147,16 @@ def test_pods_run_below_with_their_config_maps_and_secrets(
     env = {e["name"]: e for e in below["spec"]["containers"][0]["env"]}
     assert env["NODE"] == {"name": "NODE", "value": virtual_node.name}
     assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
-    # The upper ServiceAccount token volume is replaced by the lower cluster's own.
-    for volume in below["spec"]["volumes"]:
-        assert volume["name"] == "s" or volume["name"].startswith("kube-api-access-")
+    # The ServiceAccount is mirrored, and the upper token volume replaced by the one the
+    # lower cluster's admission projects for its own copy of the ServiceAccount.
+    assert below["spec"]["serviceAccountName"] == "runner"
+    sa = get(lower, f"/api/v1/namespaces/{namespace}/serviceaccounts/runner")
+    assert sa is not None
+    assert naming.is_owned(sa, node_name=virtual_node.name)
+    upper_token = next(v["name"] for v in up["spec"]["volumes"] if v["name"] != "s")
+    lower_token = next(v["name"] for v in below["spec"]["volumes"] if v["name"] != "s")
+    assert lower_token.startswith("kube-api-access-")
+    assert lower_token != upper_token
     copies = {
         kind: get(lower, f"/api/v1/namespaces/{namespace}/{kind}/{name}")
         for kind, name in (("configmaps", "cfg"), ("secrets", "sec"))

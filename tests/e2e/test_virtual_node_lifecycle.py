@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
+import json
 import os
 import secrets
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -139,12 +142,41 @@ def test_capacity_follows_the_lower_cluster(
             content_type="application/merge-patch+json",
         )
         wait_for(
-            "capacity back",
+            "capacity back after a cordon",
             lambda: _allocatable(cluster_pair, virtual_node.name)["cpu"] == now["cpu"],
             timeout=15,
         )
     finally:
         lower.request("DELETE", f"/api/v1/nodes/{extra.name}")
+
+
+def test_a_lower_node_going_not_ready_leaves_the_capacity_within_seconds(
+    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess
+) -> None:
+    lower = cluster_pair.lower.rest()
+    start = _allocatable(cluster_pair, virtual_node.name)
+    # A node kwok does not manage, whose Ready condition the test sets by hand.
+    name = f"manual-{secrets.token_hex(3)}"
+    lower.request("POST", "/api/v1/nodes", body={
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+        "status": {"capacity": {"cpu": "4", "memory": "8Gi", "pods": "10"},
+                   "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"}},
+    })  # fmt: skip
+    try:
+        for ready, cpu in (("True", start["cpu"] + 4), ("False", start["cpu"])):
+            now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            condition = {"type": "Ready", "status": ready, "reason": "Test",
+                         "lastHeartbeatTime": now, "lastTransitionTime": now}  # fmt: skip
+            lower.request("PATCH", f"/api/v1/nodes/{name}/status",
+                          body={"status": {"conditions": [condition]}},
+                          content_type="application/strategic-merge-patch+json")  # fmt: skip
+            flipped = time.monotonic()
+            wait_for(f"capacity with the node Ready={ready}",
+                     lambda c=cpu: _allocatable(cluster_pair, virtual_node.name)["cpu"] == c,
+                     timeout=10)  # fmt: skip
+            assert time.monotonic() - flipped < 5
+    finally:
+        lower.request("DELETE", f"/api/v1/nodes/{name}")
 
 
 def test_a_namespace_prefix_maps_namespaces_below(
@@ -237,11 +269,14 @@ def test_an_unreachable_lower_cluster_is_a_clear_error(
         f"--kubeconfig={cluster_pair.upper.kubeconfig}",
         f"--client-kubeconfig={dead}",
         "--nodename=unreachable",
+        "--log-format=json",
     )
     assert result.returncode == 1
-    assert "lower" in result.stderr
-    assert "127.0.0.1:1" in result.stderr
     assert "Traceback" not in result.stderr
+    entries = [json.loads(line) for line in result.stderr.splitlines()]
+    error = entries[-1]
+    assert error["level"] == "error"
+    assert "cannot reach the lower cluster at https://127.0.0.1:1" in error["msg"]
     assert get(cluster_pair.upper.rest(), "/api/v1/nodes/unreachable") is None
 
 

@@ -54,10 +54,19 @@ class VirtualNodeProcess:
         }
         self.process: processes.Process | None = None
 
-    def start(self, *, timeout: float = 60.0, wait: bool = True) -> VirtualNodeProcess:
-        """Start the node; with `wait`, return once its Node is Ready (`timeout` seconds)."""
+    def start(
+        self, *, timeout: float = 60.0, wait: bool = True, detach: bool = False
+    ) -> VirtualNodeProcess:
+        """Start the node; with `wait`, return once its Node is Ready (`timeout` seconds).
+
+        `detach` lets the node outlive this process (for the demo; stop it by its `ref`).
+        """
         self.process = processes.Process(
-            name=f"virtual-node-{self.name}", argv=self._argv, log=self.log, env=self._env
+            name=f"virtual-node-{self.name}",
+            argv=self._argv,
+            log=self.log,
+            env=self._env,
+            die_with_parent=not detach,
         )
         if wait:
             self.wait_ready(timeout=timeout)
