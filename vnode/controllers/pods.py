@@ -52,9 +52,12 @@ class PodController:
         workers: int,
         recorder: EventRecorder,
         sync_timeout: float = 60.0,
+        status_coalesce: float = 0.1,
     ) -> None:
         """`sync_timeout` (seconds) bounds one provider call, so a hung backend cannot pin a
-        worker forever."""
+        worker forever; `status_coalesce` (seconds) is how long a provider notification
+        waits for more of the same pod before its status is written."""
+        self._coalesce = status_coalesce
         self._upper = upper
         self._provider = provider
         self._workers = workers
@@ -66,6 +69,7 @@ class PodController:
             name="upper-pods",
             namespace=namespace,
             field_selector=f"spec.nodeName={node_name}",
+            encoded=True,  # every pod of the node, read a few times in its life
         )
         self.pods_from_upper = WorkQueue(name="pods_from_upper", settings=_POD_QUEUE)
         self.status_from_lower = WorkQueue(name="status_from_lower")
@@ -91,9 +95,18 @@ class PodController:
         self.pods_from_upper.add(key)
 
     def _provider_changed(self, key: str) -> None:
-        self.status_from_lower.add(key)
-        # Deletions below finish upper deletions or mark vanished pods: the spec side decides.
-        self.pods_from_upper.add(key)
+        # A pod's changes below come in bursts (bound, then started): a short wait lets one
+        # status write carry them all, which spares the upper apiserver and its watchers.
+        self.status_from_lower.add_after(key, self._coalesce)
+        pod = self.informer.store.get(key)
+        # Only a deletion below concerns the spec side (finishing an upper deletion, or
+        # failing a pod whose backend pod vanished).
+        if (
+            pod is None
+            or pod["metadata"].get("deletionTimestamp")
+            or (self._provider.backend_pod(pod) is None)
+        ):
+            self.pods_from_upper.add(key)
 
     async def run(self) -> None:
         """Wait for the upper pod cache, clean up dangling backend pods, then work the queues."""
@@ -170,12 +183,6 @@ class PodController:
                 pod, decide.provider_failed_status(pod, message=str(exc), now=decide.now_rfc3339())
             )
             raise
-        await self._recorder.record(
-            pod,
-            type="Normal",
-            reason="ProviderCreateSuccess",
-            message="Create pod in provider successfully",
-        )
 
     async def _final_delete(self, pod: Obj) -> None:
         meta = pod["metadata"]
@@ -199,7 +206,7 @@ class PodController:
         if pod is None or decide.is_terminal(pod):
             return
         desired = self._provider.pod_status(pod)
-        if desired is not None:
+        if desired is not None and not decide.nothing_to_tell(desired):
             await self._write_status(pod, desired)
 
     async def _write_status(self, pod: Obj, desired: dict[str, Any]) -> None:

@@ -41,6 +41,16 @@ def spec_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     return any(old_spec.get(f) != new_spec.get(f) for f in _MUTABLE_SPEC)
 
 
+def nothing_to_tell(status: Mapping[str, Any]) -> bool:
+    """Tell whether a backend pod's status says nothing the upper pod does not already say:
+    Pending, not yet scheduled below, no conditions. Skipping it spares a write per pod."""
+    return (
+        status.get("phase") == "Pending"
+        and not status.get("conditions")
+        and not (status.get("message") or status.get("reason"))
+    )
+
+
 def rejection(pod: Mapping[str, Any]) -> str | None:
     """Return why a virtual node does not run this pod, or None if it does.
 

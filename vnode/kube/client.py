@@ -47,6 +47,7 @@ class ApiClient:
         burst: int = 100,
         user_agent: str = "tensile",
         timeout: float = 30.0,
+        connections: int = 16,
     ) -> None:
         """`name` labels logs and metrics ("upper", "lower"); `qps`/`burst` as in client-go
         (qps <= 0 disables client-side limiting); `timeout` (seconds) bounds non-streaming
@@ -56,27 +57,35 @@ class ApiClient:
         self.timeout = timeout
         self._limiter = TokenBucket(rate=qps, burst=max(1, burst)) if qps > 0 else None
         self._user_agent = user_agent
+        self._connections = connections
         self._session: aiohttp.ClientSession | None = None
+        self._streams: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> ApiClient:
-        connector = aiohttp.TCPConnector(limit=0, ssl=self.info.ssl_context or False)
-        self._session = aiohttp.ClientSession(
-            connector=connector,
+        # Requests share a small pool of keep-alive connections: each TLS connection holds
+        # a 256 KiB read buffer, and past a dozen or so the apiserver gains nothing from
+        # more. Streams (watches, logs) live long, so they get a pool of their own and never
+        # starve requests.
+        self._session = self._new_session(limit=self._connections)
+        self._streams = self._new_session(limit=0)
+        return self
+
+    def _new_session(self, *, limit: int) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=limit, ssl=self.info.ssl_context or False),
             headers={"User-Agent": self._user_agent},
-            # Keep-alive connections are reused for many small requests; streams get their
-            # own read timeouts per request.
             timeout=aiohttp.ClientTimeout(total=None, connect=10),
         )
-        return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     async def close(self) -> None:
         """Close the session and its connections."""
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for session in (self._session, self._streams):
+            if session is not None:
+                await session.close()
+        self._session = self._streams = None
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -204,7 +213,9 @@ class ApiClient:
         await self._throttle()
         code = 0
         try:
-            async with self.session.get(
+            if self._streams is None:
+                raise RuntimeError(f"{self.name} client is not open (use `async with`)")
+            async with self._streams.get(
                 self.url(path),
                 params=params,
                 headers=self.headers({"Accept": accept}),

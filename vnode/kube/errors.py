@@ -74,6 +74,10 @@ class ServerError(ApiError):
     """5xx: the server failed; usually worth retrying."""
 
 
+class WatchIdle(Exception):
+    """A watch stream stayed silent (no event, no bookmark) longer than its idle timeout."""
+
+
 class ApiUnavailable(Exception):
     """The API could not be reached (connection refused, reset, TLS failure, timeout)."""
 

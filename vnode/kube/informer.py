@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from vnode.kube import metrics
 from vnode.kube.client import ApiClient
@@ -21,14 +23,23 @@ from vnode.kube.store import IndexFunc, Obj, Store
 logger = logging.getLogger(__name__)
 
 
-def strip_managed_fields(obj: Obj) -> Obj:
-    """Return `obj` without metadata.managedFields (server-side apply bookkeeping, often
-    the largest part of an object and never read by us)."""
+def compact(obj: Obj) -> Obj:
+    """Return `obj` as it is best cached: without metadata.managedFields (server-side apply
+    bookkeeping, often the largest part of an object and never read by us), and with every
+    key interned, so thousands of cached objects share one copy of "metadata", "name", ...
+    (json.loads makes new key strings for every document)."""
     meta = obj.get("metadata")
     if isinstance(meta, dict) and "managedFields" in meta:
-        meta = {k: v for k, v in meta.items() if k != "managedFields"}
-        return {**obj, "metadata": meta}
-    return obj
+        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return _interned(obj)  # type: ignore[no-any-return]
+
+
+def _interned(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {sys.intern(k): _interned(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interned(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,11 +65,13 @@ class Informer:
         field_selector: str | None = None,
         indexers: Mapping[str, IndexFunc] | None = None,
         settings: ReflectorSettings | None = None,
-        transform: Callable[[Obj], Obj] | None = strip_managed_fields,
+        transform: Callable[[Obj], Obj] | None = compact,
+        encoded: bool = False,
     ) -> None:
-        """`transform` trims objects before they are cached (default: drop managedFields)."""
+        """`transform` trims objects before they are cached (default: `compact`); `encoded`
+        keeps them as JSON text (see `Store`)."""
         self.name = name
-        self.store = Store(indexers=indexers)
+        self.store = Store(indexers=indexers, encoded=encoded)
         self._handlers: list[Handlers] = []
         self._synced = asyncio.Event()
         self._reflector = Reflector(

@@ -111,6 +111,14 @@ class Reflector:
                     "reflector %s: resourceVersion %s expired; listing again", self.name, self._rv
                 )
                 self._rv = None
+            except errors.WatchIdle:
+                # Quiet resources get no bookmarks for minutes: dropping a silent stream
+                # is the watchdog doing its job (half-open connections), not a failure.
+                logger.debug(
+                    "reflector %s: no events for %.0fs; watching again",
+                    self.name,
+                    self._settings.idle_timeout,
+                )
             except (errors.ApiError, errors.ApiUnavailable, ValueError) as exc:
                 # ValueError: a body that is not JSON (a proxy's page, a truncated line).
                 failures += 1
@@ -167,11 +175,9 @@ class Reflector:
             "resourceVersion": self._rv or "",
             "timeoutSeconds": str(int(random.uniform(low, high))),  # noqa: S311 - jitter only
         }
-        async with self._client.stream(
-            self._path, params=params, read_timeout=self._settings.idle_timeout
-        ) as response:
+        async with self._client.stream(self._path, params=params) as response:
             buffer = b""
-            async for chunk in response.content.iter_any():
+            async for chunk in _idle_bounded(response, self._settings.idle_timeout):
                 buffer += chunk
                 # Objects can be large (ConfigMaps up to 1 MiB): split lines ourselves
                 # rather than rely on a line-length limit.
@@ -208,3 +214,17 @@ class Reflector:
 
 def _rv_of(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+async def _idle_bounded(response: Any, idle: float) -> Any:
+    """Yield the response's chunks; raise WatchIdle when none arrives for `idle` seconds."""
+    iterator = response.content.iter_any().__aiter__()
+    while True:
+        try:
+            async with asyncio.timeout(idle):
+                chunk = await iterator.__anext__()
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            raise errors.WatchIdle(f"no data for {idle:.0f}s") from None
+        yield chunk

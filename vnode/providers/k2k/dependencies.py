@@ -24,7 +24,7 @@ from vnode.kube.informer import Handlers, Informer
 from vnode.kube.resources import CONFIG_MAPS, SECRETS, SERVICE_ACCOUNTS, Resource, split_key
 from vnode.kube.store import Obj
 from vnode.kube.workqueue import WorkQueue
-from vnode.providers.k2k import naming, translate
+from vnode.providers.k2k import naming, slim, translate
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +72,10 @@ def referenced(pods: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]]:
     """Return the (kind, name) pairs the given pods reference (pure)."""
     refs: set[tuple[str, str]] = set()
     for pod in pods:
+        precomputed = pod.get(slim.REFS)
+        if precomputed is not None:  # a slimmed cached pod (see slim.py)
+            refs |= {(kind, name) for kind, name in precomputed}
+            continue
         deps = translate.dependencies(pod)
         refs |= {("ConfigMap", n) for n in deps.config_maps}
         refs |= {("Secret", n) for n in deps.secrets}
@@ -102,7 +106,11 @@ class DependencySync:
         self._lower_pods = lower_pods
         self.upper_informers = {
             kind: Informer(
-                upper, resource, name=f"upper-{resource.plural}", namespace=upper_namespace
+                upper,
+                resource,
+                name=f"upper-{resource.plural}",
+                namespace=upper_namespace,
+                encoded=True,  # every ConfigMap and Secret upstairs; read when a pod needs one
             )
             for kind, resource in KINDS.items()
         }

@@ -33,6 +33,9 @@ _COPIED = (
     "source",
 )
 _REPEAT_FIELDS = ("count", "lastTimestamp", "message", "series")
+ROUTINE_REASONS = frozenset({"Scheduled"})
+"""Normal lower events not mirrored: one per pod ("assigned to lower-node-3"), costing an
+upper write each, while the upper pod's own Scheduled event already tells the story."""
 
 
 def upper_event(lower_event: Mapping[str, Any], *, lower_pod: Mapping[str, Any]) -> Obj | None:
@@ -92,6 +95,8 @@ class EventMirror:
         return pod
 
     def _changed(self, event: Obj) -> None:
+        if event.get("reason") in ROUTINE_REASONS and event.get("type") == "Normal":
+            return
         if self._owned_pod(event) is not None:
             meta = event["metadata"]
             self.queue.add(f"{meta['namespace']}/{meta['name']}")

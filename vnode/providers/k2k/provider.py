@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -19,7 +20,7 @@ from vnode.kube.client import STRATEGIC_MERGE_PATCH, ApiClient
 from vnode.kube.informer import Handlers, Informer
 from vnode.kube.resources import NAMESPACES, NODES, PODS
 from vnode.kube.store import Obj
-from vnode.providers.k2k import capacity, naming, translate
+from vnode.providers.k2k import capacity, naming, slim, translate
 from vnode.providers.k2k.dependencies import DependencySync
 from vnode.providers.k2k.events import EventMirror
 
@@ -49,11 +50,17 @@ class K2KProvider:
     ) -> None:
         """`node_ip` is the virtual node's InternalIP, shown as the pods' hostIP upstairs."""
         self._node_ip = node_ip
+        self._node = translation.node_name
         self._upper = upper
         self._lower = lower
         self.t = translation
-        self._node = translation.node_name
-        self.pods = Informer(lower, PODS, name="lower-pods", indexers={UPPER_INDEX: _upper_key_of})
+        self.pods = Informer(
+            lower,
+            PODS,
+            name="lower-pods",
+            indexers={UPPER_INDEX: _upper_key_of},
+            transform=functools.partial(slim.slim_lower_pod, node_name=self._node),
+        )
         self.nodes = Informer(lower, NODES, name="lower-nodes")
         self.dependencies = DependencySync(
             upper=upper,
