@@ -83,10 +83,15 @@ def from_configuration(cfg: k8s_client.Configuration, *, source: str) -> Connect
             context.verify_mode = ssl.CERT_NONE
 
     def authorization() -> str | None:
-        # Calls the refresh hook (exec plugins, rotating in-cluster token files) when set.
-        token = cfg.get_api_key_with_prefix("authorization")
-        if token:
-            return str(token)
+        # auth_settings() is what the package's own clients send; it calls the refresh hook
+        # (exec plugins, rotating in-cluster token files) when one is set. The key the token
+        # is stored under changed across package versions; the header name did not.
+        settings: dict[str, dict[str, object]] = cfg.auth_settings()
+        for setting in settings.values():
+            if setting.get("in") == "header" and str(setting.get("key")).lower() == "authorization":
+                value = setting.get("value")
+                if value:
+                    return str(value)
         if cfg.username or cfg.password:
             return str(cfg.get_basic_auth_token())
         return None

@@ -31,6 +31,7 @@ class VirtualNodeProcess:
         args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         lower_kubeconfig: Path | None = None,
+        upper_kubeconfig: Path | None = None,
     ) -> None:
         self.pair = pair
         self.name = name
@@ -40,7 +41,7 @@ class VirtualNodeProcess:
         self._argv = [
             sys.executable, "-m", "vnode",
             f"--nodename={name}",
-            f"--kubeconfig={pair.upper.kubeconfig}",
+            f"--kubeconfig={upper_kubeconfig or pair.upper.kubeconfig}",
             f"--client-kubeconfig={lower_kubeconfig or pair.lower.kubeconfig}",
             f"--metrics-addr=127.0.0.1:{self.metrics_port}",
             "--log-level=debug",
