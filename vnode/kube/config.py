@@ -12,6 +12,7 @@ import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
@@ -86,7 +87,7 @@ def from_configuration(cfg: k8s_client.Configuration, *, source: str) -> Connect
         # auth_settings() is what the package's own clients send; it calls the refresh hook
         # (exec plugins, rotating in-cluster token files) when one is set. The key the token
         # is stored under changed across package versions; the header name did not.
-        settings: Mapping[str, Mapping[str, object]] = dict(cfg.auth_settings())
+        settings = cast("Mapping[str, Mapping[str, object]]", cfg.auth_settings())
         for setting in settings.values():
             if setting.get("in") == "header" and str(setting.get("key")).lower() == "authorization":
                 value = setting.get("value")
