@@ -7,25 +7,14 @@ import os
 import re
 import select
 import subprocess
-import time
 import urllib.request
 from typing import Any
 
 import pytest
 
+from tests.e2e.helpers import wait_for
 from vnode.testing import binaries, cluster
 from vnode.testing.pair import ClusterPair
-
-
-def _wait_for(what: str, condition: Any, *, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.2)
 
 
 def _pod_manifest(name: str, namespace: str) -> dict[str, Any]:
@@ -52,7 +41,7 @@ def running_lower_pod(cluster_pair: ClusterPair, namespace: str) -> str:
         )
         return pod["status"].get("phase") == "Running"
 
-    _wait_for("the lower pod to run", running)
+    wait_for("the lower pod to run", running)
     return "p"
 
 
@@ -88,7 +77,7 @@ def test_deployment_in_the_lower_cluster_runs_on_kwok_nodes(
         running = [p for p in pods if p["status"].get("phase") == "Running"]
         return running if len(running) == 3 else None
 
-    pods = _wait_for("3 Running pods", running_pods)
+    pods = wait_for("3 Running pods", running_pods)
     for pod in pods:
         assert pod["spec"]["nodeName"].startswith("lower-node-")
         assert pod["status"]["podIP"].startswith("10.244.")
