@@ -92,6 +92,8 @@ class Reflector:
         self._on_synced = on_synced
         self._settings = settings or ReflectorSettings()
         self._rv: str | None = None
+        self._progress = False
+        """Whether the current attempt listed or received anything (resets failure counts)."""
         self.last_error: BaseException | None = None
         """The error of the last failed attempt; None after a success."""
 
@@ -99,18 +101,24 @@ class Reflector:
         """List and watch until cancelled."""
         failures = 0
         while True:
+            self._progress = False
             try:
                 if self._rv is None:
                     await self._list()
+                    self._progress = True
                     self._on_synced()
                 await self._watch()
-                failures = 0
-                self.last_error = None
             except errors.Gone:
                 logger.info(
                     "reflector %s: resourceVersion %s expired; listing again", self.name, self._rv
                 )
                 self._rv = None
+                if not self._progress:
+                    # A 410 before anything worked (a proxy, a list's first page): do not
+                    # spin; back off like any other failure.
+                    failures += 1
+                    await asyncio.sleep(jittered(self._settings.backoff.delay(failures - 1)))
+                    continue
             except errors.WatchIdle:
                 # Quiet resources get no bookmarks for minutes: dropping a silent stream
                 # is the watchdog doing its job (half-open connections), not a failure.
@@ -121,13 +129,18 @@ class Reflector:
                 )
             except (errors.ApiError, errors.ApiUnavailable, ValueError) as exc:
                 # ValueError: a body that is not JSON (a proxy's page, a truncated line).
-                failures += 1
+                # Failures count as consecutive only without progress in between.
+                failures = failures + 1 if not self._progress else 1
                 self.last_error = exc
                 if failures >= self._settings.relist_after_failures:
                     self._rv = None
                 delay = jittered(self._settings.backoff.delay(failures - 1))
                 logger.warning("reflector %s: %s; retrying in %.1fs", self.name, exc, delay)
                 await asyncio.sleep(delay)
+                continue
+            # The list or the watch worked (even if the stream then ended or went quiet).
+            failures = 0
+            self.last_error = None
 
     async def _list(self) -> None:
         metrics.RELISTS.labels(self.name).inc()
@@ -192,6 +205,8 @@ class Reflector:
         if kind == "ERROR":
             code = int(obj.get("code") or 500)
             raise errors.from_response(code=code, body=json.dumps(obj))
+        self._progress = True
+        self.last_error = None  # the stream works again
         if kind == "BOOKMARK":
             self._rv = _rv_of(obj) or self._rv
             return

@@ -39,6 +39,8 @@ class Resource:
             raise ValueError(f"{self.plural} is not namespaced")
         if subresource and not name:
             raise ValueError("a subresource needs an object name")
+        if name and self.namespaced and not namespace:
+            raise ValueError(f"{self.plural} {name!r} needs a namespace")
         prefix = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
         parts = [prefix]
         if namespace:

@@ -38,7 +38,8 @@ class QueueSettings:
     )
     """Per-key delay after consecutive failures."""
     max_retries: int = 15
-    """Failures after which a key is dropped (until something adds it again)."""
+    """Retries after a first failure before a key is dropped (until something adds it
+    again): a key is handled at most 1 + max_retries times in a row, as in client-go."""
     rate: float = 50.0
     """Overall retries per second (token bucket)."""
     burst: int = 500

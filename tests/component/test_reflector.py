@@ -1,0 +1,741 @@
+"""Reflector and Informer against a scripted FAKE apiserver (aiohttp on 127.0.0.1, plain HTTP).
+
+A fake is used on purpose: these scenarios are faults a real kube-apiserver cannot produce
+on demand -- a 410 Gone in the middle of a watch stream or on a `continue` token at a chosen
+moment, a stream that goes silent without closing, 500s on the n-th watch, a refused
+connection that later recovers. Each answer is scripted, and every request the reflector
+makes is recorded so the tests can check its parameters (resourceVersion, bookmarks,
+continue tokens). What a real apiserver does in the same situations (compaction expiring a
+watch, an unreachable lower cluster) is covered by tests/e2e/test_faults.py.
+
+Every test cancels and awaits the informer/reflector task it started, closes its ApiClient
+and the fake server, so the suite's leak check stays quiet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import socket
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from prometheus_client import REGISTRY
+
+from vnode.kube import errors
+from vnode.kube.backoff import ExponentialBackoff
+from vnode.kube.client import ApiClient
+from vnode.kube.config import ConnectionInfo
+from vnode.kube.informer import Handlers, Informer, compact
+from vnode.kube.reflector import Event, Reflector, ReflectorSettings
+from vnode.kube.resources import PODS
+from vnode.kube.store import Obj, Store
+
+Answer = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+FAST = ReflectorSettings(backoff=ExponentialBackoff(base=0.01, cap=0.05))
+
+
+def pod(name: str, rv: str, *, namespace: str = "default", **extra: Any) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "resourceVersion": rv, **extra},
+        "spec": {"nodeName": "n1"},
+    }
+
+
+def ev(kind: str, obj: Obj) -> dict[str, Any]:
+    return {"type": kind, "object": obj}
+
+
+def bookmark(rv: str) -> dict[str, Any]:
+    return ev("BOOKMARK", {"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": rv}})
+
+
+def status_body(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+EXPIRED = status_body(410, "Expired", "too old resource version: 10 (50)")
+
+
+class FakeApiServer:
+    """Serves /api/v1/pods and /api/v1/namespaces/{ns}/pods from two scripts of answers.
+
+    Lists take the next answer of `lists` (a 500 when it is empty); watches the next of
+    `watches` (a stream that stays open and silent when it is empty). Every request's
+    query is recorded in `list_requests` / `watch_requests`.
+    """
+
+    def __init__(self, sock: socket.socket | None = None) -> None:
+        self.lists: deque[Answer] = deque()
+        self.watches: deque[Answer] = deque()
+        self.list_requests: list[dict[str, str]] = []
+        self.watch_requests: list[dict[str, str]] = []
+        self.paths: list[str] = []
+        self.released = asyncio.Event()
+        """Set at close: streams that hold end."""
+        app = web.Application()
+        app.router.add_get("/api/v1/pods", self._pods)
+        app.router.add_get("/api/v1/namespaces/{namespace}/pods", self._pods)
+        if sock is None:
+            self._server = TestServer(app, host="127.0.0.1")
+        else:
+            self._server = TestServer(
+                app, host="127.0.0.1", port=sock.getsockname()[1], socket_factory=lambda *_: sock
+            )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.port}"
+
+    async def start(self) -> None:
+        await self._server.start_server(shutdown_timeout=1.0)
+
+    async def close(self) -> None:
+        self.released.set()
+        await self._server.close()
+
+    async def _pods(self, request: web.Request) -> web.StreamResponse:
+        self.paths.append(request.path)
+        query = dict(request.query)
+        if query.get("watch") in ("1", "true"):
+            self.watch_requests.append(query)
+            answer = self.watches.popleft() if self.watches else self.stream()
+        else:
+            self.list_requests.append(query)
+            answer = (
+                self.lists.popleft()
+                if self.lists
+                else reply(500, status_body(500, "InternalError", "unscripted list"))
+            )
+        return await answer(request)
+
+    # --- answers ---------------------------------------------------------------------------
+
+    def page(
+        self,
+        items: list[Obj],
+        *,
+        rv: str,
+        cont: str = "",
+        gate: asyncio.Event | None = None,
+    ) -> Answer:
+        """A list page (waiting for `gate` first, if given)."""
+
+        async def answer(request: web.Request) -> web.StreamResponse:
+            if gate is not None:
+                await gate.wait()
+            meta: dict[str, Any] = {"resourceVersion": rv}
+            if cont:
+                meta["continue"] = cont
+            return web.json_response(
+                {"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": items}
+            )
+
+        return answer
+
+    def stream(
+        self,
+        *events: dict[str, Any] | bytes | float,
+        end: bool = False,
+    ) -> Answer:
+        """A watch stream: each event as a JSON line (bytes are written raw, a float sleeps),
+        then the stream ends (`end`) or stays open and silent until the client leaves."""
+
+        async def answer(request: web.Request) -> web.StreamResponse:
+            response = web.StreamResponse()
+            response.content_type = "application/json"
+            await response.prepare(request)
+            for event in events:
+                if isinstance(event, float):
+                    await asyncio.sleep(event)
+                elif isinstance(event, bytes):
+                    await response.write(event)
+                else:
+                    await response.write(json.dumps(event).encode() + b"\n")
+            if not end:
+                await self.released.wait()
+            await response.write_eof()
+            return response
+
+        return answer
+
+
+def reply(code: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Answer:
+    async def answer(request: web.Request) -> web.StreamResponse:
+        return web.json_response(body, status=code, headers=headers)
+
+    return answer
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeApiServer]:
+    server = FakeApiServer()
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.close()
+
+
+def client_for(url: str) -> ApiClient:
+    return ApiClient(ConnectionInfo(server=url, ssl_context=None), name="fake")
+
+
+@contextlib.asynccontextmanager
+async def running(runnable: Informer | Reflector) -> AsyncIterator[asyncio.Task[None]]:
+    """Run the informer/reflector as a task; cancel and await it on the way out."""
+    task = asyncio.create_task(runnable.run(), name=f"run-{runnable.name}")
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def wait_until(predicate: Callable[[], bool], *, timeout: float = 2.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():  # noqa: ASYNC110 - the fake has no event per condition
+            await asyncio.sleep(0.005)
+
+
+class Recorder:
+    """Handlers that record (type, name, resourceVersion); updates as "old->new"."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str]] = []
+        self.handlers = Handlers(
+            on_add=lambda o: self._note("ADDED", o, rv(o)),
+            on_update=lambda old, new: self._note("MODIFIED", new, f"{rv(old)}->{rv(new)}"),
+            on_delete=lambda o: self._note("DELETED", o, rv(o)),
+        )
+
+    def _note(self, kind: str, obj: Obj, version: str) -> None:
+        self.events.append((kind, obj["metadata"]["name"], version))
+
+
+def rv(obj: Obj) -> str:
+    return str(obj["metadata"]["resourceVersion"])
+
+
+def contents(store: Store) -> dict[str, str]:
+    return {o["metadata"]["name"]: rv(o) for o in store}
+
+
+_informers = iter(range(10**6))
+
+
+def informer_name() -> str:
+    return f"test-informer-{next(_informers)}"
+
+
+def relists(name: str) -> float:
+    return REGISTRY.get_sample_value("tensile_reflector_relists_total", {"informer": name}) or 0.0
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+# --- list and watch ----------------------------------------------------------------------
+
+
+async def test_paged_list_then_watch_with_bookmarks(fake: FakeApiServer) -> None:
+    gate = asyncio.Event()
+    fake.lists.extend(
+        [
+            fake.page([pod("a", "1"), pod("b", "2")], rv="10", cont="tok-1", gate=gate),
+            fake.page([pod("c", "3")], rv="10"),
+        ]
+    )
+    added_d = json.dumps(ev("ADDED", pod("d", "11"))).encode() + b"\n"
+    fake.watches.extend(
+        [
+            fake.stream(
+                added_d[:15],
+                0.02,
+                added_d[15:],  # one event split across two chunks
+                ev("MODIFIED", pod("a", "12")),
+                ev("DELETED", pod("b", "13")),
+                ev("MODIFIED", pod("c", "3")),  # same resourceVersion: nothing changed
+                bookmark("20"),
+                end=True,  # the server-side timeout ends the watch
+            ),
+            fake.stream(ev("ADDED", pod("e", "21"))),
+        ]
+    )
+    recorder = Recorder()
+    name = informer_name()
+    async with client_for(fake.url) as client:
+        informer = Informer(
+            client,
+            PODS,
+            name=name,
+            namespace="default",
+            label_selector="app=web",
+            field_selector="spec.nodeName=n1",
+            settings=ReflectorSettings(page_size=2),
+        )
+        informer.add_handlers(recorder.handlers)
+        assert not informer.has_synced()
+        async with running(informer) as task:
+            with pytest.raises(TimeoutError):
+                await informer.wait_synced(timeout=0.05)
+            assert not informer.has_synced(), "synced before the list finished"
+            gate.set()
+            await informer.wait_synced(timeout=2.0)
+            assert informer.has_synced()
+            assert contents(informer.store) == {"a": "1", "b": "2", "c": "3"}
+            await wait_until(lambda: len(recorder.events) == 7)
+            assert not task.done()
+
+    assert recorder.events == [
+        ("ADDED", "a", "1"),
+        ("ADDED", "b", "2"),
+        ("ADDED", "c", "3"),
+        ("ADDED", "d", "11"),
+        ("MODIFIED", "a", "1->12"),
+        ("DELETED", "b", "13"),
+        ("ADDED", "e", "21"),
+    ]
+    assert contents(informer.store) == {"a": "12", "c": "3", "d": "11", "e": "21"}
+    assert informer.last_sync_error is None
+    assert set(fake.paths) == {"/api/v1/namespaces/default/pods"}
+    selectors = {"labelSelector": "app=web", "fieldSelector": "spec.nodeName=n1"}
+    assert fake.list_requests == [
+        {**selectors, "limit": "2"},
+        {**selectors, "limit": "2", "continue": "tok-1"},
+    ]
+    first, second = fake.watch_requests
+    assert first.pop("timeoutSeconds").isdigit()
+    assert 300 <= int(second.pop("timeoutSeconds")) <= 600
+    assert first == {
+        **selectors,
+        "watch": "1",
+        "allowWatchBookmarks": "true",
+        "resourceVersion": "10",
+    }
+    assert second == {**first, "resourceVersion": "20"}, "resume from the bookmark"
+    assert relists(name) == 1
+
+
+async def test_the_watch_resumes_from_the_last_event_when_it_ends(fake: FakeApiServer) -> None:
+    fake.lists.append(fake.page([], rv="5"))
+    fake.watches.append(fake.stream(ev("ADDED", pod("a", "7")), end=True))
+    async with client_for(fake.url) as client:
+        informer = Informer(client, PODS, name=informer_name())
+        async with running(informer):
+            await wait_until(lambda: len(fake.watch_requests) == 2)
+    assert [w["resourceVersion"] for w in fake.watch_requests] == ["5", "7"]
+    assert fake.paths[0] == "/api/v1/pods"
+    assert len(fake.list_requests) == 1
+
+
+# --- 410 Gone ------------------------------------------------------------------------------
+
+
+async def test_gone_in_the_stream_relists_and_reports_what_vanished(
+    fake: FakeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.lists.extend(
+        [
+            fake.page([pod("a", "1"), pod("b", "2"), pod("c", "3")], rv="10"),
+            # After compaction: b and d were deleted in the gap, c changed, e appeared.
+            fake.page([pod("a", "1"), pod("c", "30"), pod("e", "31")], rv="50"),
+        ]
+    )
+    fake.watches.append(fake.stream(ev("ADDED", pod("d", "11")), ev("ERROR", EXPIRED)))
+    seen: list[Event] = []
+    synced = 0
+
+    def on_synced() -> None:
+        nonlocal synced
+        synced += 1
+
+    store = Store()
+    name = informer_name()
+    async with client_for(fake.url) as client:
+        reflector = Reflector(
+            client, PODS, name=name, store=store, on_event=seen.append, on_synced=on_synced
+        )
+        async with running(reflector):
+            await wait_until(lambda: len(fake.watch_requests) == 2)
+
+    assert [(e.type, e.obj["metadata"]["name"]) for e in seen[:4]] == [
+        ("ADDED", "a"),
+        ("ADDED", "b"),
+        ("ADDED", "c"),
+        ("ADDED", "d"),
+    ]
+    relist = {(e.type, e.obj["metadata"]["name"]): e for e in seen[4:]}
+    assert set(relist) == {("DELETED", "b"), ("DELETED", "d"), ("MODIFIED", "c"), ("ADDED", "e")}
+    assert relist["DELETED", "b"].obj == pod("b", "2"), "DELETED carries the last known state"
+    assert relist["DELETED", "d"].obj == pod("d", "11")
+    assert relist["MODIFIED", "c"].old == pod("c", "3")
+    assert relist["MODIFIED", "c"].obj == pod("c", "30")
+    assert relist["ADDED", "e"].old is None
+    assert contents(store) == {"a": "1", "c": "30", "e": "31"}
+    assert len(fake.list_requests) == 2
+    assert [w["resourceVersion"] for w in fake.watch_requests] == ["10", "50"]
+    assert synced == 2
+    assert relists(name) == 2
+    assert reflector.last_error is None
+    assert warnings_of(caplog) == [], "a 410 is routine, not a warning"
+
+
+async def test_gone_as_the_watch_status_relists(fake: FakeApiServer) -> None:
+    fake.lists.extend(
+        [
+            fake.page([pod("a", "1"), pod("b", "2")], rv="10"),
+            fake.page([pod("a", "1")], rv="40"),
+        ]
+    )
+    fake.watches.append(reply(410, EXPIRED))
+    recorder = Recorder()
+    async with client_for(fake.url) as client:
+        informer = Informer(client, PODS, name=informer_name())
+        informer.add_handlers(recorder.handlers)
+        async with running(informer):
+            await wait_until(lambda: len(fake.watch_requests) == 2)
+    assert recorder.events == [("ADDED", "a", "1"), ("ADDED", "b", "2"), ("DELETED", "b", "2")]
+    assert contents(informer.store) == {"a": "1"}
+    assert [w["resourceVersion"] for w in fake.watch_requests] == ["10", "40"]
+    assert len(fake.list_requests) == 2
+
+
+async def test_gone_on_a_continue_token_restarts_the_list(fake: FakeApiServer) -> None:
+    expired_token = status_body(410, "Expired", "The provided continue parameter is too old")
+    fake.lists.extend(
+        [
+            fake.page([pod("stale", "1")], rv="10", cont="tok-1"),
+            reply(410, expired_token),
+            fake.page([pod("a", "11")], rv="12", cont="tok-2"),
+            fake.page([pod("c", "5")], rv="12"),
+        ]
+    )
+    recorder = Recorder()
+    name = informer_name()
+    async with client_for(fake.url) as client:
+        informer = Informer(client, PODS, name=name, settings=ReflectorSettings(page_size=1))
+        informer.add_handlers(recorder.handlers)
+        async with running(informer):
+            await informer.wait_synced(timeout=2.0)
+            await wait_until(lambda: len(fake.watch_requests) == 1)
+    assert [r.get("continue") for r in fake.list_requests] == [None, "tok-1", None, "tok-2"]
+    assert all(r["limit"] == "1" for r in fake.list_requests)
+    assert contents(informer.store) == {"a": "11", "c": "5"}, "no item of the aborted list"
+    assert recorder.events == [("ADDED", "a", "11"), ("ADDED", "c", "5")]
+    assert fake.watch_requests[0]["resourceVersion"] == "12"
+    assert relists(name) == 1, "one list, restarted inside"
+
+
+# --- silent streams -----------------------------------------------------------------------
+
+
+async def test_a_silent_stream_is_dropped_and_watched_again_quietly(
+    fake: FakeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="vnode.kube")
+    fake.lists.append(fake.page([pod("a", "1")], rv="10"))
+    fake.watches.extend(
+        [
+            fake.stream(),  # silent from the start
+            # Data every 0.15 s keeps it alive past the 0.3 s idle timeout; then it goes quiet.
+            fake.stream(
+                0.15, bookmark("15"), 0.15, ev("ADDED", pod("b", "16")), 0.15, bookmark("17")
+            ),
+        ]
+    )
+    name = informer_name()
+    async with client_for(fake.url) as client:
+        informer = Informer(
+            client,
+            PODS,
+            name=name,
+            settings=ReflectorSettings(idle_timeout=0.3, backoff=FAST.backoff),
+        )
+        async with running(informer) as task:
+            await wait_until(lambda: len(fake.watch_requests) == 3)
+            assert not task.done()
+    assert [w["resourceVersion"] for w in fake.watch_requests] == ["10", "10", "17"]
+    assert len(fake.list_requests) == 1, "a silent stream is no reason to list again"
+    assert relists(name) == 1
+    assert contents(informer.store) == {"a": "1", "b": "16"}
+    assert informer.last_sync_error is None
+    assert warnings_of(caplog) == []
+    assert any("no events for" in r.getMessage() for r in caplog.records)
+
+
+# --- failures and recovery -----------------------------------------------------------------
+
+
+async def test_watch_errors_back_off_and_resume_without_relisting(
+    fake: FakeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.lists.append(fake.page([pod("a", "1")], rv="10"))
+    fake.watches.extend(
+        [
+            reply(500, status_body(500, "InternalError", "etcd is sulking")),
+            fake.stream(ev("ERROR", status_body(500, "InternalError", "in-stream failure"))),
+            fake.stream(b"<html>not json</html>\n"),
+            reply(503, {"not": "a status"}, headers={"Retry-After": "1"}),
+            fake.stream(ev("ADDED", pod("b", "11"))),
+        ]
+    )
+    recorder = Recorder()
+    async with client_for(fake.url) as client:
+        informer = Informer(client, PODS, name=informer_name(), settings=FAST)
+        informer.add_handlers(recorder.handlers)
+        async with running(informer) as task:
+            await wait_until(lambda: ("ADDED", "b", "11") in recorder.events)
+            assert not task.done()
+    assert [w["resourceVersion"] for w in fake.watch_requests] == ["10"] * 5
+    assert len(fake.list_requests) == 1
+    warned = warnings_of(caplog)
+    assert len(warned) == 4
+    assert "HTTP 500 InternalError: etcd is sulking" in warned[0]
+    assert "in-stream failure" in warned[1]
+    assert "HTTP 503" in warned[3]
+
+
+async def test_consecutive_watch_failures_end_in_a_relist(fake: FakeApiServer) -> None:
+    fake.lists.extend(
+        [
+            fake.page([pod("a", "1"), pod("b", "2")], rv="10"),
+            fake.page([pod("a", "1")], rv="30"),
+        ]
+    )
+    fake.watches.extend([reply(500, status_body(500, "InternalError", "down"))] * 3)
+    recorder = Recorder()
+    settings = ReflectorSettings(backoff=FAST.backoff, relist_after_failures=3)
+    async with client_for(fake.url) as client:
+        informer = Informer(client, PODS, name=informer_name(), settings=settings)
+        informer.add_handlers(recorder.handlers)
+        async with running(informer):
+            await wait_until(lambda: len(fake.watch_requests) == 4)
+    assert len(fake.list_requests) == 2
+    assert [w["resourceVersion"] for w in fake.watch_requests] == ["10", "10", "10", "30"]
+    assert recorder.events[-1] == ("DELETED", "b", "2")
+
+
+async def test_a_failing_list_backs_off_and_recovers(
+    fake: FakeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    down = reply(500, status_body(500, "InternalError", "list failed"))
+    # The client retries a GET itself (3 attempts); the reflector then backs off and lists
+    # again.
+    fake.lists.extend([down, down, down, fake.page([pod("a", "1")], rv="10")])
+    async with client_for(fake.url) as client:
+        informer = Informer(client, PODS, name=informer_name(), settings=FAST)
+        async with running(informer):
+            await informer.wait_synced(timeout=3.0)
+            await wait_until(lambda: len(fake.watch_requests) == 1)
+    assert len(fake.list_requests) == 4
+    assert contents(informer.store) == {"a": "1"}
+    assert any("list failed" in m for m in warnings_of(caplog))
+
+
+async def test_a_refused_connection_backs_off_and_recovers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A socket bound but not listening: connections to its port are refused until the fake
+    # server starts listening on it (no race for the port).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    server = FakeApiServer(sock=sock)
+    server.lists.append(server.page([pod("a", "1")], rv="10"))
+    try:
+        async with client_for(server.url) as client:
+            informer = Informer(client, PODS, name=informer_name(), settings=FAST)
+            async with running(informer) as task:
+                await wait_until(
+                    lambda: isinstance(informer.last_sync_error, errors.ApiUnavailable)
+                )
+                assert not informer.has_synced()
+                assert not task.done()
+                await server.start()
+                await informer.wait_synced(timeout=2.0)
+                await wait_until(lambda: len(server.watch_requests) == 1)
+    finally:
+        await server.close()
+        sock.close()
+    assert contents(informer.store) == {"a": "1"}
+    warned = warnings_of(caplog)
+    assert warned
+    assert "cannot reach the fake cluster" in warned[0]
+
+
+# --- handlers and the cache ----------------------------------------------------------------
+
+
+async def test_a_failing_handler_does_not_stop_the_informer(
+    fake: FakeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.lists.append(fake.page([pod("a", "1"), pod("b", "2")], rv="10"))
+    fake.watches.append(
+        fake.stream(
+            ev("ADDED", pod("c", "11")),
+            ev("MODIFIED", pod("a", "12")),
+            0.02,
+            ev("DELETED", pod("b", "13")),
+        )
+    )
+
+    def explode(*objs: Obj) -> None:
+        raise RuntimeError("handler bug")
+
+    recorder = Recorder()
+    async with client_for(fake.url) as client:
+        informer = Informer(client, PODS, name=informer_name())
+        informer.add_handlers(Handlers(on_add=explode, on_update=explode, on_delete=explode))
+        informer.add_handlers(recorder.handlers)
+        async with running(informer) as task:
+            await wait_until(lambda: len(recorder.events) == 5)
+            await asyncio.sleep(0.02)
+            assert not task.done()
+            assert len(fake.watch_requests) == 1, "the watch was not interrupted"
+    assert recorder.events == [
+        ("ADDED", "a", "1"),
+        ("ADDED", "b", "2"),
+        ("ADDED", "c", "11"),
+        ("MODIFIED", "a", "1->12"),
+        ("DELETED", "b", "13"),
+    ]
+    assert contents(informer.store) == {"a": "12", "c": "11"}
+    failures = [r for r in caplog.records if "handler failed" in r.getMessage()]
+    assert len(failures) == 5
+    assert all(r.levelno == logging.ERROR and r.exc_info for r in failures)
+
+
+async def test_compact_drops_managed_fields_and_interns_keys(fake: FakeApiServer) -> None:
+    managed = [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {}}}]
+    labels = {"app.kubernetes.io/name": "web", "tensile.example/long-label-key": "x"}
+
+    def full(name: str, version: str) -> Obj:
+        return pod(name, version, managedFields=managed, labels=labels)
+
+    for _ in range(2):
+        # One object from the list, one from the watch: separate JSON documents.
+        fake.lists.append(fake.page([full("a", "1")], rv="10"))
+        fake.watches.append(fake.stream(ev("ADDED", full("b", "11"))))
+
+    async with client_for(fake.url) as client:
+        informer = Informer(client, PODS, name=informer_name())  # default transform: compact
+        plain = Informer(client, PODS, name=informer_name(), transform=None)
+        async with running(informer), running(plain):
+            await wait_until(lambda: len(informer.store) == 2 and len(plain.store) == 2)
+
+    a, b = informer.store.get("default/a"), informer.store.get("default/b")
+    assert a is not None
+    assert b is not None
+    for obj in (a, b):
+        assert "managedFields" not in obj["metadata"]
+        assert obj["metadata"]["labels"] == labels
+
+    def same_key(x: dict[str, Any], y: dict[str, Any], key: str) -> bool:
+        kx = next(k for k in x if k == key)
+        ky = next(k for k in y if k == key)
+        return kx is ky
+
+    assert same_key(a, b, "metadata")
+    assert same_key(a["metadata"], b["metadata"], "resourceVersion")
+    assert same_key(a["metadata"]["labels"], b["metadata"]["labels"], "app.kubernetes.io/name")
+    assert same_key(
+        a["metadata"]["labels"], b["metadata"]["labels"], "tensile.example/long-label-key"
+    )
+    # Without the transform the keys are json.loads' fresh strings: the check above means
+    # something.
+    pa, pb = plain.store.get("default/a"), plain.store.get("default/b")
+    assert pa is not None
+    assert pb is not None
+    assert pa["metadata"]["managedFields"] == managed
+    assert not same_key(
+        pa["metadata"]["labels"], pb["metadata"]["labels"], "tensile.example/long-label-key"
+    )
+
+
+def test_compact_leaves_its_input_alone() -> None:
+    obj = pod("a", "1", managedFields=[{"manager": "m"}])
+    before = json.loads(json.dumps(obj))
+    out = compact(obj)
+    assert obj == before
+    assert out == {
+        **before,
+        "metadata": {k: v for k, v in before["metadata"].items() if k != "managedFields"},
+    }
+    assert compact({"kind": "Thing"}) == {"kind": "Thing"}
+    assert compact({"metadata": None}) == {"metadata": None}
+
+
+async def test_an_encoded_informer_sees_the_same_events(fake: FakeApiServer) -> None:
+    fake.lists.append(fake.page([pod("a", "1"), pod("b", "2")], rv="10"))
+    fake.watches.append(fake.stream(ev("MODIFIED", pod("a", "11")), ev("DELETED", pod("b", "12"))))
+    recorder = Recorder()
+    async with client_for(fake.url) as client:
+        informer = Informer(client, PODS, name=informer_name(), encoded=True)
+        informer.add_handlers(recorder.handlers)
+        async with running(informer):
+            await wait_until(lambda: len(recorder.events) == 4)
+    assert recorder.events == [
+        ("ADDED", "a", "1"),
+        ("ADDED", "b", "2"),
+        ("MODIFIED", "a", "1->11"),
+        ("DELETED", "b", "12"),
+    ]
+    assert contents(informer.store) == {"a": "11"}
+    assert informer.store.get("default/a") is not informer.store.get("default/a")
+
+
+# --- failure counting -------------------------------------------------------------------
+
+
+async def test_last_sync_error_is_cleared_once_the_watch_works_again(
+    fake: FakeApiServer,
+) -> None:
+    fake.lists.append(fake.page([], rv="10"))
+    fake.watches.extend(
+        [
+            reply(500, status_body(500, "InternalError", "blip")),
+            fake.stream(ev("ADDED", pod("a", "11"))),
+        ]
+    )
+    async with client_for(fake.url) as client:
+        informer = Informer(client, PODS, name=informer_name(), settings=FAST)
+        async with running(informer):
+            await wait_until(lambda: len(informer.store) == 1)
+            await asyncio.sleep(0.05)
+            error = informer.last_sync_error
+    assert error is None, f"stale error after recovery: {error!r}"
+
+
+async def test_failures_separated_by_a_working_watch_are_not_consecutive(
+    fake: FakeApiServer,
+) -> None:
+    fake.lists.extend([fake.page([], rv="10"), fake.page([], rv="99")])
+    down = reply(500, status_body(500, "InternalError", "blip"))
+    fake.watches.extend([down, fake.stream(ev("ADDED", pod("a", "11"))), down])
+    settings = ReflectorSettings(idle_timeout=0.2, backoff=FAST.backoff, relist_after_failures=2)
+    async with client_for(fake.url) as client:
+        informer = Informer(client, PODS, name=informer_name(), settings=settings)
+        async with running(informer):
+            await wait_until(lambda: len(fake.watch_requests) == 4)
+    # failure, a working watch (an event, then quiet), failure: not two in a row.
+    assert len(fake.list_requests) == 1
+    assert [w["resourceVersion"] for w in fake.watch_requests] == ["10", "10", "11", "11"]
