@@ -66,6 +66,13 @@ class VirtualNode:
             recorder=recorder,
         )
         self.node = NodeController(upper=upper, provider=provider, settings=settings.node)
+        self.node.on_recovered(self._backend_recovered)
+
+    def _backend_recovered(self) -> None:
+        logger.info("the provider is reachable again: resuming watches and pending pods")
+        for informer in self._provider.informers():
+            informer.retry_now()
+        self.pods.resync()
 
     def stop(self) -> None:
         """Ask `run` to stop gracefully (safe to call from a signal handler)."""

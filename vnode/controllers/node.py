@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from vnode.controllers import status as decide
@@ -43,8 +44,13 @@ class NodeController:
         """Set once the Node exists with a first status."""
         self._wake = asyncio.Event()
         self._lease: dict[str, Any] | None = None
+        self._on_recovered: list[Callable[[], None]] = []
         self.informer.add_handlers(Handlers(on_delete=lambda _n: self._node_deleted()))
         provider.notify_node_changed(self._wake.set)
+
+    def on_recovered(self, callback: Callable[[], None]) -> None:
+        """Register `callback()`, called when the provider's ping succeeds after failing."""
+        self._on_recovered.append(callback)
 
     def _node_deleted(self) -> None:
         logger.warning("node %s was deleted; registering it again", self._settings.name)
@@ -82,8 +88,10 @@ class NodeController:
             await asyncio.sleep(self._settings.lease_renew_interval)
             was_healthy = self.healthy
             if await self._ping():
-                if not was_healthy:
+                if was_healthy is False:
                     self._wake.set()  # status right away, not at the next interval
+                    for callback in self._on_recovered:
+                        callback()
                 if self._settings.enable_lease:
                     await self._guard("lease renewal", self._renew_lease())
 

@@ -108,6 +108,13 @@ class PodController:
         ):
             self.pods_from_upper.add(key)
 
+    def resync(self) -> None:
+        """Queue every pod of the node now (e.g. when the backend is reachable again, so pods
+        waiting in a long backoff are created at once)."""
+        for key in self.informer.store.keys():
+            self.pods_from_upper.add(key)
+            self.status_from_lower.add(key)
+
     async def run(self) -> None:
         """Wait for the upper pod cache, clean up dangling backend pods, then work the queues."""
         await self.informer.wait_synced()

@@ -105,6 +105,10 @@ class Informer:
         """List and watch until cancelled (never returns otherwise)."""
         await self._reflector.run()
 
+    def retry_now(self) -> None:
+        """Retry a failed list or watch at once instead of after its backoff."""
+        self._reflector.retry_now()
+
     @property
     def last_sync_error(self) -> BaseException | None:
         """The error of the last failed list or watch attempt, cleared by a success."""

@@ -94,6 +94,7 @@ class Reflector:
         self._rv: str | None = None
         self._progress = False
         """Whether the current attempt listed or received anything (resets failure counts)."""
+        self._wake = asyncio.Event()
         self.last_error: BaseException | None = None
         """The error of the last failed attempt; None after a success."""
 
@@ -117,7 +118,7 @@ class Reflector:
                     # A 410 before anything worked (a proxy, a list's first page): do not
                     # spin; back off like any other failure.
                     failures += 1
-                    await asyncio.sleep(jittered(self._settings.backoff.delay(failures - 1)))
+                    await self._pause(jittered(self._settings.backoff.delay(failures - 1)))
                     continue
             except errors.WatchIdle:
                 # Quiet resources get no bookmarks for minutes: dropping a silent stream
@@ -136,11 +137,23 @@ class Reflector:
                     self._rv = None
                 delay = jittered(self._settings.backoff.delay(failures - 1))
                 logger.warning("reflector %s: %s; retrying in %.1fs", self.name, exc, delay)
-                await asyncio.sleep(delay)
+                await self._pause(delay)
                 continue
             # The list or the watch worked (even if the stream then ended or went quiet).
             failures = 0
             self.last_error = None
+
+    def retry_now(self) -> None:
+        """Cut a pending backoff short (the server is known to be back)."""
+        self._wake.set()
+
+    async def _pause(self, delay: float) -> None:
+        self._wake.clear()
+        try:
+            async with asyncio.timeout(delay):
+                await self._wake.wait()
+        except TimeoutError:
+            pass
 
     async def _list(self) -> None:
         metrics.RELISTS.labels(self.name).inc()
@@ -166,7 +179,7 @@ class Reflector:
         if self._transform is not None:
             items = [self._transform(obj) for obj in items]
         fresh = {object_key(obj): obj for obj in items}
-        for key in self._store.keys():  # noqa: SIM118 - iterating a Store yields objects
+        for key in self._store.keys():
             if key not in fresh:
                 gone = self._store.delete(key)
                 if gone is not None:
