@@ -46,3 +46,6 @@ demo-down: venv
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+bench: venv controlplane
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/forwarding.py $(BENCH_ARGS)
