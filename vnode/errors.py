@@ -23,3 +23,7 @@ class MissingDependency(ProviderError):
 
 class BackendUnavailable(ProviderError):
     """The backend (the lower cluster) cannot be reached right now."""
+
+
+class NotFound(ProviderError):
+    """The provider has no such pod or container (answered as 404)."""

@@ -12,12 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from vnode.api import auth
+from vnode.api.server import ApiContext, LogsProvider, make_app, reload_certificates, server_context
 from vnode.controllers.events import EventRecorder
 from vnode.controllers.node import NodeController
 from vnode.controllers.pods import PodController, PodProvider
@@ -29,7 +32,7 @@ from vnode.settings import Settings
 logger = logging.getLogger(__name__)
 
 
-class Provider(PodProvider, NodeProvider, Protocol):
+class Provider(PodProvider, NodeProvider, LogsProvider, Protocol):
     """A full provider: pods, node, and its own informers and workers."""
 
     def informers(self) -> Sequence[Informer]:
@@ -81,8 +84,23 @@ class VirtualNode:
     async def run(self) -> None:
         """Run until `stop()`; raises StartupError if the caches do not sync in time."""
         informers = [*self._provider.informers(), self.pods.informer, self.node.informer]
-        async with self._metrics_server(), asyncio.TaskGroup() as group:
+        async with (
+            self._metrics_server(),
+            self._kubelet_api() as api_tls,
+            asyncio.TaskGroup() as group,
+        ):
             background = [group.create_task(i.run(), name=f"informer-{i.name}") for i in informers]
+            if api_tls is not None:
+                background.append(
+                    group.create_task(
+                        reload_certificates(
+                            api_tls,
+                            cert_file=self.settings.api.cert_file,
+                            key_file=self.settings.api.key_file,
+                        ),
+                        name="kubelet-api-certificates",
+                    )
+                )
             stop = group.create_task(self._stop.wait(), name="stop-signal")
             await self._wait_synced(informers, stop)
             if stop.done():
@@ -136,6 +154,43 @@ class VirtualNode:
                 "stopping: abandoning work still in flight after %.0fs",
                 self.settings.shutdown_timeout,
             )
+
+    @contextlib.asynccontextmanager
+    async def _kubelet_api(self) -> AsyncIterator[ssl.SSLContext | None]:
+        """Serve the kubelet API on the node's InternalIP:KUBELET_PORT (what the upper
+        apiserver connects to), if a serving certificate is configured."""
+        api = self.settings.api
+        if not (api.cert_file and api.key_file):
+            logger.warning(
+                "kubelet API disabled: set APISERVER_CERT_LOCATION and APISERVER_KEY_LOCATION "
+                "(kubectl logs/exec on this node's pods will fail)"
+            )
+            yield None
+            return
+        tls = server_context(
+            cert_file=api.cert_file, key_file=api.key_file, client_ca_file=api.client_ca_file
+        )
+        verify = api.verify_clients
+        context = ApiContext(
+            node_name=self.settings.node.name,
+            pod=lambda ns, name: self.pods.informer.store.get(f"{ns}/{name}"),
+            pods=lambda: list(self.pods.informer.store),
+            provider=self._provider,
+            authenticator=auth.Authenticator(self._upper) if verify else None,
+            authorizer=auth.Authorizer(self._upper, node_name=self.settings.node.name)
+            if verify
+            else None,
+        )
+        runner = web.AppRunner(make_app(context), access_log=None, handler_cancellation=True)
+        await runner.setup()
+        host, port = self.settings.node.internal_ip, self.settings.node.kubelet_port
+        site = web.TCPSite(runner, host, port, ssl_context=tls, shutdown_timeout=2.0)
+        await site.start()
+        logger.info("kubelet API on https://%s:%d", host, port)
+        try:
+            yield tls
+        finally:
+            await runner.cleanup()
 
     @contextlib.asynccontextmanager
     async def _metrics_server(self) -> AsyncIterator[None]:

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from typing import Any
 
 from vnode import errors as provider_errors
@@ -225,6 +225,33 @@ class K2KProvider:
         except errors.ApiUnavailable as exc:
             raise provider_errors.BackendUnavailable(str(exc)) from exc
         return False
+
+    async def container_logs(
+        self, pod: Obj, *, container: str, options: Mapping[str, str]
+    ) -> AsyncGenerator[bytes, None]:
+        """Stream the log of `container` of the lower pod standing for `pod`.
+
+        `options` are pods/log query parameters (follow, tailLines, ...). Raises NotFound
+        when there is no lower pod yet, BackendUnavailable, or ProviderError with the lower
+        apiserver's message (e.g. a container that has not started).
+        """
+        lower = self.backend_pod(pod)
+        if lower is None:
+            raise provider_errors.NotFound(f"pod {_key(pod)} has no pod in the lower cluster yet")
+        meta = lower["metadata"]
+        path = PODS.path(namespace=meta["namespace"], name=meta["name"], subresource="log")
+        try:
+            async with self._lower.stream(
+                path, params={"container": container, **options}, accept="*/*"
+            ) as response:
+                async for chunk in response.content.iter_any():
+                    yield chunk
+        except errors.NotFound as exc:
+            raise provider_errors.NotFound(exc.message) from exc
+        except errors.ApiUnavailable as exc:
+            raise provider_errors.BackendUnavailable(str(exc)) from exc
+        except errors.ApiError as exc:
+            raise provider_errors.ProviderError(exc.message or str(exc)) from exc
 
     def pod_status(self, pod: Obj) -> dict[str, Any] | None:
         """Return the upper status mirrored from the lower pod, or None if there is none."""

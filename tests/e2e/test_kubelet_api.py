@@ -1,0 +1,163 @@
+"""The kubelet API of the virtual node: `kubectl logs` through the upper apiserver, and auth."""
+
+from __future__ import annotations
+
+import datetime as dt
+import http.client
+import json
+import re
+import select
+import ssl
+import subprocess
+
+import pytest
+
+from tests.e2e.helpers import create, phase, pod_manifest, wait_for
+from vnode.testing import cluster, kwok
+from vnode.testing.pair import ClusterPair
+from vnode.testing.vnodes import VirtualNodeProcess
+
+
+@pytest.fixture
+def running_pod(cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str) -> str:
+    upper = cluster_pair.upper.rest()
+    create(upper, namespace, pod_manifest("web", node=virtual_node.name))
+    wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
+    return "web"
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ([], list(cluster.LOG_LINES)),
+        (["--tail=2"], list(cluster.LOG_LINES[-2:])),
+        (["--tail=0"], []),
+        (["--previous"], list(cluster.PREVIOUS_LOG_LINES)),
+        (["--since=1h", "--tail=3"], list(cluster.LOG_LINES[-3:])),
+        (["--limit-bytes=20"], ["tensile log line 1", "t"]),  # 19 bytes + 1
+    ],
+    ids=["plain", "tail", "tail-0", "previous", "since", "limit-bytes"],
+)
+def test_kubectl_logs_through_the_upper_cluster(
+    cluster_pair: ClusterPair, namespace: str, running_pod: str, flags: list[str],
+    expected: list[str],
+) -> None:  # fmt: skip
+    out = cluster_pair.upper.kubectl("logs", running_pod, "-n", namespace, *flags).stdout
+    assert out.splitlines() == expected
+
+
+def test_kubectl_logs_with_timestamps_and_since_time(
+    cluster_pair: ClusterPair, namespace: str, running_pod: str
+) -> None:
+    out = cluster_pair.upper.kubectl(
+        "logs", running_pod, "-n", namespace, "--timestamps", "--tail=1"
+    ).stdout
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z tensile log line 10\n", out)
+    since = (dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    recent = cluster_pair.upper.kubectl(
+        "logs", running_pod, "-n", namespace, f"--since-time={since}"
+    ).stdout
+    assert recent == ""  # every line of the fixed log is ten minutes old
+
+
+def test_kubectl_logs_follow_streams_new_lines_and_stops(
+    cluster_pair: ClusterPair, namespace: str, running_pod: str
+) -> None:
+    proc = subprocess.Popen(
+        [cluster.kubectl_binary(), f"--kubeconfig={cluster_pair.upper.kubeconfig}",
+         "logs", "-f", "--tail=1", "-n", namespace, running_pod],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    original = cluster_pair.logs_file.read_text()
+    try:
+        assert proc.stdout is not None
+        assert _readline(proc, timeout=20) == "tensile log line 10\n"
+        fresh = f"followed line {dt.datetime.now(dt.UTC).timestamp()}"
+        with cluster_pair.logs_file.open("a") as log:
+            log.write(kwok.cri_log_lines([fresh], start=dt.datetime.now(dt.UTC)))
+        assert _readline(proc, timeout=20) == fresh + "\n"
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+        cluster_pair.logs_file.write_text(original)  # every container shares this log
+
+
+def _readline(proc: subprocess.Popen[str], *, timeout: float) -> str:
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    assert ready, f"no output in {timeout}s"
+    return proc.stdout.readline()
+
+
+def test_missing_pods_and_containers_are_not_found(
+    cluster_pair: ClusterPair, namespace: str, running_pod: str
+) -> None:
+    result = cluster_pair.upper.kubectl("logs", "nope", "-n", namespace, check=False)
+    assert result.returncode == 1
+    assert "NotFound" in result.stderr
+
+
+# -- the API itself, called directly as the apiserver and others would -------------------
+
+
+def _call(pair: ClusterPair, node: VirtualNodeProcess, path: str, *, cert: bool = False,
+          token: str | None = None) -> tuple[int, str]:  # fmt: skip
+    context = ssl.create_default_context(cafile=str(pair.vnode.client_ca))
+    if cert:
+        pki = pair.directory / "pki"
+        context.load_cert_chain(str(pki / "upper-kubelet-client.crt"),
+                                str(pki / "upper-kubelet-client.key"))  # fmt: skip
+    conn = http.client.HTTPSConnection("127.0.0.1", node.kubelet_port, context=context, timeout=10)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        conn.request("GET", path, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        conn.close()
+
+
+def test_anonymous_callers_get_401(
+    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess
+) -> None:
+    assert _call(cluster_pair, virtual_node, "/pods") == (401, "Unauthorized")
+
+
+def test_a_token_without_nodes_proxy_gets_403(
+    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str
+) -> None:
+    cluster_pair.upper.kubectl("create", "serviceaccount", "nobody", "-n", namespace)
+    token = cluster_pair.upper.kubectl("create", "token", "nobody", "-n", namespace).stdout.strip()
+    status, body = _call(cluster_pair, virtual_node, "/pods", token=token)
+    assert status == 403
+    assert f"user=system:serviceaccount:{namespace}:nobody" in body
+    assert "subresource(s)=[proxy]" in body
+    garbage = _call(cluster_pair, virtual_node, "/pods", token="not-a-token")
+    assert garbage[0] == 401
+
+
+def test_the_apiservers_client_certificate_is_allowed(
+    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str, running_pod: str
+) -> None:
+    status, body = _call(cluster_pair, virtual_node, "/pods", cert=True)
+    assert status == 200
+    names = [p["metadata"]["name"] for p in json.loads(body)["items"]]
+    assert names == [running_pod]
+    assert _call(cluster_pair, virtual_node, "/healthz", cert=True) == (200, "ok")
+
+
+def test_bad_requests_get_kubelet_statuses(
+    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str, running_pod: str
+) -> None:
+    base = f"/containerLogs/{namespace}/{running_pod}/main"
+    assert _call(cluster_pair, virtual_node, base + "?tailLines=-1", cert=True)[0] == 400
+    both = base + "?sinceSeconds=5&sinceTime=2026-01-01T00:00:00Z"
+    assert _call(cluster_pair, virtual_node, both, cert=True)[0] == 422
+    assert _call(cluster_pair, virtual_node, base + "?follow=perhaps", cert=True)[0] == 400
+    # A pod of another node, a container the pod does not have, a route that does not exist.
+    other = "/containerLogs/kube-system/kube-apiserver/main"
+    assert _call(cluster_pair, virtual_node, other, cert=True)[0] == 404
+    assert _call(cluster_pair, virtual_node, base.replace("/main", "/nope"), cert=True)[0] == 404
+    assert _call(cluster_pair, virtual_node, "/nowhere", cert=True)[0] == 404
+    exec_path = f"/exec/{namespace}/{running_pod}/main?command=true&output=1"
+    assert _call(cluster_pair, virtual_node, exec_path, cert=True)[0] == 501

@@ -1,0 +1,211 @@
+"""The kubelet HTTPS API of a virtual node (aiohttp): routes, auth, logs.
+
+Routes and status codes follow the kubelet's (pkg/kubelet/server): `/healthz`, `/pods`,
+`/containerLogs/{ns}/{pod}/{container}`; `/exec`, `/attach`, `/portForward` and `/run`
+answer 501 until streaming is served. Only pods bound to this node are reachable (404
+otherwise). Every request is authenticated and authorized (see `auth`) unless
+`verify_clients` is off; answers are bounded in what they wait for, and bad input gets a
+4xx, never a 500.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import ssl
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from vnode import errors as provider_errors
+from vnode.api import auth, logs
+
+logger = logging.getLogger(__name__)
+Obj = dict[str, Any]
+
+USER = web.AppKey("user", auth.User)
+
+
+class LogsProvider(Protocol):
+    """Streams a container's log (the provider side of `/containerLogs`)."""
+
+    def container_logs(
+        self, pod: Obj, *, container: str, options: Mapping[str, str]
+    ) -> AsyncGenerator[bytes, None]:
+        """Yield the log's bytes as they come (`options` as pods/log query parameters).
+
+        Raises vnode.errors.NotFound (404) or ProviderError (400) before the first chunk.
+        """
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiContext:
+    """What the handlers need: the node's pods, the provider, and the auth checks."""
+
+    node_name: str
+    pod: Callable[[str, str], Obj | None]
+    """Upper pod bound to this node, by (namespace, name), or None."""
+    pods: Callable[[], list[Obj]]
+    """All upper pods bound to this node."""
+    provider: LogsProvider
+    authenticator: auth.Authenticator | None
+    """None: no authentication (--no-verify-clients, development only)."""
+    authorizer: auth.Authorizer | None
+
+
+def make_app(context: ApiContext) -> web.Application:
+    """Return the aiohttp application of the kubelet API."""
+    app = web.Application(middlewares=[_auth_middleware(context)])
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/pods", _pods(context))
+    app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", _container_logs(context))
+    for prefix in ("/exec", "/attach", "/run"):
+        for path in ("{namespace}/{pod}/{container}", "{namespace}/{pod}/{uid}/{container}"):
+            app.router.add_route("*", f"{prefix}/{path}", _not_implemented)
+    for path in ("/portForward/{namespace}/{pod}", "/portForward/{namespace}/{pod}/{uid}"):
+        app.router.add_route("*", path, _not_implemented)
+    return app
+
+
+def server_context(*, cert_file: str, key_file: str, client_ca_file: str) -> ssl.SSLContext:
+    """Return the TLS context: our serving certificate, and client certificates verified
+    against `client_ca_file` when presented (CERT_OPTIONAL: bearer-token callers such as
+    metrics-server must still connect). Raises OSError / ssl.SSLError for bad files."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert_file, key_file)
+    if client_ca_file:
+        context.load_verify_locations(client_ca_file)
+        context.verify_mode = ssl.CERT_OPTIONAL
+    return context
+
+
+async def reload_certificates(
+    context: ssl.SSLContext, *, cert_file: str, key_file: str, interval: float = 10.0
+) -> None:
+    """Load the serving certificate again whenever its files change (checked every
+    `interval` seconds); new handshakes get the new one. Runs until cancelled."""
+    import asyncio  # noqa: PLC0415 - only this long-running helper needs it
+
+    def stamp() -> tuple[float, float]:
+        return os.stat(cert_file).st_mtime, os.stat(key_file).st_mtime
+
+    last = stamp()
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            current = stamp()
+            if current != last:
+                context.load_cert_chain(cert_file, key_file)
+                last = current
+                logger.info("kubelet API: serving certificate reloaded from %s", cert_file)
+        except (OSError, ssl.SSLError) as exc:
+            logger.warning("kubelet API: cannot reload the serving certificate: %s", exc)
+
+
+def _auth_middleware(context: ApiContext) -> Any:
+    @web.middleware
+    async def middleware(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        if context.authenticator is None or context.authorizer is None:
+            return await handler(request)
+        transport = request.transport
+        ssl_object = transport.get_extra_info("ssl_object") if transport else None
+        try:
+            user = await context.authenticator.authenticate(
+                ssl_object=ssl_object, authorization=request.headers.get("Authorization")
+            )
+        except auth.Unauthenticated:
+            return web.Response(status=401, text="Unauthorized")
+        except auth.AuthError as exc:
+            logger.warning("kubelet API: %s", exc)
+            return web.Response(status=500, text=str(exc))
+        the_verb = auth.verb(request.method)
+        sub = auth.subresource(request.path)
+        try:
+            allowed = await context.authorizer.allowed(user, verb=the_verb, subresource=sub)
+        except auth.AuthError as exc:
+            logger.warning("kubelet API: %s", exc)
+            return web.Response(status=500, text=str(exc))
+        if not allowed:
+            return web.Response(
+                status=403,
+                text=f"Forbidden (user={user.name}, verb={the_verb}, resource=nodes, "
+                f"subresource(s)=[{sub}])",
+            )
+        return await handler(request)
+
+    return middleware
+
+
+async def _healthz(_request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+def _pods(context: ApiContext) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handler(_request: web.Request) -> web.Response:
+        body = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": context.pods()}
+        return web.Response(text=json.dumps(body), content_type="application/json")
+
+    return handler
+
+
+def _container_logs(context: ApiContext) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        namespace = request.match_info["namespace"]
+        name = request.match_info["pod"]
+        container = request.match_info["container"]
+        pod = context.pod(namespace, name)
+        if pod is None:
+            return web.Response(status=404, text=f"pod {namespace}/{name} not found on this node")
+        names = {
+            c.get("name")
+            for group in ("containers", "initContainers", "ephemeralContainers")
+            for c in (pod.get("spec") or {}).get(group) or []
+        }
+        if container not in names:
+            return web.Response(
+                status=404, text=f"container {container!r} not found in pod {namespace}/{name}"
+            )
+        try:
+            options = logs.parse(request.query)
+        except logs.LogOptionsError as exc:
+            return web.Response(status=exc.status, text=str(exc))
+        stream = context.provider.container_logs(pod, container=container, options=options.query())
+        async with contextlib.aclosing(stream):
+            try:
+                first = await anext(stream, b"")
+            except provider_errors.ProviderError as exc:
+                return _provider_error(exc)
+            response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+            await response.prepare(request)
+            if first:
+                await response.write(first)
+            # write() waits for the client to take the bytes (backpressure); a client that
+            # goes away cancels this handler, which closes the lower request.
+            async for chunk in stream:
+                await response.write(chunk)
+            await response.write_eof()
+            return response
+
+    return handler
+
+
+def _provider_error(exc: provider_errors.ProviderError) -> web.Response:
+    """Map a provider error to the kubelet's answer: 404 missing, 503 backend down, else 400."""
+    if isinstance(exc, provider_errors.NotFound):
+        return web.Response(status=404, text=str(exc))
+    if isinstance(exc, provider_errors.BackendUnavailable):
+        return web.Response(status=503, text=str(exc))
+    return web.Response(status=400, text=str(exc))
+
+
+async def _not_implemented(request: web.Request) -> web.Response:
+    return web.Response(
+        status=501, text=f"{request.path.split('/')[1]} is not served by this virtual node yet"
+    )
