@@ -166,6 +166,11 @@ GO
     echo "error: the kwok ${KWOK_VERSION} exec sources no longer match the exit-code patch" >&2
     exit 1
   fi
+  sed -i -f "${here}/kwok-patch/stdin-eof.sed" "${mod}/kwok-src/pkg/utils/exec/exec.go"
+  if ! grep -q '_ = inPipe.Close()' "${mod}/kwok-src/pkg/utils/exec/exec.go"; then
+    echo "error: the kwok ${KWOK_VERSION} exec sources no longer match the stdin patch" >&2
+    exit 1
+  fi
   cp "${here}/kwok-patch/zz_tensile_exitcode.go" "${server}/"
   go mod edit -replace="sigs.k8s.io/kwok=./kwok-src"
   go mod tidy >/dev/null

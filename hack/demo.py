@@ -87,10 +87,8 @@ Try it (KUBECONFIG points at the upper cluster):
   kubectl --kubeconfig "$TENSILE_LOWER_KUBECONFIG" get pods -o wide
   POD=$(kubectl get pods -l app=web -o name | head -1)   # same name in both clusters
   kubectl logs $POD --tail=3                     # through the virtual node's kubelet API
-  # exec through the upper cluster needs SPDY streaming, which the virtual node does not
-  # serve yet; below, it works:
-  kubectl --kubeconfig "$TENSILE_LOWER_KUBECONFIG" exec $POD -- sh -c 'echo hello; exit 3'
-  echo "exit code $?"
+  kubectl exec $POD -- sh -c 'echo hello; exit 3'; echo "exit code $?"
+  echo hi | kubectl exec -i $POD -- cat
 Stop everything and remove its state:
   make demo-down"""
     )

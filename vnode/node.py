@@ -20,19 +20,19 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from vnode.api import auth
-from vnode.api.server import ApiContext, LogsProvider, make_app, reload_certificates, server_context
+from vnode.api.server import ApiContext, make_app, reload_certificates, server_context
 from vnode.controllers.events import EventRecorder
 from vnode.controllers.node import NodeController
 from vnode.controllers.pods import PodController, PodProvider
 from vnode.kube.client import ApiClient
 from vnode.kube.informer import Informer
-from vnode.provider import NodeProvider
+from vnode.provider import ExecProvider, LogsProvider, NodeProvider
 from vnode.settings import Settings
 
 logger = logging.getLogger(__name__)
 
 
-class Provider(PodProvider, NodeProvider, LogsProvider, Protocol):
+class Provider(PodProvider, NodeProvider, LogsProvider, ExecProvider, Protocol):
     """A full provider: pods, node, and its own informers and workers."""
 
     def informers(self) -> Sequence[Informer]:

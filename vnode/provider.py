@@ -7,7 +7,8 @@ are read-only for both sides: never mutate what you are given or what you return
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 Obj = dict[str, Any]
@@ -64,3 +65,51 @@ class NodeProvider(Protocol):
 
     def notify_node_changed(self, callback: Callable[[], None]) -> None:
         """Register `callback()`, called (non-blocking) when `capacity()` may have changed."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RemoteCommand:
+    """A command to run in a container (exec) or to attach to, and its stdio."""
+
+    command: tuple[str, ...]
+    stdin: bool
+    stdout: bool
+    stderr: bool
+    tty: bool
+
+
+class RemoteSession(Protocol):
+    """A running command in the backend, as channels (0 stdin ... 4 resize)."""
+
+    async def send(self, channel: int, data: bytes) -> None:
+        """Send bytes on a channel (stdin, resize)."""
+
+    async def close_stdin(self) -> None:
+        """Tell the command its stdin ended (if the backend can)."""
+
+    async def receive(self) -> tuple[int, bytes] | None:
+        """Return the next (channel, bytes) from the command, or None when it ended."""
+
+    async def close(self) -> None:
+        """End the session."""
+
+
+class LogsProvider(Protocol):
+    """Streams a container's log (the provider side of the kubelet's `/containerLogs`)."""
+
+    def container_logs(
+        self, pod: Obj, *, container: str, options: Mapping[str, str]
+    ) -> AsyncGenerator[bytes, None]:
+        """Yield the log's bytes as they come (`options` as pods/log query parameters).
+
+        Raises vnode.errors.NotFound or ProviderError before the first chunk.
+        """
+
+
+class ExecProvider(Protocol):
+    """Runs commands in, or attaches to, a pod's containers (kubelet `/exec`, `/attach`)."""
+
+    async def open_exec(
+        self, pod: Obj, *, container: str, options: RemoteCommand, attach: bool
+    ) -> RemoteSession:
+        """Start the session. Raises vnode.errors.NotFound or ProviderError."""

@@ -160,4 +160,9 @@ def test_bad_requests_get_kubelet_statuses(
     assert _call(cluster_pair, virtual_node, base.replace("/main", "/nope"), cert=True)[0] == 404
     assert _call(cluster_pair, virtual_node, "/nowhere", cert=True)[0] == 404
     exec_path = f"/exec/{namespace}/{running_pod}/main?command=true&output=1"
-    assert _call(cluster_pair, virtual_node, exec_path, cert=True)[0] == 501
+    assert _call(cluster_pair, virtual_node, exec_path, cert=True) == (
+        400,
+        "this endpoint needs Upgrade: SPDY/3.1",
+    )
+    port_forward = f"/portForward/{namespace}/{running_pod}"
+    assert _call(cluster_pair, virtual_node, port_forward, cert=True)[0] == 501

@@ -15,14 +15,15 @@ import json
 import logging
 import os
 import ssl
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiohttp import web
 
 from vnode import errors as provider_errors
-from vnode.api import auth, logs
+from vnode.api import auth, logs, remotecommand
+from vnode.provider import ExecProvider, LogsProvider
 
 logger = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -30,16 +31,8 @@ Obj = dict[str, Any]
 USER = web.AppKey("user", auth.User)
 
 
-class LogsProvider(Protocol):
-    """Streams a container's log (the provider side of `/containerLogs`)."""
-
-    def container_logs(
-        self, pod: Obj, *, container: str, options: Mapping[str, str]
-    ) -> AsyncGenerator[bytes, None]:
-        """Yield the log's bytes as they come (`options` as pods/log query parameters).
-
-        Raises vnode.errors.NotFound (404) or ProviderError (400) before the first chunk.
-        """
+class _ApiProvider(LogsProvider, ExecProvider, Protocol):
+    """What the API needs of a provider."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,7 +44,7 @@ class ApiContext:
     """Upper pod bound to this node, by (namespace, name), or None."""
     pods: Callable[[], list[Obj]]
     """All upper pods bound to this node."""
-    provider: LogsProvider
+    provider: _ApiProvider
     authenticator: auth.Authenticator | None
     """None: no authentication (--no-verify-clients, development only)."""
     authorizer: auth.Authorizer | None
@@ -63,9 +56,12 @@ def make_app(context: ApiContext) -> web.Application:
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/pods", _pods(context))
     app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", _container_logs(context))
-    for prefix in ("/exec", "/attach", "/run"):
+    for prefix in ("/exec", "/attach"):
         for path in ("{namespace}/{pod}/{container}", "{namespace}/{pod}/{uid}/{container}"):
-            app.router.add_route("*", f"{prefix}/{path}", _not_implemented)
+            app.router.add_route("GET", f"{prefix}/{path}", _remote_command(context))
+            app.router.add_route("POST", f"{prefix}/{path}", _remote_command(context))
+    for path in ("{namespace}/{pod}/{container}", "{namespace}/{pod}/{uid}/{container}"):
+        app.router.add_route("*", f"/run/{path}", _not_implemented)
     for path in ("/portForward/{namespace}/{pod}", "/portForward/{namespace}/{pod}/{uid}"):
         app.router.add_route("*", path, _not_implemented)
     return app
@@ -194,6 +190,57 @@ def _container_logs(context: ApiContext) -> Callable[[web.Request], Awaitable[we
             return response
 
     return handler
+
+
+def _remote_command(context: ApiContext) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        attach = request.path.startswith("/attach/")
+        found = _pod_and_container(context, request)
+        if isinstance(found, web.Response):
+            return found
+        pod, container = found
+        if request.headers.get("Upgrade", "").lower() != "spdy/3.1":
+            return web.Response(status=400, text="this endpoint needs Upgrade: SPDY/3.1")
+        try:
+            options = remotecommand.parse(
+                request.query, request.query.getall("command", []), exec_=not attach
+            )
+            protocol = remotecommand.negotiate(
+                request.headers.getall("X-Stream-Protocol-Version", [])
+            )
+        except remotecommand.RequestError as exc:
+            return web.Response(status=exc.status, text=str(exc), headers=exc.headers)
+        try:
+            session = await context.provider.open_exec(
+                pod, container=container, options=options, attach=attach
+            )
+        except provider_errors.ProviderError as exc:
+            return _provider_error(exc)
+        return await remotecommand.serve_spdy(
+            request, protocol=protocol, options=options, session=session
+        )
+
+    return handler
+
+
+def _pod_and_container(context: ApiContext, request: web.Request) -> tuple[Obj, str] | web.Response:
+    namespace = request.match_info["namespace"]
+    name = request.match_info["pod"]
+    container = request.match_info["container"]
+    pod = context.pod(namespace, name)
+    uid = request.match_info.get("uid")
+    if pod is None or (uid and uid != pod["metadata"].get("uid")):
+        return web.Response(status=404, text=f"pod {namespace}/{name} not found on this node")
+    names = {
+        c.get("name")
+        for group in ("containers", "initContainers", "ephemeralContainers")
+        for c in (pod.get("spec") or {}).get(group) or []
+    }
+    if container not in names:
+        return web.Response(
+            status=404, text=f"container {container!r} not found in pod {namespace}/{name}"
+        )
+    return pod, container
 
 
 def _provider_error(exc: provider_errors.ProviderError) -> web.Response:

@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -137,8 +137,14 @@ class ApiClient:
         throttled = 0
         while True:
             try:
-                return await self._once(method, path, params=params, body=body,
-                                        content_type=content_type, timeout=timeout)  # fmt: skip
+                return await self._once(
+                    method,
+                    path,
+                    params=params,
+                    body=body,
+                    content_type=content_type,
+                    timeout=timeout,
+                )
             except errors.TooManyRequests as exc:
                 throttled += 1
                 if throttled > _THROTTLE_RETRIES:
@@ -195,6 +201,33 @@ class ApiClient:
             return {}  # e.g. /readyz answers "ok": success is all a caller learns
         result = json.loads(payload)
         return result if isinstance(result, dict) else {"items": result}
+
+    async def websocket(
+        self, path: str, *, params: Sequence[tuple[str, str]], protocols: Sequence[str]
+    ) -> aiohttp.ClientWebSocketResponse:
+        """Open a WebSocket to `path` offering `protocols` (exec, attach, port-forward).
+
+        Raises errors.ApiError subclasses when the server refuses the upgrade (with its
+        HTTP status), errors.ApiUnavailable when it cannot be reached. Close it when done.
+        """
+        if self._streams is None:
+            raise RuntimeError(f"{self.name} client is not open (use `async with`)")
+        await self._throttle()
+        try:
+            return await self._streams.ws_connect(
+                self.url(path),
+                params=list(params),
+                protocols=tuple(protocols),
+                headers=self.headers(),
+                proxy=self.info.proxy,
+                server_hostname=self.info.tls_server_name,
+                max_msg_size=0,
+                autoping=True,
+            )
+        except aiohttp.WSServerHandshakeError as exc:
+            raise errors.from_response(code=exc.status, body=exc.message) from exc
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise errors.ApiUnavailable(self._unreachable("GET", path, exc)) from exc
 
     @contextlib.asynccontextmanager
     async def stream(

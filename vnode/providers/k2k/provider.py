@@ -14,12 +14,15 @@ import logging
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from typing import Any
 
+import aiohttp
+
 from vnode import errors as provider_errors
 from vnode.kube import errors
 from vnode.kube.client import STRATEGIC_MERGE_PATCH, ApiClient
 from vnode.kube.informer import Handlers, Informer
 from vnode.kube.resources import NAMESPACES, NODES, PODS
 from vnode.kube.store import Obj
+from vnode.provider import RemoteCommand, RemoteSession
 from vnode.providers.k2k import capacity, naming, slim, translate
 from vnode.providers.k2k.dependencies import DependencySync
 from vnode.providers.k2k.events import EventMirror
@@ -253,6 +256,43 @@ class K2KProvider:
         except errors.ApiError as exc:
             raise provider_errors.ProviderError(exc.message or str(exc)) from exc
 
+    async def open_exec(
+        self, pod: Obj, *, container: str, options: RemoteCommand, attach: bool
+    ) -> RemoteSession:
+        """Start `options.command` (or attach) in the lower pod, over a WebSocket to the
+        lower apiserver (v5.channel.k8s.io, else v4). Raises NotFound, BackendUnavailable
+        or ProviderError (with the lower apiserver's refusal)."""
+        lower = self.backend_pod(pod)
+        if lower is None:
+            raise provider_errors.NotFound(f"pod {_key(pod)} has no pod in the lower cluster yet")
+        meta = lower["metadata"]
+        params = [("container", container)]
+        if not attach:
+            params += [("command", c) for c in options.command]
+        for name, value in (
+            ("stdin", options.stdin),
+            ("stdout", options.stdout),
+            ("stderr", options.stderr),
+            ("tty", options.tty),
+        ):
+            params.append((name, "true" if value else "false"))
+        path = PODS.path(
+            namespace=meta["namespace"],
+            name=meta["name"],
+            subresource="attach" if attach else "exec",
+        )
+        try:
+            ws = await self._lower.websocket(
+                path, params=params, protocols=("v5.channel.k8s.io", "v4.channel.k8s.io")
+            )
+        except errors.NotFound as exc:
+            raise provider_errors.NotFound(exc.message) from exc
+        except errors.ApiUnavailable as exc:
+            raise provider_errors.BackendUnavailable(str(exc)) from exc
+        except errors.ApiError as exc:
+            raise provider_errors.ProviderError(exc.message or str(exc)) from exc
+        return _ChannelSession(ws)
+
     def pod_status(self, pod: Obj) -> dict[str, Any] | None:
         """Return the upper status mirrored from the lower pod, or None if there is none."""
         lower = self.backend_pod(pod)
@@ -369,3 +409,39 @@ def _capacity_relevant(pod: Mapping[str, Any]) -> tuple[Any, ...]:
 def _key(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+class _ChannelSession:
+    """A command running below, over the WebSocket channel protocol (v4 or v5)."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self._ws = ws
+        self._v5 = ws.protocol == "v5.channel.k8s.io"
+
+    async def send(self, channel: int, data: bytes) -> None:
+        if not self._ws.closed:
+            await self._ws.send_bytes(bytes([channel]) + data)
+
+    async def close_stdin(self) -> None:
+        # v5's CLOSE signal half-closes stdin; v4 cannot, as with kubectl itself.
+        if self._v5 and not self._ws.closed:
+            await self._ws.send_bytes(bytes([255, 0]))
+
+    async def receive(self) -> tuple[int, bytes] | None:
+        while True:
+            message = await self._ws.receive()
+            if message.type == aiohttp.WSMsgType.BINARY:
+                data = bytes(message.data)
+                if len(data) > 1:
+                    return data[0], data[1:]
+                continue  # an empty message only says the session is up
+            if message.type in (
+                aiohttp.WSMsgType.CLOSE,
+                aiohttp.WSMsgType.CLOSED,
+                aiohttp.WSMsgType.CLOSING,
+                aiohttp.WSMsgType.ERROR,
+            ):
+                return None
+
+    async def close(self) -> None:
+        await self._ws.close()

@@ -1,0 +1,120 @@
+"""`kubectl exec` through the upper cluster: the apiserver speaks SPDY/3.1 to the virtual node,
+which bridges to the lower pod. Each test runs as kubectl does by default (WebSocket to the
+apiserver, translated to SPDY) and with KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false (SPDY end to end).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.e2e.helpers import create, phase, pod_manifest, wait_for
+from vnode.testing.pair import ClusterPair
+from vnode.testing.vnodes import VirtualNodeProcess
+
+MODES = pytest.mark.parametrize("websockets", ["true", "false"], ids=["websocket", "spdy"])
+
+
+@pytest.fixture
+def running_pod(cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str) -> str:
+    upper = cluster_pair.upper.rest()
+    create(upper, namespace, pod_manifest("web", node=virtual_node.name))
+    wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
+    return "web"
+
+
+def _exec(
+    pair: ClusterPair, namespace: str, websockets: str, *args: str, input: str | None = None
+) -> tuple[int, str, str]:
+    result = pair.upper.kubectl(
+        "exec",
+        *args,
+        check=False,
+        input=input,
+        timeout=60,
+        env={**os.environ, "KUBECTL_REMOTE_COMMAND_WEBSOCKETS": websockets},
+    )
+    return result.returncode, result.stdout, result.stderr
+
+
+@MODES
+def test_exec_returns_output_and_the_exit_code(
+    cluster_pair: ClusterPair, namespace: str, running_pod: str, websockets: str
+) -> None:
+    code, out, err = _exec(
+        cluster_pair,
+        namespace,
+        websockets,
+        "-n",
+        namespace,
+        running_pod,
+        "--",
+        "sh",
+        "-c",
+        "echo hello; echo oops >&2; exit 3",
+    )
+    assert code == 3
+    assert out == "hello\n"
+    assert err.startswith("oops\n")
+
+
+@MODES
+def test_exec_success_exits_0(
+    cluster_pair: ClusterPair, namespace: str, running_pod: str, websockets: str
+) -> None:
+    code, out, _ = _exec(
+        cluster_pair, namespace, websockets, "-n", namespace, running_pod, "--", "echo", "fine"
+    )
+    assert (code, out) == (0, "fine\n")
+
+
+@MODES
+def test_exec_stdin_is_piped_and_its_end_reaches_the_command(
+    cluster_pair: ClusterPair, namespace: str, running_pod: str, websockets: str
+) -> None:
+    code, out, _ = _exec(
+        cluster_pair,
+        namespace,
+        websockets,
+        "-i",
+        "-n",
+        namespace,
+        running_pod,
+        "--",
+        "sh",
+        "-c",
+        "wc -c; echo done",
+        input="x" * 100_000,
+    )
+    assert (code, out.split()) == (0, ["100000", "done"])
+
+
+@MODES
+def test_a_large_output_arrives_whole(
+    cluster_pair: ClusterPair, namespace: str, running_pod: str, websockets: str
+) -> None:
+    code, out, _ = _exec(
+        cluster_pair,
+        namespace,
+        websockets,
+        "-n",
+        namespace,
+        running_pod,
+        "--",
+        "sh",
+        "-c",
+        "head -c 3000000 /dev/zero | tr '\\0' 'a'",
+    )
+    assert code == 0
+    assert out == "a" * 3_000_000
+
+
+def test_a_missing_command_is_a_clear_error(
+    cluster_pair: ClusterPair, namespace: str, running_pod: str
+) -> None:
+    code, _, err = _exec(
+        cluster_pair, namespace, "true", "-n", namespace, running_pod, "--", "no-such-command-here"
+    )
+    assert code != 0
+    assert "no-such-command-here" in err

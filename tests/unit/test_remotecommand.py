@@ -1,0 +1,66 @@
+"""exec/attach request parsing, protocol negotiation and status conversion (pure)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vnode.api import remotecommand as rc
+
+
+def test_streams_and_command_are_read_as_a_kubelet_reads_them() -> None:
+    options = rc.parse({"input": "1", "output": "1", "error": "1"}, ["sh", "-c", "x"], exec_=True)
+    assert options.command == ("sh", "-c", "x")
+    assert (options.stdin, options.stdout, options.stderr, options.tty) == (True, True, True, False)
+    # With a terminal, stderr is merged into stdout: the stream is dropped.
+    tty = rc.parse({"output": "true", "error": "true", "tty": "true"}, ["sh"], exec_=True)
+    assert (tty.stderr, tty.tty) == (False, True)
+
+
+@pytest.mark.parametrize(
+    ("query", "commands", "exec_", "message"),
+    [
+        ({"output": "1"}, [], True, "command is required"),
+        ({}, ["ls"], True, "at least one of stdin, stdout, stderr"),
+        ({"tty": "1"}, [], False, "at least one of stdin, stdout, stderr"),
+    ],
+)
+def test_bad_requests(
+    query: dict[str, str], commands: list[str], exec_: bool, message: str
+) -> None:
+    with pytest.raises(rc.RequestError, match=message) as info:
+        rc.parse(query, commands, exec_=exec_)
+    assert info.value.status == 400
+
+
+def test_the_first_offered_protocol_we_serve_wins() -> None:
+    assert rc.negotiate(["v5.channel.k8s.io", "v4.channel.k8s.io"]) == "v5.channel.k8s.io"
+    assert rc.negotiate(["v9.channel.k8s.io, v4.channel.k8s.io"]) == "v4.channel.k8s.io"
+    assert rc.negotiate(["channel.k8s.io"]) == "channel.k8s.io"
+
+
+def test_no_common_protocol_is_403_with_what_we_accept() -> None:
+    with pytest.raises(rc.RequestError) as info:
+        rc.negotiate(["v9.channel.k8s.io"])
+    assert info.value.status == 403
+    assert "v4.channel.k8s.io" in info.value.headers["X-Accepted-Stream-Protocol-Versions"]
+    with pytest.raises(rc.RequestError, match="missing X-Stream-Protocol-Version"):
+        rc.negotiate([])
+
+
+def test_the_status_fits_the_protocol() -> None:
+    failure = json.dumps(
+        {
+            "status": "Failure",
+            "message": "command terminated with non-zero exit code",
+            "reason": "NonZeroExitCode",
+        }
+    ).encode()
+    success = json.dumps({"metadata": {}, "status": "Success"}).encode()
+    assert rc.status_for("v4.channel.k8s.io", failure) == failure
+    assert rc.status_for("v5.channel.k8s.io", success) == success
+    assert (
+        rc.status_for("v3.channel.k8s.io", failure) == b"command terminated with non-zero exit code"
+    )
+    assert rc.status_for("v2.channel.k8s.io", success) == b""

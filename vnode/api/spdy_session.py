@@ -1,0 +1,196 @@
+"""One upgraded SPDY/3.1 connection on the server side: the peer opens streams, we answer.
+
+aiohttp hands every byte after the 101 to `feed_data` (it is installed as the request's
+payload parser before the 101 goes out) and calls `feed_eof` when the connection drops.
+Streams the peer opens are answered with SYN_REPLY at once and queued for `accept`; DATA
+goes to the stream's buffer; PINGs are echoed (the apiserver pings every few seconds);
+SETTINGS and WINDOW_UPDATE are ignored, as the Go implementation does (no flow control).
+Reading is paused while a stream holds more than `MAX_BUFFERED` unread bytes, and writers
+wait while the transport's buffer is over the same bound: a slow side never makes memory
+grow without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from vnode.api import spdy
+
+logger = logging.getLogger(__name__)
+
+MAX_BUFFERED = 1024 * 1024
+"""Bytes a stream buffers, or the transport holds, before the other side is made to wait."""
+_CHUNK = 64 * 1024
+
+
+class Stream:
+    """A stream the peer opened; `kind` is its `streamtype` header (stdin, stdout, error, ...)."""
+
+    def __init__(self, connection: SpdyConnection, frame: spdy.SynStream) -> None:
+        self.id = frame.stream_id
+        self.headers = frame.headers
+        self.kind = (frame.headers.get("streamtype") or [""])[0].lower()
+        self._connection = connection
+        self._chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._buffered = 0
+        self.remote_closed = False
+        self.local_closed = False
+        if frame.flags & spdy.FLAG_FIN:
+            self._end()
+
+    def _feed(self, data: bytes, *, fin: bool) -> None:
+        if data and not self.remote_closed:
+            self._chunks.put_nowait(data)
+            self._buffered += len(data)
+            if self._buffered > MAX_BUFFERED:
+                self._connection.pause_reading()
+        if fin:
+            self._end()
+
+    def _end(self) -> None:
+        if not self.remote_closed:
+            self.remote_closed = True
+            self._chunks.put_nowait(None)
+
+    async def read(self) -> bytes:
+        """Return the next bytes the peer sent, or b"" once it finished the stream."""
+        chunk = await self._chunks.get()
+        if chunk is None:
+            self._chunks.put_nowait(None)  # stay at EOF for later reads
+            return b""
+        self._buffered -= len(chunk)
+        if self._buffered <= MAX_BUFFERED // 2:
+            self._connection.resume_reading()
+        return chunk
+
+    async def write(self, data: bytes) -> None:
+        """Send `data` on the stream (waits while the peer is slow to read)."""
+        for i in range(0, len(data), _CHUNK):
+            await self._connection.send(spdy.Data(stream_id=self.id, data=data[i : i + _CHUNK]))
+
+    async def close(self) -> None:
+        """Finish our side of the stream (DATA with FIN); idempotent."""
+        if not self.local_closed:
+            self.local_closed = True
+            await self._connection.send(spdy.Data(stream_id=self.id, data=b"", flags=spdy.FLAG_FIN))
+
+
+class SpdyConnection:
+    """The server side of one SPDY/3.1 connection over an already upgraded transport."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._reader = spdy.FrameReader()
+        self._writer = spdy.FrameWriter()
+        self._streams: dict[int, Stream] = {}
+        self._new: asyncio.Queue[Stream | None] = asyncio.Queue()
+        self._paused = False
+        self.closed = asyncio.Event()
+        self._last_stream = 0
+
+    # -- aiohttp's payload parser interface --------------------------------------------
+
+    def feed_data(self, data: bytes) -> tuple[bool, bytes]:
+        """Take bytes from the connection; (True, b"") asks aiohttp to close it."""
+        try:
+            frames = self._reader.feed(data)
+        except spdy.ProtocolError as exc:
+            logger.info("kubelet API: closing a SPDY connection: %s", exc)
+            self._send_now(spdy.GoAway(last_good_stream_id=self._last_stream, status=1))
+            self._finish()
+            return True, b""
+        for frame in frames:
+            self._dispatch(frame)
+        return False, b""
+
+    def feed_eof(self) -> None:
+        """The connection dropped: every stream ends."""
+        self._finish()
+
+    # -- frames ------------------------------------------------------------------------
+
+    def _dispatch(self, frame: spdy.Frame) -> None:
+        if isinstance(frame, spdy.SynStream):
+            if frame.stream_id in self._streams or frame.stream_id <= self._last_stream:
+                self._send_now(
+                    spdy.RstStream(stream_id=frame.stream_id, status=spdy.RST_PROTOCOL_ERROR)
+                )
+                return
+            self._last_stream = frame.stream_id
+            stream = Stream(self, frame)
+            self._streams[stream.id] = stream
+            self._send_now(spdy.SynReply(stream_id=stream.id))
+            self._new.put_nowait(stream)
+        elif isinstance(frame, spdy.Data):
+            target = self._streams.get(frame.stream_id)
+            if target is None:
+                self._send_now(
+                    spdy.RstStream(stream_id=frame.stream_id, status=spdy.RST_INVALID_STREAM)
+                )
+            else:
+                target._feed(frame.data, fin=frame.fin)
+        elif isinstance(frame, spdy.RstStream):
+            reset = self._streams.get(frame.stream_id)
+            if reset is not None:
+                reset.local_closed = True
+                reset._end()
+        elif isinstance(frame, spdy.Ping):
+            self._send_now(frame)
+        elif isinstance(frame, spdy.GoAway):
+            self._new.put_nowait(None)
+        # SETTINGS, WINDOW_UPDATE and HEADERS carry nothing we act on.
+
+    def _finish(self) -> None:
+        if self.closed.is_set():
+            return
+        self.closed.set()
+        for stream in self._streams.values():
+            stream._end()
+        self._new.put_nowait(None)
+
+    # -- for handlers ----------------------------------------------------------------------
+
+    async def accept(self) -> Stream | None:
+        """Return the next stream the peer opens, or None once it will open no more."""
+        stream = await self._new.get()
+        if stream is None:
+            self._new.put_nowait(None)
+        return stream
+
+    async def send(self, frame: spdy.Frame) -> None:
+        """Send a frame, after waiting while the transport holds too much unsent data."""
+        # The transport has no awaitable drain; poll its buffer while it is over the bound.
+        while not self.closed.is_set() and self._transport.get_write_buffer_size() > MAX_BUFFERED:  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+        self._send_now(frame)
+
+    def _send_now(self, frame: spdy.Frame) -> None:
+        if not self._transport.is_closing():
+            self._transport.write(self._writer.encode(frame))
+
+    def pause_reading(self) -> None:
+        if not self._paused and not self._transport.is_closing():
+            self._paused = True
+            self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._paused and not self._transport.is_closing():
+            self._paused = False
+            self._transport.resume_reading()
+
+    def close(self) -> None:
+        """Say goodbye (GOAWAY) and close the connection."""
+        if not self._transport.is_closing():
+            self._send_now(spdy.GoAway(last_good_stream_id=self._last_stream))
+            self._transport.close()
+        self._finish()
+
+
+def transport_of(request: Any) -> asyncio.Transport:
+    """The request's transport (raises RuntimeError if the connection is gone)."""
+    transport = request.transport
+    if transport is None:
+        raise RuntimeError("the connection is already closed")
+    return transport  # type: ignore[no-any-return]
