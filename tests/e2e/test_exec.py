@@ -6,6 +6,7 @@ apiserver, translated to SPDY) and with KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -118,3 +119,20 @@ def test_a_missing_command_is_a_clear_error(
     )
     assert code != 0
     assert "no-such-command-here" in err
+
+
+def test_kubectl_cp_both_ways(
+    cluster_pair: ClusterPair, namespace: str, running_pod: str, tmp_path: Path
+) -> None:
+    # kwok runs the pod's commands in the pair's scratch directory: relative paths land there.
+    name = f"cp-{namespace}"
+    (tmp_path / "up.txt").write_text("from the workstation\n")
+    cluster_pair.upper.kubectl(
+        "cp", str(tmp_path / "up.txt"), f"{namespace}/{running_pod}:{name}-up"
+    )
+    assert (cluster_pair.exec_dir / f"{name}-up").read_text() == "from the workstation\n"
+    (cluster_pair.exec_dir / f"{name}-down").write_text("from the pod\n")
+    cluster_pair.upper.kubectl(
+        "cp", f"{namespace}/{running_pod}:{name}-down", str(tmp_path / "down.txt")
+    )
+    assert (tmp_path / "down.txt").read_text() == "from the pod\n"
