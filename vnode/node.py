@@ -26,13 +26,15 @@ from vnode.controllers.node import NodeController
 from vnode.controllers.pods import PodController, PodProvider
 from vnode.kube.client import ApiClient
 from vnode.kube.informer import Informer
-from vnode.provider import ExecProvider, LogsProvider, NodeProvider
+from vnode.provider import ExecProvider, LogsProvider, NodeProvider, PortForwardProvider
 from vnode.settings import Settings
 
 logger = logging.getLogger(__name__)
 
 
-class Provider(PodProvider, NodeProvider, LogsProvider, ExecProvider, Protocol):
+class Provider(
+    PodProvider, NodeProvider, LogsProvider, ExecProvider, PortForwardProvider, Protocol
+):
     """A full provider: pods, node, and its own informers and workers."""
 
     def informers(self) -> Sequence[Informer]:

@@ -113,3 +113,26 @@ class ExecProvider(Protocol):
         self, pod: Obj, *, container: str, options: RemoteCommand, attach: bool
     ) -> RemoteSession:
         """Start the session. Raises vnode.errors.NotFound or ProviderError."""
+
+
+class PortSession(Protocol):
+    """One forwarded TCP connection to a pod's port."""
+
+    async def send(self, data: bytes) -> None:
+        """Send bytes to the pod's port."""
+
+    async def receive(self) -> bytes | None:
+        """Return the next bytes from the pod's port, or None when the connection ended."""
+
+    def error(self) -> str:
+        """Return what the backend reported as the connection's error ("" if nothing)."""
+
+    async def close(self) -> None:
+        """End the connection."""
+
+
+class PortForwardProvider(Protocol):
+    """Connects to a pod's ports (kubelet `/portForward`)."""
+
+    async def open_port_forward(self, pod: Obj, *, port: int) -> PortSession:
+        """Connect to `port` of the pod. Raises vnode.errors.NotFound or ProviderError."""

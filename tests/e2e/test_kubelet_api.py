@@ -165,4 +165,6 @@ def test_bad_requests_get_kubelet_statuses(
         "this endpoint needs Upgrade: SPDY/3.1",
     )
     port_forward = f"/portForward/{namespace}/{running_pod}"
-    assert _call(cluster_pair, virtual_node, port_forward, cert=True)[0] == 501
+    assert _call(cluster_pair, virtual_node, port_forward, cert=True)[0] == 400
+    run = f"/run/{namespace}/{running_pod}/main"
+    assert _call(cluster_pair, virtual_node, run, cert=True)[0] == 501

@@ -22,8 +22,8 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from vnode import errors as provider_errors
-from vnode.api import auth, logs, remotecommand
-from vnode.provider import ExecProvider, LogsProvider
+from vnode.api import auth, logs, portforward, remotecommand
+from vnode.provider import ExecProvider, LogsProvider, PortForwardProvider, PortSession
 
 logger = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -31,7 +31,7 @@ Obj = dict[str, Any]
 USER = web.AppKey("user", auth.User)
 
 
-class _ApiProvider(LogsProvider, ExecProvider, Protocol):
+class _ApiProvider(LogsProvider, ExecProvider, PortForwardProvider, Protocol):
     """What the API needs of a provider."""
 
 
@@ -63,7 +63,8 @@ def make_app(context: ApiContext) -> web.Application:
     for path in ("{namespace}/{pod}/{container}", "{namespace}/{pod}/{uid}/{container}"):
         app.router.add_route("*", f"/run/{path}", _not_implemented)
     for path in ("/portForward/{namespace}/{pod}", "/portForward/{namespace}/{pod}/{uid}"):
-        app.router.add_route("*", path, _not_implemented)
+        app.router.add_route("GET", path, _port_forward(context))
+        app.router.add_route("POST", path, _port_forward(context))
     return app
 
 
@@ -219,6 +220,31 @@ def _remote_command(context: ApiContext) -> Callable[[web.Request], Awaitable[we
         return await remotecommand.serve_spdy(
             request, protocol=protocol, options=options, session=session
         )
+
+    return handler
+
+
+def _port_forward(context: ApiContext) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        namespace, name = request.match_info["namespace"], request.match_info["pod"]
+        pod = context.pod(namespace, name)
+        uid = request.match_info.get("uid")
+        if pod is None or (uid and uid != pod["metadata"].get("uid")):
+            return web.Response(status=404, text=f"pod {namespace}/{name} not found on this node")
+        if request.headers.get("Upgrade", "").lower() != "spdy/3.1":
+            return web.Response(status=400, text="this endpoint needs Upgrade: SPDY/3.1")
+        if portforward.negotiate(request.headers.getall("X-Stream-Protocol-Version", [])) is None:
+            return web.Response(
+                status=403,
+                text="the client does not offer portforward.k8s.io",
+                headers={"X-Accepted-Stream-Protocol-Versions": portforward.PROTOCOL},
+            )
+        found = pod
+
+        async def connect(port: int) -> PortSession:
+            return await context.provider.open_port_forward(found, port=port)
+
+        return await portforward.serve_spdy(request, connect=connect)
 
     return handler
 

@@ -22,7 +22,7 @@ from vnode.kube.client import STRATEGIC_MERGE_PATCH, ApiClient
 from vnode.kube.informer import Handlers, Informer
 from vnode.kube.resources import NAMESPACES, NODES, PODS
 from vnode.kube.store import Obj
-from vnode.provider import RemoteCommand, RemoteSession
+from vnode.provider import PortSession, RemoteCommand, RemoteSession
 from vnode.providers.k2k import capacity, naming, slim, translate
 from vnode.providers.k2k.dependencies import DependencySync
 from vnode.providers.k2k.events import EventMirror
@@ -293,6 +293,26 @@ class K2KProvider:
             raise provider_errors.ProviderError(exc.message or str(exc)) from exc
         return _ChannelSession(ws)
 
+    async def open_port_forward(self, pod: Obj, *, port: int) -> PortSession:
+        """Connect to `port` of the lower pod through the lower apiserver (WebSocket
+        port-forward, v4.channel.k8s.io). Raises NotFound, BackendUnavailable, ProviderError."""
+        lower = self.backend_pod(pod)
+        if lower is None:
+            raise provider_errors.NotFound(f"pod {_key(pod)} has no pod in the lower cluster yet")
+        meta = lower["metadata"]
+        path = PODS.path(namespace=meta["namespace"], name=meta["name"], subresource="portforward")
+        try:
+            ws = await self._lower.websocket(
+                path, params=[("ports", str(port))], protocols=("v4.channel.k8s.io",)
+            )
+        except errors.NotFound as exc:
+            raise provider_errors.NotFound(exc.message) from exc
+        except errors.ApiUnavailable as exc:
+            raise provider_errors.BackendUnavailable(str(exc)) from exc
+        except errors.ApiError as exc:
+            raise provider_errors.ProviderError(exc.message or str(exc)) from exc
+        return _PortChannels(ws)
+
     def pod_status(self, pod: Obj) -> dict[str, Any] | None:
         """Return the upper status mirrored from the lower pod, or None if there is none."""
         lower = self.backend_pod(pod)
@@ -442,6 +462,43 @@ class _ChannelSession:
                 aiohttp.WSMsgType.ERROR,
             ):
                 return None
+
+    async def close(self) -> None:
+        await self._ws.close()
+
+
+class _PortChannels:
+    """One forwarded connection over the WebSocket port-forward protocol: channel 0 carries
+    the data, channel 1 the error; each channel first carries the port (2 bytes)."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self._ws = ws
+        self._started: set[int] = set()
+        self._error = b""
+
+    async def send(self, data: bytes) -> None:
+        if not self._ws.closed:
+            await self._ws.send_bytes(b"\x00" + data)
+
+    async def receive(self) -> bytes | None:
+        while True:
+            message = await self._ws.receive()
+            if message.type != aiohttp.WSMsgType.BINARY:
+                return None
+            data = bytes(message.data)
+            if not data:
+                continue
+            channel, payload = data[0], data[1:]
+            if channel not in self._started:
+                self._started.add(channel)
+                payload = payload[2:]  # the port, little-endian
+            if channel == 0 and payload:
+                return payload
+            if channel == 1:
+                self._error += payload
+
+    def error(self) -> str:
+        return self._error.decode("utf-8", errors="replace")
 
     async def close(self) -> None:
         await self._ws.close()
