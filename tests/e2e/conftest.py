@@ -35,3 +35,14 @@ def virtual_node(cluster_pair: ClusterPair, tmp_path: Path) -> Iterator[VirtualN
         code = node.stop()
         node.delete_node()
         assert code == 0, f"virtual-node exited {code}; log {node.log}"
+
+
+@pytest.fixture
+def running_pod(cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str) -> str:
+    """A pod named "web" forwarded by `virtual_node` and Running upstairs."""
+    from tests.e2e.helpers import create, phase, pod_manifest, wait_for  # noqa: PLC0415
+
+    upper = cluster_pair.upper.rest()
+    create(upper, namespace, pod_manifest("web", node=virtual_node.name))
+    wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
+    return "web"

@@ -10,19 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.helpers import create, phase, pod_manifest, wait_for
 from vnode.testing.pair import ClusterPair
-from vnode.testing.vnodes import VirtualNodeProcess
 
 MODES = pytest.mark.parametrize("websockets", ["true", "false"], ids=["websocket", "spdy"])
-
-
-@pytest.fixture
-def running_pod(cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str) -> str:
-    upper = cluster_pair.upper.rest()
-    create(upper, namespace, pod_manifest("web", node=virtual_node.name))
-    wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
-    return "web"
 
 
 def _exec(

@@ -12,18 +12,9 @@ import subprocess
 
 import pytest
 
-from tests.e2e.helpers import create, phase, pod_manifest, wait_for
 from vnode.testing import cluster, kwok
 from vnode.testing.pair import ClusterPair
 from vnode.testing.vnodes import VirtualNodeProcess
-
-
-@pytest.fixture
-def running_pod(cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str) -> str:
-    upper = cluster_pair.upper.rest()
-    create(upper, namespace, pod_manifest("web", node=virtual_node.name))
-    wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
-    return "web"
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from vnode import errors as provider_errors
-from vnode.api.spdy_session import SpdyConnection, Stream, transport_of
+from vnode.api.spdy_session import Stream, upgrade
 from vnode.provider import PortSession
 
 logger = logging.getLogger(__name__)
@@ -34,18 +34,7 @@ async def serve_spdy(
     request: web.Request, *, connect: Callable[[int], Awaitable[PortSession]]
 ) -> web.StreamResponse:
     """Upgrade `request` to SPDY/3.1 and forward every stream pair until the client is done."""
-    connection = SpdyConnection(transport_of(request))
-    request.protocol.set_parser(connection)  # type: ignore[arg-type]
-    response = web.StreamResponse(
-        status=101,
-        headers={
-            "Connection": "Upgrade",
-            "Upgrade": "SPDY/3.1",
-            "X-Stream-Protocol-Version": PROTOCOL,
-        },
-    )
-    response.force_close()
-    await response.prepare(request)
+    connection = await upgrade(request, protocol=PROTOCOL)
     pending: dict[str, dict[str, Stream]] = {}
     try:
         async with asyncio.TaskGroup() as group:
@@ -64,7 +53,8 @@ async def serve_spdy(
                     )
     finally:
         connection.close()
-    return response
+    assert connection.response is not None
+    return connection.response
 
 
 async def _forward(

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 
 from aiohttp import web
 
-from vnode.api.spdy_session import SpdyConnection, Stream, transport_of
+from vnode.api.spdy_session import SpdyConnection, Stream, upgrade
 from vnode.provider import RemoteCommand, RemoteSession
 
 logger = logging.getLogger(__name__)
@@ -110,19 +110,7 @@ async def serve_spdy(
     request: web.Request, *, protocol: str, options: RemoteCommand, session: RemoteSession
 ) -> web.StreamResponse:
     """Upgrade `request` to SPDY/3.1 and bridge its streams to `session` until it ends."""
-    connection = SpdyConnection(transport_of(request))
-    # Installed before the 101 goes out, so no byte the client sends after it is lost.
-    request.protocol.set_parser(connection)  # type: ignore[arg-type]
-    response = web.StreamResponse(
-        status=101,
-        headers={
-            "Connection": "Upgrade",
-            "Upgrade": "SPDY/3.1",
-            "X-Stream-Protocol-Version": protocol,
-        },
-    )
-    response.force_close()
-    await response.prepare(request)
+    connection = await upgrade(request, protocol=protocol)
     try:
         streams = await _streams(connection, options=options, protocol=protocol)
         if streams is not None:
@@ -130,7 +118,8 @@ async def serve_spdy(
     finally:
         await session.close()
         connection.close()
-    return response
+    assert connection.response is not None
+    return connection.response
 
 
 async def _streams(

@@ -154,21 +154,10 @@ def _pods(context: ApiContext) -> Callable[[web.Request], Awaitable[web.Response
 
 def _container_logs(context: ApiContext) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def handler(request: web.Request) -> web.StreamResponse:
-        namespace = request.match_info["namespace"]
-        name = request.match_info["pod"]
-        container = request.match_info["container"]
-        pod = context.pod(namespace, name)
-        if pod is None:
-            return web.Response(status=404, text=f"pod {namespace}/{name} not found on this node")
-        names = {
-            c.get("name")
-            for group in ("containers", "initContainers", "ephemeralContainers")
-            for c in (pod.get("spec") or {}).get(group) or []
-        }
-        if container not in names:
-            return web.Response(
-                status=404, text=f"container {container!r} not found in pod {namespace}/{name}"
-            )
+        found = _pod_and_container(context, request)
+        if isinstance(found, web.Response):
+            return found
+        pod, container = found
         try:
             options = logs.parse(request.query)
         except logs.LogOptionsError as exc:

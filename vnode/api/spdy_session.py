@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+
+from aiohttp import web
 
 from vnode.api import spdy
 
@@ -89,6 +90,8 @@ class SpdyConnection:
         self._paused = False
         self.closed = asyncio.Event()
         self._last_stream = 0
+        self.response: web.StreamResponse | None = None
+        """The 101 answer, for the handler to return."""
 
     # -- aiohttp's payload parser interface --------------------------------------------
 
@@ -188,9 +191,27 @@ class SpdyConnection:
         self._finish()
 
 
-def transport_of(request: Any) -> asyncio.Transport:
-    """The request's transport (raises RuntimeError if the connection is gone)."""
+async def upgrade(request: web.Request, *, protocol: str) -> SpdyConnection:
+    """Answer `request` with 101 Switching Protocols to SPDY/3.1 (sub-protocol `protocol`)
+    and return the connection that now owns its transport.
+
+    The connection is installed as the request's payload parser before the 101 goes out,
+    so no byte the client sends after it is lost. Raises RuntimeError if the client left.
+    """
     transport = request.transport
     if transport is None:
         raise RuntimeError("the connection is already closed")
-    return transport  # type: ignore[no-any-return]
+    connection = SpdyConnection(transport)
+    request.protocol.set_parser(connection)  # type: ignore[arg-type]
+    response = web.StreamResponse(
+        status=101,
+        headers={
+            "Connection": "Upgrade",
+            "Upgrade": "SPDY/3.1",
+            "X-Stream-Protocol-Version": protocol,
+        },
+    )
+    response.force_close()
+    await response.prepare(request)
+    connection.response = response
+    return connection

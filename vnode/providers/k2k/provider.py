@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -238,23 +238,14 @@ class K2KProvider:
         when there is no lower pod yet, BackendUnavailable, or ProviderError with the lower
         apiserver's message (e.g. a container that has not started).
         """
-        lower = self.backend_pod(pod)
-        if lower is None:
-            raise provider_errors.NotFound(f"pod {_key(pod)} has no pod in the lower cluster yet")
-        meta = lower["metadata"]
+        meta = self._lower_of(pod)["metadata"]
         path = PODS.path(namespace=meta["namespace"], name=meta["name"], subresource="log")
-        try:
+        with _as_provider_errors():
             async with self._lower.stream(
                 path, params={"container": container, **options}, accept="*/*"
             ) as response:
                 async for chunk in response.content.iter_any():
                     yield chunk
-        except errors.NotFound as exc:
-            raise provider_errors.NotFound(exc.message) from exc
-        except errors.ApiUnavailable as exc:
-            raise provider_errors.BackendUnavailable(str(exc)) from exc
-        except errors.ApiError as exc:
-            raise provider_errors.ProviderError(exc.message or str(exc)) from exc
 
     async def open_exec(
         self, pod: Obj, *, container: str, options: RemoteCommand, attach: bool
@@ -262,10 +253,7 @@ class K2KProvider:
         """Start `options.command` (or attach) in the lower pod, over a WebSocket to the
         lower apiserver (v5.channel.k8s.io, else v4). Raises NotFound, BackendUnavailable
         or ProviderError (with the lower apiserver's refusal)."""
-        lower = self.backend_pod(pod)
-        if lower is None:
-            raise provider_errors.NotFound(f"pod {_key(pod)} has no pod in the lower cluster yet")
-        meta = lower["metadata"]
+        meta = self._lower_of(pod)["metadata"]
         params = [("container", container)]
         if not attach:
             params += [("command", c) for c in options.command]
@@ -281,37 +269,28 @@ class K2KProvider:
             name=meta["name"],
             subresource="attach" if attach else "exec",
         )
-        try:
+        with _as_provider_errors():
             ws = await self._lower.websocket(
                 path, params=params, protocols=("v5.channel.k8s.io", "v4.channel.k8s.io")
             )
-        except errors.NotFound as exc:
-            raise provider_errors.NotFound(exc.message) from exc
-        except errors.ApiUnavailable as exc:
-            raise provider_errors.BackendUnavailable(str(exc)) from exc
-        except errors.ApiError as exc:
-            raise provider_errors.ProviderError(exc.message or str(exc)) from exc
         return _ChannelSession(ws)
 
     async def open_port_forward(self, pod: Obj, *, port: int) -> PortSession:
         """Connect to `port` of the lower pod through the lower apiserver (WebSocket
         port-forward, v4.channel.k8s.io). Raises NotFound, BackendUnavailable, ProviderError."""
-        lower = self.backend_pod(pod)
-        if lower is None:
-            raise provider_errors.NotFound(f"pod {_key(pod)} has no pod in the lower cluster yet")
-        meta = lower["metadata"]
+        meta = self._lower_of(pod)["metadata"]
         path = PODS.path(namespace=meta["namespace"], name=meta["name"], subresource="portforward")
-        try:
+        with _as_provider_errors():
             ws = await self._lower.websocket(
                 path, params=[("ports", str(port))], protocols=("v4.channel.k8s.io",)
             )
-        except errors.NotFound as exc:
-            raise provider_errors.NotFound(exc.message) from exc
-        except errors.ApiUnavailable as exc:
-            raise provider_errors.BackendUnavailable(str(exc)) from exc
-        except errors.ApiError as exc:
-            raise provider_errors.ProviderError(exc.message or str(exc)) from exc
         return _PortChannels(ws)
+
+    def _lower_of(self, pod: Obj) -> Obj:
+        lower = self.backend_pod(pod)
+        if lower is None:
+            raise provider_errors.NotFound(f"pod {_key(pod)} has no pod in the lower cluster yet")
+        return lower
 
     def pod_status(self, pod: Obj) -> dict[str, Any] | None:
         """Return the upper status mirrored from the lower pod, or None if there is none."""
@@ -419,6 +398,19 @@ class K2KProvider:
     def _node_changed(self) -> None:
         for callback in self._node_callbacks:
             callback()
+
+
+@contextlib.contextmanager
+def _as_provider_errors() -> Iterator[None]:
+    """Report the lower apiserver's errors in the provider's vocabulary."""
+    try:
+        yield
+    except errors.NotFound as exc:
+        raise provider_errors.NotFound(exc.message) from exc
+    except errors.ApiUnavailable as exc:
+        raise provider_errors.BackendUnavailable(str(exc)) from exc
+    except errors.ApiError as exc:
+        raise provider_errors.ProviderError(exc.message or str(exc)) from exc
 
 
 def _capacity_relevant(pod: Mapping[str, Any]) -> tuple[Any, ...]:
