@@ -19,6 +19,7 @@ from cachetools import TTLCache
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
+from vnode.kube import errors
 from vnode.kube.client import ApiClient
 
 _VERBS = {
@@ -93,6 +94,8 @@ class Authenticator:
                 return user_from_certificate(der)
         if authorization and authorization.lower().startswith("bearer "):
             token = authorization[7:].strip()
+            if not token:
+                raise Unauthenticated("empty bearer token")
             if token in self._tokens:
                 cached = self._tokens[token]
                 if cached is None:
@@ -115,6 +118,10 @@ class Authenticator:
             review = await self._upper.request(
                 "POST", "/apis/authentication.k8s.io/v1/tokenreviews", body=body
             )
+        except errors.ApiError as exc:
+            if exc.code in (400, 404, 422):
+                return None  # the apiserver refused the token itself (malformed)
+            raise AuthError(f"TokenReview failed: {exc}") from exc
         except Exception as exc:
             raise AuthError(f"TokenReview failed: {exc}") from exc
         status: dict[str, Any] = review.get("status") or {}
@@ -140,7 +147,8 @@ class Authorizer:
 
     async def allowed(self, user: User, *, verb: str, subresource: str) -> bool:
         """Tell whether `user` may; raises AuthError if the upper cluster cannot say."""
-        key = (user.name, user.groups, user.uid, verb, subresource)
+        extra = tuple(sorted((k, tuple(v)) for k, v in user.extra.items()))
+        key = (user.name, user.groups, user.uid, extra, verb, subresource)
         if key in self._allowed:
             return True
         if key in self._denied:

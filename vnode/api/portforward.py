@@ -10,6 +10,7 @@ stream. One SPDY connection carries any number of pairs, until the client closes
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -45,6 +46,9 @@ async def serve_spdy(
                 )
                 pair = pending.setdefault(request_id, {})
                 pair[stream.kind] = stream
+                if stream.kind not in ("data", "error"):
+                    stream.discard()
+                    continue
                 if "data" in pair and "error" in pair:
                     del pending[request_id]
                     group.create_task(
@@ -58,6 +62,21 @@ async def serve_spdy(
 
 
 async def _forward(
+    data: Stream, error: Stream, *, connect: Callable[[int], Awaitable[PortSession]]
+) -> None:
+    # One forwarded connection failing must never take the others of the session down.
+    try:
+        await _forward_one(data, error, connect=connect)
+    except Exception as exc:  # noqa: BLE001
+        logger.info("kubelet API: port-forward connection ended: %s", exc)
+        with contextlib.suppress(Exception):
+            await _fail(data, error, f"port-forward failed: {exc}")
+    finally:
+        data.discard()
+        error.discard()
+
+
+async def _forward_one(
     data: Stream, error: Stream, *, connect: Callable[[int], Awaitable[PortSession]]
 ) -> None:
     port_text = (data.headers.get("port") or [""])[0]
@@ -77,6 +96,9 @@ async def _forward(
     async def upstream() -> None:
         while chunk := await data.read():
             await session.send(chunk)
+        # The client finished sending: the WebSocket protocol below cannot half-close, and
+        # kubectl waits for our end, so the whole connection ends here (as a kubelet does).
+        await session.close()
 
     try:
         async with asyncio.TaskGroup() as group:

@@ -12,6 +12,7 @@ older: the message text, nothing on success), and the connection is closed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -110,14 +111,16 @@ async def serve_spdy(
     request: web.Request, *, protocol: str, options: RemoteCommand, session: RemoteSession
 ) -> web.StreamResponse:
     """Upgrade `request` to SPDY/3.1 and bridge its streams to `session` until it ends."""
-    connection = await upgrade(request, protocol=protocol)
+    connection = None
     try:
+        connection = await upgrade(request, protocol=protocol)
         streams = await _streams(connection, options=options, protocol=protocol)
         if streams is not None:
             await _bridge(streams, session=session, protocol=protocol)
     finally:
         await session.close()
-        connection.close()
+        if connection is not None:
+            connection.close()
     assert connection.response is not None
     return connection.response
 
@@ -150,9 +153,13 @@ async def _streams(
 
 async def _bridge(streams: dict[str, Stream], *, session: RemoteSession, protocol: str) -> None:
     async def pump_stdin(stream: Stream) -> None:
-        while data := await stream.read():
-            await session.send(STDIN, data)
-        await session.close_stdin()
+        # The command may end (and its session close) while stdin still streams: stop
+        # quietly; the status tells how it ended.
+        with contextlib.suppress(Exception):
+            while data := await stream.read():
+                await session.send(STDIN, data)
+            await session.close_stdin()
+        stream.discard()
 
     async def pump_resize(stream: Stream) -> None:
         decoder = json.JSONDecoder()
@@ -185,10 +192,25 @@ async def _bridge(streams: dict[str, Stream], *, session: RemoteSession, protoco
         for name in ("stdout", "stderr"):
             if name in streams:
                 await streams[name].close()
-        if status:
-            payload = status_for(protocol, status)
-            if payload:
-                await streams["error"].write(payload)
+        if not status:
+            # Ended with no word from the backend (its connection dropped): never let that
+            # read as success.
+            status = json.dumps(
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Failure",
+                    "reason": "InternalError",
+                    "code": 500,
+                    "message": "the command's session in the lower cluster ended without a status",
+                }
+            ).encode()
+        payload = status_for(protocol, status)
+        if payload:
+            await streams["error"].write(payload)
         await streams["error"].close()
         for task in inputs:
             task.cancel()
+    for stream in streams.values():
+        stream.discard()

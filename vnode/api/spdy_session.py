@@ -36,17 +36,18 @@ class Stream:
         self._connection = connection
         self._chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._buffered = 0
+        self._discarded = False
         self.remote_closed = False
         self.local_closed = False
         if frame.flags & spdy.FLAG_FIN:
             self._end()
 
     def _feed(self, data: bytes, *, fin: bool) -> None:
-        if data and not self.remote_closed:
+        if data and not self.remote_closed and not self._discarded:
             self._chunks.put_nowait(data)
             self._buffered += len(data)
             if self._buffered > MAX_BUFFERED:
-                self._connection.pause_reading()
+                self._connection.over_limit(self, True)
         if fin:
             self._end()
 
@@ -63,8 +64,18 @@ class Stream:
             return b""
         self._buffered -= len(chunk)
         if self._buffered <= MAX_BUFFERED // 2:
-            self._connection.resume_reading()
+            self._connection.over_limit(self, False)
         return chunk
+
+    def discard(self) -> None:
+        """Stop reading the stream for good: drop what is queued, ignore what comes, forget it
+        (a reset tells the peer if it is still sending)."""
+        if self._discarded:
+            return
+        self._discarded = True
+        self._buffered = 0
+        self._connection.over_limit(self, False)
+        self._connection.forget(self)
 
     async def write(self, data: bytes) -> None:
         """Send `data` on the stream (waits while the peer is slow to read)."""
@@ -88,6 +99,7 @@ class SpdyConnection:
         self._streams: dict[int, Stream] = {}
         self._new: asyncio.Queue[Stream | None] = asyncio.Queue()
         self._paused = False
+        self._over_limit: set[int] = set()
         self.closed = asyncio.Event()
         self._last_stream = 0
         self.response: web.StreamResponse | None = None
@@ -102,6 +114,7 @@ class SpdyConnection:
         except spdy.ProtocolError as exc:
             logger.info("kubelet API: closing a SPDY connection: %s", exc)
             self._send_now(spdy.GoAway(last_good_stream_id=self._last_stream, status=1))
+            self._transport.close()
             self._finish()
             return True, b""
         for frame in frames:
@@ -129,9 +142,10 @@ class SpdyConnection:
         elif isinstance(frame, spdy.Data):
             target = self._streams.get(frame.stream_id)
             if target is None:
-                self._send_now(
-                    spdy.RstStream(stream_id=frame.stream_id, status=spdy.RST_INVALID_STREAM)
-                )
+                if frame.stream_id > self._last_stream:  # never opened (a forgotten one: ignore)
+                    self._send_now(
+                        spdy.RstStream(stream_id=frame.stream_id, status=spdy.RST_INVALID_STREAM)
+                    )
             else:
                 target._feed(frame.data, fin=frame.fin)
         elif isinstance(frame, spdy.RstStream):
@@ -173,15 +187,25 @@ class SpdyConnection:
         if not self._transport.is_closing():
             self._transport.write(self._writer.encode(frame))
 
-    def pause_reading(self) -> None:
-        if not self._paused and not self._transport.is_closing():
+    def over_limit(self, stream: Stream, over: bool) -> None:
+        """Note whether `stream` buffers too much; reading pauses while any stream does."""
+        if over:
+            self._over_limit.add(stream.id)
+        else:
+            self._over_limit.discard(stream.id)
+        if self._transport.is_closing():
+            return
+        if self._over_limit and not self._paused:
             self._paused = True
             self._transport.pause_reading()
-
-    def resume_reading(self) -> None:
-        if self._paused and not self._transport.is_closing():
+        elif not self._over_limit and self._paused:
             self._paused = False
             self._transport.resume_reading()
+
+    def forget(self, stream: Stream) -> None:
+        """Drop a finished stream; reset it if the peer may still send on it."""
+        if self._streams.pop(stream.id, None) is not None and not stream.remote_closed:
+            self._send_now(spdy.RstStream(stream_id=stream.id, status=spdy.RST_CANCEL))
 
     def close(self) -> None:
         """Say goodbye (GOAWAY) and close the connection."""

@@ -221,8 +221,9 @@ class ApiClient:
                 headers=self.headers(),
                 proxy=self.info.proxy,
                 server_hostname=self.info.tls_server_name,
-                max_msg_size=0,
+                max_msg_size=16 * 1024 * 1024,
                 autoping=True,
+                heartbeat=30.0,  # a silently dead path is noticed, not waited on forever
             )
         except aiohttp.WSServerHandshakeError as exc:
             raise errors.from_response(code=exc.status, body=exc.message) from exc

@@ -432,7 +432,8 @@ class _ChannelSession:
 
     async def send(self, channel: int, data: bytes) -> None:
         if not self._ws.closed:
-            await self._ws.send_bytes(bytes([channel]) + data)
+            with contextlib.suppress(aiohttp.ClientError, ConnectionError):
+                await self._ws.send_bytes(bytes([channel]) + data)
 
     async def close_stdin(self) -> None:
         # v5's CLOSE signal half-closes stdin; v4 cannot, as with kubectl itself.
@@ -470,7 +471,8 @@ class _PortChannels:
 
     async def send(self, data: bytes) -> None:
         if not self._ws.closed:
-            await self._ws.send_bytes(b"\x00" + data)
+            with contextlib.suppress(aiohttp.ClientError, ConnectionError):
+                await self._ws.send_bytes(b"\x00" + data)
 
     async def receive(self) -> bytes | None:
         while True:
