@@ -7,6 +7,7 @@ the node cannot start, 2 for invalid flags or environment.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 import socket
@@ -15,12 +16,13 @@ import urllib.parse
 from collections.abc import Sequence
 
 from vnode import cli, logs
+from vnode.controllers.status import node_labels
 from vnode.kube import config, errors
 from vnode.kube.client import ApiClient
 from vnode.node import StartupError, VirtualNode
 from vnode.providers.k2k.provider import K2KProvider
 from vnode.providers.k2k.translate import Translation
-from vnode.settings import Settings
+from vnode.settings import ClientSettings, Settings
 
 logger = logging.getLogger("vnode")
 
@@ -56,28 +58,21 @@ async def _run(
 ) -> None:
     node_ip = settings.node.internal_ip or _reachable_address(upper_info.server)
     settings = _with_ip(settings, node_ip)
+    agent = f"tensile-virtual-node/{settings.node.name}"
+
+    def client(info: config.ConnectionInfo, name: str, limits: ClientSettings) -> ApiClient:
+        return ApiClient(info, name=name, qps=limits.qps, burst=limits.burst, user_agent=agent)
+
     async with (
-        ApiClient(
-            upper_info,
-            name="upper",
-            qps=settings.upper.qps,
-            burst=settings.upper.burst,
-            user_agent=f"tensile-virtual-node/{settings.node.name}",
-        ) as upper,
-        ApiClient(
-            lower_info,
-            name="lower",
-            qps=settings.lower.qps,
-            burst=settings.lower.burst,
-            user_agent=f"tensile-virtual-node/{settings.node.name}",
-        ) as lower,
+        client(upper_info, "upper", settings.upper) as upper,
+        client(lower_info, "lower", settings.lower) as lower,
     ):
         provider = K2KProvider(
             upper=upper,
             lower=lower,
             translation=Translation(
                 node_name=settings.node.name,
-                node_labels=_node_labels(settings),
+                node_labels=node_labels(settings.node),
                 namespace_prefix=settings.pods.namespace_prefix,
                 ignore_labels=settings.pods.ignore_labels,
                 enable_service_account=settings.pods.enable_service_account,
@@ -107,12 +102,6 @@ async def _run(
     logger.info("virtual node %s stopped", settings.node.name)
 
 
-def _node_labels(settings: Settings) -> dict[str, str]:
-    from vnode.controllers.status import node_labels  # noqa: PLC0415 - wiring only
-
-    return node_labels(settings.node)
-
-
 def _reachable_address(server: str) -> str:
     """Return the local address the upper apiserver can reach us at (the route toward it)."""
     parsed = urllib.parse.urlsplit(server)
@@ -129,8 +118,6 @@ def _reachable_address(server: str) -> str:
 
 
 def _with_ip(settings: Settings, ip: str) -> Settings:
-    import dataclasses  # noqa: PLC0415
-
     return dataclasses.replace(settings, node=dataclasses.replace(settings.node, internal_ip=ip))
 
 

@@ -15,8 +15,8 @@ import pytest
 
 from tests.e2e.helpers import create, get, phase, pod, pod_manifest, wait_for
 from vnode.testing.cluster import PairSettings
+from vnode.testing.fixtures import create_namespace
 from vnode.testing.pair import ClusterPair
-from vnode.testing.rest import ApiStatusError
 from vnode.testing.vnodes import VirtualNodeProcess
 
 
@@ -43,25 +43,7 @@ def node_on_private_pair(private_pair: ClusterPair, tmp_path: Path) -> Iterator[
 
 
 def _namespace(pair: ClusterPair) -> str:
-    name = f"f-{secrets.token_hex(3)}"
-    for client in (pair.upper.rest(), pair.lower.rest()):
-        client.request(
-            "POST",
-            "/api/v1/namespaces",
-            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
-        )
-
-    client = pair.upper.rest()
-
-    def default_sa() -> bool:
-        try:
-            client.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")
-        except ApiStatusError:
-            return False
-        return True
-
-    wait_for("the default ServiceAccount", default_sa)
-    return name
+    return create_namespace(pair, prefix="f")
 
 
 def _ready(pair: ClusterPair, node: str) -> str:

@@ -10,6 +10,7 @@ otherwise). Every request is authenticated and authorized (see `auth`) unless
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -86,7 +87,6 @@ async def reload_certificates(
 ) -> None:
     """Load the serving certificate again whenever its files change (checked every
     `interval` seconds); new handshakes get the new one. Runs until cancelled."""
-    import asyncio  # noqa: PLC0415 - only this long-running helper needs it
 
     def stamp() -> tuple[float, float]:
         return os.stat(cert_file).st_mtime, os.stat(key_file).st_mtime

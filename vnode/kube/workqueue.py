@@ -148,7 +148,8 @@ class WorkQueue:
             self._notify()
 
     async def shut_down(self) -> None:
-        """Stop handing out keys: waiting `get` calls return None; pending delays are dropped."""
+        """Stop taking keys: adds and pending delays are dropped; keys already queued are still
+        handed out (as client-go's ShuttingDown drains), then `get` returns None."""
         self._shutting_down = True
         for timer in self._timers.values():
             timer.cancel()

@@ -55,8 +55,23 @@ def cluster_pair(request: pytest.FixtureRequest) -> Iterator[ClusterPair]:
 def namespace(cluster_pair: ClusterPair, request: pytest.FixtureRequest) -> Iterator[str]:
     """Yield the name of a new namespace that exists in both clusters."""
     base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
-    name = f"{base or 't'}-{secrets.token_hex(3)}"
-    clients = [cluster_pair.upper.rest(), cluster_pair.lower.rest()]
+    name = create_namespace(cluster_pair, prefix=base or "t")
+    try:
+        yield name
+    finally:
+        for client in (cluster_pair.upper.rest(), cluster_pair.lower.rest()):
+            try:
+                client.request("DELETE", f"/api/v1/namespaces/{name}")
+            except ApiStatusError as exc:
+                if exc.code != 404:
+                    raise
+
+
+def create_namespace(pair: ClusterPair, *, prefix: str) -> str:
+    """Create `<prefix>-<random>` in both clusters, wait for its `default` ServiceAccount in
+    both, and return the name. Raises ApiStatusError."""
+    name = f"{prefix}-{secrets.token_hex(3)}"
+    clients = [pair.upper.rest(), pair.lower.rest()]
     for client in clients:
         client.request(
             "POST",
@@ -65,15 +80,7 @@ def namespace(cluster_pair: ClusterPair, request: pytest.FixtureRequest) -> Iter
         )
     for client in clients:
         _wait_default_service_account(client, name)
-    try:
-        yield name
-    finally:
-        for client in clients:
-            try:
-                client.request("DELETE", f"/api/v1/namespaces/{name}")
-            except ApiStatusError as exc:
-                if exc.code != 404:
-                    raise
+    return name
 
 
 def _wait_default_service_account(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from vnode import errors as provider_errors
@@ -204,9 +204,16 @@ class DependencySync:
             if (kind, name) not in in_use:
                 await self._delete(kind, ns, name)
 
-    def creating(self, lower_ns: str) -> _Creating:
-        """Mark a pod creation in `lower_ns` (a context manager) so collection waits for it."""
-        return _Creating(self._creating, lower_ns)
+    @contextlib.contextmanager
+    def creating(self, lower_ns: str) -> Iterator[None]:
+        """Mark a pod creation in `lower_ns` while it runs, so collection waits for it."""
+        self._creating[lower_ns] = self._creating.get(lower_ns, 0) + 1
+        try:
+            yield
+        finally:
+            self._creating[lower_ns] -= 1
+            if not self._creating[lower_ns]:
+                del self._creating[lower_ns]
 
     async def _put(self, kind: str, source: Mapping[str, Any], lower_ns: str) -> bool:
         """Make the lower copy equal to `source`; True if it had to be created."""
@@ -223,7 +230,7 @@ class DependencySync:
                     "GET", resource.path(namespace=lower_ns, name=name)
                 )
         if not naming.is_owned(current, node_name=self._node):
-            if kind == "ServiceAccount" or _same_content(current, desired, kind=kind):
+            if kind == "ServiceAccount" or not needs_update(current, desired, kind=kind):
                 return False  # someone else's identical copy (or SA) serves just as well
             raise provider_errors.InvalidPod(
                 f"{kind} {lower_ns}/{name} exists in the lower cluster and is not managed by "
@@ -302,21 +309,3 @@ class DependencySync:
                     continue
                 logger.info("deleting unused lower %s %s/%s", kind, lower_ns, meta["name"])
                 await self._delete(kind, lower_ns, meta["name"])
-
-
-class _Creating:
-    def __init__(self, counts: dict[str, int], namespace: str) -> None:
-        self._counts = counts
-        self._namespace = namespace
-
-    def __enter__(self) -> None:
-        self._counts[self._namespace] = self._counts.get(self._namespace, 0) + 1
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._counts[self._namespace] -= 1
-        if not self._counts[self._namespace]:
-            del self._counts[self._namespace]
-
-
-def _same_content(current: Mapping[str, Any], desired: Mapping[str, Any], *, kind: str) -> bool:
-    return not needs_update(current, desired, kind=kind)
