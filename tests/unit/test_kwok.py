@@ -42,10 +42,16 @@ def test_simulation_rules_match_every_pod(tmp_path: Path) -> None:
     docs = kwok.simulation_documents(
         logs_file=tmp_path / "l",
         previous_logs_file=tmp_path / "p",
+        attach_file=tmp_path / "a",
         exec_dir=tmp_path,
         forward_port=1234,
     )
-    assert {d["kind"] for d in docs} == {"ClusterLogs", "ClusterExec", "ClusterPortForward"}
+    assert {d["kind"] for d in docs} == {
+        "ClusterLogs",
+        "ClusterAttach",
+        "ClusterExec",
+        "ClusterPortForward",
+    }
     for doc in docs:
         assert "selector" not in doc["spec"]
     forward = next(d for d in docs if d["kind"] == "ClusterPortForward")

@@ -29,6 +29,8 @@ LOG_LINES = tuple(f"tensile log line {i}" for i in range(1, 11))
 """The log of every lower container (the current instance)."""
 PREVIOUS_LOG_LINES = ("previous container instance line 1", "previous container instance line 2")
 """The log of every lower container's previous instance (`kubectl logs --previous`)."""
+ATTACH_LOG = "attach.log"
+"""Beside the container log: what is appended to it is every attached container's output."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -71,12 +71,19 @@ def node_manifest(node: FakeNode) -> dict[str, Any]:
 
 
 def simulation_documents(
-    *, logs_file: Path, previous_logs_file: Path, exec_dir: Path, forward_port: int
+    *,
+    logs_file: Path,
+    previous_logs_file: Path,
+    attach_file: Path,
+    exec_dir: Path,
+    forward_port: int,
 ) -> list[dict[str, Any]]:
     """Return kwok rules that apply to every pod of every namespace.
 
     - logs: every container's log is `logs_file` (CRI log format), its previous log
       `previous_logs_file`;
+    - attach: a container's attached output is what is appended to `attach_file` (CRI log
+      format) while attached; kwok ignores stdin;
     - exec: the command runs locally, unchanged, in `exec_dir`;
     - port-forward: every pod port reaches 127.0.0.1:`forward_port`.
     """
@@ -94,6 +101,12 @@ def simulation_documents(
                     }
                 ]
             },
+        },
+        {
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "ClusterAttach",
+            "metadata": {"name": "tensile-attach"},
+            "spec": {"attaches": [{"logsFile": str(attach_file)}]},
         },
         {
             "apiVersion": "kwok.x-k8s.io/v1alpha1",

@@ -14,6 +14,7 @@ from typing import Any
 
 from vnode.testing import binaries, kwok, processes
 from vnode.testing.cluster import (
+    ATTACH_LOG,
     PROCESSES_FILE,
     STATE_FILE,
     Cluster,
@@ -60,6 +61,8 @@ class ClusterPair:
         """Working directory of commands run by `kubectl exec` in lower pods."""
         self.logs_file = logs_file
         """The CRI log file every lower container's log is read from (append to it)."""
+        self.attach_file = logs_file.with_name(ATTACH_LOG)
+        """CRI log lines appended here are the output of every `kubectl attach`."""
         self.forward_port = forward_port
         """Loopback port every lower pod port forwards to (serves FORWARD_TARGET_TEXT)."""
         self._processes = dict(processes_ or {})

@@ -24,6 +24,7 @@ import yaml
 
 from vnode.testing import binaries, components, kwok, ports, processes
 from vnode.testing.cluster import (
+    ATTACH_LOG,
     FORWARD_TARGET_TEXT,
     LOG_LINES,
     PREVIOUS_LOG_LINES,
@@ -399,6 +400,8 @@ class Startup:
         start = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)
         logs_file.write_text(kwok.cri_log_lines(LOG_LINES, start=start))
         previous.write_text(kwok.cri_log_lines(PREVIOUS_LOG_LINES, start=start))
+        attach_file = logs_file.with_name(ATTACH_LOG)
+        attach_file.touch()
         kwok_dir = self.data / "kwok"
         kwok_dir.mkdir(parents=True, exist_ok=True)
         config = kwok_dir / "simulation.yaml"
@@ -407,6 +410,7 @@ class Startup:
                 kwok.simulation_documents(
                     logs_file=logs_file,
                     previous_logs_file=previous,
+                    attach_file=attach_file,
                     exec_dir=exec_dir,
                     forward_port=forward_port,
                 )
