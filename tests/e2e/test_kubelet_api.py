@@ -9,6 +9,7 @@ import re
 import select
 import ssl
 import subprocess
+import time
 
 import pytest
 
@@ -67,10 +68,29 @@ def test_kubectl_logs_follow_streams_new_lines_and_stops(
         with cluster_pair.logs_file.open("a") as log:
             log.write(kwok.cri_log_lines([fresh], start=dt.datetime.now(dt.UTC)))
         assert _readline(proc, timeout=20) == fresh + "\n"
-    finally:
+        assert _lower_log_streams(cluster_pair) >= 1
         proc.terminate()
         proc.communicate(timeout=10)
+        # The client went away: the node cancels its request to the lower cluster.
+        deadline = time.monotonic() + 20
+        while (streams := _lower_log_streams(cluster_pair)) > 0:
+            assert time.monotonic() < deadline, f"{streams} lower log streams still open"
+            time.sleep(0.5)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.communicate(timeout=10)
         cluster_pair.logs_file.write_text(original)  # every container shares this log
+
+
+def _lower_log_streams(pair: ClusterPair) -> float:
+    """Log requests the lower apiserver is serving now (its long-running request gauge)."""
+    _, text = pair.lower.rest().get_text("/metrics")
+    return sum(
+        float(line.rpartition(" ")[2])
+        for line in text.splitlines()
+        if line.startswith("apiserver_longrunning_requests{") and 'subresource="log"' in line
+    )
 
 
 def _readline(proc: subprocess.Popen[str], *, timeout: float) -> str:
