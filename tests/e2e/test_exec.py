@@ -111,18 +111,21 @@ def test_a_missing_command_is_a_clear_error(
     assert "no-such-command-here" in err
 
 
+@MODES
 def test_kubectl_cp_both_ways(
-    cluster_pair: ClusterPair, namespace: str, running_pod: str, tmp_path: Path
+    cluster_pair: ClusterPair, namespace: str, running_pod: str, tmp_path: Path, websockets: str
 ) -> None:
     # kwok runs the pod's commands in the pair's scratch directory: relative paths land there.
-    name = f"cp-{namespace}"
-    (tmp_path / "up.txt").write_text("from the workstation\n")
+    name = f"cp-{namespace}-{websockets}"
+    env = {**os.environ, "KUBECTL_REMOTE_COMMAND_WEBSOCKETS": websockets}
+    content = os.urandom(300_000)  # binary, and larger than any one frame
+    (tmp_path / "up.bin").write_bytes(content)
     cluster_pair.upper.kubectl(
-        "cp", str(tmp_path / "up.txt"), f"{namespace}/{running_pod}:{name}-up"
+        "cp", str(tmp_path / "up.bin"), f"{namespace}/{running_pod}:{name}-up", env=env
     )
-    assert (cluster_pair.exec_dir / f"{name}-up").read_text() == "from the workstation\n"
+    assert (cluster_pair.exec_dir / f"{name}-up").read_bytes() == content
     (cluster_pair.exec_dir / f"{name}-down").write_text("from the pod\n")
     cluster_pair.upper.kubectl(
-        "cp", f"{namespace}/{running_pod}:{name}-down", str(tmp_path / "down.txt")
+        "cp", f"{namespace}/{running_pod}:{name}-down", str(tmp_path / "down.txt"), env=env
     )
     assert (tmp_path / "down.txt").read_text() == "from the pod\n"
