@@ -6,11 +6,15 @@ apiserver, translated to SPDY) and with KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false 
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
+from vnode.testing.cluster import kubectl_binary
 from vnode.testing.pair import ClusterPair
+from vnode.testing.vnodes import VirtualNodeProcess
 
 MODES = pytest.mark.parametrize("websockets", ["true", "false"], ids=["websocket", "spdy"])
 
@@ -129,3 +133,43 @@ def test_kubectl_cp_both_ways(
         "cp", f"{namespace}/{running_pod}:{name}-down", str(tmp_path / "down.txt"), env=env
     )
     assert (tmp_path / "down.txt").read_text() == "from the pod\n"
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def test_a_reader_that_stalls_does_not_grow_the_nodes_memory(
+    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str, running_pod: str
+) -> None:
+    # 200 MB of output while kubectl's stdout is not read: every hop must hold back, so the
+    # node keeps a bounded amount in flight rather than buffering what kubectl has not taken.
+    size = 200_000_000
+    assert virtual_node.process is not None
+    pid = virtual_node.process.pid
+    before = _rss_mib(pid)
+    proc = subprocess.Popen(
+        [kubectl_binary(), f"--kubeconfig={cluster_pair.upper.kubeconfig}", "exec", "-n",
+         namespace, running_pod, "--", "sh", "-c", f"head -c {size} /dev/zero"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        time.sleep(8)  # the pipe, kubectl and both apiservers fill up; then the node must wait
+        stalled = _rss_mib(pid)
+        assert proc.stdout is not None
+        received = 0
+        while chunk := proc.stdout.read(1 << 20):
+            received += len(chunk)
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+    assert received == size
+    assert stalled - before < 64, f"node RSS grew {stalled - before:.0f} MiB while stalled"
