@@ -8,6 +8,7 @@ import ipaddress
 import os
 from collections.abc import Mapping, Sequence
 
+from vnode.api.certificates import MAX_EXPIRATION_SECONDS, MIN_EXPIRATION_SECONDS
 from vnode.settings import (
     TAINT_EFFECTS,
     ApiSettings,
@@ -16,6 +17,7 @@ from vnode.settings import (
     PodSettings,
     Settings,
     Taint,
+    default_cert_dir,
 )
 
 KNOWN_CONTROLLERS = ("PVControllers", "ServiceControllers")
@@ -120,6 +122,30 @@ def _parser() -> argparse.ArgumentParser:
         help="CA of kubelet API clients (APISERVER_CA_CERT_LOCATION)",
     )
     a("--no-verify-clients", action="store_true", help="DEVELOPMENT ONLY: no kubelet API auth")
+    # the kubelet's serving-certificate flags (used when APISERVER_CERT_LOCATION is unset)
+    a(
+        "--rotate-server-certificates",
+        type=_bool,
+        default=True,
+        nargs="?",
+        const=True,
+        help="without APISERVER_CERT_LOCATION/APISERVER_KEY_LOCATION, request the kubelet "
+        "serving certificate from the upper cluster (CSR, signer kubernetes.io/kubelet-serving) "
+        "and renew it before it expires; false: the kubelet API is off without those files",
+    )
+    a(
+        "--cert-dir",
+        default=None,
+        help="directory of the CSR-issued serving certificates "
+        "(default .tensile-pki/<nodename> in the working directory)",
+    )
+    a(
+        "--server-certificate-duration",
+        type=_duration,
+        default=0.0,
+        help="lifetime to ask for in each serving-certificate CSR (expirationSeconds, >= 10m); "
+        "0: the signer's default (kube-controller-manager --cluster-signing-duration)",
+    )
     # tensile's additions
     a("--namespace-prefix", default="", help="lower namespace = prefix + upper namespace")
     a("--log-format", default="text", choices=("text", "json"))
@@ -155,8 +181,9 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
     for flag, value in (("--client-qps", args.client_qps), ("--kube-api-qps", args.kube_api_qps)):
         if value < 0:
             raise UsageError(f"{flag} must be >= 0, got {value}")
+    node = _node_settings(args, env, operating_system)
     return Settings(
-        node=_node_settings(args, env, operating_system),
+        node=node,
         pods=PodSettings(
             namespace=args.namespace or None,
             namespace_prefix=_namespace_prefix(args.namespace_prefix),
@@ -172,12 +199,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
         lower=ClientSettings(
             kubeconfig=args.client_kubeconfig, qps=args.client_qps, burst=args.client_burst
         ),
-        api=ApiSettings(
-            cert_file=env.get("APISERVER_CERT_LOCATION", ""),
-            key_file=env.get("APISERVER_KEY_LOCATION", ""),
-            client_ca_file=args.client_verify_ca or env.get("APISERVER_CA_CERT_LOCATION", ""),
-            verify_clients=not args.no_verify_clients,
-        ),
+        api=_api_settings(args, env, node_name=node.name),
         enable_controllers=controllers,
         metrics_addr=_address(args.metrics_addr, "--metrics-addr") if args.metrics_addr else "",
         log_level="warn" if args.log_level == "warning" else args.log_level,
@@ -185,6 +207,56 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
         startup_timeout=args.startup_timeout,
         shutdown_timeout=args.shutdown_timeout,
     )
+
+
+def _api_settings(
+    args: argparse.Namespace, env: Mapping[str, str], *, node_name: str
+) -> ApiSettings:
+    cert_file = env.get("APISERVER_CERT_LOCATION", "")
+    key_file = env.get("APISERVER_KEY_LOCATION", "")
+    if bool(cert_file) != bool(key_file):
+        given, missing = (
+            ("APISERVER_CERT_LOCATION", "APISERVER_KEY_LOCATION")
+            if cert_file
+            else ("APISERVER_KEY_LOCATION", "APISERVER_CERT_LOCATION")
+        )
+        raise UsageError(
+            f"{given} is set but {missing} is not: set both (serving certificate files) "
+            "or neither (certificate from a CSR)"
+        )
+    return ApiSettings(
+        cert_file=cert_file,
+        key_file=key_file,
+        client_ca_file=args.client_verify_ca or env.get("APISERVER_CA_CERT_LOCATION", ""),
+        verify_clients=not args.no_verify_clients,
+        rotate_server_certificates=args.rotate_server_certificates,
+        cert_dir=_cert_dir(args.cert_dir, node_name),
+        server_certificate_duration=_certificate_duration(args.server_certificate_duration),
+    )
+
+
+def _cert_dir(text: str | None, node_name: str) -> str:
+    if text is None:
+        return default_cert_dir(node_name)
+    if not text.strip():
+        raise UsageError("--cert-dir must name a directory, got an empty value")
+    if os.path.exists(text) and not os.path.isdir(text):
+        raise UsageError(f"--cert-dir must be a directory, but {text!r} is a file")
+    return text
+
+
+def _certificate_duration(seconds: float) -> int:
+    # The CSR field is an int32 number of seconds, at least ten minutes (API validation).
+    if seconds == 0:
+        return 0
+    if seconds != int(seconds):
+        raise UsageError(f"--server-certificate-duration must be whole seconds, got {seconds:g}s")
+    if not MIN_EXPIRATION_SECONDS <= seconds <= MAX_EXPIRATION_SECONDS:
+        raise UsageError(
+            "--server-certificate-duration must be 0 (the signer's default) or between 10m "
+            f"and {MAX_EXPIRATION_SECONDS}s (the CSR API's limits), got {seconds:g}s"
+        )
+    return int(seconds)
 
 
 def _node_settings(

@@ -11,23 +11,39 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import ssl
-from collections.abc import AsyncIterator, Sequence
-from typing import Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any, Protocol
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from vnode.api import auth
-from vnode.api.server import ApiContext, make_app, reload_certificates, server_context
+from vnode.api.certificates import identity_from_addresses
+from vnode.api.certmanager import (
+    CertificateManagerSettings,
+    Clock,
+    ServingCertificateManager,
+)
+from vnode.api.certstore import CertificateStore
+from vnode.api.server import (
+    ApiContext,
+    RotatingTls,
+    make_app,
+    reload_certificates,
+    server_context,
+)
 from vnode.controllers.events import EventRecorder
 from vnode.controllers.node import NodeController
 from vnode.controllers.pods import PodController, PodProvider
+from vnode.controllers.status import node_addresses
 from vnode.kube.client import ApiClient
 from vnode.kube.informer import Informer
 from vnode.provider import ExecProvider, LogsProvider, NodeProvider, PortForwardProvider
-from vnode.settings import Settings
+from vnode.settings import Settings, default_cert_dir
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +70,17 @@ class StartupError(Exception):
 class VirtualNode:
     """Runs one virtual node until `stop()` or cancellation."""
 
-    def __init__(self, *, settings: Settings, upper: ApiClient, provider: Provider) -> None:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        upper: ApiClient,
+        provider: Provider,
+        clock: Clock | None = None,
+    ) -> None:
+        """`clock` (default: the system clock) times serving-certificate renewals."""
         self.settings = settings
+        self._clock = clock
         self._upper = upper
         self._provider = provider
         self._stop = asyncio.Event()
@@ -88,20 +113,15 @@ class VirtualNode:
         informers = [*self._provider.informers(), self.pods.informer, self.node.informer]
         async with (
             self._metrics_server(),
-            self._kubelet_api() as api_tls,
+            self._kubelet_api() as keep_certificate,
             asyncio.TaskGroup() as group,
         ):
             background = [group.create_task(i.run(), name=f"informer-{i.name}") for i in informers]
-            if api_tls is not None:
+            if keep_certificate is not None:
+                # Registration, lease and pods never wait for this task: a CSR may wait
+                # for a human to approve it.
                 background.append(
-                    group.create_task(
-                        reload_certificates(
-                            api_tls,
-                            cert_file=self.settings.api.cert_file,
-                            key_file=self.settings.api.key_file,
-                        ),
-                        name="kubelet-api-certificates",
-                    )
+                    group.create_task(keep_certificate(), name="kubelet-api-certificates")
                 )
             stop = group.create_task(self._stop.wait(), name="stop-signal")
             await self._wait_synced(informers, stop)
@@ -158,20 +178,25 @@ class VirtualNode:
             )
 
     @contextlib.asynccontextmanager
-    async def _kubelet_api(self) -> AsyncIterator[ssl.SSLContext | None]:
-        """Serve the kubelet API on the node's InternalIP:KUBELET_PORT (what the upper
-        apiserver connects to), if a serving certificate is configured."""
+    async def _kubelet_api(self) -> AsyncIterator[Callable[[], Coroutine[Any, Any, None]] | None]:
+        """Set up the kubelet API on the node's InternalIP:KUBELET_PORT (what the upper
+        apiserver connects to) and yield the coroutine function that keeps its serving
+        certificate, to run as an owned task; None when the API is off.
+
+        With APISERVER_CERT_LOCATION/APISERVER_KEY_LOCATION the API listens at once (bad
+        files raise here, before anything starts) and the files are reloaded when they
+        change. Otherwise, with --rotate-server-certificates, it listens only once a
+        certificate from a CSR exists: no connection is accepted without one.
+        """
         api = self.settings.api
-        if not (api.cert_file and api.key_file):
+        if not api.cert_file and not api.rotate_server_certificates:
             logger.warning(
-                "kubelet API disabled: set APISERVER_CERT_LOCATION and APISERVER_KEY_LOCATION "
-                "(kubectl logs/exec on this node's pods will fail)"
+                "kubelet API disabled: no APISERVER_CERT_LOCATION/APISERVER_KEY_LOCATION and "
+                "--rotate-server-certificates=false (kubectl logs/exec on this node's pods "
+                "will fail)"
             )
             yield None
             return
-        tls = server_context(
-            cert_file=api.cert_file, key_file=api.key_file, client_ca_file=api.client_ca_file
-        )
         verify = api.verify_clients
         context = ApiContext(
             node_name=self.settings.node.name,
@@ -186,13 +211,56 @@ class VirtualNode:
         runner = web.AppRunner(make_app(context), access_log=None, handler_cancellation=True)
         await runner.setup()
         host, port = self.settings.node.internal_ip, self.settings.node.kubelet_port
-        site = web.TCPSite(runner, host, port, ssl_context=tls, shutdown_timeout=2.0)
-        await site.start()
-        logger.info("kubelet API on https://%s:%d", host, port)
+
+        async def serve(tls: ssl.SSLContext) -> None:
+            site = web.TCPSite(runner, host, port, ssl_context=tls, shutdown_timeout=2.0)
+            await site.start()
+            logger.info("kubelet API on https://%s:%d", host, port)
+
         try:
-            yield tls
+            if api.cert_file:
+                tls = server_context(
+                    cert_file=api.cert_file,
+                    key_file=api.key_file,
+                    client_ca_file=api.client_ca_file,
+                )
+                await serve(tls)
+                yield functools.partial(
+                    reload_certificates, tls, cert_file=api.cert_file, key_file=api.key_file
+                )
+            else:
+                logger.info(
+                    "kubelet API: no APISERVER_CERT_LOCATION; the serving certificate comes "
+                    "from a CSR to the upper cluster (kept in %s)",
+                    self._cert_dir(),
+                )
+                yield functools.partial(self._certificate_from_csr, serve)
         finally:
             await runner.cleanup()
+
+    async def _certificate_from_csr(
+        self, serve: Callable[[ssl.SSLContext], Awaitable[None]]
+    ) -> None:
+        """Obtain and renew the serving certificate through CSRs; start serving with the
+        first, switch new handshakes to each renewed one (open connections keep theirs)."""
+        api = self.settings.api
+        manager = ServingCertificateManager(
+            upper=self._upper,
+            identity=identity_from_addresses(
+                node_name=self.settings.node.name,
+                addresses=node_addresses(self.settings.node),
+            ),
+            store=CertificateStore(self._cert_dir()),
+            settings=CertificateManagerSettings(
+                expiration_seconds=api.server_certificate_duration or None
+            ),
+            clock=self._clock,
+        )
+        tls = RotatingTls(client_ca_file=api.client_ca_file, serve=serve)
+        await manager.run(on_certificate=tls.use)
+
+    def _cert_dir(self) -> Path:
+        return Path(self.settings.api.cert_dir or default_cert_dir(self.settings.node.name))
 
     @contextlib.asynccontextmanager
     async def _metrics_server(self) -> AsyncIterator[None]:

@@ -11,6 +11,12 @@ from dataclasses import dataclass, field
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
+def default_cert_dir(node_name: str) -> str:
+    """Return the default --cert-dir: `.tensile-pki/<node name>` under the working
+    directory (one directory per node, so several nodes can run from one place)."""
+    return f".tensile-pki/{node_name}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Taint:
     """The taint the virtual node carries (VKUBELET_TAINT_KEY/VALUE/EFFECT)."""
@@ -83,9 +89,21 @@ class ApiSettings:
     """The kubelet HTTPS API (served by vnode.api)."""
 
     cert_file: str = ""
-    """APISERVER_CERT_LOCATION."""
+    """APISERVER_CERT_LOCATION: the serving certificate file, reloaded when it changes.
+    Set together with `key_file`; when set, no CSR is made."""
     key_file: str = ""
     """APISERVER_KEY_LOCATION."""
+    rotate_server_certificates: bool = True
+    """--rotate-server-certificates (the kubelet's flag): without certificate files, get the
+    serving certificate from the upper cluster through a kubernetes.io/kubelet-serving CSR
+    and renew it at 80 % of its lifetime. False without files: the API is off."""
+    cert_dir: str = ""
+    """--cert-dir: where CSR-issued certificates are kept (kubelet-server-*.pem and the
+    kubelet-server-current.pem pointer); "" means `default_cert_dir(node name)`."""
+    server_certificate_duration: int = 0
+    """--server-certificate-duration in seconds: the CSR's spec.expirationSeconds (>= 600);
+    0 leaves it out, so the signer's default applies (kube-controller-manager's
+    --cluster-signing-duration, one year unless changed)."""
     client_ca_file: str = ""
     """--client-verify-ca / APISERVER_CA_CERT_LOCATION."""
     verify_clients: bool = True

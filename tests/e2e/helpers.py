@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import yaml
 
+from vnode.testing.cluster import Cluster
 from vnode.testing.rest import ApiStatusError, RestClient
 
 T = TypeVar("T")
@@ -95,3 +98,33 @@ def events_for(client: RestClient, namespace: str, name: str) -> list[dict[str, 
         query={"fieldSelector": f"involvedObject.name={name}"},
     )
     return list(result.get("items") or [])
+
+
+def token_kubeconfig(cluster: Cluster, manifest: Path, path: Path) -> Path:
+    """Apply the RBAC `manifest` to `cluster` and write to `path` a kubeconfig with a 1 h
+    token of its ServiceAccount tensile-system/tensile-virtual-node; return `path`."""
+    cluster.kubectl("apply", "-f", str(manifest))
+    token = cluster.kubectl(
+        "create", "token", "tensile-virtual-node", "-n", "tensile-system", "--duration=1h"
+    ).stdout.strip()
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "sa",
+                "clusters": [
+                    {
+                        "name": "c",
+                        "cluster": {
+                            "server": cluster.server,
+                            "certificate-authority": str(cluster.ca),
+                        },
+                    }
+                ],
+                "users": [{"name": "sa", "user": {"token": token}}],
+                "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
+            }
+        )
+    )
+    return path

@@ -5,42 +5,19 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-import yaml
-
-from tests.e2e.helpers import create, get, phase, pod, pod_manifest, wait_for
-from vnode.testing.cluster import Cluster
+from tests.e2e.helpers import (
+    create,
+    get,
+    phase,
+    pod,
+    pod_manifest,
+    token_kubeconfig,
+    wait_for,
+)
 from vnode.testing.pair import ClusterPair
 from vnode.testing.vnodes import VirtualNodeProcess
 
 MANIFESTS = Path(__file__).parents[2] / "manifests" / "vnode"
-
-
-def _token_kubeconfig(cluster: Cluster, manifest: Path, path: Path) -> Path:
-    cluster.kubectl("apply", "-f", str(manifest))
-    token = cluster.kubectl(
-        "create", "token", "tensile-virtual-node", "-n", "tensile-system", "--duration=1h"
-    ).stdout.strip()
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "sa",
-                "clusters": [
-                    {
-                        "name": "c",
-                        "cluster": {
-                            "server": cluster.server,
-                            "certificate-authority": str(cluster.ca),
-                        },
-                    }
-                ],
-                "users": [{"name": "sa", "user": {"token": token}}],
-                "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
-            }
-        )
-    )
-    return path
 
 
 def test_a_node_with_only_the_manifests_permissions_forwards_pods(
@@ -51,10 +28,10 @@ def test_a_node_with_only_the_manifests_permissions_forwards_pods(
         cluster_pair,
         name=f"vn-rbac-{secrets.token_hex(3)}",
         log_dir=tmp_path,
-        upper_kubeconfig=_token_kubeconfig(
+        upper_kubeconfig=token_kubeconfig(
             cluster_pair.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig"
         ),
-        lower_kubeconfig=_token_kubeconfig(
+        lower_kubeconfig=token_kubeconfig(
             cluster_pair.lower, MANIFESTS / "lower-rbac.yaml", tmp_path / "lower-sa.kubeconfig"
         ),
     )

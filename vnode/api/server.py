@@ -104,6 +104,33 @@ async def reload_certificates(
             logger.warning("kubelet API: cannot reload the serving certificate: %s", exc)
 
 
+class RotatingTls:
+    """The TLS side of a serving certificate that changes (CSR-issued, renewed): the first
+    certificate file builds the context (`server_context`) and starts serving; each later
+    one replaces the certificate in that same context, so new handshakes get it while
+    established connections keep theirs. Files hold the chain and the key together."""
+
+    def __init__(
+        self, *, client_ca_file: str, serve: Callable[[ssl.SSLContext], Awaitable[None]]
+    ) -> None:
+        """`serve` starts listening with the context (called once, on the first file)."""
+        self._client_ca_file = client_ca_file
+        self._serve = serve
+        self.context: ssl.SSLContext | None = None
+
+    async def use(self, path: os.PathLike[str] | str) -> None:
+        """Serve the certificate and key in `path` from now on. Raises OSError /
+        ssl.SSLError for an unreadable file, and what `serve` raises."""
+        if self.context is None:
+            self.context = server_context(
+                cert_file=str(path), key_file=str(path), client_ca_file=self._client_ca_file
+            )
+            await self._serve(self.context)
+            return
+        self.context.load_cert_chain(str(path), str(path))
+        logger.info("kubelet API: new connections get the certificate in %s", path)
+
+
 def _auth_middleware(context: ApiContext) -> Any:
     @web.middleware
     async def middleware(

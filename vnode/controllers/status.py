@@ -177,20 +177,26 @@ def node_status(
                 "lastTransitionTime": transition or now,
             }
         )
-    addresses = [{"type": "InternalIP", "address": settings.internal_ip}]
-    if settings.external_ip:
-        addresses.append({"type": "ExternalIP", "address": settings.external_ip})
     return {
         "status": {
             "capacity": dict(capacity),
             "allocatable": dict(capacity),
             "conditions": conditions,
-            "addresses": addresses,
+            "addresses": node_addresses(settings),
             "daemonEndpoints": {"kubeletEndpoint": {"Port": settings.kubelet_port}},
             "nodeInfo": {**dict(node_info), "operatingSystem": settings.operating_system},
             "phase": "Running",
         }
     }
+
+
+def node_addresses(settings: NodeSettings) -> list[dict[str, str]]:
+    """Return the Node's `status.addresses`: InternalIP, and ExternalIP if set, never a
+    Hostname (see `node_status`). The serving certificate names exactly these."""
+    addresses = [{"type": "InternalIP", "address": settings.internal_ip}]
+    if settings.external_ip:
+        addresses.append({"type": "ExternalIP", "address": settings.external_ip})
+    return addresses
 
 
 def lease_object(*, settings: NodeSettings, node_uid: str, now: str) -> dict[str, Any]:

@@ -87,3 +87,10 @@ EVENTS = Resource(group="", version="v1", plural="events", kind="Event", namespa
 LEASES = Resource(
     group="coordination.k8s.io", version="v1", plural="leases", kind="Lease", namespaced=True
 )
+CERTIFICATE_SIGNING_REQUESTS = Resource(
+    group="certificates.k8s.io",
+    version="v1",
+    plural="certificatesigningrequests",
+    kind="CertificateSigningRequest",
+    namespaced=False,
+)

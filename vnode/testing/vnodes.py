@@ -18,6 +18,8 @@ from vnode.testing import ports, processes
 from vnode.testing.pair import ClusterPair
 from vnode.testing.rest import ApiStatusError
 
+_SERVING_FILES = ("APISERVER_CERT_LOCATION", "APISERVER_KEY_LOCATION")
+
 
 class VirtualNodeProcess:
     """One `python -m vnode` child process; `start()` returns when its Node is Ready."""
@@ -32,24 +34,35 @@ class VirtualNodeProcess:
         env: Mapping[str, str] | None = None,
         lower_kubeconfig: Path | None = None,
         upper_kubeconfig: Path | None = None,
+        certificate_from_csr: bool = False,
     ) -> None:
+        """`certificate_from_csr`: start without the pair's serving certificate files, so
+        the node requests its certificate from the upper cluster (kept in `cert_dir`)."""
         self.pair = pair
         self.name = name
         self.metrics_port = ports.pick()
         self.kubelet_port = ports.pick()
         self.log = log_dir / f"virtual-node-{name}.log"
+        self.cert_dir = log_dir / f"pki-{name}"
+        """--cert-dir: where a CSR-issued serving certificate is kept (kept across restarts)."""
         self._argv = [
             sys.executable, "-m", "vnode",
             f"--nodename={name}",
             f"--kubeconfig={upper_kubeconfig or pair.upper.kubeconfig}",
             f"--client-kubeconfig={lower_kubeconfig or pair.lower.kubeconfig}",
             f"--metrics-addr=127.0.0.1:{self.metrics_port}",
+            f"--cert-dir={self.cert_dir}",
             "--log-level=debug",
             *args,
         ]  # fmt: skip
+        material = pair.vnode.env()
+        if certificate_from_csr:
+            del material["APISERVER_CERT_LOCATION"], material["APISERVER_KEY_LOCATION"]
         self._env = {
-            **os.environ,
-            **pair.vnode.env(),
+            # Files from the caller's environment (a sourced devcluster env.sh) would
+            # silently turn a CSR node back into a file-based one.
+            **{k: v for k, v in os.environ.items() if k not in _SERVING_FILES},
+            **material,
             "KUBELET_PORT": str(self.kubelet_port),
             **(env or {}),
         }

@@ -1,0 +1,345 @@
+"""The kubelet API's serving certificate from a CSR, against the real upper cluster.
+
+The upper kube-apiserver verifies kubelet serving certificates against the upper CA
+(--kubelet-certificate-authority) and its kube-controller-manager signs kubelet-serving
+CSRs with that CA, so `kubectl logs` through the apiserver working proves the certificate
+is right for the node's address. Nodes here start without APISERVER_CERT_LOCATION.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime as dt
+import os
+import secrets
+import socket
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+
+from tests.e2e.helpers import create, phase, pod_manifest, token_kubeconfig, wait_for
+from vnode.api.certificates import identity_from_addresses, load_chain
+from vnode.api.certmanager import CertificateManagerSettings, ServingCertificateManager
+from vnode.api.certstore import CertificateStore
+from vnode.api.server import RotatingTls
+from vnode.kube import config
+from vnode.kube.backoff import ExponentialBackoff
+from vnode.kube.client import ApiClient
+from vnode.testing import cluster
+from vnode.testing.pair import ClusterPair
+from vnode.testing.rest import RestClient
+from vnode.testing.vnodes import VirtualNodeProcess
+
+MANIFESTS = Path(__file__).parents[2] / "manifests" / "vnode"
+SERVICE_ACCOUNT = "system:serviceaccount:tensile-system:tensile-virtual-node"
+
+
+def _node_csrs(upper: RestClient, node: str) -> list[dict[str, Any]]:
+    """The CSRs whose request names system:node:<node>, oldest first."""
+    items = upper.request("GET", "/apis/certificates.k8s.io/v1/certificatesigningrequests")
+    found = []
+    for csr in items.get("items") or []:
+        request = x509.load_pem_x509_csr(base64.b64decode(csr["spec"]["request"]))
+        names = request.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+        if [n.value for n in names] == [f"system:node:{node}"]:
+            found.append(csr)
+    return sorted(found, key=lambda c: c["metadata"]["creationTimestamp"])
+
+
+def _conditions(csr: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(c["type"], c.get("reason", "")) for c in csr.get("status", {}).get("conditions", [])]
+
+
+def _served_certificate(pair: ClusterPair, port: int) -> x509.Certificate | None:
+    """The certificate the node serves on `port`, verified against the upper CA for
+    127.0.0.1 as the apiserver verifies it; None while nothing listens."""
+    context = ssl.create_default_context(cafile=str(pair.upper.ca))
+    try:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+        ):
+            der = tls.getpeercert(binary_form=True)
+    except ConnectionRefusedError:
+        return None
+    assert der is not None
+    return x509.load_der_x509_certificate(der)
+
+
+def _issued(csr: dict[str, Any]) -> x509.Certificate:
+    return load_chain(base64.b64decode(csr["status"]["certificate"]))[0]
+
+
+def _kubectl_logs_work(pair: ClusterPair, namespace: str, node: str) -> None:
+    upper = pair.upper.rest()
+    create(upper, namespace, pod_manifest("web", node=node))
+    wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
+    out = pair.upper.kubectl("logs", "web", "-n", namespace).stdout
+    assert out.splitlines() == list(cluster.LOG_LINES)
+
+
+def test_a_node_approves_its_own_csr_and_reuses_the_certificate_after_a_restart(
+    cluster_pair: ClusterPair, namespace: str, tmp_path: Path
+) -> None:
+    upper = cluster_pair.upper.rest()
+    node = VirtualNodeProcess(
+        cluster_pair,
+        name=f"vn-csr-{secrets.token_hex(3)}",
+        log_dir=tmp_path,
+        certificate_from_csr=True,
+    )
+    node.start()
+    try:
+        served = wait_for(
+            "the kubelet API serving",
+            lambda: _served_certificate(cluster_pair, node.kubelet_port),
+            timeout=60,
+        )
+        [csr] = _node_csrs(upper, node.name)
+        spec = csr["spec"]
+        assert spec["signerName"] == "kubernetes.io/kubelet-serving"
+        assert sorted(spec["usages"]) == ["digital signature", "server auth"]
+        assert "expirationSeconds" not in spec
+        assert csr["metadata"]["name"].startswith("csr-")
+        request = x509.load_pem_x509_csr(base64.b64decode(spec["request"]))
+        assert request.subject.rfc4514_string() == f"CN=system:node:{node.name},O=system:nodes"
+        sans = request.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+        assert sans.get_values_for_type(x509.DNSName) == []
+        assert ("Approved", "TensileSelfApproved") in _conditions(csr)
+        assert served.serial_number == _issued(csr).serial_number
+        _kubectl_logs_work(cluster_pair, namespace, node.name)
+
+        current = node.cert_dir / "kubelet-server-current.pem"
+        stored = current.resolve()
+        assert current.is_symlink()
+        assert stored.name.startswith("kubelet-server-")
+        assert stored.parent == node.cert_dir.resolve()
+        assert stored.stat().st_mode & 0o777 == 0o600
+
+        assert node.stop() == 0
+        node.start()
+        again = wait_for(
+            "the kubelet API serving again",
+            lambda: _served_certificate(cluster_pair, node.kubelet_port),
+            timeout=60,
+        )
+        assert again.serial_number == served.serial_number
+        assert len(_node_csrs(upper, node.name)) == 1
+        assert "reusing the serving certificate" in node.log.read_text()
+    finally:
+        code = node.stop()
+        node.delete_node()
+        assert code == 0, f"virtual-node exited {code}; log {node.log}"
+
+
+def test_without_approval_rights_the_node_waits_for_an_administrator(
+    cluster_pair: ClusterPair, namespace: str, tmp_path: Path
+) -> None:
+    upper = cluster_pair.upper.rest()
+    node = VirtualNodeProcess(
+        cluster_pair,
+        name=f"vn-csr-wait-{secrets.token_hex(3)}",
+        log_dir=tmp_path,
+        upper_kubeconfig=token_kubeconfig(
+            cluster_pair.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig"
+        ),
+        certificate_from_csr=True,
+    )
+    node.start()  # the Node is Ready without a certificate: nothing waits for one
+    try:
+        wait_for(
+            "the waiting warning", lambda: "waits for an administrator" in node.log.read_text()
+        )
+        [first] = _node_csrs(upper, node.name)
+        assert first["spec"]["username"] == SERVICE_ACCOUNT
+        assert _conditions(first) == []
+        assert _served_certificate(cluster_pair, node.kubelet_port) is None
+
+        # A denied request is logged and replaced by a new one (after a backoff of ~5 s).
+        cluster_pair.upper.kubectl("certificate", "deny", first["metadata"]["name"])
+
+        def replacement() -> dict[str, Any] | None:
+            csrs = _node_csrs(upper, node.name)
+            return csrs[-1] if len(csrs) > 1 else None
+
+        second = wait_for("a new CSR after the denial", replacement, timeout=30)
+        assert "denied: KubectlDeny" in node.log.read_text()
+        assert _conditions(second) == []
+        assert _served_certificate(cluster_pair, node.kubelet_port) is None
+
+        cluster_pair.upper.kubectl("certificate", "approve", second["metadata"]["name"])
+        served = wait_for(
+            "the kubelet API serving",
+            lambda: _served_certificate(cluster_pair, node.kubelet_port),
+            timeout=30,
+        )
+        uid = second["metadata"]["uid"]
+        [approved] = [c for c in _node_csrs(upper, node.name) if c["metadata"]["uid"] == uid]
+        assert served.serial_number == _issued(approved).serial_number
+        _kubectl_logs_work(cluster_pair, namespace, node.name)
+    finally:
+        code = node.stop()
+        node.delete_node()
+        assert code == 0, f"virtual-node exited {code}; log {node.log}"
+
+
+def test_the_optional_manifest_lets_a_service_account_node_approve_its_own_csr(
+    cluster_pair: ClusterPair, tmp_path: Path
+) -> None:
+    upper = cluster_pair.upper.rest()
+    optional = MANIFESTS / "upper-rbac-csr-self-approve.yaml"
+    kubeconfig = token_kubeconfig(
+        cluster_pair.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig"
+    )
+    cluster_pair.upper.kubectl("apply", "-f", str(optional))
+    node = VirtualNodeProcess(
+        cluster_pair,
+        name=f"vn-csr-sa-{secrets.token_hex(3)}",
+        log_dir=tmp_path,
+        upper_kubeconfig=kubeconfig,
+        certificate_from_csr=True,
+    )
+    try:
+        node.start()
+        served = wait_for(
+            "the kubelet API serving",
+            lambda: _served_certificate(cluster_pair, node.kubelet_port),
+            timeout=60,
+        )
+        [csr] = _node_csrs(upper, node.name)
+        assert csr["spec"]["username"] == SERVICE_ACCOUNT
+        assert ("Approved", "TensileSelfApproved") in _conditions(csr)
+        assert served.serial_number == _issued(csr).serial_number
+    finally:
+        # Other tests need a ServiceAccount that may NOT approve.
+        cluster_pair.upper.kubectl("delete", "-f", str(optional))
+        code = node.stop()
+        node.delete_node()
+        assert code == 0, f"virtual-node exited {code}; log {node.log}"
+
+
+# -- rotation, driven in-process with a clock the test moves ------------------------------
+
+
+class JumpingClock:
+    """Real time plus an offset the test sets; sleeping ends only when a jump passes the
+    moment (real time alone never gets there within a test)."""
+
+    def __init__(self) -> None:
+        self.offset = dt.timedelta(0)
+        self._moved = asyncio.Event()
+
+    def now(self) -> dt.datetime:
+        return dt.datetime.now(dt.UTC) + self.offset
+
+    async def sleep_until(self, moment: dt.datetime) -> None:
+        while self.now() < moment:
+            self._moved.clear()
+            await self._moved.wait()
+
+    def jump_to(self, moment: dt.datetime) -> None:
+        self.offset = moment - dt.datetime.now(dt.UTC)
+        self._moved.set()
+
+
+@pytest.fixture
+async def upper_client(cluster_pair: ClusterPair) -> AsyncIterator[ApiClient]:
+    async with ApiClient(config.load(str(cluster_pair.upper.kubeconfig)), name="upper") as c:
+        yield c
+
+
+async def test_rotation_requests_a_new_certificate_that_new_handshakes_get(
+    cluster_pair: ClusterPair, upper_client: ApiClient, tmp_path: Path
+) -> None:
+    name = f"vn-rotate-{secrets.token_hex(3)}"
+    clock = JumpingClock()
+    servers: list[asyncio.Server] = []
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while line := await reader.readline():
+            writer.write(line)
+            await writer.drain()
+        writer.close()
+
+    async def serve(tls: ssl.SSLContext) -> None:
+        servers.append(await asyncio.start_server(echo, "127.0.0.1", 0, ssl=tls))
+
+    tls = RotatingTls(client_ca_file="", serve=serve)
+    files: list[Path] = []
+    changed = asyncio.Event()
+
+    async def on_certificate(path: Path) -> None:
+        await tls.use(path)
+        files.append(path)
+        if len(files) == 2:
+            clock.jump_to(dt.datetime.now(dt.UTC))  # back to now: no third renewal
+        changed.set()
+
+    manager = ServingCertificateManager(
+        upper=upper_client,
+        identity=identity_from_addresses(
+            node_name=name, addresses=[{"type": "InternalIP", "address": "127.0.0.1"}]
+        ),
+        store=CertificateStore(tmp_path / "pki"),
+        settings=CertificateManagerSettings(
+            expiration_seconds=600, retry=ExponentialBackoff(base=0.5, cap=1.0)
+        ),
+        clock=clock,
+    )
+    task = asyncio.create_task(manager.run(on_certificate=on_certificate), name="rotation")
+    try:
+        async with asyncio.timeout(60):
+            await changed.wait()
+        changed.clear()
+        port = servers[0].sockets[0].getsockname()[1]
+        first = _leaf(files[0])
+        lifetime = first.not_valid_after_utc - first.not_valid_before_utc
+        assert lifetime <= dt.timedelta(minutes=16)  # expirationSeconds was honoured
+
+        client = ssl.create_default_context(cafile=str(cluster_pair.upper.ca))
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=client, server_hostname="127.0.0.1"
+        )
+        assert _peer(writer).serial_number == first.serial_number
+        clock.jump_to(first.not_valid_before_utc + lifetime * 0.85)  # past the 80 % mark
+        async with asyncio.timeout(60):
+            await changed.wait()
+        second = _leaf(files[1])
+        assert second.serial_number != first.serial_number
+        assert (tmp_path / "pki" / "kubelet-server-current.pem").resolve() == files[1]
+        assert [os.stat(f).st_mode & 0o777 for f in files] == [0o600, 0o600]
+
+        # The open connection keeps working; a new handshake gets the new certificate.
+        writer.write(b"still here\n")
+        await writer.drain()
+        assert await reader.readline() == b"still here\n"
+        _, fresh = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=client, server_hostname="127.0.0.1"
+        )
+        assert _peer(fresh).serial_number == second.serial_number
+        for stream in (writer, fresh):
+            stream.close()
+            await stream.wait_closed()
+        assert len(_node_csrs(cluster_pair.upper.rest(), name)) == 2
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        for server in servers:
+            server.close()
+            await server.wait_closed()
+
+
+def _leaf(path: Path) -> x509.Certificate:
+    return load_chain(path.read_bytes())[0]
+
+
+def _peer(writer: asyncio.StreamWriter) -> x509.Certificate:
+    der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+    return x509.load_der_x509_certificate(der)
