@@ -12,6 +12,7 @@ from vnode.settings import (
     TAINT_EFFECTS,
     ApiSettings,
     ClientSettings,
+    LowerKubeletSettings,
     NodeSettings,
     PodSettings,
     Settings,
@@ -124,6 +125,17 @@ def _parser() -> argparse.ArgumentParser:
     a("--namespace-prefix", default="", help="lower namespace = prefix + upper namespace")
     a("--log-format", default="text", choices=("text", "json"))
     a("--shutdown-timeout", type=_duration, default=10.0, help="bound of a graceful stop")
+    a(
+        "--lower-kubelet-access",
+        default="proxy",
+        choices=("proxy", "direct"),
+        help="read lower kubelets' metrics through the lower apiserver (proxy) or directly",
+    )
+    a(
+        "--lower-kubelet-insecure-tls",
+        action="store_true",
+        help="with direct access, do not verify the lower kubelets' serving certificates",
+    )
     return p
 
 
@@ -149,6 +161,8 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
             f"--enable-controllers: unknown {', '.join(unknown)} "
             f"(known: {', '.join(KNOWN_CONTROLLERS)})"
         )
+    if args.lower_kubelet_insecure_tls and args.lower_kubelet_access != "direct":
+        raise UsageError("--lower-kubelet-insecure-tls needs --lower-kubelet-access=direct")
     for flag, value in (("--pod-sync-workers", args.pod_sync_workers),):
         if value < 1:
             raise UsageError(f"{flag} must be >= 1, got {value}")
@@ -177,6 +191,9 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
             key_file=env.get("APISERVER_KEY_LOCATION", ""),
             client_ca_file=args.client_verify_ca or env.get("APISERVER_CA_CERT_LOCATION", ""),
             verify_clients=not args.no_verify_clients,
+        ),
+        lower_kubelets=LowerKubeletSettings(
+            access=args.lower_kubelet_access, insecure_tls=args.lower_kubelet_insecure_tls
         ),
         enable_controllers=controllers,
         metrics_addr=_address(args.metrics_addr, "--metrics-addr") if args.metrics_addr else "",

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import http.client
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
 
+from vnode.testing.pair import ClusterPair
 from vnode.testing.rest import ApiStatusError, RestClient
 
 T = TypeVar("T")
@@ -95,3 +98,31 @@ def events_for(client: RestClient, namespace: str, name: str) -> list[dict[str, 
         query={"fieldSelector": f"involvedObject.name={name}"},
     )
     return list(result.get("items") or [])
+
+
+def kubelet_request(
+    pair: ClusterPair,
+    port: int,
+    path: str,
+    *,
+    method: str = "GET",
+    cert: bool = False,
+    token: str | None = None,
+) -> tuple[int, str]:
+    """Call a virtual node's kubelet API on 127.0.0.1:`port` as a client of its own would:
+    with the upper apiserver's kubelet client certificate (`cert`) or a bearer `token`.
+    Returns (status, body)."""
+    context = ssl.create_default_context(cafile=str(pair.vnode.client_ca))
+    if cert:
+        pki = pair.directory / "pki"
+        context.load_cert_chain(
+            str(pki / "upper-kubelet-client.crt"), str(pki / "upper-kubelet-client.key")
+        )
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=30)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        conn.request(method, path, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        conn.close()

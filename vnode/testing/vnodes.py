@@ -32,7 +32,12 @@ class VirtualNodeProcess:
         env: Mapping[str, str] | None = None,
         lower_kubeconfig: Path | None = None,
         upper_kubeconfig: Path | None = None,
+        lower_kubelet_access: str = "direct",
     ) -> None:
+        """`lower_kubelet_access` "direct" (the default here) reads kwok's resource metrics
+        at its loopback port without verifying its self-signed certificate; "proxy" (the
+        command's default) cannot work in the local pair: apiservers refuse to proxy to a
+        node whose address is loopback ("address not allowed")."""
         self.pair = pair
         self.name = name
         self.metrics_port = ports.pick()
@@ -45,6 +50,8 @@ class VirtualNodeProcess:
             f"--client-kubeconfig={lower_kubeconfig or pair.lower.kubeconfig}",
             f"--metrics-addr=127.0.0.1:{self.metrics_port}",
             "--log-level=debug",
+            f"--lower-kubelet-access={lower_kubelet_access}",
+            *(["--lower-kubelet-insecure-tls"] if lower_kubelet_access == "direct" else []),
             *args,
         ]  # fmt: skip
         self._env = {
