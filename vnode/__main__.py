@@ -7,6 +7,7 @@ the node cannot start, 2 for invalid flags or environment.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import signal
@@ -21,6 +22,7 @@ from vnode.kube import config, errors
 from vnode.kube.client import ApiClient
 from vnode.node import StartupError, VirtualNode
 from vnode.providers.k2k.provider import K2KProvider
+from vnode.providers.k2k.scrape import KubeletAccess, ThroughApiserver, ToKubelets
 from vnode.providers.k2k.translate import Translation
 from vnode.settings import ClientSettings, Settings
 
@@ -66,7 +68,12 @@ async def _run(
     async with (
         client(upper_info, "upper", settings.upper) as upper,
         client(lower_info, "lower", settings.lower) as lower,
+        contextlib.AsyncExitStack() as stack,
     ):
+        kubelets: KubeletAccess = ThroughApiserver(lower)
+        if settings.lower_kubelets.access == "direct":
+            verify = not settings.lower_kubelets.insecure_tls
+            kubelets = await stack.enter_async_context(ToKubelets(lower, verify=verify))
         provider = K2KProvider(
             upper=upper,
             lower=lower,
@@ -79,6 +86,7 @@ async def _run(
             ),
             node_ip=node_ip,
             upper_namespace=settings.pods.namespace,
+            kubelets=kubelets,
         )
         # Both clusters must answer before anything is registered (tensile-kube: fatal).
         await upper.request("GET", "/version")

@@ -13,6 +13,7 @@ from vnode.settings import (
     TAINT_EFFECTS,
     ApiSettings,
     ClientSettings,
+    LowerKubeletSettings,
     NodeSettings,
     PodSettings,
     Settings,
@@ -150,6 +151,17 @@ def _parser() -> argparse.ArgumentParser:
     a("--namespace-prefix", default="", help="lower namespace = prefix + upper namespace")
     a("--log-format", default="text", choices=("text", "json"))
     a("--shutdown-timeout", type=_duration, default=10.0, help="bound of a graceful stop")
+    a(
+        "--lower-kubelet-access",
+        default="proxy",
+        choices=("proxy", "direct"),
+        help="read lower kubelets' metrics through the lower apiserver (proxy) or directly",
+    )
+    a(
+        "--lower-kubelet-insecure-tls",
+        action="store_true",
+        help="with direct access, do not verify the lower kubelets' serving certificates",
+    )
     return p
 
 
@@ -175,6 +187,8 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
             f"--enable-controllers: unknown {', '.join(unknown)} "
             f"(known: {', '.join(KNOWN_CONTROLLERS)})"
         )
+    if args.lower_kubelet_insecure_tls and args.lower_kubelet_access != "direct":
+        raise UsageError("--lower-kubelet-insecure-tls needs --lower-kubelet-access=direct")
     for flag, value in (("--pod-sync-workers", args.pod_sync_workers),):
         if value < 1:
             raise UsageError(f"{flag} must be >= 1, got {value}")
@@ -200,6 +214,9 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
             kubeconfig=args.client_kubeconfig, qps=args.client_qps, burst=args.client_burst
         ),
         api=_api_settings(args, env, node_name=node.name),
+        lower_kubelets=LowerKubeletSettings(
+            access=args.lower_kubelet_access, insecure_tls=args.lower_kubelet_insecure_tls
+        ),
         enable_controllers=controllers,
         metrics_addr=_address(args.metrics_addr, "--metrics-addr") if args.metrics_addr else "",
         log_level="warn" if args.log_level == "warning" else args.log_level,

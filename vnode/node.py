@@ -42,14 +42,26 @@ from vnode.controllers.pods import PodController, PodProvider
 from vnode.controllers.status import node_addresses
 from vnode.kube.client import ApiClient
 from vnode.kube.informer import Informer
-from vnode.provider import ExecProvider, LogsProvider, NodeProvider, PortForwardProvider
+from vnode.provider import (
+    ExecProvider,
+    LogsProvider,
+    MetricsProvider,
+    NodeProvider,
+    PortForwardProvider,
+)
 from vnode.settings import Settings, default_cert_dir
 
 logger = logging.getLogger(__name__)
 
 
 class Provider(
-    PodProvider, NodeProvider, LogsProvider, ExecProvider, PortForwardProvider, Protocol
+    PodProvider,
+    NodeProvider,
+    LogsProvider,
+    ExecProvider,
+    PortForwardProvider,
+    MetricsProvider,
+    Protocol,
 ):
     """A full provider: pods, node, and its own informers and workers."""
 

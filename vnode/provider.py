@@ -136,3 +136,70 @@ class PortForwardProvider(Protocol):
 
     async def open_port_forward(self, pod: Obj, *, port: int) -> PortSession:
         """Connect to `port` of the pod. Raises vnode.errors.NotFound or ProviderError."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Usage:
+    """CPU and memory of a container, a pod or the node, measured at one moment."""
+
+    time_ms: int
+    """When it was measured: unix time in milliseconds (> 0)."""
+    cpu_seconds: float
+    """Cumulative CPU time used since the start, in core-seconds (a counter, > 0)."""
+    memory_bytes: float
+    """Current working set in bytes (> 0)."""
+    cpu_nano_cores: float | None = None
+    """Mean CPU use since the previous measurement, in nanocores; None if unknown."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContainerUsage:
+    """One container's usage."""
+
+    name: str
+    start_time: float
+    """When the container started: unix seconds (stable while it runs)."""
+    usage: Usage
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodUsage:
+    """One pod's usage, named as in the upper cluster."""
+
+    namespace: str
+    name: str
+    uid: str
+    """The upper pod's UID."""
+    start_time: float | None
+    """When the pod started (status.startTime): unix seconds, None if unknown."""
+    containers: tuple[ContainerUsage, ...]
+    """Never empty."""
+    usage: Usage
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeUsage:
+    """Usage of the virtual node's pods and of the node itself (= the sum of its pods)."""
+
+    pods: tuple[PodUsage, ...]
+    node: Usage | None
+    """None when nothing could be measured (no pod, or none measured yet)."""
+    complete: bool
+    """False when part of the backend could not be measured (its pods are left out)."""
+
+
+class MetricsProvider(Protocol):
+    """Measures the node's pods (the provider side of `/metrics/resource`, `/stats/summary`).
+
+    Contract, so that metrics-server (pkg/scraper/client/resource/decode.go) keeps every
+    pod and node it is given: time, CPU and memory of every returned `Usage` and every
+    container start time are > 0 (a container whose CPU or memory is zero or unknown drops
+    its whole pod); start times and cumulative CPU
+    never go backwards for a running container, and the node's cumulative CPU never goes
+    backwards at all (pods that leave keep counting toward it). Calls may be answered from a
+    short cache; implementations bound their own waiting and report unreachable parts of the
+    backend through `complete`, not by raising.
+    """
+
+    async def resource_usage(self) -> NodeUsage:
+        """Return the current usage of the node's pods (upper names and UIDs)."""

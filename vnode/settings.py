@@ -111,6 +111,20 @@ class ApiSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LowerKubeletSettings:
+    """How the lower kubelets' resource metrics (behind the node's /metrics/resource and
+    /stats/summary) are read."""
+
+    access: str = "proxy"
+    """--lower-kubelet-access: "proxy" through the lower apiserver's nodes/<node>/proxy
+    (needs `get` on nodes/proxy), or "direct" to each node's address and kubelet port, as
+    metrics-server does (needs network reach and `get` on nodes/metrics)."""
+    insecure_tls: bool = False
+    """--lower-kubelet-insecure-tls: with direct access, do not verify the kubelets' serving
+    certificates (otherwise they must chain to the lower kubeconfig's CA)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Settings:
     """Everything a virtual node runs with."""
 
@@ -119,6 +133,7 @@ class Settings:
     upper: ClientSettings = field(default_factory=ClientSettings)
     lower: ClientSettings = field(default_factory=lambda: ClientSettings(qps=500.0, burst=1000))
     api: ApiSettings = field(default_factory=ApiSettings)
+    lower_kubelets: LowerKubeletSettings = field(default_factory=LowerKubeletSettings)
     enable_controllers: tuple[str, ...] = ("PVControllers", "ServiceControllers")
     """--enable-controllers (accepted for compatibility; see the README for what runs)."""
     metrics_addr: str = ""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import http.client
+import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +13,7 @@ import pytest
 import yaml
 
 from vnode.testing.cluster import Cluster
+from vnode.testing.pair import ClusterPair
 from vnode.testing.rest import ApiStatusError, RestClient
 
 T = TypeVar("T")
@@ -128,3 +131,31 @@ def token_kubeconfig(cluster: Cluster, manifest: Path, path: Path) -> Path:
         )
     )
     return path
+
+
+def kubelet_request(
+    pair: ClusterPair,
+    port: int,
+    path: str,
+    *,
+    method: str = "GET",
+    cert: bool = False,
+    token: str | None = None,
+) -> tuple[int, str]:
+    """Call a virtual node's kubelet API on 127.0.0.1:`port` as a client of its own would:
+    with the upper apiserver's kubelet client certificate (`cert`) or a bearer `token`.
+    Returns (status, body)."""
+    context = ssl.create_default_context(cafile=str(pair.vnode.client_ca))
+    if cert:
+        pki = pair.directory / "pki"
+        context.load_cert_chain(
+            str(pki / "upper-kubelet-client.crt"), str(pki / "upper-kubelet-client.key")
+        )
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=30)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        conn.request(method, path, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        conn.close()

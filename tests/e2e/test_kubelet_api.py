@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
-import http.client
 import json
 import re
 import select
-import ssl
 import subprocess
 import time
 
 import pytest
 
+from tests.e2e.helpers import kubelet_request
 from vnode.testing import cluster, kwok
 from vnode.testing.pair import ClusterPair
 from vnode.testing.vnodes import VirtualNodeProcess
@@ -113,19 +112,7 @@ def test_missing_pods_and_containers_are_not_found(
 
 def _call(pair: ClusterPair, node: VirtualNodeProcess, path: str, *, cert: bool = False,
           token: str | None = None) -> tuple[int, str]:  # fmt: skip
-    context = ssl.create_default_context(cafile=str(pair.vnode.client_ca))
-    if cert:
-        pki = pair.directory / "pki"
-        context.load_cert_chain(str(pki / "upper-kubelet-client.crt"),
-                                str(pki / "upper-kubelet-client.key"))  # fmt: skip
-    conn = http.client.HTTPSConnection("127.0.0.1", node.kubelet_port, context=context, timeout=10)
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    try:
-        conn.request("GET", path, headers=headers)
-        response = conn.getresponse()
-        return response.status, response.read().decode()
-    finally:
-        conn.close()
+    return kubelet_request(pair, node.kubelet_port, path, cert=cert, token=token)
 
 
 def test_anonymous_callers_get_401(
@@ -177,5 +164,5 @@ def test_bad_requests_get_kubelet_statuses(
     )
     port_forward = f"/portForward/{namespace}/{running_pod}"
     assert _call(cluster_pair, virtual_node, port_forward, cert=True)[0] == 400
-    run = f"/run/{namespace}/{running_pod}/main"
-    assert _call(cluster_pair, virtual_node, run, cert=True)[0] == 501
+    run = f"/run/{namespace}/{running_pod}/main?cmd=true"
+    assert _call(cluster_pair, virtual_node, run, cert=True)[0] == 405  # POST only

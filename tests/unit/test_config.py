@@ -81,6 +81,7 @@ def test_client_certificates_and_no_token(tmp_path: Path) -> None:
     info = config.load(_kubeconfig(tmp_path / "k", user, ca=ca.pair.cert))
     assert info.authorization() is None
     assert info.ssl_context is not None
+    assert info.client_certificate == (str(pair.cert), str(pair.key))
 
 
 def test_a_missing_file_is_a_clear_error(tmp_path: Path) -> None:

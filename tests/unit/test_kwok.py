@@ -13,7 +13,11 @@ def test_node_manifest_is_managed_and_has_no_addresses() -> None:
     node = kwok.FakeNode(name="n1", cpu="4", memory="8Gi", pods="10",
                          labels={"zone": "a"}, extended={"example.com/gpu": "2"})  # fmt: skip
     manifest = kwok.node_manifest(node)
-    assert manifest["metadata"]["annotations"] == {kwok.MANAGED_ANNOTATION: kwok.MANAGED_VALUE}
+    assert manifest["metadata"]["annotations"] == {
+        kwok.MANAGED_ANNOTATION: kwok.MANAGED_VALUE,
+        # Where metrics-server (and the virtual node) read the node's resource metrics.
+        "metrics.k8s.io/resource-metrics-path": "/metrics/nodes/n1/metrics/resource",
+    }
     assert manifest["metadata"]["labels"]["zone"] == "a"
     assert manifest["metadata"]["labels"]["kubernetes.io/hostname"] == "n1"
     assert "addresses" not in manifest["status"]
@@ -51,6 +55,8 @@ def test_simulation_rules_match_every_pod(tmp_path: Path) -> None:
         "ClusterAttach",
         "ClusterExec",
         "ClusterPortForward",
+        "ClusterResourceUsage",
+        "Metric",
     }
     for doc in docs:
         assert "selector" not in doc["spec"]
@@ -64,3 +70,33 @@ def test_kwok_listens_on_loopback_only(tmp_path: Path) -> None:
     )
     assert "--server-address=127.0.0.1:4321" in argv
     assert "--node-ip=127.0.0.1" in argv
+
+
+def test_every_node_serves_the_kubelets_resource_series_at_its_own_path() -> None:
+    docs = kwok.resource_metrics_documents()
+    metric = next(d for d in docs if d["kind"] == "Metric")
+    # kwok installs only paths under /metrics; {nodeName} selects the node per request.
+    assert metric["spec"]["path"] == "/metrics/nodes/{nodeName}/metrics/resource"
+    assert kwok.resource_metrics_path("n1") == "/metrics/nodes/n1/metrics/resource"
+    series = {m["name"]: m for m in metric["spec"]["metrics"]}
+    assert set(series) == {
+        "scrape_error",
+        "container_start_time_seconds",
+        "container_cpu_usage_seconds_total",
+        "container_memory_working_set_bytes",
+        "pod_cpu_usage_seconds_total",
+        "pod_memory_working_set_bytes",
+        "node_cpu_usage_seconds_total",
+        "node_memory_working_set_bytes",
+    }
+    for name, m in series.items():
+        labels = [label["name"] for label in m.get("labels", [])]
+        expected = {"container": ["container", "namespace", "pod"], "pod": ["namespace", "pod"]}
+        assert labels == expected.get(m["dimension"], []), name
+        assert m["kind"] == ("counter" if name.endswith("_total") else "gauge")
+    usage = next(d for d in docs if d["kind"] == "ClusterResourceUsage")
+    [rule] = usage["spec"]["usages"]
+    assert "selector" not in usage["spec"]
+    assert "containers" not in rule  # every container of every pod
+    assert kwok.DEFAULT_USAGE_CPU in rule["usage"]["cpu"]["expression"]
+    assert kwok.USAGE_MEMORY_ANNOTATION in rule["usage"]["memory"]["expression"]

@@ -1,11 +1,11 @@
 """The kubelet HTTPS API of a virtual node (aiohttp): routes, auth, logs.
 
 Routes and status codes follow the kubelet's (pkg/kubelet/server): `/healthz`, `/pods`,
-`/containerLogs/{ns}/{pod}/{container}`; `/exec`, `/attach`, `/portForward` and `/run`
-answer 501 until streaming is served. Only pods bound to this node are reachable (404
-otherwise). Every request is authenticated and authorized (see `auth`) unless
-`verify_clients` is off; answers are bounded in what they wait for, and bad input gets a
-4xx, never a 500.
+`/runningpods/`, `/containerLogs/{ns}/{pod}/{container}`, `/exec`, `/attach`,
+`/portForward`, `/run`, `/metrics/resource` and `/stats/summary`. Only pods bound to this
+node are reachable (404 otherwise). Every request is authenticated and authorized (see
+`auth`) unless `verify_clients` is off; answers are bounded in what they wait for, and bad
+input gets a 4xx, never a 500 (`/run` reports a failed command with a 500, as a kubelet).
 """
 
 from __future__ import annotations
@@ -23,8 +23,14 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from vnode import errors as provider_errors
-from vnode.api import auth, logs, portforward, remotecommand
-from vnode.provider import ExecProvider, LogsProvider, PortForwardProvider, PortSession
+from vnode.api import auth, logs, portforward, remotecommand, run, stats
+from vnode.provider import (
+    ExecProvider,
+    LogsProvider,
+    MetricsProvider,
+    PortForwardProvider,
+    PortSession,
+)
 
 logger = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -32,7 +38,7 @@ Obj = dict[str, Any]
 USER = web.AppKey("user", auth.User)
 
 
-class _ApiProvider(LogsProvider, ExecProvider, PortForwardProvider, Protocol):
+class _ApiProvider(LogsProvider, ExecProvider, PortForwardProvider, MetricsProvider, Protocol):
     """What the API needs of a provider."""
 
 
@@ -56,13 +62,17 @@ def make_app(context: ApiContext) -> web.Application:
     app = web.Application(middlewares=[_auth_middleware(context)])
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/pods", _pods(context))
+    for path in ("/runningpods/", "/runningpods"):
+        app.router.add_get(path, _running_pods(context))
+    app.router.add_get("/metrics/resource", _resource_metrics(context))
+    app.router.add_get("/stats/summary", _summary(context))
     app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", _container_logs(context))
     for prefix in ("/exec", "/attach"):
         for path in ("{namespace}/{pod}/{container}", "{namespace}/{pod}/{uid}/{container}"):
             app.router.add_route("GET", f"{prefix}/{path}", _remote_command(context))
             app.router.add_route("POST", f"{prefix}/{path}", _remote_command(context))
     for path in ("{namespace}/{pod}/{container}", "{namespace}/{pod}/{uid}/{container}"):
-        app.router.add_route("*", f"/run/{path}", _not_implemented)
+        app.router.add_post(f"/run/{path}", _run(context))
     for path in ("/portForward/{namespace}/{pod}", "/portForward/{namespace}/{pod}/{uid}"):
         app.router.add_route("GET", path, _port_forward(context))
         app.router.add_route("POST", path, _port_forward(context))
@@ -175,6 +185,57 @@ def _pods(context: ApiContext) -> Callable[[web.Request], Awaitable[web.Response
     async def handler(_request: web.Request) -> web.Response:
         body = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": context.pods()}
         return web.Response(text=json.dumps(body), content_type="application/json")
+
+    return handler
+
+
+def _running_pods(context: ApiContext) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handler(_request: web.Request) -> web.Response:
+        body = stats.running_pods(context.pods())
+        return web.Response(text=json.dumps(body), content_type="application/json")
+
+    return handler
+
+
+def _resource_metrics(context: ApiContext) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handler(_request: web.Request) -> web.Response:
+        usage = await context.provider.resource_usage()
+        return web.Response(
+            text=stats.resource_metrics(usage), headers={"Content-Type": stats.CONTENT_TYPE}
+        )
+
+    return handler
+
+
+def _summary(context: ApiContext) -> Callable[[web.Request], Awaitable[web.Response]]:
+    # `only_cpu_and_memory=true` (older metrics-server) changes nothing: CPU and memory is
+    # all there is.
+    async def handler(_request: web.Request) -> web.Response:
+        usage = await context.provider.resource_usage()
+        body = stats.summary(usage, node_name=context.node_name)
+        return web.Response(text=json.dumps(body), content_type="application/json")
+
+    return handler
+
+
+def _run(context: ApiContext) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handler(request: web.Request) -> web.Response:
+        found = _pod_and_container(context, request)
+        if isinstance(found, web.Response):
+            return found
+        pod, container = found
+        try:
+            options = run.command(request.query)
+            session = await context.provider.open_exec(
+                pod, container=container, options=options, attach=False
+            )
+            output = await run.collect(session, options=options)
+        except run.RunError as exc:
+            return web.Response(status=exc.status, text=str(exc))
+        except provider_errors.ProviderError as exc:
+            return _provider_error(exc)
+        # The kubelet labels the raw output JSON (writeJSONResponse); clients rely on status.
+        return web.Response(body=output, content_type="application/json")
 
     return handler
 
@@ -292,9 +353,3 @@ def _provider_error(exc: provider_errors.ProviderError) -> web.Response:
     if isinstance(exc, provider_errors.BackendUnavailable):
         return web.Response(status=503, text=str(exc))
     return web.Response(status=400, text=str(exc))
-
-
-async def _not_implemented(request: web.Request) -> web.Response:
-    return web.Response(
-        status=501, text=f"{request.path.split('/')[1]} is not served by this virtual node yet"
-    )

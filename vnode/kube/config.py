@@ -33,6 +33,9 @@ class ConnectionInfo:
     tls_server_name: str | None = None
     """Server name to verify instead of the URL's host, if the kubeconfig says so."""
     proxy: str | None = None
+    client_certificate: tuple[str, str | None] | None = None
+    """(certificate file, key file) the client authenticates with, if any (for TLS
+    contexts of connections other than to the apiserver, e.g. to kubelets)."""
     source: str = ""
     """Where this came from, for messages ("kubeconfig /path", "in-cluster")."""
     _authorization: Callable[[], str | None] = field(default=lambda: None, repr=False)
@@ -102,6 +105,7 @@ def from_configuration(cfg: k8s_client.Configuration, *, source: str) -> Connect
         ssl_context=context,
         tls_server_name=getattr(cfg, "tls_server_name", None) or None,
         proxy=cfg.proxy or None,
+        client_certificate=(cfg.cert_file, cfg.key_file or None) if cfg.cert_file else None,
         source=source,
         _authorization=authorization,
     )

@@ -3,7 +3,10 @@
 kwok (sigs.k8s.io/kwok) plays the kubelet of every Node annotated `kwok.x-k8s.io/node=fake`:
 the lifecycle stages built beside the binary make pods Running and Ready with a pod IP and
 remove deleted pods; the ClusterLogs / ClusterExec / ClusterPortForward rules below make
-`kubectl logs`, `exec` and `port-forward` reach local files, commands and a TCP server.
+`kubectl logs`, `exec` and `port-forward` reach local files, commands and a TCP server; the
+Metric and ClusterResourceUsage documents make every Node serve kubelet-style resource
+metrics (`/metrics/resource` series) at its own path, which the Node's
+`metrics.k8s.io/resource-metrics-path` annotation names (as metrics-server >= 0.7 reads it).
 Everything here is pure: values in, argv / documents out.
 """
 
@@ -21,6 +24,16 @@ MANAGED_ANNOTATION = "kwok.x-k8s.io/node"
 MANAGED_VALUE = "fake"
 NODE_INDEX_LABEL = "tensile.io/lower-node-index"
 POD_CIDR = "10.244.0.0/16"
+RESOURCE_METRICS_PATH_ANNOTATION = "metrics.k8s.io/resource-metrics-path"
+RESOURCE_METRICS_PATH = "/metrics/nodes/{nodeName}/metrics/resource"
+"""kwok serves every Node on one port, so each Node's metrics live under a path of its own
+(kwok requires it to start with /metrics; `{nodeName}` is filled in per request)."""
+USAGE_CPU_ANNOTATION = "kwok.x-k8s.io/usage-cpu"
+USAGE_MEMORY_ANNOTATION = "kwok.x-k8s.io/usage-memory"
+DEFAULT_USAGE_CPU = "10m"
+"""CPU each simulated container uses unless its pod's USAGE_CPU_ANNOTATION says otherwise."""
+DEFAULT_USAGE_MEMORY = "16Mi"
+"""Working set of each simulated container unless USAGE_MEMORY_ANNOTATION says otherwise."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,11 +76,19 @@ def node_manifest(node: FakeNode) -> dict[str, Any]:
         "metadata": {
             "name": node.name,
             "labels": labels,
-            "annotations": {MANAGED_ANNOTATION: MANAGED_VALUE},
+            "annotations": {
+                MANAGED_ANNOTATION: MANAGED_VALUE,
+                RESOURCE_METRICS_PATH_ANNOTATION: resource_metrics_path(node.name),
+            },
         },
         "spec": {},
         "status": {"capacity": dict(resources), "allocatable": dict(resources)},
     }
+
+
+def resource_metrics_path(node_name: str) -> str:
+    """Return the path (on kwok's server, so also below the node proxy) of a Node's metrics."""
+    return RESOURCE_METRICS_PATH.replace("{nodeName}", node_name)
 
 
 def simulation_documents(
@@ -85,9 +106,11 @@ def simulation_documents(
     - attach: a container's attached output is what is appended to `attach_file` (CRI log
       format) while attached; kwok ignores stdin;
     - exec: the command runs locally, unchanged, in `exec_dir`;
-    - port-forward: every pod port reaches 127.0.0.1:`forward_port`.
+    - port-forward: every pod port reaches 127.0.0.1:`forward_port`;
+    - resource metrics: see `resource_metrics_documents`.
     """
     return [
+        *resource_metrics_documents(),
         {
             "apiVersion": "kwok.x-k8s.io/v1alpha1",
             "kind": "ClusterLogs",
@@ -119,6 +142,105 @@ def simulation_documents(
             "kind": "ClusterPortForward",
             "metadata": {"name": "tensile-port-forward"},
             "spec": {"forwards": [{"target": {"address": LOOPBACK, "port": forward_port}}]},
+        },
+    ]
+
+
+def resource_metrics_documents() -> list[dict[str, Any]]:
+    """Return the kwok Metric and ClusterResourceUsage documents of kubelet resource metrics.
+
+    Every container uses DEFAULT_USAGE_CPU / DEFAULT_USAGE_MEMORY, or what its pod's
+    USAGE_CPU_ANNOTATION / USAGE_MEMORY_ANNOTATION say (Kubernetes quantities). The Metric
+    serves, at RESOURCE_METRICS_PATH, the series and labels the kubelet's
+    `/metrics/resource` has (pkg/kubelet/metrics/collectors/resource_metrics.go): cumulative
+    CPU in core-seconds (kwok integrates the usage between scrapes, so it is 0 at a
+    container's first scrape), working sets in bytes, container start times in unix
+    seconds (the pod's creation time: stable, as metrics-server needs), `scrape_error`.
+    """
+
+    def usage(annotation: str, default: str) -> dict[str, str]:
+        expression = (
+            f'"{annotation}" in pod.metadata.annotations'
+            f' ? Quantity(pod.metadata.annotations["{annotation}"])'
+            f' : Quantity("{default}")'
+        )
+        return {"expression": expression}
+
+    container = [
+        {"name": "container", "value": "container.name"},
+        {"name": "namespace", "value": "pod.metadata.namespace"},
+        {"name": "pod", "value": "pod.metadata.name"},
+    ]
+    pod = container[1:]
+
+    def series(name: str, dimension: str, kind: str, value: str) -> dict[str, Any]:
+        labels = {"container": container, "pod": pod, "node": []}[dimension]
+        doc: dict[str, Any] = {"name": name, "dimension": dimension, "kind": kind}
+        if labels:
+            doc["labels"] = labels
+        doc["value"] = value
+        return doc
+
+    return [
+        {
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "ClusterResourceUsage",
+            "metadata": {"name": "tensile-usage"},
+            "spec": {
+                "usages": [
+                    {
+                        "usage": {
+                            "cpu": usage(USAGE_CPU_ANNOTATION, DEFAULT_USAGE_CPU),
+                            "memory": usage(USAGE_MEMORY_ANNOTATION, DEFAULT_USAGE_MEMORY),
+                        }
+                    }
+                ]
+            },
+        },
+        {
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "Metric",
+            "metadata": {"name": "tensile-resource-metrics"},
+            "spec": {
+                "path": RESOURCE_METRICS_PATH,
+                "metrics": [
+                    series("scrape_error", "node", "gauge", "0"),
+                    series(
+                        "container_start_time_seconds",
+                        "container",
+                        "gauge",
+                        "pod.metadata.creationTimestamp.UnixSecond()",
+                    ),
+                    series(
+                        "container_cpu_usage_seconds_total",
+                        "container",
+                        "counter",
+                        'pod.CumulativeUsage("cpu", container.name)',
+                    ),
+                    series(
+                        "container_memory_working_set_bytes",
+                        "container",
+                        "gauge",
+                        'pod.Usage("memory", container.name)',
+                    ),
+                    series(
+                        "pod_cpu_usage_seconds_total",
+                        "pod",
+                        "counter",
+                        'pod.CumulativeUsage("cpu")',
+                    ),
+                    series("pod_memory_working_set_bytes", "pod", "gauge", 'pod.Usage("memory")'),
+                    series(
+                        "node_cpu_usage_seconds_total",
+                        "node",
+                        "counter",
+                        'node.CumulativeUsage("cpu")',
+                    ),
+                    series(
+                        "node_memory_working_set_bytes", "node", "gauge", 'node.Usage("memory")'
+                    ),
+                ],
+            },
         },
     ]
 

@@ -35,9 +35,15 @@ class VirtualNodeProcess:
         lower_kubeconfig: Path | None = None,
         upper_kubeconfig: Path | None = None,
         certificate_from_csr: bool = False,
+        lower_kubelet_access: str = "direct",
     ) -> None:
         """`certificate_from_csr`: start without the pair's serving certificate files, so
-        the node requests its certificate from the upper cluster (kept in `cert_dir`)."""
+        the node requests its certificate from the upper cluster (kept in `cert_dir`).
+
+        `lower_kubelet_access` "direct" (the default here) reads kwok's resource metrics
+        at its loopback port without verifying its self-signed certificate; "proxy" (the
+        command's default) cannot work in the local pair: apiservers refuse to proxy to a
+        node whose address is loopback ("address not allowed")."""
         self.pair = pair
         self.name = name
         self.metrics_port = ports.pick()
@@ -53,6 +59,8 @@ class VirtualNodeProcess:
             f"--metrics-addr=127.0.0.1:{self.metrics_port}",
             f"--cert-dir={self.cert_dir}",
             "--log-level=debug",
+            f"--lower-kubelet-access={lower_kubelet_access}",
+            *(["--lower-kubelet-insecure-tls"] if lower_kubelet_access == "direct" else []),
             *args,
         ]  # fmt: skip
         material = pair.vnode.env()

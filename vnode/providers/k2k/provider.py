@@ -22,10 +22,11 @@ from vnode.kube.client import STRATEGIC_MERGE_PATCH, ApiClient
 from vnode.kube.informer import Handlers, Informer
 from vnode.kube.resources import NAMESPACES, NODES, PODS
 from vnode.kube.store import Obj
-from vnode.provider import PortSession, RemoteCommand, RemoteSession
+from vnode.provider import NodeUsage, PortSession, RemoteCommand, RemoteSession
 from vnode.providers.k2k import capacity, naming, slim, translate
 from vnode.providers.k2k.dependencies import DependencySync
 from vnode.providers.k2k.events import EventMirror
+from vnode.providers.k2k.scrape import KubeletAccess, ResourceScraper, ThroughApiserver
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +53,11 @@ class K2KProvider:
         translation: translate.Translation,
         node_ip: str,
         upper_namespace: str | None = None,
+        kubelets: KubeletAccess | None = None,
     ) -> None:
-        """`node_ip` is the virtual node's InternalIP, shown as the pods' hostIP upstairs."""
+        """`node_ip` is the virtual node's InternalIP, shown as the pods' hostIP upstairs;
+        `kubelets` how the lower kubelets' resource metrics are read (default: through the
+        lower apiserver's node proxy)."""
         self._node_ip = node_ip
         self._node = translation.node_name
         self._upper = upper
@@ -78,6 +82,12 @@ class K2KProvider:
         )
         self.events = EventMirror(
             upper=upper, lower=lower, node_name=self._node, lower_pods=self.pods
+        )
+        self.usage = ResourceScraper(
+            access=kubelets or ThroughApiserver(lower),
+            pods=self.pods.store,
+            nodes=self.nodes.store,
+            node_name=self._node,
         )
         self._pod_callbacks: list[Callable[[str], None]] = []
         self._node_callbacks: list[Callable[[], None]] = []
@@ -334,6 +344,12 @@ class K2KProvider:
         with contextlib.suppress(errors.AlreadyExists):
             await self._lower.request("POST", NAMESPACES.path(), body=body)
         self._known_namespaces.add(name)
+
+    # -- MetricsProvider --------------------------------------------------------------------
+
+    async def resource_usage(self) -> NodeUsage:
+        """Return the usage of this node's pods, read from the lower kubelets (see `scrape`)."""
+        return await self.usage.resource_usage()
 
     # -- PodNotifier ------------------------------------------------------------------------
 

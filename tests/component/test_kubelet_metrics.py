@@ -1,0 +1,445 @@
+"""The kubelet API's metrics, summary, running pods and /run routes, and the k2k scraper,
+over real HTTP (aiohttp on 127.0.0.1) with FAKE backends.
+
+Fakes on purpose: a lower kubelet that hangs, fails for a while and recovers, or a command
+that runs forever or floods its output cannot be produced on demand by the real control
+plane; tests/e2e/test_kubelet_metrics.py covers the same routes against kwok.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client.parser import text_string_to_metric_families
+
+from vnode import errors as provider_errors
+from vnode.api import run
+from vnode.api.server import ApiContext, make_app
+from vnode.kube import errors
+from vnode.kube.client import ApiClient
+from vnode.kube.config import ConnectionInfo
+from vnode.kube.store import Store
+from vnode.provider import ContainerUsage, NodeUsage, PodUsage, RemoteCommand, Usage
+from vnode.providers.k2k import naming
+from vnode.providers.k2k.scrape import ResourceScraper, ThroughApiserver, ToKubelets
+from vnode.testing.pki import CertificateAuthority
+
+NODE = "vn-1"
+NOW = 1_700_000_000.0
+
+# -- the API routes, with a fake provider ------------------------------------------------
+
+
+class FakeSession:
+    """A command's channels, as scripted: (channel, bytes) messages, then the end."""
+
+    def __init__(self, messages: list[tuple[int, bytes]], *, hang: bool = False) -> None:
+        self._messages = list(messages)
+        self._hang = hang
+        self.closed = False
+
+    async def send(self, channel: int, data: bytes) -> None:
+        raise AssertionError("/run sends no input")
+
+    async def close_stdin(self) -> None:
+        raise AssertionError("/run sends no input")
+
+    async def receive(self) -> tuple[int, bytes] | None:
+        if self._messages:
+            return self._messages.pop(0)
+        if self._hang:
+            await asyncio.Event().wait()
+        return None
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+SUCCESS = (3, b'{"metadata":{},"status":"Success"}')
+EXIT_2 = (
+    3,
+    b'{"metadata":{},"status":"Failure","reason":"NonZeroExitCode",'
+    b'"details":{"causes":[{"reason":"ExitCode","message":"2"}]}}',
+)
+
+
+class FakeProvider:
+    def __init__(self) -> None:
+        self.usage = NodeUsage(pods=(), node=None, complete=True)
+        self.session = FakeSession([(1, b"out\n"), (2, b"err\n"), SUCCESS])
+        self.commands: list[RemoteCommand] = []
+        self.exec_error: Exception | None = None
+
+    async def resource_usage(self) -> NodeUsage:
+        return self.usage
+
+    async def open_exec(
+        self, pod: dict[str, Any], *, container: str, options: RemoteCommand, attach: bool
+    ) -> FakeSession:
+        assert not attach
+        if self.exec_error is not None:
+            raise self.exec_error
+        self.commands.append(options)
+        return self.session
+
+    def container_logs(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("not used")
+
+    async def open_port_forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("not used")
+
+
+def upper_pod(name: str, *, running: bool = True) -> dict[str, Any]:
+    state = {"running": {}} if running else {"waiting": {}}
+    return {
+        "metadata": {"name": name, "namespace": "team", "uid": f"uid-{name}"},
+        "spec": {"containers": [{"name": "main", "image": "img"}]},
+        "status": {"containerStatuses": [{"name": "main", "image": "img", "state": state}]},
+    }
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[tuple[TestClient[web.Request, web.Application], FakeProvider]]:
+    provider = FakeProvider()
+    pods = {("team", "web"): upper_pod("web"), ("team", "idle"): upper_pod("idle", running=False)}
+    context = ApiContext(
+        node_name=NODE,
+        pod=lambda ns, name: pods.get((ns, name)),
+        pods=lambda: list(pods.values()),
+        provider=provider,  # type: ignore[arg-type]
+        authenticator=None,
+        authorizer=None,
+    )
+    async with TestClient(TestServer(make_app(context))) as client:
+        yield client, provider
+
+
+def usage(cpu: float, memory: float) -> Usage:
+    return Usage(time_ms=1_700_000_000_500, cpu_seconds=cpu, memory_bytes=memory)
+
+
+async def test_metrics_and_summary_render_the_providers_usage(
+    api: tuple[TestClient[web.Request, web.Application], FakeProvider],
+) -> None:
+    client, provider = api
+    provider.usage = NodeUsage(
+        pods=(
+            PodUsage(
+                namespace="team",
+                name="web",
+                uid="uid-web",
+                start_time=NOW,
+                containers=(ContainerUsage(name="main", start_time=NOW, usage=usage(1.5, 2e6)),),
+                usage=usage(1.5, 2e6),
+            ),
+        ),
+        node=usage(1.5, 2e6),
+        complete=True,
+    )
+    response = await client.get("/metrics/resource")
+    assert response.status == 200
+    assert response.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    families = {f.name: f for f in text_string_to_metric_families(await response.text())}
+    [cpu] = families["container_cpu_usage_seconds"].samples
+    assert cpu.labels == {"container": "main", "pod": "web", "namespace": "team"}
+    assert cpu.value == 1.5
+    summary = await (await client.get("/stats/summary?only_cpu_and_memory=true")).json()
+    assert summary["node"]["nodeName"] == NODE
+    assert summary["pods"][0]["podRef"] == {"name": "web", "namespace": "team", "uid": "uid-web"}
+    assert (await client.post("/metrics/resource")).status == 405
+
+
+@pytest.mark.parametrize("path", ["/runningpods/", "/runningpods"])
+async def test_running_pods_list_the_pods_with_running_containers(
+    api: tuple[TestClient[web.Request, web.Application], FakeProvider], path: str
+) -> None:
+    client, _ = api
+    body = await (await client.get(path)).json()
+    assert [p["metadata"]["name"] for p in body["items"]] == ["web"]
+
+
+async def test_run_answers_stdout_then_stderr(
+    api: tuple[TestClient[web.Request, web.Application], FakeProvider],
+) -> None:
+    client, provider = api
+    response = await client.post("/run/team/web/uid-web/main?cmd=sh -c hi")
+    assert response.status == 200
+    assert await response.read() == b"out\nerr\n"
+    assert response.headers["Content-Type"] == "application/json"
+    assert provider.commands[0].command == ("sh", "-c", "hi")
+    assert provider.session.closed
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "text"),
+    [
+        ("/run/team/web/main", 400, "cmd is required"),
+        ("/run/team/nope/main?cmd=x", 404, "not found on this node"),
+        ("/run/team/web/other-uid/main?cmd=x", 404, "not found on this node"),
+        ("/run/team/web/sidecar?cmd=x", 404, "container 'sidecar' not found"),
+    ],
+)
+async def test_bad_run_requests_get_kubelet_statuses(
+    api: tuple[TestClient[web.Request, web.Application], FakeProvider],
+    path: str,
+    status: int,
+    text: str,
+) -> None:
+    client, _ = api
+    response = await client.post(path)
+    assert response.status == status
+    assert text in await response.text()
+    assert (await client.get("/run/team/web/main?cmd=x")).status == 405
+
+
+async def test_a_failing_command_is_a_500_with_the_kubelets_words(
+    api: tuple[TestClient[web.Request, web.Application], FakeProvider],
+) -> None:
+    client, provider = api
+    provider.session = FakeSession([(1, b"partial"), (2, b"bad thing\n"), EXIT_2])
+    response = await client.post("/run/team/web/main?cmd=false")
+    assert response.status == 500
+    assert await response.text() == "command 'false' exited with 2: bad thing\n"
+    provider.exec_error = provider_errors.NotFound("pod team/web has no pod in the lower cluster")
+    assert (await client.post("/run/team/web/main?cmd=false")).status == 404
+    provider.exec_error = provider_errors.BackendUnavailable("lower cluster down")
+    assert (await client.post("/run/team/web/main?cmd=false")).status == 503
+
+
+async def test_run_is_bounded_in_time_and_output() -> None:
+    options = RemoteCommand(command=("yes",), stdin=False, stdout=True, stderr=True, tty=False)
+    hanging = FakeSession([(1, b"y\n")], hang=True)
+    with pytest.raises(run.RunError, match=r"timed out after 0\.1s"):
+        await run.collect(hanging, options=options, timeout=0.1)
+    assert hanging.closed
+    flood = FakeSession([(1, b"y" * 600), (2, b"n" * 600), SUCCESS])
+    with pytest.raises(run.RunError, match="wrote more than 1000 bytes"):
+        await run.collect(flood, options=options, limit=1000)
+    assert flood.closed
+    silent = FakeSession([(1, b"y")])
+    with pytest.raises(run.RunError, match="without a status"):
+        await run.collect(silent, options=options)
+
+
+# -- the scraper, with fake kubelets -----------------------------------------------------
+
+
+def lower_pod(name: str, *, node: str, uid: str, owner: str = NODE) -> dict[str, Any]:
+    labels, annotations = naming.owner_marks(owner)
+    annotations[naming.UPPER_UID_ANNOTATION] = uid
+    annotations[naming.UPPER_NAMESPACE_ANNOTATION] = "team"
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "lo-team",
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": {"nodeName": node},
+        "status": {"startTime": "2023-11-14T22:00:00Z"},
+    }
+
+
+def kubelet_text(pod: str, cpu: float) -> str:
+    labels = f'container="main",namespace="lo-team",pod="{pod}"'
+    return (
+        f"container_cpu_usage_seconds_total{{{labels}}} {cpu}\n"
+        f"container_memory_working_set_bytes{{{labels}}} 1000\n"
+    )
+
+
+class FakeKubelets:
+    """Answers per node: text, an exception to raise, or a delay before the text."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, str | Exception] = {}
+        self.delays: dict[str, float] = {}
+        self.calls: list[tuple[str, str]] = []
+
+    async def fetch(self, node: dict[str, Any], path: str, *, limit: int) -> str:
+        name = node["metadata"]["name"]
+        self.calls.append((name, path))
+        await asyncio.sleep(self.delays.get(name, 0.0))
+        answer = self.answers[name]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def scraper(
+    kubelets: FakeKubelets, *, nodes: tuple[str, ...] = ("n1", "n2"), **kwargs: Any
+) -> ResourceScraper:
+    pod_store, node_store = Store(), Store()
+    for i, name in enumerate(nodes):
+        pod_store.upsert(lower_pod(f"p{i}", node=name, uid=f"u{i}"))
+        annotations = {"metrics.k8s.io/resource-metrics-path": f"/m/{name}"} if i == 0 else {}
+        node_store.upsert({"metadata": {"name": name, "annotations": annotations}})
+    pod_store.upsert(lower_pod("theirs", node="n1", uid="x", owner="vn-2"))
+    clock: Callable[[], float] = lambda: NOW  # noqa: E731
+    return ResourceScraper(
+        access=kubelets,
+        pods=pod_store,
+        nodes=node_store,
+        node_name=NODE,
+        clock=clock,
+        **kwargs,
+    )
+
+
+async def test_a_failing_node_leaves_its_pods_out_and_is_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kubelets = FakeKubelets()
+    kubelets.answers = {
+        "n1": kubelet_text("p0", 1.0) + kubelet_text("theirs", 5.0),
+        "n2": errors.ApiUnavailable("connection refused"),
+    }
+    usage_source = scraper(kubelets, ttl=0.0)
+    caplog.set_level(logging.INFO, logger="vnode.providers.k2k.scrape")
+    for _ in range(3):
+        usage = await usage_source.resource_usage()
+        assert [p.name for p in usage.pods] == ["p0"]
+        assert usage.complete is False
+    assert sorted(set(kubelets.calls)) == [("n1", "/m/n1"), ("n2", "/metrics/resource")]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "lower node n2" in warnings[0].getMessage()
+    kubelets.answers["n2"] = kubelet_text("p1", 2.0)
+    usage = await usage_source.resource_usage()
+    assert [p.name for p in usage.pods] == ["p0", "p1"]
+    assert usage.complete is True
+    assert any("can be read again" in r.getMessage() for r in caplog.records)
+
+
+async def test_slow_kubelets_are_cut_off_and_the_round_is_bounded() -> None:
+    kubelets = FakeKubelets()
+    kubelets.answers = {"n1": kubelet_text("p0", 1.0), "n2": kubelet_text("p1", 1.0)}
+    kubelets.delays = {"n2": 30.0}
+    usage_source = scraper(kubelets, timeout=0.2, deadline=5.0)
+    started = asyncio.get_running_loop().time()
+    usage = await usage_source.resource_usage()
+    assert asyncio.get_running_loop().time() - started < 2.0
+    assert [p.name for p in usage.pods] == ["p0"]
+    assert usage.complete is False
+    # With a per-kubelet timeout longer than the round's deadline, the deadline wins.
+    bounded = scraper(kubelets, timeout=30.0, deadline=0.2)
+    usage = await bounded.resource_usage()
+    assert [p.name for p in usage.pods] == ["p0"]
+
+
+async def test_answers_are_cached_and_concurrent_callers_share_one_round() -> None:
+    kubelets = FakeKubelets()
+    kubelets.answers = {"n1": kubelet_text("p0", 1.0), "n2": kubelet_text("p1", 1.0)}
+    kubelets.delays = {"n1": 0.1}
+    usage_source = scraper(kubelets, ttl=60.0)
+    answers = await asyncio.gather(*(usage_source.resource_usage() for _ in range(5)))
+    assert all(a is answers[0] for a in answers)
+    assert len(kubelets.calls) == 2  # one round: one fetch per node
+    await usage_source.resource_usage()
+    assert len(kubelets.calls) == 2
+
+
+async def test_garbage_from_a_kubelet_is_a_failed_node() -> None:
+    kubelets = FakeKubelets()
+    kubelets.answers = {"n1": 'container_cpu_usage_seconds_total{pod="p0" 1\n'}
+    usage = await scraper(kubelets, nodes=("n1",)).resource_usage()
+    assert usage.pods == ()
+    assert usage.complete is False
+
+
+# -- reaching the kubelets: the node proxy, and directly over TLS -----------------------
+
+
+async def test_the_node_proxy_path_and_headers() -> None:
+    seen: list[tuple[str, str | None]] = []
+
+    async def proxy(request: web.Request) -> web.Response:
+        seen.append((request.path, request.headers.get("Accept")))
+        return web.Response(text="body")
+
+    app = web.Application()
+    app.router.add_get("/api/v1/nodes/{node}/proxy/{path:.*}", proxy)
+    async with TestServer(app) as server:
+        info = ConnectionInfo(server=str(server.make_url("")).rstrip("/"), ssl_context=None)
+        async with ApiClient(info, name="lower") as lower:
+            access = ThroughApiserver(lower)
+            node = {"metadata": {"name": "n1"}}
+            assert (
+                await access.fetch(node, "/metrics/nodes/n1/metrics/resource", limit=100) == "body"
+            )
+            with pytest.raises(ValueError, match="longer than 2 bytes"):
+                await access.fetch(node, "/metrics/resource", limit=2)
+    assert seen[0] == (
+        "/api/v1/nodes/n1/proxy/metrics/nodes/n1/metrics/resource",
+        "text/plain;version=0.0.4;q=1,*/*;q=0.1",
+    )
+
+
+async def test_kubelets_are_read_directly_with_the_clients_certificate(tmp_path: Path) -> None:
+    kubelet_ca = CertificateAuthority.create(directory=tmp_path, name="kubelet-ca")
+    client_ca = CertificateAuthority.create(directory=tmp_path, name="client-ca")
+    serving = kubelet_ca.issue(
+        directory=tmp_path, name="kubelet", common_name="n1", ip_addresses=("127.0.0.1",),
+        server=True,
+    )  # fmt: skip
+    client = client_ca.issue(directory=tmp_path, name="vnode", common_name="vnode", client=True)
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(serving.cert, serving.key)
+    server_tls.load_verify_locations(client_ca.pair.cert)
+    server_tls.verify_mode = ssl.CERT_REQUIRED  # a kubelet that wants the client certificate
+
+    async def metrics_handler(request: web.Request) -> web.Response:
+        return web.Response(text=f"served {request.path}")
+
+    app = web.Application()
+    app.router.add_get("/metrics/resource", metrics_handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_tls)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    node = {
+        "metadata": {"name": "n1"},
+        "status": {
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
+        },
+    }
+
+    def lower_info(ca: Path) -> ConnectionInfo:
+        context = ssl.create_default_context(cafile=str(ca))
+        context.load_cert_chain(client.cert, client.key)
+        return ConnectionInfo(
+            server="https://127.0.0.1:1",
+            ssl_context=context,
+            client_certificate=(str(client.cert), str(client.key)),
+        )
+
+    try:
+        async with (
+            ApiClient(lower_info(kubelet_ca.pair.cert), name="lower") as lower,
+            ToKubelets(lower, verify=True) as kubelets,
+        ):
+            text = await kubelets.fetch(node, "/metrics/resource", limit=1000)
+            assert text == "served /metrics/resource"
+        # The kubelet's certificate is not signed by the lower cluster's CA: refused when
+        # verifying, read when not (and the client certificate is still presented).
+        async with ApiClient(lower_info(client_ca.pair.cert), name="lower") as lower:
+            async with ToKubelets(lower, verify=True) as kubelets:
+                with pytest.raises(Exception, match="certificate verify failed"):
+                    await kubelets.fetch(node, "/metrics/resource", limit=1000)
+            async with ToKubelets(lower, verify=False) as kubelets:
+                text = await kubelets.fetch(node, "/metrics/resource", limit=1000)
+                assert text == "served /metrics/resource"
+                with pytest.raises(errors.NotFound):
+                    await kubelets.fetch(node, "/nope", limit=1000)
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,340 @@
+"""The k2k provider's pure resource-metrics pipeline: parse, keep ours, rename, sum, rates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vnode.provider import ContainerUsage, PodUsage, Usage
+from vnode.providers.k2k import metrics, naming
+
+NODE = "vn-1"
+
+# What a kubelet (or kwok) serves: other series, HELP/TYPE lines, timestamps or none.
+KUBELET_TEXT = """\
+# HELP container_cpu_usage_seconds_total [STABLE] Cumulative cpu time
+# TYPE container_cpu_usage_seconds_total counter
+container_cpu_usage_seconds_total{container="main",namespace="lo-team",pod="web"} 2.5 1700000000123
+container_cpu_usage_seconds_total{container="side",namespace="lo-team",pod="web"} 0.5 1700000000123
+container_cpu_usage_seconds_total{container="c",namespace="lo-team",pod="stranger"} 9 1700000000123
+container_cpu_usage_seconds_total{container="c",namespace="lo-team",pod="other-vn"} 9 1700000000123
+# TYPE container_memory_working_set_bytes gauge
+container_memory_working_set_bytes{container="main",namespace="lo-team",pod="web"} 1.6777216e+07
+container_memory_working_set_bytes{container="side",namespace="lo-team",pod="web"} 1048576
+container_memory_working_set_bytes{container="c",namespace="lo-team",pod="stranger"} 7
+# TYPE container_start_time_seconds gauge
+container_start_time_seconds{container="main",namespace="lo-team",pod="web"} 1.6999e+09
+# TYPE node_cpu_usage_seconds_total counter
+node_cpu_usage_seconds_total 1000 1700000000123
+# TYPE pod_cpu_usage_seconds_total counter
+pod_cpu_usage_seconds_total{namespace="lo-team",pod="web"} 3.25 1700000000123
+# TYPE promhttp_metric_handler_errors_total counter
+promhttp_metric_handler_errors_total{cause="encoding"} 0
+scrape_error 0
+"""
+
+
+def lower_pod(
+    name: str,
+    *,
+    namespace: str = "lo-team",
+    node: str | None = "lower-0",
+    owner: str | None = NODE,
+    uid: str | None = "uid-web",
+    upper_namespace: str | None = "team",
+    start: str | None = "2023-11-14T22:13:20Z",
+) -> dict[str, Any]:
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    if owner is not None:
+        labels, annotations = naming.owner_marks(owner)
+    if uid is not None:
+        annotations[naming.UPPER_UID_ANNOTATION] = uid
+    if upper_namespace is not None:
+        annotations[naming.UPPER_NAMESPACE_ANNOTATION] = upper_namespace
+    pod: dict[str, Any] = {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": {"nodeName": node} if node else {},
+        "status": {"startTime": start} if start else {},
+    }
+    return pod
+
+
+def test_parse_keeps_the_series_it_reads_with_millisecond_timestamps() -> None:
+    samples = metrics.parse(KUBELET_TEXT)
+    names = {s.name for s in samples}
+    assert names == {
+        metrics.CONTAINER_CPU,
+        metrics.CONTAINER_MEMORY,
+        metrics.CONTAINER_START,
+        metrics.POD_CPU,
+    }
+    main_cpu = next(
+        s for s in samples if s.name == metrics.CONTAINER_CPU and s.labels["container"] == "main"
+    )
+    assert main_cpu.value == 2.5
+    assert main_cpu.time_ms == 1700000000123
+    assert main_cpu.labels == {"container": "main", "namespace": "lo-team", "pod": "web"}
+    memory = next(s for s in samples if s.name == metrics.CONTAINER_MEMORY)
+    assert memory.time_ms is None
+    assert memory.value == 16777216
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['container_cpu_usage_seconds_total{container="a" 1', "x{a=b} 1", 'x{a="b"} one'],
+)
+def test_parse_refuses_what_is_not_the_text_format(text: str) -> None:
+    with pytest.raises(ValueError, match="not Prometheus text"):
+        metrics.parse(text)
+
+
+@settings(max_examples=300)
+@given(st.text(alphabet=st.sampled_from('container_cpu{}=", 1.e+-#\n\\TYPEHELP'), max_size=80))
+def test_parse_raises_only_value_error_on_any_text(text: str) -> None:
+    try:
+        metrics.parse(text)
+    except ValueError:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("annotation", "path"),
+    [
+        (None, "/metrics/resource"),
+        ("/metrics/nodes/n1/metrics/resource", "/metrics/nodes/n1/metrics/resource"),
+        ("metrics/resource", "/metrics/resource"),
+        ("//evil.example/metrics", "/metrics/resource"),
+        ("/metrics/../exec/ns/pod/c", "/metrics/resource"),
+        ("/metrics?x=1", "/metrics/resource"),
+        ("/metrics/%2e%2e/x", "/metrics/resource"),
+        ("", "/metrics/resource"),
+    ],
+)
+def test_the_metrics_path_annotation_is_honoured_when_it_is_a_plain_path(
+    annotation: str | None, path: str
+) -> None:
+    annotations = {} if annotation is None else {metrics.PATH_ANNOTATION: annotation}
+    assert metrics.metrics_path({"metadata": {"annotations": annotations}}) == path
+
+
+def test_kubelet_url_prefers_the_internal_ip_and_the_published_port() -> None:
+    node = {
+        "metadata": {"name": "n1"},
+        "status": {
+            "addresses": [
+                {"type": "Hostname", "address": "n1.example"},
+                {"type": "InternalIP", "address": "10.0.0.7"},
+                {"type": "InternalIP", "address": "10.0.0.8"},
+            ],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 4321}},
+        },
+    }
+    assert (
+        metrics.kubelet_url(node, "/metrics/resource") == "https://10.0.0.7:4321/metrics/resource"
+    )
+    v6 = {"status": {"addresses": [{"type": "InternalIP", "address": "fd00::1"}]}}
+    assert metrics.kubelet_url(v6, "/m") == "https://[fd00::1]:10250/m"
+    named = {"status": {"addresses": [{"type": "Hostname", "address": "n1.example"}]}}
+    assert metrics.kubelet_url(named, "/m") == "https://n1.example:10250/m"
+    with pytest.raises(ValueError, match="no address"):
+        metrics.kubelet_url({"metadata": {"name": "n1"}, "status": {}}, "/m")
+
+
+def test_owned_pods_are_ours_placed_and_named_as_upstairs() -> None:
+    pods = [
+        lower_pod("web"),
+        lower_pod("stranger", owner=None),
+        lower_pod("other-vn", owner="vn-2", uid="uid-other"),
+        lower_pod("pending", node=None, uid="uid-pending"),
+        lower_pod("no-uid", uid=None),
+        lower_pod("no-start", uid="uid-ns", start=None),
+    ]
+    owned = metrics.owned_pods(pods, node_name=NODE)
+    assert set(owned) == {("lo-team", "web"), ("lo-team", "no-start")}
+    web = owned[("lo-team", "web")]
+    assert web == metrics.OwnedPod(
+        node="lower-0", namespace="team", name="web", uid="uid-web", start_time=1700000000.0
+    )
+    assert owned[("lo-team", "no-start")].start_time is None
+
+
+def owned() -> dict[metrics.LowerKey, metrics.OwnedPod]:
+    return metrics.owned_pods(
+        [lower_pod("web"), lower_pod("other-vn", owner="vn-2", uid="uid-other")], node_name=NODE
+    )
+
+
+def test_measure_keeps_only_our_pods_on_that_node_under_upper_names() -> None:
+    samples = metrics.parse(KUBELET_TEXT)
+    [web] = metrics.measure(samples, node="lower-0", pods=owned(), fetched_ms=1700000000999)
+    assert (web.namespace, web.name, web.uid) == ("team", "web", "uid-web")
+    assert [c.name for c in web.containers] == ["main", "side"]
+    main, side = web.containers
+    assert main.usage == Usage(time_ms=1700000000123, cpu_seconds=2.5, memory_bytes=16777216)
+    assert main.start_time == 1.6999e9
+    # No start time served: the pod's start stands in.
+    assert side.start_time == 1700000000.0
+    # The pod-level CPU series wins (it counts the sandbox); memory is summed.
+    assert web.usage.cpu_seconds == 3.25
+    assert web.usage.memory_bytes == 16777216 + 1048576
+    # The same samples read from another node are not our pod's.
+    assert metrics.measure(samples, node="lower-1", pods=owned(), fetched_ms=1) == []
+
+
+def test_measure_defaults_times_to_the_fetch_and_missing_values_to_zero() -> None:
+    text = 'container_memory_working_set_bytes{container="main",namespace="lo-team",pod="web"} 5\n'
+    [web] = metrics.measure(metrics.parse(text), node="lower-0", pods=owned(), fetched_ms=42)
+    assert web.containers[0].usage == Usage(time_ms=42, cpu_seconds=0.0, memory_bytes=5)
+    assert not metrics.complete(web)
+
+
+def pod_usage(
+    uid: str = "u1",
+    *,
+    cpu: float = 1.0,
+    memory: float = 10.0,
+    time_ms: int = 1000,
+    containers: int = 1,
+    start: float = 1.0,
+) -> PodUsage:
+    usage = Usage(time_ms=time_ms, cpu_seconds=cpu, memory_bytes=memory)
+    return PodUsage(
+        namespace="team",
+        name=f"p-{uid}",
+        uid=uid,
+        start_time=None,
+        containers=tuple(
+            ContainerUsage(name=f"c{i}", start_time=start, usage=usage) for i in range(containers)
+        ),
+        usage=Usage(
+            time_ms=time_ms, cpu_seconds=cpu * containers, memory_bytes=memory * containers
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    ("pod", "kept"),
+    [
+        (pod_usage(), True),
+        (pod_usage(cpu=0.0), False),
+        (pod_usage(memory=0.0), False),
+        (pod_usage(start=0.0), False),
+        (pod_usage(time_ms=0), False),
+        (pod_usage(containers=0), False),
+    ],
+    ids=["complete", "zero-cpu", "zero-memory", "no-start", "no-time", "no-containers"],
+)
+def test_pods_metrics_server_would_drop_are_left_out(pod: PodUsage, kept: bool) -> None:
+    usage, _ = metrics.snapshot(
+        [pod], history=metrics.History(), alive={pod.uid}, complete_scrape=True, now_ms=5
+    )
+    assert (usage.pods == (pod,)) is kept
+
+
+def test_the_node_is_the_sum_of_its_pods_and_absent_when_zero() -> None:
+    a, b = pod_usage("a", cpu=1.0, memory=10.0), pod_usage("b", cpu=0.0, memory=5.0, time_ms=2000)
+    usage, _ = metrics.snapshot(
+        [a, b], history=metrics.History(), alive={"a", "b"}, complete_scrape=False, now_ms=9
+    )
+    assert [p.uid for p in usage.pods] == ["a"]
+    assert usage.node == Usage(time_ms=2000, cpu_seconds=1.0, memory_bytes=15.0)
+    assert usage.complete is False
+    empty, _ = metrics.snapshot(
+        [], history=metrics.History(), alive=set(), complete_scrape=True, now_ms=9
+    )
+    assert empty.node is None
+    assert empty.pods == ()
+
+
+def test_rates_come_from_the_previous_measurement_even_a_zero_one() -> None:
+    first, history = metrics.snapshot(
+        [pod_usage(cpu=0.0, time_ms=1000)],
+        history=metrics.History(),
+        alive={"u1"},
+        complete_scrape=True,
+        now_ms=1000,
+    )
+    assert first.pods == ()
+    second, history = metrics.snapshot(
+        [pod_usage(cpu=0.5, time_ms=3000)],
+        history=history,
+        alive={"u1"},
+        complete_scrape=True,
+        now_ms=3000,
+    )
+    [pod] = second.pods
+    assert pod.usage.cpu_nano_cores == pytest.approx(0.25e9)
+    assert pod.containers[0].usage.cpu_nano_cores == pytest.approx(0.25e9)
+    assert second.node is not None
+    assert second.node.cpu_nano_cores is None  # the node had no value before
+    # Same time again (a cached answer read twice), or a counter that went back: no rate.
+    third, _ = metrics.snapshot(
+        [pod_usage(cpu=0.4, time_ms=3000)],
+        history=history,
+        alive={"u1"},
+        complete_scrape=True,
+        now_ms=3000,
+    )
+    assert third.pods[0].usage.cpu_nano_cores is None
+
+
+def test_the_node_counter_keeps_what_departed_and_unmeasured_pods_used() -> None:
+    history = metrics.History()
+    rounds = [
+        ([pod_usage("a", cpu=5.0), pod_usage("b", cpu=3.0)], {"a", "b"}, 8.0),
+        ([pod_usage("a", cpu=6.0)], {"a", "b"}, 9.0),  # b not measured: keeps its 3
+        ([pod_usage("a", cpu=7.0)], {"a"}, 10.0),  # b gone: its 3 stay
+        ([pod_usage("a", cpu=1.0)], {"a"}, 11.0),  # a restarted: its 7 stay, plus 1
+    ]
+    for measured, alive, expected in rounds:
+        usage, history = metrics.snapshot(
+            measured, history=history, alive=alive, complete_scrape=True, now_ms=1
+        )
+        assert usage.node is not None
+        assert usage.node.cpu_seconds == pytest.approx(expected)
+
+
+@st.composite
+def rounds(draw: st.DrawFn) -> list[tuple[dict[str, float], set[str]]]:
+    """Rounds of (measured cumulative CPU by pod, alive pods): counters grow, restart,
+    go unmeasured, and pods come and go."""
+    cpu: dict[str, float] = {}
+    out = []
+    for _ in range(draw(st.integers(1, 12))):
+        alive = set(draw(st.sets(st.sampled_from("abcde"), max_size=5)))
+        measured = {}
+        for uid in sorted(alive):
+            if draw(st.booleans()):
+                restart = draw(st.booleans()) and draw(st.booleans())
+                step = draw(st.floats(0, 100, allow_nan=False))
+                cpu[uid] = step if restart else cpu.get(uid, 0.0) + step
+                measured[uid] = cpu[uid]
+        for uid in set(cpu) - alive:
+            del cpu[uid]  # gone (should the UID come back, its counter starts again)
+        out.append((measured, alive))
+    return out
+
+
+@given(rounds())
+def test_the_node_counter_never_goes_backwards(
+    sequence: list[tuple[dict[str, float], set[str]]],
+) -> None:
+    history = metrics.History()
+    last = 0.0
+    for measured, alive in sequence:
+        pods = [pod_usage(uid, cpu=value) for uid, value in measured.items()]
+        _, history = metrics.snapshot(
+            pods, history=history, alive=alive, complete_scrape=True, now_ms=1
+        )
+        total = history.carried + sum(history.counted.values())
+        assert total >= last - 1e-9
+        last = total
