@@ -52,7 +52,7 @@ _DURATION_UNITS = {
     "m": 60.0,
     "h": 3600.0,
 }
-_DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+_DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)", re.ASCII)
 
 
 def parse_duration(text: str) -> float:
@@ -61,6 +61,8 @@ def parse_duration(text: str) -> float:
     else, and for negative or non-finite values."""
     rest = text.strip()
     try:
+        if not rest.isascii():
+            raise ValueError(rest)  # float() would take other scripts' digits
         seconds = float(rest)
     except ValueError:
         if not rest or _DURATION_PART.sub("", rest):

@@ -282,17 +282,15 @@ async def test_a_provider_error_after_the_upgrade_is_a_status_on_the_error_chann
         assert messages[1].startswith(b"\x03Internal error occurred")
 
 
-async def test_a_resize_stream_that_never_makes_sense_is_dropped() -> None:
+async def test_a_resize_stream_of_nonsense_is_dropped() -> None:
     provider = FakeProvider()
     path = "/exec/ns/web/main?command=sh&output=1&tty=1"
     async with _api(provider) as server, _ws(server, path, "v4.channel.k8s.io") as ws:
         await provider.opened.wait()
         session = provider.sessions[0]
         await ws.send_bytes(b'\x04{"Width":80,"Height":24}')
-        for _ in range(5):
-            await ws.send_bytes(b"\x04" + b"[" * 1000)  # never a complete object
-        await ws.send_bytes(b'\x04{"Width":1,"Height":1}')
-        await ws.send_bytes(b"\x04" + b"[" * 100_000)
+        await ws.send_bytes(b"\x04" + b"[" * 100_000)  # no terminal size nests
+        await ws.send_bytes(b'\x04{"Width":1,"Height":1}')  # the stream is gone by now
         await asyncio.sleep(0.1)
         assert session.sent == [(4, b'{"Width": 80, "Height": 24}')]
         # The session goes on without it.
@@ -313,6 +311,45 @@ async def test_an_idle_websocket_is_closed() -> None:
         assert 0.3 <= loop.time() - start < 3
         assert ws.close_code == aiohttp.WSCloseCode.OK
     assert provider.sessions[0].closed
+
+
+async def test_websocket_backpressure_both_ways() -> None:
+    # Output: a client that reads nothing stops the bridge from taking more from the session.
+    provider = FakeProvider()
+    chunk = b"o" * (256 * 1024)
+    async with _api(provider) as server, _ws(server, EXEC, "v4.channel.k8s.io") as ws:
+        await provider.opened.wait()
+        output = provider.sessions[0].output
+        for _ in range(200):  # 50 MiB
+            output.put_nowait((1, chunk))
+        await asyncio.sleep(0.5)
+        assert output.qsize() > 100, "most of the output must still wait in the session"
+
+    # Input: a session that takes nothing stops the server from reading the client.
+    provider = FakeProvider()
+    path = "/exec/ns/web/main?command=cat&input=1&output=1"
+    sent = 0
+
+    async def flood(ws: aiohttp.ClientWebSocketResponse) -> None:
+        nonlocal sent
+        while True:
+            await ws.send_bytes(b"\x00" + chunk)
+            sent += 1
+
+    async with _api(provider) as server, _ws(server, path, "v4.channel.k8s.io") as ws:
+        await provider.opened.wait()
+        stuck = asyncio.Event()
+
+        async def never_done(_channel: int, _data: bytes) -> None:
+            await stuck.wait()
+
+        provider.sessions[0].send = never_done  # type: ignore[method-assign]
+        flooding = asyncio.create_task(flood(ws), name="flood")
+        await asyncio.sleep(0.5)
+        flooding.cancel()
+        await asyncio.gather(flooding, return_exceptions=True)
+        assert sent < 100, f"{sent * 256} KiB accepted from a client nobody reads"
+        provider.sessions[0].output.put_nowait(None)
 
 
 # -- WebSocket port-forward ------------------------------------------------------------
@@ -358,6 +395,37 @@ async def test_spdy_exec_starts_the_session_only_once_the_streams_exist() -> Non
         finally:
             await client.close()
     assert _data(frames, 3) == b"out"
+    assert _data(frames, 1) == SUCCESS
+
+
+async def test_resize_data_that_never_completes_a_size_is_cut_off_at_4_kib() -> None:
+    provider = FakeProvider()
+    async with _api(provider) as server:
+        path = "/exec/ns/web/main?command=sh&input=1&output=1&tty=1"
+        client = await SpdyClient.connect(server, path, "v4.channel.k8s.io")
+        try:
+            for stream_id, kind in ((1, "error"), (3, "stdin"), (5, "stdout"), (7, "resize")):
+                client.open(stream_id, kind)
+            await asyncio.wait_for(provider.opened.wait(), timeout=5)
+            client.send(spdy.Data(stream_id=7, data=b'{"Width":80,"Height":24} "'))
+            for _ in range(3):  # an unterminated string: always "the rest is coming"
+                client.send(spdy.Data(stream_id=7, data=b"a" * 1000))
+            await asyncio.sleep(0.1)
+            assert provider.sessions[0].sent == [(4, b'{"Width": 80, "Height": 24}')]
+            client.send(spdy.Data(stream_id=7, data=b"a" * 1100))  # now over 4 KiB waiting
+            frames = []
+            async with asyncio.timeout(5):
+                while spdy.RstStream(stream_id=7, status=spdy.RST_CANCEL) not in frames:
+                    frame = await client.frame()
+                    assert frame is not None
+                    frames.append(frame)
+            # The session goes on without it.
+            for message in ((1, b"still here"), (3, SUCCESS), None):
+                provider.sessions[0].output.put_nowait(message)
+            frames = await client.until_closed()
+        finally:
+            await client.close()
+    assert _data(frames, 5) == b"still here"
     assert _data(frames, 1) == SUCCESS
 
 

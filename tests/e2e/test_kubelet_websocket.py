@@ -13,6 +13,7 @@ import json
 import secrets
 import ssl
 import struct
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,9 +41,9 @@ def _tls(pair: ClusterPair) -> ssl.SSLContext:
 
 @dataclass
 class Session:
-    """What a channel session delivered: bytes per channel, in order, and how it ended."""
+    """What a channel session delivered: bytes per channel, the first message, and the
+    WebSocket close code."""
 
-    protocol: str
     data: dict[int, bytes] = field(default_factory=dict)
     first: tuple[int, bytes] | None = None
     close_code: int | None = None
@@ -86,7 +87,7 @@ async def _exec(
     stdin: bytes | None = None,
     close_stdin: bool = False,
 ) -> Session:
-    session = Session(protocol=protocol)
+    session = Session()
     async with (
         aiohttp.ClientSession() as http,
         http.ws_connect(
@@ -112,8 +113,10 @@ async def _exec(
 
 
 def _command(namespace: str, pod: str, *args: str, stdin: bool = False) -> str:
-    query = "&".join(f"command={aiohttp.helpers.quote(a, safe='')}" for a in args)
-    return f"/exec/{namespace}/{pod}/main?{query}&output=1&error=1" + ("&input=1" if stdin else "")
+    query = [("command", a) for a in args] + [("output", "1"), ("error", "1")]
+    if stdin:
+        query.append(("input", "1"))
+    return f"/exec/{namespace}/{pod}/main?{urllib.parse.urlencode(query)}"
 
 
 @pytest.mark.parametrize("protocol", [*BINARY, *BASE64])
@@ -206,40 +209,33 @@ async def test_port_forward_over_the_legacy_websocket_protocol(
         assert data[error_channel][2:] == b"", "no error on the error channel"
 
 
-async def _handshake_status(
+async def _refused_with(
     pair: ClusterPair, node: VirtualNodeProcess, path: str, protocols: tuple[str, ...]
-) -> tuple[int, str]:
+) -> int:
+    """The HTTP status of a WebSocket handshake the node refuses."""
     async with aiohttp.ClientSession() as http:
         with pytest.raises(aiohttp.WSServerHandshakeError) as info:
             await http.ws_connect(
-                f"https://127.0.0.1:{node.kubelet_port}{path}",
-                protocols=protocols,
-                ssl=_tls(pair),
+                f"https://127.0.0.1:{node.kubelet_port}{path}", protocols=protocols, ssl=_tls(pair)
             )
-        return info.value.status, info.value.message
+        return info.value.status
 
 
 async def test_refusals_are_the_kubelets(
     cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str, running_pod: str
 ) -> None:
-    good = _command(namespace, running_pod, "true")
-    # No sub-protocol in common: 403, as the kubelet's WebSocket handshake answers.
-    assert (await _handshake_status(cluster_pair, virtual_node, good, ("v9.channel.k8s.io",)))[
-        0
-    ] == 403
-    assert (
-        await _handshake_status(
-            cluster_pair, virtual_node, f"/portForward/{namespace}/{running_pod}?port=8080",
-            ("v5.channel.k8s.io",),
-        )
-    )[0] == 403  # fmt: skip
-    # A pod of another node, a missing port list.
-    other = "/exec/kube-system/kube-apiserver/main?command=true&output=1"
-    assert (await _handshake_status(cluster_pair, virtual_node, other, BINARY))[0] == 404
-    no_port = f"/portForward/{namespace}/{running_pod}"
-    assert (await _handshake_status(cluster_pair, virtual_node, no_port, ("v4.channel.k8s.io",)))[
-        0
-    ] == 400
+    exec_path = _command(namespace, running_pod, "true")
+    forward_path = f"/portForward/{namespace}/{running_pod}"
+    for path, protocols, status in (
+        # No sub-protocol in common: 403, as the kubelet's WebSocket handshake answers.
+        (exec_path, ("v9.channel.k8s.io",), 403),
+        (exec_path, ("v3.channel.k8s.io",), 403),  # a SPDY-only version
+        (forward_path + "?port=8080", ("v5.channel.k8s.io",), 403),
+        # A pod of another node; a port-forward without ports.
+        ("/exec/kube-system/kube-apiserver/main?command=true&output=1", BINARY, 404),
+        (forward_path, ("v4.channel.k8s.io",), 400),
+    ):
+        assert await _refused_with(cluster_pair, virtual_node, path, protocols) == status, path
 
 
 async def test_a_provider_error_after_the_upgrade_is_reported_on_the_error_channel(
@@ -275,6 +271,38 @@ async def test_a_provider_error_after_the_upgrade_is_reported_on_the_error_chann
             message = got.text(3)
         assert "error executing command in container" in message
         assert "no pod in the lower cluster" in message
+
+
+async def test_a_refusal_from_the_lower_cluster_reaches_the_client_with_its_message(
+    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str, running_pod: str
+) -> None:
+    # An ephemeral container added upstairs exists only there: the node lets the exec
+    # through, and the lower apiserver refuses it with a Status naming the container.
+    cluster_pair.upper.rest().request(
+        "PATCH",
+        f"/api/v1/namespaces/{namespace}/pods/{running_pod}/ephemeralcontainers",
+        body={"spec": {"ephemeralContainers": [
+            {"name": "debugger", "image": "busybox", "targetContainerName": "main"},
+        ]}},
+        content_type="application/strategic-merge-patch+json",
+    )  # fmt: skip
+    path = _command(namespace, running_pod, "true").replace("/main?", "/debugger?")
+    async with asyncio.timeout(30):
+        while True:
+            try:
+                got = await _exec(cluster_pair, virtual_node, path, protocol="v4.channel.k8s.io")
+                break
+            except aiohttp.WSServerHandshakeError as exc:
+                if exc.status != 404:  # 404: the node has not seen the new container yet
+                    raise
+                await asyncio.sleep(0.2)
+    status = json.loads(got.data[3])
+    assert status["reason"] == "InternalError"
+    assert status["message"].startswith(
+        "Internal error occurred: error executing command in container: "
+    )
+    assert "debugger" in status["message"]
+    assert "is not valid for pod" in status["message"]
 
 
 @pytest.fixture

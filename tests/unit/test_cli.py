@@ -31,7 +31,8 @@ def test_durations_are_seconds_or_go_durations(text: str, seconds: float) -> Non
 
 
 @pytest.mark.parametrize(
-    "text", ["", "abc", "4x", "1d", "h", "1 h", "4h-", "-1", "-1s", "nan", "inf"]
+    "text",
+    ["", "abc", "4x", "1d", "h", "1 h", "4h-", "-1", "-1s", "nan", "inf", "\u0663", "\u0663s"],
 )
 def test_bad_durations_are_refused(text: str) -> None:
     with pytest.raises(ValueError, match="not a duration"):

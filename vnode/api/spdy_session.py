@@ -7,7 +7,7 @@ goes to the stream's buffer; PINGs are echoed (the apiserver pings every few sec
 SETTINGS and WINDOW_UPDATE are ignored, as the Go implementation does (no flow control).
 Reading is paused while a stream holds more than `MAX_BUFFERED` unread bytes, and writers
 wait while the transport's buffer is over the same bound: a slow side never makes memory
-grow without bound.
+grow without bound. Every frame in or out counts as activity for the idle timeout.
 """
 
 from __future__ import annotations

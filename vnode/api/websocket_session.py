@@ -29,7 +29,8 @@ _CHUNK = 64 * 1024
 MAX_MESSAGE = 4 * 1024 * 1024
 """Largest message a client may send (bytes); bigger ones close the connection (1009)."""
 CLOSE_TIMEOUT = 10.0
-"""Seconds we wait for the client to answer our close frame before dropping the socket."""
+"""Seconds we give the close handshake (our close frame out, the client's back) before
+dropping the socket."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,4 +201,11 @@ async def open_channels(
         # its way could be lost. Without it, close() waits for the client's close frame.
         reader.cancel()
         await asyncio.gather(reader, return_exceptions=True)
-        await ws.close()
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                await ws.close()
+        except TimeoutError:
+            # A client that reads nothing (our close frame cannot even be sent) or never
+            # answers it: drop the socket rather than wait for its buffers to drain.
+            if request.transport is not None:
+                request.transport.abort()
