@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 
 from vnode.api.certificates import MAX_EXPIRATION_SECONDS, MIN_EXPIRATION_SECONDS
@@ -43,25 +45,44 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
 
 
-def _duration(text: str) -> float:
-    """Parse a Go-style duration ("90s", "1m", "1m30s", "500ms") or plain seconds."""
-    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_UNITS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "\u00b5s": 1e-6,  # micro sign
+    "\u03bcs": 1e-6,  # Greek mu
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+_DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)", re.ASCII)
+
+
+def parse_duration(text: str) -> float:
+    """Return the seconds of `text`: plain seconds ("90", "1.5") or a Go duration ("90s",
+    "1m30s", "4h", "500ms"; units ns, us, ms, s, m, h). Raises ValueError for anything
+    else, and for negative or non-finite values."""
     rest = text.strip()
     try:
-        return float(rest)
+        if not rest.isascii():
+            raise ValueError(rest)  # float() would take other scripts' digits
+        seconds = float(rest)
     except ValueError:
-        pass
-    total = 0.0
-    while rest:
-        i = 0
-        while i < len(rest) and (rest[i].isdigit() or rest[i] == "."):
-            i += 1
-        unit = "ms" if rest[i : i + 2] == "ms" else rest[i : i + 1]
-        if i == 0 or unit not in units:
-            raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 30s, 1m, 1m30s)")
-        total += float(rest[:i]) * units[unit]
-        rest = rest[i + len(unit) :]
-    return total
+        if not rest or _DURATION_PART.sub("", rest):
+            raise ValueError(f"not a duration: {text!r} (e.g. 30s, 1m30s, 4h)") from None
+        seconds = sum(
+            float(number) * _DURATION_UNITS[unit] for number, unit in _DURATION_PART.findall(rest)
+        )
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"not a duration: {text!r} (must be finite and >= 0)")
+    return seconds
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -162,6 +183,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with direct access, do not verify the lower kubelets' serving certificates",
     )
+    a(
+        "--streaming-connection-idle-timeout",
+        type=_duration,
+        default=ApiSettings().streaming_idle_timeout,
+        help="close exec/attach/port-forward connections idle this long (kubelet's flag; "
+        "seconds or a duration like 4h, 30m; 0: never)",
+    )
     return p
 
 
@@ -249,6 +277,7 @@ def _api_settings(
         rotate_server_certificates=args.rotate_server_certificates,
         cert_dir=_cert_dir(args.cert_dir, node_name),
         server_certificate_duration=_certificate_duration(args.server_certificate_duration),
+        streaming_idle_timeout=args.streaming_connection_idle_timeout,
     )
 
 

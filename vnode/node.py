@@ -219,6 +219,7 @@ class VirtualNode:
             authorizer=auth.Authorizer(self._upper, node_name=self.settings.node.name)
             if verify
             else None,
+            idle_timeout=api.streaming_idle_timeout,
         )
         runner = web.AppRunner(make_app(context), access_log=None, handler_cancellation=True)
         await runner.setup()

@@ -108,6 +108,9 @@ class ApiSettings:
     """--client-verify-ca / APISERVER_CA_CERT_LOCATION."""
     verify_clients: bool = True
     """False with --no-verify-clients (development only)."""
+    streaming_idle_timeout: float = 4 * 3600.0
+    """--streaming-connection-idle-timeout: seconds an exec/attach/port-forward connection
+    may move no frame before it is closed (kubelet's default 4 h; 0: never)."""
 
 
 @dataclass(frozen=True, kw_only=True)

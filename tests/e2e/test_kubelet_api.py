@@ -160,7 +160,7 @@ def test_bad_requests_get_kubelet_statuses(
     exec_path = f"/exec/{namespace}/{running_pod}/main?command=true&output=1"
     assert _call(cluster_pair, virtual_node, exec_path, cert=True) == (
         400,
-        "this endpoint needs Upgrade: SPDY/3.1",
+        "this endpoint needs Upgrade: SPDY/3.1 or Upgrade: websocket",
     )
     port_forward = f"/portForward/{namespace}/{running_pod}"
     assert _call(cluster_pair, virtual_node, port_forward, cert=True)[0] == 400

@@ -1,13 +1,16 @@
-"""Flags of the `virtual-node` command that unit tests can check without a cluster."""
+"""Flags of the `virtual-node` command that unit tests can check without a cluster:
+lower kubelet access, durations and the streaming idle timeout."""
 
 from __future__ import annotations
 
 import pytest
 
+from vnode import __main__ as main
 from vnode import cli
-from vnode.settings import LowerKubeletSettings
+from vnode.settings import ApiSettings, LowerKubeletSettings
 
 BASE = ["--client-kubeconfig=lower.kubeconfig"]
+REQUIRED = BASE
 
 
 @pytest.mark.parametrize(
@@ -35,3 +38,54 @@ def test_lower_kubelet_access(flags: list[str], expected: LowerKubeletSettings) 
 def test_bad_lower_kubelet_flags(flags: list[str], message: str) -> None:
     with pytest.raises(cli.UsageError, match=message):
         cli.parse([*BASE, *flags], env={})
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("4h", 14400.0),
+        ("30s", 30.0),
+        ("1m30s", 90.0),
+        ("1h2m3.5s", 3723.5),
+        ("500ms", 0.5),
+        ("250us", 0.00025),
+        ("1.5h", 5400.0),
+        ("90", 90.0),  # plain seconds
+        ("0.25", 0.25),
+        ("0", 0.0),
+    ],
+)
+def test_durations_are_seconds_or_go_durations(text: str, seconds: float) -> None:
+    assert cli.parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "abc", "4x", "1d", "h", "1 h", "4h-", "-1", "-1s", "nan", "inf", "\u0663", "\u0663s"],
+)
+def test_bad_durations_are_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="not a duration"):
+        cli.parse_duration(text)
+
+
+def test_the_idle_timeout_defaults_to_the_kubelets_4h() -> None:
+    assert cli.parse(REQUIRED, env={}).api.streaming_idle_timeout == 4 * 3600
+    assert ApiSettings().streaming_idle_timeout == 4 * 3600
+
+
+@pytest.mark.parametrize(("value", "seconds"), [("2s", 2.0), ("30m", 1800.0), ("0", 0.0)])
+def test_the_idle_timeout_flag(value: str, seconds: float) -> None:
+    settings = cli.parse([*REQUIRED, f"--streaming-connection-idle-timeout={value}"], env={})
+    assert settings.api.streaming_idle_timeout == seconds
+
+
+def test_a_bad_idle_timeout_is_a_usage_error_naming_the_flag(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(cli.UsageError) as info:
+        cli.parse([*REQUIRED, "--streaming-connection-idle-timeout=soon"], env={})
+    assert str(info.value) == (
+        "argument --streaming-connection-idle-timeout: not a duration: 'soon' (e.g. 30s, 1m30s, 4h)"
+    )
+    assert main.main([*REQUIRED, "--streaming-connection-idle-timeout=-5s"]) == 2
+    assert "--streaming-connection-idle-timeout" in capsys.readouterr().err

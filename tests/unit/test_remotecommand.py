@@ -64,3 +64,51 @@ def test_the_status_fits_the_protocol() -> None:
         rc.status_for("v3.channel.k8s.io", failure) == b"command terminated with non-zero exit code"
     )
     assert rc.status_for("v2.channel.k8s.io", success) == b""
+
+
+def test_websocket_protocols_get_their_status_form() -> None:
+    failure = rc.failure_status("it broke")
+    assert json.loads(failure) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "it broke",
+        "reason": "InternalError",
+        "code": 500,
+    }
+    assert rc.status_for("v4.base64.channel.k8s.io", failure) == failure
+    assert rc.status_for("base64.channel.k8s.io", failure) == b"it broke"
+    assert rc.status_for("", failure) == b"it broke"
+
+
+def test_resize_data_splits_into_sizes_and_what_is_still_coming() -> None:
+    assert rc.take_sizes('{"Width":80,"Height":24}{"Width":100,') == (
+        [{"Width": 80, "Height": 24}],
+        '{"Width":100,',
+    )
+    assert rc.take_sizes(' {"Width":1,"Height":2}\n {"Width":3,"Height":4} ') == (
+        [{"Width": 1, "Height": 2}, {"Width": 3, "Height": 4}],
+        "",
+    )
+    assert rc.take_sizes("garbage") == ([], "garbage")  # the cap on what waits handles it
+    with pytest.raises(ValueError, match="JSON object"):
+        rc.take_sizes('[1, 2] {"Width":1,"Height":2}')
+
+
+def test_websocket_channels_follow_the_options() -> None:
+    options = rc.parse({"input": "1", "output": "1", "tty": "1"}, ["sh"], exec_=True)
+    layout = rc.websocket_layout(options)
+    assert {n: (s.kind, s.readable) for n, s in layout.items()} == {
+        0: ("stdin", True),
+        1: ("stdout", False),
+        3: ("error", False),
+        4: ("resize", True),
+    }
+    plain = rc.websocket_layout(rc.parse({"error": "1"}, ["ls"], exec_=True))
+    assert sorted(plain) == [2, 3]
+
+
+def test_deeply_nested_resize_data_is_refused_not_a_crash() -> None:
+    with pytest.raises(ValueError, match="deep nesting"):
+        rc.take_sizes("[" * 100_000)

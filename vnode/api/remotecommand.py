@@ -1,12 +1,16 @@
-"""exec and attach over SPDY/3.1, bridged to the provider's remote session.
+"""exec and attach over SPDY/3.1 or a WebSocket channel protocol, bridged to the provider's
+remote session (one bridge, two transports).
 
-Kubelet semantics (pkg/kubelet/server, apimachinery remotecommand): the query names the
-streams (`input`, `output`, `error`, `tty`; exec also `command`, repeated); the client
-offers sub-protocols in `X-Stream-Protocol-Version` and we take the first we serve; after
-the 101 the client opens one stream per stdio channel plus `error` (and `resize` with a
-tty on v3+); when the command ends, stdout and stderr are finished, the status is written
-to the error stream (v4+: a JSON Status, whose ExitCode cause becomes kubectl's exit code;
-older: the message text, nothing on success), and the connection is closed.
+Kubelet semantics (pkg/kubelet/server, cri/streaming/remotecommand): the query names the
+streams (`input`, `output`, `error`, `tty`; exec also `command`, repeated). Over SPDY the
+client offers sub-protocols in `X-Stream-Protocol-Version`, we take the first we serve,
+and after the 101 the client opens one stream per stdio channel plus `error` (and `resize`
+with a tty on v3+). Over WebSocket the sub-protocol comes from `Sec-WebSocket-Protocol`
+and the channels exist from the start; the server first sends an empty message on the
+lowest channel it writes (stdout, else stderr, else error). Only once the streams exist is
+the command started below; when it ends, stdout and stderr are finished, the status is
+written to the error stream (v4+: a JSON Status, whose ExitCode cause becomes kubectl's
+exit code; older: the message text, nothing on success), and the connection is closed.
 """
 
 from __future__ import annotations
@@ -15,11 +19,17 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
 from aiohttp import web
 
-from vnode.api.spdy_session import SpdyConnection, Stream, upgrade
+from vnode import errors as provider_errors
+from vnode.api import channels
+from vnode.api.channels import ERROR, RESIZE, STDERR, STDIN, STDOUT
+from vnode.api.spdy_session import SpdyConnection, upgrade
+from vnode.api.streaming import STREAM_CREATION_TIMEOUT, ChannelStream, run_connection
+from vnode.api.websocket_session import ChannelSpec, open_channels
 from vnode.provider import RemoteCommand, RemoteSession
 
 logger = logging.getLogger(__name__)
@@ -31,8 +41,11 @@ PROTOCOLS = (
     "v2.channel.k8s.io",
     "channel.k8s.io",
 )
-STREAM_CREATION_TIMEOUT = 30.0
-STDIN, STDOUT, STDERR, ERROR, RESIZE = 0, 1, 2, 3, 4
+MAX_RESIZE_PENDING = 4096
+"""Bytes of resize data that may wait for the end of a JSON object; beyond it the resize
+stream is dropped (a client sending endless non-JSON must not grow our memory)."""
+
+OpenSession = Callable[[], Awaitable[RemoteSession]]
 
 
 class RequestError(ValueError):
@@ -93,10 +106,10 @@ def negotiate(offered: Sequence[str]) -> str:
 def status_for(protocol: str, payload: bytes) -> bytes:
     """Return what the error stream carries for a backend status (v4 JSON Status).
 
-    v4 and v5 clients get the JSON Status as it is; older ones the message of a failure
-    and nothing on success.
+    v4 and v5 clients (SPDY or WebSocket, binary or base64) get the JSON Status as it is;
+    older ones the message of a failure and nothing on success.
     """
-    if protocol in ("v4.channel.k8s.io", "v5.channel.k8s.io"):
+    if channels.structured_status(protocol):
         return payload
     try:
         status = json.loads(payload)
@@ -107,27 +120,133 @@ def status_for(protocol: str, payload: bytes) -> bytes:
     return b""
 
 
+def failure_status(message: str) -> bytes:
+    """Return an InternalError metav1.Status (code 500) saying `message`, as JSON bytes:
+    what a kubelet writes when its runtime cannot run the session."""
+    status = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": "InternalError",
+        "code": 500,
+    }
+    return json.dumps(status).encode()
+
+
+def take_sizes(pending: str) -> tuple[list[dict[str, Any]], str]:
+    """Split the resize stream's text `pending` into the complete JSON objects it starts
+    with (`{"Width":w,"Height":h}`, passed on as they are) and what is left of an object not
+    complete yet. Raises ValueError for a complete JSON value that is not an object (a
+    kubelet's decoder stops reading the stream there too)."""
+    decoder = json.JSONDecoder()
+    sizes: list[dict[str, Any]] = []
+    rest = pending.lstrip()
+    while rest:
+        try:
+            size, end = decoder.raw_decode(rest)
+        except RecursionError:
+            raise ValueError("a terminal size is a flat JSON object, got deep nesting") from None
+        except ValueError:
+            break  # wait for the rest of the object
+        if not isinstance(size, dict):
+            raise ValueError(f"a terminal size is a JSON object, got {rest[:end]!r}")
+        sizes.append(size)
+        rest = rest[end:].lstrip()
+    return sizes, rest
+
+
+def websocket_layout(options: RemoteCommand) -> dict[int, ChannelSpec]:
+    """Return the channels of a WebSocket exec/attach for `options`: the stdio channels it
+    asked for, the error channel, and the resize channel with a terminal."""
+    layout = {ERROR: ChannelSpec(kind="error", readable=False)}
+    if options.stdin:
+        layout[STDIN] = ChannelSpec(kind="stdin", readable=True)
+    if options.stdout:
+        layout[STDOUT] = ChannelSpec(kind="stdout", readable=False)
+    if options.stderr:
+        layout[STDERR] = ChannelSpec(kind="stderr", readable=False)
+    if options.tty:
+        layout[RESIZE] = ChannelSpec(kind="resize", readable=True)
+    return layout
+
+
 async def serve_spdy(
-    request: web.Request, *, protocol: str, options: RemoteCommand, session: RemoteSession
+    request: web.Request,
+    *,
+    protocol: str,
+    options: RemoteCommand,
+    open_session: OpenSession,
+    attach: bool,
+    idle_timeout: float,
+    creation_timeout: float = STREAM_CREATION_TIMEOUT,
 ) -> web.StreamResponse:
-    """Upgrade `request` to SPDY/3.1 and bridge its streams to `session` until it ends."""
-    connection = None
-    try:
-        connection = await upgrade(request, protocol=protocol)
-        streams = await _streams(connection, options=options, protocol=protocol)
+    """Upgrade `request` to SPDY/3.1, wait (`creation_timeout` seconds) for the client's
+    streams, then start the session (`open_session`) and bridge them until it ends, the
+    client leaves, or the connection idles for `idle_timeout` seconds (<= 0: no limit)."""
+    connection = await upgrade(request, protocol=protocol)
+
+    async def work() -> None:
+        streams = await _spdy_streams(
+            connection, options=options, protocol=protocol, timeout=creation_timeout
+        )
         if streams is not None:
-            await _bridge(streams, session=session, protocol=protocol)
+            await _run(streams, open_session=open_session, protocol=protocol, attach=attach)
+
+    try:
+        await run_connection(
+            work(),
+            closed=connection.closed,
+            idle=connection.idle,
+            idle_timeout=idle_timeout,
+            name="attach-spdy" if attach else "exec-spdy",
+        )
     finally:
-        await session.close()
-        if connection is not None:
-            connection.close()
+        connection.close()
     assert connection.response is not None
     return connection.response
 
 
-async def _streams(
-    connection: SpdyConnection, *, options: RemoteCommand, protocol: str
-) -> dict[str, Stream] | None:
+async def serve_websocket(
+    request: web.Request,
+    *,
+    protocol: str,
+    options: RemoteCommand,
+    open_session: OpenSession,
+    attach: bool,
+    idle_timeout: float,
+) -> web.StreamResponse:
+    """Upgrade `request` to a WebSocket speaking `protocol` (a channel protocol), announce
+    the session, start it (`open_session`) and bridge its channels until it ends, the
+    client leaves, or the connection idles for `idle_timeout` seconds (<= 0: no limit)."""
+    async with open_channels(
+        request, protocol=protocol, layout=websocket_layout(options)
+    ) as connection:
+        streams: dict[str, ChannelStream] = dict(connection.by_kind())
+
+        async def work() -> None:
+            # The kubelet's "connection established": an empty message on the lowest
+            # channel the server writes.
+            first = (
+                "stdout" if "stdout" in streams else "stderr" if "stderr" in streams else "error"
+            )
+            await streams[first].write(b"")
+            await _run(streams, open_session=open_session, protocol=protocol, attach=attach)
+
+        await run_connection(
+            work(),
+            closed=connection.closed,
+            idle=connection.idle,
+            idle_timeout=idle_timeout,
+            name="attach-websocket" if attach else "exec-websocket",
+        )
+    return connection.response
+
+
+async def _spdy_streams(
+    connection: SpdyConnection, *, options: RemoteCommand, protocol: str, timeout: float
+) -> dict[str, ChannelStream] | None:
     expected = {"error"}
     if options.stdin:
         expected.add("stdin")
@@ -137,22 +256,46 @@ async def _streams(
         expected.add("stderr")
     if options.tty and protocol not in {"channel.k8s.io", "v2.channel.k8s.io"}:
         expected.add("resize")
-    streams: dict[str, Stream] = {}
+    streams: dict[str, ChannelStream] = {}
     try:
-        async with asyncio.timeout(STREAM_CREATION_TIMEOUT):
+        async with asyncio.timeout(timeout):
             while not expected <= set(streams):
                 stream = await connection.accept()
                 if stream is None:
                     return None
                 streams[stream.kind] = stream
     except TimeoutError:
-        logger.info("kubelet API: exec streams not created in %.0fs", STREAM_CREATION_TIMEOUT)
+        logger.info("kubelet API: exec streams not created in %.0fs", timeout)
         return None
     return streams
 
 
-async def _bridge(streams: dict[str, Stream], *, session: RemoteSession, protocol: str) -> None:
-    async def pump_stdin(stream: Stream) -> None:
+async def _run(
+    streams: Mapping[str, ChannelStream],
+    *,
+    open_session: OpenSession,
+    protocol: str,
+    attach: bool,
+) -> None:
+    """Start the session now that the client's streams exist, and bridge them to it."""
+    try:
+        session = await open_session()
+    except provider_errors.ProviderError as exc:
+        # As a kubelet whose runtime fails: an InternalError status, after the upgrade.
+        what = "attaching to container" if attach else "executing command in container"
+        status = failure_status(f"Internal error occurred: error {what}: {exc}")
+        await _finish(streams, protocol=protocol, status=status)
+        return
+    try:
+        await _bridge(streams, session=session, protocol=protocol)
+    finally:
+        await session.close()
+
+
+async def _bridge(
+    streams: Mapping[str, ChannelStream], *, session: RemoteSession, protocol: str
+) -> None:
+    async def pump_stdin(stream: ChannelStream) -> None:
         # The command may end (and its session close) while stdin still streams: stop
         # quietly; the status tells how it ended.
         with contextlib.suppress(Exception):
@@ -161,18 +304,24 @@ async def _bridge(streams: dict[str, Stream], *, session: RemoteSession, protoco
             await session.close_stdin()
         stream.discard()
 
-    async def pump_resize(stream: Stream) -> None:
-        decoder = json.JSONDecoder()
-        buffer = ""
+    async def pump_resize(stream: ChannelStream) -> None:
+        pending = ""
         while data := await stream.read():
-            buffer += data.decode("utf-8", errors="replace")
-            while buffer.strip():
-                try:
-                    size, end = decoder.raw_decode(buffer.lstrip())
-                except ValueError:
-                    break  # wait for the rest of the object
-                buffer = buffer.lstrip()[end:]
+            pending += data.decode("utf-8", errors="replace")
+            try:
+                sizes, pending = take_sizes(pending)
+            except ValueError as exc:
+                logger.info("kubelet API: dropping a resize stream: %s", exc)
+                break
+            for size in sizes:
                 await session.send(RESIZE, json.dumps(size).encode())
+            if len(pending) > MAX_RESIZE_PENDING:
+                logger.info(
+                    "kubelet API: dropping a resize stream: over %d bytes without a size",
+                    MAX_RESIZE_PENDING,
+                )
+                break
+        stream.discard()
 
     async with asyncio.TaskGroup() as group:
         inputs = []
@@ -189,28 +338,27 @@ async def _bridge(streams: dict[str, Stream], *, session: RemoteSession, protoco
                 await streams["stderr"].write(data)
             elif channel == ERROR:
                 status = (status or b"") + data
-        for name in ("stdout", "stderr"):
-            if name in streams:
-                await streams[name].close()
-        if not status:
-            # Ended with no word from the backend (its connection dropped): never let that
-            # read as success.
-            status = json.dumps(
-                {
-                    "kind": "Status",
-                    "apiVersion": "v1",
-                    "metadata": {},
-                    "status": "Failure",
-                    "reason": "InternalError",
-                    "code": 500,
-                    "message": "the command's session in the lower cluster ended without a status",
-                }
-            ).encode()
-        payload = status_for(protocol, status)
-        if payload:
-            await streams["error"].write(payload)
-        await streams["error"].close()
+        # Ended with no word from the backend (its connection dropped): never let that read
+        # as success.
+        await _finish(
+            streams,
+            protocol=protocol,
+            status=status
+            or failure_status("the command's session in the lower cluster ended without a status"),
+        )
         for task in inputs:
             task.cancel()
     for stream in streams.values():
         stream.discard()
+
+
+async def _finish(streams: Mapping[str, ChannelStream], *, protocol: str, status: bytes) -> None:
+    """End the output streams, then write the status (as `protocol` wants it) and end the
+    error stream: the client returns once all of them ended."""
+    for name in ("stdout", "stderr"):
+        if name in streams:
+            await streams[name].close()
+    payload = status_for(protocol, status)
+    if payload:
+        await streams["error"].write(payload)
+    await streams["error"].close()

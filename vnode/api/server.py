@@ -1,11 +1,12 @@
-"""The kubelet HTTPS API of a virtual node (aiohttp): routes, auth, logs.
+"""The kubelet HTTPS API of a virtual node (aiohttp): routes, auth, logs, streaming.
 
 Routes and status codes follow the kubelet's (pkg/kubelet/server): `/healthz`, `/pods`,
-`/runningpods/`, `/containerLogs/{ns}/{pod}/{container}`, `/exec`, `/attach`,
-`/portForward`, `/run`, `/metrics/resource` and `/stats/summary`. Only pods bound to this
-node are reachable (404 otherwise). Every request is authenticated and authorized (see
-`auth`) unless `verify_clients` is off; answers are bounded in what they wait for, and bad
-input gets a 4xx, never a 500 (`/run` reports a failed command with a 500, as a kubelet).
+`/runningpods/`, `/containerLogs/{ns}/{pod}/{container}`, `/exec`, `/attach` and
+`/portForward` over SPDY/3.1 or WebSocket (`Upgrade:` picks the transport), `/run`,
+`/metrics/resource` and `/stats/summary`. Only pods bound to this node are reachable (404
+otherwise). Every request is authenticated and authorized (see `auth`) unless
+`verify_clients` is off; answers are bounded in what they wait for, and bad input gets a
+4xx, never a 500 (`/run` reports a failed command with a 500, as a kubelet).
 """
 
 from __future__ import annotations
@@ -23,13 +24,15 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from vnode import errors as provider_errors
-from vnode.api import auth, logs, portforward, remotecommand, run, stats
+from vnode.api import auth, channels, logs, portforward, remotecommand, run, stats
+from vnode.api.streaming import DEFAULT_IDLE_TIMEOUT, STREAM_CREATION_TIMEOUT
 from vnode.provider import (
     ExecProvider,
     LogsProvider,
     MetricsProvider,
     PortForwardProvider,
     PortSession,
+    RemoteSession,
 )
 
 logger = logging.getLogger(__name__)
@@ -55,6 +58,10 @@ class ApiContext:
     authenticator: auth.Authenticator | None
     """None: no authentication (--no-verify-clients, development only)."""
     authorizer: auth.Authorizer | None
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    """Seconds a streaming connection may move no frame before it is closed (0: never)."""
+    stream_creation_timeout: float = STREAM_CREATION_TIMEOUT
+    """Seconds a SPDY client has to open the streams of a session or a port-forward pair."""
 
 
 def make_app(context: ApiContext) -> web.Application:
@@ -277,25 +284,46 @@ def _remote_command(context: ApiContext) -> Callable[[web.Request], Awaitable[we
         if isinstance(found, web.Response):
             return found
         pod, container = found
-        if request.headers.get("Upgrade", "").lower() != "spdy/3.1":
-            return web.Response(status=400, text="this endpoint needs Upgrade: SPDY/3.1")
+        transport = _transport(request)
+        if transport is None:
+            return _needs_upgrade()
         try:
             options = remotecommand.parse(
                 request.query, request.query.getall("command", []), exec_=not attach
             )
-            protocol = remotecommand.negotiate(
-                request.headers.getall("X-Stream-Protocol-Version", [])
-            )
+            if transport == "websocket":
+                protocol = _websocket_protocol(request, channels.EXEC_PROTOCOLS)
+            else:
+                protocol = remotecommand.negotiate(
+                    request.headers.getall("X-Stream-Protocol-Version", [])
+                )
         except remotecommand.RequestError as exc:
             return web.Response(status=exc.status, text=str(exc), headers=exc.headers)
-        try:
-            session = await context.provider.open_exec(
+
+        async def open_session() -> RemoteSession:
+            # Only called once the client's streams exist: a provider error is reported on
+            # the error stream, as a kubelet reports a runtime's.
+            return await context.provider.open_exec(
                 pod, container=container, options=options, attach=attach
             )
-        except provider_errors.ProviderError as exc:
-            return _provider_error(exc)
+
+        if transport == "websocket":
+            return await remotecommand.serve_websocket(
+                request,
+                protocol=protocol,
+                options=options,
+                open_session=open_session,
+                attach=attach,
+                idle_timeout=context.idle_timeout,
+            )
         return await remotecommand.serve_spdy(
-            request, protocol=protocol, options=options, session=session
+            request,
+            protocol=protocol,
+            options=options,
+            open_session=open_session,
+            attach=attach,
+            idle_timeout=context.idle_timeout,
+            creation_timeout=context.stream_creation_timeout,
         )
 
     return handler
@@ -308,22 +336,72 @@ def _port_forward(context: ApiContext) -> Callable[[web.Request], Awaitable[web.
         uid = request.match_info.get("uid")
         if pod is None or (uid and uid != pod["metadata"].get("uid")):
             return web.Response(status=404, text=f"pod {namespace}/{name} not found on this node")
-        if request.headers.get("Upgrade", "").lower() != "spdy/3.1":
-            return web.Response(status=400, text="this endpoint needs Upgrade: SPDY/3.1")
+        transport = _transport(request)
+        if transport is None:
+            return _needs_upgrade()
+        found = pod
+
+        async def connect(port: int) -> PortSession:
+            return await context.provider.open_port_forward(found, port=port)
+
+        if transport == "websocket":
+            return await _port_forward_websocket(context, request, connect=connect)
         if portforward.negotiate(request.headers.getall("X-Stream-Protocol-Version", [])) is None:
             return web.Response(
                 status=403,
                 text="the client does not offer portforward.k8s.io",
                 headers={"X-Accepted-Stream-Protocol-Versions": portforward.PROTOCOL},
             )
-        found = pod
-
-        async def connect(port: int) -> PortSession:
-            return await context.provider.open_port_forward(found, port=port)
-
-        return await portforward.serve_spdy(request, connect=connect)
+        return await portforward.serve_spdy(
+            request,
+            connect=connect,
+            idle_timeout=context.idle_timeout,
+            creation_timeout=context.stream_creation_timeout,
+        )
 
     return handler
+
+
+async def _port_forward_websocket(
+    context: ApiContext, request: web.Request, *, connect: portforward.Connect
+) -> web.StreamResponse:
+    try:
+        # The kubelet's parameter is `port`; `ports` (what clients send the apiserver) is
+        # taken too, for clients that call the node directly.
+        ports = channels.parse_ports(
+            request.query.getall("port", []) + request.query.getall("ports", [])
+        )
+    except ValueError as exc:
+        return web.Response(status=400, text=str(exc))
+    try:
+        protocol = _websocket_protocol(request, channels.PORT_FORWARD_PROTOCOLS)
+    except remotecommand.RequestError as exc:
+        return web.Response(status=exc.status, text=str(exc))
+    return await portforward.serve_websocket(
+        request, protocol=protocol, ports=ports, connect=connect, idle_timeout=context.idle_timeout
+    )
+
+
+def _transport(request: web.Request) -> str | None:
+    """Return "spdy" or "websocket" after the request's `Upgrade` header, or None."""
+    upgrade = request.headers.get("Upgrade", "").strip().lower()
+    return {"spdy/3.1": "spdy", "websocket": "websocket"}.get(upgrade)
+
+
+def _needs_upgrade() -> web.Response:
+    return web.Response(
+        status=400, text="this endpoint needs Upgrade: SPDY/3.1 or Upgrade: websocket"
+    )
+
+
+def _websocket_protocol(request: web.Request, supported: tuple[str, ...]) -> str:
+    """Negotiate the channel sub-protocol; no common one is 403, as a kubelet answers."""
+    try:
+        return channels.negotiate(
+            request.headers.getall("Sec-WebSocket-Protocol", []), supported=supported
+        )
+    except channels.NoCommonProtocol as exc:
+        raise remotecommand.RequestError(str(exc), status=403) from exc
 
 
 def _pod_and_container(context: ApiContext, request: web.Request) -> tuple[Obj, str] | web.Response:

@@ -7,7 +7,7 @@ goes to the stream's buffer; PINGs are echoed (the apiserver pings every few sec
 SETTINGS and WINDOW_UPDATE are ignored, as the Go implementation does (no flow control).
 Reading is paused while a stream holds more than `MAX_BUFFERED` unread bytes, and writers
 wait while the transport's buffer is over the same bound: a slow side never makes memory
-grow without bound.
+grow without bound. Every frame in or out counts as activity for the idle timeout.
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ import logging
 from aiohttp import web
 
 from vnode.api import spdy
+from vnode.api.streaming import MAX_BUFFERED, IdleWatch
 
 logger = logging.getLogger(__name__)
 
-MAX_BUFFERED = 1024 * 1024
-"""Bytes a stream buffers, or the transport holds, before the other side is made to wait."""
 _CHUNK = 64 * 1024
 
 
@@ -104,11 +103,15 @@ class SpdyConnection:
         self._last_stream = 0
         self.response: web.StreamResponse | None = None
         """The 101 answer, for the handler to return."""
+        self.idle = IdleWatch()
+        """When a frame last moved either way (every frame counts, PINGs too, as in
+        spdystream's idle-aware framer)."""
 
     # -- aiohttp's payload parser interface --------------------------------------------
 
     def feed_data(self, data: bytes) -> tuple[bool, bytes]:
         """Take bytes from the connection; (True, b"") asks aiohttp to close it."""
+        self.idle.touch()
         try:
             frames = self._reader.feed(data)
         except spdy.ProtocolError as exc:
@@ -185,6 +188,7 @@ class SpdyConnection:
 
     def _send_now(self, frame: spdy.Frame) -> None:
         if not self._transport.is_closing():
+            self.idle.touch()
             self._transport.write(self._writer.encode(frame))
 
     def over_limit(self, stream: Stream, over: bool) -> None:

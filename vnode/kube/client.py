@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -67,14 +67,20 @@ class ApiClient:
         # more. Streams (watches, logs) live long, so they get a pool of their own and never
         # starve requests.
         self._session = self._new_session(limit=self._connections)
-        self._streams = self._new_session(limit=0)
+        self._streams = self._new_session(limit=0, raise_for_status=_refused_upgrade)
         return self
 
-    def _new_session(self, *, limit: int) -> aiohttp.ClientSession:
+    def _new_session(
+        self,
+        *,
+        limit: int,
+        raise_for_status: bool | Callable[[aiohttp.ClientResponse], Awaitable[None]] = False,
+    ) -> aiohttp.ClientSession:
         return aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=limit, ssl=self.info.ssl_context or False),
             headers={"User-Agent": self._user_agent},
             timeout=aiohttp.ClientTimeout(total=None, connect=10),
+            raise_for_status=raise_for_status,
         )
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -208,7 +214,8 @@ class ApiClient:
         """Open a WebSocket to `path` offering `protocols` (exec, attach, port-forward).
 
         Raises errors.ApiError subclasses when the server refuses the upgrade (with its
-        HTTP status), errors.ApiUnavailable when it cannot be reached. Close it when done.
+        HTTP status and the message of the Status it answered with), errors.ApiUnavailable
+        when it cannot be reached. Close it when done.
         """
         if self._streams is None:
             raise RuntimeError(f"{self.name} client is not open (use `async with`)")
@@ -270,3 +277,18 @@ class ApiClient:
             if code == 0:
                 metrics.API_REQUESTS.labels(self.name, "WATCH", "0").inc()
             raise errors.ApiUnavailable(self._unreachable("GET", path, exc)) from exc
+
+
+_REFUSAL_BODY_LIMIT = 64 * 1024
+
+
+async def _refused_upgrade(response: aiohttp.ClientResponse) -> None:
+    """Raise the ApiError of a refused WebSocket upgrade, with the Status the server
+    answered (aiohttp's handshake error drops the body, and with it the reason a lower
+    apiserver gives, e.g. "container not found"). Other answers pass untouched."""
+    upgrade = response.request_info.headers.get("Upgrade", "")
+    if response.status >= 400 and upgrade.lower() == "websocket":
+        body = await response.content.read(_REFUSAL_BODY_LIMIT)
+        raise errors.from_response(
+            code=response.status, body=body, retry_after=response.headers.get("Retry-After")
+        )

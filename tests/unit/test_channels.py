@@ -1,0 +1,125 @@
+"""The WebSocket channel protocols as pure functions: negotiation, framing, port-forward."""
+
+from __future__ import annotations
+
+import pytest
+
+from vnode.api import channels as ch
+
+
+@pytest.mark.parametrize(
+    ("offered", "expected"),
+    [
+        (["v5.channel.k8s.io,v4.channel.k8s.io"], "v5.channel.k8s.io"),
+        (["v4.channel.k8s.io, v5.channel.k8s.io"], "v4.channel.k8s.io"),  # the client's order
+        (["v9.channel.k8s.io", "base64.channel.k8s.io"], "base64.channel.k8s.io"),
+        (["v4.base64.channel.k8s.io"], "v4.base64.channel.k8s.io"),
+        (["channel.k8s.io"], "channel.k8s.io"),
+        ([], ""),  # no sub-protocol: the binary v1 protocol, as a kubelet does
+        ([" , "], ""),
+    ],
+)
+def test_exec_negotiation_takes_the_first_offered_protocol_we_serve(
+    offered: list[str], expected: str
+) -> None:
+    assert ch.negotiate(offered, supported=ch.EXEC_PROTOCOLS) == expected
+
+
+def test_port_forward_serves_only_the_kubelets_legacy_set() -> None:
+    supported = ch.PORT_FORWARD_PROTOCOLS
+    assert ch.negotiate(["v4.base64.channel.k8s.io"], supported=supported) == (
+        "v4.base64.channel.k8s.io"
+    )
+    assert ch.negotiate([], supported=supported) == ""
+    for refused in ("v5.channel.k8s.io", "channel.k8s.io", "portforward.k8s.io"):
+        with pytest.raises(ch.NoCommonProtocol, match=refused):
+            ch.negotiate([refused], supported=supported)
+
+
+def test_no_common_protocol_names_both_sides() -> None:
+    with pytest.raises(ch.NoCommonProtocol) as info:
+        ch.negotiate(["v9.channel.k8s.io"], supported=ch.EXEC_PROTOCOLS)
+    assert "v9.channel.k8s.io" in str(info.value)
+    assert "v5.channel.k8s.io" in str(info.value)
+
+
+def test_what_each_protocol_carries() -> None:
+    assert [p for p in ch.EXEC_PROTOCOLS if ch.structured_status(p)] == [
+        "v5.channel.k8s.io",
+        "v4.channel.k8s.io",
+        "v4.base64.channel.k8s.io",
+    ]
+    assert [p for p in ch.EXEC_PROTOCOLS if ch.has_close_signal(p)] == ["v5.channel.k8s.io"]
+    assert [p for p in ch.EXEC_PROTOCOLS if ch.Codec.of(p).base64] == [
+        "v4.base64.channel.k8s.io",
+        "base64.channel.k8s.io",
+    ]
+
+
+def test_binary_framing_is_a_channel_byte_then_the_payload() -> None:
+    codec = ch.Codec.of("v5.channel.k8s.io")
+    assert codec.encode(ch.STDOUT, b"hi") == b"\x01hi"
+    assert codec.encode(ch.STDOUT, b"") == b"\x01"  # the "session is up" message
+    assert codec.decode(b"\x00foo") == (ch.STDIN, b"foo")
+    assert codec.decode(b"\xff\x00") == (ch.CLOSE, b"\x00")
+    assert codec.decode("\x04{}") == (ch.RESIZE, b"{}")  # text frames read as bytes
+
+
+def test_base64_framing_is_an_ascii_digit_then_base64() -> None:
+    codec = ch.Codec.of("v4.base64.channel.k8s.io")
+    assert codec.encode(ch.STDOUT, b"\n") == "1Cg=="
+    assert codec.encode(ch.ERROR, b"") == "3"
+    assert codec.decode("0Zm9vCg==") == (ch.STDIN, b"foo\n")
+    assert codec.decode(b"4e30=") == (ch.RESIZE, b"{}")
+    for data in (b"", b"\x00\xff binary \x80", bytes(range(256))):
+        assert codec.decode(codec.encode(ch.STDERR, data)) == (ch.STDERR, data)
+
+
+@pytest.mark.parametrize(
+    ("protocol", "message", "error"),
+    [
+        ("channel.k8s.io", b"", "empty"),
+        ("base64.channel.k8s.io", "", "empty"),
+        ("base64.channel.k8s.io", "0not base64!", "bad base64"),
+        ("base64.channel.k8s.io", "0Zm9", "bad base64"),  # missing padding
+        ("base64.channel.k8s.io", "!Zm9v", "bad channel"),
+    ],
+)
+def test_undecodable_messages_are_value_errors(
+    protocol: str, message: bytes | str, error: str
+) -> None:
+    with pytest.raises(ValueError, match=error):
+        ch.Codec.of(protocol).decode(message)
+
+
+def test_the_close_signal_names_a_channel() -> None:
+    assert ch.close_signal_target(b"\x00") == ch.STDIN
+    assert ch.close_signal_target(b"") is None
+
+
+def test_a_forwarded_port_opens_its_channels_little_endian() -> None:
+    assert ch.port_prefix(8080) == b"\x90\x1f"
+    assert ch.port_prefix(1) == b"\x01\x00"
+    assert ch.port_prefix(65535) == b"\xff\xff"
+
+
+def test_ports_come_repeated_or_comma_separated() -> None:
+    assert ch.parse_ports(["8080"]) == (8080,)
+    assert ch.parse_ports(["80,443", "9090"]) == (80, 443, 9090)
+
+
+@pytest.mark.parametrize(
+    ("values", "error"),
+    [
+        ([], 'query parameter "port" is required'),
+        ([""], "cannot be empty"),
+        (["0"], "not a port"),
+        (["65536"], "not a port"),
+        (["80,x"], "'x' is not a port"),
+        (["-1"], "not a port"),
+        (["\uff18\uff10"], "not a port"),  # full-width digits are digits to str.isdigit
+    ],
+)
+def test_bad_ports_are_refused(values: list[str], error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        ch.parse_ports(values)
