@@ -41,6 +41,8 @@ PROTOCOLS = (
     "v2.channel.k8s.io",
     "channel.k8s.io",
 )
+FIRST_SIZE_WAIT = 1.0
+"""Seconds a terminal command waits for the client's first size before it starts anyway."""
 MAX_RESIZE_PENDING = 4096
 """Bytes of resize data that may wait for the end of a JSON object; beyond it the resize
 stream is dropped (a client sending endless non-JSON must not grow our memory)."""
@@ -278,6 +280,20 @@ async def _run(
     attach: bool,
 ) -> None:
     """Start the session now that the client's streams exist, and bridge them to it."""
+    sizes = _TerminalSizes(streams["resize"]) if "resize" in streams else None
+    first_sizes: list[dict[str, Any]] = []
+    if sizes is not None:
+        # kubectl sends the terminal's size as soon as the streams exist; a command started
+        # before it arrives would see a 0x0 terminal (`stty size`, full-screen programs).
+        try:
+            async with asyncio.timeout(FIRST_SIZE_WAIT):
+                first_sizes = await sizes.next() or []
+        except TimeoutError:
+            pass
+        except ValueError as exc:
+            logger.info("kubelet API: dropping a resize stream: %s", exc)
+            sizes.stream.discard()
+            sizes = None
     try:
         session = await open_session()
     except provider_errors.ProviderError as exc:
@@ -287,13 +303,43 @@ async def _run(
         await _finish(streams, protocol=protocol, status=status)
         return
     try:
-        await _bridge(streams, session=session, protocol=protocol)
+        await _bridge(
+            streams, session=session, protocol=protocol, sizes=sizes, first_sizes=first_sizes
+        )
     finally:
         await session.close()
 
 
+class _TerminalSizes:
+    """The terminal sizes a resize stream carries, read as they complete."""
+
+    def __init__(self, stream: ChannelStream) -> None:
+        self.stream = stream
+        self._pending = ""
+
+    async def next(self) -> list[dict[str, Any]] | None:
+        """Return the next complete sizes, or None once the stream ended. Raises ValueError
+        for a value that is not a size, or MAX_RESIZE_PENDING bytes without one. Safe to
+        cancel: its only wait is the stream's read, which loses nothing when cancelled."""
+        while True:
+            sizes, self._pending = take_sizes(self._pending)
+            if sizes:
+                return sizes
+            if len(self._pending) > MAX_RESIZE_PENDING:
+                raise ValueError(f"over {MAX_RESIZE_PENDING} bytes without a size")
+            data = await self.stream.read()
+            if not data:
+                return None
+            self._pending += data.decode("utf-8", errors="replace")
+
+
 async def _bridge(
-    streams: Mapping[str, ChannelStream], *, session: RemoteSession, protocol: str
+    streams: Mapping[str, ChannelStream],
+    *,
+    session: RemoteSession,
+    protocol: str,
+    sizes: _TerminalSizes | None,
+    first_sizes: list[dict[str, Any]],
 ) -> None:
     async def pump_stdin(stream: ChannelStream) -> None:
         # The command may end (and its session close) while stdin still streams: stop
@@ -304,31 +350,23 @@ async def _bridge(
             await session.close_stdin()
         stream.discard()
 
-    async def pump_resize(stream: ChannelStream) -> None:
-        pending = ""
-        while data := await stream.read():
-            pending += data.decode("utf-8", errors="replace")
-            try:
-                sizes, pending = take_sizes(pending)
-            except ValueError as exc:
-                logger.info("kubelet API: dropping a resize stream: %s", exc)
-                break
-            for size in sizes:
-                await session.send(RESIZE, json.dumps(size).encode())
-            if len(pending) > MAX_RESIZE_PENDING:
-                logger.info(
-                    "kubelet API: dropping a resize stream: over %d bytes without a size",
-                    MAX_RESIZE_PENDING,
-                )
-                break
-        stream.discard()
+    async def pump_resize(sizes: _TerminalSizes) -> None:
+        found: list[dict[str, Any]] | None = first_sizes
+        try:
+            while found is not None:
+                for size in found:
+                    await session.send(RESIZE, json.dumps(size).encode())
+                found = await sizes.next()
+        except ValueError as exc:
+            logger.info("kubelet API: dropping a resize stream: %s", exc)
+        sizes.stream.discard()
 
     async with asyncio.TaskGroup() as group:
         inputs = []
         if "stdin" in streams:
             inputs.append(group.create_task(pump_stdin(streams["stdin"]), name="exec-stdin"))
-        if "resize" in streams:
-            inputs.append(group.create_task(pump_resize(streams["resize"]), name="exec-resize"))
+        if sizes is not None:
+            inputs.append(group.create_task(pump_resize(sizes), name="exec-resize"))
         status: bytes | None = None
         while (message := await session.receive()) is not None:
             channel, data = message
