@@ -89,6 +89,7 @@ Try it (KUBECONFIG points at the upper cluster):
   kubectl logs $POD --tail=3                     # through the virtual node's kubelet API
   kubectl exec $POD -- sh -c 'echo hello; exit 3'; echo "exit code $?"
   echo hi | kubectl exec -i $POD -- cat
+  kubectl exec -it $POD -- sh -c 'stty size'    # a terminal, sized like yours
   kubectl port-forward $POD 8080:80 & sleep 2; curl -s localhost:8080; kill %1
 Stop everything and remove its state:
   make demo-down"""

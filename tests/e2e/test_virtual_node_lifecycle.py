@@ -107,10 +107,22 @@ def _allocatable(pair: ClusterPair, name: str) -> dict[str, Any]:
     return {k: parse_quantity(v) for k, v in node["status"]["allocatable"].items()}
 
 
+def _nothing_terminating(pair: ClusterPair) -> bool:
+    lower = pair.lower.rest()
+    namespaces = lower.request("GET", "/api/v1/namespaces")["items"]
+    pods = lower.request("GET", "/api/v1/pods")["items"]
+    return not any(n["status"].get("phase") == "Terminating" for n in namespaces) and not any(
+        p["metadata"].get("deletionTimestamp") for p in pods
+    )
+
+
 def test_capacity_follows_the_lower_cluster(
     cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str
 ) -> None:
     lower = cluster_pair.lower.rest()
+    # Earlier tests' namespaces may still be emptying below, which frees pod slots while this
+    # test counts them: start from a lower cluster where nothing is going away.
+    wait_for("the lower cluster to settle", lambda: _nothing_terminating(cluster_pair), timeout=60)
     start = _allocatable(cluster_pair, virtual_node.name)
 
     # A lower pod that is not ours takes its requests away from the virtual node...
