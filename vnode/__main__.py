@@ -22,7 +22,13 @@ from vnode.kube import config, errors
 from vnode.kube.client import ApiClient
 from vnode.node import StartupError, VirtualNode
 from vnode.providers.k2k.provider import K2KProvider
-from vnode.providers.k2k.scrape import KubeletAccess, ThroughApiserver, ToKubelets
+from vnode.providers.k2k.scrape import (
+    BearerTokenFile,
+    KubeletAccess,
+    ThroughApiserver,
+    ToKubelets,
+    access_warnings,
+)
 from vnode.providers.k2k.translate import Translation
 from vnode.settings import ClientSettings, Settings
 
@@ -45,8 +51,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if not settings.api.verify_clients:
         logger.warning("--no-verify-clients: the kubelet API accepts ANY caller; development only")
+    kubelet_token: BearerTokenFile | None = None
+    if settings.lower_kubelets.token_file:
+        kubelet_token = BearerTokenFile(settings.lower_kubelets.token_file)
+        try:
+            kubelet_token.authorization()  # unreadable at start is a configuration error
+        except (OSError, ValueError) as exc:
+            print(f"virtual-node: error: --lower-kubelet-token-file: {exc}", file=sys.stderr)
+            return 2
+    for level, message in access_warnings(
+        direct=settings.lower_kubelets.access == "direct",
+        insecure_tls=settings.lower_kubelets.insecure_tls,
+        token_file=kubelet_token is not None,
+    ):
+        logger.log(level, "%s", message)
     try:
-        asyncio.run(_run(settings, upper_info, lower_info))
+        asyncio.run(_run(settings, upper_info, lower_info, kubelet_token=kubelet_token))
     except (errors.ApiUnavailable, errors.ApiError, StartupError) as exc:
         logger.error("virtual-node stopped: %s", exc)
         return 1
@@ -56,7 +76,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 async def _run(
-    settings: Settings, upper_info: config.ConnectionInfo, lower_info: config.ConnectionInfo
+    settings: Settings,
+    upper_info: config.ConnectionInfo,
+    lower_info: config.ConnectionInfo,
+    *,
+    kubelet_token: BearerTokenFile | None,
 ) -> None:
     node_ip = settings.node.internal_ip or _reachable_address(upper_info.server)
     settings = _with_ip(settings, node_ip)
@@ -73,7 +97,9 @@ async def _run(
         kubelets: KubeletAccess = ThroughApiserver(lower)
         if settings.lower_kubelets.access == "direct":
             verify = not settings.lower_kubelets.insecure_tls
-            kubelets = await stack.enter_async_context(ToKubelets(lower, verify=verify))
+            kubelets = await stack.enter_async_context(
+                ToKubelets(lower, verify=verify, token=kubelet_token)
+            )
         provider = K2KProvider(
             upper=upper,
             lower=lower,

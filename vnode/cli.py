@@ -15,6 +15,7 @@ from vnode.settings import (
     TAINT_EFFECTS,
     ApiSettings,
     ClientSettings,
+    KubeletAccessMode,
     LowerKubeletSettings,
     NodeSettings,
     PodSettings,
@@ -184,6 +185,13 @@ def _parser() -> argparse.ArgumentParser:
         help="with direct access, do not verify the lower kubelets' serving certificates",
     )
     a(
+        "--lower-kubelet-token-file",
+        default="",
+        help="with direct access, send the bearer token in this file (re-read when it "
+        "changes) to the lower kubelets instead of the lower kubeconfig's credential; "
+        "give it only get on nodes/metrics and nodes/stats",
+    )
+    a(
         "--streaming-connection-idle-timeout",
         type=_duration,
         default=ApiSettings().streaming_idle_timeout,
@@ -217,6 +225,8 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
         )
     if args.lower_kubelet_insecure_tls and args.lower_kubelet_access != "direct":
         raise UsageError("--lower-kubelet-insecure-tls needs --lower-kubelet-access=direct")
+    if args.lower_kubelet_token_file and args.lower_kubelet_access != "direct":
+        raise UsageError("--lower-kubelet-token-file needs --lower-kubelet-access=direct")
     for flag, value in (("--pod-sync-workers", args.pod_sync_workers),):
         if value < 1:
             raise UsageError(f"{flag} must be >= 1, got {value}")
@@ -243,7 +253,9 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
         ),
         api=_api_settings(args, env, node_name=node.name),
         lower_kubelets=LowerKubeletSettings(
-            access=args.lower_kubelet_access, insecure_tls=args.lower_kubelet_insecure_tls
+            access=_kubelet_access(args.lower_kubelet_access),
+            insecure_tls=args.lower_kubelet_insecure_tls,
+            token_file=args.lower_kubelet_token_file,
         ),
         enable_controllers=controllers,
         metrics_addr=_address(args.metrics_addr, "--metrics-addr") if args.metrics_addr else "",
@@ -376,3 +388,12 @@ def _namespace_prefix(prefix: str) -> str:
     if prefix and not (prefix[0].isalnum()):
         raise UsageError(f"--namespace-prefix must start with a letter or digit, got {prefix!r}")
     return prefix
+
+
+def _kubelet_access(value: str) -> KubeletAccessMode:
+    # argparse's `choices` already refused anything else; this narrows the type.
+    if value == "direct":
+        return "direct"
+    if value == "proxy":
+        return "proxy"
+    raise UsageError(f"--lower-kubelet-access must be proxy or direct, got {value!r}")

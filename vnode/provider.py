@@ -196,9 +196,12 @@ class MetricsProvider(Protocol):
     container start time are > 0 (a container whose CPU or memory is zero or unknown drops
     its whole pod); start times and cumulative CPU
     never go backwards for a running container, and the node's cumulative CPU never goes
-    backwards at all (pods that leave keep counting toward it). Calls may be answered from a
-    short cache; implementations bound their own waiting and report unreachable parts of the
-    backend through `complete`, not by raising.
+    backwards at all (pods that leave keep counting toward it). Every value is finite, and
+    every time (start times, `Usage.time_ms`) is one an RFC 3339 timestamp can hold (no
+    later than 9999-12-31T23:59:59Z), so the renderers never fail: implementations check
+    what their backend says before returning it. Calls may be answered from a short cache;
+    implementations bound their own waiting and report unreachable parts of the backend
+    through `complete`, not by raising.
     """
 
     async def resource_usage(self) -> NodeUsage:

@@ -7,6 +7,7 @@ virtual-kubelet's flags and environment variables.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
@@ -113,18 +114,28 @@ class ApiSettings:
     may move no frame before it is closed (kubelet's default 4 h; 0: never)."""
 
 
+KubeletAccessMode = Literal["proxy", "direct"]
+
+
 @dataclass(frozen=True, kw_only=True)
 class LowerKubeletSettings:
     """How the lower kubelets' resource metrics (behind the node's /metrics/resource and
     /stats/summary) are read."""
 
-    access: str = "proxy"
+    access: KubeletAccessMode = "proxy"
     """--lower-kubelet-access: "proxy" through the lower apiserver's nodes/<node>/proxy
-    (needs `get` on nodes/proxy), or "direct" to each node's address and kubelet port, as
-    metrics-server does (needs network reach and `get` on nodes/metrics)."""
+    (needs `get` on nodes/proxy, which also allows exec into every lower container:
+    manifests/vnode/lower-rbac-metrics-proxy.yaml), or "direct" to each node's address and
+    kubelet port, as metrics-server does (needs network reach and `get` on nodes/metrics;
+    best with `token_file`)."""
     insecure_tls: bool = False
     """--lower-kubelet-insecure-tls: with direct access, do not verify the kubelets' serving
     certificates (otherwise they must chain to the lower kubeconfig's CA)."""
+    token_file: str = ""
+    """--lower-kubelet-token-file: with direct access, a file holding the bearer token sent
+    to the kubelets instead of the lower kubeconfig's credential (read again when it
+    changes), e.g. of a ServiceAccount allowed only `get` on nodes/metrics and nodes/stats
+    (manifests/vnode/lower-rbac-kubelet-metrics.yaml). "": the lower kubeconfig's."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,8 +9,11 @@ plane; tests/e2e/test_kubelet_metrics.py covers the same routes against kwok.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import os
 import ssl
+import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -21,15 +24,22 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
 from vnode import errors as provider_errors
-from vnode.api import run
+from vnode.api import run, stats
 from vnode.api.server import ApiContext, make_app
 from vnode.kube import errors
 from vnode.kube.client import ApiClient
 from vnode.kube.config import ConnectionInfo
 from vnode.kube.store import Store
 from vnode.provider import ContainerUsage, NodeUsage, PodUsage, RemoteCommand, Usage
-from vnode.providers.k2k import naming
-from vnode.providers.k2k.scrape import ResourceScraper, ThroughApiserver, ToKubelets
+from vnode.providers.k2k import metrics, naming
+from vnode.providers.k2k.scrape import (
+    BODY_LIMIT,
+    BearerTokenFile,
+    KubeletAccess,
+    ResourceScraper,
+    ThroughApiserver,
+    ToKubelets,
+)
 from vnode.testing.pki import CertificateAuthority
 
 NODE = "vn-1"
@@ -257,10 +267,11 @@ def kubelet_text(pod: str, cpu: float) -> str:
 
 
 class FakeKubelets:
-    """Answers per node: text, an exception to raise, or a delay before the text."""
+    """Answers per node: text (or a function making it, called per fetch), an exception to
+    raise, or a delay before the text."""
 
     def __init__(self) -> None:
-        self.answers: dict[str, str | Exception] = {}
+        self.answers: dict[str, str | Exception | Callable[[], str]] = {}
         self.delays: dict[str, float] = {}
         self.calls: list[tuple[str, str]] = []
 
@@ -271,11 +282,11 @@ class FakeKubelets:
         answer = self.answers[name]
         if isinstance(answer, Exception):
             raise answer
-        return answer
+        return answer if isinstance(answer, str) else answer()
 
 
 def scraper(
-    kubelets: FakeKubelets, *, nodes: tuple[str, ...] = ("n1", "n2"), **kwargs: Any
+    kubelets: KubeletAccess, *, nodes: tuple[str, ...] = ("n1", "n2"), **kwargs: Any
 ) -> ResourceScraper:
     pod_store, node_store = Store(), Store()
     for i, name in enumerate(nodes):
@@ -283,7 +294,9 @@ def scraper(
         annotations = {"metrics.k8s.io/resource-metrics-path": f"/m/{name}"} if i == 0 else {}
         node_store.upsert({"metadata": {"name": name, "annotations": annotations}})
     pod_store.upsert(lower_pod("theirs", node="n1", uid="x", owner="vn-2"))
-    clock: Callable[[], float] = lambda: NOW  # noqa: E731
+    clock: Callable[[], float] = kwargs.pop("clock", lambda: NOW)
+    # No second pass for rates unless a test asks for one (the fixed clock gives none).
+    kwargs.setdefault("warmup", 0.0)
     return ResourceScraper(
         access=kubelets,
         pods=pod_store,
@@ -355,7 +368,128 @@ async def test_garbage_from_a_kubelet_is_a_failed_node() -> None:
     assert usage.complete is False
 
 
+async def test_the_first_answer_already_has_cpu_rates() -> None:
+    """metrics-server before 0.4 reads usageNanoCores from /stats/summary and drops a pod or
+    node without it: a round whose answer lacks rates reads the kubelets a second time,
+    `warmup` s later, and answers with rates; later rounds need one pass."""
+    ticks = itertools.count()
+    cpu = itertools.count(1)
+    kubelets = FakeKubelets()
+    kubelets.answers = {"n1": lambda: kubelet_text("p0", float(next(cpu)))}
+    usage_source = scraper(
+        kubelets, nodes=("n1",), ttl=0.0, warmup=0.05, clock=lambda: NOW + next(ticks)
+    )
+    usage = await usage_source.resource_usage()
+    assert len(kubelets.calls) == 2
+    [pod] = usage.pods
+    assert pod.usage.cpu_nano_cores is not None
+    assert all(c.usage.cpu_nano_cores is not None for c in pod.containers)
+    assert usage.node is not None
+    assert usage.node.cpu_nano_cores is not None
+    summary = stats.summary(usage, node_name=NODE)
+    assert "usageNanoCores" in summary["node"]["cpu"]
+    assert "usageNanoCores" in summary["pods"][0]["cpu"]
+    assert "usageNanoCores" in summary["pods"][0]["containers"][0]["cpu"]
+    usage = await usage_source.resource_usage()
+    assert len(kubelets.calls) == 3
+    assert not metrics.lacks_rates(usage)
+
+
+async def test_answers_are_parsed_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    threads: list[int] = []
+    parse = metrics.parse
+
+    def spy(text: str) -> list[metrics.Sample]:
+        threads.append(threading.get_ident())
+        return parse(text)
+
+    monkeypatch.setattr(metrics, "parse", spy)
+    kubelets = FakeKubelets()
+    kubelets.answers = {"n1": kubelet_text("p0", 1.0), "n2": kubelet_text("p1", 1.0)}
+    usage = await scraper(kubelets).resource_usage()
+    assert [p.name for p in usage.pods] == ["p0", "p1"]
+    assert len(threads) == 2
+    assert threading.get_ident() not in threads
+
+
 # -- reaching the kubelets: the node proxy, and directly over TLS -----------------------
+
+
+def padded(size: int) -> str:
+    """Valid kubelet text for pod p0 on n1, padded with comment lines to `size` bytes."""
+    text = kubelet_text("p0", 1.0)
+    line = "# " + "x" * 1021 + "\n"
+    text += line * ((size - len(text)) // len(line))
+    return text + "#" * (size - len(text) - 1) + "\n"
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+async def test_an_answer_over_4_mib_fails_its_node_and_is_logged_once(
+    caplog: pytest.LogCaptureFixture, chunked: bool
+) -> None:
+    four_mib = 4 * 1024 * 1024  # a real node answers 100-300 KB
+    body = padded(four_mib + 1)
+
+    async def proxy(request: web.Request) -> web.StreamResponse:
+        if not chunked:
+            return web.Response(text=body)
+        response = web.StreamResponse()
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        data = body.encode()
+        for i in range(0, len(data), 256 * 1024):
+            await response.write(data[i : i + 256 * 1024])
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/api/v1/nodes/{node}/proxy/{path:.*}", proxy)
+    caplog.set_level(logging.INFO, logger="vnode.providers.k2k.scrape")
+    async with TestServer(app) as server:
+        info = ConnectionInfo(server=str(server.make_url("")).rstrip("/"), ssl_context=None)
+        async with ApiClient(info, name="lower") as lower:
+            usage_source = scraper(ThroughApiserver(lower), nodes=("n1",), ttl=0.0)
+            for _ in range(3):
+                usage = await usage_source.resource_usage()
+                assert usage.pods == ()
+                assert usage.complete is False
+            body = padded(four_mib)  # at the limit: read and parsed
+            usage = await usage_source.resource_usage()
+            assert [p.name for p in usage.pods] == ["p0"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert f"longer than {four_mib} bytes" in warnings[0]
+    assert four_mib == BODY_LIMIT
+
+
+async def test_an_endless_error_answer_of_the_node_proxy_is_read_bounded() -> None:
+    written = 0
+
+    async def endless(request: web.Request) -> web.StreamResponse:
+        nonlocal written
+        response = web.StreamResponse(status=500)
+        response.content_type = "text/plain"
+        await response.prepare(request)
+        try:
+            for _ in range(100_000):  # 6.5 GB: endless for this test, yet bounded
+                await response.write(b"x" * 65536)
+                written += 65536
+        except (ConnectionError, RuntimeError):
+            pass  # the client hung up: what the test wants
+        return response
+
+    app = web.Application()
+    app.router.add_get("/api/v1/nodes/{node}/proxy/{path:.*}", endless)
+    async with TestServer(app) as server:
+        info = ConnectionInfo(server=str(server.make_url("")).rstrip("/"), ssl_context=None)
+        async with ApiClient(info, name="lower") as lower, asyncio.timeout(10):
+            with pytest.raises(errors.ServerError) as failure:
+                await ThroughApiserver(lower).fetch(
+                    {"metadata": {"name": "n1"}}, "/metrics/resource", limit=1000
+                )
+    assert failure.value.code == 500
+    assert len(str(failure.value)) < 4096
+    assert written < 64 * 1024 * 1024
 
 
 async def test_the_node_proxy_path_and_headers() -> None:
@@ -443,3 +577,81 @@ async def test_kubelets_are_read_directly_with_the_clients_certificate(tmp_path:
                     await kubelets.fetch(node, "/nope", limit=1000)
     finally:
         await runner.cleanup()
+
+
+async def test_direct_scrapes_send_the_kubelet_token_not_the_lower_credential(
+    tmp_path: Path,
+) -> None:
+    """With --lower-kubelet-token-file, the kubelets get that file's token (read again when
+    it changes), and neither the lower kubeconfig's token nor its client certificate.
+
+    A FAKE kubelet on purpose: kwok's kubelet endpoint, which the e2e lower cluster has,
+    accepts any caller and ignores credentials, so only a server that records what it
+    receives can show which credential is sent (tests/e2e/test_kubelet_metrics.py runs a
+    node with a token file against kwok)."""
+    kubelet_ca = CertificateAuthority.create(directory=tmp_path, name="kubelet-ca")
+    client_ca = CertificateAuthority.create(directory=tmp_path, name="client-ca")
+    serving = kubelet_ca.issue(
+        directory=tmp_path, name="kubelet", common_name="n1", ip_addresses=("127.0.0.1",),
+        server=True,
+    )  # fmt: skip
+    client = client_ca.issue(directory=tmp_path, name="vnode", common_name="vnode", client=True)
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(serving.cert, serving.key)
+    server_tls.load_verify_locations(client_ca.pair.cert)
+    server_tls.verify_mode = ssl.CERT_OPTIONAL  # records a client certificate if presented
+    seen: list[tuple[str | None, bool]] = []
+
+    async def metrics_handler(request: web.Request) -> web.Response:
+        assert request.transport is not None
+        peer = request.transport.get_extra_info("peercert")
+        seen.append((request.headers.get("Authorization"), bool(peer)))
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/metrics/resource", metrics_handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_tls)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    node = {
+        "metadata": {"name": "n1"},
+        "status": {
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
+        },
+    }
+    context = ssl.create_default_context(cafile=str(kubelet_ca.pair.cert))
+    context.load_cert_chain(client.cert, client.key)
+    info = ConnectionInfo(
+        server="https://127.0.0.1:1",
+        ssl_context=context,
+        client_certificate=(str(client.cert), str(client.key)),
+        ca_file=str(kubelet_ca.pair.cert),
+        _authorization=lambda: "Bearer main-credential",
+    )
+    token_path = tmp_path / "kubelet-token"
+    token_path.write_text("scrape-token-1\n")
+    try:
+        async with ApiClient(info, name="lower") as lower:
+            for verify in (True, False):
+                token = BearerTokenFile(str(token_path))
+                async with ToKubelets(lower, verify=verify, token=token) as kubelets:
+                    assert await kubelets.fetch(node, "/metrics/resource", limit=100) == "ok"
+                    (tmp_path / "next").write_text("scrape-token-2\n")
+                    os.replace(tmp_path / "next", token_path)  # as projected tokens rotate
+                    assert await kubelets.fetch(node, "/metrics/resource", limit=100) == "ok"
+                token_path.write_text("scrape-token-1\n")
+            # Without a token file: the lower client's own credentials, both of them.
+            async with ToKubelets(lower, verify=True) as kubelets:
+                await kubelets.fetch(node, "/metrics/resource", limit=100)
+    finally:
+        await runner.cleanup()
+    assert seen == [
+        ("Bearer scrape-token-1", False),
+        ("Bearer scrape-token-2", False),
+        ("Bearer scrape-token-1", False),
+        ("Bearer scrape-token-2", False),
+        ("Bearer main-credential", True),
+    ]

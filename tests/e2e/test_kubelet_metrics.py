@@ -29,7 +29,16 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from tests.e2e.helpers import create, get, kubelet_request, phase, pod, pod_manifest, wait_for
+from tests.e2e.helpers import (
+    create,
+    get,
+    kubelet_request,
+    phase,
+    pod,
+    pod_manifest,
+    token_kubeconfig,
+    wait_for,
+)
 from vnode.providers.k2k import naming
 from vnode.testing import kwok
 from vnode.testing.pair import ClusterPair
@@ -37,6 +46,7 @@ from vnode.testing.vnodes import VirtualNodeProcess
 
 MEMORY = 48 * 1024 * 1024  # the usage the pod's kwok annotations ask for, per container
 CPU_CORES = 0.2
+MANIFESTS = Path(__file__).parents[2] / "manifests" / "vnode"
 
 
 @pytest.fixture
@@ -294,3 +304,89 @@ def test_run_returns_the_commands_output_or_why_it_failed(
     )
     assert run(f"{base}/wrong-uid/main", "echo hello")[0] == 404
     assert run(f"/run/{namespace}/nope/main", "echo hello")[0] == 404
+
+
+def test_a_node_reading_the_kubelets_with_its_own_token_serves_its_pods_metrics(
+    cluster_pair: ClusterPair, tmp_path: Path, namespace: str, scraper_token: str
+) -> None:
+    """Direct mode with --lower-kubelet-token-file holding a token of the ServiceAccount of
+    manifests/vnode/lower-rbac-kubelet-metrics.yaml, and otherwise only the base lower
+    manifest's permissions (no nodes/proxy, no nodes/metrics): the node serves
+    /metrics/resource for its pod, and the token is allowed nothing but metrics and stats.
+
+    kwok's kubelet endpoint accepts any caller, so this cannot show WHICH credential the
+    node sends: tests/component/test_kubelet_metrics.py shows it against a recording fake
+    kubelet."""
+    lower = cluster_pair.lower
+    lower_kubeconfig = token_kubeconfig(
+        lower, MANIFESTS / "lower-rbac.yaml", tmp_path / "lower-sa.kubeconfig"
+    )
+    lower.kubectl("apply", "-f", str(MANIFESTS / "lower-rbac-kubelet-metrics.yaml"))
+
+    def can(who: str, verb: str, resource: str, subresource: str = "") -> str:
+        extra = [f"--subresource={subresource}"] if subresource else []
+        answer = lower.kubectl(
+            "auth", "can-i", verb, resource, *extra,
+            f"--as=system:serviceaccount:tensile-system:{who}", check=False,
+        )  # fmt: skip
+        return answer.stdout.strip()
+
+    scraper_sa, main_sa = "tensile-kubelet-metrics", "tensile-virtual-node"
+    assert can(scraper_sa, "get", "nodes", "metrics") == "yes"
+    assert can(scraper_sa, "get", "nodes", "stats") == "yes"
+    assert can(scraper_sa, "get", "nodes", "proxy") == "no"
+    assert can(scraper_sa, "create", "pods", "exec") == "no"
+    assert can(scraper_sa, "get", "secrets") == "no"
+    assert can(main_sa, "get", "nodes", "proxy") == "no"
+    assert can(main_sa, "get", "nodes", "metrics") == "no"
+    # The proxy mode's grant is valid as written (not applied: it is what this test avoids).
+    lower.kubectl(
+        "apply", "--dry-run=server", "-f", str(MANIFESTS / "lower-rbac-metrics-proxy.yaml")
+    )
+    token_file = tmp_path / "kubelet-token"
+    token_file.write_text(
+        lower.kubectl(
+            "create", "token", "tensile-kubelet-metrics", "-n", "tensile-system",
+            "--duration=1h",
+        ).stdout
+    )  # fmt: skip
+    node = VirtualNodeProcess(
+        cluster_pair,
+        name=f"vn-tok-{secrets.token_hex(3)}",
+        log_dir=tmp_path,
+        lower_kubeconfig=lower_kubeconfig,
+        args=[f"--lower-kubelet-token-file={token_file}"],
+    )
+    node.start()
+    try:
+        upper = cluster_pair.upper.rest()
+        manifest = pod_manifest("web", node=node.name)
+        manifest["metadata"]["annotations"] = {
+            kwok.USAGE_CPU_ANNOTATION: f"{int(CPU_CORES * 1000)}m",
+            kwok.USAGE_MEMORY_ANNOTATION: "48Mi",
+        }
+        create(upper, namespace, manifest)
+        wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
+
+        def our_cpu() -> list[Sample] | None:
+            status, body = kubelet_request(
+                cluster_pair, node.kubelet_port, "/metrics/resource", token=scraper_token
+            )
+            assert status == 200, body
+            cpu = [
+                s
+                for s in _samples(body)
+                if s.name == "container_cpu_usage_seconds_total" and s.labels.get("pod") == "web"
+            ]
+            return cpu or None
+
+        [cpu] = wait_for("our pod's CPU", our_cpu, timeout=60)
+        assert cpu.labels == {"container": "main", "pod": "web", "namespace": namespace}
+        assert cpu.value > 0
+        log = node.log.read_text()
+        assert "main credential" not in log
+        assert "--lower-kubelet-insecure-tls: the --lower-kubelet-token-file token" in log
+    finally:
+        code = node.stop()
+        node.delete_node()
+        assert code == 0, f"virtual-node exited {code}; log {node.log}"

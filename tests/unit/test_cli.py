@@ -3,6 +3,8 @@ lower kubelet access, durations and the streaming idle timeout."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from vnode import __main__ as main
@@ -22,6 +24,10 @@ REQUIRED = BASE
             ["--lower-kubelet-access=direct", "--lower-kubelet-insecure-tls"],
             LowerKubeletSettings(access="direct", insecure_tls=True),
         ),
+        (
+            ["--lower-kubelet-access=direct", "--lower-kubelet-token-file=/run/kubelet-token"],
+            LowerKubeletSettings(access="direct", token_file="/run/kubelet-token"),
+        ),
     ],
 )
 def test_lower_kubelet_access(flags: list[str], expected: LowerKubeletSettings) -> None:
@@ -33,11 +39,38 @@ def test_lower_kubelet_access(flags: list[str], expected: LowerKubeletSettings) 
     [
         (["--lower-kubelet-access=ssh"], "invalid choice: 'ssh'"),
         (["--lower-kubelet-insecure-tls"], "needs --lower-kubelet-access=direct"),
+        (["--lower-kubelet-token-file=/t"], "token-file needs --lower-kubelet-access=direct"),
     ],
 )
 def test_bad_lower_kubelet_flags(flags: list[str], message: str) -> None:
     with pytest.raises(cli.UsageError, match=message):
         cli.parse([*BASE, *flags], env={})
+
+
+@pytest.mark.parametrize("content", [None, "", "two words\n"])
+def test_a_kubelet_token_file_that_holds_no_token_stops_the_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None
+) -> None:
+    kubeconfig = tmp_path / "lower.kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: main}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    token = tmp_path / "kubelet-token"
+    if content is not None:
+        token.write_text(content)
+    code = main.main(
+        [
+            f"--client-kubeconfig={kubeconfig}",
+            f"--kubeconfig={kubeconfig}",
+            "--lower-kubelet-access=direct",
+            f"--lower-kubelet-token-file={token}",
+        ]
+    )
+    assert code == 2
+    assert "--lower-kubelet-token-file" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -82,6 +82,8 @@ def test_client_certificates_and_no_token(tmp_path: Path) -> None:
     assert info.authorization() is None
     assert info.ssl_context is not None
     assert info.client_certificate == (str(pair.cert), str(pair.key))
+    # Kept apart, for contexts that verify against the CA without the client certificate.
+    assert info.ca_file == str(ca.pair.cert)
 
 
 def test_a_missing_file_is_a_clear_error(tmp_path: Path) -> None:

@@ -254,3 +254,36 @@ def _status(**fields: object) -> bytes:
 )
 def test_run_failures_read_as_the_kubelet_words_them(status: bytes, message: str | None) -> None:
     assert run.failure_message(status, command="sh -c x", stderr=b"oops\n") == message
+
+
+class _StatusFlood:
+    """A session whose lower side sends exec status bytes without end (never a command's
+    real status: that is well under 1 KiB)."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.closed = False
+
+    async def receive(self) -> tuple[int, bytes] | None:
+        self.sent += 1
+        if self.sent > 10_000:
+            return None  # 640 MiB would have been kept by then
+        return (run.ERROR, b"x" * 65536)
+
+    async def send(self, channel: int, data: bytes) -> None:
+        raise AssertionError("/run sends no input")
+
+    async def close_stdin(self) -> None:
+        raise AssertionError("/run sends no input")
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def test_run_bounds_the_error_channel_too() -> None:
+    flood = _StatusFlood()
+    options = RemoteCommand(command=("true",), stdin=False, stdout=True, stderr=True, tty=False)
+    with pytest.raises(run.RunError, match=f"more than {run.STATUS_LIMIT} bytes of exec status"):
+        await run.collect(flood, options=options)
+    assert flood.sent == run.STATUS_LIMIT // 65536 + 1
+    assert flood.closed

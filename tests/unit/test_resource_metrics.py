@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vnode.provider import ContainerUsage, PodUsage, Usage
+from vnode.api import stats
+from vnode.provider import ContainerUsage, NodeUsage, PodUsage, Usage
 from vnode.providers.k2k import metrics, naming
 
 NODE = "vn-1"
@@ -338,3 +341,304 @@ def test_the_node_counter_never_goes_backwards(
         total = history.carried + sum(history.counted.values())
         assert total >= last - 1e-9
         last = total
+
+
+# -- review fixes: the per-container ledger, impossible values, rates ---------------------
+
+
+def container_text(values: dict[str, float], *, pod_cpu: float | None = None) -> str:
+    """What an older kubelet serves for pod "web" (no pod-level series unless `pod_cpu`)."""
+    lines = []
+    for name, cpu in values.items():
+        labels = f'container="{name}",namespace="lo-team",pod="web"'
+        lines += [
+            f"container_cpu_usage_seconds_total{{{labels}}} {cpu}",
+            f"container_memory_working_set_bytes{{{labels}}} 1000",
+        ]
+    if pod_cpu is not None:
+        lines.append(f'pod_cpu_usage_seconds_total{{namespace="lo-team",pod="web"}} {pod_cpu}')
+    return "\n".join(lines) + "\n"
+
+
+def run_rounds(texts: list[str]) -> list[tuple[float, float | None]]:
+    """(node CPU, pod CPU or None when the pod is left out) after each round of `texts`."""
+    history = metrics.History()
+    out = []
+    for i, text in enumerate(texts):
+        measured = metrics.measure(
+            metrics.parse(text), node="lower-0", pods=owned(), fetched_ms=1_700_000_000_000 + i
+        )
+        usage, history = metrics.snapshot(
+            measured, history=history, alive={"uid-web"}, complete_scrape=True, now_ms=1
+        )
+        assert usage.node is not None
+        pod_cpu = usage.pods[0].usage.cpu_seconds if usage.pods else None
+        out.append((usage.node.cpu_seconds, pod_cpu))
+    return out
+
+
+def test_a_container_restart_carries_only_that_containers_cpu() -> None:
+    """Reproduces the review's case: without pod-level series, container A (100 s)
+    restarts while B holds 1000 s; the node (and the pod) must go on from 1100, not add
+    the whole pod again (it read 2105 core-s)."""
+    rounds = run_rounds(
+        [
+            container_text({"a": 100.0, "b": 1000.0}),
+            container_text({"a": 2.0, "b": 1003.0}),  # a restarted
+            container_text({"a": 4.0, "b": 1004.0}),
+        ]
+    )
+    assert rounds == [
+        (pytest.approx(1100.0), pytest.approx(1100.0)),
+        (pytest.approx(1105.0), pytest.approx(1105.0)),
+        (pytest.approx(1108.0), pytest.approx(1108.0)),
+    ]
+
+
+def test_a_pod_level_counter_is_not_counted_twice_when_a_container_restarts() -> None:
+    # The pod cgroup's counter keeps what the restarted container used: it is the pod's.
+    rounds = run_rounds(
+        [
+            container_text({"a": 100.0, "b": 1000.0}, pod_cpu=1150.0),
+            container_text({"a": 2.0, "b": 1003.0}, pod_cpu=1155.0),
+        ]
+    )
+    assert rounds == [
+        (pytest.approx(1150.0), pytest.approx(1150.0)),
+        (pytest.approx(1155.0), pytest.approx(1155.0)),
+    ]
+
+
+def test_a_container_whose_series_is_missing_for_a_round_is_not_a_restart() -> None:
+    rounds = run_rounds(
+        [
+            container_text({"a": 100.0, "b": 1000.0}),
+            container_text({"a": 0.0, "b": 1001.0}),  # a's CPU not measured this round
+            container_text({"a": 101.0, "b": 1002.0}),
+        ]
+    )
+    assert [node for node, _ in rounds] == [
+        pytest.approx(1100.0),
+        pytest.approx(1101.0),  # a holds its 100
+        pytest.approx(1103.0),  # and goes on: not 100 + 101 + 1002
+    ]
+
+
+@st.composite
+def container_rounds(draw: st.DrawFn) -> list[dict[str, dict[str, float]]]:
+    """Rounds of measured cumulative CPU by pod and container (no pod-level series):
+    counters grow, restart (a restart starts below the last value, as it must to be
+    seen), pods come and go; every alive pod is measured."""
+    cpu: dict[str, dict[str, float]] = {}
+    out = []
+    for _ in range(draw(st.integers(1, 10))):
+        alive = draw(st.sets(st.sampled_from("abc"), min_size=1, max_size=3))
+        for uid in set(cpu) - alive:
+            del cpu[uid]
+        for uid in sorted(alive):
+            containers = cpu.setdefault(
+                uid, dict.fromkeys(("x", "y", "z")[: 1 + ord(uid) % 3], 0.0)
+            )
+            for name, before in containers.items():
+                if before > 1 and draw(st.booleans()) and draw(st.booleans()):
+                    containers[name] = draw(st.floats(0.5, before / 2))  # restarted
+                else:
+                    containers[name] = before + draw(st.floats(0.5, 100))
+        out.append({uid: dict(c) for uid, c in cpu.items()})
+    return out
+
+
+def multi_pod(uid: str, containers: dict[str, float]) -> PodUsage:
+    return PodUsage(
+        namespace="team",
+        name=f"p-{uid}",
+        uid=uid,
+        start_time=1.0,
+        containers=tuple(
+            ContainerUsage(
+                name=name, start_time=1.0, usage=Usage(time_ms=1, cpu_seconds=v, memory_bytes=1)
+            )
+            for name, v in containers.items()
+        ),
+        usage=Usage(time_ms=1, cpu_seconds=sum(containers.values()), memory_bytes=1),
+    )
+
+
+@given(container_rounds())
+def test_the_node_counter_is_exactly_the_cpu_its_containers_used(
+    sequence: list[dict[str, dict[str, float]]],
+) -> None:
+    """Summed pods (no pod-level series): whatever restarts, the node counter is the CPU
+    every container ever used, gone pods included: nothing counted twice, nothing lost."""
+    history = metrics.History()
+    used: dict[tuple[str, str], float] = {}  # CPU of earlier runs, by container
+    last: dict[tuple[str, str], float] = {}
+    for pods in sequence:
+        for uid, containers in pods.items():
+            for name, value in containers.items():
+                key = (uid, name)
+                if key in last and value < last[key]:
+                    used[key] = used.get(key, 0.0) + last[key]
+                last[key] = value
+        truth = sum(used.values()) + sum(last.values())
+        usage, history = metrics.snapshot(
+            [multi_pod(uid, c) for uid, c in pods.items()],
+            history=history,
+            alive=set(pods),
+            complete_scrape=True,
+            now_ms=1,
+        )
+        assert usage.node is not None
+        assert usage.node.cpu_seconds == pytest.approx(truth)
+        # A gone pod's key may come back as a new pod (a new counter): forget it here too.
+        for key in [k for k in last if k[0] not in pods]:
+            used[key] = used.get(key, 0.0) + last.pop(key)
+
+
+def test_parse_drops_values_no_kubelet_can_mean() -> None:
+    text = (
+        'container_cpu_usage_seconds_total{container="a",namespace="n",pod="p"} NaN\n'
+        'container_cpu_usage_seconds_total{container="b",namespace="n",pod="p"} +Inf\n'
+        'container_cpu_usage_seconds_total{container="c",namespace="n",pod="p"} -1\n'
+        'container_cpu_usage_seconds_total{container="d",namespace="n",pod="p"} 1 NaN\n'
+        'container_cpu_usage_seconds_total{container="e",namespace="n",pod="p"} 1 +Inf\n'
+        'container_cpu_usage_seconds_total{container="f",namespace="n",pod="p"} 1e400\n'
+        'container_cpu_usage_seconds_total{container="ok",namespace="n",pod="p"} 0 5\n'
+    )
+    assert [(s.labels["container"], s.value, s.time_ms) for s in metrics.parse(text)] == [
+        ("ok", 0.0, 5)
+    ]
+
+
+def test_a_nan_or_infinite_sample_does_not_poison_the_node_counter() -> None:
+    rounds = run_rounds(
+        [
+            container_text({"a": 100.0, "b": 1000.0}),
+            container_text({"b": 1001.0}).replace("1001.0", "NaN"),
+            container_text({"a": 101.0, "b": 1001.0}).replace("101.0", "+Inf"),
+            container_text({"a": 102.0, "b": 1002.0}),
+        ]
+    )
+    assert [node for node, _ in rounds] == [
+        pytest.approx(1100.0),
+        pytest.approx(1100.0),  # b not measured: holds its 1000, as a holds its 100
+        pytest.approx(1101.0),
+        pytest.approx(1104.0),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("container_start_time_seconds{%s} 1e12", "start in milliseconds"),
+        ("container_start_time_seconds{%s} 1e300", "start beyond year 9999"),
+        ("container_cpu_usage_seconds_total{%s} 2.5 1000000000000000", "sample time in µs"),
+        ("container_cpu_usage_seconds_total{%s} 2.5 -5", "sample time before 1970"),
+        ("container_cpu_usage_seconds_total{%s} 1e300", "CPU beyond uint64 nanoseconds"),
+        ("container_memory_working_set_bytes{%s} 1e30", "memory beyond uint64 bytes"),
+    ],
+)
+def test_a_container_with_an_impossible_value_leaves_its_pod_out(line: str, why: str) -> None:
+    labels = 'container="main",namespace="lo-team",pod="web"'
+    good = {
+        "container_cpu_usage_seconds_total": f"container_cpu_usage_seconds_total{{{labels}}} 2.5",
+        "container_memory_working_set_bytes": (
+            f"container_memory_working_set_bytes{{{labels}}} 1000"
+        ),
+        "container_start_time_seconds": f"container_start_time_seconds{{{labels}}} 1.6999e9",
+    }
+    bad = line % labels
+    good[bad.partition("{")[0]] = bad
+    [web] = metrics.measure(
+        metrics.parse("\n".join(good.values()) + "\n"),
+        node="lower-0",
+        pods=owned(),
+        fetched_ms=1_700_000_000_000,
+    )
+    assert not metrics.complete(web), why
+    usage, _ = metrics.snapshot(
+        [web], history=metrics.History(), alive={"uid-web"}, complete_scrape=True, now_ms=1
+    )
+    assert usage.pods == ()
+    stats.summary(usage, node_name=NODE)
+    stats.resource_metrics(usage)
+
+
+def test_a_pod_start_time_no_timestamp_can_hold_is_unknown() -> None:
+    owned_pods = metrics.owned_pods(
+        [lower_pod("web", start="0001-01-01T00:00:00Z")], node_name=NODE
+    )
+    assert owned_pods[("lo-team", "web")].start_time is None
+
+
+def number(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(value)
+
+
+@st.composite
+def kubelet_answers(draw: st.DrawFn) -> str:
+    """Prometheus text for pod "web" (and its pod-level series) with arbitrary floats as
+    values and sample timestamps."""
+    lines = []
+    for name in (
+        metrics.CONTAINER_CPU,
+        metrics.CONTAINER_MEMORY,
+        metrics.CONTAINER_START,
+        metrics.POD_CPU,
+        metrics.POD_MEMORY,
+    ):
+        for container in ("main", "side"):
+            if not draw(st.booleans()):
+                continue
+            labels = 'namespace="lo-team",pod="web"'
+            if not name.startswith("pod_"):
+                labels += f',container="{container}"'
+            stamp = ""
+            if draw(st.booleans()):
+                stamp = " " + number(draw(st.floats()))
+            lines.append(f"{name}{{{labels}}} {number(draw(st.floats()))}{stamp}")
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=300)
+@given(st.lists(kubelet_answers(), min_size=1, max_size=3))
+def test_whatever_a_kubelet_serves_the_node_renders_without_failing(answers: list[str]) -> None:
+    """Arbitrary floats for every value and time, over several rounds: /metrics/resource
+    and /stats/summary never raise (a 500), and render only finite numbers."""
+    history = metrics.History()
+    for i, text in enumerate(answers):
+        measured = metrics.measure(
+            metrics.parse(text), node="lower-0", pods=owned(), fetched_ms=1_700_000_000_000 + i
+        )
+        usage, history = metrics.snapshot(
+            measured, history=history, alive={"uid-web"}, complete_scrape=True, now_ms=1
+        )
+        body = json.dumps(stats.summary(usage, node_name=NODE), allow_nan=False)
+        text_out = stats.resource_metrics(usage)
+        assert "NaN" not in text_out
+        assert "Inf" not in text_out
+        assert json.loads(body)["node"]["nodeName"] == NODE
+
+
+def test_lacks_rates_tells_whether_any_reported_cpu_has_no_rate() -> None:
+    first, history = metrics.snapshot(
+        [pod_usage(time_ms=1000)],
+        history=metrics.History(),
+        alive={"u1"},
+        complete_scrape=True,
+        now_ms=1000,
+    )
+    assert metrics.lacks_rates(first)
+    second, _ = metrics.snapshot(
+        [pod_usage(cpu=2.0, time_ms=2000)],
+        history=history,
+        alive={"u1"},
+        complete_scrape=True,
+        now_ms=2000,
+    )
+    assert not metrics.lacks_rates(second)
+    assert not metrics.lacks_rates(NodeUsage(pods=(), node=None, complete=True))

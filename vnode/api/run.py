@@ -21,6 +21,8 @@ TIMEOUT = 60.0
 """Seconds a command may run before the answer is a 500."""
 OUTPUT_LIMIT = 4 * 1024 * 1024
 """Bytes of stdout + stderr kept at most; more is a 500 (a CRI runtime refuses 16 MiB)."""
+STATUS_LIMIT = 64 * 1024
+"""Bytes of the error channel kept at most; more is a 500 (a Status is well under 1 KiB)."""
 STDOUT, STDERR, ERROR = 1, 2, 3
 
 
@@ -55,8 +57,9 @@ async def collect(
 ) -> bytes:
     """Read `session` to its end and return stdout + stderr; the session is closed after.
 
-    `timeout` in seconds, `limit` in bytes. Raises RunError (500) on a failure status, a
-    timeout, or output beyond `limit`.
+    `timeout` in seconds, `limit` in bytes (stdout + stderr; the error channel, which
+    carries only the exec Status, is held to STATUS_LIMIT bytes). Raises RunError (500) on
+    a failure status, a timeout, or output beyond either bound.
     """
     stdout, stderr, status = bytearray(), bytearray(), bytearray()
     shown = " ".join(options.command)
@@ -70,6 +73,11 @@ async def collect(
                     stderr += data
                 elif channel == ERROR:
                     status += data
+                    if len(status) > STATUS_LIMIT:
+                        raise RunError(
+                            f"command '{shown}': the lower cluster sent more than "
+                            f"{STATUS_LIMIT} bytes of exec status"
+                        )
                 if len(stdout) + len(stderr) > limit:
                     raise RunError(f"command '{shown}' wrote more than {limit} bytes")
     except TimeoutError:

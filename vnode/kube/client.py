@@ -266,9 +266,11 @@ class ApiClient:
             ) as response:
                 code = response.status
                 if code >= 400:
+                    # Bounded: a Status is small, and whatever answers on the way (a lower
+                    # kubelet behind the node proxy, a load balancer) may stream forever.
                     raise errors.from_response(
                         code=code,
-                        body=await response.read(),
+                        body=await read_bounded(response, limit=ERROR_BODY_LIMIT),
                         retry_after=response.headers.get("Retry-After"),
                     )
                 metrics.API_REQUESTS.labels(self.name, "WATCH", str(code)).inc()
@@ -279,7 +281,22 @@ class ApiClient:
             raise errors.ApiUnavailable(self._unreachable("GET", path, exc)) from exc
 
 
-_REFUSAL_BODY_LIMIT = 64 * 1024
+ERROR_BODY_LIMIT = 64 * 1024
+"""Bytes of an error answer's body read at most (a Status is far smaller; the rest is left
+unread, and the connection closed)."""
+_REFUSAL_BODY_LIMIT = ERROR_BODY_LIMIT
+
+
+async def read_bounded(response: aiohttp.ClientResponse, *, limit: int) -> bytes:
+    """Return the first `limit` bytes of `response`'s body (all of it when shorter); the
+    rest is not read. Raises aiohttp.ClientError / OSError when the connection fails."""
+    body = bytearray()
+    while len(body) < limit:
+        chunk = await response.content.read(limit - len(body))
+        if not chunk:
+            break
+        body += chunk
+    return bytes(body)
 
 
 async def _refused_upgrade(response: aiohttp.ClientResponse) -> None:

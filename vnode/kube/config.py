@@ -36,6 +36,9 @@ class ConnectionInfo:
     client_certificate: tuple[str, str | None] | None = None
     """(certificate file, key file) the client authenticates with, if any (for TLS
     contexts of connections other than to the apiserver, e.g. to kubelets)."""
+    ca_file: str | None = None
+    """The cluster's CA bundle file, if the configuration names one (for TLS contexts that
+    verify against it without presenting the client certificate, e.g. to kubelets)."""
     source: str = ""
     """Where this came from, for messages ("kubeconfig /path", "in-cluster")."""
     _authorization: Callable[[], str | None] = field(default=lambda: None, repr=False)
@@ -106,6 +109,7 @@ def from_configuration(cfg: k8s_client.Configuration, *, source: str) -> Connect
         tls_server_name=getattr(cfg, "tls_server_name", None) or None,
         proxy=cfg.proxy or None,
         client_certificate=(cfg.cert_file, cfg.key_file or None) if cfg.cert_file else None,
+        ca_file=cfg.ssl_ca_cert or None,
         source=source,
         _authorization=authorization,
     )
