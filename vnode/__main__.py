@@ -1,7 +1,9 @@
 """The `virtual-node` command: flags + env -> settings -> clients + provider -> run.
 
 Exit codes: 0 after a clean stop (SIGTERM/SIGINT), 1 when a cluster cannot be reached or
-the node cannot start, 2 for invalid flags or environment.
+the node cannot start (caches not synced, a busy KUBELET_PORT, a certificate or CA file
+that cannot be loaded), 2 for invalid flags or environment (a --cert-dir that cannot be
+written included).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the virtual node; returns the exit code."""
     try:
         settings = cli.parse(sys.argv[1:] if argv is None else argv)
+        cli.check_cert_dir(settings.api)
     except cli.UsageError as exc:
         print(f"virtual-node: error: {exc}", file=sys.stderr)
         return 2

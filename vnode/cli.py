@@ -9,8 +9,10 @@ import math
 import os
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from vnode.api.certificates import MAX_EXPIRATION_SECONDS, MIN_EXPIRATION_SECONDS
+from vnode.api.certstore import CertificateStore
 from vnode.settings import (
     TAINT_EFFECTS,
     ApiSettings,
@@ -160,7 +162,9 @@ def _parser() -> argparse.ArgumentParser:
         "--cert-dir",
         default=None,
         help="directory of the CSR-issued serving certificates "
-        "(default .tensile-pki/<nodename> in the working directory)",
+        "(default .tensile-pki/<nodename> in the working directory); put it on persistent "
+        "storage: without the stored certificate a restart requests a new one, which may "
+        "need an administrator's approval again; it must be writable (checked at start)",
     )
     a(
         "--server-certificate-duration",
@@ -291,6 +295,26 @@ def _api_settings(
         server_certificate_duration=_certificate_duration(args.server_certificate_duration),
         streaming_idle_timeout=args.streaming_connection_idle_timeout,
     )
+
+
+def check_cert_dir(api: ApiSettings) -> None:
+    """When the serving certificate comes from a CSR (no certificate files, rotation on),
+    make sure --cert-dir can be created and written, before anything starts: an issued
+    certificate that cannot be stored is lost at the next restart, and its replacement may
+    need a human to approve it again. Does nothing otherwise.
+
+    Creates the directory (0700) when missing. Raises UsageError naming the directory and
+    what failed."""
+    if api.cert_file or not api.rotate_server_certificates:
+        return
+    try:
+        CertificateStore(Path(api.cert_dir)).check_writable()
+    except OSError as exc:
+        raise UsageError(
+            f"--cert-dir: cannot create or write in {api.cert_dir!r} ({exc}); the serving "
+            "certificate from a CSR is kept there: give a writable directory on persistent "
+            "storage"
+        ) from None
 
 
 def _cert_dir(text: str | None, node_name: str) -> str:

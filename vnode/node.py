@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
@@ -26,15 +27,17 @@ from vnode.api.certificates import identity_from_addresses
 from vnode.api.certmanager import (
     CertificateManagerSettings,
     Clock,
+    ServingCertificate,
     ServingCertificateManager,
 )
 from vnode.api.certstore import CertificateStore
 from vnode.api.server import (
     ApiContext,
     RotatingTls,
+    bound_socket,
     make_app,
     reload_certificates,
-    server_context,
+    tls_context,
 )
 from vnode.controllers.events import EventRecorder
 from vnode.controllers.node import NodeController
@@ -49,7 +52,7 @@ from vnode.provider import (
     NodeProvider,
     PortForwardProvider,
 )
-from vnode.settings import Settings, default_cert_dir
+from vnode.settings import ApiSettings, Settings, default_cert_dir
 
 logger = logging.getLogger(__name__)
 
@@ -195,10 +198,14 @@ class VirtualNode:
         apiserver connects to) and yield the coroutine function that keeps its serving
         certificate, to run as an owned task; None when the API is off.
 
-        With APISERVER_CERT_LOCATION/APISERVER_KEY_LOCATION the API listens at once (bad
-        files raise here, before anything starts) and the files are reloaded when they
-        change. Otherwise, with --rotate-server-certificates, it listens only once a
-        certificate from a CSR exists: no connection is accepted without one.
+        Whatever can be checked is checked here, before anything starts, and raises
+        StartupError naming the culprit: the port is bound (a busy KUBELET_PORT), the
+        client CA file (--client-verify-ca / APISERVER_CA_CERT_LOCATION) loaded, and
+        APISERVER_CERT_LOCATION/APISERVER_KEY_LOCATION loaded when given. With those files
+        the API listens at once and they are reloaded when they change. Otherwise, with
+        --rotate-server-certificates, it listens once a certificate from a CSR exists
+        (connections are refused until then), maybe hours later: by then nothing is left
+        that could fail and take down a node that is serving pods.
         """
         api = self.settings.api
         if not api.cert_file and not api.rotate_server_certificates:
@@ -209,8 +216,30 @@ class VirtualNode:
             )
             yield None
             return
+        host, port = self.settings.node.internal_ip, self.settings.node.kubelet_port
+        try:
+            sock = bound_socket(host, port)
+        except OSError as exc:
+            raise StartupError(
+                f"kubelet API: cannot listen on {host}:{port} (KUBELET_PORT): {exc}"
+            ) from exc
+        try:
+            app = make_app(self._api_context())
+            runner = web.AppRunner(
+                app, access_log=None, handler_cancellation=True, shutdown_timeout=2.0
+            )
+            await runner.setup()
+            try:
+                yield await self._start_serving(runner=runner, sock=sock)
+            finally:
+                await runner.cleanup()
+        finally:
+            sock.close()  # closed already once served; never served: ours to close
+
+    def _api_context(self) -> ApiContext:
+        api = self.settings.api
         verify = api.verify_clients
-        context = ApiContext(
+        return ApiContext(
             node_name=self.settings.node.name,
             pod=lambda ns, name: self.pods.informer.store.get(f"{ns}/{name}"),
             pods=lambda: list(self.pods.informer.store),
@@ -221,56 +250,61 @@ class VirtualNode:
             else None,
             idle_timeout=api.streaming_idle_timeout,
         )
-        runner = web.AppRunner(make_app(context), access_log=None, handler_cancellation=True)
-        await runner.setup()
+
+    async def _start_serving(
+        self, *, runner: web.AppRunner, sock: socket.socket
+    ) -> Callable[[], Coroutine[Any, Any, None]]:
+        """Serve `runner` on the bound `sock` now (certificate files) or once the first
+        certificate from a CSR exists; return the coroutine function that keeps the
+        certificate. Raises StartupError for files that cannot be loaded."""
+        api = self.settings.api
         host, port = self.settings.node.internal_ip, self.settings.node.kubelet_port
 
         async def serve(tls: ssl.SSLContext) -> None:
-            site = web.TCPSite(runner, host, port, ssl_context=tls, shutdown_timeout=2.0)
+            site = web.SockSite(runner, sock, ssl_context=tls)
             await site.start()
             logger.info("kubelet API on https://%s:%d", host, port)
 
-        try:
-            if api.cert_file:
-                tls = server_context(
-                    cert_file=api.cert_file,
-                    key_file=api.key_file,
-                    client_ca_file=api.client_ca_file,
-                )
-                await serve(tls)
-                yield functools.partial(
-                    reload_certificates, tls, cert_file=api.cert_file, key_file=api.key_file
-                )
-            else:
-                logger.info(
-                    "kubelet API: no APISERVER_CERT_LOCATION; the serving certificate comes "
-                    "from a CSR to the upper cluster (kept in %s)",
-                    self._cert_dir(),
-                )
-                yield functools.partial(self._certificate_from_csr, serve)
-        finally:
-            await runner.cleanup()
+        if api.cert_file:
+            tls = _tls_from_files(api)
+            await serve(tls)
+            return functools.partial(
+                reload_certificates, tls, cert_file=api.cert_file, key_file=api.key_file
+            )
+        rotating = _rotating_tls(api, serve=serve)
+        manager = self._certificate_manager()
+        logger.info(
+            "kubelet API: no APISERVER_CERT_LOCATION; the serving certificate comes from a "
+            "CSR to the upper cluster (kept in %s)",
+            self._cert_dir(),
+        )
 
-    async def _certificate_from_csr(
-        self, serve: Callable[[ssl.SSLContext], Awaitable[None]]
-    ) -> None:
-        """Obtain and renew the serving certificate through CSRs; start serving with the
-        first, switch new handshakes to each renewed one (open connections keep theirs)."""
+        async def use(certificate: ServingCertificate) -> None:
+            await rotating.use(certificate.pem)
+
+        return functools.partial(manager.run, on_certificate=use)
+
+    def _certificate_manager(self) -> ServingCertificateManager:
+        """Return the manager that obtains and renews the serving certificate through CSRs
+        (see `ServingCertificateManager`). Raises StartupError when the node publishes no
+        address to put in the certificate."""
         api = self.settings.api
-        manager = ServingCertificateManager(
-            upper=self._upper,
-            identity=identity_from_addresses(
+        try:
+            identity = identity_from_addresses(
                 node_name=self.settings.node.name,
                 addresses=node_addresses(self.settings.node),
-            ),
+            )
+        except ValueError as exc:
+            raise StartupError(f"kubelet API: {exc}") from exc
+        return ServingCertificateManager(
+            upper=self._upper,
+            identity=identity,
             store=CertificateStore(self._cert_dir()),
             settings=CertificateManagerSettings(
                 expiration_seconds=api.server_certificate_duration or None
             ),
             clock=self._clock,
         )
-        tls = RotatingTls(client_ca_file=api.client_ca_file, serve=serve)
-        await manager.run(on_certificate=tls.use)
 
     def _cert_dir(self) -> Path:
         return Path(self.settings.api.cert_dir or default_cert_dir(self.settings.node.name))
@@ -293,6 +327,41 @@ class VirtualNode:
             yield
         finally:
             await runner.cleanup()
+
+
+def _tls_from_files(api: ApiSettings) -> ssl.SSLContext:
+    """Return the TLS context serving APISERVER_CERT_LOCATION/APISERVER_KEY_LOCATION.
+    Raises StartupError naming the file that could not be loaded."""
+    try:
+        context = tls_context(client_ca_file=api.client_ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise StartupError(_bad_client_ca(api, exc)) from exc
+    try:
+        context.load_cert_chain(api.cert_file, api.key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise StartupError(
+            "kubelet API: cannot load the serving certificate APISERVER_CERT_LOCATION="
+            f"{api.cert_file} with the key APISERVER_KEY_LOCATION={api.key_file}: {exc}"
+        ) from exc
+    return context
+
+
+def _rotating_tls(
+    api: ApiSettings, *, serve: Callable[[ssl.SSLContext], Awaitable[None]]
+) -> RotatingTls:
+    """Return the TLS side of a CSR-issued certificate. Raises StartupError for a bad
+    client CA file."""
+    try:
+        return RotatingTls(client_ca_file=api.client_ca_file, serve=serve)
+    except (OSError, ssl.SSLError) as exc:
+        raise StartupError(_bad_client_ca(api, exc)) from exc
+
+
+def _bad_client_ca(api: ApiSettings, exc: Exception) -> str:
+    return (
+        f"kubelet API: cannot load the client CA file {api.client_ca_file} "
+        f"(--client-verify-ca / APISERVER_CA_CERT_LOCATION): {exc}"
+    )
 
 
 async def _metrics(_request: web.Request) -> web.Response:

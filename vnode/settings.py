@@ -100,7 +100,9 @@ class ApiSettings:
     and renew it at 80 % of its lifetime. False without files: the API is off."""
     cert_dir: str = ""
     """--cert-dir: where CSR-issued certificates are kept (kubelet-server-*.pem and the
-    kubelet-server-current.pem pointer); "" means `default_cert_dir(node name)`."""
+    kubelet-server-current.pem pointer); "" means `default_cert_dir(node name)`. Must be
+    writable (checked at start) and belongs on persistent storage: a restart without the
+    stored certificate makes a new CSR."""
     server_certificate_duration: int = 0
     """--server-certificate-duration in seconds: the CSR's spec.expirationSeconds (>= 600);
     0 leaves it out, so the signer's default applies (kube-controller-manager's

@@ -25,7 +25,11 @@ from cryptography.x509.oid import NameOID
 
 from tests.e2e.helpers import create, phase, pod_manifest, token_kubeconfig, wait_for
 from vnode.api.certificates import identity_from_addresses, load_chain
-from vnode.api.certmanager import CertificateManagerSettings, ServingCertificateManager
+from vnode.api.certmanager import (
+    CertificateManagerSettings,
+    ServingCertificate,
+    ServingCertificateManager,
+)
 from vnode.api.certstore import CertificateStore
 from vnode.api.server import RotatingTls
 from vnode.kube import config
@@ -225,6 +229,70 @@ def test_the_optional_manifest_lets_a_service_account_node_approve_its_own_csr(
         assert code == 0, f"virtual-node exited {code}; log {node.log}"
 
 
+# -- what can fail is checked at start, not when the certificate arrives -----------------
+
+
+def _start_failure(node: VirtualNodeProcess) -> str:
+    """Start `node`, wait for it to exit, and return its log; it must exit 1."""
+    node.start(wait=False)
+    wait_for(
+        "the node to exit",
+        lambda: node.process is not None and node.process.returncode is not None,
+        timeout=60,
+    )
+    assert node.process is not None
+    log = node.log.read_text()
+    assert node.process.returncode == 1, log
+    assert "Traceback" not in log
+    return log
+
+
+def test_a_busy_kubelet_port_fails_at_start_before_any_csr(
+    cluster_pair: ClusterPair, tmp_path: Path
+) -> None:
+    upper = cluster_pair.upper.rest()
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        node = VirtualNodeProcess(
+            cluster_pair,
+            name=f"vn-csr-busy-{secrets.token_hex(3)}",
+            log_dir=tmp_path,
+            certificate_from_csr=True,
+            env={"KUBELET_PORT": str(port)},
+        )
+        try:
+            log = _start_failure(node)
+        finally:
+            node.stop()
+            node.delete_node()
+    assert f"cannot listen on 127.0.0.1:{port} (KUBELET_PORT)" in log
+    assert "Address already in use" in log
+    assert _node_csrs(upper, node.name) == []
+
+
+def test_a_bad_client_ca_fails_at_start_before_any_csr(
+    cluster_pair: ClusterPair, tmp_path: Path
+) -> None:
+    upper = cluster_pair.upper.rest()
+    bad = tmp_path / "not-a-ca.crt"
+    bad.write_text("not a certificate\n")
+    node = VirtualNodeProcess(
+        cluster_pair,
+        name=f"vn-csr-ca-{secrets.token_hex(3)}",
+        log_dir=tmp_path,
+        certificate_from_csr=True,
+        env={"APISERVER_CA_CERT_LOCATION": str(bad)},
+    )
+    try:
+        log = _start_failure(node)
+    finally:
+        node.stop()
+        node.delete_node()
+    assert f"cannot load the client CA file {bad} (--client-verify-ca" in log
+    assert "NO_CERTIFICATE_OR_CRL_FOUND" in log
+    assert _node_csrs(upper, node.name) == []
+
+
 # -- rotation, driven in-process with a clock the test moves ------------------------------
 
 
@@ -275,9 +343,10 @@ async def test_rotation_requests_a_new_certificate_that_new_handshakes_get(
     files: list[Path] = []
     changed = asyncio.Event()
 
-    async def on_certificate(path: Path) -> None:
-        await tls.use(path)
-        files.append(path)
+    async def on_certificate(certificate: ServingCertificate) -> None:
+        await tls.use(certificate.pem)
+        assert certificate.path is not None
+        files.append(certificate.path)
         if len(files) == 2:
             clock.jump_to(dt.datetime.now(dt.UTC))  # back to now: no third renewal
         changed.set()

@@ -224,11 +224,40 @@ def test_an_issued_certificate_must_match_our_key_and_identity() -> None:
         (_issue(key, orgs=()), "O=[]"),
         (_issue(key, ips=("10.0.0.6",)), "does not cover 10.0.0.5"),
         (_issue(key, usage=ExtendedKeyUsageOID.CLIENT_AUTH), "server auth"),
-        (_issue(key, not_before=NOW + dt.timedelta(minutes=1)), "not at 2026-03-01T12:00:00Z"),
-        (_issue(key, lifetime=dt.timedelta(minutes=4)), "valid from"),
+        (
+            _issue(key, lifetime=dt.timedelta(minutes=4)),
+            "it has expired (now 2026-03-01T12:00:00Z)",
+        ),
+        (_issue(key, lifetime=dt.timedelta(minutes=5)), "it has expired"),  # notAfter == now
+        (_issue(key, lifetime=dt.timedelta(0)), "never valid"),
     ):
         with pytest.raises(certs.CertificateRejected, match=re.escape(problem)):
             certs.check_certificate(certs.load_chain(chain), key=key, identity=NODE, now=NOW)
+
+
+def test_a_certificate_that_starts_after_the_nodes_clock_is_accepted() -> None:
+    # The signer backdates notBefore by 5 min: later than that, the node's clock is behind.
+    # The kubelet serves such a certificate; its clients judge it by their own clocks.
+    key = certs.new_private_key()
+    [leaf] = certs.load_chain(_issue(key, not_before=NOW + dt.timedelta(minutes=7)))
+    certs.check_certificate([leaf], key=key, identity=NODE, now=NOW)
+    assert certs.not_yet_valid_for(leaf, now=NOW) == dt.timedelta(minutes=7)
+    assert certs.not_yet_valid_for(leaf, now=NOW + dt.timedelta(hours=1)) == dt.timedelta(0)
+    stored = certs.bundle(_issue(key, not_before=NOW + dt.timedelta(minutes=7)), key)
+    assert certs.reuse_problem(stored, identity=NODE, now=NOW) is None
+
+
+def test_renewal_waits_at_least_the_minimum_interval() -> None:
+    later = NOW + dt.timedelta(days=8)
+    assert certs.renewal_time(deadline=later, now=NOW, min_interval=1.0) == (later, False)
+    # Passed already (clock ahead, tiny lifetime), or nearer than the minimum: held back.
+    for deadline in (NOW - dt.timedelta(days=1), NOW, NOW + dt.timedelta(seconds=0.5)):
+        assert certs.renewal_time(deadline=deadline, now=NOW, min_interval=4.0) == (
+            NOW + dt.timedelta(seconds=4),
+            True,
+        )
+    exact = NOW + dt.timedelta(seconds=4)
+    assert certs.renewal_time(deadline=exact, now=NOW, min_interval=4.0) == (exact, False)
 
 
 def test_rotation_is_due_at_80_percent_of_the_lifetime() -> None:
@@ -252,7 +281,7 @@ def test_a_stored_certificate_is_reused_only_while_it_fits() -> None:
     # Past its rotation deadline but still valid: reused (and renewed right away).
     assert certs.reuse_problem(stored, identity=NODE, now=NOW + dt.timedelta(days=29)) is None
     expired = certs.reuse_problem(stored, identity=NODE, now=NOW + dt.timedelta(days=31))
-    assert "valid from" in str(expired)
+    assert "it has expired" in str(expired)
     moved = certs.ServingIdentity(node_name="vn-1", ip_addresses=("10.0.0.9",))
     assert "does not cover 10.0.0.9" in str(certs.reuse_problem(stored, identity=moved, now=NOW))
     renamed = certs.ServingIdentity(node_name="vn-2", ip_addresses=("10.0.0.5",))
@@ -291,10 +320,52 @@ def test_the_store_keeps_private_files_and_a_relative_current_pointer(tmp_path: 
     second = store.save(b"second", now=NOW + dt.timedelta(days=24))
     assert store.current_target() == second
     assert store.load_current() == b"second"
-    assert first.read_bytes() == b"first"  # kept, as the kubelet keeps old ones
+    assert first.read_bytes() == b"first"  # the previous one is kept
     assert sorted(p.name for p in store.directory.iterdir()) == sorted(
         [first.name, second.name, "kubelet-server-current.pem"]
     )
+    third = store.save(b"third", now=NOW + dt.timedelta(days=48))
+    # Only the current and the previous one: rotations do not pile up files.
+    assert sorted(p.name for p in store.directory.iterdir()) == sorted(
+        [second.name, third.name, "kubelet-server-current.pem"]
+    )
+
+
+def test_only_stamped_certificate_files_are_ever_deleted() -> None:
+    names = [
+        "kubelet-server-2026-03-01-12-00-00.pem",
+        "kubelet-server-2026-03-09-12-00-00.pem",
+        "kubelet-server-2026-03-17-12-00-00.pem",
+        "kubelet-server-2026-03-17-12-00-00.pem.tmp",
+        "kubelet-server-current.pem",
+        "kubelet-server-current.pem.tmp",
+        "kubelet-server-notes.pem",
+        "ca.crt",
+    ]
+    keep = {"kubelet-server-2026-03-17-12-00-00.pem", "kubelet-server-2026-03-01-12-00-00.pem"}
+    assert certs.stale_files(names, keep=keep) == ["kubelet-server-2026-03-09-12-00-00.pem"]
+
+
+def test_a_current_file_that_is_not_a_symlink_is_its_own_target(tmp_path: Path) -> None:
+    store = CertificateStore(tmp_path)
+    store.current.write_bytes(b"restored with cp -L")  # readlink: EINVAL
+    assert store.current_target() == store.current
+    assert store.load_current() == b"restored with cp -L"
+    # Saving replaces it with the pointer, and keeps the new file.
+    new = store.save(b"new", now=NOW)
+    assert store.current.is_symlink()
+    assert store.current_target() == new
+
+
+def test_a_writable_cert_dir_is_made_and_left_clean(tmp_path: Path) -> None:
+    store = CertificateStore(tmp_path / "a" / "b")
+    store.check_writable()
+    assert stat.S_IMODE(store.directory.stat().st_mode) == 0o700
+    assert list(store.directory.iterdir()) == []
+    afile = tmp_path / "file"
+    afile.write_text("")
+    with pytest.raises(NotADirectoryError):
+        CertificateStore(afile / "pki").check_writable()
 
 
 # -- flags ---------------------------------------------------------------------------------
@@ -340,6 +411,46 @@ def test_bad_serving_certificate_settings_are_usage_errors(
 ) -> None:
     with pytest.raises(cli.UsageError, match=re.escape(message)):
         cli.parse([*BASE, *args], env=env)
+
+
+def test_a_cert_dir_that_cannot_be_made_exits_2_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    afile = tmp_path / "file"
+    afile.write_text("")
+    cert_dir = afile / "pki"  # its parent is a file: mkdir fails with ENOTDIR, even as root
+    # (The lower kubeconfig "lower" does not exist: the check comes before it is read.)
+    assert main([*BASE, f"--cert-dir={cert_dir}"]) == 2
+    err = capsys.readouterr().err
+    assert f"--cert-dir: cannot create or write in '{cert_dir}'" in err
+    assert "Not a directory" in err
+    assert "persistent storage" in err
+
+
+def test_a_cert_dir_that_cannot_be_written_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def read_only(*_args: Any, **_kwargs: Any) -> Any:
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr("tempfile.mkstemp", read_only)  # root writes through 0500 modes
+    settings = cli.parse([*BASE, f"--cert-dir={tmp_path}"], env={})
+    with pytest.raises(cli.UsageError, match=re.escape(f"{str(tmp_path)!r} ([Errno 30] Read-only")):
+        cli.check_cert_dir(settings.api)
+    # Not needed, so not checked, with certificate files or without rotation.
+    files = {"APISERVER_CERT_LOCATION": "c.pem", "APISERVER_KEY_LOCATION": "k.pem"}
+    cli.check_cert_dir(cli.parse([*BASE, f"--cert-dir={tmp_path}"], env=files).api)
+    off = ["--rotate-server-certificates=false", f"--cert-dir={tmp_path}"]
+    cli.check_cert_dir(cli.parse([*BASE, *off], env={}).api)
+
+
+def test_the_cert_dir_help_asks_for_persistent_storage(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        cli.parse(["--help"], env={})
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "put it on persistent storage" in help_text
 
 
 def test_a_cert_dir_that_is_a_file_exits_2(

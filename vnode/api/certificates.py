@@ -8,7 +8,8 @@ CN `system:node:<node>`; at least one DNS or IP subjectAltName and no other kind
 for RSA keys: since Kubernetes 1.27 the signer accepts either set). The issued certificate
 is kept like the kubelet's certificate store keeps it: one PEM file per certificate
 (certificate chain, then the private key) named `kubelet-server-<timestamp>.pem`, and
-`kubelet-server-current.pem` pointing at the one in use.
+`kubelet-server-current.pem` pointing at the one in use (unlike the kubelet, only the
+current and the previous file are kept: see `stale_files`).
 
 Time is always an argument (aware UTC datetimes); the callers own the clock.
 """
@@ -18,7 +19,8 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import ipaddress
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -26,6 +28,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from vnode.kube.timestamps import rfc3339
 
 Obj = dict[str, Any]
 PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
@@ -43,6 +47,7 @@ at random between 70 % and 90 % so that a fleet of nodes does not renew at once;
 node is one process per lower cluster, so a fixed, predictable 80 % is used."""
 CURRENT_FILE = "kubelet-server-current.pem"
 _FILE_PREFIX = "kubelet-server-"
+_STAMPED_FILE = re.compile(r"kubelet-server-\d{4}(-\d{2}){5}\.pem")
 _IP_ADDRESS_TYPES = ("InternalIP", "ExternalIP")
 _DNS_ADDRESS_TYPES = ("Hostname", "InternalDNS", "ExternalDNS")
 
@@ -236,7 +241,7 @@ def approved(csr: Obj, *, node_name: str, now: dt.datetime) -> Obj:
         "reason": APPROVED_REASON,
         "message": f"the virtual node {node_name} (as {requester}) approved its own kubelet "
         "serving certificate after checking it names only the node and its addresses",
-        "lastUpdateTime": _rfc3339(now),
+        "lastUpdateTime": rfc3339(now),
     }
     status = dict(csr.get("status") or {})
     status["conditions"] = [*(status.get("conditions") or []), condition]
@@ -269,9 +274,17 @@ def check_certificate(
 ) -> None:
     """Check that the leaf of `chain` can serve as this node's kubelet certificate at `now`:
     it certifies `key`, names CN system:node:<node> and O system:nodes, covers every
-    address of `identity`, allows server auth, and is valid at `now`.
+    address of `identity`, allows server auth, and has not expired (notAfter > `now`).
 
-    Raises CertificateRejected saying the first problem found.
+    A notBefore after `now` is accepted (see `not_yet_valid_for`): the signer backdates
+    it by five minutes, so it is only in the future when this node's clock is more than
+    that behind the signer's. The clients (the apiserver, metrics-server) judge validity
+    by their own clocks, and the kubelet's certificate manager does not check notBefore
+    either. Rejecting it would make a node whose clock is more than five minutes slow
+    request certificate after certificate.
+
+    Raises CertificateRejected saying the first problem found; ValueError (from the
+    certificate parser) for a malformed extension.
     """
     leaf = chain[0]
     if not matches_key(leaf, key):
@@ -293,11 +306,25 @@ def check_certificate(
         usage = None
     if usage is not None and ExtendedKeyUsageOID.SERVER_AUTH not in usage:
         raise CertificateRejected("the certificate does not allow server auth")
-    if not leaf.not_valid_before_utc <= now < leaf.not_valid_after_utc:
+    not_before, not_after = leaf.not_valid_before_utc, leaf.not_valid_after_utc
+    if not_after <= not_before:
         raise CertificateRejected(
-            f"the certificate is valid from {_rfc3339(leaf.not_valid_before_utc)} to "
-            f"{_rfc3339(leaf.not_valid_after_utc)}, not at {_rfc3339(now)}"
+            f"the certificate is never valid: it ends ({rfc3339(not_after)}) before it "
+            f"starts ({rfc3339(not_before)})"
         )
+    if not_after <= now:
+        raise CertificateRejected(
+            f"the certificate is valid from {rfc3339(not_before)} to {rfc3339(not_after)}: "
+            f"it has expired (now {rfc3339(now)})"
+        )
+
+
+def not_yet_valid_for(certificate: x509.Certificate, *, now: dt.datetime) -> dt.timedelta:
+    """Return how far the certificate's notBefore is after `now` (zero once it has
+    started). For a certificate just issued, more than zero means this node's clock is
+    behind the signer's by that much plus the five minutes the kubelet-serving signer
+    backdates notBefore by."""
+    return max(certificate.not_valid_before_utc - now, dt.timedelta(0))
 
 
 def subject_alt_names(certificate: x509.Certificate) -> tuple[list[str], list[str]]:
@@ -321,6 +348,20 @@ def rotation_deadline(
     if not_after < not_before:
         raise ValueError(f"validity ends ({not_after}) before it starts ({not_before})")
     return not_before + (not_after - not_before) * fraction
+
+
+def renewal_time(
+    *, deadline: dt.datetime, now: dt.datetime, min_interval: float
+) -> tuple[dt.datetime, bool]:
+    """Return (when to request the next certificate, whether that is later than
+    `deadline`): the rotation `deadline`, but never sooner than `min_interval` seconds
+    after `now`. A deadline that has passed already (this node's clock ahead of the
+    signer's, or a lifetime of seconds) would otherwise make renewals follow each other
+    as fast as CSRs are issued; the kubelet's certificate manager likewise waits between
+    rotations (at least a second, and backs off while they fail). The caller doubles
+    `min_interval` while renewals keep being held back."""
+    earliest = now + dt.timedelta(seconds=min_interval)
+    return (deadline, False) if deadline >= earliest else (earliest, True)
 
 
 def bundle(chain_pem: bytes, key: PrivateKey) -> bytes:
@@ -367,13 +408,23 @@ def stamped_file_name(now: dt.datetime) -> str:
     return f"{_FILE_PREFIX}{now.astimezone(dt.UTC):%Y-%m-%d-%H-%M-%S}.pem"
 
 
+def stale_files(names: Iterable[str], *, keep: Collection[str]) -> list[str]:
+    """Return, sorted, the names among `names` of stored certificate files
+    (`kubelet-server-<timestamp>.pem`, see `stamped_file_name`) that are not in `keep`:
+    the ones to delete once a new certificate is current. Other names (the current
+    pointer, a `.tmp` being written, anything else in the directory) are never returned.
+
+    The kubelet keeps every old certificate file. Tensile keeps the current one and the
+    previous one (`keep`, for an operator who wants to look at or go back to the last
+    certificate): with short lifetimes (`--server-certificate-duration=10m` renews every
+    8 minutes) the kubelet's way piles up about 180 files, each with a private key, a day.
+    """
+    return sorted(n for n in names if _STAMPED_FILE.fullmatch(n) and n not in keep)
+
+
 def _first_key_block(pem: bytes) -> int:
     for marker in (b"-----BEGIN PRIVATE KEY", b"-----BEGIN EC PRIVATE KEY", b"-----BEGIN RSA"):
         index = pem.find(marker)
         if index >= 0:
             return index
     return -1
-
-
-def _rfc3339(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -5,8 +5,14 @@ What the kubelet's certificate manager does for its serving certificate
 it is valid for the node's addresses; otherwise a new key and a CSR (signer
 kubernetes.io/kubelet-serving) are made and the issued certificate is stored. At 80 % of
 its lifetime (`certificates.rotation_deadline`) the next one is requested while the old
-one keeps serving. A denied, failed or unusable CSR is logged and retried with a new key
-after an exponential backoff. The clock is injectable so tests can jump past a deadline.
+one keeps serving, but never sooner than a minimum interval after the last one (1 s,
+doubling while each new certificate is due at once, up to 5 min). A denied, failed or
+unusable CSR, an API error or any other failure while obtaining one is logged and retried
+with a new key after an exponential backoff: nothing but cancellation ends `run`.
+
+An issued certificate is never thrown away because the store cannot be written: it is
+served from memory and only the save is retried (a restart before it is saved needs a new
+CSR). The clock is injectable so tests can jump past a deadline.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import asyncio
 import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -32,6 +38,8 @@ from vnode.api.certificates import (
     key_usages,
     load_chain,
     new_private_key,
+    not_yet_valid_for,
+    renewal_time,
     reuse_problem,
     rotation_deadline,
 )
@@ -40,6 +48,7 @@ from vnode.kube import errors
 from vnode.kube.backoff import ExponentialBackoff, jittered
 from vnode.kube.client import ApiClient
 from vnode.kube.reflector import ReflectorSettings
+from vnode.kube.timestamps import rfc3339
 
 logger = logging.getLogger(__name__)
 
@@ -84,13 +93,31 @@ class CertificateManagerSettings:
     retry: ExponentialBackoff = field(
         default_factory=lambda: ExponentialBackoff(base=5.0, cap=300.0)
     )
-    """Delay before a new CSR after a denied, failed or unusable one or an API error."""
+    """Delay before a new CSR after a denied, failed or unusable one or any other failure,
+    and between attempts to store or to start serving a certificate already obtained."""
+    min_renewal_interval: ExponentialBackoff = field(
+        default_factory=lambda: ExponentialBackoff(base=1.0, cap=300.0)
+    )
+    """Least time from obtaining a certificate to requesting the next one; doubles for each
+    certificate in a row that is due for renewal as soon as it arrives."""
     watch: ReflectorSettings | None = None
     """How a pending CSR is watched (None: the reflector's defaults)."""
 
 
-OnCertificate = Callable[[Path], Awaitable[None]]
-"""Called with the store file (chain + key) of each certificate to serve from now on."""
+@dataclass(frozen=True, kw_only=True)
+class ServingCertificate:
+    """A certificate to serve, held in memory."""
+
+    pem: bytes
+    """The store file's content: the PEM certificate chain, then the private key."""
+    leaf: x509.Certificate
+    """The chain's first certificate (the one naming this node)."""
+    path: Path | None
+    """The store file holding it; None while it could not be stored (not persisted)."""
+
+
+OnCertificate = Callable[[ServingCertificate], Awaitable[None]]
+"""Called with each certificate to serve from now on (the first, then each renewed one)."""
 
 
 class ServingCertificateManager:
@@ -114,68 +141,86 @@ class ServingCertificateManager:
     async def run(self, *, on_certificate: OnCertificate) -> None:
         """Hand `on_certificate` the first usable certificate (stored or newly issued),
         then each renewed one; run until cancelled. Waits as long as a CSR needs
-        (approval may take a human); never raises for API or CSR failures (they are
-        logged and retried), only what `on_certificate` raises."""
-        stored = self._stored()
-        if stored is None:
-            path, leaf = await self._obtain()
-        else:
-            path, leaf = stored
-        await on_certificate(path)
+        (approval may take a human). Raises nothing but CancelledError: failures to
+        obtain, store or serve a certificate (what `on_certificate` raises included) are
+        logged and retried."""
+        certificate = await self._stored() or await self._obtain()
+        held_back = 0
         while True:
             deadline = rotation_deadline(
-                not_before=leaf.not_valid_before_utc, not_after=leaf.not_valid_after_utc
+                not_before=certificate.leaf.not_valid_before_utc,
+                not_after=certificate.leaf.not_valid_after_utc,
             )
-            logger.info(
-                "kubelet API: serving certificate valid until %s; renewing it from %s",
-                _text(leaf.not_valid_after_utc),
-                _text(deadline),
+            renew_at, late = renewal_time(
+                deadline=deadline,
+                now=self._clock.now(),
+                min_interval=self._settings.min_renewal_interval.delay(held_back),
             )
-            await self._clock.sleep_until(deadline)
+            held_back = held_back + 1 if late else 0
+            if late:
+                logger.warning(
+                    "kubelet API: the serving certificate (valid %s to %s) is due for renewal "
+                    "already (from %s, now %s): is this node's clock ahead of the signer's, "
+                    "or the lifetime too short? Renewing it at %s, not sooner",
+                    rfc3339(certificate.leaf.not_valid_before_utc),
+                    rfc3339(certificate.leaf.not_valid_after_utc),
+                    rfc3339(deadline),
+                    rfc3339(self._clock.now()),
+                    rfc3339(renew_at),
+                )
+            else:
+                logger.info(
+                    "kubelet API: serving certificate valid until %s; renewing it from %s",
+                    rfc3339(certificate.leaf.not_valid_after_utc),
+                    rfc3339(renew_at),
+                )
+            await self._settle(certificate, on_certificate=on_certificate, until=renew_at)
+            await self._clock.sleep_until(renew_at)
             logger.info("kubelet API: renewing the serving certificate")
-            path, leaf = await self._obtain()
-            await on_certificate(path)
+            certificate = await self._obtain()
 
-    def _stored(self) -> tuple[Path, x509.Certificate] | None:
+    async def _stored(self) -> ServingCertificate | None:
+        """Return the stored current certificate when it can serve now, else None (with a
+        log saying why). Raises nothing but CancelledError."""
+        problem: str | None
         try:
-            pem = self._store.load_current()
-        except OSError as exc:
-            pem = None
-            logger.warning("kubelet API: cannot read %s: %s", self._store.current, exc)
-        problem = reuse_problem(pem, identity=self._identity, now=self._clock.now())
-        if problem is not None or pem is None:
-            logger.info(
-                "kubelet API: not serving a stored certificate from %s (%s); requesting one "
-                "from the upper cluster; the API starts serving once it is issued",
-                self._store.directory,
-                problem,
-            )
-            return None
-        path = self._store.current_target() or self._store.current
-        logger.info("kubelet API: reusing the serving certificate in %s", path)
-        return path, load_chain(pem)[0]
+            try:
+                pem = await asyncio.to_thread(self._store.load_current)
+            except OSError as exc:
+                pem, problem = None, f"cannot read {self._store.current}: {exc}"
+            else:
+                problem = reuse_problem(pem, identity=self._identity, now=self._clock.now())
+            if pem is not None and problem is None:
+                leaf = load_chain(pem)[0]
+                path = await asyncio.to_thread(self._store.current_target)
+                self._warn_if_not_yet_valid(leaf, source=f"the certificate in {path}")
+                logger.info("kubelet API: reusing the serving certificate in %s", path)
+                return ServingCertificate(pem=pem, leaf=leaf, path=path or self._store.current)
+        except Exception as exc:  # noqa: BLE001 - a bad store must not stop the node
+            problem = f"cannot use it: {_describe(exc)}"
+        logger.info(
+            "kubelet API: not serving a stored certificate from %s (%s); requesting one "
+            "from the upper cluster; the API starts serving once it is issued",
+            self._store.directory,
+            problem,
+        )
+        return None
 
-    async def _obtain(self) -> tuple[Path, x509.Certificate]:
+    async def _obtain(self) -> ServingCertificate:
+        """Return a new certificate from a CSR, trying again (new key, new CSR) after a
+        backoff for as long as it takes. Raises nothing but CancelledError."""
         failures = 0
         while True:
             try:
                 return await self._obtain_once()
-            except CertificateRejected as exc:
-                logger.error("kubelet API: no serving certificate: %s", exc)
-            except (errors.ApiError, errors.ApiUnavailable) as exc:
-                logger.warning("kubelet API: requesting a serving certificate failed: %s", exc)
-            except OSError as exc:
-                logger.error(
-                    "kubelet API: cannot store the serving certificate in %s: %s",
-                    self._store.directory,
-                    exc,
-                )
+            except Exception as exc:  # noqa: BLE001 - see _log_failure
+                _log_failure(exc)
             delay = jittered(self._settings.retry.delay(failures))
             failures += 1
             logger.info("kubelet API: requesting a new serving certificate in %.0fs", delay)
             await asyncio.sleep(delay)
 
-    async def _obtain_once(self) -> tuple[Path, x509.Certificate]:
+    async def _obtain_once(self) -> ServingCertificate:
         key = new_private_key()
         manifest = csr_manifest(
             request_pem=certificate_request(self._identity, key),
@@ -193,21 +238,118 @@ class ServingCertificateManager:
         )
         try:
             chain = load_chain(issued.certificate)
-        except ValueError as exc:
-            raise CertificateRejected(f"CSR {issued.name}: unreadable certificate: {exc}") from exc
-        try:
             check_certificate(chain, key=key, identity=self._identity, now=self._clock.now())
-        except CertificateRejected as exc:
-            raise CertificateRejected(f"CSR {issued.name}: {exc}") from exc
-        path = self._store.save(bundle(issued.certificate, key), now=self._clock.now())
-        logger.info(
-            "kubelet API: serving certificate from CSR %s stored in %s (valid until %s)",
-            issued.name,
-            path,
-            _text(chain[0].not_valid_after_utc),
+        except (CertificateRejected, ValueError) as exc:
+            raise CertificateRejected(f"CSR {issued.name}: unusable certificate: {exc}") from exc
+        self._warn_if_not_yet_valid(chain[0], source=f"the certificate from CSR {issued.name}")
+        certificate = ServingCertificate(
+            pem=bundle(issued.certificate, key), leaf=chain[0], path=None
         )
-        return path, chain[0]
+        stored = await self._save(certificate)
+        if stored.path is not None:
+            logger.info(
+                "kubelet API: serving certificate from CSR %s stored in %s (valid until %s)",
+                issued.name,
+                stored.path,
+                rfc3339(chain[0].not_valid_after_utc),
+            )
+        return stored
+
+    async def _save(self, certificate: ServingCertificate) -> ServingCertificate:
+        """Store `certificate`; return it with its file, or unchanged (path None) when the
+        store cannot be written (logged at ERROR). Raises nothing but CancelledError."""
+        try:
+            path = await asyncio.to_thread(self._store.save, certificate.pem, now=self._clock.now())
+        except OSError as exc:
+            logger.error(
+                "kubelet API: cannot store the serving certificate in %s: %s; serving it from "
+                "memory: it is NOT persisted, so a restart now will need a new CSR (and maybe "
+                "a new approval); trying to store it again",
+                self._store.directory,
+                exc,
+            )
+            return certificate
+        return replace(certificate, path=path)
+
+    async def _settle(
+        self, certificate: ServingCertificate, *, on_certificate: OnCertificate, until: dt.datetime
+    ) -> None:
+        """Hand `certificate` to `on_certificate`, and store it if it is not yet; retry
+        what failed after a backoff until both are done or `until` (the renewal, which
+        brings a new certificate) is nearer than the next attempt. Raises nothing but
+        CancelledError."""
+        served = False
+        failures = 0
+        while True:
+            if not served:
+                try:
+                    await on_certificate(certificate)
+                    served = True
+                except Exception as exc:  # noqa: BLE001 - the node must keep running
+                    logger.error(
+                        "kubelet API: cannot serve the new certificate: %s", _describe(exc)
+                    )
+            if certificate.path is None:
+                certificate = await self._save(certificate)
+                if certificate.path is not None:
+                    logger.info(
+                        "kubelet API: the serving certificate is stored in %s at last",
+                        certificate.path,
+                    )
+            if served and certificate.path is not None:
+                return
+            delay = jittered(self._settings.retry.delay(failures))
+            failures += 1
+            if (until - self._clock.now()).total_seconds() <= delay:
+                return
+            await asyncio.sleep(delay)
+
+    def _warn_if_not_yet_valid(self, leaf: x509.Certificate, *, source: str) -> None:
+        ahead = not_yet_valid_for(leaf, now=self._clock.now())
+        if ahead > dt.timedelta(0):
+            logger.warning(
+                "kubelet API: %s is valid only from %s, %.0fs after this node's clock: the "
+                "clock is behind the signer's (check NTP); serving it anyway, as clients "
+                "judge its validity by their own clocks",
+                source,
+                rfc3339(leaf.not_valid_before_utc),
+                ahead.total_seconds(),
+            )
 
 
-def _text(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """Return the exceptions inside `exc`, exception groups (as a TaskGroup raises them)
+    flattened; `[exc]` for any other exception."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _describe(exc: BaseException) -> str:
+    """Return what went wrong, for a log: each exception inside a group, separated by
+    `; `; the ones we raise on purpose by their message, others by type and message."""
+    texts = []
+    for leaf in _leaves(exc):
+        expected = isinstance(
+            leaf, CertificateRejected | errors.ApiError | errors.ApiUnavailable | OSError
+        )
+        texts.append(str(leaf) if expected else f"{type(leaf).__name__}: {leaf}")
+    return "; ".join(texts)
+
+
+def _log_failure(exc: Exception) -> None:
+    """Log a failure to obtain a certificate: a rejected CSR or certificate at ERROR, an
+    API error at WARNING (the upper cluster may come back), anything else (a malformed
+    answer, a bug) at ERROR with its traceback. The caller retries all of them."""
+    leaves = _leaves(exc)
+    cause = leaves[0] if len(leaves) == 1 else exc
+    if isinstance(cause, CertificateRejected):
+        logger.error("kubelet API: no serving certificate: %s", _describe(exc))
+    elif isinstance(cause, errors.ApiError | errors.ApiUnavailable):
+        logger.warning("kubelet API: requesting a serving certificate failed: %s", _describe(exc))
+    else:
+        logger.error(
+            "kubelet API: requesting a serving certificate failed unexpectedly: %s",
+            _describe(exc),
+            exc_info=exc,
+        )

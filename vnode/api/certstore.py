@@ -3,16 +3,24 @@ kubelet's certificate store: `kubelet-server-<timestamp>.pem` files (chain + key
 0600) and the `kubelet-server-current.pem` symlink naming the one in use.
 
 The symlink is relative (the directory can be moved or mounted elsewhere) and replaced
-atomically, so a reader sees the old or the new certificate, never half of one.
+atomically, so a reader sees the old or the new certificate, never half of one. Only the
+current and the previous certificate files are kept (`certificates.stale_files` says why).
+
+Every method does blocking file I/O (save fsyncs): callers on an event loop run them in a
+thread (`asyncio.to_thread`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
+import tempfile
 from pathlib import Path
 
-from vnode.api.certificates import CURRENT_FILE, stamped_file_name
+from vnode.api.certificates import CURRENT_FILE, stale_files, stamped_file_name
+
+logger = logging.getLogger(__name__)
 
 _DIR_MODE = 0o700
 _FILE_MODE = 0o600
@@ -29,6 +37,20 @@ class CertificateStore:
         """The path of the `kubelet-server-current.pem` pointer."""
         return self.directory / CURRENT_FILE
 
+    def check_writable(self) -> None:
+        """Make the directory (0700, with its parents) if it is missing, then create, write
+        and delete a probe file in it: what `save` will need, checked before a certificate
+        is requested. Raises OSError saying what failed (not a directory, read-only file
+        system, permissions...)."""
+        self.directory.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=self.directory)
+        try:
+            os.write(fd, b"tensile")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+
     def load_current(self) -> bytes | None:
         """Return the content of the current certificate file, or None if there is none.
         Raises OSError for other failures (permissions, a directory in its place)."""
@@ -38,17 +60,24 @@ class CertificateStore:
             return None
 
     def current_target(self) -> Path | None:
-        """Return the file the current pointer names (resolved), or None without one."""
+        """Return the file the current pointer names, or None without one. A pointer that
+        is not a symlink (a regular file, e.g. restored with `cp -L`) or cannot be read as
+        one is its own target: it still holds the certificate. Raises nothing."""
         try:
             return self.directory / os.readlink(self.current)
         except FileNotFoundError:
             return None
+        except OSError:
+            return self.current
 
     def save(self, content: bytes, *, now: dt.datetime) -> Path:
         """Write `content` as `kubelet-server-<now>.pem` (0600, in a 0700 directory made if
-        missing) and point `kubelet-server-current.pem` at it; return the new file's path.
-        Raises OSError when the directory cannot be written."""
+        missing), point `kubelet-server-current.pem` at it, and delete the certificate
+        files older than the one it pointed at before; return the new file's path.
+        Raises OSError when the directory cannot be written (a file that cannot be deleted
+        is only logged: the new certificate is in place)."""
         self.directory.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
+        previous = self.current_target()
         path = self.directory / stamped_file_name(now)
         partial = path.with_name(path.name + ".tmp")
         partial.unlink(missing_ok=True)
@@ -64,4 +93,10 @@ class CertificateStore:
         link.unlink(missing_ok=True)
         link.symlink_to(path.name)
         os.replace(link, self.current)
+        keep = {path.name} | ({previous.name} if previous is not None else set())
+        for name in stale_files(os.listdir(self.directory), keep=keep):
+            try:
+                (self.directory / name).unlink(missing_ok=True)
+            except OSError as exc:
+                logger.warning("kubelet API: cannot delete the old certificate %s: %s", name, exc)
         return path

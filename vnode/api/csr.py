@@ -49,8 +49,25 @@ class Issued:
 
 async def may_approve(upper: ApiClient) -> bool:
     """Tell whether our credentials may approve kubelet-serving CSRs (two or three
-    SelfSubjectAccessReviews). Raises errors.ApiError / ApiUnavailable when the upper
-    cluster cannot answer."""
+    SelfSubjectAccessReviews).
+
+    A review we may not create (403: a hardened cluster that takes
+    `selfsubjectaccessreviews` away from everyone but a few) or an API without them (404)
+    means False, with a log: the CSR is then created and waits for an administrator, as a
+    kubelet's does. Raises errors.ApiError / ApiUnavailable for other failures (the caller
+    tries again later)."""
+    try:
+        return await _may_approve(upper)
+    except (errors.Forbidden, errors.NotFound) as exc:
+        logger.info(
+            "kubelet API: cannot ask whether this node may approve its own CSRs "
+            "(SelfSubjectAccessReview: %s); an administrator will have to approve them",
+            exc,
+        )
+        return False
+
+
+async def _may_approve(upper: ApiClient) -> bool:
     approval = {
         "group": "certificates.k8s.io",
         "resource": "certificatesigningrequests",

@@ -18,6 +18,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from vnode.kube.timestamps import rfc3339
 from vnode.provider import NodeUsage, Usage
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -149,8 +150,7 @@ def _cpu_and_memory(usage: Usage) -> dict[str, Any]:
 
 
 def _time(unix_seconds: float) -> str:
-    moment = dt.datetime.fromtimestamp(int(unix_seconds), tz=dt.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(dt.datetime.fromtimestamp(int(unix_seconds), tz=dt.UTC))
 
 
 def running_pods(pods: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
