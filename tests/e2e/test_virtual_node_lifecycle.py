@@ -8,6 +8,7 @@ import os
 import secrets
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -223,14 +224,17 @@ def test_a_namespace_prefix_maps_namespaces_below(
 def _virtual_node(
     *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "vnode", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
+    # Run from a scratch directory: the default --cert-dir is relative to it.
+    with tempfile.TemporaryDirectory() as scratch:
+        return subprocess.run(
+            [sys.executable, "-m", "vnode", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            check=False,
+            cwd=scratch,
+        )
 
 
 @pytest.mark.parametrize(

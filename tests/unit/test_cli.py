@@ -67,6 +67,7 @@ def test_a_kubelet_token_file_that_holds_no_token_stops_the_start(
             f"--kubeconfig={kubeconfig}",
             "--lower-kubelet-access=direct",
             f"--lower-kubelet-token-file={token}",
+            f"--cert-dir={tmp_path / 'pki'}",
         ]
     )
     assert code == 2
