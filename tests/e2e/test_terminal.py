@@ -71,6 +71,18 @@ class _Terminal:
                     pytest.fail(f"{pattern!r} not seen before kubectl ended; got {self.output!r}")
         return found
 
+    def until(self, pattern: str, *, typing: str, timeout: float = 30.0) -> None:
+        """Type `typing` every half second until `pattern` shows in the output."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.type(typing)
+            try:
+                self.expect(pattern, timeout=0.5)
+                return
+            except pytest.fail.Exception:
+                if time.monotonic() > deadline:
+                    raise
+
     def type(self, text: str) -> None:
         os.write(self.master, text.encode())
 
@@ -112,17 +124,16 @@ def _terminal(
 def test_exec_with_a_terminal_follows_resizes_and_returns_the_exit_code(
     cluster_pair: ClusterPair, namespace: str, running_pod: str, websockets: str
 ) -> None:
-    script = "stty size; read line; stty size; exit 4"
+    # Each line typed prints the terminal's size. Sizes travel on their own stream, so the
+    # test keeps asking until the size it set shows, rather than guessing when it arrived.
+    script = "while read line; do stty size; done; exit 4"
     argv = [kubectl_binary(), "exec", "-it", "-n", namespace, running_pod, "--", "sh", "-c", script]
     env = _kubectl_env(cluster_pair, websockets)
     with _terminal(argv, env=env, rows=33, cols=101) as terminal:
-        terminal.expect(r"33 101")
+        terminal.until(r"33 101", typing="\r")
         terminal.resize(rows=47, cols=132)
-        # The resize and the line travel on different streams: give the size a moment to
-        # reach the remote terminal before the line releases the second `stty size`.
-        time.sleep(1.0)
-        terminal.type("go\r")
-        terminal.expect(r"47 132")
+        terminal.until(r"47 132", typing="\r")
+        terminal.type("\x04")  # end of input at the terminal: the loop ends, then the shell
         assert terminal.wait() == 4
 
 
