@@ -7,6 +7,8 @@ import json
 import logging
 import sys
 
+from aiohttp import http_exceptions
+
 _LEVELS = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
@@ -32,6 +34,24 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, separators=(",", ":"))
 
 
+def quiet_bad_requests(record: logging.LogRecord) -> bool:
+    """Turn aiohttp's ERROR-with-traceback for a malformed HTTP request (already answered
+    400) into one INFO line: anyone who can reach the kubelet port could otherwise fill
+    the logs with tracebacks. Other records pass unchanged."""
+    exc = record.exc_info[1] if record.exc_info else None
+    if isinstance(exc, http_exceptions.HttpProcessingError):
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        record.msg, record.args = (
+            "kubelet API: malformed request answered %s: %s",
+            (
+                exc.code,
+                exc.message.strip().splitlines()[0] if exc.message.strip() else type(exc).__name__,
+            ),
+        )
+        record.exc_info = record.exc_text = None
+    return True
+
+
 def configure(*, level: str, fmt: str) -> None:
     """Send logs to stderr at `level` (debug, info, warn, error) as `fmt` (text or json)."""
     handler = logging.StreamHandler(sys.stderr)
@@ -44,3 +64,6 @@ def configure(*, level: str, fmt: str) -> None:
     root.setLevel(_LEVELS.get(level, logging.INFO))
     # aiohttp's access log is the kubelet API's business, not a node's heartbeat.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    server = logging.getLogger("aiohttp.server")
+    if quiet_bad_requests not in server.filters:
+        server.addFilter(quiet_bad_requests)

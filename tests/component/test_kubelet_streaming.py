@@ -489,3 +489,36 @@ async def test_an_idle_spdy_connection_is_closed_and_pings_keep_it_open() -> Non
         finally:
             await client.close()
     assert frames == [spdy.GoAway(last_good_stream_id=0)]
+
+
+async def test_streams_nobody_asked_for_are_reset_and_cannot_stall_the_session() -> None:
+    # A stream of an unknown kind, a repeated one, and one opened once the session runs are
+    # never read: they are reset at once, and megabytes written to them hold nothing back.
+    provider = FakeProvider()
+    async with _api(provider) as server:
+        client = await SpdyClient.connect(server, EXEC, "v4.channel.k8s.io")
+        try:
+            for stream_id, kind in ((1, "error"), (3, "bogus"), (5, "error"), (7, "stdout")):
+                client.open(stream_id, kind)
+            client.open(9, "stderr")
+            await asyncio.wait_for(provider.opened.wait(), timeout=5)
+            client.open(11, "stdin")  # late: the session already runs
+            for stream_id in (3, 5, 11):
+                client.send(spdy.Data(stream_id=stream_id, data=b"x" * (2 * 1024 * 1024)))
+            # Frames are handled in order: the PING's echo says all that data was taken in.
+            client.send(spdy.Ping(ping_id=1))
+            frames = []
+            async with asyncio.timeout(5):
+                wanted = [spdy.RstStream(stream_id=i, status=spdy.RST_CANCEL) for i in (3, 5, 11)]
+                wanted.append(spdy.Ping(ping_id=1))
+                while not all(frame in frames for frame in wanted):
+                    frame = await client.frame()
+                    assert frame is not None
+                    frames.append(frame)
+            for message in ((1, b"still here"), (3, SUCCESS), None):
+                provider.sessions[0].output.put_nowait(message)
+            frames = await client.until_closed()
+        finally:
+            await client.close()
+    assert _data(frames, 7) == b"still here"
+    assert _data(frames, 1) == SUCCESS

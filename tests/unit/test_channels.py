@@ -106,6 +106,7 @@ def test_a_forwarded_port_opens_its_channels_little_endian() -> None:
 def test_ports_come_repeated_or_comma_separated() -> None:
     assert ch.parse_ports(["8080"]) == (8080,)
     assert ch.parse_ports(["80,443", "9090"]) == (80, 443, 9090)
+    assert len(ch.parse_ports([",".join(["80"] * 128)])) == 128
 
 
 @pytest.mark.parametrize(
@@ -118,6 +119,7 @@ def test_ports_come_repeated_or_comma_separated() -> None:
         (["80,x"], "'x' is not a port"),
         (["-1"], "not a port"),
         (["\uff18\uff10"], "not a port"),  # full-width digits are digits to str.isdigit
+        ([",".join(["80"] * 129)], "at most 128 ports"),  # port 129 would need channel 257
     ],
 )
 def test_bad_ports_are_refused(values: list[str], error: str) -> None:

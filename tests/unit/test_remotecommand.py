@@ -92,8 +92,54 @@ def test_resize_data_splits_into_sizes_and_what_is_still_coming() -> None:
         "",
     )
     assert rc.take_sizes("garbage") == ([], "garbage")  # the cap on what waits handles it
-    with pytest.raises(ValueError, match="JSON object"):
+    with pytest.raises(ValueError, match="terminal size"):
         rc.take_sizes('[1, 2] {"Width":1,"Height":2}')
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"Width":-1,"Height":2}', '{"Width":65536,"Height":2}', '{"Width":true,"Height":2}',
+     '{"Width":"80","Height":24}', '{"Width":1.5,"Height":2}', "{}" + "x"],
+)  # fmt: skip
+def test_only_sizes_a_kubelet_accepts_pass(text: str) -> None:
+    if text == "{}x":
+        # Missing keys are zero, as Go decodes them; what follows waits for more.
+        assert rc.take_sizes(text) == ([{"Width": 0, "Height": 0}], "x")
+        return
+    with pytest.raises(ValueError, match="terminal size"):
+        rc.take_sizes(text)
+
+
+def test_sizes_are_passed_on_with_just_their_two_numbers() -> None:
+    sizes, rest = rc.take_sizes('{"Width":80,"Height":24,"Extra":{"big":[1,2,3]}}')
+    assert (sizes, rest) == ([{"Width": 80, "Height": 24}], "")
+
+
+class _Chunks:
+    """A resize stream that hands out prepared chunks, then its end."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self._chunks = list(chunks)
+        self.discarded = False
+
+    async def read(self) -> bytes:
+        return self._chunks.pop(0) if self._chunks else b""
+
+    def discard(self) -> None:
+        self.discarded = True
+
+
+async def test_a_flood_of_sizes_in_one_piece_is_refused_unparsed() -> None:
+    # Megabytes of valid sizes would keep the event loop parsing: more than 4 KiB at once
+    # ends the resize stream instead.
+    flood = b'{"Width":80,"Height":24}' * 200
+    sizes = rc._TerminalSizes(_Chunks(b'{"Width":1,"Height":2}', flood))  # type: ignore[arg-type]
+    assert await sizes.next() == [{"Width": 1, "Height": 2}]
+    with pytest.raises(ValueError, match="4096 bytes"):
+        await sizes.next()
+    ending = rc._TerminalSizes(_Chunks(b'{"Width":3,', b'"Height":4}'))  # type: ignore[arg-type]
+    assert await ending.next() == [{"Width": 3, "Height": 4}]
+    assert await ending.next() is None
 
 
 def test_websocket_channels_follow_the_options() -> None:

@@ -117,10 +117,16 @@ def port_prefix(port: int) -> bytes:
     return struct.pack("<H", port)
 
 
+MAX_PORTS = 128
+"""Ports one WebSocket port-forward may carry: port i uses channels 2i and 2i+1, and a
+channel number is one byte."""
+
+
 def parse_ports(values: Sequence[str]) -> tuple[int, ...]:
     """Parse the `port` query values of a WebSocket port-forward (each may be a comma-
     separated list) into ports 1-65535, in order. Raises ValueError with the kubelet's kind
-    of message when there is none, one is empty, or one is not a port."""
+    of message when there is none, one is empty, one is not a port, or there are more than
+    MAX_PORTS."""
     if not values:
         raise ValueError('query parameter "port" is required')
     ports: list[int] = []
@@ -131,4 +137,6 @@ def parse_ports(values: Sequence[str]) -> tuple[int, ...]:
             if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 65536:
                 raise ValueError(f"{text!r} is not a port (1-65535)")
             ports.append(int(text))
+    if len(ports) > MAX_PORTS:
+        raise ValueError(f"at most {MAX_PORTS} ports per request, got {len(ports)}")
     return tuple(ports)

@@ -129,6 +129,16 @@ async def _serve_pairs(
                 pair.complete.set()
 
 
+async def _timed_out(pair: _Pair) -> None:
+    message = f"timed out waiting for the streams of port-forward request {pair.key}"
+    logger.info("kubelet API: %s", message)
+    error = pair.streams.get("error")
+    if error is not None:
+        with contextlib.suppress(Exception):
+            await error.write(message.encode())
+            await error.close()
+
+
 async def _serve_pair(
     pair: _Pair, *, pending: dict[str, _Pair], connect: Connect, timeout: float
 ) -> None:
@@ -138,14 +148,10 @@ async def _serve_pair(
         async with asyncio.timeout(timeout):
             await pair.complete.wait()
     except TimeoutError:
-        message = f"timed out waiting for the streams of port-forward request {pair.key}"
-        logger.info("kubelet API: %s", message)
-        error = pair.streams.get("error")
-        if error is not None:
-            with contextlib.suppress(Exception):
-                await error.write(message.encode())
-                await error.close()
-        return
+        # The partner may have come in the very turn the timeout fired: then forward.
+        if not pair.complete.is_set():
+            await _timed_out(pair)
+            return
     finally:
         pending.pop(pair.key, None)
         if not pair.complete.is_set():
@@ -225,9 +231,19 @@ async def _forward_one(
     data: ChannelStream, error: ChannelStream, *, port: int, connect: Connect
 ) -> None:
     try:
-        session = await connect(port)
+        # The lower side may accept the connection and never answer the upgrade.
+        async with asyncio.timeout(STREAM_CREATION_TIMEOUT):
+            session = await connect(port)
     except provider_errors.ProviderError as exc:
         await _fail(data, error, f"forwarding port {port}: {exc}")
+        return
+    except TimeoutError:
+        await _fail(
+            data,
+            error,
+            f"forwarding port {port}: the lower cluster did not connect in "
+            f"{STREAM_CREATION_TIMEOUT:.0f}s",
+        )
         return
 
     async def upstream() -> None:

@@ -20,7 +20,6 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
 
 from aiohttp import web
 
@@ -41,11 +40,13 @@ PROTOCOLS = (
     "v2.channel.k8s.io",
     "channel.k8s.io",
 )
+STATUS_LIMIT = 64 * 1024
+"""Bytes of the backend's error channel (its exec Status) kept at most."""
 FIRST_SIZE_WAIT = 1.0
 """Seconds a terminal command waits for the client's first size before it starts anyway."""
 MAX_RESIZE_PENDING = 4096
-"""Bytes of resize data that may wait for the end of a JSON object; beyond it the resize
-stream is dropped (a client sending endless non-JSON must not grow our memory)."""
+"""Bytes of resize data that may be parsed at once (what waits for the end of an object
+included); beyond it the resize stream is dropped: memory and parsing stay bounded."""
 
 OpenSession = Callable[[], Awaitable[RemoteSession]]
 
@@ -137,26 +138,43 @@ def failure_status(message: str) -> bytes:
     return json.dumps(status).encode()
 
 
-def take_sizes(pending: str) -> tuple[list[dict[str, Any]], str]:
-    """Split the resize stream's text `pending` into the complete JSON objects it starts
-    with (`{"Width":w,"Height":h}`, passed on as they are) and what is left of an object not
-    complete yet. Raises ValueError for a complete JSON value that is not an object (a
-    kubelet's decoder stops reading the stream there too)."""
+def take_sizes(pending: str) -> tuple[list[dict[str, int]], str]:
+    """Split the resize stream's text `pending` into the complete terminal sizes it starts
+    with (`{"Width":w,"Height":h}`, re-encoded with just those two keys) and what is left of
+    a size not complete yet.
+
+    Raises ValueError for a complete JSON value that is not a size of two integers in
+    0-65535 (the kubelet decodes a TerminalSize of two uint16 and stops reading the stream
+    at the first that fails). Linear in `pending`: parsing goes by index, never by copying
+    what is left after each object.
+    """
     decoder = json.JSONDecoder()
-    sizes: list[dict[str, Any]] = []
-    rest = pending.lstrip()
-    while rest:
+    sizes: list[dict[str, int]] = []
+    index, end = 0, len(pending)
+    while True:
+        while index < end and pending[index] in " \t\r\n":
+            index += 1
+        if index == end:
+            return sizes, ""
         try:
-            size, end = decoder.raw_decode(rest)
+            value, after = decoder.raw_decode(pending, index)
         except RecursionError:
             raise ValueError("a terminal size is a flat JSON object, got deep nesting") from None
         except ValueError:
-            break  # wait for the rest of the object
-        if not isinstance(size, dict):
-            raise ValueError(f"a terminal size is a JSON object, got {rest[:end]!r}")
-        sizes.append(size)
-        rest = rest[end:].lstrip()
-    return sizes, rest
+            return sizes, pending[index:]  # wait for the rest of the object
+        sizes.append(_terminal_size(value, text=pending[index:after]))
+        index = after
+
+
+def _terminal_size(value: object, *, text: str) -> dict[str, int]:
+    if isinstance(value, dict):
+        width, height = value.get("Width", 0), value.get("Height", 0)
+        if all(
+            isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= 0xFFFF
+            for n in (width, height)
+        ):
+            return {"Width": width, "Height": height}
+    raise ValueError(f"a terminal size is {{Width, Height}} in 0-65535, got {text[:80]!r}")
 
 
 def websocket_layout(options: RemoteCommand) -> dict[int, ChannelSpec]:
@@ -193,8 +211,12 @@ async def serve_spdy(
         streams = await _spdy_streams(
             connection, options=options, protocol=protocol, timeout=creation_timeout
         )
-        if streams is not None:
+        if streams is None:
+            return
+        async with asyncio.TaskGroup() as group:
+            late = group.create_task(_discard_late(connection), name="exec-late-streams")
             await _run(streams, open_session=open_session, protocol=protocol, attach=attach)
+            late.cancel()
 
     try:
         await run_connection(
@@ -246,6 +268,13 @@ async def serve_websocket(
     return connection.response
 
 
+async def _discard_late(connection: SpdyConnection) -> None:
+    """Discard the streams a client opens once the session runs: nobody reads them, and
+    unread data on one would pause reading for the whole connection."""
+    while (stream := await connection.accept()) is not None:
+        stream.discard()
+
+
 async def _spdy_streams(
     connection: SpdyConnection, *, options: RemoteCommand, protocol: str, timeout: float
 ) -> dict[str, ChannelStream] | None:
@@ -265,6 +294,10 @@ async def _spdy_streams(
                 stream = await connection.accept()
                 if stream is None:
                     return None
+                if stream.kind not in expected or stream.kind in streams:
+                    # Unasked-for or repeated: never read, so it must not hold data back.
+                    stream.discard()
+                    continue
                 streams[stream.kind] = stream
     except TimeoutError:
         logger.info("kubelet API: exec streams not created in %.0fs", timeout)
@@ -281,7 +314,7 @@ async def _run(
 ) -> None:
     """Start the session now that the client's streams exist, and bridge them to it."""
     sizes = _TerminalSizes(streams["resize"]) if "resize" in streams else None
-    first_sizes: list[dict[str, Any]] = []
+    first_sizes: list[dict[str, int]] = []
     if sizes is not None:
         # kubectl sends the terminal's size as soon as the streams exist; a command started
         # before it arrives would see a 0x0 terminal (`stty size`, full-screen programs).
@@ -294,12 +327,21 @@ async def _run(
             logger.info("kubelet API: dropping a resize stream: %s", exc)
             sizes.stream.discard()
             sizes = None
+    what = "attaching to container" if attach else "executing command in container"
     try:
-        session = await open_session()
-    except provider_errors.ProviderError as exc:
+        # Bounded: the lower side may accept the connection and never answer the upgrade.
+        async with asyncio.timeout(STREAM_CREATION_TIMEOUT):
+            session = await open_session()
+    except Exception as exc:  # whatever it is, the client gets a status
         # As a kubelet whose runtime fails: an InternalError status, after the upgrade.
-        what = "attaching to container" if attach else "executing command in container"
-        status = failure_status(f"Internal error occurred: error {what}: {exc}")
+        if isinstance(exc, TimeoutError):
+            reason = f"the lower cluster did not start it in {STREAM_CREATION_TIMEOUT:.0f}s"
+        elif isinstance(exc, provider_errors.ProviderError):
+            reason = str(exc)
+        else:
+            logger.warning("kubelet API: opening a lower session failed", exc_info=exc)
+            reason = f"{type(exc).__name__}: {exc}"
+        status = failure_status(f"Internal error occurred: error {what}: {reason}")
         await _finish(streams, protocol=protocol, status=status)
         return
     try:
@@ -317,19 +359,21 @@ class _TerminalSizes:
         self.stream = stream
         self._pending = ""
 
-    async def next(self) -> list[dict[str, Any]] | None:
+    async def next(self) -> list[dict[str, int]] | None:
         """Return the next complete sizes, or None once the stream ended. Raises ValueError
-        for a value that is not a size, or MAX_RESIZE_PENDING bytes without one. Safe to
-        cancel: its only wait is the stream's read, which loses nothing when cancelled."""
+        for a value that is not a size, or more than MAX_RESIZE_PENDING bytes at once (a
+        size is some 30 bytes; a client sending megabytes of them would only make us parse
+        and forward what a terminal never needs). Safe to cancel: its only wait is the
+        stream's read, which loses nothing when cancelled."""
         while True:
             sizes, self._pending = take_sizes(self._pending)
             if sizes:
                 return sizes
-            if len(self._pending) > MAX_RESIZE_PENDING:
-                raise ValueError(f"over {MAX_RESIZE_PENDING} bytes without a size")
             data = await self.stream.read()
             if not data:
                 return None
+            if len(self._pending) + len(data) > MAX_RESIZE_PENDING:
+                raise ValueError(f"over {MAX_RESIZE_PENDING} bytes of resize data at once")
             self._pending += data.decode("utf-8", errors="replace")
 
 
@@ -339,7 +383,7 @@ async def _bridge(
     session: RemoteSession,
     protocol: str,
     sizes: _TerminalSizes | None,
-    first_sizes: list[dict[str, Any]],
+    first_sizes: list[dict[str, int]],
 ) -> None:
     async def pump_stdin(stream: ChannelStream) -> None:
         # The command may end (and its session close) while stdin still streams: stop
@@ -351,11 +395,11 @@ async def _bridge(
         stream.discard()
 
     async def pump_resize(sizes: _TerminalSizes) -> None:
-        found: list[dict[str, Any]] | None = first_sizes
+        found: list[dict[str, int]] | None = first_sizes
         try:
             while found is not None:
-                for size in found:
-                    await session.send(RESIZE, json.dumps(size).encode())
+                if found:  # sizes that came together: only the last one still holds
+                    await session.send(RESIZE, json.dumps(found[-1]).encode())
                 found = await sizes.next()
         except ValueError as exc:
             logger.info("kubelet API: dropping a resize stream: %s", exc)
@@ -375,7 +419,8 @@ async def _bridge(
             elif channel == STDERR and "stderr" in streams:
                 await streams["stderr"].write(data)
             elif channel == ERROR:
-                status = (status or b"") + data
+                # The backend's Status is small; a runaway error channel is cut, not held.
+                status = ((status or b"") + data)[:STATUS_LIMIT]
         # Ended with no word from the backend (its connection dropped): never let that read
         # as success.
         await _finish(

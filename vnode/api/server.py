@@ -460,8 +460,10 @@ def _needs_upgrade() -> web.Response:
 def _websocket_protocol(request: web.Request, supported: tuple[str, ...]) -> str:
     """Negotiate the channel sub-protocol; no common one is 403, as a kubelet answers."""
     try:
+        # Only the first header counts, as for the kubelet (Go's Header.Get) and for
+        # aiohttp's handshake, which must answer the protocol we chose.
         return channels.negotiate(
-            request.headers.getall("Sec-WebSocket-Protocol", []), supported=supported
+            request.headers.getall("Sec-WebSocket-Protocol", [])[:1], supported=supported
         )
     except channels.NoCommonProtocol as exc:
         raise remotecommand.RequestError(str(exc), status=403) from exc

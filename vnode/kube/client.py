@@ -285,6 +285,7 @@ ERROR_BODY_LIMIT = 64 * 1024
 """Bytes of an error answer's body read at most (a Status is far smaller; the rest is left
 unread, and the connection closed)."""
 _REFUSAL_BODY_LIMIT = ERROR_BODY_LIMIT
+_REFUSAL_BODY_TIMEOUT = 5.0  # seconds
 
 
 async def read_bounded(response: aiohttp.ClientResponse, *, limit: int) -> bytes:
@@ -305,7 +306,12 @@ async def _refused_upgrade(response: aiohttp.ClientResponse) -> None:
     apiserver gives, e.g. "container not found"). Other answers pass untouched."""
     upgrade = response.request_info.headers.get("Upgrade", "")
     if response.status >= 400 and upgrade.lower() == "websocket":
-        body = await response.content.read(_REFUSAL_BODY_LIMIT)
+        # Bounded in size and time: a refusal whose body never comes still fails promptly.
+        try:
+            async with asyncio.timeout(_REFUSAL_BODY_TIMEOUT):
+                body = await read_bounded(response, limit=_REFUSAL_BODY_LIMIT)
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            body = b""
         raise errors.from_response(
             code=response.status, body=body, retry_after=response.headers.get("Retry-After")
         )
