@@ -41,6 +41,20 @@ class NoCommonProtocol(ValueError):
     """The client offers no sub-protocol the endpoint serves (a kubelet answers 403)."""
 
 
+def header_values(values: Sequence[str]) -> list[str]:
+    """Split header `values` (each possibly a comma-separated list) into their non-empty
+    items, in order: how protocol offers arrive in X-Stream-Protocol-Version and
+    Sec-WebSocket-Protocol."""
+    return [item.strip() for value in values for item in value.split(",") if item.strip()]
+
+
+def parse_port(text: str) -> int:
+    """Parse one port number. Raises ValueError unless it is ASCII digits for 1-65535."""
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 65536:
+        raise ValueError(f"{text!r} is not a port (1-65535)")
+    return int(text)
+
+
 def negotiate(offered: Sequence[str], *, supported: Sequence[str]) -> str:
     """Return the first sub-protocol of the client's `Sec-WebSocket-Protocol` values
     (`offered`, each possibly comma-separated) that is in `supported`.
@@ -48,7 +62,7 @@ def negotiate(offered: Sequence[str], *, supported: Sequence[str]) -> str:
     A client that offers nothing gets "" (the binary v1 protocol) if `supported` has it,
     as the kubelet's wsstream handshake does. Raises NoCommonProtocol otherwise.
     """
-    wanted = [p.strip() for value in offered for p in value.split(",") if p.strip()]
+    wanted = header_values(offered)
     for protocol in wanted or [NONE]:
         if protocol in supported:
             return protocol
@@ -133,10 +147,7 @@ def parse_ports(values: Sequence[str]) -> tuple[int, ...]:
     for value in values:
         if not value:
             raise ValueError('query parameter "port" cannot be empty')
-        for text in value.split(","):
-            if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 65536:
-                raise ValueError(f"{text!r} is not a port (1-65535)")
-            ports.append(int(text))
+        ports.extend(parse_port(text) for text in value.split(","))
     if len(ports) > MAX_PORTS:
         raise ValueError(f"at most {MAX_PORTS} ports per request, got {len(ports)}")
     return tuple(ports)

@@ -38,7 +38,7 @@ Connect = Callable[[int], Awaitable[PortSession]]
 
 def negotiate(offered: list[str]) -> str | None:
     """Return PROTOCOL if the client offers it (values may be comma-separated), else None."""
-    wanted = {p.strip() for value in offered for p in value.split(",")}
+    wanted = set(channels.header_values(offered))
     return PROTOCOL if PROTOCOL in wanted else None
 
 
@@ -51,9 +51,10 @@ def pair_key(*, request_id: str, stream_id: int, kind: str) -> str:
 
 def parse_port(text: str) -> int:
     """Parse a stream's `port` header. Raises ValueError unless it is 1-65535."""
-    if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 65536:
-        raise ValueError(f"invalid port {text!r}")
-    return int(text)
+    try:
+        return channels.parse_port(text)
+    except ValueError:
+        raise ValueError(f"invalid port {text!r}") from None
 
 
 def websocket_layout(ports: Sequence[int]) -> dict[int, ChannelSpec]:

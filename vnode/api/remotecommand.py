@@ -93,7 +93,7 @@ def parse(query: Mapping[str, str], commands: Sequence[str], *, exec_: bool) -> 
 
 def negotiate(offered: Sequence[str]) -> str:
     """Return the first offered sub-protocol we serve. Raises RequestError (400, 403)."""
-    wanted = [p.strip() for value in offered for p in value.split(",") if p.strip()]
+    wanted = channels.header_values(offered)
     if not wanted:
         raise RequestError("missing X-Stream-Protocol-Version")
     for protocol in wanted:
