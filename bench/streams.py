@@ -78,6 +78,7 @@ async def logs_throughput(
     cache or a busy moment does not favour whichever path runs first."""
     log_path = f"/api/v1/namespaces/{namespace}/pods/{pod}/log"
     url = f"https://127.0.0.1:{node.kubelet_port}/containerLogs/{namespace}/{pod}/main"
+    tls = kubelet_tls(pair)  # one context: the pool keeps its connection, as the others do
     async with (
         ApiClient(config.load(str(pair.lower.kubeconfig)), name="bench", qps=0) as lower,
         ApiClient(config.load(str(pair.upper.kubeconfig)), name="bench", qps=0) as upper,
@@ -89,7 +90,7 @@ async def logs_throughput(
                 return await read_all(response.content.iter_chunked(256 * 1024))
 
         async def via_node() -> int:
-            async with session.get(url, ssl=kubelet_tls(pair)) as response:
+            async with session.get(url, ssl=tls) as response:
                 response.raise_for_status()
                 return await read_all(response.content.iter_chunked(256 * 1024))
 
@@ -272,7 +273,6 @@ def main() -> None:
         kubectl_rates = kubectl_logs_throughput(
             pair, namespace=namespace, pod="stream", runs=args.runs
         )
-        pair.logs_file.write_bytes(original_log)
         latency = asyncio.run(
             exec_latency(pair, node, namespace=namespace, pod="stream", count=args.round_trips)
         )

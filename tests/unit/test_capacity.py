@@ -12,11 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vnode.kube.quantity import parse_quantity
+from vnode.kube.resources import pod_is_terminal
 from vnode.providers.k2k.capacity import (
     capacity,
     node_is_usable,
     node_resources,
-    pod_is_terminal,
     pod_requests,
 )
 

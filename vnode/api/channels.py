@@ -29,6 +29,8 @@ V4_BASE64 = "v4.base64.channel.k8s.io"
 V1_BASE64 = "base64.channel.k8s.io"
 V1 = "channel.k8s.io"
 NONE = ""
+STATUS_LIMIT = 64 * 1024
+"""Bytes of a backend's error channel (its exec Status) kept at most."""
 """What a client that names no sub-protocol gets: the binary v1 protocol (kubelet)."""
 
 EXEC_PROTOCOLS = (V5, V4, V4_BASE64, V1_BASE64, V1, NONE)

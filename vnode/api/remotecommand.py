@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -33,15 +34,8 @@ from vnode.provider import RemoteCommand, RemoteSession
 
 logger = logging.getLogger(__name__)
 
-PROTOCOLS = (
-    "v5.channel.k8s.io",
-    "v4.channel.k8s.io",
-    "v3.channel.k8s.io",
-    "v2.channel.k8s.io",
-    "channel.k8s.io",
-)
-STATUS_LIMIT = 64 * 1024
-"""Bytes of the backend's error channel (its exec Status) kept at most."""
+V3, V2 = "v3.channel.k8s.io", "v2.channel.k8s.io"  # SPDY only
+PROTOCOLS = (channels.V5, channels.V4, V3, V2, channels.V1)
 FIRST_SIZE_WAIT = 1.0
 """Seconds a terminal command waits for the client's first size before it starts anyway."""
 MAX_RESIZE_PENDING = 4096
@@ -81,13 +75,7 @@ def parse(query: Mapping[str, str], commands: Sequence[str], *, exec_: bool) -> 
         raise RequestError("you must specify at least one of stdin, stdout, stderr")
     if options.tty and options.stderr:
         # A terminal merges stderr into stdout; a kubelet drops the stderr stream.
-        options = RemoteCommand(
-            command=options.command,
-            stdin=options.stdin,
-            stdout=options.stdout,
-            stderr=False,
-            tty=True,
-        )
+        options = dataclasses.replace(options, stderr=False)
     return options
 
 
@@ -285,7 +273,7 @@ async def _spdy_streams(
         expected.add("stdout")
     if options.stderr:
         expected.add("stderr")
-    if options.tty and protocol not in {"channel.k8s.io", "v2.channel.k8s.io"}:
+    if options.tty and protocol not in {channels.V1, V2}:
         expected.add("resize")
     streams: dict[str, ChannelStream] = {}
     try:
@@ -420,7 +408,7 @@ async def _bridge(
                 await streams["stderr"].write(data)
             elif channel == ERROR:
                 # The backend's Status is small; a runaway error channel is cut, not held.
-                status = ((status or b"") + data)[:STATUS_LIMIT]
+                status = ((status or b"") + data)[: channels.STATUS_LIMIT]
         # Ended with no word from the backend (its connection dropped): never let that read
         # as success.
         await _finish(

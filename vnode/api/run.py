@@ -15,15 +15,13 @@ import asyncio
 import json
 from collections.abc import Mapping
 
+from vnode.api.channels import ERROR, STATUS_LIMIT, STDERR, STDOUT
 from vnode.provider import RemoteCommand, RemoteSession
 
 TIMEOUT = 60.0
 """Seconds a command may run before the answer is a 500."""
 OUTPUT_LIMIT = 4 * 1024 * 1024
 """Bytes of stdout + stderr kept at most; more is a 500 (a CRI runtime refuses 16 MiB)."""
-STATUS_LIMIT = 64 * 1024
-"""Bytes of the error channel kept at most; more is a 500 (a Status is well under 1 KiB)."""
-STDOUT, STDERR, ERROR = 1, 2, 3
 
 
 class RunError(Exception):

@@ -41,8 +41,6 @@ from vnode.provider import (
 logger = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
-USER = web.AppKey("user", auth.User)
-
 
 class _ApiProvider(LogsProvider, ExecProvider, PortForwardProvider, MetricsProvider, Protocol):
     """What the API needs of a provider."""
@@ -394,11 +392,9 @@ def _remote_command(context: ApiContext) -> Callable[[web.Request], Awaitable[we
 
 def _port_forward(context: ApiContext) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def handler(request: web.Request) -> web.StreamResponse:
-        namespace, name = request.match_info["namespace"], request.match_info["pod"]
-        pod = context.pod(namespace, name)
-        uid = request.match_info.get("uid")
-        if pod is None or (uid and uid != pod["metadata"].get("uid")):
-            return web.Response(status=404, text=f"pod {namespace}/{name} not found on this node")
+        pod = _bound_pod(context, request)
+        if isinstance(pod, web.Response):
+            return pod
         transport = _transport(request)
         if transport is None:
             return _needs_upgrade()
@@ -469,14 +465,22 @@ def _websocket_protocol(request: web.Request, supported: tuple[str, ...]) -> str
         raise remotecommand.RequestError(str(exc), status=403) from exc
 
 
-def _pod_and_container(context: ApiContext, request: web.Request) -> tuple[Obj, str] | web.Response:
-    namespace = request.match_info["namespace"]
-    name = request.match_info["pod"]
-    container = request.match_info["container"]
+def _bound_pod(context: ApiContext, request: web.Request) -> Obj | web.Response:
+    """The upper pod the path names, if bound to this node (and of the path's UID), else 404."""
+    namespace, name = request.match_info["namespace"], request.match_info["pod"]
     pod = context.pod(namespace, name)
     uid = request.match_info.get("uid")
     if pod is None or (uid and uid != pod["metadata"].get("uid")):
         return web.Response(status=404, text=f"pod {namespace}/{name} not found on this node")
+    return pod
+
+
+def _pod_and_container(context: ApiContext, request: web.Request) -> tuple[Obj, str] | web.Response:
+    pod = _bound_pod(context, request)
+    if isinstance(pod, web.Response):
+        return pod
+    namespace, name = request.match_info["namespace"], request.match_info["pod"]
+    container = request.match_info["container"]
     names = {
         c.get("name")
         for group in ("containers", "initContainers", "ephemeralContainers")

@@ -115,7 +115,6 @@ class WebSocketChannels:
     ) -> None:
         self.response = ws
         """The 101 answer, for the handler to return."""
-        self.protocol = protocol
         self._codec = channels.Codec.of(protocol)
         self._close_signal = channels.has_close_signal(protocol)
         self.channels = {n: Channel(self, number=n, spec=spec) for n, spec in layout.items()}

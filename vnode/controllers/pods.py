@@ -21,7 +21,7 @@ from vnode.kube import errors
 from vnode.kube.backoff import ExponentialBackoff
 from vnode.kube.client import MERGE_PATCH, ApiClient
 from vnode.kube.informer import Handlers, Informer
-from vnode.kube.resources import PODS, object_key, split_key
+from vnode.kube.resources import PODS, object_key, pod_is_terminal, split_key
 from vnode.kube.store import Obj
 from vnode.kube.workqueue import QueueSettings, WorkQueue
 from vnode.provider import PodLifecycleHandler, PodNotifier
@@ -151,7 +151,7 @@ class PodController:
         self._gone.pop(key, None)
         refusal = decide.rejection(pod)
         if refusal is not None:
-            if not decide.is_terminal(pod):
+            if not pod_is_terminal(pod):
                 await self._write_status(pod, decide.rejected_status(pod, message=refusal))
                 await self._recorder.record(
                     pod, type="Warning", reason="UnsupportedPod", message=refusal
@@ -163,7 +163,7 @@ class PodController:
             if await self._provider.delete_pod(pod, grace_period=grace):
                 await self._final_delete(pod)
             return  # otherwise the provider's deletion event brings the key back
-        if decide.is_terminal(pod):
+        if pod_is_terminal(pod):
             return
         if self._provider.backend_pod(pod) is None:
             if self._provider.vanished(pod):
@@ -210,7 +210,7 @@ class PodController:
 
     async def _sync_status(self, key: str) -> None:
         pod = self.informer.store.get(key)
-        if pod is None or decide.is_terminal(pod):
+        if pod is None or pod_is_terminal(pod):
             return
         desired = self._provider.pod_status(pod)
         if desired is not None and not decide.nothing_to_tell(desired):

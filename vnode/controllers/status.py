@@ -9,25 +9,21 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from vnode.kube.resources import TERMINAL_PHASES
+from vnode.kube.timestamps import rfc3339
 from vnode.settings import NodeSettings
 
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 _MUTABLE_SPEC = ("containers", "initContainers", "activeDeadlineSeconds", "tolerations")
 
 
 def now_rfc3339(now: dt.datetime | None = None) -> str:
     """Return `now` (default: the current UTC time) as Kubernetes' second-precision RFC 3339."""
-    return (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(now or dt.datetime.now(dt.UTC))
 
 
 def now_micro(now: dt.datetime | None = None) -> str:
     """Return `now` as a Kubernetes MicroTime (Lease renewTime)."""
     return (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def is_terminal(pod: Mapping[str, Any]) -> bool:
-    """Tell whether the pod's phase is Succeeded or Failed (it will never run again)."""
-    return (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
 
 
 def spec_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:

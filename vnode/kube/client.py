@@ -27,8 +27,6 @@ logger = logging.getLogger(__name__)
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
-APPLY_PATCH = "application/apply-patch+yaml"
 
 _READ_RETRIES = 3
 _THROTTLE_RETRIES = 5
@@ -284,7 +282,6 @@ class ApiClient:
 ERROR_BODY_LIMIT = 64 * 1024
 """Bytes of an error answer's body read at most (a Status is far smaller; the rest is left
 unread, and the connection closed)."""
-_REFUSAL_BODY_LIMIT = ERROR_BODY_LIMIT
 _REFUSAL_BODY_TIMEOUT = 5.0  # seconds
 
 
@@ -309,7 +306,7 @@ async def _refused_upgrade(response: aiohttp.ClientResponse) -> None:
         # Bounded in size and time: a refusal whose body never comes still fails promptly.
         try:
             async with asyncio.timeout(_REFUSAL_BODY_TIMEOUT):
-                body = await read_bounded(response, limit=_REFUSAL_BODY_LIMIT)
+                body = await read_bounded(response, limit=ERROR_BODY_LIMIT)
         except (TimeoutError, aiohttp.ClientError, OSError):
             body = b""
         raise errors.from_response(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,3 +95,16 @@ CERTIFICATE_SIGNING_REQUESTS = Resource(
     kind="CertificateSigningRequest",
     namespaced=False,
 )
+
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+"""Pod phases a pod never leaves: it will not run again and holds no resources."""
+
+
+def pod_is_terminal(pod: Mapping[str, Any]) -> bool:
+    """Tell whether `pod` has finished for good (phase Succeeded or Failed).
+
+    A terminal pod holds no resources: kube-scheduler leaves such pods out of a node's
+    requested totals, and the kubelet will not restart them.
+    """
+    return (pod.get("status") or {}).get("phase") in TERMINAL_PHASES

@@ -17,6 +17,7 @@ from fractions import Fraction
 from typing import Any, Final
 
 from vnode.kube.quantity import format_quantity, parse_quantity
+from vnode.kube.resources import pod_is_terminal
 
 STANDARD_RESOURCES: Final = ("cpu", "memory", "pods", "ephemeral-storage")
 """Resource names a node status always carries, in the order `node_resources` writes them."""
@@ -25,7 +26,6 @@ _BINARY_RESOURCES: Final = frozenset({"memory", "ephemeral-storage"})
 _HUGEPAGES_PREFIX: Final = "hugepages-"
 # What PodLevelResources lets spec.resources set (component-helpers IsSupportedPodLevelResource).
 _POD_LEVEL_RESOURCES: Final = frozenset({"cpu", "memory"})
-_TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 _ZERO: Final = Fraction(0)
 
 
@@ -73,15 +73,6 @@ def pod_requests(pod: Mapping[str, Any]) -> dict[str, Fraction]:
     result = _plus(result, _resource_list(spec.get("overhead")))
     result["pods"] = Fraction(1)
     return result
-
-
-def pod_is_terminal(pod: Mapping[str, Any]) -> bool:
-    """Tell whether `pod` has finished for good (phase Succeeded or Failed).
-
-    A terminal pod holds no resources: kube-scheduler leaves such pods out of a node's
-    requested totals, and the kubelet will not restart them.
-    """
-    return (pod.get("status") or {}).get("phase") in _TERMINAL_PHASES
 
 
 def node_is_usable(node: Mapping[str, Any]) -> bool:

@@ -55,13 +55,6 @@ def lower_namespace(upper_namespace: str, *, prefix: str) -> str:
     return f"{prefix}{upper_namespace}"
 
 
-def upper_namespace(lower_namespace_name: str, *, prefix: str) -> str | None:
-    """Return the upper namespace of a lower one, or None if it does not carry the prefix."""
-    if not lower_namespace_name.startswith(prefix):
-        return None
-    return lower_namespace_name[len(prefix) :]
-
-
 def is_owned(obj: Mapping[str, Any], *, node_name: str) -> bool:
     """Tell whether a lower object belongs to the virtual node `node_name`.
 

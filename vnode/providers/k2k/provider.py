@@ -20,7 +20,7 @@ from vnode import errors as provider_errors
 from vnode.kube import errors
 from vnode.kube.client import STRATEGIC_MERGE_PATCH, ApiClient
 from vnode.kube.informer import Handlers, Informer
-from vnode.kube.resources import NAMESPACES, NODES, PODS
+from vnode.kube.resources import NAMESPACES, NODES, PODS, pod_is_terminal
 from vnode.kube.store import Obj
 from vnode.provider import NodeUsage, PortSession, RemoteCommand, RemoteSession
 from vnode.providers.k2k import capacity, naming, slim, translate
@@ -30,7 +30,6 @@ from vnode.providers.k2k.scrape import KubeletAccess, ResourceScraper, ThroughAp
 
 logger = logging.getLogger(__name__)
 
-UPPER_INDEX = "upper"
 _REFUSALS = (errors.Invalid, errors.Forbidden, errors.BadRequest)
 _LOG_CHUNK = 256 * 1024
 """Bytes of log joined into one downstream write at most."""
@@ -67,7 +66,6 @@ class K2KProvider:
             lower,
             PODS,
             name="lower-pods",
-            indexers={UPPER_INDEX: _upper_key_of},
             transform=functools.partial(slim.slim_lower_pod, node_name=self._node),
         )
         self.nodes = Informer(lower, NODES, name="lower-nodes")
@@ -440,7 +438,7 @@ def _as_provider_errors() -> Iterator[None]:
 
 def _capacity_relevant(pod: Mapping[str, Any]) -> tuple[Any, ...]:
     spec = pod.get("spec") or {}
-    return (spec.get("nodeName"), capacity.pod_is_terminal(pod))
+    return (spec.get("nodeName"), pod_is_terminal(pod))
 
 
 def _key(obj: Mapping[str, Any]) -> str:

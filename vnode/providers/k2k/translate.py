@@ -42,11 +42,6 @@ _STATUS_COPIED = (
     "containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses", "resize",
     "resourceClaimStatuses",
 )  # fmt: skip
-_CONTAINER_STATUS_GROUPS = (
-    "initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses",
-)  # fmt: skip
-_TERMINAL_PHASES = ("Succeeded", "Failed")
-_READY_CONDITIONS = ("ContainersReady", "Ready")
 # Volume-name prefixes, not credentials.
 _MODERN_TOKEN_PREFIX = "kube-api-access-"  # noqa: S105
 _LEGACY_TOKEN_PREFIX = "default-token-"  # noqa: S105
