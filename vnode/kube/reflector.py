@@ -188,7 +188,7 @@ class Reflector:
             old = self._store.get(key)
             if old is not None and _rv_of(old) == _rv_of(obj):
                 continue
-            self._store.upsert(obj)
+            self._store.upsert(obj, old=old)
             self._on_event(Event(type="MODIFIED" if old else "ADDED", obj=obj, old=old))
         self._rv = rv
 
@@ -202,15 +202,20 @@ class Reflector:
             "timeoutSeconds": str(int(random.uniform(low, high))),  # noqa: S311 - jitter only
         }
         async with self._client.stream(self._path, params=params) as response:
-            buffer = b""
+            buffer = bytearray()
             async for chunk in _idle_bounded(response, self._settings.idle_timeout):
-                buffer += chunk
                 # Objects can be large (ConfigMaps up to 1 MiB): split lines ourselves
-                # rather than rely on a line-length limit.
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
+                # rather than rely on a line-length limit. Only a chunk with a newline
+                # ends lines; the rest is appended in place, not copied again per chunk.
+                if b"\n" not in chunk:
+                    buffer += chunk
+                    continue
+                head, _, tail = chunk.rpartition(b"\n")
+                buffer += head
+                for line in buffer.split(b"\n"):
                     if line.strip():
                         self._handle(json.loads(line))
+                buffer = bytearray(tail)
 
     def _handle(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
@@ -229,7 +234,7 @@ class Reflector:
         if kind in ("ADDED", "MODIFIED"):
             old = self._store.get(key)
             if old is None or _rv_of(old) != _rv_of(obj):
-                self._store.upsert(obj)
+                self._store.upsert(obj, old=old)
                 self._on_event(Event(type="MODIFIED" if old else "ADDED", obj=obj, old=old))
         elif kind == "DELETED":
             if self._store.delete(key) is not None:

@@ -20,6 +20,13 @@ Obj = dict[str, Any]
 IndexFunc = Callable[[Obj], Iterable[str]]
 
 
+
+class _Unread:
+    """The type of _UNREAD: `upsert` was not told what the store holds."""
+
+
+_UNREAD = _Unread()
+
 class Store:
     """Keyed objects plus indexes: `by_index(name, value)` finds objects by a derived value."""
 
@@ -54,10 +61,15 @@ class Store:
         keys = self._indexes[index].get(value, ())
         return [_decoded(self._items[k]) for k in keys]
 
-    def upsert(self, obj: Obj) -> Obj | None:
-        """Insert or replace `obj`; return the object it replaced, if any."""
+    def upsert(self, obj: Obj, *, old: Obj | _Unread | None = _UNREAD) -> Obj | None:
+        """Insert or replace `obj`; return the object it replaced, if any.
+
+        `old`: what the store holds under `obj`'s key, when the caller has just read it
+        (an encoded store then decodes it once, not twice).
+        """
         key = object_key(obj)
-        old = self.get(key)
+        if isinstance(old, _Unread):
+            old = self.get(key)
         if old is not None:
             self._unindex(key, old)
         self._items[key] = json.dumps(obj, separators=(",", ":")) if self._encoded else obj
