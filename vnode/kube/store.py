@@ -20,12 +20,12 @@ Obj = dict[str, Any]
 IndexFunc = Callable[[Obj], Iterable[str]]
 
 
-
 class _Unread:
     """The type of _UNREAD: `upsert` was not told what the store holds."""
 
 
 _UNREAD = _Unread()
+
 
 class Store:
     """Keyed objects plus indexes: `by_index(name, value)` finds objects by a derived value."""
