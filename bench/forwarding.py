@@ -1,13 +1,13 @@
 """Forwarding benchmark: N pods created directly in the lower cluster vs. through the virtual node.
 
-Both runs happen on one local pair, one after the other: the lower apiserver's own write
+Both runs happen on one local fleet, one after the other: the lower apiserver's own write
 rate is the physical limit of forwarding, so the direct run is the baseline. Printed:
 time to all Running and per-pod create->Running latency (p50, p99) for both, their ratios,
 and the virtual node's resident memory per cached pod.
 
     .venv/bin/python bench/forwarding.py [--pods 500] [--concurrency 64]
 
-Uses the pair of TENSILE_DEVCLUSTER_DIR if set, else starts (and stops) its own.
+Uses the fleet of TENSILE_DEVCLUSTER_DIR if set, else starts (and stops) its own.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from vnode.kube import config
 from vnode.kube.client import ApiClient
 from vnode.kube.informer import Handlers, Informer
 from vnode.kube.resources import NAMESPACES, PODS
-from vnode.testing.cluster import PairSettings
-from vnode.testing.pair import ClusterPair
+from vnode.testing.cluster import FleetSettings, LowerClusterSettings
+from vnode.testing.fleet import Fleet
 from vnode.testing.vnodes import VirtualNodeProcess
 
 TARGETS = {"throughput ratio": ">= 0.8", "p99": "<= 1.5x direct + 1 s", "RSS per pod": "<= 20 KB"}
@@ -106,9 +106,9 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
-def component_cpu(pair: ClusterPair) -> dict[str, float]:
-    """CPU seconds used so far by each component of the pair."""
-    return {name: cpu_seconds(ref.pid) for name, ref in pair.refs.items()}
+def component_cpu(fleet: Fleet) -> dict[str, float]:
+    """CPU seconds used so far by each component of the fleet."""
+    return {name: cpu_seconds(ref.pid) for name, ref in fleet.refs.items()}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -121,8 +121,8 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def wait_lower_empty(pair: ClusterPair) -> None:
-    async with ApiClient(config.load(str(pair.lower.kubeconfig)), name="bench", qps=0) as client:
+async def wait_lower_empty(fleet: Fleet) -> None:
+    async with ApiClient(config.load(str(fleet.lower.kubeconfig)), name="bench", qps=0) as client:
         while True:
             pods = (await client.request("GET", "/api/v1/pods", params={"labelSelector": ""}))[
                 "items"
@@ -142,23 +142,29 @@ def main() -> None:
     args = parser.parse_args()
     existing = os.environ.get("TENSILE_DEVCLUSTER_DIR")
     if existing:
-        pair = ClusterPair.attach(Path(existing))
+        fleet = Fleet.attach(Path(existing))
+        fleet.join_network()
     else:
-        pair = ClusterPair.start(
+        fleet = Fleet.start(
             directory=Path(tempfile.mkdtemp(prefix="tensile-bench-")),
-            settings=PairSettings(lower_nodes=5, node_pods=str(args.pods)),  # room for 2N+
+            settings=FleetSettings(
+                lowers=(LowerClusterSettings(nodes=5, pods=str(args.pods)),),  # room for 2N+
+                metrics_server=False,
+            ),
             owns_directory=True,
         )
     try:
         print(f"forwarding benchmark: {args.pods} pods, {args.concurrency} concurrent creates")
-        cpu0 = component_cpu(pair)
+        cpu0 = component_cpu(fleet)
         direct_total, direct = asyncio.run(
-            run_pods(pair.lower.kubeconfig, pods=args.pods, concurrency=args.concurrency, node=None)
+            run_pods(
+                fleet.lower.kubeconfig, pods=args.pods, concurrency=args.concurrency, node=None
+            )
         )
-        cpu_direct = {k: v - cpu0[k] for k, v in component_cpu(pair).items()}
-        asyncio.run(wait_lower_empty(pair))
+        cpu_direct = {k: v - cpu0[k] for k, v in component_cpu(fleet).items()}
+        asyncio.run(wait_lower_empty(fleet))
         node = VirtualNodeProcess(
-            pair, name=f"bench-{secrets.token_hex(3)}", log_dir=pair.directory / "logs",
+            fleet, name=f"bench-{secrets.token_hex(3)}", log_dir=fleet.directory / "logs",
             args=["--kube-api-qps=500", "--kube-api-burst=1000", "--log-level=info"],
         )  # fmt: skip
         node.start()
@@ -175,9 +181,9 @@ def main() -> None:
                 )  # fmt: skip
                 time.sleep(1)
             cpu_before = cpu_seconds(node.process.pid)
-            cpu1 = component_cpu(pair)
+            cpu1 = component_cpu(fleet)
             via_total, via = asyncio.run(
-                run_pods(pair.upper.kubeconfig, pods=args.pods, concurrency=args.concurrency,
+                run_pods(fleet.upper.kubeconfig, pods=args.pods, concurrency=args.concurrency,
                          node=node.name)
             )  # fmt: skip
             cpu_used = cpu_seconds(node.process.pid) - cpu_before
@@ -186,7 +192,7 @@ def main() -> None:
                 for line in node.metrics().splitlines()
                 if line.startswith("tensile_api_requests_total{")
             ]
-            cpu_via = {k: v - cpu1[k] for k, v in component_cpu(pair).items()}
+            cpu_via = {k: v - cpu1[k] for k, v in component_cpu(fleet).items()}
             if profiler is not None:
                 profiler.send_signal(signal.SIGINT)
                 profiler.wait(timeout=30)
@@ -196,7 +202,7 @@ def main() -> None:
             rss_mid = rss_kib(node.process.pid)
             asyncio.run(
                 run_pods(
-                    pair.upper.kubeconfig,
+                    fleet.upper.kubeconfig,
                     pods=args.pods,
                     concurrency=args.concurrency,
                     node=node.name,
@@ -209,7 +215,7 @@ def main() -> None:
             node.delete_node()
     finally:
         if not existing:
-            pair.stop()
+            fleet.stop()
 
     rate_direct, rate_via = args.pods / direct_total, args.pods / via_total
     rows = [

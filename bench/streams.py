@@ -1,5 +1,5 @@
 """Streaming benchmark: `kubectl logs` throughput and exec round trips, through the virtual
-node vs. directly from the lower apiserver, in one run on one local pair.
+node vs. directly from the lower apiserver, in one run on one local fleet.
 
 Three paths are measured for each, one after the other on the same pod:
 - direct: the lower apiserver's pods/log and pods/exec (WebSocket v5.channel.k8s.io), to kwok;
@@ -12,7 +12,7 @@ round trip p50 <= direct + 2 ms.
 
     .venv/bin/python bench/streams.py [--log-mb 64] [--round-trips 300]
 
-Uses the pair of TENSILE_DEVCLUSTER_DIR if set, else starts (and stops) its own.
+Uses the fleet of TENSILE_DEVCLUSTER_DIR if set, else starts (and stops) its own.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ import aiohttp
 
 from vnode.kube import config
 from vnode.kube.client import ApiClient
-from vnode.testing.cluster import PairSettings, kubectl_binary
-from vnode.testing.pair import ClusterPair
+from vnode.testing.cluster import FleetSettings, LowerClusterSettings, kubectl_binary
+from vnode.testing.fleet import Fleet
 from vnode.testing.vnodes import VirtualNodeProcess
 
 LINE = "x" * 99  # 100 bytes a line with its newline, as the client receives it
@@ -62,26 +62,24 @@ async def read_all(chunks: AsyncIterator[bytes]) -> int:
     return total
 
 
-def kubelet_tls(pair: ClusterPair) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=str(pair.vnode.client_ca))
-    pki = pair.directory / "pki"
-    context.load_cert_chain(
-        str(pki / "upper-kubelet-client.crt"), str(pki / "upper-kubelet-client.key")
-    )
+def kubelet_tls(fleet: Fleet) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(fleet.vnode.client_ca))
+    client = fleet.upper.kubelet_client
+    context.load_cert_chain(str(client.cert), str(client.key))
     return context
 
 
 async def logs_throughput(
-    pair: ClusterPair, node: VirtualNodeProcess, *, namespace: str, pod: str, runs: int
+    fleet: Fleet, node: VirtualNodeProcess, *, namespace: str, pod: str, runs: int
 ) -> dict[str, float]:
     """Best MB/s reading the whole log, per path; the paths take turns, so that a warming
     cache or a busy moment does not favour whichever path runs first."""
     log_path = f"/api/v1/namespaces/{namespace}/pods/{pod}/log"
-    url = f"https://127.0.0.1:{node.kubelet_port}/containerLogs/{namespace}/{pod}/main"
-    tls = kubelet_tls(pair)  # one context: the pool keeps its connection, as the others do
+    url = f"https://{fleet.node_ip}:{node.kubelet_port}/containerLogs/{namespace}/{pod}/main"
+    tls = kubelet_tls(fleet)  # one context: the pool keeps its connection, as the others do
     async with (
-        ApiClient(config.load(str(pair.lower.kubeconfig)), name="bench", qps=0) as lower,
-        ApiClient(config.load(str(pair.upper.kubeconfig)), name="bench", qps=0) as upper,
+        ApiClient(config.load(str(fleet.lower.kubeconfig)), name="bench", qps=0) as lower,
+        ApiClient(config.load(str(fleet.upper.kubeconfig)), name="bench", qps=0) as upper,
         aiohttp.ClientSession() as session,
     ):
 
@@ -109,13 +107,13 @@ async def logs_throughput(
 
 
 def kubectl_logs_throughput(
-    pair: ClusterPair, *, namespace: str, pod: str, runs: int
+    fleet: Fleet, *, namespace: str, pod: str, runs: int
 ) -> dict[str, float]:
     """Best MB/s of `kubectl logs` (a Go client, as users read logs) from the lower cluster
     and through the upper one, taking turns."""
     best = {"direct": 0.0, "upper": 0.0}
     for _ in range(runs):
-        for label, cluster in (("direct", pair.lower), ("upper", pair.upper)):
+        for label, cluster in (("direct", fleet.lower), ("upper", fleet.upper)):
             started = time.perf_counter()
             out = subprocess.run(
                 [kubectl_binary(), f"--kubeconfig={cluster.kubeconfig}", "logs", "-n",
@@ -165,16 +163,16 @@ async def apiserver_exec(
 
 @asynccontextmanager
 async def node_exec(
-    pair: ClusterPair, node: VirtualNodeProcess, *, namespace: str, pod: str
+    fleet: Fleet, node: VirtualNodeProcess, *, namespace: str, pod: str
 ) -> AsyncIterator[aiohttp.ClientWebSocketResponse]:
     query = [(k.replace("stdin", "input").replace("stdout", "output")
               .replace("stderr", "error"), v) for k, v in EXEC_QUERY]  # fmt: skip
     async with aiohttp.ClientSession() as session:
         ws = await session.ws_connect(
-            f"https://127.0.0.1:{node.kubelet_port}/exec/{namespace}/{pod}/main",
+            f"https://{fleet.node_ip}:{node.kubelet_port}/exec/{namespace}/{pod}/main",
             params=query,
             protocols=("v5.channel.k8s.io",),
-            ssl=kubelet_tls(pair),
+            ssl=kubelet_tls(fleet),
         )
         try:
             yield ws
@@ -183,14 +181,14 @@ async def node_exec(
 
 
 async def exec_latency(
-    pair: ClusterPair, node: VirtualNodeProcess, *, namespace: str, pod: str, count: int
+    fleet: Fleet, node: VirtualNodeProcess, *, namespace: str, pod: str, count: int
 ) -> dict[str, list[float]]:
     results: dict[str, list[float]] = {}
-    async with apiserver_exec(pair.lower.kubeconfig, namespace=namespace, pod=pod) as ws:
+    async with apiserver_exec(fleet.lower.kubeconfig, namespace=namespace, pod=pod) as ws:
         results["direct"] = await round_trips(ws, count=count)
-    async with node_exec(pair, node, namespace=namespace, pod=pod) as ws:
+    async with node_exec(fleet, node, namespace=namespace, pod=pod) as ws:
         results["node"] = await round_trips(ws, count=count)
-    async with apiserver_exec(pair.upper.kubeconfig, namespace=namespace, pod=pod) as ws:
+    async with apiserver_exec(fleet.upper.kubeconfig, namespace=namespace, pod=pod) as ws:
         results["upper"] = await round_trips(ws, count=count)
     return results
 
@@ -208,10 +206,10 @@ def pod_manifest(node: str) -> dict[str, Any]:
     }
 
 
-async def make_pod(pair: ClusterPair, node: str) -> str:
+async def make_pod(fleet: Fleet, node: str) -> str:
     """Create a namespace and a pod on `node`; return the namespace once the pod runs."""
     namespace = f"bench-{secrets.token_hex(3)}"
-    async with ApiClient(config.load(str(pair.upper.kubeconfig)), name="bench", qps=0) as client:
+    async with ApiClient(config.load(str(fleet.upper.kubeconfig)), name="bench", qps=0) as client:
         await client.request(
             "POST",
             "/api/v1/namespaces",
@@ -249,39 +247,40 @@ def main() -> None:
     args = parser.parse_args()
     existing = os.environ.get("TENSILE_DEVCLUSTER_DIR")
     if existing:
-        pair = ClusterPair.attach(Path(existing))
+        fleet = Fleet.attach(Path(existing))
+        fleet.join_network()
     else:
-        pair = ClusterPair.start(
+        fleet = Fleet.start(
             directory=Path(tempfile.mkdtemp(prefix="tensile-bench-")),
-            settings=PairSettings(lower_nodes=1),
+            settings=FleetSettings(lowers=(LowerClusterSettings(nodes=1),), metrics_server=False),
             owns_directory=True,
         )
-    original_log = pair.logs_file.read_bytes()
+    original_log = fleet.logs_file.read_bytes()
     node = VirtualNodeProcess(
-        pair, name=f"bench-{secrets.token_hex(3)}", log_dir=pair.directory / "logs",
+        fleet, name=f"bench-{secrets.token_hex(3)}", log_dir=fleet.directory / "logs",
         args=["--log-level=info"],
     )  # fmt: skip
     node.start()
     try:
-        namespace = asyncio.run(make_pod(pair, node.name))
-        size = write_big_log(pair.logs_file, megabytes=args.log_mb)
+        namespace = asyncio.run(make_pod(fleet, node.name))
+        size = write_big_log(fleet.logs_file, megabytes=args.log_mb)
         print(f"streams benchmark: a {size / 1e6:.0f} MB log, best of {args.runs} reads; "
               f"{args.round_trips} exec round trips of `cat`")  # fmt: skip
         rates = asyncio.run(
-            logs_throughput(pair, node, namespace=namespace, pod="stream", runs=args.runs)
+            logs_throughput(fleet, node, namespace=namespace, pod="stream", runs=args.runs)
         )
         kubectl_rates = kubectl_logs_throughput(
-            pair, namespace=namespace, pod="stream", runs=args.runs
+            fleet, namespace=namespace, pod="stream", runs=args.runs
         )
         latency = asyncio.run(
-            exec_latency(pair, node, namespace=namespace, pod="stream", count=args.round_trips)
+            exec_latency(fleet, node, namespace=namespace, pod="stream", count=args.round_trips)
         )
     finally:
-        pair.logs_file.write_bytes(original_log)
+        fleet.logs_file.write_bytes(original_log)
         node.stop()
         node.delete_node()
         if not existing:
-            pair.stop()
+            fleet.stop()
 
     def p(values: list[float], q: float) -> float:
         return statistics.quantiles(values, n=100)[int(q * 100) - 1]

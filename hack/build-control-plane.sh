@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the local control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kwok) from pinned Go module versions into a cache directory.
+# kube-scheduler, kwok, metrics-server) and virtual-kubelet's provider e2e suite from
+# pinned Go module versions into a cache directory.
 #
 # Usage: hack/build-control-plane.sh [BIN_DIR]
 #   BIN_DIR defaults to ${TENSILE_CACHE_DIR:-~/.cache/tensile}/<kubernetes-version>/bin.
@@ -28,12 +29,16 @@ fi
 # The kwok recipe names the version and a digest of the patch files (sorted by name), as
 # vnode/testing/binaries.py computes it.
 kwok_recipe="${KWOK_VERSION}+$(cat $(ls "${here}"/kwok-patch/* | LC_ALL=C sort) | sha256sum | cut -c1-16)"
+# The e2e suite's recipe names the version and a digest of our wrapper test.
+vk_e2e_recipe="${VIRTUAL_KUBELET_VERSION}+$(sha256sum < "${here}/vk-e2e/e2e_test.go" | cut -c1-16)"
 stamp_ok() { [[ -x "${bin_dir}/$1" && "$(cat "${bin_dir}/$1.stamp" 2>/dev/null)" == "$2" ]]; }
 stamp() { echo "$2" > "${bin_dir}/$1.stamp"; }
 
 have_all=1
 stamp_ok etcd "${ETCD_VERSION}" || have_all=0
 stamp_ok kwok "${kwok_recipe}" || have_all=0
+stamp_ok metrics-server "${METRICS_SERVER_VERSION}" || have_all=0
+stamp_ok virtual-kubelet-e2e "${vk_e2e_recipe}" || have_all=0
 [[ -d "${bin_dir}/kwok-stages" ]] || have_all=0
 for b in kube-apiserver kube-controller-manager kube-scheduler; do
   stamp_ok "${b}" "${KUBERNETES_VERSION}" || have_all=0
@@ -62,6 +67,11 @@ ldflags="-s -w \
  -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=${k8s_minor}"
 
 build_kubernetes() {
+  local missing=0
+  for b in kube-apiserver kube-controller-manager kube-scheduler; do
+    stamp_ok "${b}" "${KUBERNETES_VERSION}" || missing=1
+  done
+  [[ ${missing} == 1 ]] || return 0
   local mod="${work}/kubernetes"
   mkdir -p "${mod}"
   cd "${mod}"
@@ -190,8 +200,47 @@ GO
   stamp kwok "${kwok_recipe}"
 }
 
+build_metrics_server() {
+  stamp_ok metrics-server "${METRICS_SERVER_VERSION}" && return
+  local mod="${work}/metrics-server"
+  mkdir -p "${mod}"
+  cd "${mod}"
+  go mod init tensile.local/metrics-server >/dev/null 2>&1
+  go mod edit -require="sigs.k8s.io/metrics-server@${METRICS_SERVER_VERSION}"
+  cat > tools.go <<'GO'
+//go:build tools
+
+package tools
+
+import _ "sigs.k8s.io/metrics-server/cmd/metrics-server"
+GO
+  go mod tidy >/dev/null
+  echo "building metrics-server ${METRICS_SERVER_VERSION} ..."
+  go build -trimpath -ldflags "-s -w" -o "${bin_dir}/metrics-server.tmp" \
+    sigs.k8s.io/metrics-server/cmd/metrics-server
+  mv "${bin_dir}/metrics-server.tmp" "${bin_dir}/metrics-server"
+  stamp metrics-server "${METRICS_SERVER_VERSION}"
+}
+
+build_vk_e2e() {
+  stamp_ok virtual-kubelet-e2e "${vk_e2e_recipe}" && return
+  local mod="${work}/vk-e2e"
+  mkdir -p "${mod}"
+  cd "${mod}"
+  go mod init tensile.local/vke2e >/dev/null 2>&1
+  cp "${here}/vk-e2e/e2e_test.go" .
+  go mod edit -require="github.com/virtual-kubelet/virtual-kubelet@${VIRTUAL_KUBELET_VERSION}"
+  go mod tidy >/dev/null
+  echo "building virtual-kubelet's e2e suite ${VIRTUAL_KUBELET_VERSION} ..."
+  go test -c -trimpath -ldflags "-s -w" -o "${bin_dir}/virtual-kubelet-e2e.tmp" .
+  mv "${bin_dir}/virtual-kubelet-e2e.tmp" "${bin_dir}/virtual-kubelet-e2e"
+  stamp virtual-kubelet-e2e "${vk_e2e_recipe}"
+}
+
 start=$(date +%s)
 build_etcd
 build_kwok
 build_kubernetes
+build_metrics_server
+build_vk_e2e
 echo "control plane ${KUBERNETES_VERSION} built in ${bin_dir} in $(( $(date +%s) - start )) s"

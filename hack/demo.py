@@ -1,8 +1,11 @@
-"""`make demo` / `make demo-down`: two local clusters with a virtual node between them.
+"""`make demo` / `make demo-down`: an upper cluster joined to two lower clusters.
 
-`up` starts the pair, runs `virtual-node` between the clusters, deploys 5 pods (using a
-ConfigMap and a Secret) in the upper cluster, waits for them to run, and shows both sides.
-`down` stops the virtual node and the pair and removes their state.
+`up` starts a fleet (one upper cluster with metrics-server, two lower clusters of different
+sizes, in a private network namespace when run as root), runs one `virtual-node` per lower
+cluster, deploys 6 pods (using a ConfigMap and a Secret) in the upper cluster, waits for
+them to run, and shows both sides: the pods spread over the lower clusters, `kubectl logs`
+and `exec` through a virtual node, `kubectl top` through metrics-server. `down` stops the
+virtual nodes and the fleet and removes their state.
 """
 
 from __future__ import annotations
@@ -14,11 +17,16 @@ import sys
 import time
 from pathlib import Path
 
-from vnode.testing import devcluster, processes
-from vnode.testing.pair import ENV_FILE, ClusterPair
+from vnode.testing import devcluster, netns, processes
+from vnode.testing.cluster import Cluster
+from vnode.testing.fleet import ENV_FILE, Fleet
 from vnode.testing.vnodes import VirtualNodeProcess
 
-NODE = "tensile-demo"
+NODE = "tensile"
+FLEET = [
+    "--lowers", "2", "--lower-nodes", "lower-2=2",
+    "--node-capacity", "lower-2:cpu=8,memory=32Gi,pods=50",
+]  # fmt: skip
 NODE_STATE = "virtual-node.json"
 MANIFEST = """
 apiVersion: v1
@@ -35,7 +43,7 @@ apiVersion: apps/v1
 kind: Deployment
 metadata: {name: web}
 spec:
-  replicas: 5
+  replicas: 6
   selector: {matchLabels: {app: web}}
   template:
     metadata: {labels: {app: web}}
@@ -55,41 +63,68 @@ spec:
 
 
 def up(directory: Path) -> int:
-    code = devcluster.main(["up", "--dir", str(directory)])
+    code = devcluster.main(["up", "--dir", str(directory), *FLEET])
     if code != 0:
         return code
-    pair = ClusterPair.attach(directory)
-    node = VirtualNodeProcess(pair, name=NODE, log_dir=directory / "logs")
-    print(f"\nstarting virtual-node {NODE} (log: {node.log}) ...")
-    node.start(detach=True)
-    assert node.process is not None
-    ref = node.process.ref
-    (directory / NODE_STATE).write_text(json.dumps({"pid": ref.pid, "start": ref.start}))
-    pair.upper.kubectl("apply", "-f", "-", input=MANIFEST)
-    pair.upper.kubectl("rollout", "status", "deployment/web", "--timeout=120s")
-    for title, cluster, args in (
-        ("upper cluster: nodes", pair.upper, ["get", "nodes", "-o", "wide"]),
-        ("upper cluster: pods on the virtual node", pair.upper, ["get", "pods", "-o", "wide"]),
-        ("lower cluster: the same pods, on kwok nodes", pair.lower, ["get", "pods", "-o", "wide"]),
-        ("lower cluster: copies of the ConfigMap and Secret", pair.lower,
+    # `up` moved this process into the fleet's network namespace (when it has one), so the
+    # virtual nodes started here publish the routable node address, and kubectl works.
+    fleet = Fleet.attach(directory)
+    refs = []
+    for lower in fleet.lowers:
+        node = VirtualNodeProcess(
+            fleet, name=f"{NODE}-{lower.name}", log_dir=directory / "logs", lower=lower.name
+        )
+        print(f"\nstarting virtual-node {node.name} for {lower.name} (log: {node.log}) ...")
+        node.start(detach=True)
+        assert node.process is not None
+        refs.append({"pid": node.process.ref.pid, "start": node.process.ref.start})
+    (directory / NODE_STATE).write_text(json.dumps(refs))
+    fleet.upper.kubectl("apply", "-f", "-", input=MANIFEST)
+    fleet.upper.kubectl("rollout", "status", "deployment/web", "--timeout=120s")
+    pod = fleet.upper.kubectl(
+        "get", "pods", "-l", "app=web", "-o", "jsonpath={.items[0].metadata.name}"
+    ).stdout
+    steps: list[tuple[str, Cluster, list[str]]] = [
+        ("upper cluster: one virtual node per lower cluster", fleet.upper,
+         ["get", "nodes", "-l", "type=virtual-kubelet", "-o",
+          "custom-columns=NODE:.metadata.name,ADDRESS:.status.addresses[0].address,"
+          "CPU:.status.capacity.cpu,MEMORY:.status.capacity.memory,PODS:.status.capacity.pods"]),
+        ("upper cluster: the pods, spread over both", fleet.upper, ["get", "pods", "-o", "wide"]),
+        *(
+            (f"{lower.name}: its share of the pods, on kwok nodes", lower,
+             ["get", "pods", "-o", "wide"])
+            for lower in fleet.lowers
+        ),
+        ("lower cluster: copies of the ConfigMap and Secret", fleet.lower,
          ["get", "configmap/web-config", "secret/web-secret"]),
-    ):  # fmt: skip
-        print(f"\n== {title}\n$ kubectl {' '.join(args)}")
-        result = cluster.kubectl(*args)
-        print(result.stdout + result.stderr, end="")
-    env_file = shlex.quote(str(directory / ENV_FILE))
+        ("logs through the virtual node's kubelet API", fleet.upper, ["logs", pod, "--tail=2"]),
+        ("exec through it", fleet.upper, ["exec", pod, "--", "echo", "hello from below"]),
+    ]  # fmt: skip
+    for title, cluster, args in steps:
+        _show(title, cluster, args)
+    print("\n== kubectl top, through metrics-server scraping the virtual nodes (<= 60 s) ...")
+    for args in (["top", "node", "-l", "type=virtual-kubelet"], ["top", "pod"]):
+        _show_when_ready(fleet.upper, args)
+    directory_arg = shlex.quote(str(directory))
+    enter = (
+        f"tensile-devcluster shell --dir {directory_arg}"
+        if fleet.network.private
+        else f"source {shlex.quote(str(directory / ENV_FILE))}"
+    )
     print(
         f"""
-Try it (KUBECONFIG points at the upper cluster):
-  source {env_file}
+Try it ({netns.describe(fleet.network)}):
+  {enter}      # KUBECONFIG points at the upper cluster
   kubectl get pods -o wide
-  kubectl scale deployment web --replicas=8      # more pods forwarded below
-  kubectl --kubeconfig "$TENSILE_LOWER_KUBECONFIG" get pods -o wide
+  kubectl scale deployment web --replicas=10     # more pods, over both lower clusters
+  kubectl --kubeconfig "$TENSILE_LOWER_2_KUBECONFIG" get pods -o wide
   POD=$(kubectl get pods -l app=web -o name | head -1)   # same name in both clusters
   kubectl logs $POD --tail=3                     # through the virtual node's kubelet API
   kubectl exec $POD -- sh -c 'echo hello; exit 3'; echo "exit code $?"
   echo hi | kubectl exec -i $POD -- cat
   kubectl exec -it $POD -- sh -c 'stty size'    # a terminal, sized like yours
+  kubectl top pod; kubectl top node              # metrics-server, scraping the virtual nodes
+  kubectl get --raw /api/v1/nodes/{NODE}-lower/proxy/pods | head -c 300
   kubectl port-forward $POD 8080:80 & sleep 2; curl -s localhost:8080; kill %1
 Stop everything and remove its state:
   make demo-down"""
@@ -97,13 +132,32 @@ Stop everything and remove its state:
     return 0
 
 
+def _show(title: str, cluster: Cluster, args: list[str]) -> None:
+    print(f"\n== {title}\n$ kubectl {shlex.join(args)}")
+    result = cluster.kubectl(*args, check=False)
+    print(result.stdout + result.stderr, end="")
+
+
+def _show_when_ready(cluster: Cluster, args: list[str], *, timeout: float = 60.0) -> None:
+    # metrics-server has nothing to show until its first scrapes (every 10 s here).
+    deadline = time.monotonic() + timeout
+    while True:
+        result = cluster.kubectl(*args, check=False)
+        if result.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(3)
+    print(f"$ kubectl {shlex.join(args)}\n{result.stdout}{result.stderr}", end="")
+
+
 def down(directory: Path) -> int:
     state = directory / NODE_STATE
     if state.exists():
-        recorded = json.loads(state.read_text())
-        processes.stop_recorded(processes.ProcessRef(pid=recorded["pid"], start=recorded["start"]))
+        for recorded in json.loads(state.read_text()):
+            processes.stop_recorded(
+                processes.ProcessRef(pid=recorded["pid"], start=recorded["start"])
+            )
         state.unlink()
-        print(f"virtual-node {NODE} stopped")
+        print("virtual nodes stopped")
     for log in (directory / "logs").glob("virtual-node-*.log"):
         log.unlink()
     return devcluster.main(["down", "--dir", str(directory)])

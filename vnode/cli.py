@@ -147,6 +147,15 @@ def _parser() -> argparse.ArgumentParser:
         help="CA of kubelet API clients (APISERVER_CA_CERT_LOCATION)",
     )
     a("--no-verify-clients", action="store_true", help="DEVELOPMENT ONLY: no kubelet API auth")
+    a(
+        "--anonymous-auth",
+        type=_bool,
+        default=False,
+        nargs="?",
+        const=True,
+        help="kubelet API: requests without credentials are system:anonymous, then authorized "
+        "by SubjectAccessReview (default false: 401)",
+    )
     # the kubelet's serving-certificate flags (used when APISERVER_CERT_LOCATION is unset)
     a(
         "--rotate-server-certificates",
@@ -290,6 +299,7 @@ def _api_settings(
         key_file=key_file,
         client_ca_file=args.client_verify_ca or env.get("APISERVER_CA_CERT_LOCATION", ""),
         verify_clients=not args.no_verify_clients,
+        anonymous_auth=args.anonymous_auth,
         rotate_server_certificates=args.rotate_server_certificates,
         cert_dir=_cert_dir(args.cert_dir, node_name),
         server_certificate_duration=_certificate_duration(args.server_certificate_duration),

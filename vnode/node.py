@@ -244,7 +244,9 @@ class VirtualNode:
             pod=lambda ns, name: self.pods.informer.store.get(f"{ns}/{name}"),
             pods=lambda: list(self.pods.informer.store),
             provider=self._provider,
-            authenticator=auth.Authenticator(self._upper) if verify else None,
+            authenticator=auth.Authenticator(self._upper, anonymous=api.anonymous_auth)
+            if verify
+            else None,
             authorizer=auth.Authorizer(self._upper, node_name=self.settings.node.name)
             if verify
             else None,

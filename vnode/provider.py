@@ -7,11 +7,22 @@ are read-only for both sides: never mutate what you are given or what you return
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodEvent:
+    """An Event the node records about a pod on a provider's behalf (core/v1 Event fields)."""
+
+    type: str
+    """"Normal" or "Warning"."""
+    reason: str
+    """UpperCamelCase, e.g. OptionalConfigMapNotFound."""
+    message: str
 
 
 class PodLifecycleHandler(Protocol):
@@ -22,8 +33,13 @@ class PodLifecycleHandler(Protocol):
     (others are treated as transient and retried).
     """
 
-    async def create_pod(self, pod: Obj) -> None:
-        """Start the upper pod `pod` on the backend, with everything it needs."""
+    async def create_pod(self, pod: Obj) -> Sequence[PodEvent]:
+        """Start the upper pod `pod` on the backend, with everything it needs.
+
+        Returns the events the node should record about the pod (e.g. an optional ConfigMap
+        it starts without); raises `MissingDependency` while something mandatory is missing
+        (the node shows it on the pod and retries).
+        """
 
     async def update_pod(self, pod: Obj) -> None:
         """Apply the mutable parts of `pod` (images, labels, ...) to the running pod."""

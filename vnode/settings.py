@@ -111,6 +111,12 @@ class ApiSettings:
     """--client-verify-ca / APISERVER_CA_CERT_LOCATION."""
     verify_clients: bool = True
     """False with --no-verify-clients (development only)."""
+    anonymous_auth: bool = False
+    """--anonymous-auth (the kubelet's flag, default false here as in every hardened kubelet
+    configuration): a request with neither a client certificate nor a bearer token is user
+    `system:anonymous`, group `system:unauthenticated`, and is then authorized by a
+    SubjectAccessReview like anyone else (so RBAC still decides). False: such a request is
+    answered 401. A bad token is 401 either way."""
     streaming_idle_timeout: float = 4 * 3600.0
     """--streaming-connection-idle-timeout: seconds an exec/attach/port-forward connection
     may move no frame before it is closed (kubelet's default 4 h; 0: never)."""

@@ -1,4 +1,4 @@
-"""e2e tests run against the real local control-plane pair."""
+"""e2e tests run against the real local fleet."""
 
 import pytest
 
@@ -17,17 +17,17 @@ import secrets  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from vnode.testing.pair import ClusterPair  # noqa: E402
+from vnode.testing.fleet import Fleet  # noqa: E402
 from vnode.testing.vnodes import VirtualNodeProcess  # noqa: E402
 
 
 @pytest.fixture
-def virtual_node(cluster_pair: ClusterPair, tmp_path: Path) -> Iterator[VirtualNodeProcess]:
-    """A running `virtual-node` between the pair's clusters, with a name of its own.
+def virtual_node(fleet: Fleet, tmp_path: Path) -> Iterator[VirtualNodeProcess]:
+    """A running `virtual-node` between the fleet's clusters, with a name of its own.
 
     Stopped with SIGTERM afterwards; a node that does not exit 0 fails the test.
     """
-    node = VirtualNodeProcess(cluster_pair, name=f"vn-{secrets.token_hex(3)}", log_dir=tmp_path)
+    node = VirtualNodeProcess(fleet, name=f"vn-{secrets.token_hex(3)}", log_dir=tmp_path)
     node.start()
     try:
         yield node
@@ -38,11 +38,11 @@ def virtual_node(cluster_pair: ClusterPair, tmp_path: Path) -> Iterator[VirtualN
 
 
 @pytest.fixture
-def running_pod(cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str) -> str:
+def running_pod(fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str) -> str:
     """A pod named "web" forwarded by `virtual_node` and Running upstairs."""
     from tests.e2e.helpers import create, phase, pod_manifest, wait_for  # noqa: PLC0415
 
-    upper = cluster_pair.upper.rest()
+    upper = fleet.upper.rest()
     create(upper, namespace, pod_manifest("web", node=virtual_node.name))
     wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
     return "web"

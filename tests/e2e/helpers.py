@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from vnode.testing.cluster import Cluster
-from vnode.testing.pair import ClusterPair
+from vnode.testing.fleet import Fleet
 from vnode.testing.rest import ApiStatusError, RestClient
 
 T = TypeVar("T")
@@ -134,7 +134,7 @@ def token_kubeconfig(cluster: Cluster, manifest: Path, path: Path) -> Path:
 
 
 def kubelet_request(
-    pair: ClusterPair,
+    fleet: Fleet,
     port: int,
     path: str,
     *,
@@ -142,16 +142,14 @@ def kubelet_request(
     cert: bool = False,
     token: str | None = None,
 ) -> tuple[int, str]:
-    """Call a virtual node's kubelet API on 127.0.0.1:`port` as a client of its own would:
-    with the upper apiserver's kubelet client certificate (`cert`) or a bearer `token`.
-    Returns (status, body)."""
-    context = ssl.create_default_context(cafile=str(pair.vnode.client_ca))
+    """Call a virtual node's kubelet API at the node address, `port`, as a client of its own
+    would: with the upper apiserver's kubelet client certificate (`cert`) or a bearer
+    `token`. Returns (status, body)."""
+    context = ssl.create_default_context(cafile=str(fleet.vnode.client_ca))
     if cert:
-        pki = pair.directory / "pki"
-        context.load_cert_chain(
-            str(pki / "upper-kubelet-client.crt"), str(pki / "upper-kubelet-client.key")
-        )
-    conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=30)
+        client = fleet.upper.kubelet_client
+        context.load_cert_chain(str(client.cert), str(client.key))
+    conn = http.client.HTTPSConnection(fleet.node_ip, port, context=context, timeout=30)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         conn.request(method, path, headers=headers)

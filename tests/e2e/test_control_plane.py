@@ -1,4 +1,4 @@
-"""The local control-plane pair behaves like real clusters: what every other e2e test stands on."""
+"""The local fleet behaves like real clusters: what every other e2e test stands on."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from tests.e2e.helpers import wait_for
 from vnode.testing import binaries, cluster
-from vnode.testing.pair import ClusterPair
+from vnode.testing.fleet import Fleet
 
 
 def _pod_manifest(name: str, namespace: str) -> dict[str, Any]:
@@ -31,13 +31,13 @@ def _pod_manifest(name: str, namespace: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def running_lower_pod(cluster_pair: ClusterPair, namespace: str) -> str:
+def running_lower_pod(fleet: Fleet, namespace: str) -> str:
     """A pod scheduled by the lower kube-scheduler onto a kwok node and Running there."""
-    cluster_pair.lower.kubectl("apply", "-f", "-", input=json.dumps(_pod_manifest("p", namespace)))
+    fleet.lower.kubectl("apply", "-f", "-", input=json.dumps(_pod_manifest("p", namespace)))
 
     def running() -> bool:
         pod = json.loads(
-            cluster_pair.lower.kubectl("get", "pod", "p", "-n", namespace, "-o", "json").stdout
+            fleet.lower.kubectl("get", "pod", "p", "-n", namespace, "-o", "json").stdout
         )
         return pod["status"].get("phase") == "Running"
 
@@ -45,27 +45,25 @@ def running_lower_pod(cluster_pair: ClusterPair, namespace: str) -> str:
     return "p"
 
 
-def test_both_apiservers_answer_with_the_pinned_version(cluster_pair: ClusterPair) -> None:
+def test_both_apiservers_answer_with_the_pinned_version(fleet: Fleet) -> None:
     pinned = binaries.load_versions()["KUBERNETES_VERSION"]
-    for c in (cluster_pair.upper, cluster_pair.lower):
+    for c in (fleet.upper, fleet.lower):
         assert c.kubectl("get", "--raw", "/readyz").stdout.strip() == "ok"
         version = json.loads(c.kubectl("version", "-o", "json").stdout)
         assert version["serverVersion"]["gitVersion"] == pinned
 
 
-def test_the_clusters_are_separate(cluster_pair: ClusterPair, namespace: str) -> None:
-    cluster_pair.upper.kubectl("create", "configmap", "only-upper", "-n", namespace)
-    got = cluster_pair.lower.kubectl("get", "configmap", "only-upper", "-n", namespace, check=False)
+def test_the_clusters_are_separate(fleet: Fleet, namespace: str) -> None:
+    fleet.upper.kubectl("create", "configmap", "only-upper", "-n", namespace)
+    got = fleet.lower.kubectl("get", "configmap", "only-upper", "-n", namespace, check=False)
     assert got.returncode != 0
     assert "NotFound" in got.stderr
-    upper_nodes = cluster_pair.upper.kubectl("get", "nodes", "-o", "name").stdout.split()
+    upper_nodes = fleet.upper.kubectl("get", "nodes", "-o", "name").stdout.split()
     assert not [n for n in upper_nodes if n.startswith("node/lower-node-")]
 
 
-def test_deployment_in_the_lower_cluster_runs_on_kwok_nodes(
-    cluster_pair: ClusterPair, namespace: str
-) -> None:
-    lower = cluster_pair.lower
+def test_deployment_in_the_lower_cluster_runs_on_kwok_nodes(fleet: Fleet, namespace: str) -> None:
+    lower = fleet.lower
     lower.kubectl(
         "create", "deployment", "web", "--image=nginx:1.27", "--replicas=3", "-n", namespace
     )
@@ -86,10 +84,8 @@ def test_deployment_in_the_lower_cluster_runs_on_kwok_nodes(
     lower.kubectl("rollout", "status", "deployment/web", "-n", namespace, "--timeout=60s")
 
 
-def test_kubectl_logs_on_a_lower_pod(
-    cluster_pair: ClusterPair, namespace: str, running_lower_pod: str
-) -> None:
-    lower = cluster_pair.lower
+def test_kubectl_logs_on_a_lower_pod(fleet: Fleet, namespace: str, running_lower_pod: str) -> None:
+    lower = fleet.lower
     out = lower.kubectl("logs", running_lower_pod, "-n", namespace).stdout
     assert out.splitlines() == list(cluster.LOG_LINES)
     tail = lower.kubectl("logs", running_lower_pod, "-n", namespace, "--tail=2").stdout
@@ -100,9 +96,9 @@ def test_kubectl_logs_on_a_lower_pod(
 
 @pytest.mark.parametrize("websockets", ["true", "false"], ids=["websocket", "spdy"])
 def test_kubectl_exec_returns_output_and_exit_code(
-    cluster_pair: ClusterPair, namespace: str, running_lower_pod: str, websockets: str
+    fleet: Fleet, namespace: str, running_lower_pod: str, websockets: str
 ) -> None:
-    result = cluster_pair.lower.kubectl(
+    result = fleet.lower.kubectl(
         "exec", running_lower_pod, "-n", namespace, "--", "sh", "-c", "echo hello; exit 3",
         check=False,
         env={**_base_env(), "KUBECTL_REMOTE_COMMAND_WEBSOCKETS": websockets},
@@ -112,17 +108,17 @@ def test_kubectl_exec_returns_output_and_exit_code(
 
 
 def test_kubectl_exec_runs_in_the_scratch_directory(
-    cluster_pair: ClusterPair, namespace: str, running_lower_pod: str
+    fleet: Fleet, namespace: str, running_lower_pod: str
 ) -> None:
-    result = cluster_pair.lower.kubectl("exec", running_lower_pod, "-n", namespace, "--", "pwd")
-    assert result.stdout.strip() == str(cluster_pair.exec_dir)
+    result = fleet.lower.kubectl("exec", running_lower_pod, "-n", namespace, "--", "pwd")
+    assert result.stdout.strip() == str(fleet.exec_dir)
 
 
 def test_port_forward_reaches_the_local_test_server(
-    cluster_pair: ClusterPair, namespace: str, running_lower_pod: str
+    fleet: Fleet, namespace: str, running_lower_pod: str
 ) -> None:
     proc = subprocess.Popen(
-        [cluster.kubectl_binary(), f"--kubeconfig={cluster_pair.lower.kubeconfig}",
+        [cluster.kubectl_binary(), f"--kubeconfig={fleet.lower.kubeconfig}",
          "port-forward", "-n", namespace, f"pod/{running_lower_pod}", ":8080"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -13,16 +13,16 @@ from pathlib import Path
 import pytest
 
 from vnode.testing.cluster import kubectl_binary
-from vnode.testing.pair import ClusterPair
+from vnode.testing.fleet import Fleet
 from vnode.testing.vnodes import VirtualNodeProcess
 
 MODES = pytest.mark.parametrize("websockets", ["true", "false"], ids=["websocket", "spdy"])
 
 
 def _exec(
-    pair: ClusterPair, namespace: str, websockets: str, *args: str, input: str | None = None
+    fleet: Fleet, namespace: str, websockets: str, *args: str, input: str | None = None
 ) -> tuple[int, str, str]:
-    result = pair.upper.kubectl(
+    result = fleet.upper.kubectl(
         "exec",
         *args,
         check=False,
@@ -35,10 +35,10 @@ def _exec(
 
 @MODES
 def test_exec_returns_output_and_the_exit_code(
-    cluster_pair: ClusterPair, namespace: str, running_pod: str, websockets: str
+    fleet: Fleet, namespace: str, running_pod: str, websockets: str
 ) -> None:
     code, out, err = _exec(
-        cluster_pair,
+        fleet,
         namespace,
         websockets,
         "-n",
@@ -56,20 +56,20 @@ def test_exec_returns_output_and_the_exit_code(
 
 @MODES
 def test_exec_success_exits_0(
-    cluster_pair: ClusterPair, namespace: str, running_pod: str, websockets: str
+    fleet: Fleet, namespace: str, running_pod: str, websockets: str
 ) -> None:
     code, out, _ = _exec(
-        cluster_pair, namespace, websockets, "-n", namespace, running_pod, "--", "echo", "fine"
+        fleet, namespace, websockets, "-n", namespace, running_pod, "--", "echo", "fine"
     )
     assert (code, out) == (0, "fine\n")
 
 
 @MODES
 def test_exec_stdin_is_piped_and_its_end_reaches_the_command(
-    cluster_pair: ClusterPair, namespace: str, running_pod: str, websockets: str
+    fleet: Fleet, namespace: str, running_pod: str, websockets: str
 ) -> None:
     code, out, _ = _exec(
-        cluster_pair,
+        fleet,
         namespace,
         websockets,
         "-i",
@@ -87,10 +87,10 @@ def test_exec_stdin_is_piped_and_its_end_reaches_the_command(
 
 @MODES
 def test_a_large_output_arrives_whole(
-    cluster_pair: ClusterPair, namespace: str, running_pod: str, websockets: str
+    fleet: Fleet, namespace: str, running_pod: str, websockets: str
 ) -> None:
     code, out, _ = _exec(
-        cluster_pair,
+        fleet,
         namespace,
         websockets,
         "-n",
@@ -105,11 +105,9 @@ def test_a_large_output_arrives_whole(
     assert out == "a" * 3_000_000
 
 
-def test_a_missing_command_is_a_clear_error(
-    cluster_pair: ClusterPair, namespace: str, running_pod: str
-) -> None:
+def test_a_missing_command_is_a_clear_error(fleet: Fleet, namespace: str, running_pod: str) -> None:
     code, _, err = _exec(
-        cluster_pair, namespace, "true", "-n", namespace, running_pod, "--", "no-such-command-here"
+        fleet, namespace, "true", "-n", namespace, running_pod, "--", "no-such-command-here"
     )
     assert code != 0
     assert "no-such-command-here" in err
@@ -117,19 +115,19 @@ def test_a_missing_command_is_a_clear_error(
 
 @MODES
 def test_kubectl_cp_both_ways(
-    cluster_pair: ClusterPair, namespace: str, running_pod: str, tmp_path: Path, websockets: str
+    fleet: Fleet, namespace: str, running_pod: str, tmp_path: Path, websockets: str
 ) -> None:
-    # kwok runs the pod's commands in the pair's scratch directory: relative paths land there.
+    # kwok runs the pod's commands in the fleet's scratch directory: relative paths land there.
     name = f"cp-{namespace}-{websockets}"
     env = {**os.environ, "KUBECTL_REMOTE_COMMAND_WEBSOCKETS": websockets}
     content = os.urandom(300_000)  # binary, and larger than any one frame
     (tmp_path / "up.bin").write_bytes(content)
-    cluster_pair.upper.kubectl(
+    fleet.upper.kubectl(
         "cp", str(tmp_path / "up.bin"), f"{namespace}/{running_pod}:{name}-up", env=env
     )
-    assert (cluster_pair.exec_dir / f"{name}-up").read_bytes() == content
-    (cluster_pair.exec_dir / f"{name}-down").write_text("from the pod\n")
-    cluster_pair.upper.kubectl(
+    assert (fleet.exec_dir / f"{name}-up").read_bytes() == content
+    (fleet.exec_dir / f"{name}-down").write_text("from the pod\n")
+    fleet.upper.kubectl(
         "cp", f"{namespace}/{running_pod}:{name}-down", str(tmp_path / "down.txt"), env=env
     )
     assert (tmp_path / "down.txt").read_text() == "from the pod\n"
@@ -143,7 +141,7 @@ def _rss_mib(pid: int) -> float:
 
 
 def test_a_reader_that_stalls_does_not_grow_the_nodes_memory(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str, running_pod: str
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str, running_pod: str
 ) -> None:
     # 200 MB of output while kubectl's stdout is not read: every hop must hold back, so the
     # node keeps a bounded amount in flight rather than buffering what kubectl has not taken.
@@ -152,7 +150,7 @@ def test_a_reader_that_stalls_does_not_grow_the_nodes_memory(
     pid = virtual_node.process.pid
     before = _rss_mib(pid)
     proc = subprocess.Popen(
-        [kubectl_binary(), f"--kubeconfig={cluster_pair.upper.kubeconfig}", "exec", "-n",
+        [kubectl_binary(), f"--kubeconfig={fleet.upper.kubeconfig}", "exec", "-n",
          namespace, running_pod, "--", "sh", "-c", f"head -c {size} /dev/zero"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip

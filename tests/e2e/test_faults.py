@@ -1,40 +1,32 @@
 """Faults a real lower cluster has: an outage of its apiserver, and a watch expired by compaction.
 
-Each test runs on a private pair (one kwok node), since it stops and restarts components.
+Each test runs on a fleet of its own (one kwok node), since it stops and restarts components.
 """
 
 from __future__ import annotations
 
 import secrets
-import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.helpers import create, get, phase, pod, pod_manifest, wait_for
-from vnode.testing.cluster import PairSettings
+from vnode.testing.cluster import FleetSettings, LowerClusterSettings
 from vnode.testing.fixtures import create_namespace
-from vnode.testing.pair import ClusterPair
+from vnode.testing.fleet import Fleet
 from vnode.testing.vnodes import VirtualNodeProcess
 
 
 @pytest.fixture
-def private_pair() -> Iterator[ClusterPair]:
-    directory = Path(tempfile.mkdtemp(prefix="tensile-private-"))
-    pair = ClusterPair.start(
-        directory=directory, settings=PairSettings(lower_nodes=1), owns_directory=True
-    )
-    try:
-        yield pair
-    finally:
-        pair.stop()
+def own_fleet(start_fleet: Callable[[FleetSettings], Fleet]) -> Fleet:
+    return start_fleet(FleetSettings(lowers=(LowerClusterSettings(nodes=1),), metrics_server=False))
 
 
 @pytest.fixture
-def node_on_private_pair(private_pair: ClusterPair, tmp_path: Path) -> Iterator[VirtualNodeProcess]:
-    node = VirtualNodeProcess(private_pair, name=f"vn-{secrets.token_hex(3)}", log_dir=tmp_path)
+def node_on_own_fleet(own_fleet: Fleet, tmp_path: Path) -> Iterator[VirtualNodeProcess]:
+    node = VirtualNodeProcess(own_fleet, name=f"vn-{secrets.token_hex(3)}", log_dir=tmp_path)
     node.start()
     try:
         yield node
@@ -42,39 +34,39 @@ def node_on_private_pair(private_pair: ClusterPair, tmp_path: Path) -> Iterator[
         node.stop()
 
 
-def _namespace(pair: ClusterPair) -> str:
-    return create_namespace(pair, prefix="f")
+def _namespace(fleet: Fleet) -> str:
+    return create_namespace((fleet.upper, fleet.lower), prefix="f")
 
 
-def _ready(pair: ClusterPair, node: str) -> str:
-    found = get(pair.upper.rest(), f"/api/v1/nodes/{node}") or {}
+def _ready(fleet: Fleet, node: str) -> str:
+    found = get(fleet.upper.rest(), f"/api/v1/nodes/{node}") or {}
     conditions = found.get("status", {}).get("conditions") or []
     return next((c["status"] for c in conditions if c["type"] == "Ready"), "")
 
 
 @pytest.mark.timeout(300)
 def test_a_lower_outage_makes_the_node_not_ready_and_loses_nothing(
-    private_pair: ClusterPair, node_on_private_pair: VirtualNodeProcess
+    own_fleet: Fleet, node_on_own_fleet: VirtualNodeProcess
 ) -> None:
-    pair, node = private_pair, node_on_private_pair
-    upper, lower = pair.upper.rest(), pair.lower.rest()
-    ns = _namespace(pair)
+    fleet, node = own_fleet, node_on_own_fleet
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    ns = _namespace(fleet)
     create(upper, ns, pod_manifest("before", node=node.name))
     wait_for("before Running", lambda: phase(upper, ns, "before") == "Running")
     lower_uid = (pod(lower, ns, "before") or {})["metadata"]["uid"]
 
-    pair.stop_component("lower-apiserver")
+    fleet.stop_component("lower-apiserver")
     stopped = time.monotonic()
     # Created during the outage: it must run once the lower cluster is back.
     create(upper, ns, pod_manifest("during", node=node.name))
     # No lease renewals: the upper node lifecycle controller gives up on the node after
     # its grace period (50 s by default).
-    wait_for("NotReady", lambda: _ready(pair, node.name) != "True", timeout=90)
+    wait_for("NotReady", lambda: _ready(fleet, node.name) != "True", timeout=90)
     not_ready_after = time.monotonic() - stopped
     time.sleep(max(0.0, 60 - (time.monotonic() - stopped)))
-    pair.start_component("lower-apiserver")
+    fleet.start_component("lower-apiserver")
     back = time.monotonic()
-    wait_for("Ready again", lambda: _ready(pair, node.name) == "True", timeout=30)
+    wait_for("Ready again", lambda: _ready(fleet, node.name) == "True", timeout=30)
     ready_after = time.monotonic() - back
 
     # The lower cluster's own scheduler and kwok take their time to reconnect after their
@@ -94,11 +86,11 @@ def test_a_lower_outage_makes_the_node_not_ready_and_loses_nothing(
 
 
 def test_a_watch_expired_by_compaction_misses_no_deletion(
-    private_pair: ClusterPair, node_on_private_pair: VirtualNodeProcess
+    own_fleet: Fleet, node_on_own_fleet: VirtualNodeProcess
 ) -> None:
-    pair, node = private_pair, node_on_private_pair
-    upper, lower = pair.upper.rest(), pair.lower.rest()
-    ns = _namespace(pair)
+    fleet, node = own_fleet, node_on_own_fleet
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    ns = _namespace(fleet)
     create(upper, ns, pod_manifest("web", node=node.name))
     wait_for("Running", lambda: phase(upper, ns, "web") == "Running")
     relists_before = _relists(node, "lower-pods")
@@ -109,8 +101,8 @@ def test_a_watch_expired_by_compaction_misses_no_deletion(
         # While the node sleeps: the lower apiserver restarts (dropping the node's watches
         # before anything it should see happens), its pod is deleted below, and history
         # moves on and is compacted away.
-        pair.stop_component("lower-apiserver")
-        pair.start_component("lower-apiserver")
+        fleet.stop_component("lower-apiserver")
+        fleet.start_component("lower-apiserver")
         lower.request(
             "DELETE",
             f"/api/v1/namespaces/{ns}/pods/web",
@@ -123,7 +115,7 @@ def test_a_watch_expired_by_compaction_misses_no_deletion(
                 ns,
                 {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"churn-{i}"}},
             )
-        pair.compact_etcd()
+        fleet.compact_etcd()
     finally:
         node.process.resume()
 

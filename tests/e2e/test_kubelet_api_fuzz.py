@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vnode.api import spdy
-from vnode.testing.pair import ClusterPair
+from vnode.testing.fleet import Fleet
 from vnode.testing.vnodes import VirtualNodeProcess
 
 ANSWER_WITHIN = 10.0  # seconds for the status line of any request
@@ -57,17 +57,16 @@ value = st.one_of(
 )  # fmt: skip
 
 
-def _tls(pair: ClusterPair) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=str(pair.vnode.client_ca))
-    pki = pair.directory / "pki"
-    context.load_cert_chain(str(pki / "upper-kubelet-client.crt"),
-                            str(pki / "upper-kubelet-client.key"))  # fmt: skip
+def _tls(fleet: Fleet) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(fleet.vnode.client_ca))
+    client = fleet.upper.kubelet_client  # the upper apiserver's kubelet client certificate
+    context.load_cert_chain(str(client.cert), str(client.key))
     return context
 
 
-def _connect(pair: ClusterPair, node: VirtualNodeProcess) -> ssl.SSLSocket:
-    raw = socket.create_connection(("127.0.0.1", node.kubelet_port), timeout=ANSWER_WITHIN)
-    return _tls(pair).wrap_socket(raw, server_hostname="127.0.0.1")
+def _connect(fleet: Fleet, node: VirtualNodeProcess) -> ssl.SSLSocket:
+    raw = socket.create_connection((fleet.node_ip, node.kubelet_port), timeout=ANSWER_WITHIN)
+    return _tls(fleet).wrap_socket(raw, server_hostname=fleet.node_ip)
 
 
 def _head(sock: ssl.SSLSocket) -> tuple[int, bytes]:
@@ -91,11 +90,11 @@ def _encode(text: str) -> str:
 
 @pytest.fixture
 def target(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str, running_pod: str
-) -> Iterator[tuple[ClusterPair, VirtualNodeProcess, str, str]]:
-    yield cluster_pair, virtual_node, namespace, running_pod
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str, running_pod: str
+) -> Iterator[tuple[Fleet, VirtualNodeProcess, str, str]]:
+    yield fleet, virtual_node, namespace, running_pod
     # Whatever came before, the node still answers, and it never failed unexpectedly.
-    with _connect(cluster_pair, virtual_node) as sock:
+    with _connect(fleet, virtual_node) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         assert _head(sock)[0] == 200
     # aiohttp logs a malformed request at DEBUG with its traceback (and answers 400); an
@@ -117,14 +116,14 @@ def target(
     headers=st.lists(st.tuples(st.sampled_from(HEADER_NAMES), value), max_size=4),
 )  # fmt: skip
 def test_any_request_gets_a_bounded_non_5xx_answer(
-    target: tuple[ClusterPair, VirtualNodeProcess, str, str],
+    target: tuple[Fleet, VirtualNodeProcess, str, str],
     method: str,
     prefix: str,
     segments: list[str],
     query: list[tuple[str, str]],
     headers: list[tuple[str, str]],
 ) -> None:
-    pair, node, namespace, pod = target
+    fleet, node, namespace, pod = target
     path = prefix + "".join(
         "/" + _encode(s.replace("{ns}", namespace).replace("{pod}", pod)) for s in segments
     )
@@ -137,7 +136,7 @@ def test_any_request_gets_a_bounded_non_5xx_answer(
         lines.append(f"{name}: {_encode(text)}")
     request = ("\r\n".join(lines) + "\r\n\r\n").encode()
     started = time.monotonic()
-    with _connect(pair, node) as sock:
+    with _connect(fleet, node) as sock:
         sock.sendall(request)
         # Only the answer's head: a valid follow or upgrade would stream on, which is fine.
         status, head = _head(sock)
@@ -148,10 +147,10 @@ def test_any_request_gets_a_bounded_non_5xx_answer(
 @FUZZ
 @given(junk=st.binary(min_size=1, max_size=200))
 def test_malformed_http_gets_a_4xx_or_a_closed_connection(
-    target: tuple[ClusterPair, VirtualNodeProcess, str, str], junk: bytes
+    target: tuple[Fleet, VirtualNodeProcess, str, str], junk: bytes
 ) -> None:
-    pair, node, _, _ = target
-    with _connect(pair, node) as sock:
+    fleet, node, _, _ = target
+    with _connect(fleet, node) as sock:
         sock.sendall(junk + b"\r\n\r\n")
         try:
             data = sock.recv(4096)
@@ -183,9 +182,9 @@ def _frames(draw: st.DrawFn) -> bytes:
 @settings(FUZZ, max_examples=60)
 @given(data=st.data())
 def test_any_frames_on_an_upgraded_exec_leave_the_node_serving(
-    target: tuple[ClusterPair, VirtualNodeProcess, str, str], data: st.DataObject
+    target: tuple[Fleet, VirtualNodeProcess, str, str], data: st.DataObject
 ) -> None:
-    pair, node, namespace, pod = target
+    fleet, node, namespace, pod = target
     payload = data.draw(st.one_of(st.composite(_frames)(), st.binary(min_size=1, max_size=300)))
     valid_first = data.draw(st.booleans())
     request = (
@@ -193,7 +192,7 @@ def test_any_frames_on_an_upgraded_exec_leave_the_node_serving(
         "Host: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
         "X-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n"
     ).encode()
-    with _connect(pair, node) as sock:
+    with _connect(fleet, node) as sock:
         sock.sendall(request)
         status, _ = _head(sock)
         assert status == 101

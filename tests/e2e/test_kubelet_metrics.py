@@ -1,15 +1,11 @@
 """The node's /metrics/resource, /stats/summary, /runningpods/ and /run, with kwok below.
 
-What stands in for `kubectl top`: metrics-server cannot run here (the apiserver reaches it
-through a Service, impossible on a loopback-only pair), so the tests scrape the virtual
-node as metrics-server does, directly with a ServiceAccount token allowed `get` on
-nodes/metrics and nodes/stats, and parse the text with a Prometheus text parser. Nor can
-the apiservers' node proxy be used, upstairs (`kubectl get --raw /api/v1/nodes/<node>/
-proxy/metrics/resource`) or below (the virtual node's default way to the lower kubelets):
-kube-apiserver refuses to proxy to a node whose address is loopback ("address not
-allowed"). The virtual nodes here read kwok's kubelet endpoint directly
-(`VirtualNodeProcess`: --lower-kubelet-access=direct); the node proxy path itself is
-covered by tests/component/test_kubelet_metrics.py.
+These tests scrape the virtual node directly, as metrics-server does, with a
+ServiceAccount token allowed `get` on nodes/metrics and nodes/stats, and parse the text
+with a Prometheus text parser; the virtual nodes here read kwok's kubelet endpoint
+directly (`VirtualNodeProcess`: --lower-kubelet-access=direct). `kubectl top` through a
+real metrics-server, the apiservers' node proxy and the `proxy` access mode are in
+tests/e2e/test_fleet.py.
 """
 
 from __future__ import annotations
@@ -41,7 +37,7 @@ from tests.e2e.helpers import (
 )
 from vnode.providers.k2k import naming
 from vnode.testing import kwok
-from vnode.testing.pair import ClusterPair
+from vnode.testing.fleet import Fleet
 from vnode.testing.vnodes import VirtualNodeProcess
 
 MEMORY = 48 * 1024 * 1024  # the usage the pod's kwok annotations ask for, per container
@@ -50,10 +46,10 @@ MANIFESTS = Path(__file__).parents[2] / "manifests" / "vnode"
 
 
 @pytest.fixture
-def scraper_token(cluster_pair: ClusterPair, namespace: str) -> Iterator[str]:
+def scraper_token(fleet: Fleet, namespace: str) -> Iterator[str]:
     """A token of ServiceAccount `scraper` allowed what metrics-server is: get on
     nodes/metrics and nodes/stats (nothing else)."""
-    upper = cluster_pair.upper
+    upper = fleet.upper
     name = f"tensile-test-scraper-{namespace}"
     upper.kubectl("create", "serviceaccount", "scraper", "-n", namespace)
     upper.kubectl(
@@ -70,14 +66,12 @@ def scraper_token(cluster_pair: ClusterPair, namespace: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def prefixed_node(
-    cluster_pair: ClusterPair, tmp_path: Path
-) -> Iterator[tuple[VirtualNodeProcess, str]]:
+def prefixed_node(fleet: Fleet, tmp_path: Path) -> Iterator[tuple[VirtualNodeProcess, str]]:
     """A virtual node whose lower namespaces are `<prefix><upper namespace>`, and the
     prefix: lower and upper names differ, so a label that leaks a lower name shows."""
     prefix = f"lo{secrets.token_hex(2)}-"
     node = VirtualNodeProcess(
-        cluster_pair,
+        fleet,
         name=f"vn-{secrets.token_hex(3)}",
         log_dir=tmp_path,
         args=[f"--namespace-prefix={prefix}"],
@@ -88,7 +82,7 @@ def prefixed_node(
     finally:
         code = node.stop()
         node.delete_node()
-        lower = cluster_pair.lower.rest()
+        lower = fleet.lower.rest()
         for item in lower.request("GET", "/api/v1/namespaces")["items"]:
             if item["metadata"]["name"].startswith(prefix):
                 lower.request("DELETE", f"/api/v1/namespaces/{item['metadata']['name']}")
@@ -99,16 +93,15 @@ def _samples(text: str) -> list[Sample]:
     return [s for family in text_string_to_metric_families(text) for s in family.samples]
 
 
-def _lower_kubelet_pods(pair: ClusterPair, node_name: str, namespace: str) -> set[str]:
+def _lower_kubelet_pods(fleet: Fleet, node_name: str, namespace: str) -> set[str]:
     """Pods kwok's kubelet endpoint reports CPU for in `namespace` (read directly, as the
     virtual node does)."""
-    node = pair.lower.rest().request("GET", f"/api/v1/nodes/{node_name}")
+    node = fleet.lower.rest().request("GET", f"/api/v1/nodes/{node_name}")
     port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
     path = node["metadata"]["annotations"]["metrics.k8s.io/resource-metrics-path"]
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE  # kwok's self-signed certificate
-    with urllib.request.urlopen(f"https://127.0.0.1:{port}{path}", context=context) as r:
+    [address] = [a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP"]
+    context = ssl.create_default_context(cafile=str(fleet.lower.ca))  # kwok's is signed by it
+    with urllib.request.urlopen(f"https://{address}:{port}{path}", context=context) as r:
         text = r.read().decode()
     return {
         s.labels["pod"]
@@ -137,13 +130,13 @@ def _neighbour(name: str, *, node: str, owner: str | None, upper_namespace: str)
 
 
 def test_resource_metrics_and_summary_show_our_pods_under_upper_names(
-    cluster_pair: ClusterPair,
+    fleet: Fleet,
     prefixed_node: tuple[VirtualNodeProcess, str],
     namespace: str,
     scraper_token: str,
 ) -> None:
     node, prefix = prefixed_node
-    upper, lower = cluster_pair.upper.rest(), cluster_pair.lower.rest()
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
     manifest = pod_manifest("web", node=node.name)
     manifest["metadata"]["annotations"] = {
         kwok.USAGE_CPU_ANNOTATION: f"{int(CPU_CORES * 1000)}m",
@@ -167,12 +160,12 @@ def test_resource_metrics_and_summary_show_our_pods_under_upper_names(
         "the lower kubelet to report all three pods",
         lambda: (
             {"web", "stranger", "other-vn"}
-            <= _lower_kubelet_pods(cluster_pair, lower_node, lower_namespace)
+            <= _lower_kubelet_pods(fleet, lower_node, lower_namespace)
         ),
     )
 
     def scrape(path: str) -> str:
-        status, body = kubelet_request(cluster_pair, node.kubelet_port, path, token=scraper_token)
+        status, body = kubelet_request(fleet, node.kubelet_port, path, token=scraper_token)
         assert status == 200, body
         return body
 
@@ -237,31 +230,29 @@ def test_resource_metrics_and_summary_show_our_pods_under_upper_names(
 
 
 def test_metrics_and_stats_are_authorized_as_their_own_subresources(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str
 ) -> None:
-    cluster_pair.upper.kubectl("create", "serviceaccount", "nobody", "-n", namespace)
-    token = cluster_pair.upper.kubectl("create", "token", "nobody", "-n", namespace).stdout.strip()
+    fleet.upper.kubectl("create", "serviceaccount", "nobody", "-n", namespace)
+    token = fleet.upper.kubectl("create", "token", "nobody", "-n", namespace).stdout.strip()
     for path, subresource in (
         ("/metrics/resource", "metrics"),
         ("/stats/summary", "stats"),
-        ("/runningpods/", "proxy"),
+        ("/runningpods/", "pods proxy"),
     ):
-        status, body = kubelet_request(cluster_pair, virtual_node.kubelet_port, path, token=token)
+        status, body = kubelet_request(fleet, virtual_node.kubelet_port, path, token=token)
         assert status == 403, path
         assert f"subresource(s)=[{subresource}]" in body
 
 
 def test_running_pods_lists_the_pod_under_its_upper_names(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str, running_pod: str
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str, running_pod: str
 ) -> None:
-    upper = cluster_pair.upper.rest()
+    upper = fleet.upper.rest()
     found = get(upper, f"/api/v1/namespaces/{namespace}/pods/{running_pod}")
     assert found is not None
 
     def listed() -> list[dict[str, Any]] | None:
-        status, body = kubelet_request(
-            cluster_pair, virtual_node.kubelet_port, "/runningpods/", cert=True
-        )
+        status, body = kubelet_request(fleet, virtual_node.kubelet_port, "/runningpods/", cert=True)
         assert status == 200
         items: list[dict[str, Any]] = json.loads(body)["items"]
         return items or None
@@ -276,7 +267,7 @@ def test_running_pods_lists_the_pod_under_its_upper_names(
 
 
 def test_run_returns_the_commands_output_or_why_it_failed(
-    cluster_pair: ClusterPair,
+    fleet: Fleet,
     virtual_node: VirtualNodeProcess,
     namespace: str,
     running_pod: str,
@@ -286,14 +277,14 @@ def test_run_returns_the_commands_output_or_why_it_failed(
     ok, failing = tmp_path / "ok.sh", tmp_path / "failing.sh"
     ok.write_text("echo out\necho err >&2\n")
     failing.write_text("echo partial\necho bad >&2\nexit 4\n")
-    uid = get(cluster_pair.upper.rest(), f"/api/v1/namespaces/{namespace}/pods/{running_pod}")
+    uid = get(fleet.upper.rest(), f"/api/v1/namespaces/{namespace}/pods/{running_pod}")
     assert uid is not None
     base = f"/run/{namespace}/{running_pod}"
 
     def run(path: str, cmd: str) -> tuple[int, str]:
         query = urllib.parse.urlencode({"cmd": cmd})
         return kubelet_request(
-            cluster_pair, virtual_node.kubelet_port, f"{path}?{query}", method="POST", cert=True
+            fleet, virtual_node.kubelet_port, f"{path}?{query}", method="POST", cert=True
         )
 
     assert run(f"{base}/main", "echo hello") == (200, "hello\n")
@@ -307,7 +298,7 @@ def test_run_returns_the_commands_output_or_why_it_failed(
 
 
 def test_a_node_reading_the_kubelets_with_its_own_token_serves_its_pods_metrics(
-    cluster_pair: ClusterPair, tmp_path: Path, namespace: str, scraper_token: str
+    fleet: Fleet, tmp_path: Path, namespace: str, scraper_token: str
 ) -> None:
     """Direct mode with --lower-kubelet-token-file holding a token of the ServiceAccount of
     manifests/vnode/lower-rbac-kubelet-metrics.yaml, and otherwise only the base lower
@@ -317,7 +308,7 @@ def test_a_node_reading_the_kubelets_with_its_own_token_serves_its_pods_metrics(
     kwok's kubelet endpoint accepts any caller, so this cannot show WHICH credential the
     node sends: tests/component/test_kubelet_metrics.py shows it against a recording fake
     kubelet."""
-    lower = cluster_pair.lower
+    lower = fleet.lower
     lower_kubeconfig = token_kubeconfig(
         lower, MANIFESTS / "lower-rbac.yaml", tmp_path / "lower-sa.kubeconfig"
     )
@@ -351,7 +342,7 @@ def test_a_node_reading_the_kubelets_with_its_own_token_serves_its_pods_metrics(
         ).stdout
     )  # fmt: skip
     node = VirtualNodeProcess(
-        cluster_pair,
+        fleet,
         name=f"vn-tok-{secrets.token_hex(3)}",
         log_dir=tmp_path,
         lower_kubeconfig=lower_kubeconfig,
@@ -359,7 +350,7 @@ def test_a_node_reading_the_kubelets_with_its_own_token_serves_its_pods_metrics(
     )
     node.start()
     try:
-        upper = cluster_pair.upper.rest()
+        upper = fleet.upper.rest()
         manifest = pod_manifest("web", node=node.name)
         manifest["metadata"]["annotations"] = {
             kwok.USAGE_CPU_ANNOTATION: f"{int(CPU_CORES * 1000)}m",
@@ -370,7 +361,7 @@ def test_a_node_reading_the_kubelets_with_its_own_token_serves_its_pods_metrics(
 
         def our_cpu() -> list[Sample] | None:
             status, body = kubelet_request(
-                cluster_pair, node.kubelet_port, "/metrics/resource", token=scraper_token
+                fleet, node.kubelet_port, "/metrics/resource", token=scraper_token
             )
             assert status == 200, body
             cpu = [

@@ -23,7 +23,7 @@ import pytest
 
 from tests.e2e.helpers import create, phase, pod_manifest, wait_for
 from vnode.testing import cluster
-from vnode.testing.pair import ClusterPair
+from vnode.testing.fleet import Fleet
 from vnode.testing.vnodes import VirtualNodeProcess
 
 BINARY = ("v5.channel.k8s.io", "v4.channel.k8s.io", "channel.k8s.io")
@@ -31,11 +31,10 @@ BASE64 = ("v4.base64.channel.k8s.io", "base64.channel.k8s.io")
 STRUCTURED = ("v5.channel.k8s.io", "v4.channel.k8s.io", "v4.base64.channel.k8s.io")
 
 
-def _tls(pair: ClusterPair) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=str(pair.vnode.client_ca))
-    pki = pair.directory / "pki"
-    context.load_cert_chain(str(pki / "upper-kubelet-client.crt"),
-                            str(pki / "upper-kubelet-client.key"))  # fmt: skip
+def _tls(fleet: Fleet) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(fleet.vnode.client_ca))
+    client = fleet.upper.kubelet_client  # the upper apiserver's kubelet client certificate
+    context.load_cert_chain(str(client.cert), str(client.key))
     return context
 
 
@@ -79,7 +78,7 @@ async def _send(
 
 
 async def _exec(
-    pair: ClusterPair,
+    fleet: Fleet,
     node: VirtualNodeProcess,
     path: str,
     *,
@@ -91,9 +90,9 @@ async def _exec(
     async with (
         aiohttp.ClientSession() as http,
         http.ws_connect(
-            f"https://127.0.0.1:{node.kubelet_port}{path}",
+            f"https://{fleet.node_ip}:{node.kubelet_port}{path}",
             protocols=(protocol,),
-            ssl=_tls(pair),
+            ssl=_tls(fleet),
             timeout=aiohttp.ClientWSTimeout(ws_close=10),
         ) as ws,
     ):
@@ -121,11 +120,11 @@ def _command(namespace: str, pod: str, *args: str, stdin: bool = False) -> str:
 
 @pytest.mark.parametrize("protocol", [*BINARY, *BASE64])
 async def test_exec_over_each_websocket_protocol(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str,
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str,
     running_pod: str, protocol: str,
 ) -> None:  # fmt: skip
     path = _command(namespace, running_pod, "sh", "-c", "echo hello; echo oops >&2; exit 3")
-    got = await _exec(cluster_pair, virtual_node, path, protocol=protocol)
+    got = await _exec(fleet, virtual_node, path, protocol=protocol)
     assert got.first == (1, b""), "the session opens with an empty message on stdout"
     assert got.text(1) == "hello\n"
     assert got.text(2) == "oops\n"
@@ -141,21 +140,21 @@ async def test_exec_over_each_websocket_protocol(
 
 @pytest.mark.parametrize("protocol", STRUCTURED)
 async def test_a_successful_exec_reports_success(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str,
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str,
     running_pod: str, protocol: str,
 ) -> None:  # fmt: skip
     path = _command(namespace, running_pod, "echo", "fine")
-    got = await _exec(cluster_pair, virtual_node, path, protocol=protocol)
+    got = await _exec(fleet, virtual_node, path, protocol=protocol)
     assert got.text(1) == "fine\n"
     assert json.loads(got.data[3])["status"] == "Success"
 
 
 async def test_v5_stdin_and_its_end_reach_the_command(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str, running_pod: str
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str, running_pod: str
 ) -> None:
     path = _command(namespace, running_pod, "sh", "-c", "wc -c; echo done", stdin=True)
     got = await _exec(
-        cluster_pair, virtual_node, path, protocol="v5.channel.k8s.io",
+        fleet, virtual_node, path, protocol="v5.channel.k8s.io",
         stdin=b"x" * 100_000, close_stdin=True,
     )  # fmt: skip
     assert got.text(1).split() == ["100000", "done"]
@@ -163,23 +162,23 @@ async def test_v5_stdin_and_its_end_reach_the_command(
 
 
 async def test_base64_stdin_is_decoded(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str, running_pod: str
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str, running_pod: str
 ) -> None:
     # Without a CLOSE signal the command cannot see the end of stdin: read one line.
     path = _command(namespace, running_pod, "sh", "-c", "read line; echo got $line", stdin=True)
     got = await _exec(
-        cluster_pair, virtual_node, path, protocol="v4.base64.channel.k8s.io", stdin=b"tensile\n"
+        fleet, virtual_node, path, protocol="v4.base64.channel.k8s.io", stdin=b"tensile\n"
     )
     assert got.text(1) == "got tensile\n"
 
 
 @pytest.mark.parametrize("protocol", ["v4.channel.k8s.io", "v4.base64.channel.k8s.io", ""])
 async def test_port_forward_over_the_legacy_websocket_protocol(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str,
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str,
     running_pod: str, protocol: str,
 ) -> None:  # fmt: skip
     # Two ports in one request: channels 0/1 for 8080, 2/3 for 9090 (kwok sends every pod
-    # port to the pair's forward target).
+    # port to the fleet's forward target).
     codec = protocol or "channel.k8s.io"
     data: dict[int, bytes] = {}
 
@@ -189,10 +188,10 @@ async def test_port_forward_over_the_legacy_websocket_protocol(
     async with (
         aiohttp.ClientSession() as http,
         http.ws_connect(
-            f"https://127.0.0.1:{virtual_node.kubelet_port}"
+            f"https://{fleet.node_ip}:{virtual_node.kubelet_port}"
             f"/portForward/{namespace}/{running_pod}?port=8080,9090",
             protocols=(protocol,) if protocol else (),
-            ssl=_tls(cluster_pair),
+            ssl=_tls(fleet),
         ) as ws,
     ):
         for channel in (0, 2):
@@ -210,19 +209,21 @@ async def test_port_forward_over_the_legacy_websocket_protocol(
 
 
 async def _refused_with(
-    pair: ClusterPair, node: VirtualNodeProcess, path: str, protocols: tuple[str, ...]
+    fleet: Fleet, node: VirtualNodeProcess, path: str, protocols: tuple[str, ...]
 ) -> int:
     """The HTTP status of a WebSocket handshake the node refuses."""
     async with aiohttp.ClientSession() as http:
         with pytest.raises(aiohttp.WSServerHandshakeError) as info:
             await http.ws_connect(
-                f"https://127.0.0.1:{node.kubelet_port}{path}", protocols=protocols, ssl=_tls(pair)
+                f"https://{fleet.node_ip}:{node.kubelet_port}{path}",
+                protocols=protocols,
+                ssl=_tls(fleet),
             )
         return info.value.status
 
 
 async def test_refusals_are_the_kubelets(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str, running_pod: str
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str, running_pod: str
 ) -> None:
     exec_path = _command(namespace, running_pod, "true")
     forward_path = f"/portForward/{namespace}/{running_pod}"
@@ -235,15 +236,15 @@ async def test_refusals_are_the_kubelets(
         ("/exec/kube-system/kube-apiserver/main?command=true&output=1", BINARY, 404),
         (forward_path, ("v4.channel.k8s.io",), 400),
     ):
-        assert await _refused_with(cluster_pair, virtual_node, path, protocols) == status, path
+        assert await _refused_with(fleet, virtual_node, path, protocols) == status, path
 
 
 async def test_a_provider_error_after_the_upgrade_is_reported_on_the_error_channel(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str
 ) -> None:
     # The pod needs a ConfigMap that does not exist: the node holds it back, so it has no
     # lower pod and the session cannot start once the channels are up.
-    upper = cluster_pair.upper.rest()
+    upper = fleet.upper.rest()
     manifest = pod_manifest("held", node=virtual_node.name, spec={
         "volumes": [{"name": "cfg", "configMap": {"name": "absent"}}],
     })  # fmt: skip
@@ -251,15 +252,15 @@ async def test_a_provider_error_after_the_upgrade_is_reported_on_the_error_chann
     create(upper, namespace, manifest)
     async with asyncio.timeout(30), aiohttp.ClientSession() as http:
         while True:  # until the node has the pod (bound to it, and seen by its informer)
-            url = f"https://127.0.0.1:{virtual_node.kubelet_port}/pods"
-            async with http.get(url, ssl=_tls(cluster_pair)) as response:
+            url = f"https://{fleet.node_ip}:{virtual_node.kubelet_port}/pods"
+            async with http.get(url, ssl=_tls(fleet)) as response:
                 names = [p["metadata"]["name"] for p in (await response.json())["items"]]
             if "held" in names:
                 break
             await asyncio.sleep(0.2)
     for protocol in ("v4.channel.k8s.io", "channel.k8s.io"):
         got = await _exec(
-            cluster_pair, virtual_node, _command(namespace, "held", "true"), protocol=protocol
+            fleet, virtual_node, _command(namespace, "held", "true"), protocol=protocol
         )
         if protocol == "v4.channel.k8s.io":
             status = json.loads(got.data[3])
@@ -274,11 +275,11 @@ async def test_a_provider_error_after_the_upgrade_is_reported_on_the_error_chann
 
 
 async def test_a_refusal_from_the_lower_cluster_reaches_the_client_with_its_message(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str, running_pod: str
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str, running_pod: str
 ) -> None:
     # An ephemeral container added upstairs exists only there: the node lets the exec
     # through, and the lower apiserver refuses it with a Status naming the container.
-    cluster_pair.upper.rest().request(
+    fleet.upper.rest().request(
         "PATCH",
         f"/api/v1/namespaces/{namespace}/pods/{running_pod}/ephemeralcontainers",
         body={"spec": {"ephemeralContainers": [
@@ -290,7 +291,7 @@ async def test_a_refusal_from_the_lower_cluster_reaches_the_client_with_its_mess
     async with asyncio.timeout(30):
         while True:
             try:
-                got = await _exec(cluster_pair, virtual_node, path, protocol="v4.channel.k8s.io")
+                got = await _exec(fleet, virtual_node, path, protocol="v4.channel.k8s.io")
                 break
             except aiohttp.WSServerHandshakeError as exc:
                 if exc.status != 404:  # 404: the node has not seen the new container yet
@@ -306,9 +307,9 @@ async def test_a_refusal_from_the_lower_cluster_reaches_the_client_with_its_mess
 
 
 @pytest.fixture
-def quick_idle_node(cluster_pair: ClusterPair, tmp_path: Path) -> Iterator[VirtualNodeProcess]:
+def quick_idle_node(fleet: Fleet, tmp_path: Path) -> Iterator[VirtualNodeProcess]:
     node = VirtualNodeProcess(
-        cluster_pair,
+        fleet,
         name=f"vn-idle-{secrets.token_hex(3)}",
         log_dir=tmp_path,
         args=["--streaming-connection-idle-timeout=2s"],
@@ -323,15 +324,15 @@ def quick_idle_node(cluster_pair: ClusterPair, tmp_path: Path) -> Iterator[Virtu
 
 
 async def test_an_idle_connection_is_closed(
-    cluster_pair: ClusterPair, quick_idle_node: VirtualNodeProcess, namespace: str
+    fleet: Fleet, quick_idle_node: VirtualNodeProcess, namespace: str
 ) -> None:
-    upper = cluster_pair.upper.rest()
+    upper = fleet.upper.rest()
     create(upper, namespace, pod_manifest("quiet", node=quick_idle_node.name))
     wait_for("Running", lambda: phase(upper, namespace, "quiet") == "Running")
     path = _command(namespace, "quiet", "sleep", "60")
     loop = asyncio.get_running_loop()
     started = loop.time()
-    got = await _exec(cluster_pair, quick_idle_node, path, protocol="v5.channel.k8s.io")
+    got = await _exec(fleet, quick_idle_node, path, protocol="v5.channel.k8s.io")
     elapsed = loop.time() - started
     assert 2 <= elapsed < 20, f"closed after {elapsed:.1f}s"
     assert got.close_code == aiohttp.WSCloseCode.OK

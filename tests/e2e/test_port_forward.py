@@ -15,19 +15,19 @@ import pytest
 
 from tests.e2e.helpers import create, phase, pod_manifest, wait_for
 from vnode.testing import cluster
-from vnode.testing.pair import ClusterPair
+from vnode.testing.fleet import Fleet
 from vnode.testing.vnodes import VirtualNodeProcess
 
 
 @pytest.mark.parametrize("websockets", ["true", "false"], ids=["websocket", "spdy"])
 def test_port_forward_carries_several_connections(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str, websockets: str
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str, websockets: str
 ) -> None:
-    upper = cluster_pair.upper.rest()
+    upper = fleet.upper.rest()
     create(upper, namespace, pod_manifest("web", node=virtual_node.name))
     wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
     proc = subprocess.Popen(
-        [cluster.kubectl_binary(), f"--kubeconfig={cluster_pair.upper.kubeconfig}",
+        [cluster.kubectl_binary(), f"--kubeconfig={fleet.upper.kubeconfig}",
          "port-forward", "-n", namespace, "pod/web", ":8080"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "KUBECTL_PORT_FORWARD_WEBSOCKETS": websockets},

@@ -14,25 +14,25 @@ from tests.e2e.helpers import (
     token_kubeconfig,
     wait_for,
 )
-from vnode.testing.pair import ClusterPair
+from vnode.testing.fleet import Fleet
 from vnode.testing.vnodes import VirtualNodeProcess
 
 MANIFESTS = Path(__file__).parents[2] / "manifests" / "vnode"
 
 
 def test_a_node_with_only_the_manifests_permissions_forwards_pods(
-    cluster_pair: ClusterPair, tmp_path: Path, namespace: str
+    fleet: Fleet, tmp_path: Path, namespace: str
 ) -> None:
-    upper, lower = cluster_pair.upper.rest(), cluster_pair.lower.rest()
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
     node = VirtualNodeProcess(
-        cluster_pair,
+        fleet,
         name=f"vn-rbac-{secrets.token_hex(3)}",
         log_dir=tmp_path,
         upper_kubeconfig=token_kubeconfig(
-            cluster_pair.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig"
+            fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig"
         ),
         lower_kubeconfig=token_kubeconfig(
-            cluster_pair.lower, MANIFESTS / "lower-rbac.yaml", tmp_path / "lower-sa.kubeconfig"
+            fleet.lower, MANIFESTS / "lower-rbac.yaml", tmp_path / "lower-sa.kubeconfig"
         ),
     )
     node.start()

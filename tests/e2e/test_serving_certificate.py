@@ -36,7 +36,7 @@ from vnode.kube import config
 from vnode.kube.backoff import ExponentialBackoff
 from vnode.kube.client import ApiClient
 from vnode.testing import cluster
-from vnode.testing.pair import ClusterPair
+from vnode.testing.fleet import Fleet
 from vnode.testing.rest import RestClient
 from vnode.testing.vnodes import VirtualNodeProcess
 
@@ -60,14 +60,14 @@ def _conditions(csr: dict[str, Any]) -> list[tuple[str, str]]:
     return [(c["type"], c.get("reason", "")) for c in csr.get("status", {}).get("conditions", [])]
 
 
-def _served_certificate(pair: ClusterPair, port: int) -> x509.Certificate | None:
-    """The certificate the node serves on `port`, verified against the upper CA for
-    127.0.0.1 as the apiserver verifies it; None while nothing listens."""
-    context = ssl.create_default_context(cafile=str(pair.upper.ca))
+def _served_certificate(fleet: Fleet, port: int) -> x509.Certificate | None:
+    """The certificate the node serves on `port`, verified against the upper CA for the
+    node address as the apiserver verifies it; None while nothing listens."""
+    context = ssl.create_default_context(cafile=str(fleet.upper.ca))
     try:
         with (
-            socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
-            context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+            socket.create_connection((fleet.node_ip, port), timeout=5) as raw,
+            context.wrap_socket(raw, server_hostname=fleet.node_ip) as tls,
         ):
             der = tls.getpeercert(binary_form=True)
     except ConnectionRefusedError:
@@ -80,20 +80,20 @@ def _issued(csr: dict[str, Any]) -> x509.Certificate:
     return load_chain(base64.b64decode(csr["status"]["certificate"]))[0]
 
 
-def _kubectl_logs_work(pair: ClusterPair, namespace: str, node: str) -> None:
-    upper = pair.upper.rest()
+def _kubectl_logs_work(fleet: Fleet, namespace: str, node: str) -> None:
+    upper = fleet.upper.rest()
     create(upper, namespace, pod_manifest("web", node=node))
     wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
-    out = pair.upper.kubectl("logs", "web", "-n", namespace).stdout
+    out = fleet.upper.kubectl("logs", "web", "-n", namespace).stdout
     assert out.splitlines() == list(cluster.LOG_LINES)
 
 
 def test_a_node_approves_its_own_csr_and_reuses_the_certificate_after_a_restart(
-    cluster_pair: ClusterPair, namespace: str, tmp_path: Path
+    fleet: Fleet, namespace: str, tmp_path: Path
 ) -> None:
-    upper = cluster_pair.upper.rest()
+    upper = fleet.upper.rest()
     node = VirtualNodeProcess(
-        cluster_pair,
+        fleet,
         name=f"vn-csr-{secrets.token_hex(3)}",
         log_dir=tmp_path,
         certificate_from_csr=True,
@@ -102,7 +102,7 @@ def test_a_node_approves_its_own_csr_and_reuses_the_certificate_after_a_restart(
     try:
         served = wait_for(
             "the kubelet API serving",
-            lambda: _served_certificate(cluster_pair, node.kubelet_port),
+            lambda: _served_certificate(fleet, node.kubelet_port),
             timeout=60,
         )
         [csr] = _node_csrs(upper, node.name)
@@ -114,11 +114,11 @@ def test_a_node_approves_its_own_csr_and_reuses_the_certificate_after_a_restart(
         request = x509.load_pem_x509_csr(base64.b64decode(spec["request"]))
         assert request.subject.rfc4514_string() == f"CN=system:node:{node.name},O=system:nodes"
         sans = request.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-        assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+        assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == [fleet.node_ip]
         assert sans.get_values_for_type(x509.DNSName) == []
         assert ("Approved", "TensileSelfApproved") in _conditions(csr)
         assert served.serial_number == _issued(csr).serial_number
-        _kubectl_logs_work(cluster_pair, namespace, node.name)
+        _kubectl_logs_work(fleet, namespace, node.name)
 
         current = node.cert_dir / "kubelet-server-current.pem"
         stored = current.resolve()
@@ -131,7 +131,7 @@ def test_a_node_approves_its_own_csr_and_reuses_the_certificate_after_a_restart(
         node.start()
         again = wait_for(
             "the kubelet API serving again",
-            lambda: _served_certificate(cluster_pair, node.kubelet_port),
+            lambda: _served_certificate(fleet, node.kubelet_port),
             timeout=60,
         )
         assert again.serial_number == served.serial_number
@@ -144,15 +144,15 @@ def test_a_node_approves_its_own_csr_and_reuses_the_certificate_after_a_restart(
 
 
 def test_without_approval_rights_the_node_waits_for_an_administrator(
-    cluster_pair: ClusterPair, namespace: str, tmp_path: Path
+    fleet: Fleet, namespace: str, tmp_path: Path
 ) -> None:
-    upper = cluster_pair.upper.rest()
+    upper = fleet.upper.rest()
     node = VirtualNodeProcess(
-        cluster_pair,
+        fleet,
         name=f"vn-csr-wait-{secrets.token_hex(3)}",
         log_dir=tmp_path,
         upper_kubeconfig=token_kubeconfig(
-            cluster_pair.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig"
+            fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig"
         ),
         certificate_from_csr=True,
     )
@@ -164,10 +164,10 @@ def test_without_approval_rights_the_node_waits_for_an_administrator(
         [first] = _node_csrs(upper, node.name)
         assert first["spec"]["username"] == SERVICE_ACCOUNT
         assert _conditions(first) == []
-        assert _served_certificate(cluster_pair, node.kubelet_port) is None
+        assert _served_certificate(fleet, node.kubelet_port) is None
 
         # A denied request is logged and replaced by a new one (after a backoff of ~5 s).
-        cluster_pair.upper.kubectl("certificate", "deny", first["metadata"]["name"])
+        fleet.upper.kubectl("certificate", "deny", first["metadata"]["name"])
 
         def replacement() -> dict[str, Any] | None:
             csrs = _node_csrs(upper, node.name)
@@ -176,18 +176,18 @@ def test_without_approval_rights_the_node_waits_for_an_administrator(
         second = wait_for("a new CSR after the denial", replacement, timeout=30)
         assert "denied: KubectlDeny" in node.log.read_text()
         assert _conditions(second) == []
-        assert _served_certificate(cluster_pair, node.kubelet_port) is None
+        assert _served_certificate(fleet, node.kubelet_port) is None
 
-        cluster_pair.upper.kubectl("certificate", "approve", second["metadata"]["name"])
+        fleet.upper.kubectl("certificate", "approve", second["metadata"]["name"])
         served = wait_for(
             "the kubelet API serving",
-            lambda: _served_certificate(cluster_pair, node.kubelet_port),
+            lambda: _served_certificate(fleet, node.kubelet_port),
             timeout=30,
         )
         uid = second["metadata"]["uid"]
         [approved] = [c for c in _node_csrs(upper, node.name) if c["metadata"]["uid"] == uid]
         assert served.serial_number == _issued(approved).serial_number
-        _kubectl_logs_work(cluster_pair, namespace, node.name)
+        _kubectl_logs_work(fleet, namespace, node.name)
     finally:
         code = node.stop()
         node.delete_node()
@@ -195,16 +195,16 @@ def test_without_approval_rights_the_node_waits_for_an_administrator(
 
 
 def test_the_optional_manifest_lets_a_service_account_node_approve_its_own_csr(
-    cluster_pair: ClusterPair, tmp_path: Path
+    fleet: Fleet, tmp_path: Path
 ) -> None:
-    upper = cluster_pair.upper.rest()
+    upper = fleet.upper.rest()
     optional = MANIFESTS / "upper-rbac-csr-self-approve.yaml"
     kubeconfig = token_kubeconfig(
-        cluster_pair.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig"
+        fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig"
     )
-    cluster_pair.upper.kubectl("apply", "-f", str(optional))
+    fleet.upper.kubectl("apply", "-f", str(optional))
     node = VirtualNodeProcess(
-        cluster_pair,
+        fleet,
         name=f"vn-csr-sa-{secrets.token_hex(3)}",
         log_dir=tmp_path,
         upper_kubeconfig=kubeconfig,
@@ -214,7 +214,7 @@ def test_the_optional_manifest_lets_a_service_account_node_approve_its_own_csr(
         node.start()
         served = wait_for(
             "the kubelet API serving",
-            lambda: _served_certificate(cluster_pair, node.kubelet_port),
+            lambda: _served_certificate(fleet, node.kubelet_port),
             timeout=60,
         )
         [csr] = _node_csrs(upper, node.name)
@@ -223,7 +223,7 @@ def test_the_optional_manifest_lets_a_service_account_node_approve_its_own_csr(
         assert served.serial_number == _issued(csr).serial_number
     finally:
         # Other tests need a ServiceAccount that may NOT approve.
-        cluster_pair.upper.kubectl("delete", "-f", str(optional))
+        fleet.upper.kubectl("delete", "-f", str(optional))
         code = node.stop()
         node.delete_node()
         assert code == 0, f"virtual-node exited {code}; log {node.log}"
@@ -247,14 +247,12 @@ def _start_failure(node: VirtualNodeProcess) -> str:
     return log
 
 
-def test_a_busy_kubelet_port_fails_at_start_before_any_csr(
-    cluster_pair: ClusterPair, tmp_path: Path
-) -> None:
-    upper = cluster_pair.upper.rest()
-    with socket.create_server(("127.0.0.1", 0)) as taken:
+def test_a_busy_kubelet_port_fails_at_start_before_any_csr(fleet: Fleet, tmp_path: Path) -> None:
+    upper = fleet.upper.rest()
+    with socket.create_server((fleet.node_ip, 0)) as taken:
         port = taken.getsockname()[1]
         node = VirtualNodeProcess(
-            cluster_pair,
+            fleet,
             name=f"vn-csr-busy-{secrets.token_hex(3)}",
             log_dir=tmp_path,
             certificate_from_csr=True,
@@ -265,19 +263,17 @@ def test_a_busy_kubelet_port_fails_at_start_before_any_csr(
         finally:
             node.stop()
             node.delete_node()
-    assert f"cannot listen on 127.0.0.1:{port} (KUBELET_PORT)" in log
+    assert f"cannot listen on {fleet.node_ip}:{port} (KUBELET_PORT)" in log
     assert "Address already in use" in log
     assert _node_csrs(upper, node.name) == []
 
 
-def test_a_bad_client_ca_fails_at_start_before_any_csr(
-    cluster_pair: ClusterPair, tmp_path: Path
-) -> None:
-    upper = cluster_pair.upper.rest()
+def test_a_bad_client_ca_fails_at_start_before_any_csr(fleet: Fleet, tmp_path: Path) -> None:
+    upper = fleet.upper.rest()
     bad = tmp_path / "not-a-ca.crt"
     bad.write_text("not a certificate\n")
     node = VirtualNodeProcess(
-        cluster_pair,
+        fleet,
         name=f"vn-csr-ca-{secrets.token_hex(3)}",
         log_dir=tmp_path,
         certificate_from_csr=True,
@@ -318,13 +314,13 @@ class JumpingClock:
 
 
 @pytest.fixture
-async def upper_client(cluster_pair: ClusterPair) -> AsyncIterator[ApiClient]:
-    async with ApiClient(config.load(str(cluster_pair.upper.kubeconfig)), name="upper") as c:
+async def upper_client(fleet: Fleet) -> AsyncIterator[ApiClient]:
+    async with ApiClient(config.load(str(fleet.upper.kubeconfig)), name="upper") as c:
         yield c
 
 
 async def test_rotation_requests_a_new_certificate_that_new_handshakes_get(
-    cluster_pair: ClusterPair, upper_client: ApiClient, tmp_path: Path
+    fleet: Fleet, upper_client: ApiClient, tmp_path: Path
 ) -> None:
     name = f"vn-rotate-{secrets.token_hex(3)}"
     clock = JumpingClock()
@@ -372,7 +368,7 @@ async def test_rotation_requests_a_new_certificate_that_new_handshakes_get(
         lifetime = first.not_valid_after_utc - first.not_valid_before_utc
         assert lifetime <= dt.timedelta(minutes=16)  # expirationSeconds was honoured
 
-        client = ssl.create_default_context(cafile=str(cluster_pair.upper.ca))
+        client = ssl.create_default_context(cafile=str(fleet.upper.ca))
         reader, writer = await asyncio.open_connection(
             "127.0.0.1", port, ssl=client, server_hostname="127.0.0.1"
         )
@@ -396,7 +392,7 @@ async def test_rotation_requests_a_new_certificate_that_new_handshakes_get(
         for stream in (writer, fresh):
             stream.close()
             await stream.wait_closed()
-        assert len(_node_csrs(cluster_pair.upper.rest(), name)) == 2
+        assert len(_node_csrs(fleet.upper.rest(), name)) == 2
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -1,7 +1,7 @@
 """`kubectl attach` and `kubectl exec -t` (a terminal, resized) through the upper cluster.
 
 kwok simulates the lower containers: an attached container's output is what is appended to
-the pair's attach file, and `exec -t` runs the command on a real pseudo-terminal whose size
+the fleet's attach file, and `exec -t` runs the command on a real pseudo-terminal whose size
 follows the resize stream. kubectl only sends sizes when its own stdin is a terminal, so it
 runs on a pty of ours here. Each test runs with kubectl's WebSocket default and with SPDY end
 to end, as in test_exec.py.
@@ -26,15 +26,15 @@ import pytest
 
 from vnode.testing import kwok
 from vnode.testing.cluster import kubectl_binary
-from vnode.testing.pair import ClusterPair
+from vnode.testing.fleet import Fleet
 
 MODES = pytest.mark.parametrize("websockets", ["true", "false"], ids=["websocket", "spdy"])
 
 
-def _kubectl_env(pair: ClusterPair, websockets: str) -> dict[str, str]:
+def _kubectl_env(fleet: Fleet, websockets: str) -> dict[str, str]:
     return {
         **os.environ,
-        "KUBECONFIG": str(pair.upper.kubeconfig),
+        "KUBECONFIG": str(fleet.upper.kubeconfig),
         "KUBECTL_REMOTE_COMMAND_WEBSOCKETS": websockets,
         "TERM": "dumb",
     }
@@ -122,13 +122,13 @@ def _terminal(
 
 @MODES
 def test_exec_with_a_terminal_follows_resizes_and_returns_the_exit_code(
-    cluster_pair: ClusterPair, namespace: str, running_pod: str, websockets: str
+    fleet: Fleet, namespace: str, running_pod: str, websockets: str
 ) -> None:
     # Each line typed prints the terminal's size. Sizes travel on their own stream, so the
     # test keeps asking until the size it set shows, rather than guessing when it arrived.
     script = "while read line; do stty size; done; exit 4"
     argv = [kubectl_binary(), "exec", "-it", "-n", namespace, running_pod, "--", "sh", "-c", script]
-    env = _kubectl_env(cluster_pair, websockets)
+    env = _kubectl_env(fleet, websockets)
     with _terminal(argv, env=env, rows=33, cols=101) as terminal:
         terminal.until(r"33 101", typing="\r")
         terminal.resize(rows=47, cols=132)
@@ -139,14 +139,14 @@ def test_exec_with_a_terminal_follows_resizes_and_returns_the_exit_code(
 
 @MODES
 def test_attach_shows_the_containers_output_as_it_comes(
-    cluster_pair: ClusterPair, namespace: str, running_pod: str, websockets: str
+    fleet: Fleet, namespace: str, running_pod: str, websockets: str
 ) -> None:
     marker = f"attached-{namespace}"
     process = subprocess.Popen(
         [kubectl_binary(), "attach", "-n", namespace, running_pod, "-c", "main"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        env=_kubectl_env(cluster_pair, websockets),
+        env=_kubectl_env(fleet, websockets),
     )
     try:
         assert process.stdout is not None
@@ -157,7 +157,7 @@ def test_attach_shows_the_containers_output_as_it_comes(
         while marker.encode() not in seen:
             assert time.monotonic() < deadline, f"no attached output in 30s: {seen!r}"
             assert process.poll() is None, f"kubectl attach ended: {seen!r}"
-            with cluster_pair.attach_file.open("a") as log:
+            with fleet.attach_file.open("a") as log:
                 log.write(kwok.cri_log_lines([marker], start=dt.datetime.now(dt.UTC)))
             time.sleep(0.5)
             seen += process.stdout.read() or b""
@@ -169,9 +169,9 @@ def test_attach_shows_the_containers_output_as_it_comes(
 
 
 def test_attach_to_a_missing_container_is_an_error(
-    cluster_pair: ClusterPair, namespace: str, running_pod: str
+    fleet: Fleet, namespace: str, running_pod: str
 ) -> None:
-    result = cluster_pair.upper.kubectl(
+    result = fleet.upper.kubectl(
         "attach", "-n", namespace, running_pod, "-c", "nope", check=False, timeout=60
     )
     assert result.returncode != 0

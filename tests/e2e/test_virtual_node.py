@@ -1,4 +1,4 @@
-"""The virtual node on the real pair: registration, pods down, status up, dependencies, deletion."""
+"""The virtual node in a real fleet: registration, pods down, status up, dependencies, deletion."""
 
 from __future__ import annotations
 
@@ -8,20 +8,18 @@ from typing import Any
 
 from tests.e2e.helpers import create, events_for, get, phase, pod, pod_manifest, wait_for
 from vnode.providers.k2k import naming
-from vnode.testing.pair import ClusterPair
+from vnode.testing.fleet import Fleet
 from vnode.testing.vnodes import VirtualNodeProcess
 
 
-def _node(pair: ClusterPair, name: str) -> dict[str, Any]:
-    found = get(pair.upper.rest(), f"/api/v1/nodes/{name}")
+def _node(fleet: Fleet, name: str) -> dict[str, Any]:
+    found = get(fleet.upper.rest(), f"/api/v1/nodes/{name}")
     assert found is not None
     return found
 
 
-def test_the_node_registers_like_a_kubelet(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess
-) -> None:
-    node = _node(cluster_pair, virtual_node.name)
+def test_the_node_registers_like_a_kubelet(fleet: Fleet, virtual_node: VirtualNodeProcess) -> None:
+    node = _node(fleet, virtual_node.name)
     labels = node["metadata"]["labels"]
     assert labels["type"] == "virtual-kubelet"
     assert labels["kubernetes.io/role"] == "agent"
@@ -32,13 +30,13 @@ def test_the_node_registers_like_a_kubelet(
     # The upper node lifecycle controller taints a new node not-ready until it is Ready.
     wait_for(
         "only our taint",
-        lambda: _node(cluster_pair, virtual_node.name)["spec"]["taints"] == [ours],
+        lambda: _node(fleet, virtual_node.name)["spec"]["taints"] == [ours],
         timeout=20,
     )
     status = node["status"]
-    assert status["addresses"] == [{"type": "InternalIP", "address": "127.0.0.1"}]
+    assert status["addresses"] == [{"type": "InternalIP", "address": fleet.node_ip}]
     assert status["daemonEndpoints"]["kubeletEndpoint"]["Port"] == virtual_node.kubelet_port
-    lower_version = cluster_pair.lower.rest().request("GET", "/version")["gitVersion"]
+    lower_version = fleet.lower.rest().request("GET", "/version")["gitVersion"]
     assert status["nodeInfo"]["kubeletVersion"] == lower_version
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
     assert conditions == {
@@ -55,16 +53,16 @@ def test_the_node_registers_like_a_kubelet(
 
 
 def test_the_lease_is_renewed_and_owned_by_the_node(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess
+    fleet: Fleet, virtual_node: VirtualNodeProcess
 ) -> None:
-    client = cluster_pair.upper.rest()
+    client = fleet.upper.rest()
     path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{virtual_node.name}"
     first = wait_for("the lease", lambda: get(client, path), timeout=20)
     assert first["spec"]["holderIdentity"] == virtual_node.name
     assert first["spec"]["leaseDurationSeconds"] == 40
     owner = first["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"]) == ("Node", virtual_node.name)
-    assert owner["uid"] == _node(cluster_pair, virtual_node.name)["metadata"]["uid"]
+    assert owner["uid"] == _node(fleet, virtual_node.name)["metadata"]["uid"]
     wait_for(
         "a renewal",
         lambda: (
@@ -74,15 +72,13 @@ def test_the_lease_is_renewed_and_owned_by_the_node(
     )
 
 
-def test_a_deleted_node_is_registered_again(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess
-) -> None:
-    old_uid = _node(cluster_pair, virtual_node.name)["metadata"]["uid"]
+def test_a_deleted_node_is_registered_again(fleet: Fleet, virtual_node: VirtualNodeProcess) -> None:
+    old_uid = _node(fleet, virtual_node.name)["metadata"]["uid"]
     virtual_node.delete_node()
     wait_for(
         "the node back",
         lambda: (
-            (get(cluster_pair.upper.rest(), f"/api/v1/nodes/{virtual_node.name}") or {})
+            (get(fleet.upper.rest(), f"/api/v1/nodes/{virtual_node.name}") or {})
             .get("metadata", {})
             .get("uid", old_uid)
             != old_uid
@@ -93,9 +89,9 @@ def test_a_deleted_node_is_registered_again(
 
 
 def test_pods_run_below_with_their_config_maps_and_secrets(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str
 ) -> None:
-    upper, lower = cluster_pair.upper.rest(), cluster_pair.lower.rest()
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
     create(
         upper,
         namespace,
@@ -142,7 +138,7 @@ def test_pods_run_below_with_their_config_maps_and_secrets(
     assert meta["annotations"][naming.UPPER_UID_ANNOTATION] == up["metadata"]["uid"]
     assert below["spec"]["nodeName"].startswith("lower-node-")
     assert up["status"]["podIP"] == below["status"]["podIP"]
-    assert up["status"]["hostIP"] == "127.0.0.1"
+    assert up["status"]["hostIP"] == fleet.node_ip
     assert {c["type"]: c["status"] for c in up["status"]["conditions"]}["Ready"] == "True"
     env = {e["name"]: e for e in below["spec"]["containers"][0]["env"]}
     assert env["NODE"] == {"name": "NODE", "value": virtual_node.name}
@@ -169,9 +165,9 @@ def test_pods_run_below_with_their_config_maps_and_secrets(
 
 
 def test_a_config_map_update_reaches_the_copy_and_unused_copies_are_collected(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str
 ) -> None:
-    upper, lower = cluster_pair.upper.rest(), cluster_pair.lower.rest()
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
     create(
         upper,
         namespace,
@@ -194,9 +190,9 @@ def test_a_config_map_update_reaches_the_copy_and_unused_copies_are_collected(
 
 
 def test_graceful_deletion_goes_down_then_finishes_upstairs(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str
 ) -> None:
-    upper, lower = cluster_pair.upper.rest(), cluster_pair.lower.rest()
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
     create(upper, namespace, pod_manifest("web", node=virtual_node.name))
     wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
     lower_uid = (pod(lower, namespace, "web") or {})["metadata"]["uid"]
@@ -214,9 +210,9 @@ def test_graceful_deletion_goes_down_then_finishes_upstairs(
 
 
 def test_a_lower_pod_deleted_by_someone_else_fails_the_upper_pod(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str
 ) -> None:
-    upper, lower = cluster_pair.upper.rest(), cluster_pair.lower.rest()
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
     create(upper, namespace, pod_manifest("web", node=virtual_node.name))
     wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
     lower.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/web")
@@ -230,9 +226,9 @@ def test_a_lower_pod_deleted_by_someone_else_fails_the_upper_pod(
 
 
 def test_a_pod_the_lower_cluster_refuses_fails_with_the_reason_and_leaves_nothing(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str
 ) -> None:
-    upper, lower = cluster_pair.upper.rest(), cluster_pair.lower.rest()
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
     create(
         lower,
         namespace,
@@ -277,9 +273,9 @@ def _attempts(node: VirtualNodeProcess) -> float:
 
 
 def test_kube_system_and_daemon_set_pods_are_refused_clearly(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess
+    fleet: Fleet, virtual_node: VirtualNodeProcess
 ) -> None:
-    upper = cluster_pair.upper.rest()
+    upper = fleet.upper.rest()
     manifest = pod_manifest(f"addon-{virtual_node.name}", node=virtual_node.name)
     create(upper, "kube-system", manifest)
     name = manifest["metadata"]["name"]
@@ -288,15 +284,15 @@ def test_kube_system_and_daemon_set_pods_are_refused_clearly(
         status = (pod(upper, "kube-system", name) or {})["status"]
         assert status["reason"] == "UnsupportedPod"
         assert "kube-system" in status["message"]
-        assert pod(cluster_pair.lower.rest(), "kube-system", name) is None
+        assert pod(fleet.lower.rest(), "kube-system", name) is None
     finally:
         upper.request("DELETE", f"/api/v1/namespaces/kube-system/pods/{name}")
 
 
 def test_image_and_label_changes_reach_the_lower_pod(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str
 ) -> None:
-    upper, lower = cluster_pair.upper.rest(), cluster_pair.lower.rest()
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
     create(upper, namespace, pod_manifest("web", node=virtual_node.name))
     wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
     patch = {
@@ -321,9 +317,9 @@ def test_image_and_label_changes_reach_the_lower_pod(
 
 
 def test_ignored_labels_stay_upstairs_and_are_restored(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str
 ) -> None:
-    upper, lower = cluster_pair.upper.rest(), cluster_pair.lower.rest()
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
     manifest = pod_manifest(
         "web", node=virtual_node.name, labels={"pod-group.scheduling.sigs.k8s.io": "g1"}
     )
@@ -339,9 +335,9 @@ def test_ignored_labels_stay_upstairs_and_are_restored(
 
 
 def test_lower_events_are_mirrored_onto_the_upper_pod(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str
 ) -> None:
-    upper = cluster_pair.upper.rest()
+    upper = fleet.upper.rest()
     # More CPU than any one lower node has, but less than the virtual node's total: the
     # upper scheduler places it, the lower one cannot.
     create(upper, namespace, pod_manifest("big", node=virtual_node.name, requests={"cpu": "40"}))

@@ -18,28 +18,28 @@ import pytest
 from tests.e2e.helpers import create, get, phase, pod, pod_manifest, wait_for
 from vnode.kube.quantity import parse_quantity
 from vnode.providers.k2k import naming
+from vnode.testing.fleet import Fleet
 from vnode.testing.kwok import FakeNode
-from vnode.testing.pair import ClusterPair
 from vnode.testing.vnodes import VirtualNodeProcess
 
 
-def _lower_pods(pair: ClusterPair, namespace: str) -> dict[str, str]:
-    items = pair.lower.rest().request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
+def _lower_pods(fleet: Fleet, namespace: str) -> dict[str, str]:
+    items = fleet.lower.rest().request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
     return {p["metadata"]["name"]: p["metadata"]["uid"] for p in items}
 
 
 def test_a_restart_adopts_pods_recreates_missing_ones_and_deletes_orphans(
-    cluster_pair: ClusterPair, tmp_path: Path, namespace: str
+    fleet: Fleet, tmp_path: Path, namespace: str
 ) -> None:
-    upper, lower = cluster_pair.upper.rest(), cluster_pair.lower.rest()
-    node = VirtualNodeProcess(cluster_pair, name=f"vn-{secrets.token_hex(3)}", log_dir=tmp_path)
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    node = VirtualNodeProcess(fleet, name=f"vn-{secrets.token_hex(3)}", log_dir=tmp_path)
     node.start()
     try:
         for name in ("keep", "lose", "orphan"):
             create(upper, namespace, pod_manifest(name, node=node.name))
         for name in ("keep", "lose", "orphan"):
             wait_for(f"{name} Running", lambda n=name: phase(upper, namespace, n) == "Running")
-        before = _lower_pods(cluster_pair, namespace)
+        before = _lower_pods(fleet, namespace)
         assert node.stop() == 0
 
         # While the node is down: its lower pod "lose" disappears, and the upper pod of
@@ -60,7 +60,7 @@ def test_a_restart_adopts_pods_recreates_missing_ones_and_deletes_orphans(
         wait_for("orphan deleted below", lambda: pod(lower, namespace, "orphan") is None)
         wait_for("lose re-created below", lambda: pod(lower, namespace, "lose") is not None)
         wait_for("lose Running", lambda: phase(upper, namespace, "lose") == "Running")
-        after = _lower_pods(cluster_pair, namespace)
+        after = _lower_pods(fleet, namespace)
         assert after["keep"] == before["keep"], "an existing lower pod must be adopted"
         assert set(after) == {"keep", "lose"}
     finally:
@@ -69,11 +69,11 @@ def test_a_restart_adopts_pods_recreates_missing_ones_and_deletes_orphans(
 
 
 def test_two_virtual_nodes_share_a_lower_cluster_without_touching_each_other(
-    cluster_pair: ClusterPair, tmp_path: Path, namespace: str
+    fleet: Fleet, tmp_path: Path, namespace: str
 ) -> None:
-    upper, lower = cluster_pair.upper.rest(), cluster_pair.lower.rest()
-    a = VirtualNodeProcess(cluster_pair, name=f"vn-a-{secrets.token_hex(3)}", log_dir=tmp_path)
-    b = VirtualNodeProcess(cluster_pair, name=f"vn-b-{secrets.token_hex(3)}", log_dir=tmp_path)
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    a = VirtualNodeProcess(fleet, name=f"vn-a-{secrets.token_hex(3)}", log_dir=tmp_path)
+    b = VirtualNodeProcess(fleet, name=f"vn-b-{secrets.token_hex(3)}", log_dir=tmp_path)
     a.start()
     b.start()
     try:
@@ -86,16 +86,16 @@ def test_two_virtual_nodes_share_a_lower_cluster_without_touching_each_other(
             for n in ("on-a", "on-b")
         }
         assert owner == {"on-a": a.name, "on-b": b.name}
-        b_uid = _lower_pods(cluster_pair, namespace)["on-b"]
+        b_uid = _lower_pods(fleet, namespace)["on-b"]
 
         # A restart of a must leave b's pod alone (tensile-kube deleted it as dangling).
         assert a.stop() == 0
         a.start()
         wait_for("on-a Running again", lambda: phase(upper, namespace, "on-a") == "Running")
-        assert _lower_pods(cluster_pair, namespace)["on-b"] == b_uid
+        assert _lower_pods(fleet, namespace)["on-b"] == b_uid
         # b's pod holds lower resources, so it counts against a's capacity and not b's.
-        cpu_a = _allocatable(cluster_pair, a.name)["cpu"]
-        cpu_b = _allocatable(cluster_pair, b.name)["cpu"]
+        cpu_a = _allocatable(fleet, a.name)["cpu"]
+        cpu_b = _allocatable(fleet, b.name)["cpu"]
         assert cpu_a == cpu_b
     finally:
         for node in (a, b):
@@ -103,13 +103,13 @@ def test_two_virtual_nodes_share_a_lower_cluster_without_touching_each_other(
             node.delete_node()
 
 
-def _allocatable(pair: ClusterPair, name: str) -> dict[str, Any]:
-    node = get(pair.upper.rest(), f"/api/v1/nodes/{name}") or {}
+def _allocatable(fleet: Fleet, name: str) -> dict[str, Any]:
+    node = get(fleet.upper.rest(), f"/api/v1/nodes/{name}") or {}
     return {k: parse_quantity(v) for k, v in node["status"]["allocatable"].items()}
 
 
-def _nothing_terminating(pair: ClusterPair) -> bool:
-    lower = pair.lower.rest()
+def _nothing_terminating(fleet: Fleet) -> bool:
+    lower = fleet.lower.rest()
     namespaces = lower.request("GET", "/api/v1/namespaces")["items"]
     pods = lower.request("GET", "/api/v1/pods")["items"]
     return not any(n["status"].get("phase") == "Terminating" for n in namespaces) and not any(
@@ -118,13 +118,13 @@ def _nothing_terminating(pair: ClusterPair) -> bool:
 
 
 def test_capacity_follows_the_lower_cluster(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str
 ) -> None:
-    lower = cluster_pair.lower.rest()
+    lower = fleet.lower.rest()
     # Earlier tests' namespaces may still be emptying below, which frees pod slots while this
     # test counts them: start from a lower cluster where nothing is going away.
-    wait_for("the lower cluster to settle", lambda: _nothing_terminating(cluster_pair), timeout=60)
-    start = _allocatable(cluster_pair, virtual_node.name)
+    wait_for("the lower cluster to settle", lambda: _nothing_terminating(fleet), timeout=60)
+    start = _allocatable(fleet, virtual_node.name)
 
     # A lower pod that is not ours takes its requests away from the virtual node...
     hog = pod_manifest("hog", node="unused", requests={"cpu": "5", "memory": "10Gi"})
@@ -132,20 +132,20 @@ def test_capacity_follows_the_lower_cluster(
     create(lower, namespace, hog)
     wait_for(
         "capacity to drop",
-        lambda: _allocatable(cluster_pair, virtual_node.name)["cpu"] == start["cpu"] - 5,
+        lambda: _allocatable(fleet, virtual_node.name)["cpu"] == start["cpu"] - 5,
         timeout=15,
     )
-    now = _allocatable(cluster_pair, virtual_node.name)
+    now = _allocatable(fleet, virtual_node.name)
     assert now["memory"] == start["memory"] - 10 * 2**30
     assert now["pods"] == start["pods"] - 1
 
     # ... a new lower node adds its allocatable, and cordoning it takes it away again.
     extra = FakeNode(name=f"extra-{secrets.token_hex(3)}", cpu="8", memory="16Gi", pods="20")
-    cluster_pair.add_lower_node(extra)
+    fleet.add_lower_node(extra)
     try:
         wait_for(
             "capacity to grow",
-            lambda: _allocatable(cluster_pair, virtual_node.name)["cpu"] == now["cpu"] + 8,
+            lambda: _allocatable(fleet, virtual_node.name)["cpu"] == now["cpu"] + 8,
             timeout=15,
         )
         lower.request(
@@ -156,7 +156,7 @@ def test_capacity_follows_the_lower_cluster(
         )
         wait_for(
             "capacity back after a cordon",
-            lambda: _allocatable(cluster_pair, virtual_node.name)["cpu"] == now["cpu"],
+            lambda: _allocatable(fleet, virtual_node.name)["cpu"] == now["cpu"],
             timeout=15,
         )
     finally:
@@ -164,10 +164,10 @@ def test_capacity_follows_the_lower_cluster(
 
 
 def test_a_lower_node_going_not_ready_leaves_the_capacity_within_seconds(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess
+    fleet: Fleet, virtual_node: VirtualNodeProcess
 ) -> None:
-    lower = cluster_pair.lower.rest()
-    start = _allocatable(cluster_pair, virtual_node.name)
+    lower = fleet.lower.rest()
+    start = _allocatable(fleet, virtual_node.name)
     # A node kwok does not manage, whose Ready condition the test sets by hand.
     name = f"manual-{secrets.token_hex(3)}"
     lower.request("POST", "/api/v1/nodes", body={
@@ -185,7 +185,7 @@ def test_a_lower_node_going_not_ready_leaves_the_capacity_within_seconds(
                           content_type="application/strategic-merge-patch+json")  # fmt: skip
             flipped = time.monotonic()
             wait_for(f"capacity with the node Ready={ready}",
-                     lambda c=cpu: _allocatable(cluster_pair, virtual_node.name)["cpu"] == c,
+                     lambda c=cpu: _allocatable(fleet, virtual_node.name)["cpu"] == c,
                      timeout=10)  # fmt: skip
             assert time.monotonic() - flipped < 5
     finally:
@@ -193,12 +193,12 @@ def test_a_lower_node_going_not_ready_leaves_the_capacity_within_seconds(
 
 
 def test_a_namespace_prefix_maps_namespaces_below(
-    cluster_pair: ClusterPair, tmp_path: Path, namespace: str
+    fleet: Fleet, tmp_path: Path, namespace: str
 ) -> None:
-    upper, lower = cluster_pair.upper.rest(), cluster_pair.lower.rest()
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
     prefix = f"p{secrets.token_hex(2)}-"
     node = VirtualNodeProcess(
-        cluster_pair,
+        fleet,
         name=f"vn-{secrets.token_hex(3)}",
         log_dir=tmp_path,
         args=[f"--namespace-prefix={prefix}"],
@@ -250,15 +250,15 @@ def _virtual_node(
     ],
 )
 def test_invalid_flags_exit_2_with_one_clear_message(
-    cluster_pair: ClusterPair, args: list[str], message: str
+    fleet: Fleet, args: list[str], message: str
 ) -> None:
-    result = _virtual_node(f"--kubeconfig={cluster_pair.upper.kubeconfig}", *args)
+    result = _virtual_node(f"--kubeconfig={fleet.upper.kubeconfig}", *args)
     assert result.returncode == 2
     assert message in result.stderr
     assert "Traceback" not in result.stderr
 
 
-def test_bad_environment_exits_2(cluster_pair: ClusterPair) -> None:
+def test_bad_environment_exits_2(fleet: Fleet) -> None:
     for var, value, message in (
         ("VKUBELET_TAINT_EFFECT", "Sometimes", "VKUBELET_TAINT_EFFECT must be one of"),
         ("VKUBELET_POD_IP", "not-an-ip", "VKUBELET_POD_IP must be an IP address"),
@@ -266,23 +266,21 @@ def test_bad_environment_exits_2(cluster_pair: ClusterPair) -> None:
         ("VKUBELET_NODE_LABEL", "novalue", "VKUBELET_NODE_LABEL must be key:value"),
     ):
         result = _virtual_node(
-            f"--kubeconfig={cluster_pair.upper.kubeconfig}",
-            f"--client-kubeconfig={cluster_pair.lower.kubeconfig}",
+            f"--kubeconfig={fleet.upper.kubeconfig}",
+            f"--client-kubeconfig={fleet.lower.kubeconfig}",
             env={**os.environ, var: value},
         )
         assert result.returncode == 2, var
         assert message in result.stderr
 
 
-def test_an_unreachable_lower_cluster_is_a_clear_error(
-    cluster_pair: ClusterPair, tmp_path: Path
-) -> None:
-    text = cluster_pair.lower.kubeconfig.read_text()
+def test_an_unreachable_lower_cluster_is_a_clear_error(fleet: Fleet, tmp_path: Path) -> None:
+    text = fleet.lower.kubeconfig.read_text()
     dead = tmp_path / "dead.kubeconfig"
-    port = cluster_pair.ports["lower-apiserver"]
+    port = fleet.ports["lower-apiserver"]
     dead.write_text(text.replace(f"127.0.0.1:{port}", "127.0.0.1:1"))
     result = _virtual_node(
-        f"--kubeconfig={cluster_pair.upper.kubeconfig}",
+        f"--kubeconfig={fleet.upper.kubeconfig}",
         f"--client-kubeconfig={dead}",
         "--nodename=unreachable",
         "--log-format=json",
@@ -293,13 +291,13 @@ def test_an_unreachable_lower_cluster_is_a_clear_error(
     error = entries[-1]
     assert error["level"] == "error"
     assert "cannot reach the lower cluster at https://127.0.0.1:1" in error["msg"]
-    assert get(cluster_pair.upper.rest(), "/api/v1/nodes/unreachable") is None
+    assert get(fleet.upper.rest(), "/api/v1/nodes/unreachable") is None
 
 
 def test_metrics_show_queues_syncs_and_api_calls(
-    cluster_pair: ClusterPair, virtual_node: VirtualNodeProcess, namespace: str
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str
 ) -> None:
-    upper = cluster_pair.upper.rest()
+    upper = fleet.upper.rest()
     create(upper, namespace, pod_manifest("web", node=virtual_node.name))
     wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
     text = virtual_node.metrics()

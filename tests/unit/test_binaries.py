@@ -44,7 +44,7 @@ def test_a_cached_binary_of_another_recipe_is_not_used(tmp_path: Path) -> None:
     (cache / "etcd.stamp").unlink()
     found, missing = binaries.locate(env=env)
     assert missing == ["etcd", "kwok"]
-    assert set(found) == {"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+    assert set(found) == set(binaries.COMPONENTS) - {"etcd", "kwok"}
 
 
 def test_the_kwok_recipe_matches_the_build_script() -> None:
@@ -58,6 +58,18 @@ def test_the_kwok_recipe_matches_the_build_script() -> None:
     ).stdout.strip()  # fmt: skip
     version = binaries.load_versions()["KWOK_VERSION"]
     assert binaries.recipes()["kwok"] == f"{version}+{digest}"
+
+
+def test_the_e2e_suite_recipe_matches_the_build_script() -> None:
+    # The build script stamps the suite with the same digest of its wrapper test.
+    script = binaries.BUILD_SCRIPT.read_text()
+    assert '$(sha256sum < "${here}/vk-e2e/e2e_test.go" | cut -c1-16)' in script
+    digest = subprocess.run(
+        ["bash", "-c", f'sha256sum < "{binaries.VK_E2E_WRAPPER}" | cut -c1-16'],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    version = binaries.load_versions()["VIRTUAL_KUBELET_VERSION"]
+    assert binaries.recipes()["virtual-kubelet-e2e"] == f"{version}+{digest}"
 
 
 def test_the_cache_is_keyed_by_the_pinned_kubernetes_version(tmp_path: Path) -> None:
@@ -79,5 +91,11 @@ def test_missing_binaries_without_go_name_the_remedies(tmp_path: Path) -> None:
 
 def test_versions_file_pins_every_component() -> None:
     versions = binaries.load_versions()
-    assert set(versions) >= {"KUBERNETES_VERSION", "KWOK_VERSION", "ETCD_VERSION"}
+    assert set(versions) >= {
+        "KUBERNETES_VERSION",
+        "KWOK_VERSION",
+        "ETCD_VERSION",
+        "METRICS_SERVER_VERSION",
+        "VIRTUAL_KUBELET_VERSION",
+    }
     assert all(v.startswith("v") for v in versions.values())

@@ -52,8 +52,11 @@ def test_invalid_log_options(query: dict[str, str], status: int, message: str) -
         ("/containerLogs/ns/p/c", "proxy"),
         ("/exec/ns/p/c", "proxy"),
         ("/portForward/ns/p", "proxy"),
-        ("/pods", "proxy"),
-        ("/runningpods/", "proxy"),
+        ("/pods", "pods proxy"),
+        ("/runningpods/", "pods proxy"),
+        ("/healthz", "healthz proxy"),
+        ("/configz", "configz proxy"),
+        ("/podsx", "proxy"),
         ("/run/ns/p/c", "proxy"),
         ("/run/ns/p/uid/c", "proxy"),
         ("/stats/summary", "stats"),
@@ -64,7 +67,7 @@ def test_invalid_log_options(query: dict[str, str], status: int, message: str) -
     ],
 )
 def test_paths_map_to_node_subresources_as_a_kubelets_do(path: str, subresource: str) -> None:
-    assert auth.subresource(path) == subresource
+    assert auth.subresources(path) == tuple(subresource.split())
 
 
 def test_methods_map_to_verbs() -> None:

@@ -37,15 +37,15 @@ def pod(name: str = "web", *, containers: tuple[str, ...] = ("main",)) -> PodUsa
 def test_resource_metrics_are_the_kubelets_series_and_labels() -> None:
     text = stats.resource_metrics(NodeUsage(pods=(pod(),), node=usage(10.0, 4096.0), complete=True))
     lines = [line for line in text.splitlines() if not line.startswith("#")]
-    labels = '{container="main",pod="web",namespace="team"}'
+    labels = '{namespace="team",pod="web",container="main"}'
     assert lines == [
         f"container_cpu_usage_seconds_total{labels} 2.5 {T}",
         f"container_memory_working_set_bytes{labels} 1024.0 {T}",
         f"container_start_time_seconds{labels} 1699999001.5",
         f"node_cpu_usage_seconds_total 10.0 {T}",
         f"node_memory_working_set_bytes 4096.0 {T}",
-        f'pod_cpu_usage_seconds_total{{pod="web",namespace="team"}} 2.5 {T}',
-        f'pod_memory_working_set_bytes{{pod="web",namespace="team"}} 1024.0 {T}',
+        f'pod_cpu_usage_seconds_total{{namespace="team",pod="web"}} 2.5 {T}',
+        f'pod_memory_working_set_bytes{{namespace="team",pod="web"}} 1024.0 {T}',
         "resource_scrape_error 0.0",
         "scrape_error 0.0",
     ]

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from vnode.testing import kwok
+from vnode.testing.pki import KeyPair
 
 
 def test_node_manifest_is_managed_and_has_no_addresses() -> None:
@@ -64,12 +65,23 @@ def test_simulation_rules_match_every_pod(tmp_path: Path) -> None:
     assert forward["spec"]["forwards"] == [{"target": {"address": "127.0.0.1", "port": 1234}}]
 
 
-def test_kwok_listens_on_loopback_only(tmp_path: Path) -> None:
+def test_kwok_serves_its_nodes_at_their_address_with_a_certificate(tmp_path: Path) -> None:
+    serving = KeyPair(cert=tmp_path / "c.crt", key=tmp_path / "c.key")
     argv = kwok.kwok_argv(
-        binary=tmp_path / "kwok", kubeconfig=tmp_path / "k", configs=[], port=4321
+        binary=tmp_path / "kwok",
+        kubeconfig=tmp_path / "k",
+        configs=[],
+        address="192.0.2.1",
+        port=4321,
+        serving=serving,
+        cidr="10.245.0.0/16",
     )
-    assert "--server-address=127.0.0.1:4321" in argv
-    assert "--node-ip=127.0.0.1" in argv
+    assert "--server-address=192.0.2.1:4321" in argv
+    assert "--node-ip=192.0.2.1" in argv
+    assert "--node-port=4321" in argv
+    assert f"--tls-cert-file={serving.cert}" in argv
+    assert f"--tls-private-key-file={serving.key}" in argv
+    assert "--cidr=10.245.0.0/16" in argv
 
 
 def test_every_node_serves_the_kubelets_resource_series_at_its_own_path() -> None:

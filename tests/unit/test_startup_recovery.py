@@ -9,13 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from vnode.testing import ports, processes
-from vnode.testing.cluster import PairSettings
+from vnode.testing import netns, ports, processes
+from vnode.testing.cluster import FleetSettings
 from vnode.testing.startup import Startup
 
 
 def _startup(tmp_path: Path) -> Startup:
-    startup = Startup(directory=tmp_path, settings=PairSettings(startup_timeout=20), paths={})
+    startup = Startup(
+        directory=tmp_path,
+        settings=FleetSettings(startup_timeout=20),
+        paths={},
+        network=netns.HOST,
+    )
     startup.logs.mkdir(parents=True)
     startup.data.mkdir(parents=True)
     return startup

@@ -2,9 +2,10 @@
 
 Authentication: a client certificate, verified by TLS against the upper cluster's CA when
 one is presented (user = CN, groups = O; kube-apiserver's kubelet client certificate);
-otherwise a bearer token, checked with a TokenReview; otherwise 401. Authorization: a
-SubjectAccessReview on `nodes/<node>` with the verb of the HTTP method and the subresource
-of the path (proxy, log, stats, metrics). Answers are cached: tokens 2 min, allow 5 min,
+otherwise a bearer token, checked with a TokenReview; otherwise `system:anonymous` with
+--anonymous-auth, else 401. Authorization: a
+SubjectAccessReview on `nodes/<node>` with the verb of the HTTP method and the subresources
+of the path (see `subresources`). Answers are cached: tokens 2 min, allow 5 min,
 deny 30 s.
 """
 
@@ -42,6 +43,10 @@ class User:
     extra: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
+ANONYMOUS = User(name="system:anonymous", groups=("system:unauthenticated",))
+"""Who a request without credentials is under --anonymous-auth (the apiserver's names)."""
+
+
 class Unauthenticated(Exception):
     """No acceptable credentials (answer 401)."""
 
@@ -50,18 +55,40 @@ class AuthError(Exception):
     """The upper cluster could not answer a TokenReview or SubjectAccessReview (answer 500)."""
 
 
-def subresource(path: str) -> str:
-    """Return the `nodes` subresource a kubelet path is authorized as (pure)."""
+_FINE_GRAINED = (
+    ("/pods", "pods"),
+    ("/runningpods", "pods"),
+    ("/healthz", "healthz"),
+    ("/configz", "configz"),
+    ("/statusz", "statusz"),
+)
+
+
+def subresources(path: str) -> tuple[str, ...]:
+    """Return the `nodes` subresources a kubelet path is authorized as, in order (pure).
+
+    One of them allowed is enough. Fine-grained kubelet authorization (KEP-2862, GA in
+    Kubernetes 1.36) checks `nodes/pods` for /pods and /runningpods/, `nodes/healthz`,
+    `nodes/configz` and `nodes/statusz` first, then falls back to `nodes/proxy`; stats,
+    metrics, logs and checkpoint have their own; everything else (exec, attach,
+    port-forward, container logs, run) is `nodes/proxy` only.
+    """
     for prefix, name in (
         ("/stats", "stats"),
         ("/metrics", "metrics"),
         ("/logs", "log"),
-        ("/spec", "spec"),
         ("/checkpoint", "checkpoint"),
     ):
-        if path == prefix or path.startswith(prefix + "/"):
-            return name
-    return "proxy"
+        if _under(path, prefix):
+            return (name,)
+    for prefix, name in _FINE_GRAINED:
+        if _under(path, prefix):
+            return (name, "proxy")
+    return ("proxy",)
+
+
+def _under(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix + "/")
 
 
 def verb(method: str) -> str:
@@ -80,8 +107,11 @@ def user_from_certificate(der: bytes) -> User:
 class Authenticator:
     """Turns a request's TLS peer certificate or bearer token into a User."""
 
-    def __init__(self, upper: ApiClient) -> None:
+    def __init__(self, upper: ApiClient, *, anonymous: bool = False) -> None:
+        """`anonymous`: a request without credentials is ANONYMOUS instead of 401 (the
+        kubelet's --anonymous-auth)."""
         self._upper = upper
+        self._anonymous = anonymous
         self._tokens: TTLCache[str, User | None] = TTLCache(maxsize=4096, ttl=120)
 
     async def authenticate(
@@ -106,6 +136,8 @@ class Authenticator:
             if user is None:
                 raise Unauthenticated("invalid bearer token")
             return user
+        if self._anonymous and not authorization:
+            return ANONYMOUS
         raise Unauthenticated("no client certificate or bearer token")
 
     async def _review(self, token: str) -> User | None:

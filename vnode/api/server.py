@@ -228,18 +228,20 @@ def _auth_middleware(context: ApiContext) -> Any:
             logger.warning("kubelet API: %s", exc)
             return web.Response(status=500, text=str(exc))
         the_verb = auth.verb(request.method)
-        sub = auth.subresource(request.path)
+        subs = auth.subresources(request.path)
         try:
-            allowed = await context.authorizer.allowed(user, verb=the_verb, subresource=sub)
+            for sub in subs:
+                if await context.authorizer.allowed(user, verb=the_verb, subresource=sub):
+                    break
+            else:
+                return web.Response(
+                    status=403,
+                    text=f"Forbidden (user={user.name}, verb={the_verb}, resource=nodes, "
+                    f"subresource(s)=[{' '.join(subs)}])",
+                )
         except auth.AuthError as exc:
             logger.warning("kubelet API: %s", exc)
             return web.Response(status=500, text=str(exc))
-        if not allowed:
-            return web.Response(
-                status=403,
-                text=f"Forbidden (user={user.name}, verb={the_verb}, resource=nodes, "
-                f"subresource(s)=[{sub}])",
-            )
         return await handler(request)
 
     return middleware

@@ -2,8 +2,8 @@
 
 `/metrics/resource` is the kubelet's resource metrics endpoint
 (pkg/kubelet/metrics/collectors/resource_metrics.go): Prometheus text format 0.0.4 with the
-series metrics-server reads (pkg/scraper/client/resource/decode.go), labelled `container`,
-`pod`, `namespace`, CPU and memory samples stamped with their measurement time in unix
+series metrics-server reads (pkg/scraper/client/resource/decode.go), labelled `namespace`,
+`pod`, `container` in that order, CPU and memory samples stamped with their measurement time in unix
 milliseconds, plus `scrape_error` / `resource_scrape_error` (1 when part of the backend
 could not be measured). `/stats/summary` is the Summary API (k8s.io/kubelet
 pkg/apis/stats/v1alpha1) reduced to CPU and memory, which is all older metrics-server asks
@@ -68,9 +68,12 @@ def resource_metrics(usage: NodeUsage) -> str:
     if usage.node is not None:
         _usage_lines(lines, "node", {}, usage.node)
     for pod in usage.pods:
-        pod_labels = {"pod": pod.name, "namespace": pod.namespace}
+        # Label order: namespace, pod, container. Parsers that index labels by position
+        # (virtual-kubelet's provider e2e suite reads the pod name at index 1) expect it;
+        # those that read them by name (metrics-server) do not care.
+        pod_labels = {"namespace": pod.namespace, "pod": pod.name}
         for container in pod.containers:
-            labels = {"container": container.name, **pod_labels}
+            labels = {**pod_labels, "container": container.name}
             lines["container_start_time_seconds"].append(
                 _line("container_start_time_seconds", labels, container.start_time, None)
             )

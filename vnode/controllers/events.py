@@ -1,38 +1,66 @@
-"""Events about upper pods, as a kubelet records them (`kubectl describe pod` shows them)."""
+"""Events about upper pods, as a kubelet records them (`kubectl describe pod` shows them).
+
+Repeats are aggregated as client-go's EventCorrelator does: an event identical to one
+recorded before (same object, type, reason and message) bumps that Event's `count` and
+`lastTimestamp` instead of adding a new Event, so a pod retried every few seconds shows one
+line "(x12 over 3m)" rather than a page of them.
+"""
 
 from __future__ import annotations
 
 import logging
 import secrets
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
 from vnode.controllers.status import now_rfc3339
 from vnode.kube import errors
-from vnode.kube.client import ApiClient
+from vnode.kube.client import MERGE_PATCH, ApiClient
 from vnode.kube.resources import EVENTS
 
 logger = logging.getLogger(__name__)
 
 
+_Seen = tuple[str, str, str, str, str]
+"""(involved UID, namespace, type, reason, message): what makes two events the same."""
+
+
 class EventRecorder:
     """Writes core/v1 Events to the upper cluster; failures are logged, never raised."""
 
-    def __init__(self, upper: ApiClient, *, component: str, host: str) -> None:
-        """`component` is the source component (virtual-kubelet uses "<node>/pod-controller")."""
+    def __init__(
+        self, upper: ApiClient, *, component: str, host: str, remembered: int = 4096
+    ) -> None:
+        """`component` is the source component (virtual-kubelet uses "<node>/pod-controller");
+        `remembered` bounds how many distinct recent events are kept for aggregation (client-go
+        keeps 4096 too)."""
         self._upper = upper
         self._source = {"component": component, "host": host}
+        self._remembered = remembered
+        self._seen: OrderedDict[_Seen, tuple[str, int]] = OrderedDict()
+        """Recent events -> (Event name, count), least recently recorded first."""
 
     async def record(self, obj: Mapping[str, Any], *, type: str, reason: str, message: str) -> None:
-        """Record an Event of `type` (Normal, Warning) about `obj`."""
+        """Record an Event of `type` (Normal, Warning) about `obj`, or count a repeat."""
         meta: Mapping[str, Any] = obj.get("metadata") or {}
         namespace = str(meta.get("namespace") or "default")
+        message = message[:1024]
         now = now_rfc3339()
+        seen_key = (str(meta.get("uid")), namespace, type, reason, message)
+        seen = self._seen.get(seen_key)
+        if seen is not None:
+            name, count = seen
+            self._seen.move_to_end(seen_key)
+            if await self._count_repeat(namespace, name, count=count + 1, now=now):
+                self._seen[seen_key] = (name, count + 1)
+                return
+        name = f"{meta.get('name')}.{secrets.token_hex(8)}"
         event = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {
-                "name": f"{meta.get('name')}.{secrets.token_hex(8)}",
+                "name": name,
                 "namespace": namespace,
             },
             "involvedObject": {
@@ -44,7 +72,7 @@ class EventRecorder:
             },
             "type": type,
             "reason": reason,
-            "message": message[:1024],
+            "message": message,
             "source": self._source,
             "firstTimestamp": now,
             "lastTimestamp": now,
@@ -54,3 +82,25 @@ class EventRecorder:
             await self._upper.request("POST", EVENTS.path(namespace=namespace), body=event)
         except (errors.ApiError, errors.ApiUnavailable) as exc:
             logger.warning("could not record event %s on %s: %s", reason, meta.get("name"), exc)
+            return
+        self._seen[seen_key] = (name, 1)
+        self._seen.move_to_end(seen_key)
+        while len(self._seen) > self._remembered:
+            self._seen.popitem(last=False)
+
+    async def _count_repeat(self, namespace: str, name: str, *, count: int, now: str) -> bool:
+        # False when the Event is gone (expired after the apiserver's --event-ttl, or deleted):
+        # the caller then records a new one, as client-go does.
+        patch = {"count": count, "lastTimestamp": now}
+        try:
+            await self._upper.request(
+                "PATCH",
+                EVENTS.path(namespace=namespace, name=name),
+                body=patch,
+                content_type=MERGE_PATCH,
+            )
+        except errors.NotFound:
+            return False
+        except (errors.ApiError, errors.ApiUnavailable) as exc:
+            logger.warning("could not count a repeat of event %s/%s: %s", namespace, name, exc)
+        return True

@@ -23,12 +23,15 @@ from vnode.kube.client import MERGE_PATCH, ApiClient
 from vnode.kube.informer import Handlers, Informer
 from vnode.kube.resources import PODS, object_key, pod_is_terminal, split_key
 from vnode.kube.store import Obj
-from vnode.kube.workqueue import QueueSettings, WorkQueue
+from vnode.kube.workqueue import QueueSettings, Requeue, WorkQueue
 from vnode.provider import PodLifecycleHandler, PodNotifier
 
 logger = logging.getLogger(__name__)
 
 # Refused pods back off up to two minutes: no retry storm against a lower cluster that says no.
+# A pod waiting for a ConfigMap or Secret is retried this often (seconds) as a backstop; it is
+# retried at once when the provider announces that the object appeared.
+_DEPENDENCY_RETRY = 20.0
 _POD_QUEUE = QueueSettings(backoff=ExponentialBackoff(base=0.5, cap=120.0), max_retries=20)
 
 
@@ -181,7 +184,22 @@ class PodController:
 
     async def _create(self, pod: Obj) -> None:
         try:
-            await self._provider.create_pod(pod)
+            events = await self._provider.create_pod(pod)
+        except provider_errors.MissingDependency as exc:
+            # As a kubelet: the pod waits (Pending, the container saying why) and is retried;
+            # the provider also announces the pod as soon as the object appears.
+            mount = exc.volume is not None
+            await self._recorder.record(
+                pod, type="Warning", reason="FailedMount" if mount else exc.reason, message=str(exc)
+            )
+            status = decide.waiting_status(
+                pod,
+                reason="ContainerCreating" if mount else "CreateContainerConfigError",
+                message=None if mount else str(exc),
+                now=decide.now_rfc3339(),
+            )
+            await self._write_status(pod, status)
+            raise Requeue(_DEPENDENCY_RETRY, str(exc)) from exc
         except provider_errors.ProviderError as exc:
             await self._recorder.record(
                 pod, type="Warning", reason="ProviderCreateFailed", message=str(exc)
@@ -190,6 +208,10 @@ class PodController:
                 pod, decide.provider_failed_status(pod, message=str(exc), now=decide.now_rfc3339())
             )
             raise
+        for event in events:
+            await self._recorder.record(
+                pod, type=event.type, reason=event.reason, message=event.message
+            )
 
     async def _final_delete(self, pod: Obj) -> None:
         meta = pod["metadata"]

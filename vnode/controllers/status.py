@@ -232,6 +232,81 @@ def provider_failed_status(pod: Mapping[str, Any], *, message: str, now: str) ->
     return status
 
 
+def waiting_status(
+    pod: Mapping[str, Any], *, reason: str, message: str | None, now: str
+) -> dict[str, Any]:
+    """Return the Pending status of a pod whose containers cannot be created yet.
+
+    As a kubelet shows it (pkg/kubelet/kuberuntime): `reason` CreateContainerConfigError when
+    a container's environment cannot be built (a missing ConfigMap, Secret or key, `message`
+    saying which), ContainerCreating while a volume cannot be mounted. The first container
+    group that would run (init containers, else containers) waits with that reason; with init
+    containers, the others wait with PodInitializing. Ready and ContainersReady are False
+    (ContainersNotReady). Phase Pending whatever the restartPolicy: a kubelet retries until the
+    object appears. A terminal pod's status is returned unchanged.
+    """
+    status = dict(pod.get("status") or {})
+    if status.get("phase") in TERMINAL_PHASES:
+        return status
+    spec = pod.get("spec") or {}
+    names = {
+        g: [str(c.get("name")) for c in spec.get(g) or []] for g in ("initContainers", "containers")
+    }
+    images = {
+        str(c.get("name")): str(c.get("image") or "")
+        for g in ("initContainers", "containers")
+        for c in spec.get(g) or []
+    }
+    blocked = {"reason": reason, **({"message": message} if message else {})}
+
+    def waiting(group: str, state: dict[str, str]) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": name,
+                "image": images[name],
+                "imageID": "",
+                "ready": False,
+                "restartCount": 0,
+                "started": False,
+                "state": {"waiting": dict(state)},
+            }
+            for name in names[group]
+        ]
+
+    conditions = {str(c.get("type")): c for c in status.get("conditions") or []}
+
+    def condition(kind: str, ok: bool, why: str = "", what: str = "") -> dict[str, Any]:
+        old = conditions.get(kind)
+        value = "True" if ok else "False"
+        since = old.get("lastTransitionTime", now) if old and old.get("status") == value else now
+        cond: dict[str, Any] = {"type": kind, "status": value, "lastTransitionTime": since}
+        if why:
+            cond.update(reason=why, message=what)
+        return cond
+
+    unready = f"containers with unready status: [{' '.join(names['containers'])}]"
+    new_conditions = [
+        c for c in conditions.values() if c.get("type") not in (*_READY_CONDITIONS, "Initialized")
+    ]
+    if names["initContainers"]:
+        status["initContainerStatuses"] = waiting("initContainers", blocked)
+        status["containerStatuses"] = waiting("containers", {"reason": "PodInitializing"})
+        incomplete = f"containers with incomplete status: [{' '.join(names['initContainers'])}]"
+        new_conditions.append(
+            condition("Initialized", False, "ContainersNotInitialized", incomplete)
+        )
+    else:
+        status["containerStatuses"] = waiting("containers", blocked)
+        new_conditions.append(condition("Initialized", True))
+    for kind in _READY_CONDITIONS:
+        new_conditions.append(condition(kind, False, "ContainersNotReady", unready))
+    status["conditions"] = new_conditions
+    status["phase"] = "Pending"
+    status.pop("reason", None)
+    status.pop("message", None)
+    return status
+
+
 GONE_CONTAINER_MESSAGE = (
     "The container could not be located when the pod was deleted.  The container used to be Running"
 )

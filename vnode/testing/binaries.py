@@ -15,12 +15,25 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+from vnode.testing import netns
+
+COMPONENTS = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+    "metrics-server",
+    "virtual-kubelet-e2e",
+)
+"""Everything the build script makes: the control plane, metrics-server, and
+virtual-kubelet's provider e2e suite (a Go test binary)."""
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 VERSIONS_FILE = _REPO_ROOT / "hack" / "versions.env"
 BUILD_SCRIPT = _REPO_ROOT / "hack" / "build-control-plane.sh"
 KWOK_PATCH_DIR = _REPO_ROOT / "hack" / "kwok-patch"
+VK_E2E_WRAPPER = _REPO_ROOT / "hack" / "vk-e2e" / "e2e_test.go"
 
 
 class MissingBinaries(RuntimeError):
@@ -62,19 +75,22 @@ def cache_dir(*, env: Mapping[str, str] | None = None) -> Path:
 def recipes() -> dict[str, str]:
     """Return the build recipe of each component, as the build script stamps it.
 
-    A cached binary whose `<name>.stamp` differs was built from other versions or another
-    kwok patch, and is rebuilt rather than used.
+    A cached binary whose `<name>.stamp` differs was built from other versions, another
+    kwok patch or another e2e wrapper, and is rebuilt rather than used.
     """
     versions = load_versions()
     digest = hashlib.sha256()
     for path in sorted(KWOK_PATCH_DIR.iterdir(), key=lambda p: p.name.encode()):
         digest.update(path.read_bytes())
+    wrapper = hashlib.sha256(VK_E2E_WRAPPER.read_bytes()).hexdigest()[:16]
     return {
         "etcd": versions["ETCD_VERSION"],
         "kube-apiserver": versions["KUBERNETES_VERSION"],
         "kube-controller-manager": versions["KUBERNETES_VERSION"],
         "kube-scheduler": versions["KUBERNETES_VERSION"],
         "kwok": f"{versions['KWOK_VERSION']}+{digest.hexdigest()[:16]}",
+        "metrics-server": versions["METRICS_SERVER_VERSION"],
+        "virtual-kubelet-e2e": f"{versions['VIRTUAL_KUBELET_VERSION']}+{wrapper}",
     }
 
 
@@ -128,6 +144,8 @@ def ensure(*, build: bool = True, env: Mapping[str, str] | None = None) -> dict[
         ["bash", str(BUILD_SCRIPT), str(cache_dir(env=env))],
         env=dict(env),
         check=False,
+        # From inside a private network, the build still needs the Go module proxy.
+        preexec_fn=netns.in_host_network(),
     )
     found, missing = locate(env=env)
     if result.returncode != 0 or missing:

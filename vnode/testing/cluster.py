@@ -1,7 +1,7 @@
-"""What a local upper + lower pair is made of, as its users see it: settings, clusters, and
-the material a virtual node joins the pair with.
+"""What a local fleet (upper and lower clusters on one etcd) is made of, as its users see
+it: settings, clusters, and the material a virtual node joins two of its clusters with.
 
-The pair itself is `vnode.testing.pair.ClusterPair`; its start-up sequence is
+The fleet itself is `vnode.testing.fleet.Fleet`; its start-up sequence is
 `vnode.testing.startup`.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vnode.testing import binaries, ports
+from vnode.testing import binaries
 from vnode.testing.pki import KeyPair
 from vnode.testing.rest import RestClient
 
@@ -34,42 +34,104 @@ ATTACH_LOG = "attach.log"
 
 
 @dataclass(frozen=True, kw_only=True)
-class PairSettings:
-    """How to start the pair. Ports of 0 mean any free loopback port."""
+class LowerClusterSettings:
+    """The kwok Nodes of one lower cluster (quantities as Kubernetes strings)."""
 
-    lower_nodes: int = 3
-    """Number of kwok Nodes in the lower cluster, named lower-node-0 .. lower-node-(N-1)."""
-    node_cpu: str = "32"
-    """Capacity and allocatable CPU of each kwok Node (a Kubernetes quantity)."""
-    node_memory: str = "256Gi"
-    """Capacity and allocatable memory of each kwok Node (a Kubernetes quantity)."""
-    node_pods: str = "110"
-    """Pod capacity of each kwok Node."""
+    nodes: int = 3
+    """Number of kwok Nodes, named `<cluster>-node-0` .. `<cluster>-node-(N-1)`."""
+    cpu: str = "32"
+    """Capacity and allocatable CPU of each Node."""
+    memory: str = "256Gi"
+    """Capacity and allocatable memory of each Node."""
+    pods: str = "110"
+    """Pod capacity of each Node."""
     node_labels: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
     """Extra labels by node index, so placement tests can target one node."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FleetSettings:
+    """How to start a fleet: upper and lower clusters on one etcd. Ports of 0 mean any free
+    port. The defaults are one upper and one lower cluster of three nodes (a pair)."""
+
+    uppers: int = 1
+    """Number of upper clusters: `upper`, `upper-2`, ..."""
+    lowers: tuple[LowerClusterSettings, ...] = (LowerClusterSettings(),)
+    """One entry per lower cluster: `lower`, `lower-2`, ..."""
+    network: str = "auto"
+    """"private": a private network namespace (needs root on Linux; an error otherwise),
+    "host": the host's loopback only, "auto": private where possible."""
+    metrics_server: bool = True
+    """Run metrics-server for each upper cluster (only in a private network: the
+    apiserver's aggregation layer refuses loopback endpoints)."""
     etcd_port: int = 0
     """Preferred etcd client port; another is chosen if it is in use."""
     upper_port: int = 0
-    """Preferred upper kube-apiserver port; another is chosen if it is in use."""
+    """Preferred port of the first upper kube-apiserver."""
     lower_port: int = 0
-    """Preferred lower kube-apiserver port; another is chosen if it is in use."""
+    """Preferred port of the first lower kube-apiserver."""
     compaction_interval: str = "5m"
     """kube-apiserver --etcd-compaction-interval (a Go duration)."""
     die_with_parent: bool = True
     """Kill the components when the starting process dies (off for `tensile-devcluster up`)."""
     startup_timeout: float = 180.0
-    """Seconds to wait for the pair to be ready."""
+    """Seconds to wait for the fleet to be ready."""
+
+    def __post_init__(self) -> None:
+        if self.uppers < 1 or not self.lowers:
+            raise ValueError("a fleet has at least one upper and one lower cluster")
+        if self.network not in NETWORK_MODES:
+            raise ValueError(f"network must be one of {', '.join(NETWORK_MODES)}")
+
+    @property
+    def upper_names(self) -> tuple[str, ...]:
+        """The upper clusters' names, in order."""
+        return cluster_names("upper", self.uppers)
+
+    @property
+    def lower_names(self) -> tuple[str, ...]:
+        """The lower clusters' names, in order."""
+        return cluster_names("lower", len(self.lowers))
+
+
+NETWORK_MODES = ("auto", "private", "host")
+
+
+def cluster_names(role: str, count: int) -> tuple[str, ...]:
+    """Return the names of `count` clusters of `role`: "upper", "upper-2", "upper-3", ..."""
+    return tuple(role if i == 0 else f"{role}-{i + 1}" for i in range(count))
+
+
+def lower_node_name(cluster: str, index: int) -> str:
+    """Return the name of kwok Node `index` of lower cluster `cluster` (lower-node-0, ...)."""
+    return f"{cluster}-node-{index}"
+
+
+def host_node_name(cluster: str) -> str:
+    """Return the name of an upper cluster's one kwok Node, where hostNetwork pods such as a
+    deployed virtual node run (like a control-plane node of a small cluster)."""
+    return f"{cluster}-host"
 
 
 @dataclass(frozen=True, kw_only=True)
 class Cluster:
-    """One of the two clusters, as seen by a client."""
+    """One cluster of the fleet, as seen by a client."""
 
     name: str
+    """"upper", "upper-2", ..., "lower", "lower-2", ..."""
     server: str
     kubeconfig: Path
     ca: Path
     admin: KeyPair
+    kubelet_client: KeyPair
+    """The client certificate the cluster's apiserver calls kubelets with."""
+    nodes: tuple[str, ...] = ()
+    """Its kwok Nodes (an upper cluster: its host Node)."""
+
+    @property
+    def is_upper(self) -> bool:
+        """True for an upper cluster."""
+        return self.name.startswith("upper")
 
     def rest(self) -> RestClient:
         """Return a synchronous admin client (see `vnode.testing.rest`)."""
@@ -101,16 +163,17 @@ class Cluster:
 
 @dataclass(frozen=True, kw_only=True)
 class VirtualNodeMaterial:
-    """What a virtual node between the two clusters is started with."""
+    """What a virtual node between an upper and a lower cluster is started with."""
 
     upper_kubeconfig: Path
     lower_kubeconfig: Path
     client_ca: Path
     """CA of the upper apiserver's kubelet client certificate (APISERVER_CA_CERT_LOCATION)."""
     serving: KeyPair
-    """Kubelet serving certificate for 127.0.0.1, signed by the upper cluster's CA
-    (APISERVER_CERT_LOCATION / APISERVER_KEY_LOCATION); the upper apiserver verifies it."""
-    node_ip: str = ports.LOOPBACK
+    """Kubelet serving certificate for `node_ip` (and 127.0.0.1), signed by the upper
+    cluster's CA (APISERVER_CERT_LOCATION / APISERVER_KEY_LOCATION); the upper apiserver
+    verifies it."""
+    node_ip: str
     """The address to publish as the node's InternalIP (VKUBELET_POD_IP)."""
 
     def env(self) -> dict[str, str]:

@@ -2,7 +2,8 @@
 
 Flags follow the components' own documentation (kube-apiserver, kube-controller-manager,
 kube-scheduler and etcd reference pages) with the choices a two-cluster test bed needs:
-loopback only, no leader election, no fsync, the Node and RBAC authorizers.
+apiservers on loopback, no leader election, no fsync, the Node and RBAC authorizers, the
+aggregation layer configured.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from pathlib import Path
 from vnode.testing.pki import KeyPair
 from vnode.testing.ports import LOOPBACK
 
+FRONT_PROXY_CLIENT = "front-proxy-client"
+"""Common name of the aggregation layer's client certificate."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class ApiserverFiles:
@@ -22,10 +26,14 @@ class ApiserverFiles:
     serving: KeyPair
     service_account: KeyPair
     kubelet_client: KeyPair
-    kubelet_ca: Path | None
-    """CA that signs the kubelets' serving certificates, or None to not verify them."""
+    kubelet_ca: Path
+    """CA that signs the kubelets' serving certificates (kwok's and virtual nodes')."""
     etcd_ca: Path
     etcd_client: KeyPair
+    front_proxy_ca: Path
+    """CA of the aggregation layer's client certificate (--requestheader-client-ca-file)."""
+    front_proxy_client: KeyPair
+    """The certificate the apiserver calls aggregated APIs with (CN front-proxy-client)."""
 
 
 def etcd_argv(
@@ -74,7 +82,7 @@ def apiserver_argv(
     compaction_interval: str,
 ) -> list[str]:
     """Return the argv of a kube-apiserver bound to loopback `port`, storing under `etcd_prefix`."""
-    argv = [
+    return [
         str(binary),
         f"--etcd-servers=https://{LOOPBACK}:{etcd_port}",
         f"--etcd-cafile={files.etcd_ca}",
@@ -100,15 +108,25 @@ def apiserver_argv(
         f"--kubelet-client-certificate={files.kubelet_client.cert}",
         f"--kubelet-client-key={files.kubelet_client.key}",
         "--kubelet-preferred-address-types=InternalIP",
+        f"--kubelet-certificate-authority={files.kubelet_ca}",
+        # The aggregation layer (kube-apiserver's "Configure the Aggregation Layer" page):
+        # requests to aggregated APIs (metrics.k8s.io) carry the user in headers, vouched
+        # for by the front-proxy client certificate; endpoints are called directly, as no
+        # kube-proxy routes Service IPs here.
+        f"--requestheader-client-ca-file={files.front_proxy_ca}",
+        f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={files.front_proxy_client.cert}",
+        f"--proxy-client-key-file={files.front_proxy_client.key}",
+        "--enable-aggregator-routing=true",
         "--allow-privileged=true",
         "--profiling=false",
         "--max-requests-inflight=800",
         "--max-mutating-requests-inflight=400",
         "--v=1",
     ]
-    if files.kubelet_ca is not None:
-        argv.append(f"--kubelet-certificate-authority={files.kubelet_ca}")
-    return argv
 
 
 def controller_manager_argv(
@@ -150,5 +168,38 @@ def _controller_flags(*, binary: Path, kubeconfig: Path, port: int) -> list[str]
         "--kube-api-qps=200",
         "--kube-api-burst=400",
         "--profiling=false",
+        "--v=1",
+    ]
+
+
+def metrics_server_argv(
+    *,
+    binary: Path,
+    kubeconfig: Path,
+    address: str,
+    port: int,
+    serving: KeyPair,
+    kubelet_ca: Path,
+) -> list[str]:
+    """Return the argv of a metrics-server for one upper cluster, serving on `address:port`.
+
+    It authenticates to the apiserver and to kubelets with the ServiceAccount token in
+    `kubeconfig`, verifies kubelet certificates against `kubelet_ca`, reaches each Node at
+    its InternalIP, and scrapes every 10 s (its minimum resolution) with a 5 s timeout.
+    """
+    return [
+        str(binary),
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        f"--bind-address={address}",
+        f"--secure-port={port}",
+        f"--tls-cert-file={serving.cert}",
+        f"--tls-private-key-file={serving.key}",
+        f"--kubelet-certificate-authority={kubelet_ca}",
+        "--kubelet-preferred-address-types=InternalIP",
+        "--kubelet-use-node-status-port",
+        "--metric-resolution=10s",
+        "--kubelet-request-timeout=5s",  # below the resolution, as metrics-server requires
         "--v=1",
     ]

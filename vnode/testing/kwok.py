@@ -1,7 +1,9 @@
-"""kwok in the lower cluster: its command line, its simulation rules, and its fake Nodes.
+"""kwok in the fleet's clusters: its command line, its simulation rules, and its fake Nodes.
 
-kwok (sigs.k8s.io/kwok) plays the kubelet of every Node annotated `kwok.x-k8s.io/node=fake`:
-the lifecycle stages built beside the binary make pods Running and Ready with a pod IP and
+One kwok per cluster (sigs.k8s.io/kwok) plays the kubelet of every Node annotated
+`kwok.x-k8s.io/node=fake` there: the lower clusters' worker Nodes, and each upper cluster's
+host Node (where hostNetwork pods, e.g. a deployed virtual node, are "run"). The
+lifecycle stages built beside the binary make pods Running and Ready with a pod IP and
 remove deleted pods; the ClusterLogs / ClusterExec / ClusterPortForward rules below make
 `kubectl logs`, `exec` and `port-forward` reach local files, commands and a TCP server; the
 Metric and ClusterResourceUsage documents make every Node serve kubelet-style resource
@@ -18,12 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vnode.testing.pki import KeyPair
 from vnode.testing.ports import LOOPBACK
 
 MANAGED_ANNOTATION = "kwok.x-k8s.io/node"
 MANAGED_VALUE = "fake"
 NODE_INDEX_LABEL = "tensile.io/lower-node-index"
 POD_CIDR = "10.244.0.0/16"
+"""Pod IPs of the first lower cluster (the others get 10.245.0.0/16, 10.246.0.0/16, ...)."""
 RESOURCE_METRICS_PATH_ANNOTATION = "metrics.k8s.io/resource-metrics-path"
 RESOURCE_METRICS_PATH = "/metrics/nodes/{nodeName}/metrics/resource"
 """kwok serves every Node on one port, so each Node's metrics live under a path of its own
@@ -48,6 +52,8 @@ class FakeNode:
     labels: Mapping[str, str] = field(default_factory=dict)
     extended: Mapping[str, str] = field(default_factory=dict)
     """Extra allocatable resources, e.g. {"nvidia.com/gpu": "4"}."""
+    taints: tuple[Mapping[str, str], ...] = ()
+    """`spec.taints` of the Node (key, value, effect)."""
 
 
 def node_manifest(node: FakeNode) -> dict[str, Any]:
@@ -81,7 +87,7 @@ def node_manifest(node: FakeNode) -> dict[str, Any]:
                 RESOURCE_METRICS_PATH_ANNOTATION: resource_metrics_path(node.name),
             },
         },
-        "spec": {},
+        "spec": {"taints": [dict(t) for t in node.taints]} if node.taints else {},
         "status": {"capacity": dict(resources), "allocatable": dict(resources)},
     }
 
@@ -259,18 +265,26 @@ def kwok_argv(
     binary: Path,
     kubeconfig: Path,
     configs: Sequence[Path],
+    address: str,
     port: int,
+    serving: KeyPair,
+    cidr: str = POD_CIDR,
 ) -> list[str]:
-    """Return kwok's argv: manage annotated Nodes, serve the kubelet API on loopback `port`."""
+    """Return kwok's argv: manage annotated Nodes, which publish `address` as InternalIP and
+    `port` as kubelet port, and serve their kubelet API there over TLS with `serving` (a
+    certificate of the cluster's CA for `address`, so apiservers and metrics-server verify
+    it as they verify a kubelet's); pod IPs come from `cidr`."""
     argv = [str(binary), f"--kubeconfig={kubeconfig}"]
     argv += [f"--config={c}" for c in configs]
     argv += [
         f"--manage-nodes-with-annotation-selector={MANAGED_ANNOTATION}={MANAGED_VALUE}",
-        f"--node-ip={LOOPBACK}",
+        f"--node-ip={address}",
         f"--node-port={port}",
-        f"--server-address={LOOPBACK}:{port}",
+        f"--server-address={address}:{port}",
+        f"--tls-cert-file={serving.cert}",
+        f"--tls-private-key-file={serving.key}",
         # The heartbeat-with-lease stage expects kwok to renew node Leases, as a kubelet does.
         "--node-lease-duration-seconds=40",
-        f"--cidr={POD_CIDR}",
+        f"--cidr={cidr}",
     ]
     return argv

@@ -1,6 +1,7 @@
-"""Run the real `virtual-node` command between the two clusters of a pair, for tests.
+"""Run the real `virtual-node` command between an upper and a lower cluster of a fleet,
+for tests.
 
-The node runs as a child process, exactly as users run it, with the pair's kubeconfigs
+The node runs as a child process, exactly as users run it, with the fleet's kubeconfigs
 and kubelet certificates; tests talk to it only through the clusters, its metrics and its
 signals.
 """
@@ -15,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from vnode.testing import ports, processes
-from vnode.testing.pair import ClusterPair
+from vnode.testing.fleet import Fleet
 from vnode.testing.rest import ApiStatusError
 
 _SERVING_FILES = ("APISERVER_CERT_LOCATION", "APISERVER_KEY_LOCATION")
@@ -26,10 +27,12 @@ class VirtualNodeProcess:
 
     def __init__(
         self,
-        pair: ClusterPair,
+        fleet: Fleet,
         *,
         name: str,
         log_dir: Path,
+        upper: str = "upper",
+        lower: str = "lower",
         args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         lower_kubeconfig: Path | None = None,
@@ -37,25 +40,29 @@ class VirtualNodeProcess:
         certificate_from_csr: bool = False,
         lower_kubelet_access: str = "direct",
     ) -> None:
-        """`certificate_from_csr`: start without the pair's serving certificate files, so
+        """A node named `name` between clusters `upper` and `lower` of `fleet` (their admin
+        kubeconfigs unless `upper_kubeconfig` / `lower_kubeconfig` say otherwise).
+
+        `certificate_from_csr`: start without the fleet's serving certificate files, so
         the node requests its certificate from the upper cluster (kept in `cert_dir`).
 
         `lower_kubelet_access` "direct" (the default here) reads kwok's resource metrics
-        at its loopback port without verifying its self-signed certificate; "proxy" (the
-        command's default) cannot work in the local pair: apiservers refuse to proxy to a
-        node whose address is loopback ("address not allowed")."""
-        self.pair = pair
+        at its address without verifying its certificate; "proxy" (the command's default)
+        reads them through the lower apiserver's node proxy, which works only in a private
+        network (apiservers refuse to proxy to a loopback address)."""
+        self.fleet = fleet
+        self.upper = fleet.cluster(upper)
         self.name = name
         self.metrics_port = ports.pick()
-        self.kubelet_port = ports.pick()
+        self.kubelet_port = ports.pick(host=fleet.node_ip)
         self.log = log_dir / f"virtual-node-{name}.log"
         self.cert_dir = log_dir / f"pki-{name}"
         """--cert-dir: where a CSR-issued serving certificate is kept (kept across restarts)."""
         self._argv = [
             sys.executable, "-m", "vnode",
             f"--nodename={name}",
-            f"--kubeconfig={upper_kubeconfig or pair.upper.kubeconfig}",
-            f"--client-kubeconfig={lower_kubeconfig or pair.lower.kubeconfig}",
+            f"--kubeconfig={upper_kubeconfig or self.upper.kubeconfig}",
+            f"--client-kubeconfig={lower_kubeconfig or fleet.cluster(lower).kubeconfig}",
             f"--metrics-addr=127.0.0.1:{self.metrics_port}",
             f"--cert-dir={self.cert_dir}",
             "--log-level=debug",
@@ -63,7 +70,7 @@ class VirtualNodeProcess:
             *(["--lower-kubelet-insecure-tls"] if lower_kubelet_access == "direct" else []),
             *args,
         ]  # fmt: skip
-        material = pair.vnode.env()
+        material = fleet.material(upper=upper, lower=lower).env()
         if certificate_from_csr:
             del material["APISERVER_CERT_LOCATION"], material["APISERVER_KEY_LOCATION"]
         self._env = {
@@ -96,7 +103,7 @@ class VirtualNodeProcess:
 
     def wait_ready(self, *, timeout: float = 60.0) -> None:
         """Wait until the upper cluster shows the Node Ready; raises ComponentDied/TimeoutError."""
-        client = self.pair.upper.rest()
+        client = self.upper.rest()
         deadline = time.monotonic() + timeout
         while True:
             self.check()
@@ -142,7 +149,7 @@ class VirtualNodeProcess:
     def delete_node(self) -> None:
         """Delete the Node object (and so its Lease) from the upper cluster."""
         try:
-            self.pair.upper.rest().request("DELETE", f"/api/v1/nodes/{self.name}")
+            self.upper.rest().request("DELETE", f"/api/v1/nodes/{self.name}")
         except ApiStatusError as exc:
             if exc.code != 404:
                 raise

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from vnode import errors as provider_errors
@@ -24,7 +25,8 @@ from vnode.kube.informer import Handlers, Informer
 from vnode.kube.resources import CONFIG_MAPS, SECRETS, SERVICE_ACCOUNTS, Resource, split_key
 from vnode.kube.store import Obj
 from vnode.kube.workqueue import WorkQueue
-from vnode.providers.k2k import naming, slim, translate
+from vnode.provider import PodEvent
+from vnode.providers.k2k import missing, naming, slim, translate
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +86,16 @@ def referenced(pods: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]]:
     return refs
 
 
+@dataclass(frozen=True, kw_only=True)
+class Ensured:
+    """What `DependencySync.ensure` did for a pod."""
+
+    created: list[tuple[str, str, str]]
+    """Copies created (kind, lower namespace, name), to roll back if the pod is refused."""
+    events: list[PodEvent]
+    """Events to record about the pod (optional references it starts without)."""
+
+
 class DependencySync:
     """Keeps the lower copies of pods' dependencies; see the module docstring."""
 
@@ -97,7 +109,13 @@ class DependencySync:
         upper_namespace: str | None,
         enable_service_account: bool,
         lower_pods: Informer,
+        on_resolved: Callable[[str], None],
     ) -> None:
+        """`on_resolved(upper pod key)` is called (non-blocking) when an object a waiting pod
+        needed is added or changed upstairs, so its creation is retried at once."""
+        self._on_resolved = on_resolved
+        self._waiting: dict[tuple[str, str, str], set[str]] = {}
+        """(kind, upper namespace, name) -> upper pods whose creation waits for it."""
         self._upper = upper
         self._lower = lower
         self._node = node_name
@@ -162,34 +180,60 @@ class DependencySync:
 
     # -- before a pod is created ---------------------------------------------------------
 
-    async def ensure(self, pod: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-        """Create or update the lower copies `pod` needs; return those created (kind, ns, name).
+    async def ensure(self, pod: Mapping[str, Any]) -> Ensured:
+        """Create or update the lower copies `pod` needs.
 
-        Raises MissingDependency for a mandatory object missing upstairs, InvalidPod for a
-        same-named lower object that is not ours, and kube errors for API failures.
+        Returns the copies created and the events about optional references skipped.
+        Raises MissingDependency for a mandatory object or key missing upstairs (the pod is
+        then announced to `on_resolved` once that object is added or changed), InvalidPod
+        for a same-named lower object that is not ours, and kube errors for API failures.
         """
         upper_ns = str(pod["metadata"]["namespace"])
+        pod_key = f"{upper_ns}/{pod['metadata']['name']}"
         lower_ns = naming.lower_namespace(upper_ns, prefix=self._prefix)
         deps = translate.dependencies(pod)
-        optional = translate.optional_references(pod)
+
+        def lookup(kind: str, name: str) -> Obj | None:
+            return self.upper_informers[kind].store.get(f"{upper_ns}/{name}")
+
+        gaps = missing.unresolved(pod, lookup=lookup)
+        self.forget_waiting(pod_key)
+        error = missing.first_mandatory(gaps, namespace=upper_ns)
+        account = deps.service_account
+        if self._enable_sa and account and account != "default":
+            if error is None and lookup("ServiceAccount", account) is None:
+                error = provider_errors.MissingDependency(
+                    f'serviceaccount "{account}" not found',
+                    kind="ServiceAccount",
+                    namespace=upper_ns,
+                    name=account,
+                )
+        else:
+            account = None
+        if error is not None:
+            self._waiting.setdefault((error.kind, upper_ns, error.name), set()).add(pod_key)
+            raise error
         wanted = [("ConfigMap", n) for n in sorted(deps.config_maps)]
         wanted += [("Secret", n) for n in sorted(deps.secrets)]
-        if self._enable_sa and deps.service_account and deps.service_account != "default":
-            wanted.append(("ServiceAccount", deps.service_account))
+        if account:
+            wanted.append(("ServiceAccount", account))
         created: list[tuple[str, str, str]] = []
         for kind, name in wanted:
-            source = self.upper_informers[kind].store.get(f"{upper_ns}/{name}")
+            source = lookup(kind, name)
             if source is None:
-                if (kind, name) in optional:
-                    continue
-                raise provider_errors.MissingDependency(
-                    f"{kind} {upper_ns}/{name} does not exist in the upper cluster"
-                )
+                continue  # optional and missing: the pod starts without it
             if kind == "Secret" and source.get("type") in _SKIPPED_SECRET_TYPES:
                 continue
             if await self._put(kind, source, lower_ns):
                 created.append((kind, lower_ns, name))
-        return created
+        return Ensured(created=created, events=missing.skipped_events(gaps, namespace=upper_ns))
+
+    def forget_waiting(self, pod_key: str) -> None:
+        """Stop announcing upper pod `pod_key` (namespace/name) when a dependency appears."""
+        for what in [w for w, pods in self._waiting.items() if pod_key in pods]:
+            self._waiting[what].discard(pod_key)
+            if not self._waiting[what]:
+                del self._waiting[what]
 
     async def rollback(self, created: Iterable[tuple[str, str, str]]) -> None:
         """Delete copies made for a pod that was then refused, unless another pod uses them."""
@@ -269,9 +313,13 @@ class DependencySync:
     # -- afterwards ----------------------------------------------------------------------
 
     def _upper_changed(self, kind: str, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        for pod_key in self._waiting.pop(
+            (kind, str(meta.get("namespace")), str(meta.get("name"))), ()
+        ):
+            self._on_resolved(pod_key)
         if kind == "ServiceAccount":
             return
-        meta = obj.get("metadata") or {}
         lower_ns = naming.lower_namespace(str(meta.get("namespace")), prefix=self._prefix)
         if self.lower_informers[kind].store.get(f"{lower_ns}/{meta.get('name')}") is not None:
             self.updates.add(f"{kind}/{meta.get('namespace')}/{meta.get('name')}")

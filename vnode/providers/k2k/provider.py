@@ -22,7 +22,7 @@ from vnode.kube.client import STRATEGIC_MERGE_PATCH, ApiClient
 from vnode.kube.informer import Handlers, Informer
 from vnode.kube.resources import NAMESPACES, NODES, PODS, pod_is_terminal
 from vnode.kube.store import Obj
-from vnode.provider import NodeUsage, PortSession, RemoteCommand, RemoteSession
+from vnode.provider import NodeUsage, PodEvent, PortSession, RemoteCommand, RemoteSession
 from vnode.providers.k2k import capacity, naming, slim, translate
 from vnode.providers.k2k.dependencies import DependencySync
 from vnode.providers.k2k.events import EventMirror
@@ -77,6 +77,7 @@ class K2KProvider:
             upper_namespace=upper_namespace,
             enable_service_account=translation.enable_service_account,
             lower_pods=self.pods,
+            on_resolved=self._notify_key,
         )
         self.events = EventMirror(
             upper=upper, lower=lower, node_name=self._node, lower_pods=self.pods
@@ -150,12 +151,13 @@ class K2KProvider:
         uid = (lower["metadata"].get("annotations") or {}).get(naming.UPPER_UID_ANNOTATION)
         return lower if uid == pod["metadata"].get("uid") else None
 
-    async def create_pod(self, pod: Obj) -> None:
+    async def create_pod(self, pod: Obj) -> list[PodEvent]:
         """Create the lower pod (with its namespace and dependencies) for `pod`.
 
-        Raises InvalidPod when the lower cluster refuses it (copies made for it are removed
-        again), MissingDependency, BackendUnavailable, or ProviderError when a stale lower
-        pod of the same name is still going away.
+        Returns events about optional references the pod starts without. Raises InvalidPod
+        when the lower cluster refuses it (copies made for it are removed again),
+        MissingDependency, BackendUnavailable, or ProviderError when a stale lower pod of the
+        same name is still going away.
         """
         lower_key = self._lower_key(pod)
         lower_ns, _, _name = lower_key.partition("/")
@@ -173,14 +175,14 @@ class K2KProvider:
         try:
             await self._ensure_namespace(lower_ns)
             with self.dependencies.creating(lower_ns):
-                created = await self.dependencies.ensure(pod)
+                ensured = await self.dependencies.ensure(pod)
                 body = translate.lower_pod(pod, t=self.t)
                 try:
                     await self._lower.request("POST", PODS.path(namespace=lower_ns), body=body)
                 except errors.AlreadyExists:
-                    return  # our earlier attempt got through; the informer will show it
+                    return []  # our earlier attempt got through; the informer will show it
                 except _REFUSALS as exc:
-                    await self.dependencies.rollback(created)
+                    await self.dependencies.rollback(ensured.created)
                     raise provider_errors.InvalidPod(
                         f"lower cluster refused the pod: {exc.message}"
                     ) from exc
@@ -188,6 +190,7 @@ class K2KProvider:
             raise provider_errors.BackendUnavailable(str(exc)) from exc
         self._vanished.discard(str(pod["metadata"].get("uid")))
         logger.info("created lower pod %s for upper pod %s", lower_key, _key(pod))
+        return ensured.events
 
     async def update_pod(self, pod: Obj) -> None:
         """Apply image, activeDeadlineSeconds, toleration, label and annotation changes."""
@@ -212,6 +215,7 @@ class K2KProvider:
 
     async def delete_pod(self, pod: Obj, *, grace_period: int | None) -> bool:
         """Delete the lower pod gracefully; True once it is gone below."""
+        self.dependencies.forget_waiting(_key(pod))
         lower = self.backend_pod(pod)
         if lower is None:
             return True
@@ -357,8 +361,11 @@ class K2KProvider:
 
     def _notify(self, lower: Obj) -> None:
         for key in _upper_key_of(lower):
-            for callback in self._pod_callbacks:
-                callback(key)
+            self._notify_key(key)
+
+    def _notify_key(self, key: str) -> None:
+        for callback in self._pod_callbacks:
+            callback(key)
 
     def _pod_added(self, pod: Obj) -> None:
         if self._ours(pod):

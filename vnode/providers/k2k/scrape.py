@@ -278,12 +278,17 @@ class ResourceScraper:
         self._lock = asyncio.Lock()
         self._answer: NodeUsage | None = None
         self._answered_at = 0.0
+        self._answered_for: frozenset[tuple[str, float | None]] = frozenset()
+        """The placed pods (and start times) the cached answer was measured for: a pod that
+        started since is in no cached answer, so its arrival ends the cache's life early (a
+        kubelet lists a pod as soon as it runs)."""
         self._history = metrics.History()
         self._failing: set[str] = set()
 
     async def resource_usage(self) -> NodeUsage:
-        """Return this round's usage: cached for `ttl` s; one round at a time (callers that
-        arrive during a round get its answer). Takes at most `deadline` s (plus queueing).
+        """Return this round's usage: cached for `ttl` s, or until a pod of the node is placed,
+        started or gone; one round at a time (callers that arrive during a round get its
+        answer). Takes at most `deadline` s (plus queueing).
 
         A CPU rate (usageNanoCores) needs two measurements. When this round's answer lacks
         one (the first round, a pod seen for the first time, a container that restarted),
@@ -295,7 +300,12 @@ class ResourceScraper:
         rate stays absent, as in the kubelet's own summary.
         """
         async with self._lock:
-            if self._answer is not None and time.monotonic() - self._answered_at < self._ttl:
+            placed = _placement(self._pods, node_name=self._node_name)
+            if (
+                self._answer is not None
+                and time.monotonic() - self._answered_at < self._ttl
+                and placed == self._answered_for
+            ):
                 return self._answer
             loop = asyncio.get_running_loop()
             deadline_at = loop.time() + self._deadline
@@ -303,13 +313,17 @@ class ResourceScraper:
             time_left = deadline_at - loop.time()
             if (
                 self._warmup > 0
-                and metrics.lacks_rates(answer)
+                and (metrics.lacks_rates(answer) or _unmeasured(placed, answer))
                 and time_left >= self._warmup + self._timeout
             ):
                 await asyncio.sleep(self._warmup)
                 answer = await self._round(deadline_at=deadline_at)
             self._answer = answer
-            self._answered_at = time.monotonic()
+            # An answer without some running pod (its kubelet has no usage for it yet) is
+            # kept only briefly: the next scrape should find it.
+            ttl = min(self._ttl, self._warmup) if _unmeasured(placed, answer) else self._ttl
+            self._answered_at = time.monotonic() - (self._ttl - ttl)
+            self._answered_for = placed
             return self._answer
 
     async def _round(self, *, deadline_at: float) -> NodeUsage:
@@ -406,3 +420,15 @@ def _measure(
     """Parse one kubelet's answer and measure this node's pods in it (runs in a thread).
     Raises ValueError when `text` is not Prometheus text."""
     return metrics.measure(metrics.parse(text), node=node, pods=owned, fetched_ms=fetched_ms)
+
+
+def _placement(pods: Store, *, node_name: str) -> frozenset[tuple[str, float | None]]:
+    # What decides whether a cached answer still covers the node's pods: (upper UID, start).
+    owned = metrics.owned_pods(pods, node_name=node_name)
+    return frozenset((pod.uid, pod.start_time) for pod in owned.values())
+
+
+def _unmeasured(placed: frozenset[tuple[str, float | None]], answer: NodeUsage) -> bool:
+    # A started pod of the node that the answer does not report.
+    reported = {p.uid for p in answer.pods}
+    return any(start is not None and uid not in reported for uid, start in placed)

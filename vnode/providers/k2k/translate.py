@@ -307,49 +307,83 @@ def _is_injected_token_volume(volume: Mapping[str, Any]) -> bool:
     return name.startswith(_LEGACY_TOKEN_PREFIX) and "secret" in volume
 
 
-def _references(upper: Mapping[str, Any]) -> Iterator[tuple[str, str, bool]]:
-    # Every (kind, name, optional) reference of the pod; empty or missing names are skipped.
+@dataclass(frozen=True, kw_only=True)
+class Reference:
+    """One reference of a pod to a ConfigMap or Secret, where it was found."""
+
+    kind: str
+    """"ConfigMap" or "Secret"."""
+    name: str
+    optional: bool
+    key: str | None = None
+    """The data key an env var reads (configMapKeyRef, secretKeyRef); None: the whole object."""
+    volume: str | None = None
+    """The pod volume that needs it; None for env, envFrom and imagePullSecrets."""
+    pull_secret: bool = False
+
+
+def references(upper: Mapping[str, Any]) -> Iterator[Reference]:
+    """Yield every ConfigMap and Secret reference of the pod, in the order a kubelet meets them:
+    volumes (mounted first), then env and envFrom of each container, then imagePullSecrets.
+
+    Empty or missing names are skipped, as are the token volumes `lower_pod` removes and the
+    lower cluster's own `kube-root-ca.crt`.
+    """
     spec = _spec(upper)
     refs = _volume_references(_maps(spec.get("volumes")))
     for group in ("initContainers", "containers", "ephemeralContainers"):
         for container in _maps(spec.get(group)):
-            sources = [_mapping(v.get("valueFrom")) for v in _maps(container.get("env"))]
-            for key, kind in (("configMapKeyRef", CONFIG_MAP), ("secretKeyRef", SECRET)):
-                refs += [_named(kind, _mapping(s.get(key))) for s in sources]
-            for key, kind in (("configMapRef", CONFIG_MAP), ("secretRef", SECRET)):
-                refs += [
-                    _named(kind, _mapping(e.get(key))) for e in _maps(container.get("envFrom"))
-                ]
-    refs += [(SECRET, p.get("name"), True) for p in _maps(spec.get("imagePullSecrets"))]
-    for kind, name, optional in refs:
+            for env in _maps(container.get("env")):
+                source = _mapping(env.get("valueFrom"))
+                for field, kind in (("configMapKeyRef", CONFIG_MAP), ("secretKeyRef", SECRET)):
+                    ref = _mapping(source.get(field))
+                    key = ref.get("key")
+                    at = {"key": key} if isinstance(key, str) else {}
+                    refs.append((kind, ref.get("name"), ref.get("optional"), at))
+            for env_from in _maps(container.get("envFrom")):
+                for field, kind in (("configMapRef", CONFIG_MAP), ("secretRef", SECRET)):
+                    ref = _mapping(env_from.get(field))
+                    refs.append((kind, ref.get("name"), ref.get("optional"), {}))
+    refs += [
+        (SECRET, p.get("name"), True, {"pull_secret": True})
+        for p in _maps(spec.get("imagePullSecrets"))
+    ]
+    for kind, name, optional, extra in refs:
         if isinstance(name, str) and name and (kind, name) != (CONFIG_MAP, _ROOT_CA):
-            yield kind, name, optional is True
+            yield Reference(kind=kind, name=name, optional=optional is True, **extra)
 
 
-def _volume_references(volumes: list[dict[str, Any]]) -> list[tuple[str, object, object]]:
-    refs: list[tuple[str, object, object]] = []
+def _references(upper: Mapping[str, Any]) -> Iterator[tuple[str, str, bool]]:
+    # Every (kind, name, optional) reference of the pod.
+    for ref in references(upper):
+        yield ref.kind, ref.name, ref.optional
+
+
+_Ref = tuple[str, object, object, dict[str, Any]]
+
+
+def _volume_references(volumes: list[dict[str, Any]]) -> list[_Ref]:
+    refs: list[_Ref] = []
     for volume in volumes:
         if _is_injected_token_volume(volume):
             continue  # lower_pod removes it; the lower admission injects its own
-        refs.append(_named(CONFIG_MAP, _mapping(volume.get("configMap"))))
+        at = {"volume": str(volume.get("name") or "")}
+        config_map = _mapping(volume.get("configMap"))
+        refs.append((CONFIG_MAP, config_map.get("name"), config_map.get("optional"), at))
         secret = _mapping(volume.get("secret"))
-        refs.append((SECRET, secret.get("secretName"), secret.get("optional")))
+        refs.append((SECRET, secret.get("secretName"), secret.get("optional"), at))
         for source in _maps(_mapping(volume.get("projected")).get("sources")):
-            refs.append(_named(CONFIG_MAP, _mapping(source.get("configMap"))))
-            refs.append(_named(SECRET, _mapping(source.get("secret"))))
+            for field, kind in (("configMap", CONFIG_MAP), ("secret", SECRET)):
+                ref = _mapping(source.get(field))
+                refs.append((kind, ref.get("name"), ref.get("optional"), at))
         # Secret-backed volume plugins have no `optional`: the volume cannot mount without it.
         csi_ref = _mapping(_mapping(volume.get("csi")).get("nodePublishSecretRef"))
-        refs.append((SECRET, csi_ref.get("name"), False))
+        refs.append((SECRET, csi_ref.get("name"), False, at))
         for plugin in _SECRET_REF_SOURCES:
             ref = _mapping(_mapping(volume.get(plugin)).get("secretRef"))
-            refs.append((SECRET, ref.get("name"), False))
-        refs.append((SECRET, _mapping(volume.get("azureFile")).get("secretName"), False))
+            refs.append((SECRET, ref.get("name"), False, at))
+        refs.append((SECRET, _mapping(volume.get("azureFile")).get("secretName"), False, at))
     return refs
-
-
-def _named(kind: str, ref: Mapping[str, Any]) -> tuple[str, object, object]:
-    # A {name, optional} reference (ConfigMap/Secret volume sources, key refs, envFrom).
-    return kind, ref.get("name"), ref.get("optional")
 
 
 def _unready_gates(gates: list[Any], conditions: list[dict[str, Any]]) -> str:
