@@ -103,22 +103,25 @@ async def _run(
             kubelets = await stack.enter_async_context(
                 ToKubelets(lower, verify=verify, token=kubelet_token)
             )
+        # Both clusters must answer before anything is registered (tensile-kube: fatal).
+        await upper.request("GET", "/version")
+        cluster_id = settings.pods.cluster_id or await _upper_cluster_id(upper)
         provider = K2KProvider(
             upper=upper,
             lower=lower,
             translation=Translation(
                 node_name=settings.node.name,
+                cluster_id=cluster_id,
                 node_labels=node_labels(settings.node),
                 namespace_prefix=settings.pods.namespace_prefix,
                 ignore_labels=settings.pods.ignore_labels,
                 enable_service_account=settings.pods.enable_service_account,
+                pod_security_level=settings.pods.pod_security_level,
             ),
             node_ip=node_ip,
             upper_namespace=settings.pods.namespace,
             kubelets=kubelets,
         )
-        # Both clusters must answer before anything is registered (tensile-kube: fatal).
-        await upper.request("GET", "/version")
         await provider.start()
         node = VirtualNode(settings=settings, upper=upper, provider=provider)
         loop = asyncio.get_running_loop()
@@ -126,9 +129,10 @@ async def _run(
             loop.add_signal_handler(sig, node.stop)
         try:
             logger.info(
-                "virtual node %s starting (upper %s, lower %s, InternalIP %s)",
+                "virtual node %s starting (upper %s, cluster ID %s, lower %s, InternalIP %s)",
                 settings.node.name,
                 upper_info.server,
+                cluster_id,
                 lower_info.server,
                 node_ip,
             )
@@ -137,6 +141,21 @@ async def _run(
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
     logger.info("virtual node %s stopped", settings.node.name)
+
+
+async def _upper_cluster_id(upper: ApiClient) -> str:
+    """Return the upper cluster's identity: the UID of its kube-system namespace, the common
+    cluster-ID convention (a namespace that exists in every cluster and is never re-made).
+    Raises ApiError with what to do when it cannot be read."""
+    try:
+        namespace = await upper.request("GET", "/api/v1/namespaces/kube-system")
+    except errors.ApiError as exc:
+        message = (
+            f"cannot read the upper cluster's identity (namespace kube-system: {exc.message}); "
+            "grant get on it (manifests/vnode/upper-rbac.yaml does) or set --cluster-id"
+        )
+        raise type(exc)(code=exc.code, status={**exc.status, "message": message}) from exc
+    return str(namespace["metadata"]["uid"])
 
 
 def _reachable_address(server: str) -> str:

@@ -20,6 +20,7 @@ from vnode.settings import (
     KubeletAccessMode,
     LowerKubeletSettings,
     NodeSettings,
+    PodSecurityLevel,
     PodSettings,
     Settings,
     Taint,
@@ -27,6 +28,9 @@ from vnode.settings import (
 )
 
 KNOWN_CONTROLLERS = ("PVControllers", "ServiceControllers")
+POD_SECURITY_LEVELS = ("privileged", "baseline", "restricted")
+MAX_NAMESPACE_PREFIX = 30
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
 LOG_LEVELS = ("debug", "info", "warn", "warning", "error")
 
 
@@ -88,7 +92,9 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
+    # Environment variables are flag defaults (virtual-kubelet's rule): a flag given on the
+    # command line always wins, and --help names the variable beside the flag it feeds.
     p = _Parser(prog="virtual-node", description="A virtual node standing for a lower cluster.")
     a = p.add_argument
     # tensile-kube's own flags
@@ -115,15 +121,29 @@ def _parser() -> argparse.ArgumentParser:
     )
     a("--log-level", default="info", choices=LOG_LEVELS)
     # virtual-kubelet node-cli flags
-    a("--kubeconfig", default=None, help="kubeconfig of the upper cluster (default $KUBECONFIG)")
+    a(
+        "--kubeconfig",
+        default=None,
+        help="kubeconfig of the upper cluster (env KUBECONFIG; then ~/.kube/config, then "
+        "in-cluster)",
+    )
     a("--namespace", default="", help="only forward upper pods of this namespace")
     a("--cluster-domain", default="cluster.local", help="accepted for compatibility; unused")
-    a("--nodename", default=None, help="name of the virtual node")
+    a(
+        "--nodename",
+        default=env.get("DEFAULT_NODE_NAME") or env.get("DEFAULTNODE_NAME") or "virtual-kubelet",
+        help="name of the virtual node (env DEFAULT_NODE_NAME; default virtual-kubelet)",
+    )
     a("--os", default="Linux", help="operating system of the node (Linux or Windows)")
     a("--provider", default="k8s", help="provider: k8s")
     a("--provider-config", default="", help="accepted for compatibility; unused")
     a("--metrics-addr", default="", help="host:port of the Prometheus metrics endpoint")
-    a("--taint", default=None, help="deprecated: the taint key (see VKUBELET_TAINT_KEY)")
+    a(
+        "--taint",
+        default=env.get("VKUBELET_TAINT_KEY") or "virtual-kubelet.io/provider",
+        help="key of the node's taint (env VKUBELET_TAINT_KEY; value VKUBELET_TAINT_VALUE, "
+        "default the provider; effect VKUBELET_TAINT_EFFECT, default NoSchedule)",
+    )
     a("--disable-taint", action="store_true", help="do not taint the virtual node")
     a("--pod-sync-workers", type=int, default=50, help="workers per queue")
     a("--enable-node-lease", type=_bool, default=True, nargs="?", const=True)
@@ -143,8 +163,8 @@ def _parser() -> argparse.ArgumentParser:
     a("--kube-api-burst", type=int, default=0, help="upper cluster client burst (0: 200)")
     a(
         "--client-verify-ca",
-        default=None,
-        help="CA of kubelet API clients (APISERVER_CA_CERT_LOCATION)",
+        default=env.get("APISERVER_CA_CERT_LOCATION", ""),
+        help="CA of kubelet API clients' certificates (env APISERVER_CA_CERT_LOCATION)",
     )
     a("--no-verify-clients", action="store_true", help="DEVELOPMENT ONLY: no kubelet API auth")
     a(
@@ -183,7 +203,28 @@ def _parser() -> argparse.ArgumentParser:
         "0: the signer's default (kube-controller-manager --cluster-signing-duration)",
     )
     # tensile's additions
-    a("--namespace-prefix", default="", help="lower namespace = prefix + upper namespace")
+    a(
+        "--namespace-prefix",
+        default="",
+        help="lower namespace = prefix + upper namespace (a DNS label of at most "
+        f"{MAX_NAMESPACE_PREFIX} characters; with a prefix, pods go only into lower namespaces "
+        "tensile created for their upper namespace and cluster)",
+    )
+    a(
+        "--cluster-id",
+        default="",
+        help="identity of the upper cluster, recorded on every lower object so several upper "
+        "clusters can share one lower cluster (a label value; default: the UID of the upper "
+        "kube-system namespace)",
+    )
+    a(
+        "--pod-security-level",
+        default="baseline",
+        choices=POD_SECURITY_LEVELS,
+        help="Pod Security Standard the node enforces on forwarded pods and labels on the lower "
+        "namespaces it creates (default baseline: no host namespaces, hostPath or privileged "
+        "containers)",
+    )
     a("--log-format", default="text", choices=("text", "json"))
     a("--shutdown-timeout", type=_duration, default=10.0, help="bound of a graceful stop")
     a(
@@ -221,7 +262,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
     """
     env = os.environ if env is None else env
     try:
-        args = _parser().parse_args(list(argv))
+        args = _parser(env).parse_args(list(argv))
     except argparse.ArgumentTypeError as exc:  # pragma: no cover - argparse wraps these
         raise UsageError(str(exc)) from exc
     if args.provider != "k8s":
@@ -252,6 +293,8 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
         pods=PodSettings(
             namespace=args.namespace or None,
             namespace_prefix=_namespace_prefix(args.namespace_prefix),
+            cluster_id=_cluster_id(args.cluster_id),
+            pod_security_level=_pod_security_level(args.pod_security_level),
             ignore_labels=tuple(k.strip() for k in args.ignore_labels.split(",") if k.strip()),
             enable_service_account=args.enable_serviceaccount,
             workers=args.pod_sync_workers,
@@ -297,7 +340,7 @@ def _api_settings(
     return ApiSettings(
         cert_file=cert_file,
         key_file=key_file,
-        client_ca_file=args.client_verify_ca or env.get("APISERVER_CA_CERT_LOCATION", ""),
+        client_ca_file=args.client_verify_ca,
         verify_clients=not args.no_verify_clients,
         anonymous_auth=args.anonymous_auth,
         rotate_server_certificates=args.rotate_server_certificates,
@@ -354,12 +397,9 @@ def _certificate_duration(seconds: float) -> int:
 def _node_settings(
     args: argparse.Namespace, env: Mapping[str, str], operating_system: str
 ) -> NodeSettings:
-    name = (
-        args.nodename
-        or env.get("DEFAULT_NODE_NAME")
-        or env.get("DEFAULTNODE_NAME")
-        or "virtual-kubelet"
-    )
+    name = args.nodename
+    if not name:
+        raise UsageError("--nodename must not be empty")
     taint: Taint | None = None
     if not args.disable_taint:
         effect = env.get("VKUBELET_TAINT_EFFECT", "NoSchedule")
@@ -368,7 +408,7 @@ def _node_settings(
                 f"VKUBELET_TAINT_EFFECT must be one of {', '.join(TAINT_EFFECTS)}, got {effect!r}"
             )
         taint = Taint(
-            key=env.get("VKUBELET_TAINT_KEY") or args.taint or "virtual-kubelet.io/provider",
+            key=args.taint,
             value=env.get("VKUBELET_TAINT_VALUE", args.provider),
             effect=effect,
         )
@@ -415,13 +455,46 @@ def _address(text: str, flag: str) -> str:
 
 
 def _namespace_prefix(prefix: str) -> str:
-    # The prefix starts every lower namespace name: a DNS label of lower-case letters,
-    # digits and '-', starting with a letter or digit.
-    if prefix and not all(c.islower() or c.isdigit() or c == "-" for c in prefix):
+    # The prefix starts every lower namespace name, a DNS-1123 label: lower-case letters,
+    # digits and '-', starting with a letter or digit. Upper namespace names start with a
+    # letter or digit too, so prefix + name is a label whenever it is short enough; the
+    # bound leaves upper namespaces of up to 63 - MAX_NAMESPACE_PREFIX characters room.
+    if not prefix:
+        return prefix
+    if not all(c in "abcdefghijklmnopqrstuvwxyz0123456789-" for c in prefix):
         raise UsageError(f"--namespace-prefix may hold only a-z, 0-9 and '-', got {prefix!r}")
-    if prefix and not (prefix[0].isalnum()):
+    if not prefix[0].isalnum():
         raise UsageError(f"--namespace-prefix must start with a letter or digit, got {prefix!r}")
+    if len(prefix) > MAX_NAMESPACE_PREFIX:
+        raise UsageError(
+            f"--namespace-prefix may be at most {MAX_NAMESPACE_PREFIX} characters (lower "
+            f"namespace names are at most 63), got {len(prefix)}"
+        )
     return prefix
+
+
+def _cluster_id(text: str) -> str:
+    # Recorded as a label value on every lower object, so it must be one.
+    value = text.strip()
+    if text and not value:
+        raise UsageError("--cluster-id must not be blank")
+    if value and not (len(value) <= 63 and _LABEL_VALUE.fullmatch(value)):
+        raise UsageError(
+            "--cluster-id must be a label value (at most 63 characters: letters, digits, '-', "
+            f"'_' and '.', starting and ending with a letter or digit), got {text!r}"
+        )
+    return value
+
+
+def _pod_security_level(value: str) -> PodSecurityLevel:
+    # argparse's `choices` already refused anything else; this narrows the type.
+    if value == "privileged":
+        return "privileged"
+    if value == "baseline":
+        return "baseline"
+    if value == "restricted":
+        return "restricted"
+    raise UsageError(f"--pod-security-level must be one of {', '.join(POD_SECURITY_LEVELS)}")
 
 
 def _kubelet_access(value: str) -> KubeletAccessMode:

@@ -11,6 +11,9 @@ from typing import Literal
 
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
+PodSecurityLevel = Literal["privileged", "baseline", "restricted"]
+"""The levels of the Pod Security Standards (kubernetes.io/docs/concepts/security/)."""
+
 
 def default_cert_dir(node_name: str) -> str:
     """Return the default --cert-dir: `.tensile-pki/<node name>` under the working
@@ -77,6 +80,11 @@ class PodSettings:
     """--namespace: only upper pods of this namespace (None: all)."""
     namespace_prefix: str = ""
     """--namespace-prefix: lower namespace = prefix + upper namespace."""
+    cluster_id: str = ""
+    """--cluster-id: the upper cluster's identity on lower objects ("": read the UID of the
+    upper kube-system namespace at start)."""
+    pod_security_level: PodSecurityLevel = "baseline"
+    """--pod-security-level: the Pod Security Standard forwarded pods must meet."""
     ignore_labels: tuple[str, ...] = ("pod-group.scheduling.sigs.k8s.io",)
     """--ignore-labels: label keys kept off the lower pod (restored on the way up)."""
     enable_service_account: bool = True

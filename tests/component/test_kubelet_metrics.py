@@ -43,6 +43,8 @@ from vnode.providers.k2k.scrape import (
 from vnode.testing.pki import CertificateAuthority
 
 NODE = "vn-1"
+CLUSTER_ID = "0f3c2a9e-7b1d-4c55-8e2f-5a6b7c8d9e01"
+OWNER = naming.Owner(node_name=NODE, cluster_id=CLUSTER_ID)
 NOW = 1_700_000_000.0
 
 # -- the API routes, with a fake provider ------------------------------------------------
@@ -243,7 +245,7 @@ async def test_run_is_bounded_in_time_and_output() -> None:
 
 
 def lower_pod(name: str, *, node: str, uid: str, owner: str = NODE) -> dict[str, Any]:
-    labels, annotations = naming.owner_marks(owner)
+    labels, annotations = naming.owner_marks(naming.Owner(node_name=owner, cluster_id=CLUSTER_ID))
     annotations[naming.UPPER_UID_ANNOTATION] = uid
     annotations[naming.UPPER_NAMESPACE_ANNOTATION] = "team"
     return {
@@ -301,7 +303,7 @@ def scraper(
         access=kubelets,
         pods=pod_store,
         nodes=node_store,
-        node_name=NODE,
+        owner=OWNER,
         clock=clock,
         **kwargs,
     )

@@ -28,7 +28,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from prometheus_client import REGISTRY
 
-from vnode.kube import errors
+from vnode.kube import errors, reflector
 from vnode.kube.backoff import ExponentialBackoff
 from vnode.kube.client import ApiClient
 from vnode.kube.config import ConnectionInfo
@@ -739,3 +739,64 @@ async def test_failures_separated_by_a_working_watch_are_not_consecutive(
     # failure, a working watch (an event, then quiet), failure: not two in a row.
     assert len(fake.list_requests) == 1
     assert [w["resourceVersion"] for w in fake.watch_requests] == ["10", "10", "11", "11"]
+
+
+# --- hostile streams ----------------------------------------------------------------------
+
+
+async def test_watch_lines_that_are_not_events_restart_the_watch(
+    fake: FakeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.lists.append(fake.page([pod("a", "1")], rv="10"))
+    fake.watches.extend(
+        [
+            fake.stream(b"[1, 2, 3]\n"),
+            fake.stream(b'{"type": "ADDED", "object": [1]}\n'),
+            fake.stream(b'{"type": "ADDED", "object": {"metadata": "x"}}\n'),
+            fake.stream(b'{"object": {}}\n'),
+            fake.stream(ev("ADDED", pod("b", "11"))),
+        ]
+    )
+    recorder = Recorder()
+    async with client_for(fake.url) as client:
+        informer = Informer(client, PODS, name=informer_name(), settings=FAST)
+        informer.add_handlers(recorder.handlers)
+        async with running(informer) as task:
+            await wait_until(lambda: ("ADDED", "b", "11") in recorder.events)
+            assert not task.done()
+    assert contents(informer.store) == {"a": "1", "b": "11"}
+    assert len(fake.list_requests) == 1
+    assert len(warnings_of(caplog)) == 4
+
+
+async def test_an_endless_watch_line_is_cut_off_and_the_watch_restarts(
+    fake: FakeApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reflector, "MAX_EVENT_BYTES", 64 * 1024)
+    fake.lists.append(fake.page([pod("a", "1")], rv="10"))
+    chunk = b"x" * 16 * 1024
+    fake.watches.extend([fake.stream(*([chunk] * 64)), fake.stream(ev("ADDED", pod("b", "11")))])
+    recorder = Recorder()
+    async with client_for(fake.url) as client:
+        informer = Informer(client, PODS, name=informer_name(), settings=FAST)
+        informer.add_handlers(recorder.handlers)
+        async with running(informer) as task:
+            await wait_until(lambda: ("ADDED", "b", "11") in recorder.events)
+            assert not task.done()
+    assert informer.last_sync_error is None
+
+
+async def test_gone_on_the_first_list_page_backs_off(fake: FakeApiServer) -> None:
+    fake.lists.extend(
+        [reply(410, EXPIRED), reply(410, EXPIRED), fake.page([pod("a", "1")], rv="10")]
+    )
+    async with client_for(fake.url) as client:
+        settings = ReflectorSettings(backoff=ExponentialBackoff(base=0.2, cap=0.2))
+        informer = Informer(client, PODS, name=informer_name(), settings=settings)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        async with running(informer):
+            await informer.wait_synced(timeout=5.0)
+        took = loop.time() - started
+    assert len(fake.list_requests) == 3
+    assert took >= 0.2, "two 410s on the first page must not be retried in a tight loop"

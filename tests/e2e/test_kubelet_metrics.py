@@ -110,7 +110,9 @@ def _lower_kubelet_pods(fleet: Fleet, node_name: str, namespace: str) -> set[str
     }
 
 
-def _neighbour(name: str, *, node: str, owner: str | None, upper_namespace: str) -> dict[str, Any]:
+def _neighbour(
+    name: str, *, node: str, owner: naming.Owner | None, upper_namespace: str
+) -> dict[str, Any]:
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
     if owner is not None:
@@ -153,7 +155,12 @@ def test_resource_metrics_and_summary_show_our_pods_under_upper_names(
     # Neighbours on the same lower node: nobody's pod, and one of another virtual node.
     for neighbour in (
         _neighbour("stranger", node=lower_node, owner=None, upper_namespace=namespace),
-        _neighbour("other-vn", node=lower_node, owner="vn-someone-else", upper_namespace=namespace),
+        _neighbour(
+            "other-vn",
+            node=lower_node,
+            owner=naming.Owner(node_name="vn-someone-else", cluster_id=node.owner.cluster_id),
+            upper_namespace=namespace,
+        ),
     ):
         create(lower, lower_namespace, neighbour)
     wait_for(

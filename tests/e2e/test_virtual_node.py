@@ -134,7 +134,7 @@ def test_pods_run_below_with_their_config_maps_and_secrets(
     assert below is not None
     meta = below["metadata"]
     assert meta["labels"][naming.VIRTUAL_POD_LABEL] == "true"
-    assert naming.is_owned(below, node_name=virtual_node.name)
+    assert naming.is_owned(below, owner=virtual_node.owner)
     assert meta["annotations"][naming.UPPER_UID_ANNOTATION] == up["metadata"]["uid"]
     assert below["spec"]["nodeName"].startswith("lower-node-")
     assert up["status"]["podIP"] == below["status"]["podIP"]
@@ -148,7 +148,7 @@ def test_pods_run_below_with_their_config_maps_and_secrets(
     assert below["spec"]["serviceAccountName"] == "runner"
     sa = get(lower, f"/api/v1/namespaces/{namespace}/serviceaccounts/runner")
     assert sa is not None
-    assert naming.is_owned(sa, node_name=virtual_node.name)
+    assert naming.is_owned(sa, owner=virtual_node.owner)
     upper_token = next(v["name"] for v in up["spec"]["volumes"] if v["name"] != "s")
     lower_token = next(v["name"] for v in below["spec"]["volumes"] if v["name"] != "s")
     assert lower_token.startswith("kube-api-access-")
@@ -160,7 +160,7 @@ def test_pods_run_below_with_their_config_maps_and_secrets(
     assert copies["configmaps"] is not None
     assert copies["configmaps"]["data"] == {"greeting": "hello"}
     assert copies["secrets"] is not None
-    assert naming.is_owned(copies["secrets"], node_name=virtual_node.name)
+    assert naming.is_owned(copies["secrets"], owner=virtual_node.owner)
     assert elapsed < 20
 
 

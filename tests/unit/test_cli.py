@@ -123,3 +123,90 @@ def test_a_bad_idle_timeout_is_a_usage_error_naming_the_flag(
     )
     assert main.main([*REQUIRED, "--streaming-connection-idle-timeout=-5s"]) == 2
     assert "--streaming-connection-idle-timeout" in capsys.readouterr().err
+
+
+# -- environment variables are flag defaults ---------------------------------------------
+
+
+def test_a_flag_wins_over_the_environment_variable_that_feeds_it() -> None:
+    env = {
+        "DEFAULT_NODE_NAME": "from-env",
+        "VKUBELET_TAINT_KEY": "env.example/taint",
+        "APISERVER_CA_CERT_LOCATION": "/env/ca.crt",
+    }
+    from_env = cli.parse(BASE, env=env)
+    assert from_env.node.name == "from-env"
+    assert from_env.node.taint is not None
+    assert from_env.node.taint.key == "env.example/taint"
+    assert from_env.api.client_ca_file == "/env/ca.crt"
+    flags = cli.parse(
+        [*BASE, "--nodename=from-flag", "--taint=flag.example/taint", "--client-verify-ca=/f"],
+        env=env,
+    )
+    assert flags.node.name == "from-flag"
+    assert flags.node.taint is not None
+    assert flags.node.taint.key == "flag.example/taint"
+    assert flags.api.client_ca_file == "/f"
+    defaults = cli.parse(BASE, env={})
+    assert defaults.node.name == "virtual-kubelet"
+    assert defaults.node.taint is not None
+    assert defaults.node.taint.key == "virtual-kubelet.io/provider"
+
+
+def test_help_names_the_variable_beside_each_flag_it_feeds(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        cli.parse(["--help"], env={})
+    text = " ".join(capsys.readouterr().out.split())
+    for flag, variable in (
+        ("--nodename", "DEFAULT_NODE_NAME"),
+        ("--taint", "VKUBELET_TAINT_KEY"),
+        ("--client-verify-ca", "APISERVER_CA_CERT_LOCATION"),
+        ("--kubeconfig", "KUBECONFIG"),
+    ):
+        after = text[text.rindex(f"{flag} ") :]  # the options section, after the usage
+        assert f"env {variable}" in after[:300], flag
+
+
+# -- tenancy: cluster identity, namespace prefix, pod security ----------------------------
+
+
+def test_tenancy_defaults() -> None:
+    pods = cli.parse(BASE, env={}).pods
+    assert pods.cluster_id == ""  # read from the upper kube-system namespace at start
+    assert pods.pod_security_level == "baseline"
+    assert pods.namespace_prefix == ""
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("--cluster-id=has space", "--cluster-id must be a label value"),
+        ("--cluster-id=-leading", "--cluster-id must be a label value"),
+        ("--cluster-id=" + "x" * 64, "--cluster-id must be a label value"),
+        ("--cluster-id=  ", "--cluster-id must not be blank"),
+        ("--pod-security-level=lax", "invalid choice: 'lax'"),
+        ("--namespace-prefix=T1-", "may hold only a-z, 0-9 and '-'"),
+        ("--namespace-prefix=-t1", "must start with a letter or digit"),
+        ("--namespace-prefix=t\u0131-", "may hold only a-z, 0-9 and '-'"),
+        ("--namespace-prefix=" + "t" * 31, "at most 30 characters"),
+    ],
+)
+def test_bad_tenancy_flags(flag: str, message: str) -> None:
+    with pytest.raises(cli.UsageError, match=message):
+        cli.parse([*BASE, flag], env={})
+
+
+def test_good_tenancy_flags() -> None:
+    pods = cli.parse(
+        [
+            *BASE,
+            "--cluster-id=eu-west.prod_1",
+            "--pod-security-level=restricted",
+            "--namespace-prefix=" + "t" * 30,
+        ],
+        env={},
+    ).pods
+    assert (pods.cluster_id, pods.pod_security_level) == ("eu-west.prod_1", "restricted")
+    assert pods.namespace_prefix == "t" * 30

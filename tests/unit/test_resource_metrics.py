@@ -15,6 +15,8 @@ from vnode.provider import ContainerUsage, NodeUsage, PodUsage, Usage
 from vnode.providers.k2k import metrics, naming
 
 NODE = "vn-1"
+CLUSTER_ID = "0f3c2a9e-7b1d-4c55-8e2f-5a6b7c8d9e01"
+OWNER = naming.Owner(node_name=NODE, cluster_id=CLUSTER_ID)
 
 # What a kubelet (or kwok) serves: other series, HELP/TYPE lines, timestamps or none.
 KUBELET_TEXT = """\
@@ -53,7 +55,9 @@ def lower_pod(
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
     if owner is not None:
-        labels, annotations = naming.owner_marks(owner)
+        labels, annotations = naming.owner_marks(
+            naming.Owner(node_name=owner, cluster_id=CLUSTER_ID)
+        )
     if uid is not None:
         annotations[naming.UPPER_UID_ANNOTATION] = uid
     if upper_namespace is not None:
@@ -161,7 +165,7 @@ def test_owned_pods_are_ours_placed_and_named_as_upstairs() -> None:
         lower_pod("no-uid", uid=None),
         lower_pod("no-start", uid="uid-ns", start=None),
     ]
-    owned = metrics.owned_pods(pods, node_name=NODE)
+    owned = metrics.owned_pods(pods, owner=OWNER)
     assert set(owned) == {("lo-team", "web"), ("lo-team", "no-start")}
     web = owned[("lo-team", "web")]
     assert web == metrics.OwnedPod(
@@ -172,7 +176,7 @@ def test_owned_pods_are_ours_placed_and_named_as_upstairs() -> None:
 
 def owned() -> dict[metrics.LowerKey, metrics.OwnedPod]:
     return metrics.owned_pods(
-        [lower_pod("web"), lower_pod("other-vn", owner="vn-2", uid="uid-other")], node_name=NODE
+        [lower_pod("web"), lower_pod("other-vn", owner="vn-2", uid="uid-other")], owner=OWNER
     )
 
 
@@ -565,9 +569,7 @@ def test_a_container_with_an_impossible_value_leaves_its_pod_out(line: str, why:
 
 
 def test_a_pod_start_time_no_timestamp_can_hold_is_unknown() -> None:
-    owned_pods = metrics.owned_pods(
-        [lower_pod("web", start="0001-01-01T00:00:00Z")], node_name=NODE
-    )
+    owned_pods = metrics.owned_pods([lower_pod("web", start="0001-01-01T00:00:00Z")], owner=OWNER)
     assert owned_pods[("lo-team", "web")].start_time is None
 
 

@@ -42,7 +42,9 @@ NODE_LABELS = {
     "kubernetes.io/hostname": NODE,
     "cores": "64",
 }
-T = Translation(node_name=NODE, node_labels=NODE_LABELS)
+CLUSTER_ID = "0f3c2a9e-7b1d-4c55-8e2f-5a6b7c8d9e01"
+OWNER = naming.Owner(node_name=NODE, cluster_id=CLUSTER_ID)
+T = Translation(cluster_id=CLUSTER_ID, node_name=NODE, node_labels=NODE_LABELS)
 UID = "5b0e9c1a-3f7d-4e2b-9a61-0c8d2f4b7e11"
 NOW = "2025-01-02T03:04:05Z"
 TOKEN_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -247,16 +249,18 @@ def test_lower_pod_keeps_identity_and_drops_server_set_metadata() -> None:
         "pod-template-hash": "7d9f8b6c5",
         naming.VIRTUAL_POD_LABEL: "true",
         naming.NODE_LABEL: NODE,
+        naming.CLUSTER_LABEL: CLUSTER_ID,
     }
     assert meta["annotations"] == {
         "kubectl.kubernetes.io/restartedAt": "2025-01-01T00:00:00Z",
         naming.NODE_ANNOTATION: NODE,
+        naming.CLUSTER_ANNOTATION: CLUSTER_ID,
         naming.GLOBAL_ANNOTATION: "true",
         naming.UPPER_UID_ANNOTATION: UID,
         naming.UPPER_NAMESPACE_ANNOTATION: "shop",
     }
     assert "status" not in lower
-    assert naming.is_owned(lower, node_name=NODE)
+    assert naming.is_owned(lower, owner=naming.Owner(node_name=NODE, cluster_id=CLUSTER_ID))
 
 
 def test_lower_pod_drops_a_terminating_pods_deletion_fields() -> None:
@@ -271,16 +275,18 @@ def test_lower_pod_drops_a_terminating_pods_deletion_fields() -> None:
 def test_prefixed_namespace_and_long_node_name() -> None:
     long_name = "virtual-node-for-the-lower-cluster-in-region-eu-west-with-a-long-name-01"
     assert len(long_name) > 63
-    t = Translation(node_name=long_name, node_labels={}, namespace_prefix="up1-")
+    t = Translation(
+        cluster_id=CLUSTER_ID, node_name=long_name, node_labels={}, namespace_prefix="up1-"
+    )
     lower = unchanged(lower_pod, deployment_pod(), t=t)
     meta = lower["metadata"]
     assert meta["namespace"] == "up1-shop"
     assert meta["annotations"][naming.UPPER_NAMESPACE_ANNOTATION] == "shop"
     assert meta["annotations"][naming.NODE_ANNOTATION] == long_name
-    assert meta["labels"][naming.NODE_LABEL] == naming.node_label_value(long_name)
+    assert meta["labels"][naming.NODE_LABEL] == naming.label_value(long_name)
     assert len(meta["labels"][naming.NODE_LABEL]) <= 63
-    assert naming.is_owned(lower, node_name=long_name)
-    assert not naming.is_owned(lower, node_name=NODE)
+    assert naming.is_owned(lower, owner=naming.Owner(node_name=long_name, cluster_id=CLUSTER_ID))
+    assert not naming.is_owned(lower, owner=naming.Owner(node_name=NODE, cluster_id=CLUSTER_ID))
     env = {e["name"]: e for e in lower["spec"]["containers"][0]["env"]}
     assert env["NODE"] == {"name": "NODE", "value": long_name}
 
@@ -289,13 +295,73 @@ def test_upper_marks_cannot_claim_another_node() -> None:
     pod = deployment_pod()
     pod["metadata"]["labels"][naming.NODE_LABEL] = "someone-else"
     pod["metadata"]["annotations"][naming.NODE_ANNOTATION] = "someone-else"
-    assert naming.is_owned(lower_pod(pod, t=T), node_name=NODE)
+    pod["metadata"]["labels"][naming.CLUSTER_LABEL] = "another-cluster"
+    pod["metadata"]["annotations"][naming.CLUSTER_ANNOTATION] = "another-cluster"
+    lower = lower_pod(pod, t=T)
+    assert naming.is_owned(lower, owner=OWNER)
+    assert lower["metadata"]["labels"][naming.CLUSTER_LABEL] == CLUSTER_ID
+
+
+def test_the_same_node_name_of_another_upper_cluster_owns_nothing_of_ours() -> None:
+    # Two upper clusters, both with the default node name, sharing one lower cluster.
+    lower = lower_pod(deployment_pod(), t=T)
+    twin = naming.Owner(node_name=NODE, cluster_id="6d1e0b7a-0000-4000-8000-000000000002")
+    assert not naming.is_owned(lower, owner=twin)
+    assert naming.owner_selector(twin) != naming.owner_selector(OWNER)
+    # A half-marked object (label without annotation, or the reverse) is nobody's.
+    for marks in ("labels", "annotations"):
+        broken = copy.deepcopy(lower)
+        del broken["metadata"][marks][naming.CLUSTER_LABEL]
+        assert not naming.is_owned(broken, owner=OWNER)
+
+
+def test_references_that_are_not_copied_are_removed_below() -> None:
+    pod = deployment_pod()
+    spec = pod["spec"]
+    spec["volumes"] = [
+        {"name": "opt-cm", "configMap": {"name": "gone-cm", "optional": True}},
+        {"name": "opt-secret", "secret": {"secretName": "gone-s", "optional": True}},
+        {"name": "kept", "configMap": {"name": "here"}},
+        {
+            "name": "mixed",
+            "projected": {
+                "sources": [
+                    {"configMap": {"name": "gone-cm", "optional": True}},
+                    {"secret": {"name": "here-s"}},
+                ]
+            },
+        },
+        {"name": "all-gone", "projected": {"sources": [{"secret": {"name": "gone-s"}}]}},
+    ]
+    container = spec["containers"][0]
+    container["env"] = [
+        {"name": "A", "valueFrom": {"configMapKeyRef": {"name": "gone-cm", "key": "a"}}},
+        {"name": "B", "valueFrom": {"secretKeyRef": {"name": "here-s", "key": "b"}}},
+        {"name": "C", "value": "c"},
+    ]
+    container["envFrom"] = [{"secretRef": {"name": "gone-s"}}, {"configMapRef": {"name": "here"}}]
+    spec["imagePullSecrets"] = [{"name": "gone-s"}]
+    absent = frozenset({("ConfigMap", "gone-cm"), ("Secret", "gone-s")})
+    lower = unchanged(lower_pod, pod, t=T, absent=absent)["spec"]
+    volumes = {v["name"]: v for v in lower["volumes"]}
+    assert volumes["opt-cm"] == {"name": "opt-cm", "emptyDir": {}}
+    assert volumes["opt-secret"] == {"name": "opt-secret", "emptyDir": {}}
+    assert volumes["kept"] == {"name": "kept", "configMap": {"name": "here"}}
+    assert volumes["mixed"]["projected"]["sources"] == [{"secret": {"name": "here-s"}}]
+    assert volumes["all-gone"] == {"name": "all-gone", "emptyDir": {}}
+    lower_container = lower["containers"][0]
+    assert [e["name"] for e in lower_container["env"]] == ["B", "C"]
+    assert lower_container["envFrom"] == [{"configMapRef": {"name": "here"}}]
+    assert "imagePullSecrets" not in lower
+    # Nothing absent: the references stay as they are.
+    assert lower_pod(pod, t=T)["spec"]["imagePullSecrets"] == [{"name": "gone-s"}]
 
 
 def test_ignore_labels_move_into_tripped_labels() -> None:
     pod = deployment_pod()
     pod["metadata"]["labels"].update({"pod-group.scheduling.sigs.k8s.io": "g1", "team": ""})
     t = Translation(
+        cluster_id=CLUSTER_ID,
         node_name=NODE,
         node_labels=NODE_LABELS,
         ignore_labels=("pod-group.scheduling.sigs.k8s.io", "team", "absent", "app"),
@@ -312,7 +378,9 @@ def test_tripped_labels_only_written_when_something_moved() -> None:
     pod = deployment_pod()
     # One arriving from above is not ours and would forge labels on the way back.
     pod["metadata"]["annotations"][naming.TRIPPED_LABELS_ANNOTATION] = '{"forged":"1"}'
-    t = Translation(node_name=NODE, node_labels=NODE_LABELS, ignore_labels=("absent",))
+    t = Translation(
+        cluster_id=CLUSTER_ID, node_name=NODE, node_labels=NODE_LABELS, ignore_labels=("absent",)
+    )
     lower = lower_pod(pod, t=t)
     assert naming.TRIPPED_LABELS_ANNOTATION not in lower["metadata"]["annotations"]
     assert "forged" not in restored_labels(lower)
@@ -401,7 +469,9 @@ def test_only_admission_injected_token_volumes_are_removed() -> None:
 
 
 def test_disabled_service_accounts_run_as_default() -> None:
-    t = Translation(node_name=NODE, node_labels=NODE_LABELS, enable_service_account=False)
+    t = Translation(
+        cluster_id=CLUSTER_ID, node_name=NODE, node_labels=NODE_LABELS, enable_service_account=False
+    )
     spec = lower_pod(deployment_pod(), t=t)["spec"]
     assert spec["serviceAccountName"] == "default"
     assert spec["serviceAccount"] == "default"
@@ -426,7 +496,9 @@ def test_env_field_refs_without_prefix() -> None:
 
 
 def test_env_namespace_becomes_the_upper_one_with_a_prefix() -> None:
-    t = Translation(node_name=NODE, node_labels=NODE_LABELS, namespace_prefix="up1-")
+    t = Translation(
+        cluster_id=CLUSTER_ID, node_name=NODE, node_labels=NODE_LABELS, namespace_prefix="up1-"
+    )
     env = env_of(lower_pod(deployment_pod(), t=t))
     assert env["NS"] == {"name": "NS", "value": "shop"}
     assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
@@ -1011,7 +1083,10 @@ def test_restored_labels_round_trip() -> None:
     pod = deployment_pod()
     pod["metadata"]["labels"]["pod-group.scheduling.sigs.k8s.io"] = "g1"
     t = Translation(
-        node_name=NODE, node_labels=NODE_LABELS, ignore_labels=("pod-group.scheduling.sigs.k8s.io",)
+        cluster_id=CLUSTER_ID,
+        node_name=NODE,
+        node_labels=NODE_LABELS,
+        ignore_labels=("pod-group.scheduling.sigs.k8s.io",),
     )
     lower = lower_pod(pod, t=t)
     expected = {k: v for k, v in pod["metadata"]["labels"].items() if k != "virtual-pod"}
@@ -1036,7 +1111,9 @@ def test_restored_labels_ignore_a_broken_tripped_annotation() -> None:
 
 def test_no_update_when_nothing_changed() -> None:
     pod = annotated(deployment_pod(), webhook_selector())
-    t = Translation(node_name=NODE, node_labels=NODE_LABELS, ignore_labels=("app",))
+    t = Translation(
+        cluster_id=CLUSTER_ID, node_name=NODE, node_labels=NODE_LABELS, ignore_labels=("app",)
+    )
     assert unchanged(spec_update, pod, lower_pod(pod, t=t), t=t) is None
 
 
@@ -1090,7 +1167,10 @@ def test_label_and_annotation_changes_keep_ownership_and_tripped_labels() -> Non
     pod = deployment_pod()
     pod["metadata"]["labels"]["pod-group.scheduling.sigs.k8s.io"] = "g1"
     t = Translation(
-        node_name=NODE, node_labels=NODE_LABELS, ignore_labels=("pod-group.scheduling.sigs.k8s.io",)
+        cluster_id=CLUSTER_ID,
+        node_name=NODE,
+        node_labels=NODE_LABELS,
+        ignore_labels=("pod-group.scheduling.sigs.k8s.io",),
     )
     lower = lower_pod(pod, t=t)
     pod["metadata"]["labels"]["tier"] = "front"
@@ -1116,7 +1196,9 @@ def test_label_and_annotation_changes_keep_ownership_and_tripped_labels() -> Non
     wanted = lower_pod(pod, t=t)["metadata"]
     assert merged["labels"] == {**wanted["labels"], "pod-template-hash": "7d9f8b6c5"}
     assert merged["annotations"] == wanted["annotations"]
-    assert naming.is_owned({"metadata": merged}, node_name=NODE)
+    assert naming.is_owned(
+        {"metadata": merged}, owner=naming.Owner(node_name=NODE, cluster_id=CLUSTER_ID)
+    )
 
 
 def test_marks_removed_below_are_restored() -> None:
@@ -1212,6 +1294,7 @@ def test_lower_pod_never_raises_nor_leaks_upper_identity(
     pod["metadata"]["labels"] = labels
     pod["metadata"]["annotations"] = {**annotations, naming.CLUSTER_SELECTOR_ANNOTATION: selector}
     t = Translation(
+        cluster_id=CLUSTER_ID,
         node_name=NODE,
         node_labels=NODE_LABELS,
         namespace_prefix=prefix,
@@ -1221,7 +1304,7 @@ def test_lower_pod_never_raises_nor_leaks_upper_identity(
     assert "nodeName" not in lower["spec"]
     assert "uid" not in lower["metadata"]
     assert "resourceVersion" not in lower["metadata"]
-    assert naming.is_owned(lower, node_name=NODE)
+    assert naming.is_owned(lower, owner=naming.Owner(node_name=NODE, cluster_id=CLUSTER_ID))
     assert restored_labels(lower) == labels
     assert spec_update(pod, lower, t=t) is None
 

@@ -30,6 +30,9 @@ from vnode.kube.store import Obj, Store
 logger = logging.getLogger(__name__)
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+"""Longest watch event line accepted, in bytes: far above the largest object etcd stores
+(about 1.5 MiB by default), so only a broken or hostile stream reaches it."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,6 +166,8 @@ class Reflector:
             try:
                 page = await self._client.request("GET", self._path, params=params)
             except errors.Gone:
+                if "continue" not in params:
+                    raise  # the first page: `run` backs off before listing again
                 # The continue token expired mid-list: start the list over.
                 params.pop("continue", None)
                 items.clear()
@@ -209,6 +214,10 @@ class Reflector:
                 # ends lines; the rest is appended in place, not copied again per chunk.
                 if b"\n" not in chunk:
                     buffer += chunk
+                    if len(buffer) > MAX_EVENT_BYTES:
+                        raise ValueError(
+                            f"a watch event longer than {MAX_EVENT_BYTES} bytes; watching again"
+                        )
                     continue
                 head, _, tail = chunk.rpartition(b"\n")
                 buffer += head
@@ -217,9 +226,15 @@ class Reflector:
                         self._handle(json.loads(line))
                 buffer = bytearray(tail)
 
-    def _handle(self, event: dict[str, Any]) -> None:
-        kind = event.get("type")
+    def _handle(self, event: object) -> None:
+        # Anything but {"type": str, "object": {...}} is a broken stream (a proxy's page, a
+        # hostile server): ValueError restarts the watch, with backoff, instead of killing it.
+        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+            raise ValueError(f"a watch event that is not a JSON object with a type: {event!r:.80}")
+        kind = event["type"]
         obj = event.get("object") or {}
+        if not isinstance(obj, dict) or (kind != "ERROR" and not _is_object(obj)):
+            raise ValueError(f"a {kind} watch event without an object: {obj!r:.80}")
         if kind == "ERROR":
             code = int(obj.get("code") or 500)
             raise errors.from_response(code=code, body=json.dumps(obj))
@@ -243,6 +258,12 @@ class Reflector:
             logger.warning("reflector %s: unknown watch event type %r", self.name, kind)
             return
         self._rv = _rv_of(obj) or self._rv
+
+
+def _is_object(obj: dict[str, Any]) -> bool:
+    # What the store and handlers rely on: metadata is a mapping with a string name.
+    meta = obj.get("metadata")
+    return isinstance(meta, dict) and isinstance(meta.get("name", ""), str)
 
 
 def _rv_of(obj: Obj) -> str:

@@ -9,12 +9,14 @@ signals.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from vnode.providers.k2k.naming import Owner
 from vnode.testing import ports, processes
 from vnode.testing.fleet import Fleet
 from vnode.testing.rest import ApiStatusError
@@ -126,6 +128,20 @@ class VirtualNodeProcess:
                 )
             time.sleep(0.1)
 
+    def kill(self) -> None:
+        """SIGKILL the node (a crash: nothing is cleaned up); `restart` brings it back."""
+        if self.process is not None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.stop(timeout=5.0)  # reaps it
+
+    def restart(self, *, timeout: float = 60.0) -> None:
+        """Start the node again after `kill` or `stop` (its log is appended to) and wait
+        until its Node is Ready again."""
+        if self.process is None:
+            raise RuntimeError(f"node {self.name} was never started")
+        self.process.restart()
+        self.wait_ready(timeout=timeout)
+
     def check(self) -> None:
         """Raise ComponentDied (with the log's tail) if the node process exited."""
         if self.process is not None:
@@ -137,6 +153,16 @@ class VirtualNodeProcess:
             return None
         self.process.stop(timeout=timeout)
         return self.process.returncode
+
+    @property
+    def owner(self) -> Owner:
+        """The owner this node marks its lower objects with: its name and the upper cluster's
+        identity (--cluster-id when given, else the UID of the upper kube-system namespace)."""
+        given = [a.partition("=")[2] for a in self._argv if a.startswith("--cluster-id=")]
+        if given and given[-1]:
+            return Owner(node_name=self.name, cluster_id=given[-1])
+        namespace = self.upper.rest().request("GET", "/api/v1/namespaces/kube-system")
+        return Owner(node_name=self.name, cluster_id=str(namespace["metadata"]["uid"]))
 
     def metrics(self) -> str:
         """Return the node's Prometheus metrics text."""

@@ -45,10 +45,10 @@ _COPIED_FIELDS = {
 }
 
 
-def copy_of(upper: Mapping[str, Any], *, kind: str, namespace: str, node_name: str) -> Obj:
+def copy_of(upper: Mapping[str, Any], *, kind: str, namespace: str, owner: naming.Owner) -> Obj:
     """Return the lower copy of an upper ConfigMap, Secret or ServiceAccount (pure)."""
     meta = upper.get("metadata") or {}
-    labels, annotations = naming.owner_marks(node_name)
+    labels, annotations = naming.owner_marks(owner)
     copy: Obj = {
         "apiVersion": "v1",
         "kind": kind,
@@ -86,6 +86,15 @@ def referenced(pods: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]]:
     return refs
 
 
+def _same_cluster(obj: Mapping[str, Any], owner: naming.Owner) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return bool(
+        labels.get(naming.CLUSTER_LABEL) == naming.label_value(owner.cluster_id)
+        and annotations.get(naming.CLUSTER_ANNOTATION) == owner.cluster_id
+    )
+
+
 @dataclass(frozen=True, kw_only=True)
 class Ensured:
     """What `DependencySync.ensure` did for a pod."""
@@ -94,6 +103,9 @@ class Ensured:
     """Copies created (kind, lower namespace, name), to roll back if the pod is refused."""
     events: list[PodEvent]
     """Events to record about the pod (optional references it starts without)."""
+    absent: frozenset[tuple[str, str]] = frozenset()
+    """(kind, name) of the ConfigMaps and Secrets the pod references but that are not
+    copied below: the lower pod must not reference them (`translate.lower_pod`)."""
 
 
 class DependencySync:
@@ -104,7 +116,7 @@ class DependencySync:
         *,
         upper: ApiClient,
         lower: ApiClient,
-        node_name: str,
+        owner: naming.Owner,
         namespace_prefix: str,
         upper_namespace: str | None,
         enable_service_account: bool,
@@ -118,7 +130,7 @@ class DependencySync:
         """(kind, upper namespace, name) -> upper pods whose creation waits for it."""
         self._upper = upper
         self._lower = lower
-        self._node = node_name
+        self._owner = owner
         self._prefix = namespace_prefix
         self._enable_sa = enable_service_account
         self._lower_pods = lower_pods
@@ -137,7 +149,7 @@ class DependencySync:
                 lower,
                 resource,
                 name=f"lower-owned-{resource.plural}",
-                label_selector=naming.owner_selector(node_name),
+                label_selector=naming.owner_selector(owner),
             )
             for kind, resource in KINDS.items()
         }
@@ -218,15 +230,29 @@ class DependencySync:
         if account:
             wanted.append(("ServiceAccount", account))
         created: list[tuple[str, str, str]] = []
+        absent: set[tuple[str, str]] = set()
+        optional = translate.optional_references(pod)
         for kind, name in wanted:
             source = lookup(kind, name)
             if source is None:
-                continue  # optional and missing: the pod starts without it
+                absent.add((kind, name))  # optional and missing: the pod starts without it
+                continue
             if kind == "Secret" and source.get("type") in _SKIPPED_SECRET_TYPES:
+                if (kind, name) not in optional:
+                    raise provider_errors.InvalidPod(
+                        f"Secret {upper_ns}/{name} holds a ServiceAccount token of the upper "
+                        "cluster; tensile does not copy upper credentials below, and a lower "
+                        "Secret of that name would be someone else's: refusing the pod"
+                    )
+                absent.add((kind, name))
                 continue
             if await self._put(kind, source, lower_ns):
                 created.append((kind, lower_ns, name))
-        return Ensured(created=created, events=missing.skipped_events(gaps, namespace=upper_ns))
+        return Ensured(
+            created=created,
+            events=missing.skipped_events(gaps, namespace=upper_ns),
+            absent=frozenset(absent),
+        )
 
     def forget_waiting(self, pod_key: str) -> None:
         """Stop announcing upper pod `pod_key` (namespace/name) when a dependency appears."""
@@ -262,7 +288,7 @@ class DependencySync:
     async def _put(self, kind: str, source: Mapping[str, Any], lower_ns: str) -> bool:
         """Make the lower copy equal to `source`; True if it had to be created."""
         name = str(source["metadata"]["name"])
-        desired = copy_of(source, kind=kind, namespace=lower_ns, node_name=self._node)
+        desired = copy_of(source, kind=kind, namespace=lower_ns, owner=self._owner)
         resource = KINDS[kind]
         current = self.lower_informers[kind].store.get(f"{lower_ns}/{name}")
         if current is None:
@@ -273,12 +299,17 @@ class DependencySync:
                 current = await self._lower.request(
                     "GET", resource.path(namespace=lower_ns, name=name)
                 )
-        if not naming.is_owned(current, node_name=self._node):
-            if kind == "ServiceAccount" or not needs_update(current, desired, kind=kind):
-                return False  # someone else's identical copy (or SA) serves just as well
+        if not naming.is_owned(current, owner=self._owner):
+            if _same_cluster(current, self._owner) and not needs_update(
+                current, desired, kind=kind
+            ):
+                # Another virtual node of this upper cluster copied the same upper object
+                # into this lower namespace: identical by construction, and kept so by it.
+                return False
             raise provider_errors.InvalidPod(
-                f"{kind} {lower_ns}/{name} exists in the lower cluster and is not managed by "
-                f"virtual node {self._node}; refusing to overwrite it"
+                f"{kind} {lower_ns}/{name} exists in the lower cluster and is "
+                f"{naming.owner_of(current)}; refusing to use or overwrite it (the pod would "
+                "run with another tenant's object)"
             )
         if needs_update(current, desired, kind=kind):
             await self._update(kind, current, desired)
@@ -305,7 +336,7 @@ class DependencySync:
 
     async def _delete(self, kind: str, namespace: str, name: str) -> None:
         current = self.lower_informers[kind].store.get(f"{namespace}/{name}")
-        if current is not None and not naming.is_owned(current, node_name=self._node):
+        if current is not None and not naming.is_owned(current, owner=self._owner):
             return
         with contextlib.suppress(errors.NotFound):
             await self._lower.request("DELETE", KINDS[kind].path(namespace=namespace, name=name))
@@ -330,9 +361,9 @@ class DependencySync:
         source = self.upper_informers[kind].store.get(rest)
         lower_ns = naming.lower_namespace(str(upper_ns), prefix=self._prefix)
         current = self.lower_informers[kind].store.get(f"{lower_ns}/{name}")
-        if source is None or current is None or not naming.is_owned(current, node_name=self._node):
+        if source is None or current is None or not naming.is_owned(current, owner=self._owner):
             return
-        desired = copy_of(source, kind=kind, namespace=lower_ns, node_name=self._node)
+        desired = copy_of(source, kind=kind, namespace=lower_ns, owner=self._owner)
         if needs_update(current, desired, kind=kind):
             logger.info("updating lower %s %s/%s from the upper cluster", kind, lower_ns, name)
             await self._update(kind, current, desired)

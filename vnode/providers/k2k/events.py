@@ -73,9 +73,11 @@ def upper_event(lower_event: Mapping[str, Any], *, lower_pod: Mapping[str, Any])
 class EventMirror:
     """Watches lower pod Events and copies those about owned pods upstairs."""
 
-    def __init__(self, *, upper: ApiClient, lower: ApiClient, node_name: str, lower_pods: Informer):
+    def __init__(
+        self, *, upper: ApiClient, lower: ApiClient, owner: naming.Owner, lower_pods: Informer
+    ):
         self._upper = upper
-        self._node = node_name
+        self._owner = owner
         self._lower_pods = lower_pods
         self.informer = Informer(
             lower, EVENTS, name="lower-events", field_selector="involvedObject.kind=Pod"
@@ -88,7 +90,7 @@ class EventMirror:
     def _owned_pod(self, event: Mapping[str, Any]) -> Obj | None:
         involved = event.get("involvedObject") or {}
         pod = self._lower_pods.store.get(f"{involved.get('namespace')}/{involved.get('name')}")
-        if pod is None or not naming.is_owned(pod, node_name=self._node):
+        if pod is None or not naming.is_owned(pod, owner=self._owner):
             return None
         if involved.get("uid") and involved["uid"] != pod["metadata"].get("uid"):
             return None  # about an earlier pod of the same name

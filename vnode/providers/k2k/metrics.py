@@ -177,7 +177,9 @@ def kubelet_url(node: Mapping[str, Any], path: str) -> str:
     return f"https://{host}:{port}{path}"
 
 
-def owned_pods(pods: Iterable[Mapping[str, Any]], *, node_name: str) -> dict[LowerKey, OwnedPod]:
+def owned_pods(
+    pods: Iterable[Mapping[str, Any]], *, owner: naming.Owner
+) -> dict[LowerKey, OwnedPod]:
     """Return this virtual node's lower pods that are placed on a lower node, by lower key.
 
     `pods` are lower pods as the provider caches them (`slim`); pods of others, and pods
@@ -185,7 +187,7 @@ def owned_pods(pods: Iterable[Mapping[str, Any]], *, node_name: str) -> dict[Low
     """
     result = {}
     for pod in pods:
-        if not naming.is_owned(pod, node_name=node_name):
+        if not naming.is_owned(pod, owner=owner):
             continue
         meta = pod.get("metadata") or {}
         annotations = meta.get("annotations") or {}

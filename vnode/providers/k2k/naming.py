@@ -1,15 +1,20 @@
 """Names, labels and annotations that mark what a virtual node owns in the lower cluster.
 
 Every object a virtual node creates below carries tensile-kube's `virtual-pod=true` label
-(so tools written for tensile-kube still recognise it) and, beyond tensile-kube, the name of
-the owning virtual node, so several virtual nodes can share one lower cluster and none ever
-updates or deletes another's objects. Pure functions only.
+(so tools written for tensile-kube still recognise it) and, beyond tensile-kube, its owner:
+the name of the virtual node **and** the identity of the upper cluster that node belongs to.
+Node names repeat across clusters (the default is `virtual-kubelet` everywhere), so the name
+alone would let two upper clusters sharing one lower cluster delete each other's pods; with
+both, several virtual nodes of several upper clusters share one lower cluster and none ever
+updates, adopts or deletes another's objects. Pure functions only.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 # tensile-kube compatible names (exact strings).
@@ -24,54 +29,178 @@ NODE_LABEL = "tensile.io/virtual-node"
 """Label on every owned lower object, `node_label_value(node)`; owned pods are selected by it."""
 NODE_ANNOTATION = "tensile.io/virtual-node"
 """Annotation on every owned lower object: the owning virtual node's full name."""
+CLUSTER_LABEL = "tensile.io/cluster-id"
+"""Label on every owned lower object: `label_value(cluster ID)` of the owning upper cluster."""
+CLUSTER_ANNOTATION = "tensile.io/cluster-id"
+"""Annotation on every owned lower object: the owning upper cluster's full ID."""
 UPPER_UID_ANNOTATION = "tensile.io/upper-uid"
 """Annotation on a lower pod: the UID of the upper pod it stands for."""
 UPPER_NAMESPACE_ANNOTATION = "tensile.io/upper-namespace"
 """Annotation on a lower pod: the upper pod's namespace (differs when a prefix is used)."""
+OWNERSHIP_LABELS = (VIRTUAL_POD_LABEL, NODE_LABEL, CLUSTER_LABEL)
+"""The labels `owner_marks` adds (never shown on upper pods)."""
 MANAGED_NAMESPACE_LABEL = "tensile.io/managed"
 """Label on lower namespaces a virtual node created (never deleted by it)."""
 
 _LABEL_VALUE_MAX = 63
+_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
+_DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?")
+NAMESPACE_MAX = 63
+"""Namespace names are DNS-1123 labels: at most 63 characters."""
 
 
-def node_label_value(node_name: str) -> str:
-    """Return the label value naming `node_name` (label values are at most 63 characters).
+@dataclass(frozen=True, kw_only=True)
+class Owner:
+    """Who owns a lower object: one virtual node of one upper cluster."""
 
-    Names that fit are used as they are; longer ones become `h-` + 40 hex digits of their
-    SHA-1, which is stable and still a valid label value.
+    node_name: str
+    cluster_id: str
+    """The upper cluster's identity: the UID of its `kube-system` namespace unless
+    `--cluster-id` says otherwise (a valid label value, see `is_label_value`)."""
+
+
+def is_label_value(text: str) -> bool:
+    """Tell whether `text` is a valid label value (at most 63 characters of alphanumerics,
+    '-', '_' and '.', starting and ending alphanumeric; empty is valid), as Kubernetes'
+    apimachinery validation defines it."""
+    return len(text) <= _LABEL_VALUE_MAX and _LABEL_VALUE.fullmatch(text) is not None
+
+
+def is_dns_label(text: str) -> bool:
+    """Tell whether `text` is a DNS-1123 label (what namespace names must be)."""
+    return len(text) <= NAMESPACE_MAX and _DNS_LABEL.fullmatch(text) is not None
+
+
+def label_value(text: str) -> str:
+    """Return a label value standing for `text` (label values are at most 63 characters).
+
+    Values that are valid are used as they are; others become `h-` + 40 hex digits of
+    their SHA-1, which is stable and still a valid label value.
     """
-    if len(node_name) <= _LABEL_VALUE_MAX:
-        return node_name
-    return "h-" + hashlib.sha1(node_name.encode(), usedforsecurity=False).hexdigest()
+    if is_label_value(text):
+        return text
+    return "h-" + hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
 
 
-def owner_selector(node_name: str) -> str:
-    """Return the label selector matching the lower objects owned by `node_name`."""
-    return f"{NODE_LABEL}={node_label_value(node_name)}"
+def owner_selector(owner: Owner) -> str:
+    """Return the label selector matching the lower objects `owner` owns."""
+    return (
+        f"{NODE_LABEL}={label_value(owner.node_name)},"
+        f"{CLUSTER_LABEL}={label_value(owner.cluster_id)}"
+    )
 
 
 def lower_namespace(upper_namespace: str, *, prefix: str) -> str:
-    """Return the lower namespace for an upper one (`prefix` + name; no prefix keeps the name)."""
+    """Return the lower namespace for an upper one (`prefix` + name; no prefix keeps the name).
+
+    The result may be longer than a namespace may be; `namespace_problem` says so.
+    """
     return f"{prefix}{upper_namespace}"
 
 
-def is_owned(obj: Mapping[str, Any], *, node_name: str) -> bool:
-    """Tell whether a lower object belongs to the virtual node `node_name`.
+def is_owned(obj: Mapping[str, Any], *, owner: Owner) -> bool:
+    """Tell whether a lower object belongs to `owner` (its node name and cluster ID).
 
-    Both marks must agree: the label (what we select on) and the annotation (the full
-    name, which the label only hashes when it is long).
+    All four marks must agree: the labels (what we select on) and the annotations (the
+    full values, which labels only hash when they are long).
     """
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
     return bool(
-        labels.get(NODE_LABEL) == node_label_value(node_name)
-        and annotations.get(NODE_ANNOTATION) == node_name
+        labels.get(NODE_LABEL) == label_value(owner.node_name)
+        and annotations.get(NODE_ANNOTATION) == owner.node_name
+        and labels.get(CLUSTER_LABEL) == label_value(owner.cluster_id)
+        and annotations.get(CLUSTER_ANNOTATION) == owner.cluster_id
     )
 
 
-def owner_marks(node_name: str) -> tuple[dict[str, str], dict[str, str]]:
-    """Return the (labels, annotations) that mark an object as owned by `node_name`."""
-    labels = {VIRTUAL_POD_LABEL: VIRTUAL_POD_VALUE, NODE_LABEL: node_label_value(node_name)}
-    annotations = {NODE_ANNOTATION: node_name, GLOBAL_ANNOTATION: "true"}
+def owner_marks(owner: Owner) -> tuple[dict[str, str], dict[str, str]]:
+    """Return the (labels, annotations) that mark an object as owned by `owner`."""
+    labels = {
+        VIRTUAL_POD_LABEL: VIRTUAL_POD_VALUE,
+        NODE_LABEL: label_value(owner.node_name),
+        CLUSTER_LABEL: label_value(owner.cluster_id),
+    }
+    annotations = {
+        NODE_ANNOTATION: owner.node_name,
+        CLUSTER_ANNOTATION: owner.cluster_id,
+        GLOBAL_ANNOTATION: "true",
+    }
     return labels, annotations
+
+
+def owner_of(obj: Mapping[str, Any]) -> str:
+    """Describe who owns a lower object by its marks, for messages ("virtual node X of
+    cluster Y", or "not tensile")."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    node, cluster = annotations.get(NODE_ANNOTATION), annotations.get(CLUSTER_ANNOTATION)
+    if not node:
+        return "not managed by tensile"
+    return f"owned by virtual node {node} of upper cluster {cluster or '(unknown)'}"
+
+
+def namespace_marks(*, owner: Owner, upper_namespace: str) -> tuple[dict[str, str], dict[str, str]]:
+    """Return the (labels, annotations) of a lower namespace created for `upper_namespace`
+    of `owner`'s upper cluster: who created it, and for which upper namespace."""
+    labels = {
+        MANAGED_NAMESPACE_LABEL: "true",
+        CLUSTER_LABEL: label_value(owner.cluster_id),
+    }
+    annotations = {
+        CLUSTER_ANNOTATION: owner.cluster_id,
+        UPPER_NAMESPACE_ANNOTATION: upper_namespace,
+    }
+    return labels, annotations
+
+
+def namespace_conflict(
+    namespace: Mapping[str, Any], *, owner: Owner, upper_namespace: str, prefix: str
+) -> str | None:
+    """Return why pods of `upper_namespace` must not be placed in the existing lower
+    `namespace`, or None when they may.
+
+    Without a prefix a namespace has the same name above and below and is shared by design
+    (several upper clusters' `default`, say); objects inside are owned one by one. With a
+    prefix the lower namespace belongs to one tenant: it must carry this upper cluster's ID
+    and this upper namespace, as `namespace_marks` wrote them. A namespace someone else
+    created, or made for another upper namespace whose prefixed name happens to be the same
+    (`t1-` + `x-y` and `t1-x-` + `y`), is refused.
+    """
+    if not prefix:
+        return None
+    meta = namespace.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    name = meta.get("name")
+    cluster = annotations.get(CLUSTER_ANNOTATION)
+    made_for = annotations.get(UPPER_NAMESPACE_ANNOTATION)
+    if cluster is None or made_for is None:
+        return (
+            f"lower namespace {name} exists and was not created by tensile; refusing to place "
+            f"pods of namespace {upper_namespace} in it (with --namespace-prefix, tensile uses "
+            "only namespaces it created)"
+        )
+    if cluster != owner.cluster_id:
+        return (
+            f"lower namespace {name} belongs to upper cluster {cluster}, not to this one "
+            f"({owner.cluster_id}); refusing to place pods of namespace {upper_namespace} in it"
+        )
+    if made_for != upper_namespace:
+        return (
+            f"lower namespace {name} was created for upper namespace {made_for}; refusing to "
+            f"place pods of namespace {upper_namespace} in it (their prefixed names collide)"
+        )
+    return None
+
+
+def namespace_problem(upper_namespace: str, *, prefix: str) -> str | None:
+    """Return why `upper_namespace` cannot be mapped below with `prefix` (the mapped name
+    is not a valid namespace name), or None."""
+    lower = lower_namespace(upper_namespace, prefix=prefix)
+    if is_dns_label(lower):
+        return None
+    return (
+        f"namespace {upper_namespace} maps to {lower!r} below, which is not a valid namespace "
+        f"name (a DNS-1123 label of at most {NAMESPACE_MAX} characters); use a shorter "
+        "--namespace-prefix or a shorter namespace"
+    )

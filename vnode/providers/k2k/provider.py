@@ -23,7 +23,7 @@ from vnode.kube.informer import Handlers, Informer
 from vnode.kube.resources import NAMESPACES, NODES, PODS, pod_is_terminal
 from vnode.kube.store import Obj
 from vnode.provider import NodeUsage, PodEvent, PortSession, RemoteCommand, RemoteSession
-from vnode.providers.k2k import capacity, naming, slim, translate
+from vnode.providers.k2k import capacity, naming, podsecurity, slim, translate
 from vnode.providers.k2k.dependencies import DependencySync
 from vnode.providers.k2k.events import EventMirror
 from vnode.providers.k2k.scrape import KubeletAccess, ResourceScraper, ThroughApiserver
@@ -59,6 +59,7 @@ class K2KProvider:
         lower apiserver's node proxy)."""
         self._node_ip = node_ip
         self._node = translation.node_name
+        self._owner = translation.owner
         self._upper = upper
         self._lower = lower
         self.t = translation
@@ -66,27 +67,25 @@ class K2KProvider:
             lower,
             PODS,
             name="lower-pods",
-            transform=functools.partial(slim.slim_lower_pod, node_name=self._node),
+            transform=functools.partial(slim.slim_lower_pod, owner=self._owner),
         )
         self.nodes = Informer(lower, NODES, name="lower-nodes")
         self.dependencies = DependencySync(
             upper=upper,
             lower=lower,
-            node_name=self._node,
+            owner=self._owner,
             namespace_prefix=translation.namespace_prefix,
             upper_namespace=upper_namespace,
             enable_service_account=translation.enable_service_account,
             lower_pods=self.pods,
             on_resolved=self._notify_key,
         )
-        self.events = EventMirror(
-            upper=upper, lower=lower, node_name=self._node, lower_pods=self.pods
-        )
+        self.events = EventMirror(upper=upper, lower=lower, owner=self._owner, lower_pods=self.pods)
         self.usage = ResourceScraper(
             access=kubelets or ThroughApiserver(lower),
             pods=self.pods.store,
             nodes=self.nodes.store,
-            node_name=self._node,
+            owner=self._owner,
         )
         self._pod_callbacks: list[Callable[[str], None]] = []
         self._node_callbacks: list[Callable[[], None]] = []
@@ -95,6 +94,7 @@ class K2KProvider:
         self._vanished: set[str] = set()
         """Upper UIDs whose lower pod was deleted by someone else."""
         self._known_namespaces: set[str] = set()
+        """Lower namespaces known to exist and to be usable (see `_ensure_namespace`)."""
         self._kubelet_version = "v0.0.0"
         self.pods.add_handlers(
             Handlers(
@@ -141,7 +141,7 @@ class K2KProvider:
         return f"{ns}/{meta['name']}"
 
     def _ours(self, lower: Mapping[str, Any] | None) -> bool:
-        return lower is not None and naming.is_owned(lower, node_name=self._node)
+        return lower is not None and naming.is_owned(lower, owner=self._owner)
 
     def backend_pod(self, pod: Obj) -> Obj | None:
         """Return the lower pod standing for `pod` (same upper UID), or None."""
@@ -155,39 +155,76 @@ class K2KProvider:
         """Create the lower pod (with its namespace and dependencies) for `pod`.
 
         Returns events about optional references the pod starts without. Raises InvalidPod
-        when the lower cluster refuses it (copies made for it are removed again),
-        MissingDependency, BackendUnavailable, or ProviderError when a stale lower pod of the
-        same name is still going away.
+        when the pod cannot go below as it is: the lower cluster refuses it (copies made for
+        it are removed again), its lower namespace name is invalid or belongs to another
+        tenant, or a lower pod or dependency of the same name is not ours (the message names
+        the conflicting object; nothing of someone else's is ever adopted or changed).
+        Raises MissingDependency, BackendUnavailable, or ProviderError when a stale lower
+        pod of the same name is still going away.
         """
+        upper_ns = str(pod["metadata"]["namespace"])
+        problem = naming.namespace_problem(upper_ns, prefix=self.t.namespace_prefix)
+        if problem is not None:
+            raise provider_errors.InvalidPod(problem)
+        level = self.t.pod_security_level
+        if reasons := podsecurity.violations(pod, level=level):
+            raise provider_errors.InvalidPod(
+                f'violates PodSecurity "{level}" (--pod-security-level): {"; ".join(reasons)}'
+            )
         lower_key = self._lower_key(pod)
         lower_ns, _, _name = lower_key.partition("/")
         existing = self.pods.store.get(lower_key)
         if existing is not None and self.backend_pod(pod) is None:
             if not self._ours(existing):
                 raise provider_errors.InvalidPod(
-                    f"pod {lower_key} exists in the lower cluster and is not managed by "
-                    f"virtual node {self._node}"
+                    f"pod {lower_key} exists in the lower cluster and is "
+                    f"{await self._owner_of_pod(lower_key)}; refusing to adopt or replace it"
                 )
             await self._delete_lower(existing, grace_period=0)
             raise provider_errors.ProviderError(
                 f"waiting for lower pod {lower_key} of an earlier pod of the same name to go"
             )
         try:
-            await self._ensure_namespace(lower_ns)
-            with self.dependencies.creating(lower_ns):
-                ensured = await self.dependencies.ensure(pod)
-                body = translate.lower_pod(pod, t=self.t)
+            for attempt in (1, 2):
+                await self._ensure_namespace(lower_ns, upper_namespace=upper_ns)
                 try:
-                    await self._lower.request("POST", PODS.path(namespace=lower_ns), body=body)
-                except errors.AlreadyExists:
-                    return []  # our earlier attempt got through; the informer will show it
-                except _REFUSALS as exc:
-                    await self.dependencies.rollback(ensured.created)
-                    raise provider_errors.InvalidPod(
-                        f"lower cluster refused the pod: {exc.message}"
-                    ) from exc
+                    return await self._create_lower(pod, lower_ns=lower_ns, lower_key=lower_key)
+                except errors.NotFound:
+                    # The lower namespace was deleted under us (the only NotFound a create
+                    # gets): make it again, once.
+                    self._known_namespaces.discard(lower_ns)
+                    if attempt == 2:
+                        raise
         except errors.ApiUnavailable as exc:
             raise provider_errors.BackendUnavailable(str(exc)) from exc
+        except errors.NotFound as exc:
+            raise provider_errors.ProviderError(
+                f"lower namespace {lower_ns} keeps disappearing: {exc.message}"
+            ) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _owner_of_pod(self, lower_key: str) -> str:
+        # The cache keeps no annotations of others' pods (see slim): read the one in the way.
+        namespace, _, name = lower_key.partition("/")
+        try:
+            found = await self._lower.request("GET", PODS.path(namespace=namespace, name=name))
+        except (errors.ApiError, errors.ApiUnavailable):
+            return "not managed by this virtual node"
+        return naming.owner_of(found)
+
+    async def _create_lower(self, pod: Obj, *, lower_ns: str, lower_key: str) -> list[PodEvent]:
+        with self.dependencies.creating(lower_ns):
+            ensured = await self.dependencies.ensure(pod)
+            body = translate.lower_pod(pod, t=self.t, absent=ensured.absent)
+            try:
+                await self._lower.request("POST", PODS.path(namespace=lower_ns), body=body)
+            except errors.AlreadyExists:
+                return []  # our earlier attempt got through; the informer will show it
+            except _REFUSALS as exc:
+                await self.dependencies.rollback(ensured.created)
+                raise provider_errors.InvalidPod(
+                    f"lower cluster refused the pod: {exc.message}"
+                ) from exc
         self._vanished.discard(str(pod["metadata"].get("uid")))
         logger.info("created lower pod %s for upper pod %s", lower_key, _key(pod))
         return ensured.events
@@ -335,16 +372,32 @@ class K2KProvider:
                 logger.info("deleting lower pod %s: its upper pod is gone", _key(lower))
                 await self._delete_lower(lower, grace_period=None)
 
-    async def _ensure_namespace(self, name: str) -> None:
+    async def _ensure_namespace(self, name: str, *, upper_namespace: str) -> None:
+        """Create the lower namespace `name` for `upper_namespace`, or check that the existing
+        one may take its pods (`naming.namespace_conflict`); raises InvalidPod if not."""
         if name in self._known_namespaces:
             return
+        labels, annotations = naming.namespace_marks(
+            owner=self._owner, upper_namespace=upper_namespace
+        )
+        labels[podsecurity.ENFORCE_LABEL] = self.t.pod_security_level
         body = {
             "apiVersion": "v1",
             "kind": "Namespace",
-            "metadata": {"name": name, "labels": {naming.MANAGED_NAMESPACE_LABEL: "true"}},
+            "metadata": {"name": name, "labels": labels, "annotations": annotations},
         }
-        with contextlib.suppress(errors.AlreadyExists):
+        try:
             await self._lower.request("POST", NAMESPACES.path(), body=body)
+        except errors.AlreadyExists:
+            existing = await self._lower.request("GET", NAMESPACES.path(name=name))
+            conflict = naming.namespace_conflict(
+                existing,
+                owner=self._owner,
+                upper_namespace=upper_namespace,
+                prefix=self.t.namespace_prefix,
+            )
+            if conflict is not None:
+                raise provider_errors.InvalidPod(conflict) from None
         self._known_namespaces.add(name)
 
     # -- MetricsProvider --------------------------------------------------------------------
@@ -406,7 +459,7 @@ class K2KProvider:
         values = capacity.capacity(
             nodes=self.nodes.store,
             pods=self.pods.store,
-            is_own_pod=lambda p: naming.is_owned(p, node_name=self._node),
+            is_own_pod=lambda p: naming.is_owned(p, owner=self._owner),
         )
         return capacity.node_resources(values)
 

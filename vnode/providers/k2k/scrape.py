@@ -31,7 +31,7 @@ from vnode.kube.client import ApiClient, read_bounded
 from vnode.kube.config import ConnectionInfo
 from vnode.kube.store import Store
 from vnode.provider import NodeUsage, PodUsage
-from vnode.providers.k2k import metrics
+from vnode.providers.k2k import metrics, naming
 
 logger = logging.getLogger(__name__)
 
@@ -251,7 +251,7 @@ class ResourceScraper:
         access: KubeletAccess,
         pods: Store,
         nodes: Store,
-        node_name: str,
+        owner: naming.Owner,
         ttl: float = 10.0,
         timeout: float = 5.0,
         deadline: float = 8.0,
@@ -268,7 +268,7 @@ class ResourceScraper:
         self._access = access
         self._pods = pods
         self._nodes = nodes
-        self._node_name = node_name
+        self._owner = owner
         self._ttl = ttl
         self._timeout = timeout
         self._deadline = deadline
@@ -300,7 +300,7 @@ class ResourceScraper:
         rate stays absent, as in the kubelet's own summary.
         """
         async with self._lock:
-            placed = _placement(self._pods, node_name=self._node_name)
+            placed = _placement(self._pods, owner=self._owner)
             if (
                 self._answer is not None
                 and time.monotonic() - self._answered_at < self._ttl
@@ -327,7 +327,7 @@ class ResourceScraper:
             return self._answer
 
     async def _round(self, *, deadline_at: float) -> NodeUsage:
-        owned = metrics.owned_pods(self._pods, node_name=self._node_name)
+        owned = metrics.owned_pods(self._pods, owner=self._owner)
         nodes = sorted({p.node for p in owned.values()})
         self._failing &= set(nodes)
         results: dict[str, list[PodUsage]] = {}
@@ -422,9 +422,9 @@ def _measure(
     return metrics.measure(metrics.parse(text), node=node, pods=owned, fetched_ms=fetched_ms)
 
 
-def _placement(pods: Store, *, node_name: str) -> frozenset[tuple[str, float | None]]:
+def _placement(pods: Store, *, owner: naming.Owner) -> frozenset[tuple[str, float | None]]:
     # What decides whether a cached answer still covers the node's pods: (upper UID, start).
-    owned = metrics.owned_pods(pods, node_name=node_name)
+    owned = metrics.owned_pods(pods, owner=owner)
     return frozenset((pod.uid, pod.start_time) for pod in owned.values())
 
 

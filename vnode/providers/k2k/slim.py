@@ -25,9 +25,9 @@ _SPEC_OWNED = ("tolerations", "activeDeadlineSeconds", "serviceAccountName", "re
 _CONTAINER_FIELDS = ("name", "image", "resources", "restartPolicy")
 
 
-def slim_lower_pod(pod: Mapping[str, Any], *, node_name: str) -> dict[str, Any]:
+def slim_lower_pod(pod: Mapping[str, Any], *, owner: naming.Owner) -> dict[str, Any]:
     """Return the cached form of a lower pod (a new object; `pod` is not changed)."""
-    owned = naming.is_owned(pod, node_name=node_name)
+    owned = naming.is_owned(pod, owner=owner)
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}

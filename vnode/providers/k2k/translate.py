@@ -18,6 +18,7 @@ from typing import Any
 
 from vnode.providers.k2k import naming
 from vnode.providers.k2k.placement import lower_placement, parse_cluster_selector
+from vnode.settings import PodSecurityLevel
 
 # Server-set or upper-only metadata: the lower API server assigns its own, or rejects them.
 _DROPPED_METADATA = (
@@ -59,10 +60,19 @@ class Translation:
     """Settings of one virtual node that the translation depends on."""
 
     node_name: str
+    cluster_id: str
+    """The upper cluster's identity, recorded on every lower object (see `naming.Owner`)."""
     node_labels: Mapping[str, str]
     namespace_prefix: str = ""
     ignore_labels: tuple[str, ...] = ()
     enable_service_account: bool = True
+    pod_security_level: PodSecurityLevel = "baseline"
+    """The Pod Security Standard pods must meet to go below (see `podsecurity`)."""
+
+    @property
+    def owner(self) -> naming.Owner:
+        """The owner marked on the lower objects of this virtual node."""
+        return naming.Owner(node_name=self.node_name, cluster_id=self.cluster_id)
 
 
 @dataclass(frozen=True)
@@ -74,7 +84,12 @@ class Dependencies:
     service_account: str | None
 
 
-def lower_pod(upper: Mapping[str, Any], *, t: Translation) -> dict[str, Any]:
+def lower_pod(
+    upper: Mapping[str, Any],
+    *,
+    t: Translation,
+    absent: frozenset[tuple[str, str]] = frozenset(),
+) -> dict[str, Any]:
     """Return the pod to create in the lower cluster for the upper pod `upper`.
 
     Mirrors tensile-kube's TrimPod, fixed: same name, namespace `prefix + namespace`; labels
@@ -85,6 +100,11 @@ def lower_pod(upper: Mapping[str, Any], *, t: Translation) -> dict[str, Any]:
     token; env fieldRefs that would resolve differently below become literals. With
     `t.enable_service_account` False the pod runs as the lower namespace's `default`
     ServiceAccount, which always exists, so no ServiceAccount has to be copied.
+
+    `absent` are the ("ConfigMap"|"Secret", name) pairs that are not copied below (optional
+    and missing upstairs, or not copyable): every reference to them is removed, so the
+    lower pod never resolves them to an object of the same name that belongs to someone
+    else (see `without_references`).
     """
     meta = _mapping(upper.get("metadata"))
     namespace = str(meta.get("namespace") or "default")
@@ -106,6 +126,8 @@ def lower_pod(upper: Mapping[str, Any], *, t: Translation) -> dict[str, Any]:
             del spec["volumes"]
     if not t.enable_service_account:
         spec["serviceAccountName"] = spec["serviceAccount"] = "default"
+    if absent:
+        _remove_references(spec, absent)
     for group in _CONTAINER_GROUPS:
         for container in _maps(spec.get(group)):
             _lower_container(container, upper_meta=meta, token_volumes=token_volumes, t=t)
@@ -178,15 +200,13 @@ def upper_status(
 def restored_labels(lower: Mapping[str, Any]) -> dict[str, str]:
     """Return what the upper pod's labels should be, from its lower pod `lower`.
 
-    The lower labels without the ownership labels (`virtual-pod`, NODE_LABEL), with the labels
+    The lower labels without the ownership labels (`OWNERSHIP_LABELS`), with the labels
     `lower_pod` moved into the `tripped-labels` annotation put back (tensile-kube's GetPod
     recovery). An unparseable `tripped-labels` is ignored.
     """
     meta = _mapping(lower.get("metadata"))
     labels = {
-        k: v
-        for k, v in _mapping(meta.get("labels")).items()
-        if k not in (naming.VIRTUAL_POD_LABEL, naming.NODE_LABEL)
+        k: v for k, v in _mapping(meta.get("labels")).items() if k not in naming.OWNERSHIP_LABELS
     }
     tripped = _mapping(meta.get("annotations")).get(naming.TRIPPED_LABELS_ANNOTATION)
     try:
@@ -261,7 +281,7 @@ def _lower_marks(
         annotations[naming.TRIPPED_LABELS_ANNOTATION] = json.dumps(
             moved, separators=(",", ":"), sort_keys=True, ensure_ascii=False
         )
-    owner_labels, owner_annotations = naming.owner_marks(t.node_name)
+    owner_labels, owner_annotations = naming.owner_marks(t.owner)
     labels.update(owner_labels)
     annotations.update(owner_annotations)
     if meta.get("uid"):
@@ -295,6 +315,73 @@ def _lower_container(
         if isinstance(path, str) and path in literals:
             var.pop("valueFrom")
             var["value"] = literals[path]
+
+
+def _remove_references(spec: dict[str, Any], absent: frozenset[tuple[str, str]]) -> None:
+    # `spec` is lower_pod's own deep copy. What a kubelet does with an optional reference
+    # whose object is missing, done here so the lower kubelet never looks the name up:
+    # a volume becomes an empty directory (the kubelet mounts an empty one), a projected
+    # source is left out, an env var or envFrom entry is not set, a pull secret not used.
+    def gone(kind: str, ref: object) -> bool:
+        return (kind, str(_mapping(ref).get("name"))) in absent
+
+    for volume in _maps(spec.get("volumes")):
+        config_map, secret = _mapping(volume.get("configMap")), _mapping(volume.get("secret"))
+        emptied = (CONFIG_MAP, str(config_map.get("name"))) in absent or (
+            SECRET,
+            str(secret.get("secretName")),
+        ) in absent
+        projected = volume.get("projected")
+        if isinstance(projected, dict) and isinstance(projected.get("sources"), list):
+            kept = [
+                source
+                for source in projected["sources"]
+                if not (
+                    isinstance(source, dict)
+                    and (
+                        gone(CONFIG_MAP, source.get("configMap"))
+                        or gone(SECRET, source.get("secret"))
+                    )
+                )
+            ]
+            emptied = emptied or not kept
+            projected["sources"] = kept
+        if emptied:
+            for source in ("configMap", "secret", "projected"):
+                volume.pop(source, None)
+            volume["emptyDir"] = {}
+    for group in ("initContainers", "containers"):
+        for container in _maps(spec.get(group)):
+            if isinstance(container.get("env"), list):
+                container["env"] = [
+                    var
+                    for var in container["env"]
+                    if not (
+                        isinstance(var, dict)
+                        and (
+                            gone(CONFIG_MAP, _mapping(var.get("valueFrom")).get("configMapKeyRef"))
+                            or gone(SECRET, _mapping(var.get("valueFrom")).get("secretKeyRef"))
+                        )
+                    )
+                ]
+            if isinstance(container.get("envFrom"), list):
+                container["envFrom"] = [
+                    entry
+                    for entry in container["envFrom"]
+                    if not (
+                        isinstance(entry, dict)
+                        and (
+                            gone(CONFIG_MAP, entry.get("configMapRef"))
+                            or gone(SECRET, entry.get("secretRef"))
+                        )
+                    )
+                ]
+    if isinstance(spec.get("imagePullSecrets"), list):
+        spec["imagePullSecrets"] = [
+            ref for ref in spec["imagePullSecrets"] if not gone(SECRET, ref)
+        ]
+        if not spec["imagePullSecrets"]:
+            del spec["imagePullSecrets"]
 
 
 def _is_injected_token_volume(volume: Mapping[str, Any]) -> bool:

@@ -1,0 +1,184 @@
+"""Ownership marks, lower namespaces of tenants and the Pod Security Standards (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from vnode.providers.k2k import naming, podsecurity
+
+A = naming.Owner(node_name="virtual-kubelet", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")
+B = naming.Owner(node_name="virtual-kubelet", cluster_id="bbbbbbbb-0000-4000-8000-000000000002")
+
+
+def namespace(name: str, *, owner: naming.Owner | None, upper: str) -> dict[str, Any]:
+    labels, annotations = (
+        naming.namespace_marks(owner=owner, upper_namespace=upper) if owner else ({}, {})
+    )
+    return {"metadata": {"name": name, "labels": labels, "annotations": annotations}}
+
+
+def test_marks_name_node_and_cluster_and_select_only_their_owner() -> None:
+    labels, annotations = naming.owner_marks(A)
+    obj = {"metadata": {"labels": labels, "annotations": annotations}}
+    assert naming.is_owned(obj, owner=A)
+    assert not naming.is_owned(obj, owner=B)
+    assert naming.owner_selector(A) == (
+        f"{naming.NODE_LABEL}=virtual-kubelet,{naming.CLUSTER_LABEL}={A.cluster_id}"
+    )
+    assert (
+        naming.owner_of(obj)
+        == f"owned by virtual node virtual-kubelet of upper cluster {A.cluster_id}"
+    )
+    assert naming.owner_of({"metadata": {}}) == "not managed by tensile"
+
+
+def test_label_values_that_are_not_valid_are_hashed() -> None:
+    assert naming.label_value("eu-west.prod_1") == "eu-west.prod_1"
+    for text in ("x" * 64, "with space", "-dash", "ünicode"):
+        value = naming.label_value(text)
+        assert value.startswith("h-")
+        assert naming.is_label_value(value)
+
+
+def test_namespaces_without_a_prefix_are_shared() -> None:
+    theirs = namespace("shared", owner=B, upper="shared")
+    assert naming.namespace_conflict(theirs, owner=A, upper_namespace="shared", prefix="") is None
+
+
+def test_prefixed_namespaces_belong_to_one_cluster_and_one_upper_namespace() -> None:
+    ours = namespace("t1-x-y", owner=A, upper="x-y")
+    assert naming.namespace_conflict(ours, owner=A, upper_namespace="x-y", prefix="t1-") is None
+    # t1- + x-y and t1-x- + y map to the same name: the second is refused.
+    collision = naming.namespace_conflict(ours, owner=A, upper_namespace="y", prefix="t1-x-")
+    assert collision is not None
+    assert "created for upper namespace x-y" in collision
+    other = naming.namespace_conflict(ours, owner=B, upper_namespace="x-y", prefix="t1-")
+    assert other is not None
+    assert f"belongs to upper cluster {A.cluster_id}" in other
+    unmarked = namespace("t1-x-y", owner=None, upper="x-y")
+    problem = naming.namespace_conflict(unmarked, owner=A, upper_namespace="x-y", prefix="t1-")
+    assert problem is not None
+    assert "not created by tensile" in problem
+
+
+def test_mapped_namespace_names_must_stay_valid() -> None:
+    assert naming.namespace_problem("a" * 60, prefix="t1-") is None
+    problem = naming.namespace_problem("a" * 61, prefix="t1-")
+    assert problem is not None
+    assert "at most 63 characters" in problem
+
+
+def pod(**spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "namespace": "team"},
+        "spec": {"containers": [{"name": "app", "image": "busybox"}], **spec},
+    }
+
+
+def restricted_pod() -> dict[str, Any]:
+    return pod(
+        securityContext={"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        containers=[
+            {
+                "name": "app",
+                "image": "busybox",
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]},
+                },
+            }
+        ],
+        volumes=[{"name": "c", "configMap": {"name": "c"}}, {"name": "e", "emptyDir": {}}],
+    )
+
+
+def test_a_plain_pod_is_baseline_and_a_hardened_one_restricted() -> None:
+    assert podsecurity.violations(pod(), level="baseline") == []
+    assert podsecurity.violations(restricted_pod(), level="restricted") == []
+    assert podsecurity.violations(restricted_pod(), level="baseline") == []
+    reasons = podsecurity.violations(pod(), level="restricted")
+    assert any("allowPrivilegeEscalation" in r for r in reasons)
+    assert any("runAsNonRoot" in r for r in reasons)
+    assert any("seccompProfile" in r for r in reasons)
+    assert any("drop ALL" in r for r in reasons)
+
+
+@pytest.mark.parametrize(
+    ("spec", "reason"),
+    [
+        ({"hostNetwork": True}, "host namespaces (hostNetwork=true)"),
+        ({"hostPID": True}, "host namespaces (hostPID=true)"),
+        (
+            {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]},
+            'hostPath volumes (volume "root")',
+        ),
+        (
+            {
+                "containers": [
+                    {"name": "app", "image": "x", "securityContext": {"privileged": True}}
+                ]
+            },
+            'privileged (container "app")',
+        ),
+        (
+            {
+                "initContainers": [
+                    {
+                        "name": "init",
+                        "image": "x",
+                        "securityContext": {"capabilities": {"add": ["SYS_ADMIN", "CHOWN"]}},
+                    }
+                ]
+            },
+            "non-default capabilities (SYS_ADMIN)",
+        ),
+        (
+            {
+                "containers": [
+                    {"name": "app", "image": "x", "ports": [{"containerPort": 80, "hostPort": 80}]}
+                ]
+            },
+            "hostPort (80)",
+        ),
+        ({"securityContext": {"seccompProfile": {"type": "Unconfined"}}}, "seccompProfile"),
+        (
+            {"securityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "1"}]}},
+            "kernel.msgmax",
+        ),
+        ({"securityContext": {"seLinuxOptions": {"type": "spc_t"}}}, "seLinuxOptions"),
+        ({"securityContext": {"windowsOptions": {"hostProcess": True}}}, "hostProcess"),
+    ],
+)
+def test_baseline_refuses_the_known_escalations(spec: dict[str, Any], reason: str) -> None:
+    reasons = podsecurity.violations(pod(**spec), level="baseline")
+    assert any(reason in r for r in reasons), reasons
+    assert podsecurity.violations(pod(**spec), level="privileged") == []
+
+
+def test_unconfined_apparmor_is_refused() -> None:
+    confined = pod()
+    confined["metadata"]["annotations"] = {
+        "container.apparmor.security.beta.kubernetes.io/app": "runtime/default"
+    }
+    assert podsecurity.violations(confined, level="baseline") == []
+    confined["metadata"]["annotations"] = {
+        "container.apparmor.security.beta.kubernetes.io/app": "unconfined"
+    }
+    assert podsecurity.violations(confined, level="baseline")
+
+
+def test_restricted_volume_types_and_root() -> None:
+    hardened = restricted_pod()
+    hardened["spec"]["volumes"].append({"name": "n", "nfs": {"server": "192.0.2.1", "path": "/"}})
+    hardened["spec"]["securityContext"]["runAsUser"] = 0
+    reasons = podsecurity.violations(hardened, level="restricted")
+    assert "restricted volume types (nfs)" in reasons
+    assert "runAsUser=0" in reasons
+
+
+def test_malformed_pods_do_not_crash_the_check() -> None:
+    for spec in ({"containers": "x"}, {"securityContext": []}, {"volumes": [1, None]}):
+        podsecurity.violations({"spec": spec}, level="restricted")
+    podsecurity.violations({}, level="restricted")
