@@ -22,6 +22,20 @@ from vnode.testing.vnodes import VirtualNodeProcess  # noqa: E402
 
 
 @pytest.fixture
+def nodes() -> Iterator[list[VirtualNodeProcess]]:
+    """Virtual nodes a test starts (appended by it); stopped and deregistered afterwards,
+    each of them having exited 0."""
+    started: list[VirtualNodeProcess] = []
+    try:
+        yield started
+    finally:
+        codes = [(node.name, node.stop()) for node in started]
+        for node in started:
+            node.delete_node()
+        assert all(code == 0 for _, code in codes), codes
+
+
+@pytest.fixture
 def virtual_node(fleet: Fleet, tmp_path: Path) -> Iterator[VirtualNodeProcess]:
     """A running `virtual-node` between the fleet's clusters, with a name of its own.
 

@@ -10,7 +10,6 @@ import json
 import re
 import secrets
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,19 +33,6 @@ def _internal_ip(cluster: Cluster, node: str) -> str:
     found = cluster.rest().request("GET", f"/api/v1/nodes/{node}")
     [address] = [a["address"] for a in found["status"]["addresses"] if a["type"] == "InternalIP"]
     return str(address)
-
-
-@pytest.fixture
-def nodes(fleet: Fleet, tmp_path: Path) -> Iterator[list[VirtualNodeProcess]]:
-    """Virtual nodes a test starts (appended by it); stopped and deregistered afterwards."""
-    started: list[VirtualNodeProcess] = []
-    try:
-        yield started
-    finally:
-        codes = [(node.name, node.stop()) for node in started]
-        for node in started:
-            node.delete_node()
-        assert all(code == 0 for _, code in codes), codes
 
 
 def _start(

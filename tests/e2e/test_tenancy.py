@@ -23,19 +23,6 @@ from vnode.testing.vnodes import VirtualNodeProcess
 
 
 @pytest.fixture
-def nodes() -> Iterator[list[VirtualNodeProcess]]:
-    """Virtual nodes a test starts (appended by it); stopped and deregistered afterwards."""
-    started: list[VirtualNodeProcess] = []
-    try:
-        yield started
-    finally:
-        codes = [(node.name, node.stop()) for node in started]
-        for node in started:
-            node.delete_node()
-        assert all(code == 0 for _, code in codes), codes
-
-
-@pytest.fixture
 def shared(fleet: Fleet) -> Iterator[str]:
     """A namespace of the same name in both upper clusters and the lower cluster."""
     clusters = (fleet.upper, fleet.cluster("upper-2"), fleet.lower)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vnode.controllers import status as decide
+from vnode.controllers.retry import until_done
 from vnode.kube import errors
 from vnode.kube.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiClient
 from vnode.kube.informer import Handlers, Informer
@@ -61,8 +62,8 @@ class NodeController:
         """Register the node, then keep status and lease fresh until cancelled."""
         await self.informer.wait_synced()
         await self._ping()
-        await self._ensure_node()
-        await self._update_status()
+        await until_done(f"registering node {self._settings.name}", self._ensure_node)
+        await self._guard("node status update", self._update_status())
         if self.healthy and self._settings.enable_lease:
             await self._guard("lease renewal", self._renew_lease())
         self.ready.set()

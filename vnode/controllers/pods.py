@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from vnode import errors as provider_errors
 from vnode.controllers import status as decide
 from vnode.controllers.events import EventRecorder
+from vnode.controllers.retry import until_done
 from vnode.kube import errors
 from vnode.kube.backoff import ExponentialBackoff
 from vnode.kube.client import MERGE_PATCH, ApiClient
@@ -121,8 +122,17 @@ class PodController:
     async def run(self) -> None:
         """Wait for the upper pod cache, clean up dangling backend pods, then work the queues."""
         await self.informer.wait_synced()
-        await self._provider.cleanup_dangling(list(self.informer.store))
         async with asyncio.TaskGroup() as group:
+            # Orphans are deleted in the background: a lower cluster that refuses a delete
+            # for a while must not hold up the pods that are alive. Each attempt reads the
+            # upper pods afresh, so a pod created meanwhile is never taken for an orphan.
+            group.create_task(
+                until_done(
+                    "deleting lower pods of deleted upper pods",
+                    lambda: self._provider.cleanup_dangling(list(self.informer.store)),
+                ),
+                name="cleanup-dangling",
+            )
             group.create_task(
                 self.pods_from_upper.run(workers=self._workers, handler=self._sync_pod),
                 name="pods-from-upper",
