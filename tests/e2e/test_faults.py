@@ -133,3 +133,57 @@ def _relists(node: VirtualNodeProcess, informer: str) -> float:
         if line.startswith(prefix):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
+
+
+# The status queue's retry budget before this test was written: 15 retries, 5 ms doubling
+# to at most 60 s, about 142 s in all. An outage longer than that used to drop the status.
+_OLD_STATUS_BUDGET = 142.0
+
+
+@pytest.mark.timeout(420)
+def test_a_status_that_changes_while_the_upper_cluster_is_down_lands_when_it_returns(
+    own_fleet: Fleet, node_on_own_fleet: VirtualNodeProcess
+) -> None:
+    fleet, node = own_fleet, node_on_own_fleet
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    ns = _namespace(fleet)
+    create(upper, ns, pod_manifest("job", node=node.name, spec={"restartPolicy": "Never"}))
+    wait_for("job Running", lambda: phase(upper, ns, "job") == "Running")
+
+    fleet.stop_component("upper-apiserver")
+    stopped = time.monotonic()
+    # The pod completes below while nobody upstairs can hear of it.
+    below = pod(lower, ns, "job") or {}
+    started_at = below["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
+    terminated = {
+        "exitCode": 3,
+        "reason": "Error",
+        "startedAt": started_at,
+        "finishedAt": started_at,
+    }
+    lower.request(
+        "PATCH",
+        f"/api/v1/namespaces/{ns}/pods/job/status",
+        body={
+            "status": {
+                "phase": "Failed",
+                "containerStatuses": [
+                    {
+                        **below["status"]["containerStatuses"][0],
+                        "ready": False,
+                        "started": False,
+                        "state": {"terminated": terminated},
+                    }
+                ],
+            }
+        },
+        content_type="application/strategic-merge-patch+json",
+    )
+    time.sleep(max(0.0, _OLD_STATUS_BUDGET + 10 - (time.monotonic() - stopped)))
+    fleet.start_component("upper-apiserver")
+
+    wait_for("job Failed upstairs", lambda: phase(upper, ns, "job") == "Failed", timeout=60)
+    status = (pod(upper, ns, "job") or {})["status"]
+    [container] = status["containerStatuses"]
+    assert container["state"]["terminated"]["exitCode"] == 3
+    node.check()

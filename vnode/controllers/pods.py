@@ -33,6 +33,9 @@ logger = logging.getLogger(__name__)
 # A pod waiting for a ConfigMap or Secret is retried this often (seconds) as a backstop; it is
 # retried at once when the provider announces that the object appeared.
 _DEPENDENCY_RETRY = 20.0
+# While the upper cluster cannot take a status write, the pod's status is retried this
+# often (seconds), without limit; the current status is read again at each try.
+_STATUS_RETRY = 2.0
 _POD_QUEUE = QueueSettings(backoff=ExponentialBackoff(base=0.5, cap=120.0), max_retries=20)
 
 
@@ -246,7 +249,13 @@ class PodController:
             return
         desired = self._provider.pod_status(pod)
         if desired is not None and not decide.nothing_to_tell(desired):
-            await self._write_status(pod, desired)
+            try:
+                await self._write_status(pod, desired)
+            except (errors.ApiUnavailable, errors.ServerError, errors.TooManyRequests) as exc:
+                # The upper cluster is down or overloaded: a status must never be dropped
+                # (a completed pod's exit code exists only below), so this key is retried
+                # for as long as the outage lasts, outside the queue's retry budget.
+                raise Requeue(_STATUS_RETRY, str(exc)) from exc
 
     async def _write_status(self, pod: Obj, desired: dict[str, Any]) -> None:
         patch = decide.status_patch(pod.get("status") or {}, desired)
