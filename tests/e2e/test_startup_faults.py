@@ -13,7 +13,8 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.helpers import create, phase, pod, pod_manifest, wait_for
+from tests.e2e.helpers import create, get, phase, pod, pod_manifest, wait_for
+from vnode.providers.k2k import naming
 from vnode.testing.cluster import Cluster
 from vnode.testing.fleet import Fleet
 from vnode.testing.rest import ApiStatusError
@@ -151,3 +152,26 @@ def test_orphan_clean_up_is_retried_in_the_background(
         "the orphan deleted below", lambda: pod(lower, namespace, "orphan") is None, timeout=90
     )
     assert pod(lower, namespace, "fresh") is not None
+
+
+def test_copies_left_by_a_create_cut_short_are_collected_at_the_next_start(
+    fleet: Fleet, nodes: list[VirtualNodeProcess], tmp_path: Path, namespace: str
+) -> None:
+    # What a node killed between copying a pod's Secret and creating the pod leaves behind:
+    # a copy of ours that no pod uses. Someone else's object of the same kind stays.
+    lower = fleet.lower.rest()
+    node = VirtualNodeProcess(fleet, name=f"vn-{secrets.token_hex(3)}", log_dir=tmp_path)
+    nodes.append(node)
+    labels, annotations = naming.owner_marks(node.owner)
+    leftover = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "leftover", "labels": labels, "annotations": annotations},
+        "data": {},
+    }
+    create(lower, namespace, leftover)
+    create(lower, namespace, {**leftover, "metadata": {"name": "theirs"}})
+    node.start()
+    path = f"/api/v1/namespaces/{namespace}/secrets"
+    wait_for("the leftover copy collected", lambda: get(lower, f"{path}/leftover") is None)
+    assert get(lower, f"{path}/theirs") is not None

@@ -168,14 +168,28 @@ class DependencySync:
         def updated(_old: Obj, new: Obj) -> None:
             self._upper_changed(kind, new)
 
-        return Handlers(on_add=added, on_update=updated)
+        def deleted(obj: Obj) -> None:
+            # Its copy stays while pods below use it (as a kubelet keeps a mounted volume);
+            # once none does, collection removes it.
+            namespace = str((obj.get("metadata") or {}).get("namespace"))
+            self.schedule_collection(naming.lower_namespace(namespace, prefix=self._prefix))
+
+        return Handlers(on_add=added, on_update=updated, on_delete=deleted)
 
     def informers(self) -> list[Informer]:
         """Every informer this syncer needs running."""
         return [*self.upper_informers.values(), *self.lower_informers.values()]
 
     async def run(self, *, workers: int) -> None:
-        """Run the update and collection workers until the queues shut down."""
+        """Run the update and collection workers until the queues shut down.
+
+        Every lower namespace holding copies is looked at once at the start: copies left by
+        a create that a crash or a restart cut short (copied, but no pod made) have no pod
+        whose deletion would ever schedule their collection.
+        """
+        for informer in self.lower_informers.values():
+            for copy in informer.store:
+                self.schedule_collection(str(copy["metadata"]["namespace"]))
         async with asyncio.TaskGroup() as group:
             group.create_task(
                 self.updates.run(workers=workers, handler=self._sync_update),

@@ -203,6 +203,17 @@ class K2KProvider:
             ) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
+    @contextlib.contextmanager
+    def _collect_if_aborted(self, lower_ns: str) -> Iterator[None]:
+        # A create that fails after copying (the lower apiserver went away, the pod was
+        # refused while another pod's copy was in use, a cancellation) may leave copies no
+        # pod uses: have them looked at once the creation is over.
+        try:
+            yield
+        except BaseException:
+            self.dependencies.schedule_collection(lower_ns)
+            raise
+
     async def _owner_of_pod(self, lower_key: str) -> str:
         # The cache keeps no annotations of others' pods (see slim): read the one in the way.
         namespace, _, name = lower_key.partition("/")
@@ -213,7 +224,7 @@ class K2KProvider:
         return naming.owner_of(found)
 
     async def _create_lower(self, pod: Obj, *, lower_ns: str, lower_key: str) -> list[PodEvent]:
-        with self.dependencies.creating(lower_ns):
+        with self.dependencies.creating(lower_ns), self._collect_if_aborted(lower_ns):
             ensured = await self.dependencies.ensure(pod)
             body = translate.lower_pod(pod, t=self.t, absent=ensured.absent)
             try:
