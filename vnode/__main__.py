@@ -19,10 +19,11 @@ import urllib.parse
 from collections.abc import Sequence
 
 from vnode import cli, logs
+from vnode.api import auth
 from vnode.controllers.status import node_labels
 from vnode.kube import config, errors
 from vnode.kube.client import ApiClient
-from vnode.node import StartupError, VirtualNode
+from vnode.node import StartupError, UpperClients, VirtualNode
 from vnode.providers.k2k.provider import K2KProvider
 from vnode.providers.k2k.scrape import (
     BearerTokenFile,
@@ -94,6 +95,27 @@ async def _run(
 
     async with (
         client(upper_info, "upper", settings.upper) as upper,
+        upper.sibling(
+            name="upper-heartbeat",
+            qps=0,
+            burst=1,
+            timeout=max(5.0, settings.node.lease_renew_interval),
+            connections=2,
+        ) as heartbeat,
+        upper.sibling(
+            name="upper-events",
+            qps=settings.events.qps,
+            burst=settings.events.burst,
+            timeout=30.0,
+            connections=4,
+        ) as events,
+        upper.sibling(
+            name="upper-reviews",
+            qps=0,
+            burst=1,
+            timeout=auth.REVIEW_TIMEOUT,
+            connections=auth.REVIEWS_IN_FLIGHT,
+        ) as reviews,
         client(lower_info, "lower", settings.lower) as lower,
         contextlib.AsyncExitStack() as stack,
     ):
@@ -108,6 +130,7 @@ async def _run(
         cluster_id = settings.pods.cluster_id or await _upper_cluster_id(upper)
         provider = K2KProvider(
             upper=upper,
+            upper_events=events,
             lower=lower,
             translation=Translation(
                 node_name=settings.node.name,
@@ -123,7 +146,11 @@ async def _run(
             kubelets=kubelets,
         )
         await provider.start()
-        node = VirtualNode(settings=settings, upper=upper, provider=provider)
+        node = VirtualNode(
+            settings=settings,
+            upper=UpperClients(main=upper, heartbeat=heartbeat, events=events, reviews=reviews),
+            provider=provider,
+        )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, node.stop)

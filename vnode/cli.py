@@ -162,6 +162,13 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     a("--kube-api-qps", type=float, default=0.0, help="upper cluster client QPS (0: 100)")
     a("--kube-api-burst", type=int, default=0, help="upper cluster client burst (0: 200)")
     a(
+        "--event-qps",
+        type=float,
+        default=50.0,
+        help="Events written to the upper cluster per second (0: no limit)",
+    )
+    a("--event-burst", type=int, default=100, help="Event burst above --event-qps")
+    a(
         "--client-verify-ca",
         default=env.get("APISERVER_CA_CERT_LOCATION", ""),
         help="CA of kubelet API clients' certificates (env APISERVER_CA_CERT_LOCATION)",
@@ -284,9 +291,15 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
     for flag, value in (("--pod-sync-workers", args.pod_sync_workers),):
         if value < 1:
             raise UsageError(f"{flag} must be >= 1, got {value}")
-    for flag, value in (("--client-qps", args.client_qps), ("--kube-api-qps", args.kube_api_qps)):
-        if value < 0:
+    for flag, value in (
+        ("--client-qps", args.client_qps),
+        ("--kube-api-qps", args.kube_api_qps),
+        ("--event-qps", args.event_qps),
+    ):
+        if value < 0 or not math.isfinite(value):
             raise UsageError(f"{flag} must be >= 0, got {value}")
+    if args.event_burst < 1:
+        raise UsageError(f"--event-burst must be >= 1, got {args.event_burst}")
     node = _node_settings(args, env, operating_system)
     return Settings(
         node=node,
@@ -307,6 +320,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
         lower=ClientSettings(
             kubeconfig=args.client_kubeconfig, qps=args.client_qps, burst=args.client_burst
         ),
+        events=ClientSettings(qps=args.event_qps, burst=args.event_burst),
         api=_api_settings(args, env, node_name=node.name),
         lower_kubelets=LowerKubeletSettings(
             access=_kubelet_access(args.lower_kubelet_access),

@@ -16,6 +16,7 @@ import logging
 import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -78,6 +79,30 @@ class Provider(
         """Stop the provider's queues."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class UpperClients:
+    """The node's clients of the upper cluster. Each has its own connections and rate
+    budget, so no kind of traffic waits behind another: the kubelet splits its main,
+    heartbeat and event clients the same way (cmd/kubelet/app/server.go), and hostile
+    kubelet API callers get a fourth, so their reviews never cost a pod status write."""
+
+    main: ApiClient
+    """Informers, pods and their statuses, CSRs: --kube-api-qps/--kube-api-burst."""
+    heartbeat: ApiClient
+    """Node registration, node status and Lease renewals: no client-side limit (as the
+    kubelet's heartbeat client) and a few connections of its own."""
+    events: ApiClient
+    """Events recorded and mirrored from below: --event-qps/--event-burst."""
+    reviews: ApiClient
+    """TokenReviews and SubjectAccessReviews of kubelet API callers, bounded in concurrency
+    by `auth.ReviewGate`."""
+
+    @classmethod
+    def sharing(cls, client: ApiClient) -> UpperClients:
+        """All four roles on one client (tests and tools that do not need the split)."""
+        return cls(main=client, heartbeat=client, events=client, reviews=client)
+
+
 class StartupError(Exception):
     """The node could not start (caches did not sync in time); the message says which."""
 
@@ -89,28 +114,31 @@ class VirtualNode:
         self,
         *,
         settings: Settings,
-        upper: ApiClient,
+        upper: UpperClients,
         provider: Provider,
         clock: Clock | None = None,
     ) -> None:
         """`clock` (default: the system clock) times serving-certificate renewals."""
         self.settings = settings
         self._clock = clock
-        self._upper = upper
+        self._clients = upper
+        self._upper = upper.main
         self._provider = provider
         self._stop = asyncio.Event()
         recorder = EventRecorder(
-            upper, component=f"{settings.node.name}/pod-controller", host=settings.node.name
+            upper.events, component=f"{settings.node.name}/pod-controller", host=settings.node.name
         )
         self.pods = PodController(
-            upper=upper,
+            upper=upper.main,
             provider=provider,
             node_name=settings.node.name,
             namespace=settings.pods.namespace,
             workers=settings.pods.workers,
             recorder=recorder,
         )
-        self.node = NodeController(upper=upper, provider=provider, settings=settings.node)
+        self.node = NodeController(
+            upper=upper.main, heartbeat=upper.heartbeat, provider=provider, settings=settings.node
+        )
         self.node.on_recovered(self._backend_recovered)
 
     def _backend_recovered(self) -> None:
@@ -239,15 +267,17 @@ class VirtualNode:
     def _api_context(self) -> ApiContext:
         api = self.settings.api
         verify = api.verify_clients
+        gate = auth.ReviewGate()
+        reviews = self._clients.reviews
         return ApiContext(
             node_name=self.settings.node.name,
             pod=lambda ns, name: self.pods.informer.store.get(f"{ns}/{name}"),
             pods=lambda: list(self.pods.informer.store),
             provider=self._provider,
-            authenticator=auth.Authenticator(self._upper, anonymous=api.anonymous_auth)
+            authenticator=auth.Authenticator(reviews, gate=gate, anonymous=api.anonymous_auth)
             if verify
             else None,
-            authorizer=auth.Authorizer(self._upper, node_name=self.settings.node.name)
+            authorizer=auth.Authorizer(reviews, gate=gate, node_name=self.settings.node.name)
             if verify
             else None,
             idle_timeout=api.streaming_idle_timeout,

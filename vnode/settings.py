@@ -162,6 +162,8 @@ class Settings:
     pods: PodSettings = field(default_factory=PodSettings)
     upper: ClientSettings = field(default_factory=ClientSettings)
     lower: ClientSettings = field(default_factory=lambda: ClientSettings(qps=500.0, burst=1000))
+    events: ClientSettings = field(default_factory=lambda: ClientSettings(qps=50.0, burst=100))
+    """--event-qps/--event-burst: the budget of Events written upstairs (the kubelet's)."""
     api: ApiSettings = field(default_factory=ApiSettings)
     lower_kubelets: LowerKubeletSettings = field(default_factory=LowerKubeletSettings)
     enable_controllers: tuple[str, ...] = ("PVControllers", "ServiceControllers")

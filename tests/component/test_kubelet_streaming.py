@@ -22,7 +22,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from vnode import errors as provider_errors
-from vnode.api import spdy
+from vnode.api import portforward, spdy, spdy_session
 from vnode.api.server import ApiContext, make_app
 from vnode.provider import RemoteCommand
 
@@ -522,3 +522,90 @@ async def test_streams_nobody_asked_for_are_reset_and_cannot_stall_the_session()
             await client.close()
     assert _data(frames, 7) == b"still here"
     assert _data(frames, 1) == SUCCESS
+
+
+class HangingProvider(FakeProvider):
+    """A lower side that accepts the connection and never answers the upgrade."""
+
+    async def open_exec(self, *_: Any, **__: Any) -> FakeSession:
+        self.opened.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+async def test_run_gives_up_on_a_lower_session_that_never_opens() -> None:
+    provider = HangingProvider()
+    async with (
+        _api(provider, creation_timeout=0.3) as server,
+        aiohttp.ClientSession() as http,
+    ):
+        async with asyncio.timeout(5):
+            response = await http.post(server.make_url("/run/ns/web/main?cmd=ls"))
+            text = await response.text()
+    assert response.status == 504
+    assert "did not open the command's session in 0.3s" in text
+
+
+async def test_streams_past_the_per_connection_bound_are_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(spdy_session, "MAX_STREAMS", 4)
+    provider = FakeProvider()
+    async with _api(provider) as server:
+        client = await SpdyClient.connect(server, EXEC, "v4.channel.k8s.io")
+        try:
+            for i in range(6):
+                client.open(1 + 2 * i, "bogus")  # never accepted by the exec handler
+            frames = [await client.frame() for _ in range(6)]
+        finally:
+            await client.close()
+    replies = [f.stream_id for f in frames if isinstance(f, spdy.SynReply)]
+    refused = [
+        f.stream_id
+        for f in frames
+        if isinstance(f, spdy.RstStream) and f.status == spdy.RST_REFUSED_STREAM
+    ]
+    assert replies == [1, 3, 5, 7]
+    assert refused == [9, 11]
+
+
+async def test_port_forward_pairs_are_bounded_per_session(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(portforward, "MAX_PENDING_PAIRS", 3)
+    monkeypatch.setattr(portforward, "MAX_FORWARDED", 2)
+    provider = FakeProvider()
+    held: list[FakePort] = []
+
+    async def open_port_forward(_pod: dict[str, Any], *, port: int) -> FakePort:
+        port_session = FakePort()
+        held.append(port_session)
+        return port_session  # says nothing until the client sends: stays forwarding
+
+    provider.open_port_forward = open_port_forward  # type: ignore[method-assign]
+    async with _api(provider, creation_timeout=0.5) as server:
+        client = await SpdyClient.connect(server, "/portForward/ns/web", "portforward.k8s.io")
+        try:
+            # Five half pairs: three wait for a partner, two are reset at once.
+            for i in range(5):
+                client.open(1 + 2 * i, "error", port="80", requestid=f"half-{i}")
+            frames = [await client.frame() for _ in range(7)]  # 5 SYN_REPLY, 2 RST_STREAM
+            resets = [f.stream_id for f in frames if isinstance(f, spdy.RstStream)]
+            assert resets == [7, 9]
+            await asyncio.sleep(1.0)  # the waiting halves time out
+            # Three whole pairs: two forward, the third is refused on its error stream.
+            stream_id = 11
+            for i in range(3):
+                client.open(stream_id, "error", port="80", requestid=f"whole-{i}")
+                client.open(stream_id + 2, "data", port="80", requestid=f"whole-{i}")
+                stream_id += 4
+            got: list[spdy.Frame] = []
+            async with asyncio.timeout(5):
+                while b"refused" not in _data(got, 19):
+                    frame = await client.frame()
+                    assert frame is not None
+                    got.append(frame)
+        finally:
+            await client.close()
+    assert len(held) == 2, "no lower connection for the refused pair"
+    assert b"already forwards 2 connections (at most 2)" in _data(got, 19)

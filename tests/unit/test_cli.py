@@ -3,6 +3,7 @@ lower kubelet access, durations and the streaming idle timeout."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -210,3 +211,26 @@ def test_good_tenancy_flags() -> None:
     ).pods
     assert (pods.cluster_id, pods.pod_security_level) == ("eu-west.prod_1", "restricted")
     assert pods.namespace_prefix == "t" * 30
+
+
+def test_event_budget_defaults_to_the_kubelets_and_takes_flags() -> None:
+    assert cli.parse(BASE, env={}).events.qps == 50.0
+    assert cli.parse(BASE, env={}).events.burst == 100
+    settings = cli.parse([*BASE, "--event-qps=5", "--event-burst=7"], env={})
+    assert (settings.events.qps, settings.events.burst) == (5.0, 7)
+    # 0: no limit, as the kubelet's.
+    assert cli.parse([*BASE, "--event-qps=0"], env={}).events.qps == 0.0
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--event-qps=-1"], "--event-qps must be >= 0, got -1.0"),
+        (["--event-qps=nan"], "--event-qps must be >= 0, got nan"),
+        (["--event-burst=0"], "--event-burst must be >= 1, got 0"),
+        (["--event-qps=x"], "argument --event-qps: invalid float value: 'x'"),
+    ],
+)
+def test_bad_event_budgets(flags: list[str], message: str) -> None:
+    with pytest.raises(cli.UsageError, match=re.escape(message)):
+        cli.parse([*BASE, *flags], env={})

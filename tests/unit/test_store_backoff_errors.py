@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from typing import Any
@@ -12,6 +13,8 @@ from hypothesis import strategies as st
 
 from vnode.kube import errors
 from vnode.kube.backoff import ExponentialBackoff, TokenBucket, jittered
+from vnode.kube.client import ApiClient
+from vnode.kube.config import ConnectionInfo
 from vnode.kube.resources import (
     LEASES,
     NAMESPACES,
@@ -226,6 +229,36 @@ def test_token_bucket_refills_over_time_up_to_its_burst() -> None:
     assert bucket.reserve(5.0) == 0.0
     assert bucket.reserve(5.05) == pytest.approx(0.05)
     assert bucket.reserve(5.25) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_token_bucket_takes_back_abandoned_reservations() -> None:
+    bucket = TokenBucket(rate=10.0, burst=2)
+    bucket.reserve(0.0)
+    bucket.reserve(0.0)
+    abandoned = [bucket.reserve(0.0) for _ in range(100)]  # 10 s of waits queued
+    assert abandoned[-1] == pytest.approx(10.0)
+    for _ in abandoned:
+        bucket.give_back()
+    # The next caller waits as if the abandoned ones had never asked.
+    assert bucket.reserve(0.0) == pytest.approx(0.1)
+    # Giving back never fills the bucket past its burst.
+    for _ in range(10):
+        bucket.give_back()
+    assert [bucket.reserve(0.0) for _ in range(3)] == pytest.approx([0.0, 0.0, 0.1])
+
+
+async def test_a_request_cancelled_while_throttled_gives_its_slot_back() -> None:
+    info = ConnectionInfo(server="https://192.0.2.1", ssl_context=None)
+    client = ApiClient(info, name="t", qps=1.0, burst=1)
+    await client._throttle()  # the burst
+    waiters = [asyncio.create_task(client._throttle()) for _ in range(50)]
+    await asyncio.sleep(0.01)
+    for waiter in waiters:
+        waiter.cancel()
+    await asyncio.gather(*waiters, return_exceptions=True)
+    # Without the give-back, this caller would wait behind 50 abandoned slots (50 s).
+    async with asyncio.timeout(2.0):
+        await client._throttle()
 
 
 @pytest.mark.parametrize(("rate", "burst"), [(0.0, 1), (-1.0, 1), (1.0, 0)])

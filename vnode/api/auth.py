@@ -7,12 +7,20 @@ otherwise a bearer token, checked with a TokenReview; otherwise `system:anonymou
 SubjectAccessReview on `nodes/<node>` with the verb of the HTTP method and the subresources
 of the path (see `subresources`). Answers are cached: tokens 2 min, allow 5 min,
 deny 30 s.
+
+Reviews the upper cluster must answer are bounded, so hostile callers cannot tie the node
+up: at most `REVIEWS_IN_FLIGHT` at a time and `REVIEWS_WAITING` waiting (more: answer 429),
+each given `REVIEW_TIMEOUT` seconds; a caller that hung up while waiting costs no review.
+The kubelet answers an authentication or authorization it could not complete with 401 /
+500; here an upper cluster that fails or does not answer in time gives 503 (the caller
+may retry), and one that refuses the review itself gives 401 / 403.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,7 +60,79 @@ class Unauthenticated(Exception):
 
 
 class AuthError(Exception):
-    """The upper cluster could not answer a TokenReview or SubjectAccessReview (answer 500)."""
+    """The upper cluster refused a TokenReview or SubjectAccessReview (a 4xx: the node may
+    lack the RBAC to ask); answer 401 for authentication, 403 for authorization."""
+
+
+class AuthUnavailable(AuthError):
+    """The upper cluster failed a review (5xx, throttled, unreachable) or did not answer in
+    `REVIEW_TIMEOUT` seconds; answer 503."""
+
+
+class Busy(Exception):
+    """`REVIEWS_WAITING` callers already wait for a review slot; answer 429."""
+
+
+class Abandoned(Exception):
+    """The caller hung up before its review could start; nobody reads the answer."""
+
+
+REVIEWS_IN_FLIGHT = 8
+"""TokenReviews + SubjectAccessReviews of one node in flight at once."""
+REVIEWS_WAITING = 256
+"""Callers that may wait for a review slot before more are answered 429."""
+REVIEW_TIMEOUT = 10.0
+"""Seconds the upper cluster has to answer one review."""
+
+
+class ReviewGate:
+    """Bounds the reviews of one node (shared by its Authenticator and Authorizer)."""
+
+    def __init__(
+        self, *, in_flight: int = REVIEWS_IN_FLIGHT, waiting: int = REVIEWS_WAITING
+    ) -> None:
+        self._slots = asyncio.Semaphore(in_flight)
+        self._admitted = 0
+        """Reviews in flight or waiting for a slot."""
+        self._most = in_flight + waiting
+
+    async def review(
+        self, upper: ApiClient, path: str, body: Mapping[str, Any], *, alive: Callable[[], bool]
+    ) -> dict[str, Any]:
+        """POST the review `body` to `path` once a slot is free and return the answer.
+
+        `alive()` tells whether the caller still waits for it. Raises Busy, Abandoned,
+        AuthError (a 4xx) or AuthUnavailable (anything else that is not an answer).
+        """
+        if self._admitted >= self._most:
+            raise Busy(f"{self._admitted} reviews already in flight or waiting")
+        self._admitted += 1
+        try:
+            async with self._slots:
+                return await self._review(upper, path, body, alive=alive)
+        finally:
+            self._admitted -= 1
+
+    async def _review(
+        self, upper: ApiClient, path: str, body: Mapping[str, Any], *, alive: Callable[[], bool]
+    ) -> dict[str, Any]:
+        try:
+            if not alive():
+                raise Abandoned
+            async with asyncio.timeout(REVIEW_TIMEOUT):
+                return await upper.request("POST", path, body=body, timeout=REVIEW_TIMEOUT)
+        except TimeoutError:
+            raise AuthUnavailable(
+                f"no answer from the upper cluster in {REVIEW_TIMEOUT:g}s"
+            ) from None
+        except (errors.ServerError, errors.TooManyRequests, errors.ApiUnavailable) as exc:
+            raise AuthUnavailable(str(exc)) from exc
+        except errors.ApiError as exc:
+            raise AuthError(str(exc)) from exc
+
+
+def _always_alive() -> bool:
+    return True
 
 
 _FINE_GRAINED = (
@@ -107,17 +187,23 @@ def user_from_certificate(der: bytes) -> User:
 class Authenticator:
     """Turns a request's TLS peer certificate or bearer token into a User."""
 
-    def __init__(self, upper: ApiClient, *, anonymous: bool = False) -> None:
-        """`anonymous`: a request without credentials is ANONYMOUS instead of 401 (the
-        kubelet's --anonymous-auth)."""
+    def __init__(self, upper: ApiClient, *, gate: ReviewGate, anonymous: bool = False) -> None:
+        """`upper` answers TokenReviews, through `gate`; `anonymous`: a request without
+        credentials is ANONYMOUS instead of 401 (the kubelet's --anonymous-auth)."""
         self._upper = upper
+        self._gate = gate
         self._anonymous = anonymous
         self._tokens: TTLCache[str, User | None] = TTLCache(maxsize=4096, ttl=120)
 
     async def authenticate(
-        self, *, ssl_object: ssl.SSLObject | None, authorization: str | None
+        self,
+        *,
+        ssl_object: ssl.SSLObject | None,
+        authorization: str | None,
+        alive: Callable[[], bool] = _always_alive,
     ) -> User:
-        """Return the caller. Raises Unauthenticated (401) or AuthError (500)."""
+        """Return the caller. Raises Unauthenticated, and what `ReviewGate.review` raises
+        (a 4xx answer to the TokenReview itself means an invalid token: Unauthenticated)."""
         if ssl_object is not None:
             der = ssl_object.getpeercert(binary_form=True)
             if der:  # only present when it verified against the client CA
@@ -131,7 +217,7 @@ class Authenticator:
                 if cached is None:
                     raise Unauthenticated("invalid bearer token")
                 return cached
-            user = await self._review(token)
+            user = await self._review(token, alive=alive)
             self._tokens[token] = user
             if user is None:
                 raise Unauthenticated("invalid bearer token")
@@ -140,21 +226,22 @@ class Authenticator:
             return ANONYMOUS
         raise Unauthenticated("no client certificate or bearer token")
 
-    async def _review(self, token: str) -> User | None:
+    async def _review(self, token: str, *, alive: Callable[[], bool]) -> User | None:
         body = {
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenReview",
             "spec": {"token": token},
         }
         try:
-            review = await self._upper.request(
-                "POST", "/apis/authentication.k8s.io/v1/tokenreviews", body=body
+            review = await self._gate.review(
+                self._upper, "/apis/authentication.k8s.io/v1/tokenreviews", body, alive=alive
             )
-        except errors.ApiError as exc:
-            if exc.code in (400, 404, 422):
+        except AuthUnavailable as exc:
+            raise AuthUnavailable(f"TokenReview failed: {exc}") from exc
+        except AuthError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, errors.ApiError) and cause.code in (400, 404, 422):
                 return None  # the apiserver refused the token itself (malformed)
-            raise AuthError(f"TokenReview failed: {exc}") from exc
-        except Exception as exc:
             raise AuthError(f"TokenReview failed: {exc}") from exc
         status: dict[str, Any] = review.get("status") or {}
         if not status.get("authenticated"):
@@ -171,14 +258,24 @@ class Authenticator:
 class Authorizer:
     """Asks the upper cluster whether a user may do a verb on nodes/<node>/<subresource>."""
 
-    def __init__(self, upper: ApiClient, *, node_name: str) -> None:
+    def __init__(self, upper: ApiClient, *, gate: ReviewGate, node_name: str) -> None:
+        """`upper` answers SubjectAccessReviews, through `gate`."""
         self._upper = upper
+        self._gate = gate
         self._node = node_name
         self._allowed: TTLCache[tuple[Any, ...], bool] = TTLCache(maxsize=4096, ttl=300)
         self._denied: TTLCache[tuple[Any, ...], bool] = TTLCache(maxsize=4096, ttl=30)
 
-    async def allowed(self, user: User, *, verb: str, subresource: str) -> bool:
-        """Tell whether `user` may; raises AuthError if the upper cluster cannot say."""
+    async def allowed(
+        self,
+        user: User,
+        *,
+        verb: str,
+        subresource: str,
+        alive: Callable[[], bool] = _always_alive,
+    ) -> bool:
+        """Tell whether `user` may; raises what `ReviewGate.review` raises when the upper
+        cluster does not say."""
         extra = tuple(sorted((k, tuple(v)) for k, v in user.extra.items()))
         key = (user.name, user.groups, user.uid, extra, verb, subresource)
         if key in self._allowed:
@@ -202,10 +299,12 @@ class Authorizer:
             },
         }
         try:
-            review = await self._upper.request(
-                "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=body
+            review = await self._gate.review(
+                self._upper, "/apis/authorization.k8s.io/v1/subjectaccessreviews", body, alive=alive
             )
-        except Exception as exc:
+        except AuthUnavailable as exc:
+            raise AuthUnavailable(f"SubjectAccessReview failed: {exc}") from exc
+        except AuthError as exc:
             raise AuthError(f"SubjectAccessReview failed: {exc}") from exc
         allowed = bool((review.get("status") or {}).get("allowed"))
         (self._allowed if allowed else self._denied)[key] = True

@@ -10,6 +10,11 @@ connection carries any number of pairs, until the client closes it. Over WebSock
 ports come from the query (`port`, repeated or comma-separated); port i gets channels 2i
 (data) and 2i+1 (error), each opened by the port as two little-endian bytes; one forwarded
 connection per port, and the WebSocket closes when all of them ended.
+
+One SPDY session is bounded: at most `MAX_PENDING_PAIRS` pairs wait for their partner
+(streams of more are reset) and at most `MAX_FORWARDED` connections are forwarded at once
+(a pair past it is failed on its error stream, and no lower connection is made), so a
+client that opens pairs without end cannot grow tasks or file descriptors without end.
 """
 
 from __future__ import annotations
@@ -34,6 +39,11 @@ logger = logging.getLogger(__name__)
 PROTOCOL = "portforward.k8s.io"
 
 Connect = Callable[[int], Awaitable[PortSession]]
+
+MAX_PENDING_PAIRS = 128
+"""Pairs of one session whose partner stream has not come yet."""
+MAX_FORWARDED = 128
+"""Connections one session forwards at once (kubectl opens one per local connection)."""
 
 
 def negotiate(offered: list[str]) -> str | None:
@@ -73,6 +83,16 @@ class _Pair:
     complete: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+@dataclass(kw_only=True)
+class _Session:
+    """The pairs of one SPDY session: those waiting for a partner, and how many forward."""
+
+    pending: dict[str, _Pair] = field(default_factory=dict)
+    forwarding: int = 0
+    live: int = 0
+    """Pair tasks not finished yet (waiting, forwarding, or failing)."""
+
+
 async def serve_spdy(
     request: web.Request,
     *,
@@ -101,7 +121,8 @@ async def serve_spdy(
 async def _serve_pairs(
     connection: SpdyConnection, *, connect: Connect, creation_timeout: float
 ) -> None:
-    pending: dict[str, _Pair] = {}
+    session = _Session()
+    pending = session.pending
     async with asyncio.TaskGroup() as group:
         while (stream := await connection.accept()) is not None:
             if stream.kind not in ("data", "error"):
@@ -114,9 +135,23 @@ async def _serve_pairs(
             )
             pair = pending.get(key)
             if pair is None:
+                if (
+                    len(pending) >= MAX_PENDING_PAIRS
+                    or session.live >= MAX_PENDING_PAIRS + MAX_FORWARDED
+                ):
+                    logger.info(
+                        "kubelet API: port-forward request %s refused: %d pairs wait for "
+                        "their partner, %d are being served",
+                        key,
+                        len(pending),
+                        session.live,
+                    )
+                    stream.discard()
+                    continue
                 pair = pending[key] = _Pair(key=key)
+                session.live += 1
                 group.create_task(
-                    _serve_pair(pair, pending=pending, connect=connect, timeout=creation_timeout),
+                    _serve_pair(pair, session=session, connect=connect, timeout=creation_timeout),
                     name=f"port-forward-{key}",
                 )
             if stream.kind in pair.streams:
@@ -136,15 +171,23 @@ async def _timed_out(pair: _Pair) -> None:
     error = pair.streams.get("error")
     if error is not None:
         with contextlib.suppress(Exception):
-            await error.write(message.encode())
-            await error.close()
+            async with asyncio.timeout(STREAM_CREATION_TIMEOUT):  # the client may not read
+                await error.write(message.encode())
+                await error.close()
 
 
-async def _serve_pair(
-    pair: _Pair, *, pending: dict[str, _Pair], connect: Connect, timeout: float
-) -> None:
+async def _serve_pair(pair: _Pair, *, session: _Session, connect: Connect, timeout: float) -> None:
     """Wait (`timeout` seconds) for both streams of a pair, then forward; a kubelet fails a
     pair whose partner never comes with a message on the error stream (if it has one)."""
+    try:
+        await _serve_complete_pair(pair, session=session, connect=connect, timeout=timeout)
+    finally:
+        session.live -= 1
+
+
+async def _serve_complete_pair(
+    pair: _Pair, *, session: _Session, connect: Connect, timeout: float
+) -> None:
     try:
         async with asyncio.timeout(timeout):
             await pair.complete.wait()
@@ -154,20 +197,35 @@ async def _serve_pair(
             await _timed_out(pair)
             return
     finally:
-        pending.pop(pair.key, None)
+        session.pending.pop(pair.key, None)
         if not pair.complete.is_set():
             for stream in pair.streams.values():
                 stream.discard()
     data, error = pair.streams["data"], pair.streams["error"]
     port_text = (data.headers.get("port") or [""])[0]
+    refusal = ""
     try:
         port = parse_port(port_text)
     except ValueError as exc:
-        await _fail(data, error, str(exc))
+        refusal = str(exc)
+    if not refusal and session.forwarding >= MAX_FORWARDED:
+        refusal = (
+            f"port-forward request {pair.key} refused: this session already forwards "
+            f"{session.forwarding} connections (at most {MAX_FORWARDED})"
+        )
+    if refusal:
+        # The client may not read: the message gets a bounded time, then the streams go.
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(timeout):
+                await _fail(data, error, refusal)
         data.discard()
         error.discard()
         return
-    await forward(data, error, port=port, connect=connect)
+    session.forwarding += 1
+    try:
+        await forward(data, error, port=port, connect=connect)
+    finally:
+        session.forwarding -= 1
 
 
 async def serve_websocket(

@@ -22,7 +22,7 @@ import ssl
 import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from aiohttp import web
 
@@ -216,35 +216,74 @@ def _auth_middleware(context: ApiContext) -> Any:
     ) -> web.StreamResponse:
         if context.authenticator is None or context.authorizer is None:
             return await handler(request)
-        transport = request.transport
-        ssl_object = transport.get_extra_info("ssl_object") if transport else None
         try:
-            user = await context.authenticator.authenticate(
-                ssl_object=ssl_object, authorization=request.headers.get("Authorization")
-            )
-        except auth.Unauthenticated:
-            return web.Response(status=401, text="Unauthorized")
-        except auth.AuthError as exc:
-            logger.warning("kubelet API: %s", exc)
-            return web.Response(status=500, text=str(exc))
-        the_verb = auth.verb(request.method)
-        subs = auth.subresources(request.path)
-        try:
-            for sub in subs:
-                if await context.authorizer.allowed(user, verb=the_verb, subresource=sub):
-                    break
-            else:
-                return web.Response(
-                    status=403,
-                    text=f"Forbidden (user={user.name}, verb={the_verb}, resource=nodes, "
-                    f"subresource(s)=[{' '.join(subs)}])",
-                )
-        except auth.AuthError as exc:
-            logger.warning("kubelet API: %s", exc)
-            return web.Response(status=500, text=str(exc))
+            await _authenticate_and_authorize(context, request)
+        except auth.Busy as exc:
+            raise web.HTTPTooManyRequests(
+                text=f"too many callers to check at once ({exc})", headers={"Retry-After": "1"}
+            ) from None
+        except auth.Abandoned:
+            # Nobody reads this answer; the connection is gone.
+            raise web.HTTPServiceUnavailable(text="the caller left") from None
         return await handler(request)
 
     return middleware
+
+
+async def _authenticate_and_authorize(context: ApiContext, request: web.Request) -> None:
+    """Raise the HTTP error that refuses `request`, or return when it may go on."""
+    authenticator, authorizer = context.authenticator, context.authorizer
+    assert authenticator is not None
+    assert authorizer is not None
+    transport = request.transport
+    ssl_object = transport.get_extra_info("ssl_object") if transport else None
+
+    def alive() -> bool:
+        current = request.transport
+        return current is not None and not current.is_closing()
+
+    try:
+        user = await authenticator.authenticate(
+            ssl_object=ssl_object,
+            authorization=request.headers.get("Authorization"),
+            alive=alive,
+        )
+    except auth.Unauthenticated:
+        raise web.HTTPUnauthorized(text="Unauthorized") from None
+    except auth.AuthError as exc:
+        _review_failed(exc, refused=web.HTTPUnauthorized)
+    the_verb = auth.verb(request.method)
+    subs = auth.subresources(_authorized_path(request))
+    try:
+        for sub in subs:
+            if await authorizer.allowed(user, verb=the_verb, subresource=sub, alive=alive):
+                break
+        else:
+            raise web.HTTPForbidden(
+                text=f"Forbidden (user={user.name}, verb={the_verb}, resource=nodes, "
+                f"subresource(s)=[{' '.join(subs)}])"
+            )
+    except auth.AuthError as exc:
+        _review_failed(exc, refused=web.HTTPForbidden)
+
+
+def _authorized_path(request: web.Request) -> str:
+    """Return the path to authorize `request` as: the route that will serve it, so what is
+    checked is what runs, however the path was spelled (`/stats/../exec/...`, `%2F`,
+    `//`); the path itself only when no route matches (the answer is then 404 anyway)."""
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else request.path
+
+
+def _review_failed(exc: auth.AuthError, *, refused: type[web.HTTPError]) -> NoReturn:
+    """Raise the answer to a review that did not complete (see `auth`)."""
+    if isinstance(exc, auth.AuthUnavailable):
+        logger.warning("kubelet API: %s", exc)
+        raise web.HTTPServiceUnavailable(
+            text=f"cannot check the caller now: {exc}", headers={"Retry-After": "1"}
+        )
+    logger.warning("kubelet API: %s (check the node's RBAC in the upper cluster)", exc)
+    raise refused(text=f"cannot check the caller: {exc}")
 
 
 async def _healthz(_request: web.Request) -> web.Response:
@@ -296,10 +335,17 @@ def _run(context: ApiContext) -> Callable[[web.Request], Awaitable[web.Response]
         pod, container = found
         try:
             options = run.command(request.query)
-            session = await context.provider.open_exec(
-                pod, container=container, options=options, attach=False
-            )
+            # The lower side may accept the connection and never answer the upgrade.
+            async with asyncio.timeout(context.stream_creation_timeout):
+                session = await context.provider.open_exec(
+                    pod, container=container, options=options, attach=False
+                )
             output = await run.collect(session, options=options)
+        except TimeoutError:
+            raise web.HTTPGatewayTimeout(
+                text=f"the lower cluster did not open the command's session in "
+                f"{context.stream_creation_timeout:g}s"
+            ) from None
         except run.RunError as exc:
             return web.Response(status=exc.status, text=str(exc))
         except provider_errors.ProviderError as exc:

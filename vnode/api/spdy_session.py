@@ -7,7 +7,11 @@ goes to the stream's buffer; PINGs are echoed (the apiserver pings every few sec
 SETTINGS and WINDOW_UPDATE are ignored, as the Go implementation does (no flow control).
 Reading is paused while a stream holds more than `MAX_BUFFERED` unread bytes, and writers
 wait while the transport's buffer is over the same bound: a slow side never makes memory
-grow without bound. Every frame in or out counts as activity for the idle timeout.
+grow without bound. The frames the connection answers by itself (SYN_REPLY, RST_STREAM,
+PING echoes) cannot wait, so while they leave more than `MAX_BUFFERED` unsent bytes,
+reading pauses instead: a peer that sends PINGs and never reads stops being read. At most
+`MAX_STREAMS` streams are open at once; more are refused (RST_STREAM REFUSED_STREAM).
+Every frame in or out counts as activity for the idle timeout.
 """
 
 from __future__ import annotations
@@ -23,6 +27,13 @@ from vnode.api.streaming import MAX_BUFFERED, IdleWatch
 logger = logging.getLogger(__name__)
 
 _CHUNK = 64 * 1024
+MAX_STREAMS = 1024
+"""Streams open at once on one connection (an exec session uses at most five; a
+port-forward session two per forwarded connection)."""
+_BACKLOG_CHECK = 0.02
+"""Seconds between checks of whether the peer read our answers, while reading waits."""
+_BACKLOG = -1
+"""The `over_limit` key of unsent answers (stream ids are positive)."""
 
 
 class Stream:
@@ -99,6 +110,7 @@ class SpdyConnection:
         self._new: asyncio.Queue[Stream | None] = asyncio.Queue()
         self._paused = False
         self._over_limit: set[int] = set()
+        self._backlog_timer: asyncio.TimerHandle | None = None
         self.closed = asyncio.Event()
         self._last_stream = 0
         self.response: web.StreamResponse | None = None
@@ -133,20 +145,25 @@ class SpdyConnection:
     def _dispatch(self, frame: spdy.Frame) -> None:
         if isinstance(frame, spdy.SynStream):
             if frame.stream_id in self._streams or frame.stream_id <= self._last_stream:
-                self._send_now(
+                self._answer(
                     spdy.RstStream(stream_id=frame.stream_id, status=spdy.RST_PROTOCOL_ERROR)
                 )
                 return
             self._last_stream = frame.stream_id
+            if len(self._streams) >= MAX_STREAMS:
+                self._answer(
+                    spdy.RstStream(stream_id=frame.stream_id, status=spdy.RST_REFUSED_STREAM)
+                )
+                return
             stream = Stream(self, frame)
             self._streams[stream.id] = stream
-            self._send_now(spdy.SynReply(stream_id=stream.id))
+            self._answer(spdy.SynReply(stream_id=stream.id))
             self._new.put_nowait(stream)
         elif isinstance(frame, spdy.Data):
             target = self._streams.get(frame.stream_id)
             if target is None:
                 if frame.stream_id > self._last_stream:  # never opened (a forgotten one: ignore)
-                    self._send_now(
+                    self._answer(
                         spdy.RstStream(stream_id=frame.stream_id, status=spdy.RST_INVALID_STREAM)
                     )
             else:
@@ -157,15 +174,40 @@ class SpdyConnection:
                 reset.local_closed = True
                 reset._end()
         elif isinstance(frame, spdy.Ping):
-            self._send_now(frame)
+            self._answer(frame)
         elif isinstance(frame, spdy.GoAway):
             self._new.put_nowait(None)
         # SETTINGS, WINDOW_UPDATE and HEADERS carry nothing we act on.
+
+    def _answer(self, frame: spdy.Frame) -> None:
+        """Send a frame the peer's own frame calls for; stop reading while such answers
+        pile up unsent (the peer does not read), until the peer has taken most of them."""
+        self._send_now(frame)
+        if self._backlog_timer is None and self._backlogged(MAX_BUFFERED):
+            self._hold(_BACKLOG, True)
+            self._backlog_timer = asyncio.get_running_loop().call_later(
+                _BACKLOG_CHECK, self._check_backlog
+            )
+
+    def _backlogged(self, bound: int) -> bool:
+        return not self._transport.is_closing() and self._transport.get_write_buffer_size() > bound
+
+    def _check_backlog(self) -> None:
+        if self._backlogged(MAX_BUFFERED // 2) and not self.closed.is_set():
+            self._backlog_timer = asyncio.get_running_loop().call_later(
+                _BACKLOG_CHECK, self._check_backlog
+            )
+            return
+        self._backlog_timer = None
+        self._hold(_BACKLOG, False)
 
     def _finish(self) -> None:
         if self.closed.is_set():
             return
         self.closed.set()
+        if self._backlog_timer is not None:
+            self._backlog_timer.cancel()
+            self._backlog_timer = None
         for stream in self._streams.values():
             stream._end()
         self._new.put_nowait(None)
@@ -193,10 +235,15 @@ class SpdyConnection:
 
     def over_limit(self, stream: Stream, over: bool) -> None:
         """Note whether `stream` buffers too much; reading pauses while any stream does."""
+        self._hold(stream.id, over)
+
+    def _hold(self, key: int, over: bool) -> None:
+        """Note whether `key` (a stream id, or _BACKLOG) needs reading paused; reading
+        resumes once none does."""
         if over:
-            self._over_limit.add(stream.id)
+            self._over_limit.add(key)
         else:
-            self._over_limit.discard(stream.id)
+            self._over_limit.discard(key)
         if self._transport.is_closing():
             return
         if self._over_limit and not self._paused:
@@ -209,7 +256,7 @@ class SpdyConnection:
     def forget(self, stream: Stream) -> None:
         """Drop a finished stream; reset it if the peer may still send on it."""
         if self._streams.pop(stream.id, None) is not None and not stream.remote_closed:
-            self._send_now(spdy.RstStream(stream_id=stream.id, status=spdy.RST_CANCEL))
+            self._answer(spdy.RstStream(stream_id=stream.id, status=spdy.RST_CANCEL))
 
     def close(self) -> None:
         """Say goodbye (GOAWAY) and close the connection."""

@@ -8,6 +8,9 @@
   When the lower cluster fails its health check, renewals and status writes stop, so the
   upper node lifecycle controller marks the node NotReady, as it would a dead kubelet; on
   recovery both resume at once (Ready again within one ping interval).
+
+Registration, status and Lease go through a client of their own (`heartbeat`), so they
+never queue behind pod traffic, Events or kubelet API reviews.
 """
 
 from __future__ import annotations
@@ -32,8 +35,16 @@ logger = logging.getLogger(__name__)
 class NodeController:
     """Registers the virtual node and keeps its status and lease fresh."""
 
-    def __init__(self, *, upper: ApiClient, provider: NodeProvider, settings: NodeSettings):
-        self._upper = upper
+    def __init__(
+        self,
+        *,
+        upper: ApiClient,
+        heartbeat: ApiClient,
+        provider: NodeProvider,
+        settings: NodeSettings,
+    ):
+        """`upper` watches the Node; `heartbeat` writes it and its Lease."""
+        self._upper = heartbeat
         self._provider = provider
         self._settings = settings
         self.informer = Informer(

@@ -57,3 +57,9 @@ class TokenBucket:
         if self._tokens >= 0:
             return 0.0
         return -self._tokens / self.rate
+
+    def give_back(self) -> None:
+        """Return the token of a reservation that will not be used (its caller was
+        cancelled while waiting), so an abandoned request does not cost a later one its
+        slot (x/time/rate's Reservation.Cancel, without its bookkeeping of later ones)."""
+        self._tokens = min(float(self.burst), self._tokens + 1.0)

@@ -59,6 +59,23 @@ class ApiClient:
         self._session: aiohttp.ClientSession | None = None
         self._streams: aiohttp.ClientSession | None = None
 
+    def sibling(
+        self, *, name: str, qps: float, burst: int, timeout: float, connections: int
+    ) -> ApiClient:
+        """Return a new client (not yet open) to the same cluster with the same credentials
+        and user agent, but its own connections and rate budget: traffic that must never
+        wait behind another kind gets one (the kubelet's separate heartbeat and event
+        clients)."""
+        return ApiClient(
+            self.info,
+            name=name,
+            qps=qps,
+            burst=burst,
+            user_agent=self._user_agent,
+            timeout=timeout,
+            connections=connections,
+        )
+
     async def __aenter__(self) -> ApiClient:
         # Requests share a small pool of keep-alive connections: each TLS connection holds
         # a 256 KiB read buffer, and past a dozen or so the apiserver gains nothing from
@@ -119,7 +136,11 @@ class ApiClient:
         if self._limiter is not None:
             wait = self._limiter.reserve(time.monotonic())
             if wait > 0:
-                await asyncio.sleep(wait)
+                try:
+                    await asyncio.sleep(wait)
+                except asyncio.CancelledError:
+                    self._limiter.give_back()
+                    raise
 
     async def request(
         self,

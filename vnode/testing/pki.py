@@ -73,11 +73,14 @@ class CertificateAuthority:
         ip_addresses: tuple[str, ...] = (),
         server: bool = False,
         client: bool = False,
+        not_before: dt.datetime | None = None,
+        not_after: dt.datetime | None = None,
     ) -> KeyPair:
         """Sign a leaf certificate and write `<name>.crt` / `<name>.key` into `directory`.
 
         `common_name` becomes the Kubernetes user and each of `organizations` a group when
-        the certificate is used as a client certificate.
+        the certificate is used as a client certificate. Valid from `not_before` (default
+        5 minutes ago) to `not_after` (default 30 days from now).
         """
         ca_cert = x509.load_pem_x509_certificate(self.pair.cert.read_bytes())
         ca_key = serialization.load_pem_private_key(self.pair.key.read_bytes(), password=None)
@@ -98,8 +101,8 @@ class CertificateAuthority:
             .issuer_name(ca_cert.subject)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
-            .not_valid_before(now - _BACKDATE)
-            .not_valid_after(now + _VALIDITY)
+            .not_valid_before(not_before or now - _BACKDATE)
+            .not_valid_after(not_after or now + _VALIDITY)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(_key_usage(ca=False), critical=True)
             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)

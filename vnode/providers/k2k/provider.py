@@ -51,12 +51,15 @@ class K2KProvider:
         lower: ApiClient,
         translation: translate.Translation,
         node_ip: str,
+        upper_events: ApiClient | None = None,
         upper_namespace: str | None = None,
         kubelets: KubeletAccess | None = None,
     ) -> None:
         """`node_ip` is the virtual node's InternalIP, shown as the pods' hostIP upstairs;
-        `kubelets` how the lower kubelets' resource metrics are read (default: through the
-        lower apiserver's node proxy)."""
+        `upper_events` writes the Events mirrored from below (default `upper`; a client of
+        their own keeps a flood of them from delaying statuses); `kubelets` how the lower
+        kubelets' resource metrics are read (default: through the lower apiserver's node
+        proxy)."""
         self._node_ip = node_ip
         self._node = translation.node_name
         self._owner = translation.owner
@@ -80,7 +83,12 @@ class K2KProvider:
             lower_pods=self.pods,
             on_resolved=self._notify_key,
         )
-        self.events = EventMirror(upper=upper, lower=lower, owner=self._owner, lower_pods=self.pods)
+        self.events = EventMirror(
+            upper=upper_events or upper,
+            lower=lower,
+            owner=self._owner,
+            lower_pods=self.pods,
+        )
         self.usage = ResourceScraper(
             access=kubelets or ThroughApiserver(lower),
             pods=self.pods.store,
