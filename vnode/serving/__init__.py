@@ -1,0 +1,4 @@
+"""What every tensile program serves with: TLS from files (reloaded) or bootstrapped, the
+Prometheus metrics and health endpoints, signal handling and graceful shutdown, and the
+flag/duration helpers. The virtual node, the webhook and the descheduler compose these
+parts; none of them owns its own copy."""
