@@ -23,6 +23,7 @@ from vnode.api import auth
 from vnode.controllers.status import node_labels
 from vnode.kube import config, errors
 from vnode.kube.client import ApiClient
+from vnode.kube.informers import InformerFactory
 from vnode.node import StartupError, UpperClients, VirtualNode
 from vnode.providers.k2k.provider import K2KProvider
 from vnode.providers.k2k.scrape import (
@@ -128,10 +129,12 @@ async def _run(
         # Both clusters must answer before anything is registered (tensile-kube: fatal).
         await upper.request("GET", "/version")
         cluster_id = settings.pods.cluster_id or await _upper_cluster_id(upper)
+        informers = InformerFactory()
         provider = K2KProvider(
             upper=upper,
             upper_events=events,
             lower=lower,
+            informers=informers,
             translation=Translation(
                 node_name=settings.node.name,
                 cluster_id=cluster_id,
@@ -144,12 +147,13 @@ async def _run(
             node_ip=node_ip,
             upper_namespace=settings.pods.namespace,
             kubelets=kubelets,
+            workers=settings.pods.workers,
         )
-        await provider.start()
         node = VirtualNode(
             settings=settings,
             upper=UpperClients(main=upper, heartbeat=heartbeat, events=events, reviews=reviews),
             provider=provider,
+            informers=informers,
         )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

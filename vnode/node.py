@@ -1,10 +1,14 @@
-"""One virtual node: informers, controllers and metrics around a provider; start order; stop.
+"""One virtual node: a list of components around a provider; start order; stop.
 
-Start order (virtual-kubelet's): every informer runs and has synced before any worker
-starts; the pod controller cleans up dangling backend pods; the node controller registers
-the Node. `stop()` (SIGTERM) stops the queues from handing out keys, lets in-flight work
-finish for up to `shutdown_timeout` seconds, then cancels everything; every task is
-named, owned by a TaskGroup and awaited.
+The node is a list of components (`vnode.provider.Component`): the provider and what it
+brings (mirrors of pods' dependencies, of Services and volumes as --enable-controllers
+chose), the pod controller, the kubelet API server and the node controller. Start order
+(virtual-kubelet's): each component's `start()` in list order; then every informer runs
+(one per selection, shared through an `InformerFactory`) and has synced before any
+component's `run()` begins, so the node controller registers the Node only once pods can
+be served. `stop()` (SIGTERM) shuts every component down, lets in-flight work finish for
+up to `shutdown_timeout` seconds, then cancels everything; every task is named, owned by a
+TaskGroup and awaited.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -40,43 +44,17 @@ from vnode.api.server import (
     reload_certificates,
     tls_context,
 )
-from vnode.controllers.events import EventRecorder
 from vnode.controllers.node import NodeController
-from vnode.controllers.pods import PodController, PodProvider
+from vnode.controllers.pods import PodController
 from vnode.controllers.status import node_addresses
 from vnode.kube.client import ApiClient
+from vnode.kube.events import EventRecorder
 from vnode.kube.informer import Informer
-from vnode.provider import (
-    ExecProvider,
-    LogsProvider,
-    MetricsProvider,
-    NodeProvider,
-    PortForwardProvider,
-)
+from vnode.kube.informers import InformerFactory
+from vnode.provider import Component, Provider
 from vnode.settings import ApiSettings, Settings, default_cert_dir
 
 logger = logging.getLogger(__name__)
-
-
-class Provider(
-    PodProvider,
-    NodeProvider,
-    LogsProvider,
-    ExecProvider,
-    PortForwardProvider,
-    MetricsProvider,
-    Protocol,
-):
-    """A full provider: pods, node, and its own informers and workers."""
-
-    def informers(self) -> Sequence[Informer]:
-        """Informers that must run and sync before any worker starts."""
-
-    async def run(self, *, workers: int) -> None:
-        """Run the provider's own workers until `shut_down`."""
-
-    async def shut_down(self) -> None:
-        """Stop the provider's queues."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,9 +94,12 @@ class VirtualNode:
         settings: Settings,
         upper: UpperClients,
         provider: Provider,
+        informers: InformerFactory,
         clock: Clock | None = None,
     ) -> None:
-        """`clock` (default: the system clock) times serving-certificate renewals."""
+        """`informers` is the factory the provider made its informers with (so the node's
+        own components share them); `clock` (default: the system clock) times
+        serving-certificate renewals."""
         self.settings = settings
         self._clock = clock
         self._clients = upper
@@ -130,6 +111,7 @@ class VirtualNode:
         )
         self.pods = PodController(
             upper=upper.main,
+            informers=informers,
             provider=provider,
             node_name=settings.node.name,
             namespace=settings.pods.namespace,
@@ -137,13 +119,37 @@ class VirtualNode:
             recorder=recorder,
         )
         self.node = NodeController(
-            upper=upper.main, heartbeat=upper.heartbeat, provider=provider, settings=settings.node
+            upper=upper.main,
+            informers=informers,
+            heartbeat=upper.heartbeat,
+            provider=provider,
+            settings=settings.node,
         )
         self.node.on_recovered(self._backend_recovered)
+        self.components: list[Component] = [
+            provider,
+            *provider.components(),
+            self.pods,
+            _KubeletApi(self),
+            self.node,
+        ]
+        """Everything the node runs, in start order (see the module docstring)."""
+
+    def informers(self) -> list[Informer]:
+        """Every informer of every component, each once."""
+        seen: dict[int, Informer] = {}
+        for component in self.components:
+            for informer in component.informers():
+                seen.setdefault(id(informer), informer)
+        return list(seen.values())
+
+    def ready(self) -> bool:
+        """Whether every component does its work (the Node registered included)."""
+        return all(component.ready() for component in self.components)
 
     def _backend_recovered(self) -> None:
         logger.info("the provider is reachable again: resuming watches and pending pods")
-        for informer in self._provider.informers():
+        for informer in self.informers():
             informer.retry_now()
         self.pods.resync()
 
@@ -152,20 +158,34 @@ class VirtualNode:
         self._stop.set()
 
     async def run(self) -> None:
-        """Run until `stop()`; raises StartupError if the caches do not sync in time."""
-        informers = [*self._provider.informers(), self.pods.informer, self.node.informer]
-        async with (
-            self._metrics_server(),
-            self._kubelet_api() as keep_certificate,
-            asyncio.TaskGroup() as group,
-        ):
+        """Run until `stop()`. Raises StartupError if the caches do not sync in time, and
+        whatever a component's `start()` raised."""
+        started: list[Component] = []
+        shut: set[int] = set()
+
+        async def shut_down(components: Sequence[Component]) -> None:
+            for component in reversed(components):
+                if id(component) not in shut:
+                    shut.add(id(component))
+                    await component.shut_down()
+
+        async with self._metrics_server():
+            try:
+                for component in self.components:
+                    if self._stop.is_set():
+                        return
+                    await component.start()
+                    started.append(component)
+                await self._run_started(shut_down)
+            finally:
+                await shut_down(started)
+
+    async def _run_started(
+        self, shut_down: Callable[[Sequence[Component]], Awaitable[None]]
+    ) -> None:
+        informers = self.informers()
+        async with asyncio.TaskGroup() as group:
             background = [group.create_task(i.run(), name=f"informer-{i.name}") for i in informers]
-            if keep_certificate is not None:
-                # Registration, lease and pods never wait for this task: a CSR may wait
-                # for a human to approve it.
-                background.append(
-                    group.create_task(keep_certificate(), name="kubelet-api-certificates")
-                )
             stop = group.create_task(self._stop.wait(), name="stop-signal")
             await self._wait_synced(informers, stop)
             if stop.done():
@@ -173,15 +193,9 @@ class VirtualNode:
                     task.cancel()
                 return
             logger.info("caches synced; starting workers")
-            work = [
-                group.create_task(
-                    self._provider.run(workers=self.settings.pods.workers), name="provider-workers"
-                ),
-                group.create_task(self.pods.run(), name="pod-controller"),
-            ]
-            background.append(group.create_task(self.node.run(), name="node-controller"))
+            work = [group.create_task(c.run(), name=c.name) for c in self.components]
             await stop
-            await self._drain(work)
+            await self._drain(work, shut_down)
             for task in background + work:
                 task.cancel()
 
@@ -207,12 +221,15 @@ class VirtualNode:
             with contextlib.suppress(asyncio.CancelledError):
                 await synced
 
-    async def _drain(self, work: list[asyncio.Task[None]]) -> None:
+    async def _drain(
+        self,
+        work: list[asyncio.Task[None]],
+        shut_down: Callable[[Sequence[Component]], Awaitable[None]],
+    ) -> None:
         logger.info(
             "stopping: finishing in-flight work (up to %.0fs)", self.settings.shutdown_timeout
         )
-        await self.pods.shut_down()
-        await self._provider.shut_down()
+        await shut_down(self.components)
         _done, pending = await asyncio.wait(work, timeout=self.settings.shutdown_timeout)
         if pending:
             logger.warning(
@@ -359,6 +376,51 @@ class VirtualNode:
             yield
         finally:
             await runner.cleanup()
+
+
+class _KubeletApi:
+    """The kubelet HTTPS API as a component of the node: `start` binds KUBELET_PORT and
+    loads what can be checked (raising StartupError), `run` keeps the serving certificate,
+    `shut_down` stops serving (see `VirtualNode._kubelet_api`)."""
+
+    name = "kubelet-api"
+
+    def __init__(self, node: VirtualNode) -> None:
+        self._node = node
+        self._stack = contextlib.AsyncExitStack()
+        self._keep: Callable[[], Coroutine[Any, Any, None]] | None = None
+        self._stopped = asyncio.Event()
+        self._started = False
+
+    def informers(self) -> Sequence[Informer]:
+        """None of its own: it reads the pod controller's cache."""
+        return []
+
+    async def start(self) -> None:
+        """Bind the port and start serving (or wait for a CSR's certificate)."""
+        self._keep = await self._stack.enter_async_context(self._node._kubelet_api())
+        self._started = True
+
+    def ready(self) -> bool:
+        """Whether the API is set up (it may still wait for a certificate from a CSR)."""
+        return self._started
+
+    async def run(self) -> None:
+        """Keep the serving certificate fresh until `shut_down`."""
+        if self._keep is None:
+            await self._stopped.wait()
+            return
+        async with asyncio.TaskGroup() as group:
+            # Registration, lease and pods never wait for this task: a CSR may wait for a
+            # human to approve it.
+            keeper = group.create_task(self._keep(), name="kubelet-api-certificates")
+            await self._stopped.wait()
+            keeper.cancel()
+
+    async def shut_down(self) -> None:
+        """Stop serving (requests in flight get a moment to finish)."""
+        self._stopped.set()
+        await self._stack.aclose()
 
 
 def _tls_from_files(api: ApiSettings) -> ssl.SSLContext:

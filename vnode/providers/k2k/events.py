@@ -13,6 +13,7 @@ from typing import Any
 from vnode.kube import errors
 from vnode.kube.client import MERGE_PATCH, ApiClient
 from vnode.kube.informer import Handlers, Informer
+from vnode.kube.informers import InformerFactory
 from vnode.kube.resources import EVENTS
 from vnode.kube.store import Obj
 from vnode.kube.workqueue import WorkQueue
@@ -74,12 +75,18 @@ class EventMirror:
     """Watches lower pod Events and copies those about owned pods upstairs."""
 
     def __init__(
-        self, *, upper: ApiClient, lower: ApiClient, owner: naming.Owner, lower_pods: Informer
+        self,
+        *,
+        upper: ApiClient,
+        lower: ApiClient,
+        owner: naming.Owner,
+        lower_pods: Informer,
+        informers: InformerFactory,
     ):
         self._upper = upper
         self._owner = owner
         self._lower_pods = lower_pods
-        self.informer = Informer(
+        self.informer = informers.informer(
             lower, EVENTS, name="lower-events", field_selector="involvedObject.kind=Pod"
         )
         self.queue = WorkQueue(name="events_from_lower")

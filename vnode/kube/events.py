@@ -1,4 +1,5 @@
-"""Events about upper pods, as a kubelet records them (`kubectl describe pod` shows them).
+"""Events about objects, as a kubelet or a controller records them (`kubectl describe`
+shows them): the pods a virtual node runs, the Services and claims it mirrors.
 
 Repeats are aggregated as client-go's EventCorrelator does: an event identical to one
 recorded before (same object, type, reason and message) bumps that Event's `count` and
@@ -8,16 +9,17 @@ line "(x12 over 3m)" rather than a page of them.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import secrets
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from vnode.controllers.status import now_rfc3339
 from vnode.kube import errors
 from vnode.kube.client import MERGE_PATCH, ApiClient
 from vnode.kube.resources import EVENTS
+from vnode.kube.timestamps import rfc3339
 
 logger = logging.getLogger(__name__)
 
@@ -27,15 +29,15 @@ _Seen = tuple[str, str, str, str, str]
 
 
 class EventRecorder:
-    """Writes core/v1 Events to the upper cluster; failures are logged, never raised."""
+    """Writes core/v1 Events to one cluster; failures are logged, never raised."""
 
     def __init__(
-        self, upper: ApiClient, *, component: str, host: str, remembered: int = 4096
+        self, client: ApiClient, *, component: str, host: str, remembered: int = 4096
     ) -> None:
         """`component` is the source component (virtual-kubelet uses "<node>/pod-controller");
         `remembered` bounds how many distinct recent events are kept for aggregation (client-go
         keeps 4096 too)."""
-        self._upper = upper
+        self._client = client
         self._source = {"component": component, "host": host}
         self._remembered = remembered
         self._seen: OrderedDict[_Seen, tuple[str, int]] = OrderedDict()
@@ -46,7 +48,7 @@ class EventRecorder:
         meta: Mapping[str, Any] = obj.get("metadata") or {}
         namespace = str(meta.get("namespace") or "default")
         message = message[:1024]
-        now = now_rfc3339()
+        now = rfc3339(dt.datetime.now(dt.UTC))
         seen_key = (str(meta.get("uid")), namespace, type, reason, message)
         seen = self._seen.get(seen_key)
         if seen is not None:
@@ -79,7 +81,7 @@ class EventRecorder:
             "count": 1,
         }
         try:
-            await self._upper.request("POST", EVENTS.path(namespace=namespace), body=event)
+            await self._client.request("POST", EVENTS.path(namespace=namespace), body=event)
         except (errors.ApiError, errors.ApiUnavailable) as exc:
             logger.warning("could not record event %s on %s: %s", reason, meta.get("name"), exc)
             return
@@ -93,7 +95,7 @@ class EventRecorder:
         # the caller then records a new one, as client-go does.
         patch = {"count": count, "lastTimestamp": now}
         try:
-            await self._upper.request(
+            await self._client.request(
                 "PATCH",
                 EVENTS.path(namespace=namespace, name=name),
                 body=patch,
