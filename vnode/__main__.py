@@ -148,6 +148,7 @@ async def _run(
             upper_namespace=settings.pods.namespace,
             kubelets=kubelets,
             workers=settings.pods.workers,
+            controllers=settings.controllers,
         )
         node = VirtualNode(
             settings=settings,

@@ -43,8 +43,20 @@ class EventRecorder:
         self._seen: OrderedDict[_Seen, tuple[str, int]] = OrderedDict()
         """Recent events -> (Event name, count), least recently recorded first."""
 
-    async def record(self, obj: Mapping[str, Any], *, type: str, reason: str, message: str) -> None:
-        """Record an Event of `type` (Normal, Warning) about `obj`, or count a repeat."""
+    async def record(
+        self,
+        obj: Mapping[str, Any],
+        *,
+        type: str,
+        reason: str,
+        message: str,
+        kind: str | None = None,
+        api_version: str | None = None,
+    ) -> None:
+        """Record an Event of `type` (Normal, Warning) about `obj`, or count a repeat.
+
+        `kind`/`api_version` name the involved object's type when `obj` does not (objects
+        from a list carry neither; default: its own, else a v1 Pod)."""
         meta: Mapping[str, Any] = obj.get("metadata") or {}
         namespace = str(meta.get("namespace") or "default")
         message = message[:1024]
@@ -66,8 +78,8 @@ class EventRecorder:
                 "namespace": namespace,
             },
             "involvedObject": {
-                "apiVersion": obj.get("apiVersion", "v1"),
-                "kind": obj.get("kind", "Pod"),
+                "apiVersion": api_version or obj.get("apiVersion", "v1"),
+                "kind": kind or obj.get("kind", "Pod"),
                 "name": meta.get("name"),
                 "namespace": meta.get("namespace"),
                 "uid": meta.get("uid"),

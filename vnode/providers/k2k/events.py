@@ -1,8 +1,9 @@
-"""Mirror lower-cluster Events about forwarded pods onto their upper pods.
+"""Mirror lower-cluster Events about forwarded pods and claims onto their upper objects.
 
 So `kubectl describe pod` in the upper cluster shows why a pod waits or fails below
-(FailedScheduling, Pulled, BackOff, ...). Each lower Event becomes one upper Event of the
-same name in the upper pod's namespace; a repeat (count, lastTimestamp) updates it.
+(FailedScheduling, Pulled, BackOff, ...), and `kubectl describe pvc` why a claim is not
+bound below. Each lower Event becomes one upper Event of the same name in the upper
+object's namespace; a repeat (count, lastTimestamp) updates it.
 """
 
 from __future__ import annotations
@@ -39,10 +40,13 @@ ROUTINE_REASONS = frozenset({"Scheduled"})
 upper write each, while the upper pod's own Scheduled event already tells the story."""
 
 
-def upper_event(lower_event: Mapping[str, Any], *, lower_pod: Mapping[str, Any]) -> Obj | None:
-    """Return the upper Event for a lower Event about an owned pod, or None (pure).
+def upper_event(
+    lower_event: Mapping[str, Any], *, lower_pod: Mapping[str, Any], kind: str = "Pod"
+) -> Obj | None:
+    """Return the upper Event for a lower Event about an owned pod (or claim: `kind`), or
+    None (pure).
 
-    The involved object becomes the upper pod (namespace, name, UID from the ownership
+    The involved object becomes the upper object (namespace, name, UID from the ownership
     annotations); everything the user reads (reason, message, type, counts, times,
     reporting component) is kept.
     """
@@ -58,7 +62,7 @@ def upper_event(lower_event: Mapping[str, Any], *, lower_pod: Mapping[str, Any])
         "metadata": {"name": lower_event["metadata"]["name"], "namespace": upper_ns},
         "involvedObject": {
             "apiVersion": "v1",
-            "kind": "Pod",
+            "kind": kind,
             "namespace": upper_ns,
             "name": involved.get("name"),
             "uid": upper_uid,
@@ -72,7 +76,7 @@ def upper_event(lower_event: Mapping[str, Any], *, lower_pod: Mapping[str, Any])
 
 
 class EventMirror:
-    """Watches lower pod Events and copies those about owned pods upstairs."""
+    """Watches lower Events about one kind and copies those about owned objects upstairs."""
 
     def __init__(
         self,
@@ -80,16 +84,21 @@ class EventMirror:
         upper: ApiClient,
         lower: ApiClient,
         owner: naming.Owner,
-        lower_pods: Informer,
+        lower_objects: Informer,
         informers: InformerFactory,
+        kind: str = "Pod",
+        name: str = "lower-events",
     ):
+        """`lower_objects` caches the lower objects of `kind` (owned ones at least);
+        `name` names the Events informer and, with "_from_lower", its queue."""
         self._upper = upper
         self._owner = owner
-        self._lower_pods = lower_pods
+        self._kind = kind
+        self._lower_pods = lower_objects
         self.informer = informers.informer(
-            lower, EVENTS, name="lower-events", field_selector="involvedObject.kind=Pod"
+            lower, EVENTS, name=name, field_selector=f"involvedObject.kind={kind}"
         )
-        self.queue = WorkQueue(name="events_from_lower")
+        self.queue = WorkQueue(name="events_from_lower" if kind == "Pod" else f"{name}_from_lower")
         self.informer.add_handlers(
             Handlers(on_add=self._changed, on_update=lambda _old, new: self._changed(new))
         )
@@ -118,7 +127,7 @@ class EventMirror:
         pod = self._owned_pod(lower_event)
         if pod is None:
             return
-        event = upper_event(lower_event, lower_pod=pod)
+        event = upper_event(lower_event, lower_pod=pod, kind=self._kind)
         if event is None:
             return
         ns = event["metadata"]["namespace"]

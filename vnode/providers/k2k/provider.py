@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from typing import Any
 
 import aiohttp
@@ -17,9 +25,10 @@ import aiohttp
 from vnode import errors as provider_errors
 from vnode.kube import errors
 from vnode.kube.client import STRATEGIC_MERGE_PATCH, ApiClient
+from vnode.kube.events import EventRecorder
 from vnode.kube.informer import Handlers, Informer
 from vnode.kube.informers import InformerFactory
-from vnode.kube.mirror import Refused
+from vnode.kube.mirror import Mirror, MirrorSpec, Refused
 from vnode.kube.resources import NODES, PODS, pod_is_terminal
 from vnode.kube.store import Obj
 from vnode.provider import (
@@ -30,11 +39,13 @@ from vnode.provider import (
     RemoteCommand,
     RemoteSession,
 )
-from vnode.providers.k2k import capacity, naming, podsecurity, slim, translate
+from vnode.providers.k2k import capacity, naming, podsecurity, services, slim, translate, volumes
 from vnode.providers.k2k.dependencies import DependencySync
 from vnode.providers.k2k.events import EventMirror
 from vnode.providers.k2k.namespaces import LowerNamespaces
+from vnode.providers.k2k.provisioner import VolumeProvisioner
 from vnode.providers.k2k.scrape import KubeletAccess, ResourceScraper, ThroughApiserver
+from vnode.settings import PV_CONTROLLERS, SERVICE_CONTROLLERS, ControllerSettings
 
 logger = logging.getLogger(__name__)
 
@@ -66,13 +77,16 @@ class K2KProvider:
         upper_namespace: str | None = None,
         kubelets: KubeletAccess | None = None,
         workers: int = 50,
+        controllers: ControllerSettings | None = None,
     ) -> None:
         """`informers` shares informers with the node's other components; `node_ip` is the
         virtual node's InternalIP, shown as the pods' hostIP upstairs; `upper_events`
         writes the Events mirrored from below (default `upper`; a client of their own keeps
         a flood of them from delaying statuses); `kubelets` how the lower kubelets'
         resource metrics are read (default: through the lower apiserver's node proxy);
-        `workers` bounds concurrent copy updates per kind (--pod-sync-workers)."""
+        `workers` bounds concurrent copy updates per kind (--pod-sync-workers);
+        `controllers` chooses the mirrors of Services and volumes that run beside the
+        dependency copies (default: both, as tensile-kube's --enable-controllers)."""
         self._node_ip = node_ip
         self._node = translation.node_name
         self._owner = translation.owner
@@ -106,8 +120,38 @@ class K2KProvider:
             upper=upper_events or upper,
             lower=lower,
             owner=self._owner,
-            lower_pods=self.pods,
+            lower_objects=self.pods,
             informers=informers,
+        )
+        controllers = controllers or ControllerSettings()
+        self.services = (
+            self._service_mirrors(
+                upper=upper,
+                upper_events=upper_events or upper,
+                lower=lower,
+                informers=informers,
+                controllers=controllers,
+            )
+            if SERVICE_CONTROLLERS in controllers.enabled
+            else []
+        )
+        self.volumes = (
+            VolumeProvisioner(
+                upper=upper,
+                upper_events=upper_events or upper,
+                lower=lower,
+                informers=informers,
+                owner=self._owner,
+                prefix=translation.namespace_prefix,
+                namespaces=self.namespaces,
+                classes=volumes.StorageClassMap(
+                    classes=controllers.lower_storage_classes,
+                    default=controllers.lower_storage_class_default,
+                ),
+                on_resolved=self._notify_key,
+            )
+            if PV_CONTROLLERS in controllers.enabled
+            else None
         )
         self.usage = ResourceScraper(
             access=kubelets or ThroughApiserver(lower),
@@ -143,8 +187,54 @@ class K2KProvider:
         return [self.pods, self.nodes, self.events.informer]
 
     def components(self) -> Sequence[Component]:
-        """The mirrors of pods' ConfigMaps, Secrets and ServiceAccounts (always run)."""
-        return self.dependencies.components()
+        """The mirrors of pods' ConfigMaps, Secrets and ServiceAccounts (always run), then
+        those --enable-controllers chose: Services and EndpointSlices (ServiceControllers),
+        the volume provisioner and its claims mirror (PVControllers)."""
+        chosen: list[Component] = [*self.dependencies.components(), *self.services]
+        if self.volumes is not None:
+            chosen += [self.volumes, *self.volumes.components()]
+        return chosen
+
+    def _service_mirrors(
+        self,
+        *,
+        upper: ApiClient,
+        upper_events: ApiClient,
+        lower: ApiClient,
+        informers: InformerFactory,
+        controllers: ControllerSettings,
+    ) -> list[Mirror]:
+        selection = services.ServiceSelection(namespaces=frozenset(controllers.service_namespaces))
+        # One namespace: watch only it (and need only a Role there upstairs).
+        only = controllers.service_namespaces
+        namespace = only[0] if len(only) == 1 else None
+        prefix = self.t.namespace_prefix
+        recorder = EventRecorder(
+            upper_events, component=f"{self._node}/service-mirror", host=self._node
+        )
+        mirrors = []
+        for make in (services.service_spec, services.slice_spec):
+            spec = make(owner=self._owner, prefix=prefix, selection=selection)
+            resource = spec.source
+            mirrors.append(
+                Mirror(
+                    spec=spec,
+                    source=informers.informer(
+                        upper, resource, name=f"upper-{resource.plural}", namespace=namespace
+                    ),
+                    target=informers.informer(
+                        lower,
+                        resource,
+                        name=f"lower-owned-{resource.plural}",
+                        label_selector=naming.owner_selector(self._owner),
+                    ),
+                    source_client=upper,
+                    target_client=lower,
+                    namespaces=self.namespaces,
+                    on_problem=_problem_recorder(recorder, spec),
+                )
+            )
+        return mirrors
 
     async def start(self) -> None:
         """Read what must be known before the first pod: the lower cluster's version.
@@ -203,6 +293,12 @@ class K2KProvider:
             raise provider_errors.InvalidPod(
                 f'violates PodSecurity "{level}" (--pod-security-level): {"; ".join(reasons)}'
             )
+        if self.volumes is None and (claims := _claims_of(pod)):
+            raise provider_errors.InvalidPod(
+                f"the pod mounts PersistentVolumeClaim {claims[0]}, and this virtual node runs "
+                f"without {PV_CONTROLLERS} (--enable-controllers): its claims are not brought "
+                "below"
+            )
         lower_key = self._lower_key(pod)
         lower_ns, _, _name = lower_key.partition("/")
         existing = self.pods.store.get(lower_key)
@@ -249,6 +345,8 @@ class K2KProvider:
         # has its copies looked at again once it is over: no pod may use them now.
         with self.dependencies.creating(pod):
             ensured = await self.dependencies.ensure(pod)
+            if self.volumes is not None:
+                await self.volumes.ensure_for_pod(pod)
             body = translate.lower_pod(pod, t=self.t, absent=ensured.absent)
             try:
                 await self._lower.request("POST", PODS.path(namespace=lower_ns), body=body)
@@ -287,6 +385,8 @@ class K2KProvider:
     async def delete_pod(self, pod: Obj, *, grace_period: int | None) -> bool:
         """Delete the lower pod gracefully; True once it is gone below."""
         self.dependencies.pod_deleted(_key(pod))
+        if self.volumes is not None:
+            self.volumes.forget_waiting(_key(pod))
         lower = self.backend_pod(pod)
         if lower is None:
             return True
@@ -507,6 +607,34 @@ def _as_provider_errors() -> Iterator[None]:
         raise provider_errors.BackendUnavailable(str(exc)) from exc
     except errors.ApiError as exc:
         raise provider_errors.ProviderError(exc.message or str(exc)) from exc
+
+
+def _claims_of(pod: Mapping[str, Any]) -> list[str]:
+    return [
+        str(v["persistentVolumeClaim"].get("claimName"))
+        for v in (pod.get("spec") or {}).get("volumes") or []
+        if v.get("persistentVolumeClaim")
+    ]
+
+
+def _problem_recorder(
+    recorder: EventRecorder, spec: MirrorSpec
+) -> Callable[[Obj, str], Awaitable[None]]:
+    """Report a mirror's problems (conflicts, refusals) as Warning Events on the upper
+    object, where `kubectl describe` shows them."""
+    api_version = spec.source.api_version
+
+    async def problem(source: Obj, message: str) -> None:
+        await recorder.record(
+            source,
+            type="Warning",
+            reason="MirrorFailed",
+            message=message,
+            kind=spec.kind,
+            api_version=api_version,
+        )
+
+    return problem
 
 
 def _capacity_relevant(pod: Mapping[str, Any]) -> tuple[Any, ...]:
