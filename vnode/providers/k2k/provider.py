@@ -149,6 +149,7 @@ class K2KProvider:
                     default=controllers.lower_storage_class_default,
                 ),
                 on_resolved=self._notify_key,
+                upper_namespace=upper_namespace,
             )
             if PV_CONTROLLERS in controllers.enabled
             else None

@@ -67,10 +67,12 @@ class VolumeProvisioner:
         namespaces: LowerNamespaces,
         classes: volumes.StorageClassMap,
         on_resolved: Callable[[str], None],
+        upper_namespace: str | None = None,
         workers: int = 4,
     ) -> None:
         """`classes` maps upper StorageClasses to lower ones (--lower-storage-class);
-        `on_resolved(upper pod key)` is called when a claim a waiting pod needs changes."""
+        `on_resolved(upper pod key)` is called when a claim a waiting pod needs changes;
+        `upper_namespace` (--namespace) limits it to the claims of the pods it forwards."""
         self._upper = upper
         self._lower = lower
         self._node = owner.node_name
@@ -82,7 +84,10 @@ class VolumeProvisioner:
         self._waiting: dict[str, set[str]] = {}
         """Upper claim key -> upper pods whose creation waits for it."""
         self.claims = informers.informer(
-            upper, PERSISTENT_VOLUME_CLAIMS, name="upper-persistentvolumeclaims"
+            upper,
+            PERSISTENT_VOLUME_CLAIMS,
+            name="upper-persistentvolumeclaims",
+            namespace=upper_namespace,
         )
         self.volumes = informers.informer(
             upper,
