@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from vnode.api import auth
 from vnode.api.certificates import identity_from_addresses
@@ -36,14 +35,7 @@ from vnode.api.certmanager import (
     ServingCertificateManager,
 )
 from vnode.api.certstore import CertificateStore
-from vnode.api.server import (
-    ApiContext,
-    RotatingTls,
-    bound_socket,
-    make_app,
-    reload_certificates,
-    tls_context,
-)
+from vnode.api.server import ApiContext, make_app
 from vnode.controllers.node import NodeController
 from vnode.controllers.pods import PodController
 from vnode.controllers.status import node_addresses
@@ -52,6 +44,9 @@ from vnode.kube.events import EventRecorder
 from vnode.kube.informer import Informer
 from vnode.kube.informers import InformerFactory
 from vnode.provider import Component, Provider
+from vnode.serving import endpoints
+from vnode.serving.sockets import bound_socket
+from vnode.serving.tls import RotatingTls, reload_certificates, tls_context
 from vnode.settings import ApiSettings, Settings, default_cert_dir
 
 logger = logging.getLogger(__name__)
@@ -147,6 +142,14 @@ class VirtualNode:
         """Whether every component does its work (the Node registered included)."""
         return all(component.ready() for component in self.components)
 
+    def _health(self) -> endpoints.Health:
+        """`/readyz` on --metrics-addr: one check per component (its caches synced, the
+        Node registered, ...), so a probe says which part is not ready."""
+        health = endpoints.Health()
+        for component in self.components:
+            health.add_check(component.name, functools.partial(_readiness, component))
+        return health
+
     def _backend_recovered(self) -> None:
         logger.info("the provider is reachable again: resuming watches and pending pods")
         for informer in self.informers():
@@ -169,7 +172,7 @@ class VirtualNode:
                     shut.add(id(component))
                     await component.shut_down()
 
-        async with self._metrics_server():
+        async with endpoints.metrics_server(self.settings.metrics_addr, health=self._health()):
             try:
                 for component in self.components:
                     if self._stop.is_set():
@@ -318,7 +321,11 @@ class VirtualNode:
             tls = _tls_from_files(api)
             await serve(tls)
             return functools.partial(
-                reload_certificates, tls, cert_file=api.cert_file, key_file=api.key_file
+                reload_certificates,
+                tls,
+                cert_file=api.cert_file,
+                key_file=api.key_file,
+                name="kubelet API",
             )
         rotating = _rotating_tls(api, serve=serve)
         manager = self._certificate_manager()
@@ -357,25 +364,6 @@ class VirtualNode:
 
     def _cert_dir(self) -> Path:
         return Path(self.settings.api.cert_dir or default_cert_dir(self.settings.node.name))
-
-    @contextlib.asynccontextmanager
-    async def _metrics_server(self) -> AsyncIterator[None]:
-        addr = self.settings.metrics_addr
-        if not addr:
-            yield
-            return
-        host, _, port = addr.rpartition(":")
-        app = web.Application()
-        app.router.add_get("/metrics", _metrics)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, host or None, int(port))
-        await site.start()
-        logger.info("metrics on http://%s/metrics", addr)
-        try:
-            yield
-        finally:
-            await runner.cleanup()
 
 
 class _KubeletApi:
@@ -423,6 +411,10 @@ class _KubeletApi:
         await self._stack.aclose()
 
 
+def _readiness(component: Component) -> str | None:
+    return None if component.ready() else "not ready"
+
+
 def _tls_from_files(api: ApiSettings) -> ssl.SSLContext:
     """Return the TLS context serving APISERVER_CERT_LOCATION/APISERVER_KEY_LOCATION.
     Raises StartupError naming the file that could not be loaded."""
@@ -446,7 +438,7 @@ def _rotating_tls(
     """Return the TLS side of a CSR-issued certificate. Raises StartupError for a bad
     client CA file."""
     try:
-        return RotatingTls(client_ca_file=api.client_ca_file, serve=serve)
+        return RotatingTls(client_ca_file=api.client_ca_file, serve=serve, name="kubelet API")
     except (OSError, ssl.SSLError) as exc:
         raise StartupError(_bad_client_ca(api, exc)) from exc
 
@@ -456,7 +448,3 @@ def _bad_client_ca(api: ApiSettings, exc: Exception) -> str:
         f"kubelet API: cannot load the client CA file {api.client_ca_file} "
         f"(--client-verify-ca / APISERVER_CA_CERT_LOCATION): {exc}"
     )
-
-
-async def _metrics(_request: web.Request) -> web.Response:
-    return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
