@@ -32,16 +32,19 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NoReturn, Protocol
 
 from vnode.kube import errors
 from vnode.kube.client import MERGE_PATCH, ApiClient
 from vnode.kube.informer import Handlers, Informer
 from vnode.kube.resources import Resource
 from vnode.kube.store import Obj
-from vnode.kube.workqueue import QueueSettings, WorkQueue
+from vnode.kube.workqueue import QueueSettings, Requeue, WorkQueue
 
 logger = logging.getLogger(__name__)
+
+_TERMINATING_RETRY = 5.0
+"""Seconds before a key whose target namespace is being deleted is looked at again."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,8 @@ class MirrorSpec:
     report: Callable[[Obj, Obj], Obj | None] | None = None
     """(source, its target) -> a merge patch that records something of the target on the
     source (e.g. the lower ClusterIP), or None when the source already shows it."""
+    describe: Callable[[Obj], str] = lambda _target: "not this mirror's"
+    """A target that is not owned -> whose it is, for conflict messages ("owned by ...")."""
     stands_for: Callable[[Obj, Obj], bool] = _always
     """(owned target, source of its key) -> whether the target was made for this very
     source object: False (e.g. another UID) makes it the leftover of an earlier object of
@@ -377,55 +382,74 @@ class Mirror:
         (`_Existed` with `raise_conflict`, else handled here as a conflict or an update)."""
         desired = self.spec.translate(source)
         namespace = desired.get("metadata", {}).get("namespace")
-        if namespace and self._namespaces is not None:
-            try:
-                await self._namespaces.ensure(
-                    namespace, source_namespace=str(source["metadata"]["namespace"])
-                )
-            except Refused as exc:
-                await self._problem(source, str(exc))
-                raise
+        await self._prepare_namespace(namespace, source)
         path = self.spec.target.path(namespace=namespace)
         for attempt in (1, 2):
             try:
                 created = await self._target_client.request("POST", path, body=desired)
                 break
             except errors.AlreadyExists:
-                name = desired["metadata"]["name"]
                 existing = await self._target_client.request(
-                    "GET", self.spec.target.path(namespace=namespace, name=name)
+                    "GET",
+                    self.spec.target.path(namespace=namespace, name=desired["metadata"]["name"]),
                 )
-                if raise_conflict:
-                    raise _Existed(existing) from None
-                if not self.spec.owned(existing):
-                    if not self.spec.shared(existing, desired):
-                        await self._conflict(key, source, existing)
-                    return None
-                if not self.spec.stands_for(existing, source):
-                    await self._conflict(key, source, existing)
-                    return None
-                return await self._apply(key, source, existing)
+                return await self._existing(
+                    key, source, desired, existing, raise_conflict=raise_conflict
+                )
             except errors.NotFound:
                 # The only NotFound a create gets: the namespace went under us. Make it
                 # again, once.
                 if attempt == 2 or not namespace or self._namespaces is None:
                     raise
                 self._namespaces.forget(namespace)
-                await self._namespaces.ensure(
-                    namespace, source_namespace=str(source["metadata"]["namespace"])
-                )
+                await self._prepare_namespace(namespace, source)
             except (errors.Invalid, errors.Forbidden, errors.BadRequest) as exc:
-                await self._problem(
-                    source,
-                    f"the target cluster refused {self.spec.target.kind} {_key(desired)}: "
-                    f"{exc.message}",
-                )
-                raise
+                await self._refused(source, f"{self.spec.target.kind} {_key(desired)}", exc)
         target_key = self.spec.target_key(key)
         self._created[target_key] = created
         self._deleted.pop(target_key, None)
         logger.info("%s: created %s", self.name, _key(created))
         return created
+
+    async def _prepare_namespace(self, namespace: str | None, source: Obj) -> None:
+        if not namespace or self._namespaces is None:
+            return
+        try:
+            await self._namespaces.ensure(
+                namespace, source_namespace=str(source["metadata"]["namespace"])
+            )
+        except Refused as exc:
+            await self._problem(source, str(exc))
+            raise
+
+    async def _existing(
+        self, key: str, source: Obj, desired: Obj, existing: Obj, *, raise_conflict: bool
+    ) -> Obj | None:
+        """What a create that found `existing` in the way does with it."""
+        if existing.get("metadata", {}).get("deletionTimestamp"):
+            # Replaced, or collected a moment ago, and held by a finalizer: make the copy
+            # once the old one is gone.
+            raise Requeue(1.0, f"{_key(existing)} is still being deleted")
+        if raise_conflict:
+            raise _Existed(existing)
+        if not self.spec.owned(existing):
+            if not self.spec.shared(existing, desired):
+                await self._conflict(key, source, existing)
+            return None
+        if not self.spec.stands_for(existing, source):
+            await self._conflict(key, source, existing)
+            return None
+        return await self._apply(key, source, existing)
+
+    async def _refused(self, source: Obj, what: str, exc: errors.ApiError) -> NoReturn:
+        """Report the target cluster's refusal (write `what` it refused) and re-raise it;
+        one in a namespace being deleted is only waited out."""
+        if exc.namespace_terminating:
+            # Its namespace is going (often in both clusters): nothing to report; the
+            # source's own deletion usually settles the key meanwhile.
+            raise Requeue(_TERMINATING_RETRY, exc.message) from exc
+        await self._problem(source, f"the target cluster refused {what}: {exc.message}")
+        raise exc
 
     async def _apply(self, key: str, source: Obj, current: Obj) -> Obj:
         desired = self.spec.translate(source)
@@ -445,12 +469,9 @@ class Mirror:
                 "PATCH", path, body=change.body, content_type=change.content_type
             )
         except (errors.Invalid, errors.Forbidden, errors.BadRequest) as exc:
-            await self._problem(
-                source,
-                f"the target cluster refused the update of {self.spec.target.kind} "
-                f"{_key(current)}: {exc.message}",
+            await self._refused(
+                source, f"the update of {self.spec.target.kind} {_key(current)}", exc
             )
-            raise
         return updated
 
     async def _delete(self, current: Obj) -> None:
@@ -487,9 +508,14 @@ class Mirror:
             pass  # the source went meanwhile; its deletion brings the key back
 
     async def _conflict(self, key: str, source: Obj, current: Obj) -> None:
+        whose = (
+            "kept for an earlier object of the same name"
+            if self.spec.owned(current)
+            else self.spec.describe(current)
+        )
         message = (
-            f"{self.spec.target.kind} {_key(current)} exists in the target cluster and is not "
-            f"this mirror's; leaving it alone (the {self.spec.kind} {key} is not mirrored)"
+            f"{self.spec.target.kind} {_key(current)} exists in the target cluster and is "
+            f"{whose}; leaving it alone (the {self.spec.kind} {key} is not mirrored)"
         )
         if (key, _uid(current)) not in self._reported:
             self._reported.add((key, _uid(current)))

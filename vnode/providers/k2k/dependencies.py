@@ -128,6 +128,7 @@ def copy_spec(*, kind: str, owner: naming.Owner, prefix: str) -> MirrorSpec:
         compare=compare,
         collectable=lambda _lower, _upper: True,
         owned=lambda lower: naming.is_owned(lower, owner=owner),
+        describe=naming.owner_of,
         target_key=lambda key: naming.lower_key(key, prefix=prefix),
         source_key=lambda lower: naming.upper_key_of(lower, prefix=prefix),
         creation="on_request",

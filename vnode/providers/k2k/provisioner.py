@@ -240,8 +240,9 @@ class VolumeProvisioner:
             return
         storage_class = self._class_of(claim)
         if volumes.wants_provisioning(claim, node_name=self._node, storage_class=storage_class):
-            await self._provision(key, claim, storage_class or {})
-            return
+            if self.volumes.store.get(volumes.volume_name(claim)) is None:
+                await self._provision(key, claim, storage_class or {})
+            return  # else provisioned: the upper PV controller is binding the two
         lower = self._lower_of(key, claim)
         if lower is None:
             return

@@ -240,6 +240,7 @@ def claim_spec(
         compare=compare_claim,
         collectable=claim_collectable,
         owned=lambda lower: naming.is_owned(lower, owner=owner),
+        describe=naming.owner_of,
         target_key=lambda key: naming.lower_key(key, prefix=prefix),
         source_key=lambda lower: naming.upper_key_of(lower, prefix=prefix),
         creation="on_request",
