@@ -94,7 +94,7 @@ class EventMirror:
         self._upper = upper
         self._owner = owner
         self._kind = kind
-        self._lower_pods = lower_objects
+        self._lower_objects = lower_objects
         self.informer = informers.informer(
             lower, EVENTS, name=name, field_selector=f"involvedObject.kind={kind}"
         )
@@ -103,9 +103,9 @@ class EventMirror:
             Handlers(on_add=self._changed, on_update=lambda _old, new: self._changed(new))
         )
 
-    def _owned_pod(self, event: Mapping[str, Any]) -> Obj | None:
+    def _owned_object(self, event: Mapping[str, Any]) -> Obj | None:
         involved = event.get("involvedObject") or {}
-        pod = self._lower_pods.store.get(f"{involved.get('namespace')}/{involved.get('name')}")
+        pod = self._lower_objects.store.get(f"{involved.get('namespace')}/{involved.get('name')}")
         if pod is None or not naming.is_owned(pod, owner=self._owner):
             return None
         if involved.get("uid") and involved["uid"] != pod["metadata"].get("uid"):
@@ -115,7 +115,7 @@ class EventMirror:
     def _changed(self, event: Obj) -> None:
         if event.get("reason") in ROUTINE_REASONS and event.get("type") == "Normal":
             return
-        if self._owned_pod(event) is not None:
+        if self._owned_object(event) is not None:
             meta = event["metadata"]
             self.queue.add(f"{meta['namespace']}/{meta['name']}")
 
@@ -124,7 +124,7 @@ class EventMirror:
         lower_event = self.informer.store.get(key)
         if lower_event is None:
             return
-        pod = self._owned_pod(lower_event)
+        pod = self._owned_object(lower_event)
         if pod is None:
             return
         event = upper_event(lower_event, lower_pod=pod, kind=self._kind)

@@ -96,6 +96,7 @@ class K2KProvider:
         self._started = False
         self.namespaces = LowerNamespaces(
             lower=lower,
+            upper=upper,
             owner=self._owner,
             prefix=translation.namespace_prefix,
             pod_security_level=translation.pod_security_level,

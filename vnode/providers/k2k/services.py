@@ -27,7 +27,7 @@ What is left out below, and why:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -203,7 +203,7 @@ def compare_service(lower: Mapping[str, Any], desired: Mapping[str, Any]) -> Cha
     return Patch(patch) if patch else None
 
 
-def report_cluster_ip(node_name: str) -> Any:
+def report_cluster_ip(node_name: str) -> Callable[[Obj, Obj], Obj | None]:
     """Return the `MirrorSpec.report` function recording the lower ClusterIP on the upper
     Service under `cluster_ip_annotation(node_name)` (ExternalName Services have none)."""
     key = cluster_ip_annotation(node_name)
@@ -219,7 +219,7 @@ def report_cluster_ip(node_name: str) -> Any:
     return report
 
 
-def _owned_by(owner: naming.Owner) -> Any:
+def _owned_by(owner: naming.Owner) -> Callable[[Obj], bool]:
     def owned(lower: Obj) -> bool:
         return naming.is_owned(lower, owner=owner)
 
