@@ -6,6 +6,7 @@ virtual nodes mirror them into their lower clusters, the lower controllers leave
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -320,3 +321,53 @@ def test_each_virtual_node_gives_its_lower_cluster_the_service_with_every_endpoi
                 and mirrored_ips(client, namespace, "api") == ips
             ),
         )
+
+
+def test_a_service_being_deleted_leaves_and_brings_no_namespace_back(
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str
+) -> None:
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    base = f"/api/v1/namespaces/{namespace}/services"
+    held = service("held")
+    held["metadata"]["finalizers"] = ["test.tensile.io/hold"]
+    upper.request("POST", base, body=held)
+    wait_for("the Service below", lambda: get(lower, f"{base}/held"))
+    # Deleting it upstairs only marks it (the finalizer holds it): it stops serving there,
+    # and its copy goes.
+    upper.request("DELETE", f"{base}/held")
+    going = f"going-{secrets.token_hex(3)}"
+    try:
+        wait_for("the copy gone", lambda: get(lower, f"{base}/held") is None)
+        # An upper namespace being deleted whose lower namespace is gone already: held
+        # Services in it never bring the lower namespace back.
+        upper.request(
+            "POST",
+            "/api/v1/namespaces",
+            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": going}},
+        )
+        stuck = service("stuck")
+        stuck["metadata"]["finalizers"] = ["test.tensile.io/hold"]
+        wait_for(
+            "the default ServiceAccount",
+            lambda: get(upper, f"/api/v1/namespaces/{going}/serviceaccounts/default"),
+        )
+        upper.request("POST", f"/api/v1/namespaces/{going}/services", body=stuck)
+        wait_for("its namespace made below", lambda: get(lower, f"/api/v1/namespaces/{going}"))
+        upper.request("DELETE", f"/api/v1/namespaces/{going}")
+        lower.request("DELETE", f"/api/v1/namespaces/{going}")
+        wait_for(
+            "the lower namespace gone",
+            lambda: get(lower, f"/api/v1/namespaces/{going}") is None,
+            timeout=60,
+        )
+        time.sleep(3.0)
+        assert get(lower, f"/api/v1/namespaces/{going}") is None
+    finally:
+        for path in (f"{base}/held", f"/api/v1/namespaces/{going}/services/stuck"):
+            try:
+                upper.request(
+                    "PATCH", path, body={"metadata": {"finalizers": None}}, content_type=MERGE
+                )
+            except ApiStatusError as exc:
+                if exc.code != 404:
+                    raise

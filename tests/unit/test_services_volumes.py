@@ -144,6 +144,14 @@ def test_which_services_are_mirrored() -> None:
     assert not spec.selects({"metadata": {"namespace": "app", "labels": {}}})
 
 
+def test_a_service_being_deleted_is_not_mirrored() -> None:
+    spec = services.service_spec(owner=OWNER, prefix="", selection=ALL)
+    going = upper_service()
+    assert spec.selects(going)
+    going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert not spec.selects(going)
+
+
 def test_the_cluster_ip_is_recorded_per_virtual_node() -> None:
     report = services.report_cluster_ip("vn-a")
     upper = upper_service()

@@ -232,8 +232,12 @@ def service_spec(*, owner: naming.Owner, prefix: str, selection: ServiceSelectio
     upper cluster made serves as it is."""
 
     def selects(upper: Obj) -> bool:
+        # A Service being deleted (held by a finalizer, e.g. a load balancer's cleanup, or
+        # its namespace going) no longer serves upstairs: its copy goes too.
         meta = upper.get("metadata") or {}
-        return selection.covers(str(meta.get("namespace")), str(meta.get("name")))
+        return not meta.get("deletionTimestamp") and selection.covers(
+            str(meta.get("namespace")), str(meta.get("name"))
+        )
 
     return MirrorSpec(
         name="services_to_lower",
