@@ -40,11 +40,11 @@ from vnode.api.server import (
     reload_certificates,
     tls_context,
 )
-from vnode.controllers.events import EventRecorder
 from vnode.controllers.node import NodeController
 from vnode.controllers.pods import PodController, PodProvider
 from vnode.controllers.status import node_addresses
 from vnode.kube.client import ApiClient
+from vnode.kube.events import EventRecorder
 from vnode.kube.informer import Informer
 from vnode.provider import (
     ExecProvider,

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from vnode.kube.resources import TERMINAL_PHASES
-from vnode.kube.timestamps import rfc3339
+from vnode.kube.timestamps import rfc3339, rfc3339_micro
 from vnode.settings import NodeSettings
 
 _MUTABLE_SPEC = ("containers", "initContainers", "activeDeadlineSeconds", "tolerations")
@@ -23,7 +23,7 @@ def now_rfc3339(now: dt.datetime | None = None) -> str:
 
 def now_micro(now: dt.datetime | None = None) -> str:
     """Return `now` as a Kubernetes MicroTime (Lease renewTime)."""
-    return (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return rfc3339_micro(now or dt.datetime.now(dt.UTC))
 
 
 def spec_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
