@@ -17,10 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# tensile-kube compatible names (exact strings).
-VIRTUAL_POD_LABEL = "virtual-pod"
-VIRTUAL_POD_VALUE = "true"
-CLUSTER_SELECTOR_ANNOTATION = "clusterSelector"
+from vnode.contracts import clusterselector
+from vnode.contracts import labels as contract_labels
+
+# tensile-kube compatible names (exact strings); those the webhook and the descheduler use
+# too are defined in vnode.contracts.
+VIRTUAL_POD_LABEL = contract_labels.VIRTUAL_POD_LABEL
+VIRTUAL_POD_VALUE = contract_labels.VIRTUAL_POD_VALUE
+CLUSTER_SELECTOR_ANNOTATION = clusterselector.ANNOTATION
 TRIPPED_LABELS_ANNOTATION = "tripped-labels"
 GLOBAL_ANNOTATION = "global"
 

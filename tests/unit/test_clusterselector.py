@@ -1,0 +1,103 @@
+"""The `clusterSelector` contract between the webhook (writer) and the virtual node (reader)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vnode.contracts import clusterselector
+
+ZONE = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+NODE3 = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["lower-node-3"]}]}
+NOT_READY_300 = {
+    "key": "node.kubernetes.io/not-ready",
+    "operator": "Exists",
+    "effect": "NoExecute",
+    "tolerationSeconds": 300,
+}
+
+
+def test_the_annotation_is_tensile_kubes_compact_json_in_go_field_order() -> None:
+    value = clusterselector.render(
+        node_selector={"disk": "ssd"},
+        node_selector_terms=[ZONE, NODE3],
+        tolerations=[NOT_READY_300],
+    )
+    assert value == (
+        '{"nodeSelector":{"disk":"ssd"},"affinity":{"nodeAffinity":'
+        '{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":['
+        '{"matchExpressions":[{"key":"zone","operator":"In","values":["a"]}]},'
+        '{"matchFields":[{"key":"metadata.name","operator":"In","values":["lower-node-3"]}]}]}}},'
+        '"tolerations":[{"key":"node.kubernetes.io/not-ready","operator":"Exists",'
+        '"effect":"NoExecute","tolerationSeconds":300}]}'
+    )
+    assert clusterselector.parse(value) == json.loads(value)
+    assert clusterselector.required_terms(json.loads(value)) == [ZONE, NODE3]
+
+
+def test_empty_parts_are_left_out() -> None:
+    assert clusterselector.render(node_selector={}, node_selector_terms=[], tolerations=[]) == "{}"
+    assert clusterselector.render(
+        node_selector={"disk": "ssd"}, node_selector_terms=(), tolerations=()
+    ) == ('{"nodeSelector":{"disk":"ssd"}}')
+    assert clusterselector.parse("{}") == {}
+    assert clusterselector.required_terms({}) == []
+
+
+def test_the_added_tolerations_are_recognised_by_the_reader() -> None:
+    for seconds in (None, 0, 300, 86400):
+        added = clusterselector.added_tolerations(seconds=seconds)
+        assert all(clusterselector.is_added_toleration(t) for t in added)
+    assert clusterselector.added_tolerations(seconds=60) == [
+        {"key": "virtual-kubelet.io/provider", "operator": "Exists"},
+        {**NOT_READY_300, "tolerationSeconds": 60},
+        {**NOT_READY_300, "key": "node.kubernetes.io/unreachable", "tolerationSeconds": 60},
+    ]
+    custom = clusterselector.added_tolerations(taint_key="example.com/vk", seconds=None)
+    assert custom[0] == {"key": "example.com/vk", "operator": "Exists"}
+    assert clusterselector.is_added_toleration(custom[0], taint_key="example.com/vk")
+    assert not clusterselector.is_added_toleration(custom[0])
+    for theirs in (
+        {"key": "gpu", "operator": "Exists"},
+        {**NOT_READY_300, "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/not-ready", "operator": "Equal", "value": "x"},
+        {"key": "virtual-kubelet.io/provider", "operator": "Equal", "value": "k8s"},
+        "not a toleration",
+    ):
+        assert not clusterselector.is_added_toleration(theirs)
+
+
+labels = st.text(st.sampled_from("abz09-./"), min_size=1, max_size=8)
+requirements = st.fixed_dictionaries(
+    {"key": labels, "operator": st.sampled_from(["In", "NotIn"]), "values": st.lists(labels)}
+)
+terms = st.fixed_dictionaries({"matchExpressions": st.lists(requirements, min_size=1)})
+tolerations = st.fixed_dictionaries(
+    {"key": labels, "operator": st.just("Exists")},
+    optional={"effect": st.sampled_from(["NoSchedule", "NoExecute"])},
+)
+
+
+@given(
+    node_selector=st.dictionaries(labels, labels, max_size=3),
+    node_selector_terms=st.lists(terms, max_size=3),
+    tolerations=st.lists(tolerations, max_size=3),
+)
+def test_what_the_writer_renders_the_reader_parses_back(
+    node_selector: dict[str, str],
+    node_selector_terms: list[dict[str, Any]],
+    tolerations: list[dict[str, Any]],
+) -> None:
+    value = clusterselector.render(
+        node_selector=node_selector,
+        node_selector_terms=node_selector_terms,
+        tolerations=tolerations,
+    )
+    parsed = clusterselector.parse(value)
+    assert parsed is not None
+    assert parsed.get("nodeSelector", {}) == node_selector
+    assert clusterselector.required_terms(parsed) == node_selector_terms
+    assert parsed.get("tolerations", []) == tolerations
