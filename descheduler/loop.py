@@ -25,9 +25,10 @@ from collections.abc import Callable
 
 from descheduler import metrics, moves
 from descheduler.mover import Mover, NotLeading
-from descheduler.policy import VIRTUAL_NODE_LABEL, plan
+from descheduler.policy import plan
 from descheduler.record import AvoidanceRecord, RecordConflict
 from descheduler.settings import Settings
+from vnode.contracts import labels
 from vnode.kube import errors
 from vnode.kube.backoff import TokenBucket
 from vnode.kube.client import ApiClient
@@ -58,12 +59,14 @@ class Descheduler:
         `identity` names this replica (the Events' source host, the Lease holder)."""
         self._settings = settings
         self._now = now
-        key, value = VIRTUAL_NODE_LABEL
         self.pods = Informer(
             client, PODS, name="upper-pending-pods", field_selector="status.phase=Pending"
         )
         self.nodes = Informer(
-            client, NODES, name="upper-virtual-nodes", label_selector=f"{key}={value}"
+            client,
+            NODES,
+            name="upper-virtual-nodes",
+            label_selector=f"{labels.NODE_TYPE_LABEL}={labels.VIRTUAL_NODE_TYPE}",
         )
         self.budgets = Informer(client, POD_DISRUPTION_BUDGETS, name="upper-pdbs")
         self.record = AvoidanceRecord(

@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from vnode.contracts import avoidance
+from vnode.contracts import avoidance, labels
 
 _DROPPED_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
                  "deletionGracePeriodSeconds", "generation", "managedFields", "selfLink",
@@ -28,6 +28,8 @@ _DROPPED_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimesta
 _DROPPED_SPEC = ("nodeName", "priority", "preemptionPolicy", "overhead", "ephemeralContainers")
 _SUFFIX = re.compile(r"-d[0-9]+$")
 MAX_NAME = 253
+DESCHEDULE_COUNT_ANNOTATION = "sigs.k8s.io/deschedule-count"
+"""How many times the descheduler moved a pod (a decimal string), tensile-kube's name."""
 SCHEDULING_GATE = "tensile.io/descheduler"
 """Holds a bare pod's replacement back from the scheduler until the old pod is gone."""
 REPLACES_ANNOTATION = "tensile.io/replaces"
@@ -39,7 +41,7 @@ REPLACES_UID_ANNOTATION = "tensile.io/replaces-uid"
 def deschedule_count(pod: Mapping[str, Any]) -> int:
     """Return the pod's `sigs.k8s.io/deschedule-count` (0 when absent or not a number)."""
     annotations = _mapping(_mapping(pod.get("metadata")).get("annotations"))
-    value = annotations.get(avoidance.DESCHEDULE_COUNT_ANNOTATION)
+    value = annotations.get(DESCHEDULE_COUNT_ANNOTATION)
     try:
         return max(0, int(str(value)))
     except ValueError:
@@ -54,7 +56,7 @@ def count_patch(pod: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "metadata": {
             "resourceVersion": meta.get("resourceVersion"),
-            "annotations": {avoidance.DESCHEDULE_COUNT_ANNOTATION: str(deschedule_count(pod) + 1)},
+            "annotations": {DESCHEDULE_COUNT_ANNOTATION: str(deschedule_count(pod) + 1)},
         }
     }
 
@@ -81,8 +83,7 @@ def replacement_name(pod: Mapping[str, Any]) -> str:
     replacement's `-d<n>` removed) with `-d<count+1>`."""
     meta = _mapping(pod.get("metadata"))
     name = str(meta.get("name") or "")
-    labels = _mapping(meta.get("labels"))
-    if labels.get(avoidance.CREATED_BY_DESCHEDULER_LABEL) == "true":
+    if _mapping(meta.get("labels")).get(labels.CREATED_BY_DESCHEDULER_LABEL) == "true":
         name = _SUFFIX.sub("", name)
     suffix = f"-d{deschedule_count(pod) + 1}"
     return name[: MAX_NAME - len(suffix)] + suffix
@@ -96,11 +97,11 @@ def replacement(pod: Mapping[str, Any], *, avoid: Iterable[str]) -> dict[str, An
     meta["name"] = replacement_name(pod)
     meta["labels"] = {
         **_mapping(meta.get("labels")),
-        avoidance.CREATED_BY_DESCHEDULER_LABEL: "true",
+        labels.CREATED_BY_DESCHEDULER_LABEL: "true",
     }
     meta["annotations"] = {
         **_mapping(meta.get("annotations")),
-        avoidance.DESCHEDULE_COUNT_ANNOTATION: str(deschedule_count(pod) + 1),
+        DESCHEDULE_COUNT_ANNOTATION: str(deschedule_count(pod) + 1),
         REPLACES_ANNOTATION: str(_mapping(pod.get("metadata")).get("name") or ""),
         REPLACES_UID_ANNOTATION: str(_mapping(pod.get("metadata")).get("uid") or ""),
     }

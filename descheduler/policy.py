@@ -25,11 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from descheduler import moves, selectors
-from vnode.contracts import avoidance
+from vnode.contracts import avoidance, labels
 from vnode.kube.timestamps import parse_rfc3339
 
-VIRTUAL_NODE_LABEL = ("type", "virtual-kubelet")
-"""The label every virtual node carries (tensile-kube's IsVirtualNode)."""
 EVICT_ANNOTATION = "descheduler.alpha.kubernetes.io/evict"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 SOURCE_ANNOTATION = "kubernetes.io/config.source"
@@ -92,8 +90,7 @@ class Round:
 
 def is_virtual_node(node: Mapping[str, Any]) -> bool:
     """Tell whether `node` is a virtual node (label type=virtual-kubelet)."""
-    key, value = VIRTUAL_NODE_LABEL
-    return _labels(node).get(key) == value
+    return _labels(node).get(labels.NODE_TYPE_LABEL) == labels.VIRTUAL_NODE_TYPE
 
 
 def node_usable(node: Mapping[str, Any]) -> bool:
@@ -189,14 +186,14 @@ def disruption_blocker(pod: Mapping[str, Any], budgets: Iterable[Mapping[str, An
     selects the pod, or the budget's status is not up to date yet.
     """
     meta = _mapping(pod.get("metadata"))
-    labels = {str(k): str(v) for k, v in _mapping(meta.get("labels")).items()}
+    pod_labels = {str(k): str(v) for k, v in _mapping(meta.get("labels")).items()}
     matching = []
     for budget in budgets:
         bmeta = _mapping(budget.get("metadata"))
         if bmeta.get("namespace") != meta.get("namespace"):
             continue
         selector = selectors.from_object(_mapping(budget.get("spec")).get("selector"))
-        if selector is not None and selector.matches(labels):
+        if selector is not None and selector.matches(pod_labels):
             matching.append(budget)
     if not matching:
         return None
@@ -315,8 +312,8 @@ def _decide(
 
 
 def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
-    labels = _mapping(_mapping(obj.get("metadata")).get("labels"))
-    return {str(k): str(v) for k, v in labels.items()}
+    found = _mapping(_mapping(obj.get("metadata")).get("labels"))
+    return {str(k): str(v) for k, v in found.items()}
 
 
 def _int(value: object) -> int:

@@ -22,7 +22,7 @@ owners moved within one expiry period. The writer refuses to grow it past `MAX_R
 (`RecordFull`) instead of failing the write or dropping other owners' avoidances, so moves
 wait until older entries expire.
 
-Pure: no I/O, inputs never mutated, nothing of the project imported.
+Pure: no I/O, inputs never mutated; it imports only its sibling `labels`.
 """
 
 from __future__ import annotations
@@ -35,14 +35,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vnode.contracts import labels
+
 DEFAULT_CONFIGMAP = "tensile-system/tensile-avoid"
 """NAMESPACE/NAME of the record's ConfigMap unless `--avoid-configmap` says otherwise."""
-HOSTNAME_LABEL = "kubernetes.io/hostname"
-"""The node label the avoidance is expressed on (a virtual node's is its name)."""
-CREATED_BY_DESCHEDULER_LABEL = "create-by-descheduler"
-"""tensile-kube's label on a pod the descheduler re-created (value "true")."""
-DESCHEDULE_COUNT_ANNOTATION = "sigs.k8s.io/deschedule-count"
-"""How many times the descheduler moved a pod (a decimal string), tensile-kube's name."""
 MAX_RECORD_BYTES = 1_000_000
 """Largest record (keys + values, bytes) the writer produces: under the 1 MiB ConfigMap
 limit with room for the object's metadata."""
@@ -231,7 +227,7 @@ def avoiding(affinity: Mapping[str, Any] | None, nodes: Iterable[str]) -> dict[s
     result = copy.deepcopy(dict(affinity)) if affinity is not None else None
     if not avoid:
         return result
-    requirement = {"key": HOSTNAME_LABEL, "operator": "NotIn", "values": avoid}
+    requirement = {"key": labels.HOSTNAME_LABEL, "operator": "NotIn", "values": avoid}
     result = result or {}
     node_affinity = result.get("nodeAffinity")
     node_affinity = dict(node_affinity) if isinstance(node_affinity, dict) else {}
@@ -262,7 +258,8 @@ def avoided_by_affinity(affinity: Mapping[str, Any] | None) -> frozenset[str]:
         excluded = frozenset(
             str(v)
             for e in expressions
-            if _mapping(e).get("key") == HOSTNAME_LABEL and _mapping(e).get("operator") == "NotIn"
+            if _mapping(e).get("key") == labels.HOSTNAME_LABEL
+            and _mapping(e).get("operator") == "NotIn"
             for v in _list(_mapping(e).get("values"))
         )
         found = excluded if found is None else found & excluded
@@ -275,12 +272,14 @@ def _term_avoiding(term: Mapping[str, Any], avoid: list[str]) -> dict[str, Any]:
     if not expressions and not _list(term.get("matchFields")):
         return result  # an empty term selects no node; keep it that way
     for expression in expressions:
-        if expression.get("key") == HOSTNAME_LABEL and expression.get("operator") == "NotIn":
+        if expression.get("key") == labels.HOSTNAME_LABEL and expression.get("operator") == "NotIn":
             values = [str(v) for v in _list(expression.get("values"))]
             expression["values"] = values + [n for n in avoid if n not in values]
             break
     else:
-        expressions.append({"key": HOSTNAME_LABEL, "operator": "NotIn", "values": list(avoid)})
+        expressions.append(
+            {"key": labels.HOSTNAME_LABEL, "operator": "NotIn", "values": list(avoid)}
+        )
     result["matchExpressions"] = expressions
     return result
 
