@@ -4,8 +4,10 @@
 sizes, in a private network namespace when run as root), runs one `virtual-node` per lower
 cluster, deploys 6 pods (using a ConfigMap and a Secret) in the upper cluster, waits for
 them to run, and shows both sides: the pods spread over the lower clusters, `kubectl logs`
-and `exec` through a virtual node, `kubectl top` through metrics-server. `down` stops the
-virtual nodes and the fleet and removes their state.
+and `exec` through a virtual node, `kubectl top` through metrics-server. Then the
+descheduler: a pod that lower-2 cannot place (no node of it is big enough, though its
+virtual node's total is) moves to the other lower cluster. `down` stops the virtual nodes,
+the descheduler and the fleet, and removes their state.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import json
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from vnode.testing import devcluster, netns, processes
 from vnode.testing.cluster import Cluster
+from vnode.testing.deschedulers import DeschedulerProcess
 from vnode.testing.fleet import ENV_FILE, Fleet
 from vnode.testing.vnodes import VirtualNodeProcess
 
@@ -28,6 +32,31 @@ FLEET = [
     "--node-capacity", "lower-2:cpu=8,memory=32Gi,pods=50",
 ]  # fmt: skip
 NODE_STATE = "virtual-node.json"
+DESCHEDULER_RBAC = Path(__file__).resolve().parents[1] / "manifests" / "descheduler" / "rbac.yaml"
+# 12 CPU: lower-2's virtual node offers 16 (two nodes of 8), so the upper scheduler takes
+# it there (it prefers lower-2), but no node of lower-2 has 12 CPU: its scheduler says
+# Unschedulable, and the descheduler moves the pod to the first lower cluster.
+BIG_POD = f"""
+apiVersion: v1
+kind: Pod
+metadata: {{name: big, labels: {{app: big}}}}
+spec:
+  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms:
+        - matchExpressions: [{{key: type, operator: In, values: [virtual-kubelet]}}]
+      preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        preference:
+          matchExpressions:
+          - {{key: kubernetes.io/hostname, operator: In, values: [{NODE}-lower-2]}}
+  tolerations: [{{key: virtual-kubelet.io/provider, operator: Exists}}]
+  containers:
+  - name: big
+    image: nginx:1.27
+    resources: {{requests: {{cpu: "12"}}}}
+"""
 MANIFEST = """
 apiVersion: v1
 kind: ConfigMap
@@ -78,6 +107,17 @@ def up(directory: Path) -> int:
         node.start(detach=True)
         assert node.process is not None
         refs.append({"pid": node.process.ref.pid, "start": node.process.ref.start})
+    fleet.upper.kubectl("apply", "-f", str(DESCHEDULER_RBAC))
+    descheduler = DeschedulerProcess(
+        fleet,
+        log_dir=directory / "logs",
+        name="descheduler",
+        args=["--unschedulable-timeout=10s", "--descheduling-interval=2s"],
+    )
+    print(f"starting tensile-descheduler (log: {descheduler.log}) ...")
+    descheduler.start(detach=True)
+    assert descheduler.process is not None
+    refs.append({"pid": descheduler.process.ref.pid, "start": descheduler.process.ref.start})
     (directory / NODE_STATE).write_text(json.dumps(refs))
     fleet.upper.kubectl("apply", "-f", "-", input=MANIFEST)
     fleet.upper.kubectl("rollout", "status", "deployment/web", "--timeout=120s")
@@ -105,6 +145,7 @@ def up(directory: Path) -> int:
     print("\n== kubectl top, through metrics-server scraping the virtual nodes (<= 60 s) ...")
     for args in (["top", "node", "-l", "type=virtual-kubelet"], ["top", "pod"]):
         _show_when_ready(fleet.upper, args)
+    _descheduler_scenario(fleet)
     directory_arg = shlex.quote(str(directory))
     enter = (
         f"tensile-devcluster shell --dir {directory_arg}"
@@ -126,10 +167,40 @@ Try it ({netns.describe(fleet.network)}):
   kubectl top pod; kubectl top node              # metrics-server, scraping the virtual nodes
   kubectl get --raw /api/v1/nodes/{NODE}-lower/proxy/pods | head -c 300
   kubectl port-forward $POD 8080:80 & sleep 2; curl -s localhost:8080; kill %1
+  kubectl get events --field-selector source=tensile-descheduler   # what it moved, and why
 Stop everything and remove its state:
   make demo-down"""
     )
     return 0
+
+
+def _descheduler_scenario(fleet: Fleet) -> None:
+    print(
+        f"\n== the descheduler: a 12-CPU pod, preferring {NODE}-lower-2, where no node has 12 CPU"
+    )
+    fleet.upper.kubectl("apply", "-f", "-", input=BIG_POD)
+    _wait_kubectl(fleet.upper, ["get", "pod", "big", "-o", "jsonpath={.status.conditions}"],
+                  until=lambda out: "Unschedulable" in out)  # fmt: skip
+    _show("upper cluster: bound to lower-2's virtual node, Unschedulable below", fleet.upper,
+          ["get", "pod", "big", "-o", "custom-columns=NAME:.metadata.name,NODE:.spec.nodeName,"
+           "REASON:.status.conditions[?(@.type=='PodScheduled')].message"])  # fmt: skip
+    print("\n(the descheduler moves it after --unschedulable-timeout=10s ...)")
+    _wait_kubectl(fleet.upper, ["get", "pods", "-l", "app=big", "-o",
+                                "jsonpath={.items[*].status.phase}"],
+                  until=lambda out: out.strip() == "Running", timeout=90)  # fmt: skip
+    _show("upper cluster: re-created as big-d1 on the other virtual node", fleet.upper,
+          ["get", "pods", "-l", "app=big", "-o", "wide"])  # fmt: skip
+    _show("why: the descheduler's Events", fleet.upper,
+          ["get", "events", "--field-selector", "source=tensile-descheduler", "-o",
+           "custom-columns=POD:.involvedObject.name,REASON:.reason,MESSAGE:.message"])  # fmt: skip
+
+
+def _wait_kubectl(
+    cluster: Cluster, args: list[str], *, until: Callable[[str], bool], timeout: float = 60.0
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not until(cluster.kubectl(*args, check=False).stdout) and time.monotonic() < deadline:
+        time.sleep(1)
 
 
 def _show(title: str, cluster: Cluster, args: list[str]) -> None:
@@ -157,9 +228,10 @@ def down(directory: Path) -> int:
                 processes.ProcessRef(pid=recorded["pid"], start=recorded["start"])
             )
         state.unlink()
-        print("virtual nodes stopped")
-    for log in (directory / "logs").glob("virtual-node-*.log"):
-        log.unlink()
+        print("virtual nodes and descheduler stopped")
+    for pattern in ("virtual-node-*.log", "descheduler.log"):
+        for log in (directory / "logs").glob(pattern):
+            log.unlink()
     return devcluster.main(["down", "--dir", str(directory)])
 
 
