@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from descheduler import policyfile, selectors
 from descheduler.mover import MoveSettings
-from descheduler.policy import Criteria
+from descheduler.policy import POD_SELECTOR, Criteria
 from descheduler.settings import Settings
 from vnode.contracts import avoidance
 from vnode.kube.leaderelection import ElectionConfigError, LeaderElectionSettings
@@ -50,6 +50,12 @@ def _parser() -> argparse.ArgumentParser:
         help="change nothing: log and count what would be done",
     )
     a("--node-selector", default=None, help="label selector of the virtual nodes considered")
+    a(
+        "--pod-selector",
+        default=POD_SELECTOR,
+        help="the webhook's --pod-selector: pods with a controller move only if it selects them "
+        f"(default {POD_SELECTOR})",
+    )
     a(
         "--max-pods-to-evict-per-node",
         type=int,
@@ -137,6 +143,10 @@ def parse(argv: Sequence[str], *, holder: str | None = None) -> tuple[Settings, 
         selector = selectors.parse(node_selector or "")
     except selectors.SelectorError as exc:
         raise UsageError(f"--node-selector: {exc}") from None
+    try:
+        pods = selectors.parse(args.pod_selector)
+    except selectors.SelectorError as exc:
+        raise UsageError(f"--pod-selector: {exc}") from None
     per_node = args.max_pods_to_evict_per_node
     if per_node is None:
         per_node = policy.max_pods_per_node or 0
@@ -176,6 +186,7 @@ def parse(argv: Sequence[str], *, holder: str | None = None) -> tuple[Settings, 
             max_pod_lifetime=policy.max_pod_lifetime,
             evict_local_storage_pods=local,
             node_selector=selector,
+            pod_selector=pods,
             max_pods_per_node=per_node,
         ),
         moves=dataclasses.replace(MoveSettings(), dry_run=args.dry_run, avoid_ttl=args.avoid_ttl),

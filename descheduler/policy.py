@@ -34,6 +34,8 @@ SOURCE_ANNOTATION = "kubernetes.io/config.source"
 SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
 """scheduling.SystemCriticalPriority: system-cluster-critical and above never move."""
 UNPLACEABLE_REASONS = frozenset({"Unschedulable", "SchedulerError"})
+POD_SELECTOR = f"{labels.VIRTUAL_POD_LABEL}={labels.VIRTUAL_POD_VALUE}"
+"""The webhook's default --pod-selector (tensile-kube's label)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +50,9 @@ class Criteria:
     """Also move pods with emptyDir or hostPath volumes."""
     node_selector: selectors.Selector = field(default_factory=lambda: selectors.EVERYTHING)
     """Virtual nodes considered, both to move pods off and to move them to."""
+    pod_selector: selectors.Selector = field(default_factory=lambda: selectors.parse(POD_SELECTOR))
+    """The webhook's pod selector: a pod with a controller moves only when its replacement
+    passes the webhook, which keeps it off the virtual nodes to avoid."""
     max_pods_per_node: int = 0
     """Moves off one virtual node per round (0: no limit)."""
 
@@ -162,6 +167,12 @@ def _exclusions(pod: Mapping[str, Any], *, criteria: Criteria) -> Iterator[str]:
         yield "a DaemonSet's pod"
     if moves.is_gated(pod):
         yield "a replacement waiting for the pod it replaces to go"
+    pod_labels = {str(k): str(v) for k, v in _mapping(meta.get("labels")).items()}
+    if avoidance.controller_of(pod) is not None and not criteria.pod_selector.matches(pod_labels):
+        yield (
+            "its replacement would not pass the webhook, which keeps it off the virtual "
+            "node (its labels do not match --pod-selector)"
+        )
     if EVICT_ANNOTATION in annotations:
         return  # forced past the rules below, as in sigs.k8s.io/descheduler
     spec = _mapping(pod.get("spec"))

@@ -58,7 +58,7 @@ def pod(
         "uid": f"uid-{name}",
         "resourceVersion": "42",
         "creationTimestamp": ago(created),
-        "labels": {"app": "web"},
+        "labels": {"app": "web", "virtual-pod": "true"},
     }
     if owner:
         meta["ownerReferences"] = [
@@ -176,6 +176,15 @@ def test_exclusions_and_what_the_evict_annotation_forces(
     }
     forced = _with(excluded, "metadata.annotations", annotations)
     assert (exclusion(forced, criteria=CRITERIA) is None) == forced_moves
+
+
+def test_an_owned_pod_the_webhook_would_not_see_does_not_move() -> None:
+    unlabelled = _with(pod(), "metadata.labels", {"app": "web"})
+    assert "webhook" in (exclusion(unlabelled, criteria=CRITERIA) or "")
+    # A bare pod is re-created by the descheduler itself: no webhook needed.
+    assert exclusion(_with(pod(owner=False), "metadata.labels", {}), criteria=CRITERIA) is None
+    other = dataclasses.replace(CRITERIA, pod_selector=selectors.parse("app=web"))
+    assert exclusion(unlabelled, criteria=other) is None
 
 
 def test_local_storage_moves_with_the_flag_and_ordinary_pods_always() -> None:
@@ -533,7 +542,7 @@ def test_a_bare_pods_replacement() -> None:
     assert made["metadata"] == {
         "name": "web-d1",
         "namespace": "shop",
-        "labels": {"app": "web", "create-by-descheduler": "true"},
+        "labels": {"app": "web", "virtual-pod": "true", "create-by-descheduler": "true"},
         "annotations": {
             "clusterSelector": "{}",
             "keep": "me",
