@@ -510,3 +510,37 @@ def test_the_manifests_apply_and_the_account_can_do_what_it_needs_only(
     assert can("patch", "pods", "--subresource=status", "-n", "shop") == "no"
     assert can("patch", "nodes") == "no"
     assert can("delete", "poddisruptionbudgets.policy", "-n", "shop") == "no"
+
+
+def test_a_pod_no_lower_cluster_can_place_stays_pending_with_an_event(
+    topology: Topology, ns: str, deschedulers: Callable[..., DeschedulerProcess]
+) -> None:
+    """A lower-node selector that no lower node matches (written as the webhook writes it):
+    the pod moves from vn-a to vn-b once, then stays Pending there, saying why."""
+    upper = topology.upper
+    nowhere = bare_pod("nowhere", prefer="vn-a")
+    nowhere["metadata"]["annotations"] = {"clusterSelector": '{"nodeSelector":{"disk":"nvme"}}'}
+    upper.request("POST", f"/api/v1/namespaces/{ns}/pods", body=nowhere)
+    descheduler = deschedulers()
+    wait_for(
+        "the NoVirtualNodeLeft Event",
+        lambda: [
+            e for e in events_for(upper, ns, "nowhere-d1") if e["reason"] == "NoVirtualNodeLeft"
+        ],
+        timeout=TIMEOUT * 2 + 60,
+    )
+    [event] = [e for e in events_for(upper, ns, "nowhere-d1") if e["reason"] == "NoVirtualNodeLeft"]
+    assert (
+        "every virtual node has been tried (vn-a, vn-b); it stays Pending on vn-b"
+        in event["message"]
+    )
+    assert "didn't match Pod's node affinity/selector" in event["message"]
+    time.sleep(3)  # rounds go by: it stays
+    [stays] = pods_of(upper, ns, "nowhere")
+    assert stays["metadata"]["name"] == "nowhere-d1"
+    assert stays["spec"]["nodeName"] == "vn-b"
+    assert stays["status"]["phase"] == "Pending"
+    assert (
+        descheduler.metric("tensile_descheduler_moves_total", kind="recreate", outcome="moved") == 1
+    )
+    assert descheduler.metric("tensile_descheduler_moves_total", outcome="exhausted") >= 1
