@@ -1,9 +1,9 @@
 """The descheduler against real clusters: one upper cluster over two lower ones, a virtual
-node for each. Lower cluster A has two nodes of 1 CPU (its virtual node advertises 2 CPU,
-so the upper scheduler takes a 1.5 CPU pod there, and prefers it through a preferred node
-affinity), lower cluster B one node of 8 CPU: A's scheduler says Unschedulable ("0/2 nodes
-are available: 2 Insufficient cpu."), the virtual node mirrors that onto the upper pod, and
-the descheduler moves the pod to B's virtual node.
+node for each. Lower cluster A has four nodes of 1 CPU (its virtual node advertises 4 CPU,
+so the upper scheduler takes two 1.5 CPU pods there, and prefers it through a preferred
+node affinity), lower cluster B one node of 8 CPU: A's scheduler says Unschedulable ("0/4
+nodes are available: 4 Insufficient cpu."), the virtual node mirrors that onto the upper
+pod, and the descheduler moves the pod to B's virtual node.
 
 The fleet, both virtual nodes and the RBAC of manifests/descheduler are shared by the
 module's tests; every descheduler runs with the token of that least-privilege account.
@@ -32,7 +32,7 @@ from vnode.testing.vnodes import VirtualNodeProcess
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests" / "descheduler"
 TOPOLOGY = FleetSettings(
     lowers=(
-        LowerClusterSettings(nodes=2, cpu="1", memory="8Gi"),
+        LowerClusterSettings(nodes=4, cpu="1", memory="8Gi"),
         LowerClusterSettings(nodes=1, cpu="8", memory="32Gi"),
     ),
     metrics_server=False,
@@ -449,7 +449,7 @@ def test_a_bare_pods_move_left_half_done_by_a_crash_is_finished_or_undone(
     one was not deleted yet: the replacement goes, the old one stays), and a gated
     replacement whose old pod is gone (it is released and runs)."""
     upper = topology.upper
-    # One at a time: vn-a has room upstairs for one such pod.
+    # Each in turn: its replacement is made from the pod as it is once unschedulable.
     for name in ("gone", "kept"):
         upper.request("POST", f"/api/v1/namespaces/{ns}/pods", body=bare_pod(name, prefer="vn-a"))
         wait_for(
