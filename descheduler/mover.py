@@ -117,9 +117,7 @@ class Mover:
                 f"({decision.reason}), and {decision.message}"
             )
         metrics.MOVES.labels(kind, outcome).inc()
-        logger.info("%s: %s", _name(decision.pod), text)
-        if not self._settings.dry_run:
-            await self._warn_once(decision.pod, reason=reason, message=text)
+        await self._warn_once(decision.pod, reason=reason, message=text)
         return outcome
 
     async def prepare(self, decisions: Sequence[Decision], *, now: dt.datetime) -> list[Decision]:
@@ -137,6 +135,7 @@ class Mover:
             )
         except (RecordConflict, errors.ApiError, errors.ApiUnavailable) as exc:
             for decision in owned:
+                metrics.MOVES.labels("evict", "failed").inc()
                 await self._failed(decision, f"cannot write the avoidance record: {exc}")
             return [d for d in decisions if d.owner is None]
         ready = []
@@ -350,21 +349,25 @@ class Mover:
 
     async def _failed(self, decision: Decision, why: str) -> Outcome:
         text = f"Not moved off virtual node {decision.node}: {why}"
-        logger.warning("%s: %s", _name(decision.pod), text)
         await self._warn_once(decision.pod, reason="DeschedulingFailed", message=text)
         return "failed"
 
     async def _warn_once(self, pod: Mapping[str, Any], *, reason: str, message: str) -> None:
+        """Log and record a Warning about `pod`; the same one again only after
+        REPORT_EVERY (a debug line meanwhile). With dry_run, only the log line."""
         key = (_uid(pod), reason, message)
         last = self._reported.get(key)
         now = self._clock()
         if last is not None and now - last < REPORT_EVERY:
+            logger.debug("%s: %s (again)", _name(pod), message)
             return
+        logger.warning("%s: %s", _name(pod), message)
         self._reported[key] = now
         if len(self._reported) > 4096:  # forget the oldest: bounded memory
             for stale in sorted(self._reported, key=self._reported.__getitem__)[:1024]:
                 del self._reported[stale]
-        await self._recorder.record(pod, type="Warning", reason=reason, message=message)
+        if not self._settings.dry_run:
+            await self._recorder.record(pod, type="Warning", reason=reason, message=message)
 
     def _check_leading(self) -> None:
         if not self._may_act():
