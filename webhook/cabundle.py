@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from vnode.kube.client import STRATEGIC_MERGE_PATCH, ApiClient
 from vnode.kube.resources import Resource
@@ -31,15 +33,24 @@ async def publish(client: ApiClient, *, configuration: str, ca_pem: bytes) -> li
     path = MUTATING_WEBHOOK_CONFIGURATIONS.path(name=configuration)
     current = await client.request("GET", path)
     bundle = base64.b64encode(ca_pem).decode()
-    stale = [
-        str(webhook["name"])
-        for webhook in current.get("webhooks") or []
-        if webhook.get("name") and (webhook.get("clientConfig") or {}).get("caBundle") != bundle
-    ]
-    if stale:
-        patch = {"webhooks": [{"name": n, "clientConfig": {"caBundle": bundle}} for n in stale]}
+    names = stale(current, ca_pem=ca_pem)
+    if names:
+        patch = {"webhooks": [{"name": n, "clientConfig": {"caBundle": bundle}} for n in names]}
         await client.request("PATCH", path, body=patch, content_type=STRATEGIC_MERGE_PATCH)
         logger.info(
-            "MutatingWebhookConfiguration %s: caBundle set for %s", configuration, ", ".join(stale)
+            "MutatingWebhookConfiguration %s: caBundle set for %s", configuration, ", ".join(names)
         )
-    return stale
+    return names
+
+
+def stale(configuration: Mapping[str, Any], *, ca_pem: bytes) -> list[str]:
+    """Return the names of the webhooks of a MutatingWebhookConfiguration object whose
+    caBundle is not `ca_pem` (pure)."""
+    bundle = base64.b64encode(ca_pem).decode()
+    return [
+        str(webhook["name"])
+        for webhook in configuration.get("webhooks") or []
+        if isinstance(webhook, Mapping)
+        and webhook.get("name")
+        and (webhook.get("clientConfig") or {}).get("caBundle") != bundle
+    ]

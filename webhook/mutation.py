@@ -29,11 +29,14 @@ pod changes nothing: the annotation is merged into, not replaced, and only what 
 it yet is added. A step that needs something of the cluster reads it through `Lookups`,
 built by the server from its informers; a new step adds its lookup there and itself to
 `STEPS`.
+
+Nothing is copied deeply (a deep copy of a pod costs more than the whole decision): steps
+build new containers where they change something and share the rest with the input, so
+the input, the draft and the patch must all be treated as read-only.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -276,7 +279,7 @@ def convert_tolerations(draft: Draft, settings: MutationSettings, lookups: Looku
     (module docstring, step 3)."""
     del lookups
     if draft.previous is None:
-        copied = copy.deepcopy(draft.tolerations)
+        copied = list(draft.tolerations)
     else:
         # Converted before: what the webhook added then is not the user's.
         copied = [
@@ -317,11 +320,11 @@ def _draft(admission: PodAdmission, *, lookups: Lookups) -> Draft:
     return Draft(
         admission=admission,
         node_selector=_string_map(spec.get("nodeSelector")),
-        affinity=copy.deepcopy(dict(_mapping(spec.get("affinity")))),
-        tolerations=copy.deepcopy(_list(spec.get("tolerations"))),
+        affinity=dict(_mapping(spec.get("affinity"))),
+        tolerations=list(_list(spec.get("tolerations"))),
         lower_node_selector=dict((previous or {}).get("nodeSelector") or {}),
-        lower_affinity=copy.deepcopy(dict((previous or {}).get("affinity") or {})),
-        lower_tolerations=copy.deepcopy(list((previous or {}).get("tolerations") or [])),
+        lower_affinity=dict((previous or {}).get("affinity") or {}),
+        lower_tolerations=list((previous or {}).get("tolerations") or []),
         previous=previous,
         volume_nodes=_volume_nodes(spec, namespace=admission.namespace, lookups=lookups),
         warnings=warnings,
@@ -346,7 +349,7 @@ def _split_term(term: Mapping[str, Any], keeper: Keeper) -> tuple[dict[str, Any]
     for name, fields in (("matchExpressions", False), ("matchFields", True)):
         for requirement in _list(term.get(name)):
             side = kept if keeper.keeps_requirement(requirement, fields=fields) else lower
-            side.setdefault(name, []).append(copy.deepcopy(requirement))
+            side.setdefault(name, []).append(requirement)
     return kept, lower
 
 
@@ -356,7 +359,7 @@ def _and_terms(
     """Return the terms equal to (OR of `existing`) AND (OR of `moved`): the cross product,
     or one side when the other is empty. Raises _Refused beyond MAX_ANNOTATION_TERMS."""
     if not existing or not moved:
-        return copy.deepcopy([dict(t) for t in (existing or moved)])
+        return [dict(t) for t in (existing or moved)]
     if len(existing) * len(moved) > MAX_ANNOTATION_TERMS:
         raise _Refused(
             f"its clusterSelector has {len(existing)} node-affinity terms and {len(moved)} more "
@@ -371,7 +374,7 @@ def _and_terms(
                     r for r in _list(right.get(name)) if r not in _list(left.get(name))
                 ]
                 if requirements:
-                    term[name] = copy.deepcopy(requirements)
+                    term[name] = requirements
             joined.append(term)
     return joined
 
@@ -411,10 +414,10 @@ def _patch(draft: Draft) -> list[patches.Operation]:
 
 
 def _union(first: Sequence[Any], second: Sequence[Any]) -> list[Any]:
-    merged = copy.deepcopy(list(first))
+    merged = list(first)
     for item in second:
         if item not in merged:
-            merged.append(copy.deepcopy(item))
+            merged.append(item)
     return merged
 
 

@@ -23,8 +23,9 @@ def pointer(path: Sequence[str]) -> str:
 
 def set_member(document: Mapping[str, Any], path: Sequence[str], value: object) -> list[Operation]:
     """Return the operations that make the member at `path` equal `value` in `document`
-    (none when it already is). Missing parent objects are added with it. Raises ValueError
-    for an empty path or a parent that exists but is not an object."""
+    (none when it already is). Missing parent objects are added with it. The operations
+    hold `value` itself (serialise them; do not change it). Raises ValueError for an empty
+    path or a parent that exists but is not an object."""
     if not path:
         raise ValueError("a member path needs at least one key")
     node: Any = document
@@ -32,14 +33,14 @@ def set_member(document: Mapping[str, Any], path: Sequence[str], value: object) 
         if not isinstance(node, Mapping):
             raise ValueError(f"{pointer(path[:depth])} is not an object")
         if key not in node:
-            nested: Any = copy.deepcopy(value)
+            nested: Any = value
             for outer in reversed(path[depth + 1 :]):
                 nested = {outer: nested}
             return [{"op": "add", "path": pointer(path[: depth + 1]), "value": nested}]
         node = node[key]
     if node == value and type(node) is type(value):
         return []
-    return [{"op": "add", "path": pointer(path), "value": copy.deepcopy(value)}]
+    return [{"op": "add", "path": pointer(path), "value": value}]
 
 
 def remove_member(document: Mapping[str, Any], path: Sequence[str]) -> list[Operation]:

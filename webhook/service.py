@@ -103,7 +103,8 @@ class Webhook:
                 asyncio.TaskGroup() as group,
             ):
                 background = [
-                    group.create_task(i.run(), name=f"informer-{i.name}") for i in caches.informers
+                    group.create_task(i.run(), name=f"informer-{i.name}")
+                    for i in (*caches.informers, *tls.informers)
                 ]
                 started = group.create_task(tls.start(), name="webhook-certificate-start")
                 stop = group.create_task(self._stop.wait(), name="stop-signal")

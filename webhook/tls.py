@@ -4,8 +4,9 @@ reloaded when they change; or bootstrapped: a CA and a serving certificate kept 
 `caBundle` of the webhook's own MutatingWebhookConfiguration.
 
 A bootstrapped certificate is checked again every `resync` seconds: a certificate another
-replica renewed (or that is due) is picked up for new connections, and a caBundle someone
-reset (a `kubectl apply` of the configuration with an empty one) is put back.
+replica renewed (or that is due) is picked up for new connections. The configuration is
+watched (an informer on that one object), so a caBundle that is missing or stale (the
+configuration created after the webhook, or replaced without it) is set again at once.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 
 from vnode.kube import errors
 from vnode.kube.client import ApiClient
+from vnode.kube.informer import Handlers, Informer
 from vnode.serving import certsecret, tls
 from vnode.serving.selfsigned import SubjectNames
 from webhook import cabundle, metrics
@@ -28,6 +30,8 @@ from webhook import cabundle, metrics
 logger = logging.getLogger(__name__)
 
 _RETRIED = (errors.ApiError, errors.ApiUnavailable, certsecret.SecretError)
+FILE_CHECK_INTERVAL = 10.0
+"""Seconds between checks of --tlscert/--tlskey for a new certificate (at most)."""
 
 
 class TlsError(Exception):
@@ -53,7 +57,8 @@ class TlsSettings:
     names: tuple[str, ...] = ()
     """DNS names and IP addresses the bootstrapped certificate names (--service, --tls-san)."""
     resync: float = 60.0
-    """Seconds between checks of a bootstrapped certificate and of the caBundle."""
+    """Seconds between checks of a bootstrapped certificate and of the caBundle (files are
+    checked every FILE_CHECK_INTERVAL seconds, or this if shorter)."""
     lifetimes: certsecret.Lifetimes = field(default_factory=certsecret.Lifetimes)
 
     @property
@@ -81,7 +86,21 @@ class ServingTls:
         self._serve = serve
         self._clock = clock
         self._pem: bytes | None = None
-        self._published: bytes | None = None
+        self._authority: bytes | None = None
+        self._wake = asyncio.Event()
+        self.informers: tuple[Informer, ...] = ()
+        """Informers to run beside `keep` (the configuration's, when one is kept)."""
+        if not settings.from_files and settings.webhook_configuration:
+            configurations = Informer(
+                client,
+                cabundle.MUTATING_WEBHOOK_CONFIGURATIONS,
+                name="webhook-configuration",
+                field_selector=f"metadata.name={settings.webhook_configuration}",
+            )
+            configurations.add_handlers(
+                Handlers(on_add=self._changed, on_update=lambda _old, new: self._changed(new))
+            )
+            self.informers = (configurations,)
         require = bool(settings.client_ca_file)
         try:
             self._rotating = tls.RotatingTls(
@@ -129,14 +148,17 @@ class ServingTls:
                 self._rotating.context,
                 cert_file=settings.cert_file,
                 key_file=settings.key_file,
+                interval=min(FILE_CHECK_INTERVAL, settings.resync),
                 name="webhook",
             )
             return
         while True:
-            # Until the caBundle is in place (the configuration may be applied after the
-            # webhook starts), look again soon.
-            published = self._published is not None or not settings.webhook_configuration
-            await asyncio.sleep(settings.resync if published else min(5.0, settings.resync))
+            try:
+                async with asyncio.timeout(settings.resync):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+            self._wake.clear()
             try:
                 bundle = await self._ensure()
                 await self._use(bundle)
@@ -156,6 +178,14 @@ class ServingTls:
             clock=self._clock,
         )
 
+    def _changed(self, configuration: dict[str, object]) -> None:
+        """Informer handler: wake `keep` when a webhook of the configuration does not trust
+        the CA in use (only looks; `keep` does the writing)."""
+        if self._authority is None:
+            return
+        if cabundle.stale(configuration, ca_pem=self._authority):
+            self._wake.set()
+
     async def _use(self, bundle: certsecret.Bundle) -> None:
         pem = bundle.serving_pem
         if pem == self._pem:
@@ -168,6 +198,7 @@ class ServingTls:
         configuration = self._settings.webhook_configuration
         if not configuration:
             return
+        self._authority = bundle.authority.cert_pem
         try:
             await cabundle.publish(
                 self._client, configuration=configuration, ca_pem=bundle.authority.cert_pem
@@ -178,13 +209,8 @@ class ServingTls:
                 "once it exists",
                 configuration,
             )
-            self._published = None
-            return
         except (errors.ApiError, errors.ApiUnavailable) as exc:
             logger.warning("webhook: cannot set the caBundle of %s: %s", configuration, exc)
-            self._published = None
-            return
-        self._published = bundle.authority.cert_pem
 
 
 async def _retrying(

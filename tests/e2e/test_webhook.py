@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.e2e.helpers import create, get, wait_for
+from tests.e2e.helpers import create, get, token_kubeconfig, wait_for
 from vnode.contracts import clusterselector
 from vnode.testing import kwok, webhooks
 from vnode.testing.fleet import Fleet
@@ -271,7 +271,6 @@ def test_replicas_share_one_bootstrapped_certificate_and_keep_the_ca_bundle(
             log_dir=tmp_path / str(i),
             secret_namespace=namespace,
             configuration=name,
-            args=["--tls-resync=1s"],
         )
         for i in range(2)
     ]
@@ -291,27 +290,58 @@ def test_replicas_share_one_bootstrapped_certificate_and_keep_the_ca_bundle(
         served = {_served(fleet, r.port, ca) for r in replicas}
         assert len(served) == 1  # one certificate, verified by the CA the apiserver trusts
         webhooks.wait_admitting(fleet.upper, namespace=namespace)
-        # A re-applied configuration without caBundle gets it back.
+        # A configuration replaced without its caBundle gets it back at once (watched).
         config = webhooks.configuration(name, url=replicas[0].url, namespace=namespace)
-        fleet.upper.rest().request(
-            "PUT",
-            f"{webhooks.CONFIGURATIONS}/{name}",
-            body={
-                **config,
-                "metadata": {
-                    "name": name,
-                    "resourceVersion": fleet.upper.rest().request(
-                        "GET", f"{webhooks.CONFIGURATIONS}/{name}"
-                    )["metadata"]["resourceVersion"],
-                },
-            },
+        current = fleet.upper.rest().request("GET", f"{webhooks.CONFIGURATIONS}/{name}")
+        config["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        replaced = fleet.upper.rest().request(
+            "PUT", f"{webhooks.CONFIGURATIONS}/{name}", body=config
         )
-        assert webhooks.ca_bundle(fleet.upper, name) is None
+        assert "caBundle" not in replaced["webhooks"][0]["clientConfig"]
         assert wait_for("the caBundle back", lambda: webhooks.ca_bundle(fleet.upper, name)) == ca
     finally:
         codes = [r.stop() for r in replicas]
         webhooks.unregister(fleet.upper, name)
     assert codes == [0, 0]
+
+
+def test_the_manifests_rbac_is_all_the_webhook_needs(
+    fleet: Fleet, namespace: str, tmp_path: Path
+) -> None:
+    """Run as the manifests' ServiceAccount, with the names its RBAC allows: the Secret
+    tensile-system/tensile-webhook-tls and the configuration tensile-webhook (scoped here to
+    the test's namespace)."""
+    kubeconfig = token_kubeconfig(
+        fleet.upper, MANIFESTS / "rbac.yaml", tmp_path / "webhook.kubeconfig",
+        service_account="tensile-webhook",
+    )  # fmt: skip
+    hook = WebhookProcess(
+        fleet, name="tensile-webhook", log_dir=tmp_path, secret_namespace="tensile-system",
+        configuration="tensile-webhook", kubeconfig=kubeconfig,
+    )  # fmt: skip
+    upper = fleet.upper.rest()
+    webhooks.register(
+        fleet.upper, webhooks.configuration("tensile-webhook", url=hook.url, namespace=namespace)
+    )
+    try:
+        hook.start()
+        mutated = webhooks.wait_admitting(fleet.upper, namespace=namespace)
+        assert "clusterSelector" in mutated["metadata"]["annotations"]
+        forbidden = [
+            line
+            for line in hook.metrics().splitlines()
+            if line.startswith("tensile_api_requests_total") and 'code="403"' in line
+        ]
+        assert forbidden == []
+    finally:
+        code = hook.stop()
+        webhooks.unregister(fleet.upper, "tensile-webhook")
+        try:
+            upper.request("DELETE", "/api/v1/namespaces/tensile-system/secrets/tensile-webhook-tls")
+        except ApiStatusError as exc:
+            if exc.code != 404:
+                raise
+    assert code == 0
 
 
 # -- abuse of the live server -------------------------------------------------------------------

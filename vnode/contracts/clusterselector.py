@@ -16,7 +16,6 @@ to leave them there. Pure: no I/O, inputs never mutated.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -83,34 +82,36 @@ def render(
     if node_selector:
         shaped["nodeSelector"] = dict(node_selector)
     if affinity:
-        shaped["affinity"] = copy.deepcopy(dict(affinity))
+        shaped["affinity"] = affinity
     if tolerations:
-        shaped["tolerations"] = copy.deepcopy(list(tolerations))
+        shaped["tolerations"] = list(tolerations)
     return json.dumps(shaped, separators=(",", ":"), ensure_ascii=False)
 
 
 def required_terms(affinity: object) -> list[dict[str, Any]]:
-    """Return (a copy of) the required node-affinity terms of an Affinity (of a pod, or of
-    a parsed clusterSelector's `affinity`); [] when it has none or is not a mapping. Items
-    that are not objects are left out."""
+    """Return the required node-affinity terms of an Affinity (of a pod, or of a parsed
+    clusterSelector's `affinity`): a new list of shallow copies of the terms (a term's
+    keys may be replaced; its requirements are shared); [] when it has none or is not a
+    mapping. Items that are not objects are left out."""
     node = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
     required = node.get(REQUIRED) if isinstance(node, Mapping) else None
     terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
     if not isinstance(terms, list):
         return []
-    return [copy.deepcopy(term) for term in terms if isinstance(term, dict)]
+    return [dict(term) for term in terms if isinstance(term, dict)]
 
 
 def with_required_terms(
     affinity: Mapping[str, Any] | None, terms: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
-    """Return a copy of the Affinity `affinity` whose required node affinity is `terms`
+    """Return the Affinity `affinity` with its required node affinity replaced by `terms`
     (removed when `terms` is empty); preferred node affinity and pod (anti-)affinity are
-    kept; parts left empty are removed, so `{}` means no affinity at all."""
-    result = copy.deepcopy(dict(affinity or {}))
+    kept; parts left empty are removed, so `{}` means no affinity at all. The result is a
+    new object on the changed path and shares the rest with the arguments."""
+    result = dict(affinity or {})
     node = dict(result.get("nodeAffinity") or {})
     if terms:
-        node[REQUIRED] = {"nodeSelectorTerms": copy.deepcopy([dict(t) for t in terms])}
+        node[REQUIRED] = {"nodeSelectorTerms": [dict(t) for t in terms]}
     else:
         node.pop(REQUIRED, None)
     if node:

@@ -55,6 +55,8 @@ class WebhookProcess:
         self.port = port or ports.pick(host=fleet.node_ip)
         self.log = log_dir / f"webhook-{name}.log"
         self.secret = f"{secret_namespace}/{name}-tls"
+        self.configuration = configuration
+        """The MutatingWebhookConfiguration whose caBundle it sets."""
         self._argv = [
             sys.executable, "-m", "webhook",
             f"--kubeconfig={kubeconfig or self.upper.kubeconfig}",
