@@ -7,7 +7,6 @@ that one annotation), so a cluster with many PVCs costs little memory.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,7 +58,8 @@ class Caches:
 
     async def wait_synced(self) -> None:
         """Return once every informer has listed (cancel or bound it from outside)."""
-        await asyncio.gather(*(i.wait_synced() for i in self.informers))
+        for informer in self.informers:
+            await informer.wait_synced()
 
     def _selected_node(self, namespace: str, name: str) -> str | None:
         claim = self.claims.store.get(f"{namespace}/{name}")
