@@ -15,6 +15,7 @@ client and `result="timeout"` in the metrics, rather than after the apiserver ga
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -73,10 +74,12 @@ def make_app(
     return app
 
 
+@functools.lru_cache(maxsize=64)
 def budget(timeout: str | None, *, default: float = DEFAULT_TIMEOUT) -> float:
     """Return the seconds a call may take: the apiserver's `?timeout=` (a Go duration; the
     default when absent or unreadable) less a margin for the answer's way back (a fifth,
-    at least 0.2 s, leaving at least 0.1 s)."""
+    at least 0.2 s, leaving at least 0.1 s). Cached: the apiserver sends the same few
+    values again and again."""
     seconds = default
     if timeout:
         try:
