@@ -2,12 +2,14 @@
 
 `up` starts a fleet (one upper cluster with metrics-server, two lower clusters of different
 sizes, in a private network namespace when run as root), runs one `virtual-node` per lower
-cluster, deploys 6 pods (using a ConfigMap and a Secret) in the upper cluster, waits for
-them to run, and shows both sides: the pods spread over the lower clusters, `kubectl logs`
-and `exec` through a virtual node, `kubectl top` through metrics-server. Then the
-descheduler: a pod that lower-2 cannot place (no node of it is big enough, though its
+cluster (labelled clusterID=<lower cluster>) and `tensile-webhook`, deploys 6 pods (using a
+ConfigMap and a Secret) in the upper cluster, waits for them to run, and shows both sides:
+the pods spread over the lower clusters, `kubectl logs` and `exec` through a virtual node,
+`kubectl top` through metrics-server, and one pod that asks for clusterID=lower-2 and
+disk=ssd, converted by the webhook, landing on the one lower node labelled disk=ssd. Then
+the descheduler: a pod that lower-2 cannot place (no node of it is big enough, though its
 virtual node's total is) moves to the other lower cluster. `down` stops the virtual nodes,
-the descheduler and the fleet, and removes their state.
+the webhook, the descheduler and the fleet, and removes their state.
 """
 
 from __future__ import annotations
@@ -20,17 +22,34 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from vnode.testing import devcluster, netns, processes
+from vnode.testing import devcluster, netns, processes, webhooks
 from vnode.testing.cluster import Cluster
 from vnode.testing.deschedulers import DeschedulerProcess
 from vnode.testing.fleet import ENV_FILE, Fleet
 from vnode.testing.vnodes import VirtualNodeProcess
+from vnode.testing.webhooks import WebhookProcess
 
 NODE = "tensile"
 FLEET = [
     "--lowers", "2", "--lower-nodes", "lower-2=2",
     "--node-capacity", "lower-2:cpu=8,memory=32Gi,pods=50",
+    "--node-label", "lower-2:1:disk=ssd",
 ]  # fmt: skip
+WEBHOOK = "tensile-webhook"
+PLACED = """
+apiVersion: v1
+kind: Pod
+metadata:
+  name: fast
+  labels: {app: fast, virtual-pod: "true"}
+spec:
+  # clusterID targets a virtual node: it stays for the upper scheduler. disk=ssd targets a
+  # lower node: the webhook moves it into the clusterSelector annotation, and adds the
+  # toleration of the virtual nodes' taint.
+  nodeSelector: {clusterID: lower-2, disk: ssd}
+  containers:
+  - {name: main, image: nginx:1.27}
+"""
 NODE_STATE = "virtual-node.json"
 DESCHEDULER_RBAC = Path(__file__).resolve().parents[1] / "manifests" / "descheduler" / "rbac.yaml"
 # 12 CPU: lower-2's virtual node offers 16 (two nodes of 8), so the upper scheduler takes
@@ -101,12 +120,28 @@ def up(directory: Path) -> int:
     refs = []
     for lower in fleet.lowers:
         node = VirtualNodeProcess(
-            fleet, name=f"{NODE}-{lower.name}", log_dir=directory / "logs", lower=lower.name
+            fleet,
+            name=f"{NODE}-{lower.name}",
+            log_dir=directory / "logs",
+            lower=lower.name,
+            env={"VKUBELET_NODE_LABEL": f"clusterID:{lower.name}"},
         )
         print(f"\nstarting virtual-node {node.name} for {lower.name} (log: {node.log}) ...")
         node.start(detach=True)
         assert node.process is not None
         refs.append({"pid": node.process.ref.pid, "start": node.process.ref.start})
+    hook = WebhookProcess(
+        fleet, name=WEBHOOK, log_dir=directory / "logs", secret_namespace="default",  # noqa: S106
+        configuration=WEBHOOK,
+    )  # fmt: skip
+    # Called for pods labelled virtual-pod=true in namespace default only.
+    webhooks.register(
+        fleet.upper, webhooks.configuration(WEBHOOK, url=hook.url, namespace="default")
+    )
+    print(f"\nstarting tensile-webhook (log: {hook.log}) ...")
+    hook.start(detach=True)
+    assert hook.process is not None
+    refs.append({"pid": hook.process.ref.pid, "start": hook.process.ref.start})
     fleet.upper.kubectl("apply", "-f", str(DESCHEDULER_RBAC))
     descheduler = DeschedulerProcess(
         fleet,
@@ -119,6 +154,7 @@ def up(directory: Path) -> int:
     assert descheduler.process is not None
     refs.append({"pid": descheduler.process.ref.pid, "start": descheduler.process.ref.start})
     (directory / NODE_STATE).write_text(json.dumps(refs))
+    webhooks.wait_admitting(fleet.upper, namespace="default")
     fleet.upper.kubectl("apply", "-f", "-", input=MANIFEST)
     fleet.upper.kubectl("rollout", "status", "deployment/web", "--timeout=120s")
     pod = fleet.upper.kubectl(
@@ -139,6 +175,23 @@ def up(directory: Path) -> int:
          ["get", "configmap/web-config", "secret/web-secret"]),
         ("logs through the virtual node's kubelet API", fleet.upper, ["logs", pod, "--tail=2"]),
         ("exec through it", fleet.upper, ["exec", pod, "--", "echo", "hello from below"]),
+    ]  # fmt: skip
+    for title, cluster, args in steps:
+        _show(title, cluster, args)
+    fleet.upper.kubectl("apply", "-f", "-", input=PLACED)
+    fleet.upper.kubectl("wait", "pod/fast", "--for=condition=Ready", "--timeout=60s")
+    placement = (
+        "custom-columns=POD:.metadata.name,NODE:.spec.nodeName,"
+        "NODE-SELECTOR:.spec.nodeSelector,CLUSTER-SELECTOR:.metadata.annotations.clusterSelector"
+    )
+    steps = [
+        ("the webhook: a pod asking for clusterID=lower-2 (a virtual node) and disk=ssd (a "
+         "lower node), as the upper cluster keeps it", fleet.upper,
+         ["get", "pod", "fast", "-o", placement]),
+        ("lower-2: the pod, on the node labelled disk=ssd", fleet.cluster("lower-2"),
+         ["get", "pod", "fast", "-o",
+          "custom-columns=POD:.metadata.name,NODE:.spec.nodeName,NODE-SELECTOR:.spec.nodeSelector"]),
+        ("lower-2: its nodes", fleet.cluster("lower-2"), ["get", "nodes", "-L", "disk"]),
     ]  # fmt: skip
     for title, cluster, args in steps:
         _show(title, cluster, args)
@@ -168,6 +221,9 @@ Try it ({netns.describe(fleet.network)}):
   kubectl get --raw /api/v1/nodes/{NODE}-lower/proxy/pods | head -c 300
   kubectl port-forward $POD 8080:80 & sleep 2; curl -s localhost:8080; kill %1
   kubectl get events --field-selector source=tensile-descheduler   # what it moved, and why
+  kubectl run ssd --image=nginx -l virtual-pod=true \\
+    --overrides='{{"spec":{{"nodeSelector":{{"clusterID":"lower-2","disk":"ssd"}}}}}}'
+  kubectl get pod ssd -o jsonpath='{{.metadata.annotations.clusterSelector}}'; echo
 Stop everything and remove its state:
   make demo-down"""
     )
@@ -228,8 +284,8 @@ def down(directory: Path) -> int:
                 processes.ProcessRef(pid=recorded["pid"], start=recorded["start"])
             )
         state.unlink()
-        print("virtual nodes and descheduler stopped")
-    for pattern in ("virtual-node-*.log", "descheduler.log"):
+        print("virtual nodes, webhook and descheduler stopped")
+    for pattern in ("virtual-node-*.log", "webhook-*.log", "descheduler.log"):
         for log in (directory / "logs").glob(pattern):
             log.unlink()
     return devcluster.main(["down", "--dir", str(directory)])

@@ -85,7 +85,7 @@ def topology(
 
 def _descheduler_kubeconfig(fleet: Fleet, path: Path) -> Path:
     return token_kubeconfig(
-        fleet.upper, MANIFESTS / "rbac.yaml", path, account="tensile-descheduler"
+        fleet.upper, MANIFESTS / "rbac.yaml", path, service_account="tensile-descheduler"
     )
 
 
