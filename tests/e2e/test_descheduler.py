@@ -12,6 +12,7 @@ Each test starts its own descheduler(s) with a short --unschedulable-timeout.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,12 +23,15 @@ import pytest
 
 from descheduler import moves
 from tests.e2e.helpers import events_for, get, pod, token_kubeconfig, wait_for
+from vnode.contracts import avoidance
+from vnode.testing import webhooks
 from vnode.testing.cluster import FleetSettings, LowerClusterSettings
 from vnode.testing.deschedulers import DeschedulerProcess
 from vnode.testing.fixtures import create_namespace, delete_namespace, long_lived_pids
 from vnode.testing.fleet import Fleet
 from vnode.testing.rest import RestClient
 from vnode.testing.vnodes import VirtualNodeProcess
+from vnode.testing.webhooks import WebhookProcess
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests" / "descheduler"
 TOPOLOGY = FleetSettings(
@@ -226,6 +230,114 @@ def descheduler_events(client: RestClient, ns: str) -> list[dict[str, Any]]:
 def avoidance_record(client: RestClient) -> dict[str, str] | None:
     found = get(client, "/api/v1/namespaces/tensile-system/configmaps/tensile-avoid")
     return None if found is None else dict(found.get("data") or {})
+
+
+# -- pods with a controller ------------------------------------------------------------------
+
+
+WEBHOOK = "tensile-webhook"
+
+
+@pytest.fixture
+def webhook(topology: Topology, ns: str, tmp_path: Path) -> Iterator[WebhookProcess]:
+    """tensile-webhook with the token of manifests/webhook/rbac.yaml's account, called for
+    the test's namespace; stopped (exit 0) and unregistered afterwards."""
+    fleet = topology.fleet
+    kubeconfig = token_kubeconfig(
+        fleet.upper,
+        MANIFESTS.parent / "webhook" / "rbac.yaml",
+        tmp_path / "webhook.kubeconfig",
+        service_account="tensile-webhook",
+    )
+    hook = WebhookProcess(
+        fleet, name=WEBHOOK, log_dir=tmp_path, secret_namespace="tensile-system",
+        configuration=WEBHOOK, kubeconfig=kubeconfig,
+    )  # fmt: skip
+    webhooks.register(fleet.upper, webhooks.configuration(WEBHOOK, url=hook.url, namespace=ns))
+    try:
+        hook.start()
+        webhooks.wait_admitting(fleet.upper, namespace=ns)
+        yield hook
+    finally:
+        code = hook.stop()
+        webhooks.unregister(fleet.upper, WEBHOOK)
+        assert code == 0, f"webhook exited {code}; log {hook.log}"
+
+
+def test_a_deployments_pods_move_to_the_virtual_node_whose_cluster_fits_them(
+    topology: Topology,
+    ns: str,
+    webhook: WebhookProcess,
+    deschedulers: Callable[..., DeschedulerProcess],
+) -> None:
+    upper, replicas = topology.upper, 2
+    upper.request(
+        "POST",
+        f"/apis/apps/v1/namespaces/{ns}/deployments",
+        body=deployment("web", replicas=replicas, prefer="vn-a"),
+    )
+    wait_for(
+        "both pods unschedulable below vn-a",
+        lambda: (
+            len(pods_of(upper, ns, "web")) == replicas
+            and all(
+                p["spec"].get("nodeName") == "vn-a"
+                and unschedulable_below(upper, ns, p["metadata"]["name"])
+                for p in pods_of(upper, ns, "web")
+            )
+        ),
+        timeout=60,
+    )
+    first = {p["metadata"]["name"] for p in pods_of(upper, ns, "web")}
+    descheduler = deschedulers()
+    started = time.monotonic()
+    most, fewest = 0, replicas
+    while True:
+        pods = pods_of(upper, ns, "web")
+        most, fewest = max(most, len(pods)), min(fewest, len(pods))
+        moved = [
+            p
+            for p in pods
+            if p["spec"].get("nodeName") == "vn-b" and p["status"].get("phase") == "Running"
+        ]
+        if len(moved) == replicas == len(pods):
+            break
+        assert time.monotonic() - started < TIMEOUT + 30, [
+            (p["metadata"]["name"], p["spec"].get("nodeName"), p["status"].get("phase"))
+            for p in pods
+        ]
+        time.sleep(1.0)
+    # Sampled every second: never a surplus pod beyond the one going away, none lost.
+    assert most <= replicas + 1
+    assert fewest >= replicas
+    assert not first & {p["metadata"]["name"] for p in moved}
+    # Each replacement went through the webhook: kept off vn-a upstairs, nothing below.
+    for replacement in moved:
+        terms = replacement["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"]
+        assert all(
+            {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["vn-a"]}
+            in t["matchExpressions"]
+            for t in terms
+        )
+        annotation = replacement["metadata"]["annotations"]["clusterSelector"]
+        assert "kubernetes.io/hostname" not in annotation
+    owner = moved[0]["metadata"]["ownerReferences"][0]
+    record = avoidance_record(upper) or {}
+    assert avoidance.avoided_nodes(record, owner_uid=owner["uid"], now=dt.datetime.now(dt.UTC)) == {
+        "vn-a"
+    }
+    for name in first:
+        [event] = [e for e in events_for(upper, ns, name) if e["reason"] == "Descheduled"]
+        assert "vn-a" in event["message"]
+        assert LOWER_REASON in event["message"]
+        assert owner["name"] in event["message"]
+    assert descheduler.metric("tensile_descheduler_pods_evicted_total") == replicas
+    assert (
+        descheduler.metric("tensile_descheduler_moves_total", kind="evict", outcome="moved")
+        == replicas
+    )
 
 
 # -- bare pods ------------------------------------------------------------------------------
