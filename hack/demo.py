@@ -53,28 +53,31 @@ spec:
 NODE_STATE = "virtual-node.json"
 DESCHEDULER_RBAC = Path(__file__).resolve().parents[1] / "manifests" / "descheduler" / "rbac.yaml"
 # 12 CPU: lower-2's virtual node offers 16 (two nodes of 8), so the upper scheduler takes
-# it there (it prefers lower-2), but no node of lower-2 has 12 CPU: its scheduler says
-# Unschedulable, and the descheduler moves the pod to the first lower cluster.
-BIG_POD = f"""
-apiVersion: v1
-kind: Pod
-metadata: {{name: big, labels: {{app: big}}}}
+# the pod there (it prefers lower-2), but no node of lower-2 has 12 CPU: its scheduler says
+# Unschedulable; the descheduler evicts the pod, and the webhook keeps the ReplicaSet's
+# replacement off lower-2's virtual node: it runs in the first lower cluster.
+BIG = f"""
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: big}}
 spec:
-  affinity:
-    nodeAffinity:
-      requiredDuringSchedulingIgnoredDuringExecution:
-        nodeSelectorTerms:
-        - matchExpressions: [{{key: type, operator: In, values: [virtual-kubelet]}}]
-      preferredDuringSchedulingIgnoredDuringExecution:
-      - weight: 100
-        preference:
-          matchExpressions:
-          - {{key: kubernetes.io/hostname, operator: In, values: [{NODE}-lower-2]}}
-  tolerations: [{{key: virtual-kubelet.io/provider, operator: Exists}}]
-  containers:
-  - name: big
-    image: nginx:1.27
-    resources: {{requests: {{cpu: "12"}}}}
+  replicas: 1
+  selector: {{matchLabels: {{app: big}}}}
+  template:
+    metadata: {{labels: {{app: big, virtual-pod: "true"}}}}
+    spec:
+      nodeSelector: {{type: virtual-kubelet}}
+      affinity:
+        nodeAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - weight: 100
+            preference:
+              matchExpressions:
+              - {{key: kubernetes.io/hostname, operator: In, values: [{NODE}-lower-2]}}
+      containers:
+      - name: big
+        image: nginx:1.27
+        resources: {{requests: {{cpu: "12"}}}}
 """
 MANIFEST = """
 apiVersion: v1
@@ -234,21 +237,28 @@ def _descheduler_scenario(fleet: Fleet) -> None:
     print(
         f"\n== the descheduler: a 12-CPU pod, preferring {NODE}-lower-2, where no node has 12 CPU"
     )
-    fleet.upper.kubectl("apply", "-f", "-", input=BIG_POD)
-    _wait_kubectl(fleet.upper, ["get", "pod", "big", "-o", "jsonpath={.status.conditions}"],
-                  until=lambda out: "Unschedulable" in out)  # fmt: skip
-    _show("upper cluster: bound to lower-2's virtual node, Unschedulable below", fleet.upper,
-          ["get", "pod", "big", "-o", "custom-columns=NAME:.metadata.name,NODE:.spec.nodeName,"
-           "REASON:.status.conditions[?(@.type=='PodScheduled')].message"])  # fmt: skip
+    fleet.upper.kubectl("apply", "-f", "-", input=BIG)
+    columns = (
+        "custom-columns=NAME:.metadata.name,NODE:.spec.nodeName,"
+        "PHASE:.status.phase,WHY:.status.conditions[?(@.type=='PodScheduled')].message"
+    )
+    _wait_kubectl(fleet.upper, ["get", "pods", "-l", "app=big", "-o", columns],
+                  until=lambda out: "Insufficient" in out)  # fmt: skip
+    _show("upper cluster: on lower-2's virtual node, Unschedulable below", fleet.upper,
+          ["get", "pods", "-l", "app=big", "-o", columns])  # fmt: skip
     print("\n(the descheduler moves it after --unschedulable-timeout=10s ...)")
     _wait_kubectl(fleet.upper, ["get", "pods", "-l", "app=big", "-o",
                                 "jsonpath={.items[*].status.phase}"],
                   until=lambda out: out.strip() == "Running", timeout=90)  # fmt: skip
-    _show("upper cluster: re-created as big-d1 on the other virtual node", fleet.upper,
+    _show("upper cluster: its replacement, on the other virtual node", fleet.upper,
           ["get", "pods", "-l", "app=big", "-o", "wide"])  # fmt: skip
     _show("why: the descheduler's Events", fleet.upper,
           ["get", "events", "--field-selector", "source=tensile-descheduler", "-o",
            "custom-columns=POD:.involvedObject.name,REASON:.reason,MESSAGE:.message"])  # fmt: skip
+    _show("what the webhook read: the avoidance record", fleet.upper,
+          ["get", "configmap", "-n", "tensile-system", "tensile-avoid", "-o",
+           "jsonpath={.data}"])  # fmt: skip
+    print()
 
 
 def _wait_kubectl(
