@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 DEMO_DIR ?= .demo
 PYTEST_ARGS ?=
 
-.PHONY: all venv controlplane lint test test-unit demo demo-down bench bench-streams bench-services clean
+.PHONY: all venv controlplane lint test test-unit demo demo-down bench bench-streams bench-webhook bench-services clean
 
 all: test
 
@@ -52,6 +52,9 @@ bench: venv controlplane
 
 bench-streams: venv controlplane
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/streams.py $(BENCH_ARGS)
+
+bench-webhook: venv controlplane
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/webhook.py $(BENCH_ARGS)
 
 bench-services: venv controlplane
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/services.py $(BENCH_ARGS)

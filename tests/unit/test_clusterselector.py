@@ -23,7 +23,7 @@ NOT_READY_300 = {
 def test_the_annotation_is_tensile_kubes_compact_json_in_go_field_order() -> None:
     value = clusterselector.render(
         node_selector={"disk": "ssd"},
-        node_selector_terms=[ZONE, NODE3],
+        affinity=clusterselector.with_required_terms(None, [ZONE, NODE3]),
         tolerations=[NOT_READY_300],
     )
     assert value == (
@@ -35,28 +35,60 @@ def test_the_annotation_is_tensile_kubes_compact_json_in_go_field_order() -> Non
         '"effect":"NoExecute","tolerationSeconds":300}]}'
     )
     assert clusterselector.parse(value) == json.loads(value)
-    assert clusterselector.required_terms(json.loads(value)) == [ZONE, NODE3]
+    assert clusterselector.required_terms(json.loads(value)["affinity"]) == [ZONE, NODE3]
 
 
 def test_empty_parts_are_left_out() -> None:
-    assert clusterselector.render(node_selector={}, node_selector_terms=[], tolerations=[]) == "{}"
-    assert clusterselector.render(
-        node_selector={"disk": "ssd"}, node_selector_terms=(), tolerations=()
-    ) == ('{"nodeSelector":{"disk":"ssd"}}')
+    assert clusterselector.render(node_selector={}, affinity={}, tolerations=[]) == "{}"
+    assert clusterselector.render(node_selector={"disk": "ssd"}, affinity=None, tolerations=()) == (
+        '{"nodeSelector":{"disk":"ssd"}}'
+    )
     assert clusterselector.parse("{}") == {}
     assert clusterselector.required_terms({}) == []
+    assert clusterselector.required_terms(None) == []
+
+
+def test_required_terms_are_replaced_and_the_rest_of_an_affinity_kept() -> None:
+    preferred = [{"weight": 1, "preference": ZONE}]
+    pod_affinity = {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "z"}]}
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [ZONE]},
+            "preferredDuringSchedulingIgnoredDuringExecution": preferred,
+        },
+        "podAffinity": pod_affinity,
+    }
+    before = json.dumps(affinity)
+    assert clusterselector.with_required_terms(affinity, [NODE3]) == {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [NODE3]},
+            "preferredDuringSchedulingIgnoredDuringExecution": preferred,
+        },
+        "podAffinity": pod_affinity,
+    }
+    assert clusterselector.with_required_terms(affinity, []) == {
+        "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": preferred},
+        "podAffinity": pod_affinity,
+    }
+    assert json.dumps(affinity) == before  # not mutated
+    only = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}
+    assert clusterselector.with_required_terms(only, []) == {}
 
 
 def test_the_added_tolerations_are_recognised_by_the_reader() -> None:
     for seconds in (None, 0, 300, 86400):
-        added = clusterselector.added_tolerations(seconds=seconds)
+        added = clusterselector.added_tolerations(
+            not_ready_seconds=seconds, unreachable_seconds=seconds
+        )
         assert all(clusterselector.is_added_toleration(t) for t in added)
-    assert clusterselector.added_tolerations(seconds=60) == [
+    assert clusterselector.added_tolerations(not_ready_seconds=60, unreachable_seconds=None) == [
         {"key": "virtual-kubelet.io/provider", "operator": "Exists"},
         {**NOT_READY_300, "tolerationSeconds": 60},
-        {**NOT_READY_300, "key": "node.kubernetes.io/unreachable", "tolerationSeconds": 60},
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
     ]
-    custom = clusterselector.added_tolerations(taint_key="example.com/vk", seconds=None)
+    custom = clusterselector.added_tolerations(
+        taint_key="example.com/vk", not_ready_seconds=None, unreachable_seconds=None
+    )
     assert custom[0] == {"key": "example.com/vk", "operator": "Exists"}
     assert clusterselector.is_added_toleration(custom[0], taint_key="example.com/vk")
     assert not clusterselector.is_added_toleration(custom[0])
@@ -93,11 +125,11 @@ def test_what_the_writer_renders_the_reader_parses_back(
 ) -> None:
     value = clusterselector.render(
         node_selector=node_selector,
-        node_selector_terms=node_selector_terms,
+        affinity=clusterselector.with_required_terms(None, node_selector_terms),
         tolerations=tolerations,
     )
     parsed = clusterselector.parse(value)
     assert parsed is not None
     assert parsed.get("nodeSelector", {}) == node_selector
-    assert clusterselector.required_terms(parsed) == node_selector_terms
+    assert clusterselector.required_terms(parsed.get("affinity")) == node_selector_terms
     assert parsed.get("tolerations", []) == tolerations

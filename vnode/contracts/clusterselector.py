@@ -16,7 +16,6 @@ to leave them there. Pure: no I/O, inputs never mutated.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -72,34 +71,54 @@ def parse(value: object) -> dict[str, Any] | None:
 def render(
     *,
     node_selector: Mapping[str, str],
-    node_selector_terms: Sequence[Mapping[str, Any]],
+    affinity: Mapping[str, Any] | None,
     tolerations: Sequence[Mapping[str, Any]],
 ) -> str:
     """Return the annotation value for lower-cluster placement: `node_selector` (label map),
-    `node_selector_terms` (required node affinity, ORed terms) and `tolerations`, as
-    compact JSON in tensile-kube's key order, each key left out when empty ("{}" when all
-    are)."""
+    `affinity` (an Affinity; the webhook writes only required node affinity, see
+    `with_required_terms`) and `tolerations`, as compact JSON in tensile-kube's key order,
+    each key left out when empty ("{}" when all are)."""
     shaped: dict[str, Any] = {}
     if node_selector:
         shaped["nodeSelector"] = dict(node_selector)
-    if node_selector_terms:
-        shaped["affinity"] = {
-            "nodeAffinity": {
-                REQUIRED: {"nodeSelectorTerms": [dict(t) for t in node_selector_terms]}
-            }
-        }
+    if affinity:
+        shaped["affinity"] = affinity
     if tolerations:
-        shaped["tolerations"] = [dict(t) for t in tolerations]
+        shaped["tolerations"] = list(tolerations)
     return json.dumps(shaped, separators=(",", ":"), ensure_ascii=False)
 
 
-def required_terms(selector: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Return (a copy of) the required node-affinity terms of a parsed clusterSelector."""
-    affinity = selector.get("affinity")
+def required_terms(affinity: object) -> list[dict[str, Any]]:
+    """Return the required node-affinity terms of an Affinity (of a pod, or of a parsed
+    clusterSelector's `affinity`): a new list of shallow copies of the terms (a term's
+    keys may be replaced; its requirements are shared); [] when it has none or is not a
+    mapping. Items that are not objects are left out."""
     node = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
     required = node.get(REQUIRED) if isinstance(node, Mapping) else None
     terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
-    return copy.deepcopy(terms) if isinstance(terms, list) else []
+    if not isinstance(terms, list):
+        return []
+    return [dict(term) for term in terms if isinstance(term, dict)]
+
+
+def with_required_terms(
+    affinity: Mapping[str, Any] | None, terms: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """Return the Affinity `affinity` with its required node affinity replaced by `terms`
+    (removed when `terms` is empty); preferred node affinity and pod (anti-)affinity are
+    kept; parts left empty are removed, so `{}` means no affinity at all. The result is a
+    new object on the changed path and shares the rest with the arguments."""
+    result = dict(affinity or {})
+    node = dict(result.get("nodeAffinity") or {})
+    if terms:
+        node[REQUIRED] = {"nodeSelectorTerms": [dict(t) for t in terms]}
+    else:
+        node.pop(REQUIRED, None)
+    if node:
+        result["nodeAffinity"] = node
+    else:
+        result.pop("nodeAffinity", None)
+    return {key: value for key, value in result.items() if value}
 
 
 def virtual_node_toleration(*, taint_key: str = DEFAULT_TAINT_KEY) -> dict[str, Any]:
@@ -107,12 +126,17 @@ def virtual_node_toleration(*, taint_key: str = DEFAULT_TAINT_KEY) -> dict[str, 
     return {"key": taint_key, "operator": "Exists"}
 
 
-def node_problem_tolerations(*, seconds: int | None) -> list[dict[str, Any]]:
+def node_problem_tolerations(
+    *, not_ready_seconds: int | None, unreachable_seconds: int | None
+) -> list[dict[str, Any]]:
     """Return the not-ready and unreachable NoExecute tolerations the webhook puts on upper
-    pods: bounded by `seconds` (>= 0), or unlimited with None (tensile-kube's choice: a pod
-    is then never evicted from a dead virtual node)."""
+    pods, each bounded by its seconds (>= 0) or unlimited with None (tensile-kube's choice: a
+    pod is then never evicted from a dead virtual node)."""
     tolerations: list[dict[str, Any]] = []
-    for key in NODE_PROBLEM_TAINTS:
+    for key, seconds in (
+        (NOT_READY_TAINT, not_ready_seconds),
+        (UNREACHABLE_TAINT, unreachable_seconds),
+    ):
         toleration: dict[str, Any] = {"key": key, "operator": "Exists", "effect": "NoExecute"}
         if seconds is not None:
             toleration["tolerationSeconds"] = seconds
@@ -121,12 +145,17 @@ def node_problem_tolerations(*, seconds: int | None) -> list[dict[str, Any]]:
 
 
 def added_tolerations(
-    *, taint_key: str = DEFAULT_TAINT_KEY, seconds: int | None
+    *,
+    taint_key: str = DEFAULT_TAINT_KEY,
+    not_ready_seconds: int | None,
+    unreachable_seconds: int | None,
 ) -> list[dict[str, Any]]:
     """Return every toleration the webhook adds to an upper pod (see the module docstring)."""
     return [
         virtual_node_toleration(taint_key=taint_key),
-        *node_problem_tolerations(seconds=seconds),
+        *node_problem_tolerations(
+            not_ready_seconds=not_ready_seconds, unreachable_seconds=unreachable_seconds
+        ),
     ]
 
 

@@ -1,5 +1,6 @@
-"""Events about objects, as a kubelet or a controller records them (`kubectl describe`
-shows them): the pods a virtual node runs, the Services and claims it mirrors.
+"""Events about objects, as client-go's recorder writes them (`kubectl describe` shows them):
+the virtual node's about its pods and the Services and claims it mirrors, the
+descheduler's about the pods it moves.
 
 Repeats are aggregated as client-go's EventCorrelator does: an event identical to one
 recorded before (same object, type, reason and message) bumps that Event's `count` and
