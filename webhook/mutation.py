@@ -52,7 +52,7 @@ from vnode.contracts import labels as contract_labels
 from webhook import patches
 from webhook.selection import LabelSelector
 
-SELECTED_NODE_ANNOTATION = "volume.kubernetes.io/selected-node"
+SELECTED_NODE_ANNOTATION = contract_labels.SELECTED_NODE_ANNOTATION
 """On a PVC: the node its volume was (or is being) provisioned for."""
 METADATA_NAME = "metadata.name"
 """The one field node-affinity matchFields may select on."""

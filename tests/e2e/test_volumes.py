@@ -384,7 +384,16 @@ def test_lower_provisioning_problems_show_on_the_upper_claim(
     above = claim(upper, namespace, "data")
     assert above is not None
     assert event["involvedObject"]["uid"] == above["metadata"]["uid"]
-    assert above["metadata"]["annotations"][volumes.LOWER_PHASE_ANNOTATION] == "Pending"
+    wait_for(
+        "the lower phase shown upstairs",
+        lambda: (
+            (claim(upper, namespace, "data") or {})
+            .get("metadata", {})
+            .get("annotations", {})
+            .get(volumes.LOWER_PHASE_ANNOTATION)
+            == "Pending"
+        ),
+    )
 
 
 def test_claims_of_other_classes_follow_their_pod_down_as_tensile_kube_did(

@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vnode.contracts import labels
 from vnode.kube.mirror import Change, MirrorSpec, Patch
 from vnode.kube.quantity import parse_quantity
 from vnode.kube.resources import PERSISTENT_VOLUME_CLAIMS
@@ -43,11 +44,11 @@ from vnode.providers.k2k import naming
 
 PROVISIONER = "tensile.io/virtual-node"
 """The provisioner name of upper StorageClasses the virtual nodes provision."""
-SELECTED_NODE = "volume.kubernetes.io/selected-node"
+SELECTED_NODE = labels.SELECTED_NODE_ANNOTATION
 STORAGE_PROVISIONER = "volume.kubernetes.io/storage-provisioner"
 BETA_STORAGE_PROVISIONER = "volume.beta.kubernetes.io/storage-provisioner"
 PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
+HOSTNAME_LABEL = labels.HOSTNAME_LABEL
 LOWER_CLAIM_ANNOTATION = "tensile.io/lower-claim"
 """On an upper PV: the lower claim ("namespace/name") that holds its data."""
 LOWER_PHASE_ANNOTATION = "tensile.io/lower-phase"
