@@ -96,10 +96,6 @@ class VirtualNode:
         own components share them); `clock` (default: the system clock) times
         serving-certificate renewals."""
         self.settings = settings
-        self._clock = clock
-        self._clients = upper
-        self._upper = upper.main
-        self._provider = provider
         self._stop = asyncio.Event()
         recorder = EventRecorder(
             upper.events, component=f"{settings.node.name}/pod-controller", host=settings.node.name
@@ -125,7 +121,14 @@ class VirtualNode:
             provider,
             *provider.components(),
             self.pods,
-            _KubeletApi(self),
+            KubeletApiServer(
+                settings=settings,
+                upper=upper.main,
+                reviews=upper.reviews,
+                pods=self.pods.informer,
+                provider=provider,
+                clock=clock,
+            ),
             self.node,
         ]
         """Everything the node runs, in start order (see the module docstring)."""
@@ -240,6 +243,69 @@ class VirtualNode:
                 self.settings.shutdown_timeout,
             )
 
+
+class KubeletApiServer:
+    """The kubelet HTTPS API as a component of the node: `start` binds KUBELET_PORT and
+    loads what can be checked (raising StartupError), `run` keeps the serving certificate,
+    `shut_down` stops serving."""
+
+    name = "kubelet-api"
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        upper: ApiClient,
+        reviews: ApiClient,
+        pods: Informer,
+        provider: Provider,
+        clock: Clock | None = None,
+    ) -> None:
+        """`upper` makes the serving certificate's CSRs, `reviews` authenticates and
+        authorizes callers (TokenReview, SubjectAccessReview), `pods` is the cache of the
+        upper pods bound to the node (read, not run, by this component); `clock` (default:
+        the system clock) times certificate renewals."""
+        self._settings = settings
+        self._upper = upper
+        self._reviews = reviews
+        self._pods = pods
+        self._provider = provider
+        self._clock = clock
+        self._stack = contextlib.AsyncExitStack()
+        self._keep: Callable[[], Coroutine[Any, Any, None]] | None = None
+        self._stopped = asyncio.Event()
+        self._started = False
+
+    def informers(self) -> Sequence[Informer]:
+        """None of its own: it reads the pod controller's cache."""
+        return []
+
+    async def start(self) -> None:
+        """Bind the port and start serving (or wait for a CSR's certificate)."""
+        self._keep = await self._stack.enter_async_context(self._kubelet_api())
+        self._started = True
+
+    def ready(self) -> bool:
+        """Whether the API is set up (it may still wait for a certificate from a CSR)."""
+        return self._started
+
+    async def run(self) -> None:
+        """Keep the serving certificate fresh until `shut_down`."""
+        if self._keep is None:
+            await self._stopped.wait()
+            return
+        async with asyncio.TaskGroup() as group:
+            # Registration, lease and pods never wait for this task: a CSR may wait for a
+            # human to approve it.
+            keeper = group.create_task(self._keep(), name="kubelet-api-certificates")
+            await self._stopped.wait()
+            keeper.cancel()
+
+    async def shut_down(self) -> None:
+        """Stop serving (requests in flight get a moment to finish)."""
+        self._stopped.set()
+        await self._stack.aclose()
+
     @contextlib.asynccontextmanager
     async def _kubelet_api(self) -> AsyncIterator[Callable[[], Coroutine[Any, Any, None]] | None]:
         """Set up the kubelet API on the node's InternalIP:KUBELET_PORT (what the upper
@@ -255,7 +321,7 @@ class VirtualNode:
         (connections are refused until then), maybe hours later: by then nothing is left
         that could fail and take down a node that is serving pods.
         """
-        api = self.settings.api
+        api = self._settings.api
         if not api.cert_file and not api.rotate_server_certificates:
             logger.warning(
                 "kubelet API disabled: no APISERVER_CERT_LOCATION/APISERVER_KEY_LOCATION and "
@@ -264,7 +330,7 @@ class VirtualNode:
             )
             yield None
             return
-        host, port = self.settings.node.internal_ip, self.settings.node.kubelet_port
+        host, port = self._settings.node.internal_ip, self._settings.node.kubelet_port
         try:
             sock = bound_socket(host, port)
         except OSError as exc:
@@ -285,19 +351,19 @@ class VirtualNode:
             sock.close()  # closed already once served; never served: ours to close
 
     def _api_context(self) -> ApiContext:
-        api = self.settings.api
+        api = self._settings.api
         verify = api.verify_clients
         gate = auth.ReviewGate()
-        reviews = self._clients.reviews
+        reviews = self._reviews
         return ApiContext(
-            node_name=self.settings.node.name,
-            pod=lambda ns, name: self.pods.informer.store.get(f"{ns}/{name}"),
-            pods=lambda: list(self.pods.informer.store),
+            node_name=self._settings.node.name,
+            pod=lambda ns, name: self._pods.store.get(f"{ns}/{name}"),
+            pods=lambda: list(self._pods.store),
             provider=self._provider,
             authenticator=auth.Authenticator(reviews, gate=gate, anonymous=api.anonymous_auth)
             if verify
             else None,
-            authorizer=auth.Authorizer(reviews, gate=gate, node_name=self.settings.node.name)
+            authorizer=auth.Authorizer(reviews, gate=gate, node_name=self._settings.node.name)
             if verify
             else None,
             idle_timeout=api.streaming_idle_timeout,
@@ -309,8 +375,8 @@ class VirtualNode:
         """Serve `runner` on the bound `sock` now (certificate files) or once the first
         certificate from a CSR exists; return the coroutine function that keeps the
         certificate. Raises StartupError for files that cannot be loaded."""
-        api = self.settings.api
-        host, port = self.settings.node.internal_ip, self.settings.node.kubelet_port
+        api = self._settings.api
+        host, port = self._settings.node.internal_ip, self._settings.node.kubelet_port
 
         async def serve(tls: ssl.SSLContext) -> None:
             site = web.SockSite(runner, sock, ssl_context=tls)
@@ -344,11 +410,11 @@ class VirtualNode:
         """Return the manager that obtains and renews the serving certificate through CSRs
         (see `ServingCertificateManager`). Raises StartupError when the node publishes no
         address to put in the certificate."""
-        api = self.settings.api
+        api = self._settings.api
         try:
             identity = identity_from_addresses(
-                node_name=self.settings.node.name,
-                addresses=node_addresses(self.settings.node),
+                node_name=self._settings.node.name,
+                addresses=node_addresses(self._settings.node),
             )
         except ValueError as exc:
             raise StartupError(f"kubelet API: {exc}") from exc
@@ -363,52 +429,7 @@ class VirtualNode:
         )
 
     def _cert_dir(self) -> Path:
-        return Path(self.settings.api.cert_dir or default_cert_dir(self.settings.node.name))
-
-
-class _KubeletApi:
-    """The kubelet HTTPS API as a component of the node: `start` binds KUBELET_PORT and
-    loads what can be checked (raising StartupError), `run` keeps the serving certificate,
-    `shut_down` stops serving (see `VirtualNode._kubelet_api`)."""
-
-    name = "kubelet-api"
-
-    def __init__(self, node: VirtualNode) -> None:
-        self._node = node
-        self._stack = contextlib.AsyncExitStack()
-        self._keep: Callable[[], Coroutine[Any, Any, None]] | None = None
-        self._stopped = asyncio.Event()
-        self._started = False
-
-    def informers(self) -> Sequence[Informer]:
-        """None of its own: it reads the pod controller's cache."""
-        return []
-
-    async def start(self) -> None:
-        """Bind the port and start serving (or wait for a CSR's certificate)."""
-        self._keep = await self._stack.enter_async_context(self._node._kubelet_api())
-        self._started = True
-
-    def ready(self) -> bool:
-        """Whether the API is set up (it may still wait for a certificate from a CSR)."""
-        return self._started
-
-    async def run(self) -> None:
-        """Keep the serving certificate fresh until `shut_down`."""
-        if self._keep is None:
-            await self._stopped.wait()
-            return
-        async with asyncio.TaskGroup() as group:
-            # Registration, lease and pods never wait for this task: a CSR may wait for a
-            # human to approve it.
-            keeper = group.create_task(self._keep(), name="kubelet-api-certificates")
-            await self._stopped.wait()
-            keeper.cancel()
-
-    async def shut_down(self) -> None:
-        """Stop serving (requests in flight get a moment to finish)."""
-        self._stopped.set()
-        await self._stack.aclose()
+        return Path(self._settings.api.cert_dir or default_cert_dir(self._settings.node.name))
 
 
 def _readiness(component: Component) -> str | None:
