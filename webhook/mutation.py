@@ -161,7 +161,8 @@ def skip_reason(admission: PodAdmission, *, settings: MutationSettings) -> str |
 def mutate(admission: PodAdmission, *, settings: MutationSettings, lookups: Lookups) -> Mutation:
     """Return the decision for `admission` (see the module docstring).
 
-    Never raises for any JSON-shaped pod: a pod whose constraints could not be converted
+    Never raises for any JSON-shaped pod whose `metadata.annotations` is an object or null
+    (`review.parse` refuses other shapes): a pod whose constraints could not be converted
     without losing one is left unchanged, with a warning saying why.
     """
     reason = skip_reason(admission, settings=settings)

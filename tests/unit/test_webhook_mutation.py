@@ -393,6 +393,26 @@ def test_pinning_follows_the_request_namespace_and_skips_bound_pods() -> None:
     assert "affinity" not in out["spec"]
 
 
+@pytest.mark.parametrize(
+    "affinity",
+    [
+        {"nodeAffinity": "x"},
+        {"nodeAffinity": ["ab"]},
+        {"nodeAffinity": {REQUIRED: "x"}},
+        {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": "x"}]}}},
+    ],
+)
+def test_a_pin_replaces_node_affinity_of_the_wrong_shape(affinity: dict[str, Any]) -> None:
+    decision, out = run(
+        pod({"volumes": volumes("data"), "affinity": affinity}),
+        lookups=pvc_lookups(data="vk-lower-2"),
+    )
+    assert out["spec"]["affinity"] == required(
+        {"matchExpressions": [expr("kubernetes.io/hostname", "In", "vk-lower-2")]}
+    )
+    assert decision.warnings == ()
+
+
 def test_volumes_of_different_nodes_pin_to_the_first_with_a_warning() -> None:
     lookups = pvc_lookups(a="vk-lower-1", b="vk-lower-2")
     decision, out = run(pod({"volumes": volumes("a", "b")}), lookups=lookups)
@@ -537,12 +557,21 @@ json_values = st.recursive(
         st.sampled_from(["nodeSelector", "affinity", "tolerations", "volumes", "nodeName"]),
         json_values,
     ),
-    annotation=json_values,
+    pinned=st.booleans(),
+    annotations=st.none() | json_values.map(lambda v: {clusterselector.ANNOTATION: json.dumps(v)}),
 )
-def test_any_json_shaped_pod_gives_a_decision(spec: dict[str, Any], annotation: Any) -> None:
-    obj = pod(spec, annotations={clusterselector.ANNOTATION: json.dumps(annotation)})
-    decision, _ = run(obj, lookups=pvc_lookups(data="vk-lower-2"))
+def test_any_json_shaped_pod_gives_a_decision(
+    spec: dict[str, Any], pinned: bool, annotations: dict[str, str] | None
+) -> None:
+    """Whatever the spec holds, and whether the annotations are null (JSON's "none") or hold
+    any clusterSelector: a decision whose patch applies, never an exception."""
+    if pinned:
+        spec["volumes"] = volumes("data")  # the pin step rewrites whatever affinity there is
+    obj = pod(spec, annotations=annotations)
+    decision, out = run(obj, lookups=pvc_lookups(data="vk-lower-2"))
     assert isinstance(decision, Mutation)
+    if decision.patch:
+        assert clusterselector.ANNOTATION in out["metadata"]["annotations"]
 
 
 NODE = "vk-lower-1"

@@ -106,10 +106,13 @@ def with_required_terms(
 ) -> dict[str, Any]:
     """Return the Affinity `affinity` with its required node affinity replaced by `terms`
     (removed when `terms` is empty); preferred node affinity and pod (anti-)affinity are
-    kept; parts left empty are removed, so `{}` means no affinity at all. The result is a
-    new object on the changed path and shares the rest with the arguments."""
+    kept; parts left empty are removed, so `{}` means no affinity at all; a `nodeAffinity`
+    that is not an object is replaced. The result is a new object on the changed path and
+    shares the rest with the arguments."""
     result = dict(affinity or {})
-    node = dict(result.get("nodeAffinity") or {})
+    node_affinity = result.get("nodeAffinity")
+    # Anything but an object there is no node affinity at all: it is replaced.
+    node = dict(node_affinity) if isinstance(node_affinity, Mapping) else {}
     if terms:
         node[REQUIRED] = {"nodeSelectorTerms": [dict(t) for t in terms]}
     else:
