@@ -6,8 +6,10 @@ cluster (labelled clusterID=<lower cluster>) and `tensile-webhook`, deploys 6 po
 ConfigMap and a Secret) in the upper cluster, waits for them to run, and shows both sides:
 the pods spread over the lower clusters, `kubectl logs` and `exec` through a virtual node,
 `kubectl top` through metrics-server, and one pod that asks for clusterID=lower-2 and
-disk=ssd, converted by the webhook, landing on the one lower node labelled disk=ssd.
-`down` stops the virtual nodes, the webhook and the fleet and removes their state.
+disk=ssd, converted by the webhook, landing on the one lower node labelled disk=ssd. Then
+the descheduler: a pod that lower-2 cannot place (no node of it is big enough, though its
+virtual node's total is) moves to the other lower cluster. `down` stops the virtual nodes,
+the webhook, the descheduler and the fleet, and removes their state.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ import json
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from vnode.testing import devcluster, netns, processes, webhooks
 from vnode.testing.cluster import Cluster
+from vnode.testing.deschedulers import DeschedulerProcess
 from vnode.testing.fleet import ENV_FILE, Fleet
 from vnode.testing.vnodes import VirtualNodeProcess
 from vnode.testing.webhooks import WebhookProcess
@@ -47,6 +51,34 @@ spec:
   - {name: main, image: nginx:1.27}
 """
 NODE_STATE = "virtual-node.json"
+DESCHEDULER_RBAC = Path(__file__).resolve().parents[1] / "manifests" / "descheduler" / "rbac.yaml"
+# 12 CPU: lower-2's virtual node offers 16 (two nodes of 8), so the upper scheduler takes
+# the pod there (it prefers lower-2), but no node of lower-2 has 12 CPU: its scheduler says
+# Unschedulable; the descheduler evicts the pod, and the webhook keeps the ReplicaSet's
+# replacement off lower-2's virtual node: it runs in the first lower cluster.
+BIG = f"""
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: big}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: big}}}}
+  template:
+    metadata: {{labels: {{app: big, virtual-pod: "true"}}}}
+    spec:
+      nodeSelector: {{type: virtual-kubelet}}
+      affinity:
+        nodeAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - weight: 100
+            preference:
+              matchExpressions:
+              - {{key: kubernetes.io/hostname, operator: In, values: [{NODE}-lower-2]}}
+      containers:
+      - name: big
+        image: nginx:1.27
+        resources: {{requests: {{cpu: "12"}}}}
+"""
 MANIFEST = """
 apiVersion: v1
 kind: ConfigMap
@@ -113,6 +145,17 @@ def up(directory: Path) -> int:
     hook.start(detach=True)
     assert hook.process is not None
     refs.append({"pid": hook.process.ref.pid, "start": hook.process.ref.start})
+    fleet.upper.kubectl("apply", "-f", str(DESCHEDULER_RBAC))
+    descheduler = DeschedulerProcess(
+        fleet,
+        log_dir=directory / "logs",
+        name="descheduler",
+        args=["--unschedulable-timeout=10s", "--descheduling-interval=2s"],
+    )
+    print(f"starting tensile-descheduler (log: {descheduler.log}) ...")
+    descheduler.start(detach=True)
+    assert descheduler.process is not None
+    refs.append({"pid": descheduler.process.ref.pid, "start": descheduler.process.ref.start})
     (directory / NODE_STATE).write_text(json.dumps(refs))
     webhooks.wait_admitting(fleet.upper, namespace="default")
     fleet.upper.kubectl("apply", "-f", "-", input=MANIFEST)
@@ -158,6 +201,7 @@ def up(directory: Path) -> int:
     print("\n== kubectl top, through metrics-server scraping the virtual nodes (<= 60 s) ...")
     for args in (["top", "node", "-l", "type=virtual-kubelet"], ["top", "pod"]):
         _show_when_ready(fleet.upper, args)
+    _descheduler_scenario(fleet)
     directory_arg = shlex.quote(str(directory))
     enter = (
         f"tensile-devcluster shell --dir {directory_arg}"
@@ -179,6 +223,7 @@ Try it ({netns.describe(fleet.network)}):
   kubectl top pod; kubectl top node              # metrics-server, scraping the virtual nodes
   kubectl get --raw /api/v1/nodes/{NODE}-lower/proxy/pods | head -c 300
   kubectl port-forward $POD 8080:80 & sleep 2; curl -s localhost:8080; kill %1
+  kubectl get events --field-selector source=tensile-descheduler   # what it moved, and why
   kubectl run ssd --image=nginx -l virtual-pod=true \\
     --overrides='{{"spec":{{"nodeSelector":{{"clusterID":"lower-2","disk":"ssd"}}}}}}'
   kubectl get pod ssd -o jsonpath='{{.metadata.annotations.clusterSelector}}'; echo
@@ -186,6 +231,42 @@ Stop everything and remove its state:
   make demo-down"""
     )
     return 0
+
+
+def _descheduler_scenario(fleet: Fleet) -> None:
+    print(
+        f"\n== the descheduler: a 12-CPU pod, preferring {NODE}-lower-2, where no node has 12 CPU"
+    )
+    fleet.upper.kubectl("apply", "-f", "-", input=BIG)
+    columns = (
+        "custom-columns=NAME:.metadata.name,NODE:.spec.nodeName,"
+        "PHASE:.status.phase,WHY:.status.conditions[?(@.type=='PodScheduled')].message"
+    )
+    _wait_kubectl(fleet.upper, ["get", "pods", "-l", "app=big", "-o", columns],
+                  until=lambda out: "Insufficient" in out)  # fmt: skip
+    _show("upper cluster: on lower-2's virtual node, Unschedulable below", fleet.upper,
+          ["get", "pods", "-l", "app=big", "-o", columns])  # fmt: skip
+    print("\n(the descheduler moves it after --unschedulable-timeout=10s ...)")
+    _wait_kubectl(fleet.upper, ["get", "pods", "-l", "app=big", "-o",
+                                "jsonpath={.items[*].status.phase}"],
+                  until=lambda out: out.strip() == "Running", timeout=90)  # fmt: skip
+    _show("upper cluster: its replacement, on the other virtual node", fleet.upper,
+          ["get", "pods", "-l", "app=big", "-o", "wide"])  # fmt: skip
+    _show("why: the descheduler's Events", fleet.upper,
+          ["get", "events", "--field-selector", "source=tensile-descheduler", "-o",
+           "custom-columns=POD:.involvedObject.name,REASON:.reason,MESSAGE:.message"])  # fmt: skip
+    _show("what the webhook read: the avoidance record", fleet.upper,
+          ["get", "configmap", "-n", "tensile-system", "tensile-avoid", "-o",
+           "jsonpath={.data}"])  # fmt: skip
+    print()
+
+
+def _wait_kubectl(
+    cluster: Cluster, args: list[str], *, until: Callable[[str], bool], timeout: float = 60.0
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not until(cluster.kubectl(*args, check=False).stdout) and time.monotonic() < deadline:
+        time.sleep(1)
 
 
 def _show(title: str, cluster: Cluster, args: list[str]) -> None:
@@ -213,8 +294,8 @@ def down(directory: Path) -> int:
                 processes.ProcessRef(pid=recorded["pid"], start=recorded["start"])
             )
         state.unlink()
-        print("virtual nodes and webhook stopped")
-    for pattern in ("virtual-node-*.log", "webhook-*.log"):
+        print("virtual nodes, webhook and descheduler stopped")
+    for pattern in ("virtual-node-*.log", "webhook-*.log", "descheduler.log"):
         for log in (directory / "logs").glob(pattern):
             log.unlink()
     return devcluster.main(["down", "--dir", str(directory)])

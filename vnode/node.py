@@ -32,11 +32,11 @@ from vnode.api.certmanager import (
 )
 from vnode.api.certstore import CertificateStore
 from vnode.api.server import ApiContext, make_app
-from vnode.controllers.events import EventRecorder
 from vnode.controllers.node import NodeController
 from vnode.controllers.pods import PodController, PodProvider
 from vnode.controllers.status import node_addresses
 from vnode.kube.client import ApiClient
+from vnode.kube.events import EventRecorder
 from vnode.kube.informer import Informer
 from vnode.provider import (
     ExecProvider,

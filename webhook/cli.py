@@ -11,7 +11,7 @@ import ipaddress
 import os
 from collections.abc import Mapping, Sequence
 
-from vnode.contracts import clusterselector
+from vnode.contracts import avoidance, clusterselector
 from vnode.contracts.labels import DEFAULT_TAINT_KEY
 from vnode.serving import flags
 from vnode.serving.flags import UsageError
@@ -145,6 +145,12 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     a("--metrics-addr", default="", help="host:port of plain-HTTP /metrics, /healthz, /readyz")
     a(
+        "--avoid-configmap",
+        default=avoidance.DEFAULT_CONFIGMAP,
+        help="NAMESPACE/NAME of the descheduler's avoidance record "
+        f"(default {avoidance.DEFAULT_CONFIGMAP}; the same flag as the descheduler's)",
+    )
+    a(
         "--shutdown-delay",
         type=flags.duration,
         default=ServerSettings().shutdown_delay,
@@ -193,6 +199,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
     _selector(args.virtual_node_selector, "--virtual-node-selector")
     service_namespace, service = _namespaced(args.service, "--service")
     secret_namespace, secret = _namespaced(args.tls_secret, "--tls-secret")
+    avoid_configmap = _namespaced(args.avoid_configmap, "--avoid-configmap")
     sans = [s for item in args.tls_san for s in _list(item)]
     return Settings(
         mutation=mutation,
@@ -218,6 +225,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
         ),
         kubeconfig=args.kubeconfig or None,
         virtual_node_selector=args.virtual_node_selector,
+        avoid_configmap=avoid_configmap,
         log_level="debug"
         if args.v >= 4 and args.log_level == "info"
         else flags.log_level(args.log_level),

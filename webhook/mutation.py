@@ -19,7 +19,12 @@ already). Conversion runs `STEPS` in order on a `Draft`:
    `kubernetes.io/hostname In [<node>]` in every term, kept on the pod, so the upper
    scheduler (with its resource checks) places it there; tensile-kube set `spec.nodeName`,
    which skips the scheduler and its checks altogether.
-3. `convert_tolerations`: the pod's tolerations are copied into the annotation; upstairs,
+3. `keep_off_avoided_nodes`: a pod whose controller the descheduler's avoidance record
+   names (the replacement of a pod evicted from a virtual node whose lower cluster could
+   not place it) gets `kubernetes.io/hostname NotIn [<virtual nodes to avoid>]` in every
+   required node-selector term (`vnode.contracts.avoidance.avoiding`), on the pod itself:
+   it is for the upper scheduler, never moved into the annotation.
+4. `convert_tolerations`: the pod's tolerations are copied into the annotation; upstairs,
    its not-ready/unreachable NoExecute ones are replaced by the configured ones and the
    virtual nodes' taint is tolerated (`clusterselector.added_tolerations`).
 
@@ -42,7 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vnode.contracts import clusterselector
+from vnode.contracts import avoidance, clusterselector
 from vnode.contracts import labels as contract_labels
 from webhook import patches
 from webhook.selection import LabelSelector
@@ -91,6 +96,9 @@ class Lookups:
     """Whether a Node of this name is a virtual node (matches --virtual-node-selector)."""
     pvc_selected_node: Callable[[str, str], str | None] = lambda _namespace, _name: None
     """The `volume.kubernetes.io/selected-node` of PVC (namespace, name), or None."""
+    avoided_nodes: Callable[[str], frozenset[str]] = lambda _owner_uid: frozenset()
+    """The virtual nodes the pods of the controller with this UID must avoid now (the
+    descheduler's avoidance record; expired entries already left out)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -275,9 +283,20 @@ def pin_to_volume_node(draft: Draft, settings: MutationSettings, lookups: Lookup
     draft.affinity = clusterselector.with_required_terms(draft.affinity, terms)
 
 
+def keep_off_avoided_nodes(draft: Draft, settings: MutationSettings, lookups: Lookups) -> None:
+    """Require the pod off the virtual nodes its controller must avoid (module docstring,
+    step 3). After `convert_placement`, so the requirement is never moved below; merging it
+    again into a pod that has it changes nothing."""
+    del settings
+    owner = avoidance.controller_of(draft.admission.pod)
+    nodes = lookups.avoided_nodes(owner.uid) if owner is not None else frozenset()
+    if nodes:
+        draft.affinity = avoidance.avoiding(draft.affinity or None, sorted(nodes)) or {}
+
+
 def convert_tolerations(draft: Draft, settings: MutationSettings, lookups: Lookups) -> None:
     """Copy the pod's tolerations into the annotation and put the webhook's on the pod
-    (module docstring, step 3)."""
+    (module docstring, step 4)."""
     del lookups
     if draft.previous is None:
         copied = list(draft.tolerations)
@@ -298,7 +317,12 @@ def convert_tolerations(draft: Draft, settings: MutationSettings, lookups: Looku
     draft.tolerations = _union(upper, added)
 
 
-STEPS: tuple[Step, ...] = (convert_placement, pin_to_volume_node, convert_tolerations)
+STEPS: tuple[Step, ...] = (
+    convert_placement,
+    pin_to_volume_node,
+    keep_off_avoided_nodes,
+    convert_tolerations,
+)
 """The conversion, in order: placement first (so a pin is never moved below), tolerations
 last."""
 

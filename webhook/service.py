@@ -64,7 +64,11 @@ class Webhook:
 
     async def _serve(self, client: ApiClient, sock: socket.socket) -> None:
         settings = self.settings
-        caches = Caches(client, virtual_node_selector=settings.virtual_node_selector)
+        caches = Caches(
+            client,
+            virtual_node_selector=settings.virtual_node_selector,
+            avoid_configmap=settings.avoid_configmap,
+        )
         health = endpoints.Health()
         health.add_check("shutdown", lambda: "shutting down" if self._stopping else None)
         health.add_check("caches", caches.not_synced)

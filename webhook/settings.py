@@ -40,5 +40,7 @@ class Settings:
     """Upper cluster kubeconfig (--kubeconfig; then $KUBECONFIG, ~/.kube/config, in-cluster)."""
     virtual_node_selector: str = "type=virtual-kubelet"
     """Label selector of the virtual nodes (--virtual-node-selector)."""
+    avoid_configmap: tuple[str, str] = ("tensile-system", "tensile-avoid")
+    """(namespace, name) of the descheduler's avoidance record (--avoid-configmap)."""
     log_level: str = "info"
     log_format: str = "text"

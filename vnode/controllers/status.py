@@ -11,7 +11,7 @@ from typing import Any
 
 from vnode.contracts import labels as contract_labels
 from vnode.kube.resources import TERMINAL_PHASES
-from vnode.kube.timestamps import rfc3339
+from vnode.kube.timestamps import rfc3339, rfc3339_micro
 from vnode.settings import NodeSettings
 
 _MUTABLE_SPEC = ("containers", "initContainers", "activeDeadlineSeconds", "tolerations")
@@ -24,7 +24,7 @@ def now_rfc3339(now: dt.datetime | None = None) -> str:
 
 def now_micro(now: dt.datetime | None = None) -> str:
     """Return `now` as a Kubernetes MicroTime (Lease renewTime)."""
-    return (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return rfc3339_micro(now or dt.datetime.now(dt.UTC))
 
 
 def spec_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
