@@ -307,14 +307,14 @@ def convert_tolerations(draft: Draft, settings: MutationSettings, lookups: Looku
             for t in draft.tolerations
             if not clusterselector.is_added_toleration(t, taint_key=settings.taint_key)
         ]
-    draft.lower_tolerations = _union(draft.lower_tolerations, copied)
+    draft.lower_tolerations = clusterselector.union(draft.lower_tolerations, copied)
     upper = [t for t in draft.tolerations if not _tolerates_node_problem_eviction(t)]
     added = clusterselector.added_tolerations(
         taint_key=settings.taint_key,
         not_ready_seconds=settings.not_ready_seconds,
         unreachable_seconds=settings.unreachable_seconds,
     )
-    draft.tolerations = _union(upper, added)
+    draft.tolerations = clusterselector.union(upper, added)
 
 
 STEPS: tuple[Step, ...] = (
@@ -395,9 +395,7 @@ def _and_terms(
         for right in moved:
             term: dict[str, Any] = {}
             for name in ("matchExpressions", "matchFields"):
-                requirements = _list(left.get(name)) + [
-                    r for r in _list(right.get(name)) if r not in _list(left.get(name))
-                ]
+                requirements = clusterselector.union(_list(left.get(name)), _list(right.get(name)))
                 if requirements:
                     term[name] = requirements
             joined.append(term)
@@ -436,14 +434,6 @@ def _patch(draft: Draft) -> list[patches.Operation]:
     return operations + patches.set_member(
         pod, ("metadata", "annotations", clusterselector.ANNOTATION), annotation
     )
-
-
-def _union(first: Sequence[Any], second: Sequence[Any]) -> list[Any]:
-    merged = list(first)
-    for item in second:
-        if item not in merged:
-            merged.append(item)
-    return merged
 
 
 def _mapping(value: object) -> Mapping[str, Any]:

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit.bounds import within
 from vnode.contracts import clusterselector
 from vnode.providers.k2k.placement import lower_placement
 from webhook import patches
@@ -493,6 +494,33 @@ def test_an_unusable_annotation_is_replaced_with_a_warning() -> None:
     decision, out = run(pod({"nodeSelector": {"disk": "ssd"}}, annotations=annotations))
     assert selector_of(out) == {"nodeSelector": {"disk": "ssd"}}
     assert "is not valid" in decision.warnings[0]
+
+
+# -- size -------------------------------------------------------------------------------------
+
+
+def test_a_pod_with_very_many_tolerations_is_decided_in_linear_time() -> None:
+    """An AdmissionReview may hold a 3 MiB pod, and the apiserver validates no count of
+    tolerations: the decision must not compare every pair (100,000 tolerations took ten
+    minutes of the event loop, every other caller waiting; the apiserver gives up after 30 s)."""
+    own = [{"key": f"t{i}"} for i in range(100_000)]
+    with within(30, "deciding on a pod with 100,000 tolerations"):
+        _, out = run(pod({"tolerations": own}))
+    assert selector_of(out)["tolerations"] == own
+    assert out["spec"]["tolerations"] == [*own, *ADDED]
+
+
+def test_an_annotation_and_a_pod_with_very_many_requirements_are_anded_in_linear_time() -> None:
+    many = [expr(f"k{i}", "Exists") for i in range(40_000)]
+    annotations = {
+        clusterselector.ANNOTATION: json.dumps({"affinity": required({"matchExpressions": many})})
+    }
+    spec = {"affinity": required({"matchExpressions": many[::-1]})}
+    with within(30, "ANDing two terms of 40,000 requirements"):
+        _, out = run(pod(spec, annotations=annotations))
+    assert clusterselector.required_terms(selector_of(out)["affinity"]) == [
+        {"matchExpressions": many}
+    ]
 
 
 # -- properties -------------------------------------------------------------------------------
