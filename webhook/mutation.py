@@ -143,6 +143,8 @@ class Draft:
     converted before (or someone wrote it by hand)."""
     volume_nodes: tuple[str, ...]
     """Nodes named by the `selected-node` of the PVCs the pod uses, in volume order."""
+    avoided_nodes: frozenset[str] = frozenset()
+    """Virtual nodes the pod's controller must avoid (the descheduler's record)."""
     warnings: list[str] = field(default_factory=list)
 
 
@@ -195,11 +197,16 @@ class Keeper:
     settings: MutationSettings
     lookups: Lookups
     volume_nodes: tuple[str, ...] = ()
+    avoided_nodes: frozenset[str] = frozenset()
 
     def names_upper_node(self, name: object) -> bool:
-        """Whether `name` is a virtual node, or the node a volume of the pod is bound to."""
+        """Whether `name` is a virtual node, the node a volume of the pod is bound to, or
+        one its controller must avoid (the last two even before the node cache holds them:
+        what the webhook itself put on the pod is never moved below on reinvocation)."""
         return isinstance(name, str) and (
-            name in self.volume_nodes or self.lookups.is_virtual_node(name)
+            name in self.volume_nodes
+            or name in self.avoided_nodes
+            or self.lookups.is_virtual_node(name)
         )
 
     def keeps_entry(self, key: str, value: str) -> bool:
@@ -242,7 +249,12 @@ class Keeper:
 def convert_placement(draft: Draft, settings: MutationSettings, lookups: Lookups) -> None:
     """Move nodeSelector entries and required node-affinity requirements meant for lower
     nodes into the annotation (module docstring, step 1)."""
-    keeper = Keeper(settings=settings, lookups=lookups, volume_nodes=draft.volume_nodes)
+    keeper = Keeper(
+        settings=settings,
+        lookups=lookups,
+        volume_nodes=draft.volume_nodes,
+        avoided_nodes=draft.avoided_nodes,
+    )
     moved = {k: v for k, v in draft.node_selector.items() if not keeper.keeps_entry(k, v)}
     draft.node_selector = {k: v for k, v in draft.node_selector.items() if k not in moved}
     draft.lower_node_selector.update(moved)
@@ -287,11 +299,11 @@ def keep_off_avoided_nodes(draft: Draft, settings: MutationSettings, lookups: Lo
     """Require the pod off the virtual nodes its controller must avoid (module docstring,
     step 3). After `convert_placement`, so the requirement is never moved below; merging it
     again into a pod that has it changes nothing."""
-    del settings
-    owner = avoidance.controller_of(draft.admission.pod)
-    nodes = lookups.avoided_nodes(owner.uid) if owner is not None else frozenset()
-    if nodes:
-        draft.affinity = avoidance.avoiding(draft.affinity or None, sorted(nodes)) or {}
+    del settings, lookups  # the avoided nodes were looked up with the draft
+    if draft.avoided_nodes:
+        draft.affinity = (
+            avoidance.avoiding(draft.affinity or None, sorted(draft.avoided_nodes)) or {}
+        )
 
 
 def convert_tolerations(draft: Draft, settings: MutationSettings, lookups: Lookups) -> None:
@@ -335,6 +347,7 @@ def _draft(admission: PodAdmission, *, lookups: Lookups) -> Draft:
     spec = _mapping(pod.get("spec"))
     annotations = _mapping(_mapping(pod.get("metadata")).get("annotations"))
     previous = clusterselector.parse(annotations.get(clusterselector.ANNOTATION))
+    owner = avoidance.controller_of(pod)
     if clusterselector.ANNOTATION in annotations and previous is None:
         warnings = [
             "tensile-webhook: the pod's clusterSelector annotation is not valid (the virtual "
@@ -352,6 +365,7 @@ def _draft(admission: PodAdmission, *, lookups: Lookups) -> Draft:
         lower_tolerations=list((previous or {}).get("tolerations") or []),
         previous=previous,
         volume_nodes=_volume_nodes(spec, namespace=admission.namespace, lookups=lookups),
+        avoided_nodes=lookups.avoided_nodes(owner.uid) if owner is not None else frozenset(),
         warnings=warnings,
     )
 

@@ -5,6 +5,7 @@ the virtual node's restoration (`vnode.providers.k2k.placement`)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from typing import Any
 
@@ -561,10 +562,18 @@ specs = st.fixed_dictionaries(
 
 
 @settings(max_examples=300, deadline=None)
-@given(spec=specs)
-def test_mutating_a_mutated_pod_changes_nothing(spec: dict[str, Any]) -> None:
-    lookups = pvc_lookups(data="vk-lower-2", logs="elsewhere")
-    _, once = run(pod(spec), lookups=lookups)
+@given(spec=specs, avoided=st.frozensets(st.sampled_from(["vk-lower-1", "vk-gone"])))
+def test_mutating_a_mutated_pod_changes_nothing(
+    spec: dict[str, Any], avoided: frozenset[str]
+) -> None:
+    """Also for the replacement of a moved pod (its controller avoids virtual nodes, one of
+    them perhaps not in the node cache: deleted, or not listed yet)."""
+    lookups = dataclasses.replace(
+        pvc_lookups(data="vk-lower-2", logs="elsewhere"), avoided_nodes=lambda _uid: avoided
+    )
+    owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs-1"}
+    obj = pod(spec, ownerReferences=[{**owner, "controller": True}])
+    _, once = run(obj, lookups=lookups)
     decision, twice = run(once, lookups=lookups)
     assert decision.patch == ()
     assert twice == once
