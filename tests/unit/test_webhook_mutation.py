@@ -455,6 +455,21 @@ def test_the_annotation_is_compact_json_in_tensile_kubes_shape() -> None:
     }
 
 
+def test_patch_paths_are_json_pointers() -> None:
+    """RFC 6901: `~` and `/` in a key are `~0` and `~1` (annotation keys have slashes)."""
+    assert patches.pointer(("metadata", "annotations", "example.com/a~b")) == (
+        "/metadata/annotations/example.com~1a~0b"
+    )
+    document = {"metadata": {"annotations": {"example.com/a~b": "old"}}}
+    operations = patches.set_member(document, ("metadata", "annotations", "example.com/a~b"), "new")
+    assert operations == [
+        {"op": "add", "path": "/metadata/annotations/example.com~1a~0b", "value": "new"}
+    ]
+    assert patches.apply(document, operations) == {
+        "metadata": {"annotations": {"example.com/a~b": "new"}}
+    }
+
+
 def test_an_annotation_written_by_hand_is_merged_into() -> None:
     given_selector = {
         "nodeSelector": {"disk": "hdd", "rack": "r1"},
