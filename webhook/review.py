@@ -104,19 +104,6 @@ def _envelope(body: bytes) -> tuple[str, dict[str, Any]]:
     return api_version, request
 
 
-def uid_of(body: bytes) -> tuple[str, str] | None:
-    """Return (apiVersion, request.uid) of a body that is an AdmissionReview at least that
-    far, else None: enough to answer a request whose decision could not be made."""
-    try:
-        document = json.loads(body)
-        uid, api_version = document["request"]["uid"], document["apiVersion"]
-    except (ValueError, RecursionError, TypeError, KeyError):
-        return None
-    if isinstance(uid, str) and uid and api_version in API_VERSIONS:
-        return api_version, uid
-    return None
-
-
 def response(
     *,
     api_version: str,
