@@ -13,7 +13,9 @@ runs `work`. It is client-go's `tools/leaderelection` with a `LeaseLock`:
 - The leader renews every `retry_period`. When no renewal succeeded for `renew_deadline`
   (less than `lease_duration`, so before any other replica may take over), `work` is
   cancelled at once and the replica goes back to acquiring: it keeps trying for as long as
-  it runs, across apiserver outages and restarts.
+  it runs, across apiserver outages and restarts. The deadline counts from when the last
+  successful write was *sent*: the apiserver may store it at once and other replicas count
+  from then, however late its answer arrives (client-go counts from the answer).
 - When `run` is cancelled (shutdown) a leader releases the Lease, as client-go's
   `ReleaseOnCancel` does: holder emptied, `leaseDurationSeconds` 1, so another replica takes
   over at its next retry instead of after a whole lease duration.
@@ -103,7 +105,8 @@ class LeaderElector:
         self._observed: dict[str, Any] | None = None
         self._observed_at = 0.0
         self._renewed_at: float | None = None
-        """When we last acquired or renewed (clock); None while we do not hold the Lease."""
+        """When the write of our last acquisition or renewal was sent (clock); None while
+        we do not hold the Lease."""
         self._last_renewal: float | None = None
         self._last_error = ""
         self._holder = ""
@@ -236,17 +239,21 @@ class LeaderElector:
 
     async def _try_acquire_or_renew(self) -> bool:
         now = dt.datetime.now(dt.UTC)
+        # The apiserver may store a write the moment it arrives, however late its answer
+        # reaches us; other replicas count the lease duration from then. So the renew
+        # deadline counts from before the write was sent, never from its answer.
+        sent = self._clock()
         if self.is_leader() and self._lease is not None:
             # client-go's fast path: the leader writes over what it wrote last; a conflict
             # (someone else wrote meanwhile) falls back to reading the Lease.
             try:
-                return self._stored(await self._put(self._renewed(self._lease, now=now)))
+                return self._stored(await self._put(self._renewed(self._lease, now=now)), sent=sent)
             except errors.Conflict:
                 pass
         try:
             lease = await self._client.request("GET", self._path)
         except errors.NotFound:
-            return await self._create(now)
+            return await self._create(now, sent=sent)
         spec = lease.get("spec") or {}
         self._observe(spec)
         holder = str(spec.get("holderIdentity") or "")
@@ -255,11 +262,11 @@ class LeaderElector:
             self._last_error = ""
             return False
         try:
-            return self._stored(await self._put(self._renewed(lease, now=now)))
+            return self._stored(await self._put(self._renewed(lease, now=now)), sent=sent)
         except errors.Conflict:
             return False  # another replica wrote first: it won this round
 
-    async def _create(self, now: dt.datetime) -> bool:
+    async def _create(self, now: dt.datetime, *, sent: float) -> bool:
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -272,7 +279,7 @@ class LeaderElector:
             )
         except errors.AlreadyExists:
             return False
-        return self._stored(created)
+        return self._stored(created, sent=sent)
 
     async def _put(self, lease: dict[str, Any]) -> dict[str, Any]:
         return await self._client.request("PUT", self._path, body=lease)
@@ -300,10 +307,11 @@ class LeaderElector:
             record["acquireTime"] = rfc3339_micro(acquired)
         return record
 
-    def _stored(self, lease: dict[str, Any]) -> bool:
+    def _stored(self, lease: dict[str, Any], *, sent: float) -> bool:
+        """Keep `lease` as written by us; `sent` (clock) is when its write was sent."""
         self._lease = lease
         self._observe(lease.get("spec") or {})
-        self._renewed_at = self._last_renewal = self._clock()
+        self._renewed_at = self._last_renewal = sent
         self._last_error = ""
         return True
 
