@@ -22,6 +22,7 @@ from vnode.kube.client import ApiClient
 from vnode.kube.leaderelection import LeaderElectionSettings, LeaderElector
 
 LEASE_DURATION, RENEW_DEADLINE = 15.0, 10.0
+Started = tuple["asyncio.Task[None]", LeaderElector]
 
 
 class Clock:
@@ -96,11 +97,11 @@ class Work:
 
 
 @pytest.fixture
-async def elect() -> AsyncIterator[Callable[[LeaseApi, Clock, Work], asyncio.Task[None]]]:
+async def elect() -> AsyncIterator[Callable[[LeaseApi, Clock, Work], Started]]:
     """Start `LeaderElector.run(work)` (retry period 10 ms real time); cancelled after."""
     started: list[asyncio.Task[None]] = []
 
-    def start(api: LeaseApi, clock: Clock, work: Work) -> asyncio.Task[None]:
+    def start(api: LeaseApi, clock: Clock, work: Work) -> Started:
         elector = LeaderElector(
             cast(ApiClient, api),
             settings=LeaderElectionSettings(
@@ -114,9 +115,8 @@ async def elect() -> AsyncIterator[Callable[[LeaseApi, Clock, Work], asyncio.Tas
             clock=clock,
         )
         task = asyncio.create_task(elector.run(work), name="elector")
-        task.elector = elector  # type: ignore[attr-defined]
         started.append(task)
-        return task
+        return task, elector
 
     try:
         yield start
@@ -131,7 +131,7 @@ async def elect() -> AsyncIterator[Callable[[LeaseApi, Clock, Work], asyncio.Tas
 
 
 async def test_a_late_answer_to_a_renewal_does_not_stretch_the_leadership(
-    elect: Callable[[LeaseApi, Clock, Work], asyncio.Task[None]],
+    elect: Callable[[LeaseApi, Clock, Work], Started],
 ) -> None:
     """The renew deadline counts from when the renewal was sent: the apiserver may have
     stored it at once, and another replica may take over lease_duration after that, however
@@ -139,8 +139,7 @@ async def test_a_late_answer_to_a_renewal_does_not_stretch_the_leadership(
     clock = Clock()
     api = LeaseApi(clock, delay=LEASE_DURATION - RENEW_DEADLINE + 1.0)
     work = Work()
-    task = elect(api, clock, work)
-    elector: LeaderElector = task.elector  # type: ignore[attr-defined]
+    task, elector = elect(api, clock, work)
     async with asyncio.timeout(5):
         await work.running.wait()
         sent = clock.now  # the renewal goes out without the clock moving
@@ -154,3 +153,28 @@ async def test_a_late_answer_to_a_renewal_does_not_stretch_the_leadership(
         await work.stopping.wait()
         await api.competing.wait()
     assert not task.done()
+
+
+async def test_a_shutdown_while_the_work_is_being_stopped_is_not_lost(
+    elect: Callable[[LeaseApi, Clock, Work], Started],
+) -> None:
+    """The Lease is lost, the work is being cancelled and takes a moment to clean up, and
+    the program is told to stop just then: the elector stops too (once the work has), and
+    does not go back to competing with its work left behind."""
+    clock = Clock()
+    api = LeaseApi(clock, renewals_answered=0)
+    work = Work()
+    work.finish.clear()
+    task, _ = elect(api, clock, work)
+    async with asyncio.timeout(5):
+        await work.running.wait()
+    clock.now += RENEW_DEADLINE  # renewals fail (500) past the deadline: the Lease is lost
+    async with asyncio.timeout(5):
+        await work.stopping.wait()
+    task.cancel()
+    await asyncio.sleep(0.05)
+    work.finish.set()
+    with pytest.raises(asyncio.CancelledError):
+        async with asyncio.timeout(5):
+            await task
+    assert not api.competing.is_set()

@@ -24,7 +24,6 @@ runs `work`. It is client-go's `tools/leaderelection` with a `LeaseLock`:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import logging
 import time
@@ -178,12 +177,13 @@ class LeaderElector:
         try:
             await asyncio.wait({worker, renewer}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            # Whatever ended first (or our own cancellation), the other one stops now.
-            for task in (worker, renewer):
-                task.cancel()
-            for task in (worker, renewer):
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            # Whatever ended first (or our own cancellation), the other one stops now. Both
+            # are awaited to the end, and a cancellation of ours arriving meanwhile (a
+            # shutdown while the work cleans up after a lost Lease) is raised once they are
+            # done, never swallowed with theirs.
+            worker.cancel()
+            renewer.cancel()
+            await asyncio.gather(worker, renewer, return_exceptions=True)
         if worker.done() and not worker.cancelled():
             worker.result()  # re-raise the work's own failure
             return True
