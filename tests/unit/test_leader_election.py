@@ -178,3 +178,37 @@ async def test_a_shutdown_while_the_work_is_being_stopped_is_not_lost(
         async with asyncio.timeout(5):
             await task
     assert not api.competing.is_set()
+
+
+@pytest.mark.parametrize("duration", [6.0, 10.4, 10.5, 12.9])
+async def test_the_lease_never_tells_others_a_shorter_duration_than_it_is_held_for(
+    duration: float,
+) -> None:
+    """leaseDurationSeconds is whole seconds: a fractional --leader-elect-lease-duration is
+    rounded up, never down (written 10 for 10.4 s, others could take over while this
+    replica still acts, up to a renew deadline of 10.2 s)."""
+    clock = Clock()
+    api = LeaseApi(clock)
+    written: list[object] = []
+
+    async def work() -> None:
+        assert api.lease is not None
+        written.append(api.lease["spec"]["leaseDurationSeconds"])
+
+    elector = LeaderElector(
+        cast(ApiClient, api),
+        settings=LeaderElectionSettings(
+            namespace="ns",
+            name="lease",
+            identity="me",
+            lease_duration=duration,
+            renew_deadline=duration - 0.2,
+            retry_period=0.01,
+        ),
+        clock=clock,
+    )
+    async with asyncio.timeout(5):
+        await elector.run(work)
+    [seconds] = written
+    assert isinstance(seconds, int)
+    assert duration <= seconds < duration + 1

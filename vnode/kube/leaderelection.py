@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -59,7 +60,7 @@ class LeaderElectionSettings:
     """This replica's holderIdentity; unique per process (e.g. hostname + "_" + a UUID)."""
     lease_duration: float = 15.0
     """How long a waiting replica waits after the last observed change of the Lease before
-    it takes over (written as leaseDurationSeconds, whole seconds)."""
+    it takes over (written as leaseDurationSeconds: whole seconds, rounded up)."""
     renew_deadline: float = 10.0
     """How long the leader keeps trying to renew before it stops acting."""
     retry_period: float = 2.0
@@ -299,7 +300,9 @@ class LeaderElector:
     ) -> dict[str, Any]:
         record: dict[str, Any] = {
             "holderIdentity": self.identity,
-            "leaseDurationSeconds": max(1, round(self._settings.lease_duration)),
+            # Rounded up: others must never be told they may take over sooner than this
+            # replica stops acting (a renew deadline may be just under the duration).
+            "leaseDurationSeconds": max(1, math.ceil(self._settings.lease_duration)),
             "renewTime": rfc3339_micro(now),
             "leaseTransitions": transitions,
         }
