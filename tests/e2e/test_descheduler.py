@@ -628,11 +628,16 @@ def test_a_pod_no_lower_cluster_can_place_stays_pending_with_an_event(
     topology: Topology, ns: str, deschedulers: Callable[..., DeschedulerProcess]
 ) -> None:
     """A lower-node selector that no lower node matches (written as the webhook writes it):
-    the pod moves from vn-a to vn-b once, then stays Pending there, saying why."""
+    the pod moves from vn-a to vn-b once, then stays Pending there, saying why. A pod pinned
+    to vn-a by its own nodeSelector is not moved at all: its replacement could go nowhere,
+    and where it is it runs once lower cluster A has room."""
     upper = topology.upper
     nowhere = bare_pod("nowhere", prefer="vn-a")
     nowhere["metadata"]["annotations"] = {"clusterSelector": '{"nodeSelector":{"disk":"nvme"}}'}
     upper.request("POST", f"/api/v1/namespaces/{ns}/pods", body=nowhere)
+    pinned = bare_pod("pinned", prefer="vn-a")
+    pinned["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "vn-a"}
+    upper.request("POST", f"/api/v1/namespaces/{ns}/pods", body=pinned)
     descheduler = deschedulers()
     wait_for(
         "the NoVirtualNodeLeft Event",
@@ -656,3 +661,16 @@ def test_a_pod_no_lower_cluster_can_place_stays_pending_with_an_event(
         descheduler.metric("tensile_descheduler_moves_total", kind="recreate", outcome="moved") == 1
     )
     assert descheduler.metric("tensile_descheduler_moves_total", outcome="exhausted") >= 1
+    [event] = wait_for(
+        "the pinned pod's NoVirtualNodeLeft Event",
+        lambda: [e for e in events_for(upper, ns, "pinned") if e["reason"] == "NoVirtualNodeLeft"],
+        timeout=TIMEOUT + 30,
+    )
+    assert (
+        "no other virtual node admits it (vn-b: its nodeSelector kubernetes.io/hostname=vn-a "
+        "does not match); it stays Pending on vn-a" in event["message"]
+    )
+    [stays] = pods_of(upper, ns, "pinned")
+    assert stays["metadata"]["name"] == "pinned"
+    assert stays["metadata"].get("deletionTimestamp") is None
+    assert stays["spec"]["nodeName"] == "vn-a"

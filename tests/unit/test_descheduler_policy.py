@@ -328,6 +328,65 @@ def test_when_every_virtual_node_was_tried_the_pod_stays() -> None:
     assert bare.action == "exhausted"
 
 
+def test_a_pod_whose_own_placement_admits_no_other_virtual_node_stays() -> None:
+    """Its replacement would carry the pod's nodeSelector, affinity and tolerations plus the
+    NotIn of the node it left: with no other virtual node admitting it, it would stay
+    Pending upstairs for good (its affinity cannot change), where left alone it runs once
+    its lower cluster has room."""
+    nodes = [node("vn-a", clusterID="a"), node("vn-b", clusterID="b")]
+    pinned = pod(spec__nodeSelector={"clusterID": "a"})
+    [decision] = plan(
+        [pinned], nodes=nodes, record=None, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert decision.action == "exhausted"
+    assert decision.message == (
+        "no other virtual node admits it (vn-b: its nodeSelector clusterID=a does not "
+        "match); it stays Pending on vn-a"
+    )
+    by_name = pod(owner=False)
+    by_name["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": ["vn-a"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    [decision] = plan(
+        [by_name], nodes=nodes, record=None, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert decision.action == "exhausted"
+    assert "vn-b: its required node affinity does not select it" in decision.message
+
+
+def test_a_taint_the_pod_does_not_tolerate_rules_a_virtual_node_out() -> None:
+    tainted = node("vn-b")
+    tainted["spec"]["taints"] = [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]
+    nodes = [node("vn-a"), tainted]
+    [decision] = plan(
+        [pod()], nodes=nodes, record=None, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert decision.action == "exhausted"
+    assert "vn-b: it does not tolerate the taint dedicated=gpu:NoSchedule" in decision.message
+    tolerant = pod(spec__tolerations=[{"key": "dedicated", "operator": "Exists"}])
+    [decision] = plan(
+        [tolerant], nodes=nodes, record=None, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert decision.action == "evict"
+    assert decision.message == "may go to vn-b"
+    # Only taints that keep pods off count; PreferNoSchedule merely steers.
+    tainted["spec"]["taints"] = [{"key": "dedicated", "effect": "PreferNoSchedule"}]
+    [decision] = plan(
+        [pod()], nodes=nodes, record=None, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert decision.action == "evict"
+
+
 def test_a_blocked_pod_is_reported_not_moved() -> None:
     [decision] = plan(
         [pod()], nodes=NODES, record=None, budgets=[budget()], criteria=CRITERIA, now=NOW
