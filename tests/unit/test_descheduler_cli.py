@@ -88,6 +88,13 @@ def test_tensile_kubes_flags_and_the_policy_file(tmp_path: Path) -> None:
         (["--avoid-configmap=just-a-name"], "NAMESPACE/NAME"),
         (["--avoid-ttl=0"], "--avoid-ttl"),
         (["--eviction-burst=0"], "--eviction-burst"),
+        (["--eviction-rate=nan"], "--eviction-rate must be a finite number >= 0"),
+        (["--eviction-rate=inf"], "--eviction-rate must be a finite number >= 0"),
+        (["--kube-api-qps=nan"], "--kube-api-qps must be a finite number >= 0"),
+        # Its expiries are RFC 3339 times: 3 million years do not fit before year 9999
+        # (every round failed at its first move).
+        (["--avoid-ttl=99999999999999s"], "--avoid-ttl must be greater than 0 and at most"),
+        (["--avoid-ttl=8761h"], "--avoid-ttl must be greater than 0 and at most 365 days"),
         (["--leader-elect-renew-deadline=20s"], "lease duration must be greater than renew"),
         (["--metrics-addr=nowhere"], "--metrics-addr"),
         (["--no-such-flag"], "unrecognized arguments"),
