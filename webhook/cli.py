@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from vnode.contracts import avoidance, clusterselector
 from vnode.contracts.labels import DEFAULT_TAINT_KEY
+from vnode.kube import names
 from vnode.serving import flags
 from vnode.serving.flags import UsageError
 from webhook.mutation import MutationSettings
@@ -197,10 +198,15 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
         ),
     )
     _selector(args.virtual_node_selector, "--virtual-node-selector")
-    service_namespace, service = _namespaced(args.service, "--service")
+    service_namespace, service = _namespaced(
+        args.service,
+        "--service",
+        valid=names.is_dns1035_label,
+        what="a Service name (a DNS-1035 label)",
+    )
     secret_namespace, secret = _namespaced(args.tls_secret, "--tls-secret")
     avoid_configmap = _namespaced(args.avoid_configmap, "--avoid-configmap")
-    sans = [s for item in args.tls_san for s in _list(item)]
+    sans = [_subject_name(s) for item in args.tls_san for s in _list(item)]
     return Settings(
         mutation=mutation,
         server=ServerSettings(
@@ -275,11 +281,36 @@ def _seconds(value: int, flag: str) -> int | None:
     return value
 
 
-def _namespaced(text: str, flag: str) -> tuple[str, str]:
+def _namespaced(
+    text: str,
+    flag: str,
+    *,
+    valid: Callable[[str], bool] = names.is_dns1123_subdomain,
+    what: str = "an object name (a DNS-1123 subdomain)",
+) -> tuple[str, str]:
     namespace, sep, name = text.partition("/")
     if not sep or not namespace or not name or "/" in name:
         raise UsageError(f"{flag} must be namespace/name, got {text!r}")
+    if not names.is_dns1123_label(namespace):
+        raise UsageError(f"{flag}: {namespace!r} is not a namespace name (a DNS-1123 label)")
+    if not valid(name):
+        raise UsageError(f"{flag}: {name!r} is not {what}")
     return namespace, name
+
+
+def _subject_name(text: str) -> str:
+    """A name for a bootstrapped certificate: an IP address, or an ASCII DNS name (a
+    leading `*.` allowed) that Go's TLS stack can match."""
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        host = text.removeprefix("*.")
+        if not names.is_dns1123_subdomain(host.lower()):
+            raise UsageError(
+                f"--tls-san: {text!r} is not a DNS name or an IP address (IDNs go in their "
+                "xn-- form)"
+            ) from None
+    return text
 
 
 def _address(text: str) -> str:

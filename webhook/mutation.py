@@ -143,6 +143,8 @@ class Draft:
     converted before (or someone wrote it by hand)."""
     volume_nodes: tuple[str, ...]
     """Nodes named by the `selected-node` of the PVCs the pod uses, in volume order."""
+    avoided_nodes: frozenset[str] = frozenset()
+    """Virtual nodes the pod's controller must avoid (the descheduler's record)."""
     warnings: list[str] = field(default_factory=list)
 
 
@@ -169,7 +171,8 @@ def skip_reason(admission: PodAdmission, *, settings: MutationSettings) -> str |
 def mutate(admission: PodAdmission, *, settings: MutationSettings, lookups: Lookups) -> Mutation:
     """Return the decision for `admission` (see the module docstring).
 
-    Never raises for any JSON-shaped pod: a pod whose constraints could not be converted
+    Never raises for any JSON-shaped pod whose `metadata.annotations` is an object or null
+    (`review.parse` refuses other shapes): a pod whose constraints could not be converted
     without losing one is left unchanged, with a warning saying why.
     """
     reason = skip_reason(admission, settings=settings)
@@ -194,11 +197,16 @@ class Keeper:
     settings: MutationSettings
     lookups: Lookups
     volume_nodes: tuple[str, ...] = ()
+    avoided_nodes: frozenset[str] = frozenset()
 
     def names_upper_node(self, name: object) -> bool:
-        """Whether `name` is a virtual node, or the node a volume of the pod is bound to."""
+        """Whether `name` is a virtual node, the node a volume of the pod is bound to, or
+        one its controller must avoid (the last two even before the node cache holds them:
+        what the webhook itself put on the pod is never moved below on reinvocation)."""
         return isinstance(name, str) and (
-            name in self.volume_nodes or self.lookups.is_virtual_node(name)
+            name in self.volume_nodes
+            or name in self.avoided_nodes
+            or self.lookups.is_virtual_node(name)
         )
 
     def keeps_entry(self, key: str, value: str) -> bool:
@@ -241,7 +249,12 @@ class Keeper:
 def convert_placement(draft: Draft, settings: MutationSettings, lookups: Lookups) -> None:
     """Move nodeSelector entries and required node-affinity requirements meant for lower
     nodes into the annotation (module docstring, step 1)."""
-    keeper = Keeper(settings=settings, lookups=lookups, volume_nodes=draft.volume_nodes)
+    keeper = Keeper(
+        settings=settings,
+        lookups=lookups,
+        volume_nodes=draft.volume_nodes,
+        avoided_nodes=draft.avoided_nodes,
+    )
     moved = {k: v for k, v in draft.node_selector.items() if not keeper.keeps_entry(k, v)}
     draft.node_selector = {k: v for k, v in draft.node_selector.items() if k not in moved}
     draft.lower_node_selector.update(moved)
@@ -286,11 +299,11 @@ def keep_off_avoided_nodes(draft: Draft, settings: MutationSettings, lookups: Lo
     """Require the pod off the virtual nodes its controller must avoid (module docstring,
     step 3). After `convert_placement`, so the requirement is never moved below; merging it
     again into a pod that has it changes nothing."""
-    del settings
-    owner = avoidance.controller_of(draft.admission.pod)
-    nodes = lookups.avoided_nodes(owner.uid) if owner is not None else frozenset()
-    if nodes:
-        draft.affinity = avoidance.avoiding(draft.affinity or None, sorted(nodes)) or {}
+    del settings, lookups  # the avoided nodes were looked up with the draft
+    if draft.avoided_nodes:
+        draft.affinity = (
+            avoidance.avoiding(draft.affinity or None, sorted(draft.avoided_nodes)) or {}
+        )
 
 
 def convert_tolerations(draft: Draft, settings: MutationSettings, lookups: Lookups) -> None:
@@ -306,14 +319,14 @@ def convert_tolerations(draft: Draft, settings: MutationSettings, lookups: Looku
             for t in draft.tolerations
             if not clusterselector.is_added_toleration(t, taint_key=settings.taint_key)
         ]
-    draft.lower_tolerations = _union(draft.lower_tolerations, copied)
+    draft.lower_tolerations = clusterselector.union(draft.lower_tolerations, copied)
     upper = [t for t in draft.tolerations if not _tolerates_node_problem_eviction(t)]
     added = clusterselector.added_tolerations(
         taint_key=settings.taint_key,
         not_ready_seconds=settings.not_ready_seconds,
         unreachable_seconds=settings.unreachable_seconds,
     )
-    draft.tolerations = _union(upper, added)
+    draft.tolerations = clusterselector.union(upper, added)
 
 
 STEPS: tuple[Step, ...] = (
@@ -334,6 +347,7 @@ def _draft(admission: PodAdmission, *, lookups: Lookups) -> Draft:
     spec = _mapping(pod.get("spec"))
     annotations = _mapping(_mapping(pod.get("metadata")).get("annotations"))
     previous = clusterselector.parse(annotations.get(clusterselector.ANNOTATION))
+    owner = avoidance.controller_of(pod)
     if clusterselector.ANNOTATION in annotations and previous is None:
         warnings = [
             "tensile-webhook: the pod's clusterSelector annotation is not valid (the virtual "
@@ -351,6 +365,7 @@ def _draft(admission: PodAdmission, *, lookups: Lookups) -> Draft:
         lower_tolerations=list((previous or {}).get("tolerations") or []),
         previous=previous,
         volume_nodes=_volume_nodes(spec, namespace=admission.namespace, lookups=lookups),
+        avoided_nodes=lookups.avoided_nodes(owner.uid) if owner is not None else frozenset(),
         warnings=warnings,
     )
 
@@ -394,9 +409,7 @@ def _and_terms(
         for right in moved:
             term: dict[str, Any] = {}
             for name in ("matchExpressions", "matchFields"):
-                requirements = _list(left.get(name)) + [
-                    r for r in _list(right.get(name)) if r not in _list(left.get(name))
-                ]
+                requirements = clusterselector.union(_list(left.get(name)), _list(right.get(name)))
                 if requirements:
                     term[name] = requirements
             joined.append(term)
@@ -435,14 +448,6 @@ def _patch(draft: Draft) -> list[patches.Operation]:
     return operations + patches.set_member(
         pod, ("metadata", "annotations", clusterselector.ANNOTATION), annotation
     )
-
-
-def _union(first: Sequence[Any], second: Sequence[Any]) -> list[Any]:
-    merged = list(first)
-    for item in second:
-        if item not in merged:
-            merged.append(item)
-    return merged
 
 
 def _mapping(value: object) -> Mapping[str, Any]:

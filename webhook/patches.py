@@ -23,7 +23,7 @@ def pointer(path: Sequence[str]) -> str:
 
 def set_member(document: Mapping[str, Any], path: Sequence[str], value: object) -> list[Operation]:
     """Return the operations that make the member at `path` equal `value` in `document`
-    (none when it already is). Missing parent objects are added with it. The operations
+    (none when it already is). Missing (or null) parent objects are added with it. The operations
     hold `value` itself (serialise them; do not change it). Raises ValueError for an empty
     path or a parent that exists but is not an object."""
     if not path:
@@ -32,7 +32,7 @@ def set_member(document: Mapping[str, Any], path: Sequence[str], value: object) 
     for depth, key in enumerate(path):
         if not isinstance(node, Mapping):
             raise ValueError(f"{pointer(path[:depth])} is not an object")
-        if key not in node:
+        if node.get(key) is None:  # absent, or null: JSON's "none" (an add replaces it)
             nested: Any = value
             for outer in reversed(path[depth + 1 :]):
                 nested = {outer: nested}

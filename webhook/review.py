@@ -20,6 +20,9 @@ from typing import Any
 from webhook.mutation import CREATE, PodAdmission
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+"""What `request.operation` may be (admission.k8s.io/v1 `Operation`); the answer's metrics
+are labelled with it, so no other value gets that far."""
 KIND = "AdmissionReview"
 MAX_WARNING_LENGTH = 256
 """Longest warning the apiserver passes on untruncated."""
@@ -51,6 +54,10 @@ def parse(body: bytes) -> Review:
     operation = request.get("operation")
     if not isinstance(operation, str):
         raise BadReview("request.operation is missing")
+    if operation not in OPERATIONS:
+        raise BadReview(
+            f"request.operation {_shown(operation)} is not one of {', '.join(OPERATIONS)}"
+        )
     namespace = request.get("namespace", "")
     if not isinstance(namespace, str):
         raise BadReview("request.namespace is not a string")
@@ -62,6 +69,12 @@ def parse(body: bytes) -> Review:
     for part in ("metadata", "spec"):
         if not isinstance(pod.get(part, {}), dict):
             raise BadReview(f"request.object is not a Pod: {part} is not an object")
+    metadata = pod.get("metadata", {})
+    for part in ("labels", "annotations"):
+        # null is how JSON says "none" (the decision reads it so); anything else but an
+        # object is not a Pod's metadata.
+        if not isinstance(metadata.get(part, {}), dict | None):
+            raise BadReview(f"request.object is not a Pod: metadata.{part} is not an object")
     return Review(
         api_version=api_version,
         uid=uid,
@@ -89,19 +102,6 @@ def _envelope(body: bytes) -> tuple[str, dict[str, Any]]:
     if not isinstance(request, dict):
         raise BadReview("the AdmissionReview has no request")
     return api_version, request
-
-
-def uid_of(body: bytes) -> tuple[str, str] | None:
-    """Return (apiVersion, request.uid) of a body that is an AdmissionReview at least that
-    far, else None: enough to answer a request whose decision could not be made."""
-    try:
-        document = json.loads(body)
-        uid, api_version = document["request"]["uid"], document["apiVersion"]
-    except (ValueError, RecursionError, TypeError, KeyError):
-        return None
-    if isinstance(uid, str) and uid and api_version in API_VERSIONS:
-        return api_version, uid
-    return None
 
 
 def response(

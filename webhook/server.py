@@ -4,10 +4,11 @@
 `/mutate` answers every AdmissionReview it can read with `allowed: true` (the webhook
 changes pods, it never refuses them) and, for a pod it converts, a JSON patch. What is not
 an AdmissionReview gets a 4xx with a message, never a 500: 400 for a body that is not one
-(not JSON, wrong apiVersion or kind, no request, uid or object), 413 past
+(not JSON, wrong apiVersion or kind, no request, uid or object, an operation no apiserver
+sends, a Pod whose labels or annotations are not objects), 413 past
 `max_request_bytes`, 415 for a Content-Type other than JSON, 408 when the body does not
 arrive in time. The apiserver gives the call a deadline (the configuration's
-`timeoutSeconds`, sent as `?timeout=`): a decision that would need longer (the caches
+`timeoutSeconds`, sent as `?timeout=`, at most 30 s): a decision that would need longer (the caches
 have not listed yet) is answered before it, "allowed, no patch", with a warning for the
 client and `result="timeout"` in the metrics, rather than after the apiserver gave up.
 """
@@ -34,6 +35,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_TIMEOUT = 10.0
 """Seconds the apiserver gives a webhook call when it does not say (the API's default
 `timeoutSeconds`)."""
+MAX_TIMEOUT = 30.0
+"""The longest deadline the apiserver gives a webhook call (`timeoutSeconds` is validated to
+1-30 seconds): a longer `?timeout=` comes from some other caller and is cut to it."""
 MAX_REQUEST_BYTES = 3 * 1024 * 1024
 """Default bound of a request body: an object of etcd's largest (1.5 MiB) in an
 AdmissionReview, with room to spare."""
@@ -77,15 +81,16 @@ def make_app(
 @functools.lru_cache(maxsize=64)
 def budget(timeout: str | None, *, default: float = DEFAULT_TIMEOUT) -> float:
     """Return the seconds a call may take: the apiserver's `?timeout=` (a Go duration; the
-    default when absent or unreadable) less a margin for the answer's way back (a fifth,
-    at least 0.2 s, leaving at least 0.1 s). Cached: the apiserver sends the same few
-    values again and again."""
+    default when absent or unreadable, at most MAX_TIMEOUT) less a margin for the answer's
+    way back (a fifth, at least 0.2 s, leaving at least 0.1 s). Cached: the apiserver sends
+    the same few values again and again."""
     seconds = default
     if timeout:
         try:
             seconds = parse_duration(timeout) or default
         except ValueError:
             pass
+    seconds = min(seconds, MAX_TIMEOUT)
     return max(0.1, seconds - max(0.2, seconds / 5))
 
 

@@ -18,9 +18,7 @@ import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
-
-from vnode.kube import errors
+from vnode.kube import errors, retry
 from vnode.kube.client import ApiClient
 from vnode.kube.informer import Handlers, Informer
 from vnode.serving import certsecret, tls
@@ -29,7 +27,7 @@ from webhook import cabundle, metrics
 
 logger = logging.getLogger(__name__)
 
-_RETRIED = (errors.ApiError, errors.ApiUnavailable, certsecret.SecretError)
+_RETRIED: tuple[type[Exception], ...] = (*retry.API_ERRORS, certsecret.SecretError)
 FILE_CHECK_INTERVAL = 10.0
 """Seconds between checks of --tlscert/--tlskey for a new certificate (at most)."""
 
@@ -134,8 +132,10 @@ class ServingTls:
             await self._serve(self._rotating.context)
             self._pem = b"files"
             return
-        bundle = await _retrying(
-            "reading or writing the serving certificate's Secret", self._ensure
+        bundle = await retry.until_done(
+            "webhook: reading or writing the serving certificate's Secret",
+            self._ensure,
+            retried=_RETRIED,
         )
         await self._use(bundle)
         await self._publish(bundle)
@@ -211,32 +211,3 @@ class ServingTls:
             )
         except (errors.ApiError, errors.ApiUnavailable) as exc:
             logger.warning("webhook: cannot set the caBundle of %s: %s", configuration, exc)
-
-
-async def _retrying(
-    what: str, step: Callable[[], Awaitable[certsecret.Bundle]]
-) -> certsecret.Bundle:
-    """Run `step` until it returns, retrying API failures with jittered backoff (0.5 s
-    doubling to 30 s), each logged; other exceptions and cancellation propagate."""
-
-    def warn(state: RetryCallState) -> None:
-        outcome = state.outcome
-        delay = state.next_action.sleep if state.next_action else 0.0
-        logger.warning(
-            "webhook: %s failed (attempt %d): %s; retrying in %.1fs",
-            what,
-            state.attempt_number,
-            outcome.exception() if outcome else "?",
-            delay,
-        )
-
-    retrying = AsyncRetrying(
-        retry=retry_if_exception_type(_RETRIED),
-        wait=wait_exponential_jitter(initial=0.5, max=30.0),
-        before_sleep=warn,
-        reraise=True,
-    )
-    async for attempt in retrying:
-        with attempt:
-            return await step()
-    raise AssertionError("unreachable")  # pragma: no cover - tenacity retries forever

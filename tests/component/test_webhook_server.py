@@ -25,7 +25,7 @@ from vnode.contracts import clusterselector
 from vnode.serving import endpoints
 from webhook import patches
 from webhook.mutation import Lookups, MutationSettings
-from webhook.server import Admission, make_app
+from webhook.server import Admission, budget, make_app
 
 URL = "/mutate"
 
@@ -155,6 +155,24 @@ async def test_bad_requests_get_a_4xx_with_a_message(
     assert counted("", "rejected") == before + 1
 
 
+async def test_operations_no_apiserver_sends_are_refused_and_make_no_metric_series() -> None:
+    """Metric labels come from a closed set: a caller inventing operations must not grow the
+    process's metrics without bound."""
+    invented = [f"OP-{i}" for i in range(3)]
+    async with serving() as base:
+        for operation in invented:
+            status, text = await post(base, review(operation=operation))
+            assert status == 400
+            assert f'request.operation "{operation}" is not one of' in text
+    samples = {
+        sample.labels.get("operation")
+        for metric in REGISTRY.collect()
+        if metric.name.startswith("tensile_webhook_admission")
+        for sample in metric.samples
+    }
+    assert not samples & set(invented)
+
+
 async def test_wrong_methods_and_paths() -> None:
     async with serving() as base, aiohttp.ClientSession() as session:
         async with session.get(base + URL) as r:
@@ -178,6 +196,23 @@ async def test_caches_that_do_not_list_in_time_get_allowed_unchanged_before_the_
     assert "caches of the cluster are not ready" in response["warnings"][0]
     assert took < 1.0  # answered before the apiserver's own deadline
     assert counted("CREATE", "timeout") == before + 1
+
+
+@pytest.mark.parametrize(
+    ("timeout", "seconds"),
+    [(None, 8.0), ("5s", 4.0), ("1s", 0.8), ("0s", 8.0), ("bogus", 8.0), ("30s", 24.0)],
+)
+def test_the_budget_is_the_apiservers_deadline_less_a_margin(
+    timeout: str | None, seconds: float
+) -> None:
+    assert budget(timeout) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("timeout", ["31s", "1h", "1000000h"])
+def test_a_deadline_past_what_the_api_allows_is_cut_to_it(timeout: str) -> None:
+    """timeoutSeconds is at most 30 (admissionregistration.k8s.io/v1): a caller asking for
+    more is not the apiserver, and must not hold a body read (a slow upload) longer."""
+    assert budget(timeout) == budget("30s")
 
 
 async def test_caches_that_list_during_the_call_are_waited_for() -> None:

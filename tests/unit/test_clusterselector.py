@@ -133,3 +133,18 @@ def test_what_the_writer_renders_the_reader_parses_back(
     assert parsed.get("nodeSelector", {}) == node_selector
     assert clusterselector.required_terms(parsed.get("affinity")) == node_selector_terms
     assert parsed.get("tolerations", []) == tolerations
+
+
+def test_union_keeps_the_first_list_and_adds_what_it_lacks_once() -> None:
+    gpu = {"key": "gpu", "operator": "Exists"}
+    nested = {"key": "zone", "operator": "In", "values": ["a", "b"]}
+    first = [gpu, dict(gpu)]  # the first list is kept as it is, repeats included
+    merged = clusterselector.union(first, [dict(gpu), nested, dict(nested), {"key": "x"}])
+    assert merged == [gpu, gpu, nested, {"key": "x"}]
+    assert merged[0] is gpu  # the items themselves, not copies
+    # Key order does not make another item; a different value does.
+    reordered = {"values": ["a", "b"], "operator": "In", "key": "zone"}
+    assert clusterselector.union([nested], [reordered, {**nested, "values": ["b", "a"]}]) == [
+        nested,
+        {**nested, "values": ["b", "a"]},
+    ]

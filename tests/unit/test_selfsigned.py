@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from vnode.serving import selfsigned
@@ -82,3 +84,32 @@ def test_a_certificate_of_another_ca_or_garbage_cannot_be_served() -> None:
     )
     with pytest.raises(ValueError, match="at least one DNS name or IP address"):
         selfsigned.issue(AUTHORITY, names=SubjectNames(), now=NOW, lifetime=DAY)
+
+
+def test_a_certificate_with_another_key_cannot_be_served() -> None:
+    """ssl refuses such a pair (key values mismatch) when it is loaded: served as it is, a
+    Secret edited by hand or half restored would stop the webhook at every start."""
+    serving = selfsigned.issue(AUTHORITY, names=NAMES, now=NOW, lifetime=DAY)
+    other = selfsigned.issue(AUTHORITY, names=NAMES, now=NOW, lifetime=DAY)
+    mismatched = selfsigned.KeyPair(cert_pem=serving.cert_pem, key_pem=other.key_pem)
+    problem = selfsigned.problem(
+        mismatched, AUTHORITY.cert_pem, names=NAMES, now=NOW, renew_before=DAY / 2
+    )
+    assert problem == "unusable: the key is not the certificate's"
+
+
+def test_only_a_ca_certificate_with_its_own_ecdsa_key_can_issue() -> None:
+    other = selfsigned.new_authority(common_name="other", now=NOW, lifetime=DAY)
+    leaf = selfsigned.issue(AUTHORITY, names=NAMES, now=NOW, lifetime=DAY)
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    assert selfsigned.issuing_problem(AUTHORITY) is None
+    for pair, reason in [
+        (selfsigned.KeyPair(cert_pem=AUTHORITY.cert_pem, key_pem=other.key_pem), "not the CA's"),
+        (selfsigned.KeyPair(cert_pem=AUTHORITY.cert_pem, key_pem=rsa_key), "not an ECDSA key"),
+        (selfsigned.KeyPair(cert_pem=AUTHORITY.cert_pem, key_pem=b""), "no key"),
+        (leaf, "not a CA"),
+        (selfsigned.KeyPair(cert_pem=b"x", key_pem=AUTHORITY.key_pem), "unusable"),
+    ]:
+        assert reason in str(selfsigned.issuing_problem(pair))

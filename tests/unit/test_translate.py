@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit.bounds import within
 from vnode.contracts.clusterselector import parse as parse_cluster_selector
 from vnode.contracts.scheduling import selector_matches, term_matches
 from vnode.providers.k2k import naming
@@ -685,6 +686,16 @@ def test_tolerations_are_merged_and_deduplicated() -> None:
     # The webhook's unlimited node-problem tolerations stay upstairs: below, the pod's
     # original 300 s ones apply, so a dead lower node's pods are evicted and replaced.
     assert placed(spec, selector)["tolerations"] == [gpu, NOT_READY_300, UNREACHABLE_300]
+
+
+def test_a_pod_with_very_many_tolerations_is_placed_in_linear_time() -> None:
+    """A pod may carry as many tolerations as 3 MiB holds (the apiserver validates no count):
+    merging them with the annotation's must not compare every pair (100,000 of them took
+    minutes, the node's event loop standing still all along)."""
+    own = [{"key": f"t{i}"} for i in range(100_000)]
+    with within(30, "placing a pod with 100,000 tolerations"):
+        below = placed({"tolerations": own}, {"tolerations": [*own[::-1], NOT_READY_300]})
+    assert below["tolerations"] == [*own, NOT_READY_300]
 
 
 def test_without_a_cluster_selector_the_pods_own_tolerations_are_kept() -> None:

@@ -132,6 +132,23 @@ def test_converting_again_changes_nothing() -> None:
     assert decision.patch == ()
 
 
+def test_an_avoided_node_the_informer_does_not_know_is_not_moved_on_reinvocation() -> None:
+    """The record may name a virtual node the webhook's node cache does not hold (deleted,
+    re-registering, or not listed yet): the requirement is still the avoidance's, so a
+    second call (reinvocation) must not take it for a lower-node constraint and move it
+    into clusterSelector."""
+    gone = lookups({OWNER_UID: frozenset({"vn-gone"})})
+    once = converted(replacement({"nodeSelector": {"disk": "ssd"}}), found=gone)
+    not_gone = {**NOT_A, "values": ["vn-gone"]}
+    assert terms(once) == [{"matchExpressions": [not_gone]}]
+    decision = mutate(
+        PodAdmission(operation="CREATE", namespace="shop", pod=once),
+        settings=MutationSettings(),
+        lookups=gone,
+    )
+    assert decision.patch == ()
+
+
 def test_the_lower_pod_does_not_carry_it() -> None:
     disk = {"key": "disk", "operator": "In", "values": ["ssd"]}
     upper = converted(

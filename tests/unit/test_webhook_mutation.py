@@ -5,6 +5,7 @@ the virtual node's restoration (`vnode.providers.k2k.placement`)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit.bounds import within
 from vnode.contracts import clusterselector
 from vnode.providers.k2k.placement import lower_placement
 from webhook import patches
@@ -393,6 +395,26 @@ def test_pinning_follows_the_request_namespace_and_skips_bound_pods() -> None:
     assert "affinity" not in out["spec"]
 
 
+@pytest.mark.parametrize(
+    "affinity",
+    [
+        {"nodeAffinity": "x"},
+        {"nodeAffinity": ["ab"]},
+        {"nodeAffinity": {REQUIRED: "x"}},
+        {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": "x"}]}}},
+    ],
+)
+def test_a_pin_replaces_node_affinity_of_the_wrong_shape(affinity: dict[str, Any]) -> None:
+    decision, out = run(
+        pod({"volumes": volumes("data"), "affinity": affinity}),
+        lookups=pvc_lookups(data="vk-lower-2"),
+    )
+    assert out["spec"]["affinity"] == required(
+        {"matchExpressions": [expr("kubernetes.io/hostname", "In", "vk-lower-2")]}
+    )
+    assert decision.warnings == ()
+
+
 def test_volumes_of_different_nodes_pin_to_the_first_with_a_warning() -> None:
     lookups = pvc_lookups(a="vk-lower-1", b="vk-lower-2")
     decision, out = run(pod({"volumes": volumes("a", "b")}), lookups=lookups)
@@ -430,6 +452,21 @@ def test_the_annotation_is_compact_json_in_tensile_kubes_shape() -> None:
         '[{"matchExpressions":[{"key":"zone","operator":"In","values":["a"]}]}]}}},'
         '"tolerations":[{"key":"node.kubernetes.io/not-ready","operator":"Exists",'
         '"effect":"NoExecute","tolerationSeconds":300}]}',
+    }
+
+
+def test_patch_paths_are_json_pointers() -> None:
+    """RFC 6901: `~` and `/` in a key are `~0` and `~1` (annotation keys have slashes)."""
+    assert patches.pointer(("metadata", "annotations", "example.com/a~b")) == (
+        "/metadata/annotations/example.com~1a~0b"
+    )
+    document = {"metadata": {"annotations": {"example.com/a~b": "old"}}}
+    operations = patches.set_member(document, ("metadata", "annotations", "example.com/a~b"), "new")
+    assert operations == [
+        {"op": "add", "path": "/metadata/annotations/example.com~1a~0b", "value": "new"}
+    ]
+    assert patches.apply(document, operations) == {
+        "metadata": {"annotations": {"example.com/a~b": "new"}}
     }
 
 
@@ -475,6 +512,33 @@ def test_an_unusable_annotation_is_replaced_with_a_warning() -> None:
     assert "is not valid" in decision.warnings[0]
 
 
+# -- size -------------------------------------------------------------------------------------
+
+
+def test_a_pod_with_very_many_tolerations_is_decided_in_linear_time() -> None:
+    """An AdmissionReview may hold a 3 MiB pod, and the apiserver validates no count of
+    tolerations: the decision must not compare every pair (100,000 tolerations took ten
+    minutes of the event loop, every other caller waiting; the apiserver gives up after 30 s)."""
+    own = [{"key": f"t{i}"} for i in range(100_000)]
+    with within(30, "deciding on a pod with 100,000 tolerations"):
+        _, out = run(pod({"tolerations": own}))
+    assert selector_of(out)["tolerations"] == own
+    assert out["spec"]["tolerations"] == [*own, *ADDED]
+
+
+def test_an_annotation_and_a_pod_with_very_many_requirements_are_anded_in_linear_time() -> None:
+    many = [expr(f"k{i}", "Exists") for i in range(40_000)]
+    annotations = {
+        clusterselector.ANNOTATION: json.dumps({"affinity": required({"matchExpressions": many})})
+    }
+    spec = {"affinity": required({"matchExpressions": many[::-1]})}
+    with within(30, "ANDing two terms of 40,000 requirements"):
+        _, out = run(pod(spec, annotations=annotations))
+    assert clusterselector.required_terms(selector_of(out)["affinity"]) == [
+        {"matchExpressions": many}
+    ]
+
+
 # -- properties -------------------------------------------------------------------------------
 
 names = st.sampled_from(["disk", "zone", "rack", "clusterID", "type", "kubernetes.io/hostname"])
@@ -513,10 +577,18 @@ specs = st.fixed_dictionaries(
 
 
 @settings(max_examples=300, deadline=None)
-@given(spec=specs)
-def test_mutating_a_mutated_pod_changes_nothing(spec: dict[str, Any]) -> None:
-    lookups = pvc_lookups(data="vk-lower-2", logs="elsewhere")
-    _, once = run(pod(spec), lookups=lookups)
+@given(spec=specs, avoided=st.frozensets(st.sampled_from(["vk-lower-1", "vk-gone"])))
+def test_mutating_a_mutated_pod_changes_nothing(
+    spec: dict[str, Any], avoided: frozenset[str]
+) -> None:
+    """Also for the replacement of a moved pod (its controller avoids virtual nodes, one of
+    them perhaps not in the node cache: deleted, or not listed yet)."""
+    lookups = dataclasses.replace(
+        pvc_lookups(data="vk-lower-2", logs="elsewhere"), avoided_nodes=lambda _uid: avoided
+    )
+    owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs-1"}
+    obj = pod(spec, ownerReferences=[{**owner, "controller": True}])
+    _, once = run(obj, lookups=lookups)
     decision, twice = run(once, lookups=lookups)
     assert decision.patch == ()
     assert twice == once
@@ -537,12 +609,21 @@ json_values = st.recursive(
         st.sampled_from(["nodeSelector", "affinity", "tolerations", "volumes", "nodeName"]),
         json_values,
     ),
-    annotation=json_values,
+    pinned=st.booleans(),
+    annotations=st.none() | json_values.map(lambda v: {clusterselector.ANNOTATION: json.dumps(v)}),
 )
-def test_any_json_shaped_pod_gives_a_decision(spec: dict[str, Any], annotation: Any) -> None:
-    obj = pod(spec, annotations={clusterselector.ANNOTATION: json.dumps(annotation)})
-    decision, _ = run(obj, lookups=pvc_lookups(data="vk-lower-2"))
+def test_any_json_shaped_pod_gives_a_decision(
+    spec: dict[str, Any], pinned: bool, annotations: dict[str, str] | None
+) -> None:
+    """Whatever the spec holds, and whether the annotations are null (JSON's "none") or hold
+    any clusterSelector: a decision whose patch applies, never an exception."""
+    if pinned:
+        spec["volumes"] = volumes("data")  # the pin step rewrites whatever affinity there is
+    obj = pod(spec, annotations=annotations)
+    decision, out = run(obj, lookups=pvc_lookups(data="vk-lower-2"))
     assert isinstance(decision, Mutation)
+    if decision.patch:
+        assert clusterselector.ANNOTATION in out["metadata"]["annotations"]
 
 
 NODE = "vk-lower-1"

@@ -78,6 +78,18 @@ def test_what_is_not_a_pod_itself_is_answered_without_a_decision(request_: dict[
         (encode(body(object=None)), "request.object is missing (a Pod is needed for CREATE)"),
         (encode(body(object="pod")), "request.object is missing"),
         (encode(body(object={"spec": []})), "request.object is not a Pod: spec is not an object"),
+        (
+            encode(body(operation="create")),
+            'request.operation "create" is not one of CREATE, UPDATE, DELETE, CONNECT',
+        ),
+        (
+            encode(body(object={"metadata": {"labels": ["virtual-pod"]}})),
+            "request.object is not a Pod: metadata.labels is not an object",
+        ),
+        (
+            encode(body(object={"metadata": {"annotations": []}})),
+            "request.object is not a Pod: metadata.annotations is not an object",
+        ),
     ],
 )
 def test_bad_reviews_are_refused_with_a_reason(raw: bytes, message: str) -> None:

@@ -36,6 +36,7 @@ kube-apiserver's DefaultTolerationSeconds admission gives every pod
 (--default-not-ready-toleration-seconds), so a pod on a virtual node that died is treated
 as one on a real node that died. README "The webhook" explains the trade-off."""
 _POD_AFFINITIES = ("podAffinity", "podAntiAffinity")
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr)
 
 
 def parse(value: object) -> dict[str, Any] | None:
@@ -88,6 +89,26 @@ def render(
     return json.dumps(shaped, separators=(",", ":"), ensure_ascii=False)
 
 
+def union(first: Sequence[Any], second: Sequence[Any]) -> list[Any]:
+    """Return `first`, then each item of `second` not equal to one before it: how both sides
+    merge lists of the contract's JSON objects (tolerations, node-selector requirements,
+    affinity terms), the webhook into the annotation, the virtual node back onto the pod.
+
+    In: lists of JSON values. Out: a new list holding the same item objects (not copies).
+    Items are compared through a hashable stand-in (a flat object's items, else its
+    canonical JSON text), so the time is linear in the lists' size: a pod may carry a
+    hundred thousand tolerations (objects are up to 3 MiB and the apiserver does not bound
+    their count), and comparing every pair would take many minutes."""
+    seen = {_identity(item) for item in first}
+    merged = list(first)
+    for item in second:
+        identity = _identity(item)
+        if identity not in seen:
+            seen.add(identity)
+            merged.append(item)
+    return merged
+
+
 def required_terms(affinity: object) -> list[dict[str, Any]]:
     """Return the required node-affinity terms of an Affinity (of a pod, or of a parsed
     clusterSelector's `affinity`): a new list of shallow copies of the terms (a term's
@@ -106,10 +127,13 @@ def with_required_terms(
 ) -> dict[str, Any]:
     """Return the Affinity `affinity` with its required node affinity replaced by `terms`
     (removed when `terms` is empty); preferred node affinity and pod (anti-)affinity are
-    kept; parts left empty are removed, so `{}` means no affinity at all. The result is a
-    new object on the changed path and shares the rest with the arguments."""
+    kept; parts left empty are removed, so `{}` means no affinity at all; a `nodeAffinity`
+    that is not an object is replaced. The result is a new object on the changed path and
+    shares the rest with the arguments."""
     result = dict(affinity or {})
-    node = dict(result.get("nodeAffinity") or {})
+    node_affinity = result.get("nodeAffinity")
+    # Anything but an object there is no node affinity at all: it is replaced.
+    node = dict(node_affinity) if isinstance(node_affinity, Mapping) else {}
     if terms:
         node[REQUIRED] = {"nodeSelectorTerms": [dict(t) for t in terms]}
     else:
@@ -174,6 +198,17 @@ def is_added_toleration(toleration: object, *, taint_key: str = DEFAULT_TAINT_KE
         and toleration.get("effect") == "NoExecute"
         and not toleration.get("value")
     )
+
+
+def _identity(item: object) -> object:
+    """A hashable stand-in for a JSON value, equal for equal values: a flat object (most
+    tolerations) by its items, anything else by its canonical JSON text."""
+    if isinstance(item, dict):
+        try:
+            return frozenset(item.items())
+        except TypeError:  # a nested list or object among the values
+            pass
+    return _CANONICAL.encode(item)
 
 
 def _is_string_map(value: object) -> bool:

@@ -6,7 +6,9 @@ for; otherwise it makes what is missing and writes it, create-if-absent (POST) o
 replace-if-unchanged (PUT with the resourceVersion read). Replicas that race converge on
 the first write: a loser's 409 (AlreadyExists or Conflict) makes it read the winner's back.
 The CA is kept as long as it is valid past the serving certificate's next renewal, so a
-renewed serving certificate needs no new `caBundle`.
+renewed serving certificate needs no new `caBundle`. Parts that do not fit together (a
+serving key that is not its certificate's, a CA key that is not the CA's, as a hand edit or
+a half restore may leave) count as missing: they are made again, never served.
 
 The Secret is `kubernetes.io/tls`: `tls.crt`/`tls.key` the serving certificate, `ca.crt`
 the CA (what a `caBundle` holds) and `ca.key` its key, which signs renewals.
@@ -152,13 +154,11 @@ def _renewed(
 
 
 def _can_sign(authority: KeyPair, *, now: dt.datetime, lifetimes: Lifetimes) -> bool:
-    if not authority.key_pem:
+    reason = selfsigned.issuing_problem(authority)
+    if reason is not None:
+        logger.info("the CA in the Secret cannot sign (%s); a new CA is made", reason)
         return False
-    try:
-        end = authority.certificate.not_valid_after_utc
-    except ValueError:
-        return False
-    return now + lifetimes.renew_before * 2 < end
+    return now + lifetimes.renew_before * 2 < authority.certificate.not_valid_after_utc
 
 
 def _secret(

@@ -19,6 +19,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 _BACKDATE = dt.timedelta(minutes=5)
@@ -147,16 +148,19 @@ def problem(
     renew_before: dt.timedelta,
 ) -> str | None:
     """Return why `serving` cannot be served (any more) for `names`, or None when it can:
-    unparseable, not signed by the CA in `authority_pem`, missing a name, not yet valid, or
-    expiring within `renew_before` of `now`."""
+    unparseable, a key that is not the certificate's, not signed by the CA in
+    `authority_pem`, missing a name, not yet valid, or expiring within `renew_before` of
+    `now`."""
     try:
         cert = serving.certificate
         ca = x509.load_pem_x509_certificate(authority_pem)
-        serialization.load_pem_private_key(serving.key_pem, password=None)
+        key = serialization.load_pem_private_key(serving.key_pem, password=None)
         cert.verify_directly_issued_by(ca)
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except (ValueError, TypeError, InvalidSignature, x509.ExtensionNotFound) as exc:
         return f"unusable: {exc or type(exc).__name__}"
+    if not _same_key(cert, key):
+        return "unusable: the key is not the certificate's"
     have_dns = set(sans.get_values_for_type(x509.DNSName))
     have_ips = {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)}
     missing = [n for n in names.dns_names if n not in have_dns]
@@ -168,6 +172,33 @@ def problem(
     if now + renew_before >= cert.not_valid_after_utc:
         return f"expires at {cert.not_valid_after_utc.isoformat()}"
     return None
+
+
+def issuing_problem(authority: KeyPair) -> str | None:
+    """Return why `authority` cannot sign serving certificates with `issue`, or None when it
+    can: no key, unparseable, not a CA certificate, a key that is not ECDSA (what `issue`
+    signs with) or not the CA certificate's own (what it signed would not verify against
+    the caBundle)."""
+    if not authority.key_pem:
+        return "no key"
+    try:
+        cert = authority.certificate
+        key = serialization.load_pem_private_key(authority.key_pem, password=None)
+        constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
+    except (ValueError, TypeError, x509.ExtensionNotFound) as exc:
+        return f"unusable: {exc or type(exc).__name__}"
+    if not constraints.ca:
+        return "not a CA certificate"
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        return "the key is not an ECDSA key"
+    if not _same_key(cert, key):
+        return "the key is not the CA's"
+    return None
+
+
+def _same_key(cert: x509.Certificate, key: PrivateKeyTypes) -> bool:
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    return cert.public_key().public_bytes(*spki) == key.public_key().public_bytes(*spki)
 
 
 def _pem(key: ec.EllipticCurvePrivateKey) -> bytes:

@@ -148,12 +148,8 @@ def _requirements(term: Mapping[str, Any]) -> bool:
 
 
 def _union(first: list[Any], second: list[Any]) -> list[Any]:
-    # Order-preserving; duplicates of the first list's items (full equality) are not repeated.
-    merged = copy.deepcopy(first)
-    for item in second:
-        if item not in merged:
-            merged.append(copy.deepcopy(item))
-    return merged
+    # Order-preserving, the webhook's rule (linear: a pod may carry very many tolerations).
+    return copy.deepcopy(clusterselector.union(first, second))
 
 
 def _put(target: dict[str, Any], key: str, value: object) -> None:
