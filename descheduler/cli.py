@@ -176,16 +176,18 @@ def parse(argv: Sequence[str], *, holder: str | None = None) -> tuple[Settings, 
     local = args.evict_local_storage_pods
     if local is None:
         local = bool(policy.evict_local_storage_pods)
-    namespace, slash, name = args.avoid_configmap.partition("/")
-    if not slash or not namespace or not name or "/" in name:
-        raise UsageError(f"--avoid-configmap must be NAMESPACE/NAME, got {args.avoid_configmap!r}")
+    namespace, name = flags.namespaced(args.avoid_configmap, "--avoid-configmap")
     _check_limits(args)
     election = None
     if args.leader_elect:
         try:
             election = LeaderElectionSettings(
-                namespace=args.leader_elect_resource_namespace,
-                name=args.leader_elect_resource_name,
+                namespace=flags.namespace_name(
+                    args.leader_elect_resource_namespace, "--leader-elect-resource-namespace"
+                ),
+                name=flags.object_name(
+                    args.leader_elect_resource_name, "--leader-elect-resource-name"
+                ),
                 identity=holder or identity(),
                 lease_duration=args.leader_elect_lease_duration,
                 renew_deadline=args.leader_elect_renew_deadline,
