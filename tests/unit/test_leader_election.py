@@ -96,38 +96,47 @@ class Work:
             await self.finish.wait()
 
 
+def elector(
+    api: LeaseApi,
+    clock: Clock,
+    *,
+    lease_duration: float = LEASE_DURATION,
+    renew_deadline: float = RENEW_DEADLINE,
+) -> LeaderElector:
+    """An elector of Lease ns/lease on `api` and `clock`, retrying every 10 ms (real time)."""
+    return LeaderElector(
+        cast(ApiClient, api),
+        settings=LeaderElectionSettings(
+            namespace="ns",
+            name="lease",
+            identity="me",
+            lease_duration=lease_duration,
+            renew_deadline=renew_deadline,
+            retry_period=0.01,
+        ),
+        clock=clock,
+    )
+
+
 @pytest.fixture
 async def elect() -> AsyncIterator[Callable[[LeaseApi, Clock, Work], Started]]:
-    """Start `LeaderElector.run(work)` (retry period 10 ms real time); cancelled after."""
+    """Start `LeaderElector.run(work)` in a task; cancelled and awaited after the test."""
     started: list[asyncio.Task[None]] = []
 
     def start(api: LeaseApi, clock: Clock, work: Work) -> Started:
-        elector = LeaderElector(
-            cast(ApiClient, api),
-            settings=LeaderElectionSettings(
-                namespace="ns",
-                name="lease",
-                identity="me",
-                lease_duration=LEASE_DURATION,
-                renew_deadline=RENEW_DEADLINE,
-                retry_period=0.01,
-            ),
-            clock=clock,
-        )
-        task = asyncio.create_task(elector.run(work), name="elector")
+        candidate = elector(api, clock)
+        task = asyncio.create_task(candidate.run(work), name="elector")
         started.append(task)
-        return task, elector
+        return task, candidate
 
     try:
         yield start
     finally:
         for task in started:
-            work_done = task.done()
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 async with asyncio.timeout(5):
                     await task
-            assert work_done or task.done()
 
 
 async def test_a_late_answer_to_a_renewal_does_not_stretch_the_leadership(
@@ -195,20 +204,8 @@ async def test_the_lease_never_tells_others_a_shorter_duration_than_it_is_held_f
         assert api.lease is not None
         written.append(api.lease["spec"]["leaseDurationSeconds"])
 
-    elector = LeaderElector(
-        cast(ApiClient, api),
-        settings=LeaderElectionSettings(
-            namespace="ns",
-            name="lease",
-            identity="me",
-            lease_duration=duration,
-            renew_deadline=duration - 0.2,
-            retry_period=0.01,
-        ),
-        clock=clock,
-    )
     async with asyncio.timeout(5):
-        await elector.run(work)
+        await elector(api, clock, lease_duration=duration, renew_deadline=duration - 0.2).run(work)
     [seconds] = written
     assert isinstance(seconds, int)
     assert duration <= seconds < duration + 1
