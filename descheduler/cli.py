@@ -11,11 +11,11 @@ import socket
 import uuid
 from collections.abc import Sequence
 
-from descheduler import policyfile, selectors
+from descheduler import policyfile
 from descheduler.mover import MoveSettings
 from descheduler.policy import POD_SELECTOR, Criteria
 from descheduler.settings import Settings
-from vnode.contracts import avoidance
+from vnode.contracts import avoidance, selectors
 from vnode.kube.leaderelection import ElectionConfigError, LeaderElectionSettings
 from vnode.serving import flags
 from vnode.serving.flags import UsageError

@@ -24,8 +24,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from descheduler import moves, selectors
-from vnode.contracts import avoidance, labels, scheduling
+from descheduler import moves
+from vnode.contracts import avoidance, labels, scheduling, selectors
 from vnode.kube.timestamps import parse_rfc3339
 
 EVICT_ANNOTATION = "descheduler.alpha.kubernetes.io/evict"

@@ -11,13 +11,12 @@ import ipaddress
 import os
 from collections.abc import Mapping, Sequence
 
-from vnode.contracts import avoidance, clusterselector
+from vnode.contracts import avoidance, clusterselector, selectors
 from vnode.contracts.labels import DEFAULT_TAINT_KEY
 from vnode.kube import names
 from vnode.serving import flags
 from vnode.serving.flags import UsageError
 from webhook.mutation import MutationSettings
-from webhook.selection import LabelSelector, SelectorError
 from webhook.server import MAX_REQUEST_BYTES
 from webhook.settings import ServerSettings, Settings
 from webhook.tls import TlsSettings
@@ -254,10 +253,10 @@ def _list(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
 
 
-def _selector(text: str, flag: str) -> LabelSelector:
+def _selector(text: str, flag: str) -> selectors.Selector:
     try:
-        return LabelSelector.parse(text)
-    except SelectorError as exc:
+        return selectors.parse(text)
+    except selectors.SelectorError as exc:
         raise UsageError(f"{flag}: {exc}") from None
 
 
