@@ -318,6 +318,10 @@ def _decide(
     # out every other virtual node, moving it would leave it unschedulable for good, while
     # left where it is it runs once its lower cluster has room.
     spec = _mapping(pod.get("spec"))
+    if owner is not None:
+        # The controller's next pod is made from its template: the NotIn of an earlier
+        # move is not in it (the avoidances in force are `avoid`, from the record).
+        spec = {**spec, "affinity": avoidance.without_avoidances(_mapping(spec.get("affinity")))}
     unfit = {name: scheduling.unfit(spec, usable[name]) for name in others}
     left = [name for name in others if unfit[name] is None]
     if not left:

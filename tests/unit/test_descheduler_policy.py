@@ -364,6 +364,27 @@ def test_a_pod_whose_own_placement_admits_no_other_virtual_node_stays() -> None:
     assert "vn-b: its required node affinity does not select it" in decision.message
 
 
+def test_an_owned_pods_earlier_avoidance_does_not_rule_its_node_out_once_expired() -> None:
+    """A replacement carries the NotIn of the move that made it; once that avoidance has
+    expired, the owner's next replacement (made from its template, through the webhook)
+    no longer has it: the node it names may be tried again."""
+    nodes = [node(n, **{"kubernetes.io/hostname": n}) for n in ("vn-a", "vn-b")]
+    moved_before = pod(on="vn-b")
+    moved_before["spec"]["affinity"] = avoidance.avoiding(None, ["vn-a"])
+    [decision] = plan(
+        [moved_before], nodes=nodes, record=None, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert decision.action == "evict"
+    assert decision.message == "may go to vn-a"
+    # A bare pod's replacement is a copy: its NotIn stays, vn-a stays ruled out.
+    bare = pod(on="vn-b", owner=False)
+    bare["spec"]["affinity"] = avoidance.avoiding(None, ["vn-a"])
+    [decision] = plan(
+        [bare], nodes=nodes, record=None, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert decision.action == "exhausted"
+
+
 def test_a_taint_the_pod_does_not_tolerate_rules_a_virtual_node_out() -> None:
     tainted = node("vn-b")
     tainted["spec"]["taints"] = [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]
