@@ -24,8 +24,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from descheduler import moves, selectors
-from vnode.contracts import avoidance, labels
+from descheduler import moves
+from vnode.contracts import avoidance, labels, scheduling, selectors
 from vnode.kube.timestamps import parse_rfc3339
 
 EVICT_ANNOTATION = "descheduler.alpha.kubernetes.io/evict"
@@ -66,7 +66,9 @@ class Decision:
 
     - evict: record that `owner` avoids `node`, then evict the pod (its controller replaces it);
     - recreate: a bare pod: create its replacement avoiding `avoid`, then delete it;
-    - exhausted: every considered virtual node has been tried; the pod stays where it is;
+    - exhausted: every considered virtual node has been tried, or the pod's own node
+      selection (nodeSelector, required node affinity, tolerations) admits none of the
+      others; the pod stays where it is;
     - blocked: a PodDisruptionBudget does not allow it now (`message` says which).
     """
 
@@ -307,10 +309,24 @@ def _decide(
     budgets: Sequence[Mapping[str, Any]],
 ) -> Decision:
     base = Decision(action="evict", pod=pod, node=node, reason=why, owner=owner, avoid=avoid)
-    left = sorted(set(usable) - avoid)
-    if not left:
+    others = sorted(set(usable) - avoid)
+    if not others:
         tried = ", ".join(sorted(avoid))
         message = f"every virtual node has been tried ({tried}); it stays Pending on {node}"
+        return dataclasses.replace(base, action="exhausted", message=message)
+    # The replacement keeps the pod's own node selection (plus the NotIn): where that rules
+    # out every other virtual node, moving it would leave it unschedulable for good, while
+    # left where it is it runs once its lower cluster has room.
+    spec = _mapping(pod.get("spec"))
+    if owner is not None:
+        # The controller's next pod is made from its template: the NotIn of an earlier
+        # move is not in it (the avoidances in force are `avoid`, from the record).
+        spec = {**spec, "affinity": avoidance.without_avoidances(_mapping(spec.get("affinity")))}
+    unfit = {name: scheduling.unfit(spec, usable[name]) for name in others}
+    left = [name for name in others if unfit[name] is None]
+    if not left:
+        why_not = "; ".join(f"{name}: {unfit[name]}" for name in others)
+        message = f"no other virtual node admits it ({why_not}); it stays Pending on {node}"
         return dataclasses.replace(base, action="exhausted", message=message)
     blocker = disruption_blocker(pod, budgets)
     if blocker is not None:

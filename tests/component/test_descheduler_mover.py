@@ -267,3 +267,47 @@ async def test_a_lost_lease_stops_a_move_before_its_next_write(
     with pytest.raises(NotLeading):
         await mover(client, may_act=lambda: leading[0]).move(decision(pod), now=NOW)
     assert [(m, p) for m, p, _ in api.requests] == [("POST", "/api/v1/namespaces/shop/pods")]
+
+
+async def test_a_failed_look_at_one_half_done_move_does_not_stop_the_others(
+    api: FakeApi, client: ApiClient
+) -> None:
+    """Recovery reads each replaced pod; one read refused (403 here; an apiserver in
+    trouble in general) leaves that move for the next round, and the others still finish:
+    the round is not aborted as if the descheduler had a bug."""
+    first = moves.replacement(a_pod("one", owned=False), avoid=["vn-a"])
+    second = moves.replacement(a_pod("two", owned=False), avoid=["vn-a"])
+    api.routes[("GET", "/api/v1/namespaces/shop/pods/one")] = lambda r: status(
+        403, "Forbidden", 'pods "one" is forbidden'
+    )
+    # "two" is gone (unscripted GET: 404): its replacement is released.
+    api.routes[("PATCH", "/api/v1/namespaces/shop/pods/two-d1")] = lambda r: web.json_response(
+        second
+    )
+    await mover(client).recover([first, second])
+    [ungate] = api.made("PATCH", "/api/v1/namespaces/shop/pods/two-d1")
+    assert ungate == moves.ungate_patch()
+    assert not api.made("PATCH", "/api/v1/namespaces/shop/pods/one-d1")
+    assert not api.made("DELETE", "/api/v1/namespaces/shop/pods/one-d1")
+
+
+async def test_a_bare_move_whose_last_step_fails_is_a_move_finished_later(
+    api: FakeApi, client: ApiClient
+) -> None:
+    """The replacement is made and the old pod deleted; then looking whether the old one is
+    gone fails. The move happened: it is counted and told as one, and lifting the gate is
+    left to the next round's recovery -- not a Warning that the pod was not moved."""
+    pod = a_pod("solo", owned=False)
+    made = moves.replacement(pod, avoid=["vn-a"])
+    made["metadata"]["uid"] = "uid-solo-d1"
+    api.routes[("POST", "/api/v1/namespaces/shop/pods")] = lambda r: web.json_response(
+        made, status=201
+    )
+    api.routes[("DELETE", "/api/v1/namespaces/shop/pods/solo")] = lambda r: web.json_response(pod)
+    api.routes[("GET", "/api/v1/namespaces/shop/pods/solo")] = lambda r: status(
+        403, "Forbidden", 'pods "solo" is forbidden'
+    )
+    assert await mover(client).move(decision(pod), now=NOW) == "moved"
+    reasons = [e["reason"] for e in api.events()]
+    assert reasons == ["Rescheduled", "Rescheduled"]
+    assert not api.made("PATCH", "/api/v1/namespaces/shop/pods/solo-d1")  # still gated
