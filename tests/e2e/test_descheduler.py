@@ -615,6 +615,9 @@ def test_the_manifests_apply_and_the_account_can_do_what_it_needs_only(
     assert can("create", "pods", "--subresource=eviction", "-n", "shop") == "yes"
     assert can("patch", "pods", "-n", "shop") == "yes"
     assert can("watch", "poddisruptionbudgets.policy") == "yes"
+    assert can("watch", "persistentvolumes") == "yes"
+    assert can("list", "persistentvolumeclaims", "-n", "shop") == "yes"
+    assert can("update", "persistentvolumeclaims", "-n", "shop") == "no"
     assert can("update", "configmaps/tensile-avoid", "-n", "tensile-system") == "yes"
     assert (
         can("update", "leases.coordination.k8s.io/tensile-descheduler", "-n", "tensile-system")

@@ -665,3 +665,78 @@ def test_ungating_removes_only_our_gate() -> None:
     assert moves.ungate_patch() == {
         "spec": {"schedulingGates": [{"$patch": "delete", "name": "tensile.io/descheduler"}]}
     }
+
+
+def _pinned_volume(name: str, *, node_name: str) -> dict[str, Any]:
+    """An upper PersistentVolume as a virtual node provisions it: pinned to itself."""
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "nodeAffinity": {
+                "required": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {
+                                    "key": "kubernetes.io/hostname",
+                                    "operator": "In",
+                                    "values": [node_name],
+                                }
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+    }
+
+
+@pytest.mark.parametrize("ephemeral", [False, True])
+def test_a_pod_whose_volume_only_its_virtual_node_reaches_stays(ephemeral: bool) -> None:
+    """A claim bound to a volume pinned to vn-a (the virtual node provisioned it): the
+    replacement, kept off vn-a, could never be scheduled (VolumeBinding), so the pod stays
+    and runs once lower cluster A has room; an unbound claim or a volume any node reaches
+    does not hold it."""
+    nodes = [
+        node("vn-a", **{"kubernetes.io/hostname": "vn-a"}),
+        node("vn-b", **{"kubernetes.io/hostname": "vn-b"}),
+    ]
+    volume = (
+        {"name": "data", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}
+        if ephemeral
+        else {"name": "data", "persistentVolumeClaim": {"claimName": "data-web-1"}}
+    )
+    claim_name = "web-1-data" if ephemeral else "data-web-1"
+    with_claim = pod()
+    with_claim["spec"]["volumes"] = [volume]
+    claims = {f"shop/{claim_name}": {"spec": {"volumeName": "pvc-1"}}}
+    volumes = {"pvc-1": _pinned_volume("pvc-1", node_name="vn-a")}
+    [decision] = plan(
+        [with_claim],
+        nodes=nodes,
+        record=None,
+        budgets=[],
+        criteria=CRITERIA,
+        now=NOW,
+        claims=claims,
+        volumes=volumes,
+    ).decisions
+    assert decision.action == "exhausted"
+    assert decision.message == (
+        f"no other virtual node admits it (vn-b: its volume pvc-1 (claim {claim_name}) is "
+        "not reachable from it (the volume's node affinity)); it stays Pending on vn-a"
+    )
+    unbound = {f"shop/{claim_name}": {"spec": {}}}
+    anywhere = {"pvc-1": {"metadata": {"name": "pvc-1"}, "spec": {}}}
+    for found_claims, found_volumes in ((unbound, volumes), (claims, anywhere), ({}, {})):
+        [moved] = plan(
+            [with_claim],
+            nodes=nodes,
+            record=None,
+            budgets=[],
+            criteria=CRITERIA,
+            now=NOW,
+            claims=found_claims,
+            volumes=found_volumes,
+        ).decisions
+        assert moved.action == "evict"
