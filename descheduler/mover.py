@@ -96,8 +96,12 @@ class Mover:
     def waiting(self, decision: Decision) -> bool:
         """Tell whether this pod's last eviction was refused and its Retry-After has not
         passed."""
-        until = self._not_before.get(_uid(decision.pod))
-        return until is not None and self._clock() < until
+        uid = _uid(decision.pod)
+        until = self._not_before.get(uid)
+        if until is not None and self._clock() >= until:
+            del self._not_before[uid]  # served its wait: forget it (bounded memory)
+            return False
+        return until is not None
 
     async def report(self, decision: Decision) -> Outcome:
         """Report a pod that does not move (blocked, exhausted): log, count, Event."""
@@ -247,7 +251,10 @@ class Mover:
 
     async def _refused(self, decision: Decision, exc: errors.TooManyRequests) -> Outcome:
         wait = exc.retry_after or DEFAULT_RETRY_AFTER
-        self._not_before[_uid(decision.pod)] = self._clock() + wait
+        now = self._clock()
+        self._not_before[_uid(decision.pod)] = now + wait
+        if len(self._not_before) > 4096:  # pods that went away while waiting: forget them
+            self._not_before = {k: t for k, t in self._not_before.items() if t > now}
         causes = "; ".join(str(c.get("message")) for c in exc.causes if c.get("message"))
         if "disruption budget" in exc.message:
             metrics.BLOCKED_BY_PDB.inc()

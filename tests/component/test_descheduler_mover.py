@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -91,13 +92,19 @@ async def client(api: FakeApi) -> AsyncIterator[ApiClient]:
         yield c
 
 
-def mover(client: ApiClient, *, may_act: Callable[[], bool] = lambda: True) -> Mover:
+def mover(
+    client: ApiClient,
+    *,
+    may_act: Callable[[], bool] = lambda: True,
+    clock: Callable[[], float] = time.monotonic,
+) -> Mover:
     return Mover(
         client=client,
         recorder=EventRecorder(client, component="tensile-descheduler", host="me"),
         record=AvoidanceRecord(client, namespace="tensile-system", name="tensile-avoid"),
         settings=MoveSettings(settle=0.0, gone_timeout=0.5),
         may_act=may_act,
+        clock=clock,
     )
 
 
@@ -156,7 +163,8 @@ async def test_an_eviction_refused_with_429_is_reported_and_waits_its_retry_afte
         return answer
 
     api.routes[("POST", path + "/eviction")] = refuse
-    m = mover(client)
+    now = [1000.0]
+    m = mover(client, clock=lambda: now[0])
     assert await m.move(decision(pod), now=NOW) == "refused"
     # Asked once (a 429 here is a verdict, not throttling to retry through), with the
     # resourceVersion of the count patch as precondition.
@@ -175,6 +183,12 @@ async def test_an_eviction_refused_with_429_is_reported_and_waits_its_retry_afte
     assert "disruption budget" in event["message"]
     assert "trying again in 7s" in event["message"]
     assert m.waiting(decision(pod))
+    now[0] += 6.9
+    assert m.waiting(decision(pod))
+    # Its wait served, the pod may be tried again, and nothing of it is kept.
+    now[0] += 0.2
+    assert not m.waiting(decision(pod))
+    assert not m._not_before
 
 
 async def test_a_bare_pod_that_changed_before_its_deletion_keeps_its_place(
