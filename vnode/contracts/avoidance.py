@@ -37,8 +37,10 @@ from typing import Any
 
 from vnode.contracts import labels
 
-DEFAULT_CONFIGMAP = "tensile-system/tensile-avoid"
-"""NAMESPACE/NAME of the record's ConfigMap unless `--avoid-configmap` says otherwise."""
+DEFAULT_LOCATION: tuple[str, str] = ("tensile-system", "tensile-avoid")
+"""(namespace, name) of the record's ConfigMap unless `--avoid-configmap` says otherwise."""
+DEFAULT_CONFIGMAP = "/".join(DEFAULT_LOCATION)
+"""The same as NAMESPACE/NAME, as `--avoid-configmap` takes it."""
 MAX_RECORD_BYTES = 1_000_000
 """Largest record (keys + values, bytes) the writer produces: under the 1 MiB ConfigMap
 limit with room for the object's metadata."""
