@@ -224,8 +224,9 @@ class VirtualNode:
             ) from None
         finally:
             synced.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await synced
+            # gather returns the child's cancellation instead of raising it, while a
+            # cancellation of this task itself still propagates (suppress would eat both).
+            await asyncio.gather(synced, return_exceptions=True)
 
     async def _drain(
         self,
