@@ -70,6 +70,9 @@ class FleetSettings:
     """Preferred port of the first upper kube-apiserver."""
     lower_port: int = 0
     """Preferred port of the first lower kube-apiserver."""
+    node_monitor_grace_period: str = "50s"
+    """kube-controller-manager --node-monitor-grace-period (a Go duration): how long a Node
+    may go without a heartbeat before it is marked NotReady (the default is Kubernetes')."""
     compaction_interval: str = "5m"
     """kube-apiserver --etcd-compaction-interval (a Go duration)."""
     die_with_parent: bool = True

@@ -137,8 +137,11 @@ def controller_manager_argv(
     ca: KeyPair,
     service_account_key: Path,
     cluster_cidr: str,
+    node_monitor_grace_period: str = "50s",
 ) -> list[str]:
-    """Return the argv of a kube-controller-manager for one cluster (CSR signing with `ca`)."""
+    """Return the argv of a kube-controller-manager for one cluster (CSR signing with `ca`);
+    `node_monitor_grace_period` (a Go duration) is how long a Node may go without a
+    heartbeat before the node lifecycle controller marks it NotReady."""
     return [
         *_controller_flags(binary=binary, kubeconfig=kubeconfig, port=port),
         "--use-service-account-credentials=true",
@@ -147,6 +150,7 @@ def controller_manager_argv(
         f"--cluster-signing-cert-file={ca.cert}",
         f"--cluster-signing-key-file={ca.key}",
         f"--cluster-cidr={cluster_cidr}",
+        f"--node-monitor-grace-period={node_monitor_grace_period}",
     ]
 
 

@@ -409,6 +409,7 @@ class Startup:
                     ca=material[f"{name}-ca"],
                     service_account_key=material[f"{name}-sa"].key,
                     cluster_cidr=cluster_cidr,
+                    node_monitor_grace_period=self.settings.node_monitor_grace_period,
                 ),
             )
             started[f"{name}-controller-manager"] = kcm_port

@@ -1,0 +1,97 @@
+"""A status the upper cluster cannot take now is never dropped.
+
+The pod controller runs against fakes here (virtual-kubelet tests its pod controller the
+same way): an upper client that fails as an unreachable or overloaded apiserver does, and a
+provider that reports one status. What a real outage does end to end is in
+tests/e2e/test_faults.py; this shows, without waiting out an outage, that the status key is
+handed back as a `Requeue` (which the work queue never counts against its retry budget:
+tests/unit/test_workqueue.py) for every kind of unavailability, however often it comes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from vnode.controllers import pods
+from vnode.controllers.pods import PodController
+from vnode.kube import errors
+from vnode.kube.events import EventRecorder
+from vnode.kube.informers import InformerFactory
+from vnode.kube.store import Obj
+from vnode.kube.workqueue import Requeue
+
+FAILED = {"phase": "Failed", "reason": "Error", "message": "exit code 3"}
+
+
+class FailingUpper:
+    """An upper client whose every request fails with `fault` (then succeeds when None)."""
+
+    def __init__(self, fault: Exception | None) -> None:
+        self.fault = fault
+        self.requests: list[tuple[str, str]] = []
+
+    async def request(self, method: str, path: str, **_: Any) -> Obj:
+        self.requests.append((method, path))
+        if self.fault is not None:
+            raise self.fault
+        return {}
+
+
+class OneStatus:
+    """A provider whose only pod has completed below."""
+
+    def backend_pod(self, pod: Obj) -> Obj | None:
+        return {"status": FAILED}
+
+    def pod_status(self, pod: Obj) -> dict[str, Any] | None:
+        return dict(FAILED)
+
+    def notify_pods(self, callback: Callable[[str], None]) -> None:
+        pass
+
+
+def _controller(upper: FailingUpper) -> PodController:
+    controller = PodController(
+        upper=upper,  # type: ignore[arg-type]
+        informers=InformerFactory(),
+        provider=OneStatus(),  # type: ignore[arg-type]
+        node_name="vn",
+        namespace=None,
+        workers=1,
+        recorder=EventRecorder(upper, component="vn/pod-controller", host="vn"),  # type: ignore[arg-type]
+    )
+    controller.informer.store.upsert(
+        {
+            "metadata": {"namespace": "ns", "name": "job", "uid": "u1", "resourceVersion": "1"},
+            "spec": {"nodeName": "vn", "restartPolicy": "Never"},
+            "status": {"phase": "Running"},
+        }
+    )
+    return controller
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        errors.ApiUnavailable("connection refused"),
+        errors.ServerError(code=503, status={"message": "unavailable"}),
+        errors.TooManyRequests(code=429, status={"message": "slow down"}, retry_after=1.0),
+    ],
+    ids=["unreachable", "5xx", "429"],
+)
+async def test_a_status_the_upper_cluster_cannot_take_is_requeued_every_time(
+    fault: Exception,
+) -> None:
+    upper = FailingUpper(fault)
+    controller = _controller(upper)
+    for _ in range(100):  # far beyond any retry budget
+        with pytest.raises(Requeue) as raised:
+            await controller._sync_status("ns/job")
+        assert raised.value.after == pods._STATUS_RETRY
+    upper.fault = None
+    await controller._sync_status("ns/job")
+    assert upper.requests[-1] == ("PATCH", "/api/v1/namespaces/ns/pods/job/status")
+    assert len(upper.requests) == 101
