@@ -23,6 +23,7 @@ from vnode.contracts.labels import DEFAULT_TAINT_KEY
 from vnode.controllers.status import node_labels
 from vnode.kube import config, errors
 from vnode.kube.client import ApiClient
+from vnode.kube.informers import InformerFactory
 from vnode.node import StartupError, UpperClients, VirtualNode
 from vnode.providers.k2k.provider import K2KProvider
 from vnode.providers.k2k.scrape import (
@@ -129,10 +130,12 @@ async def _run(
         # Both clusters must answer before anything is registered (tensile-kube: fatal).
         await upper.request("GET", "/version")
         cluster_id = settings.pods.cluster_id or await _upper_cluster_id(upper)
+        informers = InformerFactory()
         provider = K2KProvider(
             upper=upper,
             upper_events=events,
             lower=lower,
+            informers=informers,
             translation=Translation(
                 node_name=settings.node.name,
                 cluster_id=cluster_id,
@@ -146,12 +149,14 @@ async def _run(
             node_ip=node_ip,
             upper_namespace=settings.pods.namespace,
             kubelets=kubelets,
+            workers=settings.pods.workers,
+            controllers=settings.controllers,
         )
-        await provider.start()
         node = VirtualNode(
             settings=settings,
             upper=UpperClients(main=upper, heartbeat=heartbeat, events=events, reviews=reviews),
             provider=provider,
+            informers=informers,
         )
         with shutdown.stop_on_signals(node.stop):
             logger.info(

@@ -266,6 +266,42 @@ def avoided_by_affinity(affinity: Mapping[str, Any] | None) -> frozenset[str]:
     return found or frozenset()
 
 
+def without_avoidances(affinity: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Return `affinity` (a pod's spec.affinity, or None) without the
+    `kubernetes.io/hostname NotIn` requirements of its required node-selector terms (what
+    `avoiding` adds): the affinity a controller's next pod has before the webhook applies
+    the avoidances in force then. A term that held nothing else admitted every node but
+    those, and with it the whole required affinity, which is then dropped; a term that
+    selects nothing is left as it is. A copy; None stays None."""
+    if affinity is None:
+        return None
+    result = copy.deepcopy(dict(affinity))
+    node_affinity = result.get("nodeAffinity")
+    if not isinstance(node_affinity, dict) or REQUIRED not in node_affinity:
+        return result
+    required = _mapping(node_affinity[REQUIRED])
+    terms: list[Any] = []
+    for item in _list(required.get("nodeSelectorTerms")):
+        term = dict(_mapping(item))
+        expressions = _list(term.get("matchExpressions"))
+        kept = [e for e in expressions if not _is_avoidance(e)]
+        if len(kept) == len(expressions):
+            terms.append(item)
+        elif kept or _list(term.get("matchFields")):
+            term["matchExpressions"] = kept
+            terms.append({k: v for k, v in term.items() if v != []})
+        else:
+            del node_affinity[REQUIRED]
+            return result
+    node_affinity[REQUIRED] = {**required, "nodeSelectorTerms": terms}
+    return result
+
+
+def _is_avoidance(expression: object) -> bool:
+    e = _mapping(expression)
+    return e.get("key") == labels.HOSTNAME_LABEL and e.get("operator") == "NotIn"
+
+
 def _term_avoiding(term: Mapping[str, Any], avoid: list[str]) -> dict[str, Any]:
     result = dict(term)
     expressions = [dict(_mapping(e)) for e in _list(term.get("matchExpressions"))]

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any
 
 from vnode import errors as provider_errors
 from vnode.controllers import status as decide
@@ -22,10 +23,11 @@ from vnode.kube.backoff import ExponentialBackoff
 from vnode.kube.client import MERGE_PATCH, ApiClient
 from vnode.kube.events import EventRecorder
 from vnode.kube.informer import Handlers, Informer
+from vnode.kube.informers import InformerFactory
 from vnode.kube.resources import PODS, object_key, pod_is_terminal, split_key
 from vnode.kube.store import Obj
 from vnode.kube.workqueue import QueueSettings, Requeue, WorkQueue
-from vnode.provider import PodLifecycleHandler, PodNotifier
+from vnode.provider import PodProvider
 
 logger = logging.getLogger(__name__)
 
@@ -39,20 +41,16 @@ _STATUS_RETRY = 2.0
 _POD_QUEUE = QueueSettings(backoff=ExponentialBackoff(base=0.5, cap=120.0), max_retries=20)
 
 
-class PodProvider(PodLifecycleHandler, PodNotifier, Protocol):
-    """What the pod controller needs of a provider."""
-
-    async def cleanup_dangling(self, upper_pods: list[Obj]) -> None:
-        """Delete backend pods whose upper pod no longer exists."""
-
-
 class PodController:
     """Keeps the provider's pods equal to the upper pods bound to `node_name`."""
+
+    name = "pod-controller"
 
     def __init__(
         self,
         *,
         upper: ApiClient,
+        informers: InformerFactory,
         provider: PodProvider,
         node_name: str,
         namespace: str | None,
@@ -70,7 +68,7 @@ class PodController:
         self._workers = workers
         self._recorder = recorder
         self._sync_timeout = sync_timeout
-        self.informer = Informer(
+        self.informer = informers.informer(
             upper,
             PODS,
             name="upper-pods",
@@ -121,6 +119,17 @@ class PodController:
         for key in self.informer.store.keys():
             self.pods_from_upper.add(key)
             self.status_from_lower.add(key)
+
+    def informers(self) -> Sequence[Informer]:
+        """The upper pods bound to the node."""
+        return [self.informer]
+
+    async def start(self) -> None:
+        """Nothing to prepare."""
+
+    def ready(self) -> bool:
+        """Whether the upper pod cache has synced."""
+        return self.informer.has_synced()
 
     async def run(self) -> None:
         """Wait for the upper pod cache, clean up dangling backend pods, then work the queues."""

@@ -10,6 +10,7 @@ instead of keeping volumes and environments around.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from vnode.kube.informer import compact
@@ -53,3 +54,14 @@ def slim_lower_pod(pod: Mapping[str, Any], *, owner: naming.Owner) -> dict[str, 
         REFS: refs,
     }
     return compact(slim)
+
+
+@dataclass(frozen=True)
+class SlimLowerPods:
+    """`slim_lower_pod` for one owner, as an informer transform that compares by value (so
+    every component asking for the lower pod informer gets the same shared one)."""
+
+    owner: naming.Owner
+
+    def __call__(self, pod: dict[str, Any]) -> dict[str, Any]:
+        return slim_lower_pod(pod, owner=self.owner)
