@@ -44,7 +44,7 @@ from vnode.kube.events import EventRecorder
 from vnode.kube.informer import Informer
 from vnode.kube.informers import InformerFactory
 from vnode.provider import Component, Provider
-from vnode.serving import endpoints
+from vnode.serving import endpoints, runners
 from vnode.serving.sockets import bound_socket
 from vnode.serving.tls import RotatingTls, reload_certificates, tls_context
 from vnode.settings import ApiSettings, Settings, default_cert_dir
@@ -340,9 +340,7 @@ class KubeletApiServer:
             ) from exc
         try:
             app = make_app(self._api_context())
-            runner = web.AppRunner(
-                app, access_log=None, handler_cancellation=True, shutdown_timeout=2.0
-            )
+            runner = runners.app_runner(app, shutdown_timeout=2.0)
             await runner.setup()
             try:
                 yield await self._start_serving(runner=runner, sock=sock)

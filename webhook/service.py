@@ -22,7 +22,7 @@ from aiohttp import web
 
 from vnode.kube.client import ApiClient
 from vnode.kube.config import ConnectionInfo
-from vnode.serving import endpoints
+from vnode.serving import endpoints, runners
 from vnode.serving.sockets import bound_socket
 from webhook.caches import Caches
 from webhook.server import Admission, make_app
@@ -82,12 +82,7 @@ class Webhook:
             health=health,
             max_request_bytes=settings.server.max_request_bytes,
         )
-        runner = web.AppRunner(
-            app,
-            access_log=None,
-            handler_cancellation=True,
-            shutdown_timeout=settings.server.shutdown_timeout,
-        )
+        runner = runners.app_runner(app, shutdown_timeout=settings.server.shutdown_timeout)
         await runner.setup()
         address = f"{settings.server.address}:{settings.server.port}"
 

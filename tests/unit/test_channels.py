@@ -1,4 +1,5 @@
-"""The WebSocket channel protocols as pure functions: negotiation, framing, port-forward."""
+"""The WebSocket channel protocols as pure functions: negotiation, framing, port-forward,
+the channels of a session."""
 
 from __future__ import annotations
 
@@ -125,3 +126,28 @@ def test_ports_come_repeated_or_comma_separated() -> None:
 def test_bad_ports_are_refused(values: list[str], error: str) -> None:
     with pytest.raises(ValueError, match=error):
         ch.parse_ports(values)
+
+
+def test_exec_channels_follow_the_streams_of_the_session() -> None:
+    layout = ch.exec_layout({"stdin", "stdout", "error", "resize"})
+    assert {n: (s.kind, s.readable, s.greeting) for n, s in layout.items()} == {
+        0: ("stdin", True, None),
+        1: ("stdout", False, b""),  # the lowest channel written says the session is up
+        3: ("error", False, None),
+        4: ("resize", True, None),
+    }
+    plain = ch.exec_layout({"stderr", "error"})
+    assert {n: s.greeting for n, s in plain.items()} == {2: b"", 3: None}
+    assert {n: s.greeting for n, s in ch.exec_layout({"error"}).items()} == {3: b""}
+
+
+def test_each_forwarded_port_gets_a_data_and_an_error_channel_paired_like_spdy() -> None:
+    layout = ch.port_forward_layout([8080, 9090])
+    assert {n: (s.kind, s.readable, s.greeting) for n, s in layout.items()} == {
+        0: ("data", True, b"\x90\x1f"),
+        1: ("error", False, b"\x90\x1f"),
+        2: ("data", True, b"\x82\x23"),
+        3: ("error", False, b"\x82\x23"),
+    }
+    assert layout[0].headers == layout[1].headers == {"port": "8080", "requestid": "0"}
+    assert layout[2].headers == layout[3].headers == {"port": "9090", "requestid": "1"}

@@ -1,4 +1,4 @@
-"""port-forward pieces that decide: pairing streams, ports, WebSocket channel layout."""
+"""port-forward pieces that decide: pairing streams, ports."""
 
 from __future__ import annotations
 
@@ -20,13 +20,3 @@ def test_ports_in_stream_headers() -> None:
     for bad in ("", "0", "65536", "80a", "-1"):
         with pytest.raises(ValueError, match="invalid port"):
             pf.parse_port(bad)
-
-
-def test_each_websocket_port_gets_a_data_and_an_error_channel() -> None:
-    layout = pf.websocket_layout([8080, 9090])
-    assert {n: (s.kind, s.readable) for n, s in layout.items()} == {
-        0: ("data", True),
-        1: ("error", False),
-        2: ("data", True),
-        3: ("error", False),
-    }

@@ -142,17 +142,13 @@ async def test_a_flood_of_sizes_in_one_piece_is_refused_unparsed() -> None:
     assert await ending.next() is None
 
 
-def test_websocket_channels_follow_the_options() -> None:
+def test_the_streams_of_a_session_follow_the_options() -> None:
     options = rc.parse({"input": "1", "output": "1", "tty": "1"}, ["sh"], exec_=True)
-    layout = rc.websocket_layout(options)
-    assert {n: (s.kind, s.readable) for n, s in layout.items()} == {
-        0: ("stdin", True),
-        1: ("stdout", False),
-        3: ("error", False),
-        4: ("resize", True),
-    }
-    plain = rc.websocket_layout(rc.parse({"error": "1"}, ["ls"], exec_=True))
-    assert sorted(plain) == [2, 3]
+    assert rc.stream_kinds(options) == {"stdin", "stdout", "error", "resize"}
+    # SPDY v1 and v2 have no resize stream: a terminal session waits for none.
+    assert rc.stream_kinds(options, resize=False) == {"stdin", "stdout", "error"}
+    assert {"v2.channel.k8s.io", "channel.k8s.io"} == rc.SPDY_WITHOUT_RESIZE
+    assert rc.stream_kinds(rc.parse({"error": "1"}, ["ls"], exec_=True)) == {"stderr", "error"}
 
 
 def test_deeply_nested_resize_data_is_refused_not_a_crash() -> None:

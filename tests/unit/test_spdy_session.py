@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from aiohttp import web
+
 from vnode.api import spdy
 from vnode.api.spdy_session import MAX_BUFFERED, SpdyConnection
 
@@ -40,7 +42,7 @@ class FakeTransport:
 
 def _connection() -> tuple[SpdyConnection, FakeTransport, spdy.FrameWriter]:
     transport = FakeTransport()
-    connection = SpdyConnection(transport)  # type: ignore[arg-type]
+    connection = SpdyConnection(transport, response=web.StreamResponse(status=101))  # type: ignore[arg-type]
     return connection, transport, spdy.FrameWriter()
 
 

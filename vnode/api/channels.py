@@ -16,8 +16,8 @@ from __future__ import annotations
 import base64
 import binascii
 import struct
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 
 STDIN, STDOUT, STDERR, ERROR, RESIZE = 0, 1, 2, 3, 4
 CLOSE = 255
@@ -29,9 +29,9 @@ V4_BASE64 = "v4.base64.channel.k8s.io"
 V1_BASE64 = "base64.channel.k8s.io"
 V1 = "channel.k8s.io"
 NONE = ""
+"""What a client that names no sub-protocol gets: the binary v1 protocol (kubelet)."""
 STATUS_LIMIT = 64 * 1024
 """Bytes of a backend's error channel (its exec Status) kept at most."""
-"""What a client that names no sub-protocol gets: the binary v1 protocol (kubelet)."""
 
 EXEC_PROTOCOLS = (V5, V4, V4_BASE64, V1_BASE64, V1, NONE)
 """Sub-protocols of exec/attach: the kubelet's (v1 to v4, binary and base64) plus v5."""
@@ -153,3 +153,61 @@ def parse_ports(values: Sequence[str]) -> tuple[int, ...]:
     if len(ports) > MAX_PORTS:
         raise ValueError(f"at most {MAX_PORTS} ports per request, got {len(ports)}")
     return tuple(ports)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChannelSpec:
+    """A channel of a WebSocket session: its role, whether the client's data on it is
+    read, what the server sends on it first, and the headers a SPDY stream in the same
+    role would have been opened with."""
+
+    kind: str
+    """"stdin", "stdout", ..., or "data" / "error" for port-forward."""
+    readable: bool
+    greeting: bytes | None = None
+    """Sent on the channel as the connection opens (None: nothing): exec's empty "the
+    session is up" message, port-forward's port prefix."""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """Port-forward: `port` and `requestid`, so pairs form as over SPDY."""
+
+
+_EXEC_CHANNELS = {
+    "stdin": STDIN,
+    "stdout": STDOUT,
+    "stderr": STDERR,
+    "error": ERROR,
+    "resize": RESIZE,
+}
+
+
+def exec_layout(kinds: Collection[str]) -> dict[int, ChannelSpec]:
+    """Return the channels of a WebSocket exec/attach whose session has streams `kinds`
+    (of stdin, stdout, stderr, error, resize): stdin and resize are read; the lowest
+    channel the server writes gets the empty message that tells the client the session
+    is up (kubelet remotecommand/websocket.go)."""
+    numbers = sorted(_EXEC_CHANNELS[kind] for kind in kinds)
+    written = [n for n in numbers if n in (STDOUT, STDERR, ERROR)]
+    kind_of = {n: kind for kind, n in _EXEC_CHANNELS.items()}
+    return {
+        n: ChannelSpec(
+            kind=kind_of[n],
+            readable=n in (STDIN, RESIZE),
+            greeting=b"" if written and n == written[0] else None,
+        )
+        for n in numbers
+    }
+
+
+def port_forward_layout(ports: Sequence[int]) -> dict[int, ChannelSpec]:
+    """Return the channels of a WebSocket port-forward: for the i-th port, data (read) on
+    2i and error on 2i+1, both opened by the port's two-byte prefix, and both carrying
+    the port and request id i, as the streams of one SPDY pair would."""
+    layout: dict[int, ChannelSpec] = {}
+    for i, port in enumerate(ports):
+        headers = {"port": str(port), "requestid": str(i)}
+        prefix = port_prefix(port)
+        layout[2 * i] = ChannelSpec(kind="data", readable=True, greeting=prefix, headers=headers)
+        layout[2 * i + 1] = ChannelSpec(
+            kind="error", readable=False, greeting=prefix, headers=headers
+        )
+    return layout

@@ -1,5 +1,6 @@
 """port-forward over SPDY/3.1 (`portforward.k8s.io`) or the legacy WebSocket channel
-protocol, bridged to the provider per forwarded connection (one bridge, two transports).
+protocol, bridged to the provider per forwarded connection: one session, run by
+`streaming.serve` on either transport.
 
 Kubelet semantics (cri/streaming/portforward): over SPDY, for every TCP connection it
 forwards, the client opens a pair of streams carrying headers `streamType` (`data` |
@@ -9,7 +10,9 @@ stream is piped both ways, and a failure is written as text on the error stream.
 connection carries any number of pairs, until the client closes it. Over WebSocket the
 ports come from the query (`port`, repeated or comma-separated); port i gets channels 2i
 (data) and 2i+1 (error), each opened by the port as two little-endian bytes; one forwarded
-connection per port, and the WebSocket closes when all of them ended.
+connection per port, and the WebSocket closes when all of them ended. Its channels come to
+the session as the pairs of a SPDY client would (`channels.port_forward_layout`: the port
+and a request id as headers), so both transports are served by the same pairing.
 
 One SPDY session is bounded: at most `MAX_PENDING_PAIRS` pairs wait for their partner
 (streams of more are reset) and at most `MAX_FORWARDED` connections are forwarded at once
@@ -22,21 +25,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from aiohttp import web
 
 from vnode import errors as provider_errors
-from vnode.api import channels
-from vnode.api.spdy_session import SpdyConnection, Stream, upgrade
-from vnode.api.streaming import STREAM_CREATION_TIMEOUT, ChannelStream, run_connection
-from vnode.api.websocket_session import ChannelSpec, open_channels
+from vnode.api import channels, streaming
+from vnode.api.streaming import STREAM_CREATION_TIMEOUT, ChannelStream, Connection
 from vnode.provider import PortSession
 
 logger = logging.getLogger(__name__)
 
 PROTOCOL = "portforward.k8s.io"
+KINDS = frozenset({"data", "error"})
+"""The kinds of stream of a forwarded connection (a pair)."""
 
 Connect = Callable[[int], Awaitable[PortSession]]
 
@@ -67,19 +70,10 @@ def parse_port(text: str) -> int:
         raise ValueError(f"invalid port {text!r}") from None
 
 
-def websocket_layout(ports: Sequence[int]) -> dict[int, ChannelSpec]:
-    """Return the channels of a WebSocket port-forward: data (read) and error per port."""
-    layout: dict[int, ChannelSpec] = {}
-    for i in range(len(ports)):
-        layout[2 * i] = ChannelSpec(kind="data", readable=True)
-        layout[2 * i + 1] = ChannelSpec(kind="error", readable=False)
-    return layout
-
-
 @dataclass(kw_only=True)
 class _Pair:
     key: str
-    streams: dict[str, Stream] = field(default_factory=dict)
+    streams: dict[str, ChannelStream] = field(default_factory=dict)
     complete: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -93,45 +87,43 @@ class _Session:
     """Pair tasks not finished yet (waiting, forwarding, or failing)."""
 
 
-async def serve_spdy(
+async def serve(
     request: web.Request,
     *,
+    transport: streaming.Transport,
     connect: Connect,
     idle_timeout: float,
     creation_timeout: float = STREAM_CREATION_TIMEOUT,
 ) -> web.StreamResponse:
-    """Upgrade `request` to SPDY/3.1 and forward every stream pair until the client is done,
-    leaves, or the connection idles for `idle_timeout` seconds (<= 0: no limit). A pair
-    whose partner does not come within `creation_timeout` seconds is failed."""
-    connection = await upgrade(request, protocol=PROTOCOL)
-    try:
-        await run_connection(
-            _serve_pairs(connection, connect=connect, creation_timeout=creation_timeout),
-            closed=connection.closed,
-            idle=connection.idle,
-            idle_timeout=idle_timeout,
-            name="port-forward-spdy",
-        )
-    finally:
-        connection.close()
-    assert connection.response is not None
-    return connection.response
+    """Upgrade `request` over `transport` and forward every stream pair until the client
+    is done (WebSocket: every port's connection ended), leaves, or the connection idles
+    for `idle_timeout` seconds (<= 0: no limit). A pair whose partner does not come within
+    `creation_timeout` seconds is failed."""
+
+    async def session(connection: Connection) -> None:
+        await _serve_pairs(connection, connect=connect, creation_timeout=creation_timeout)
+
+    return await streaming.serve(
+        request,
+        transport=transport,
+        session=session,
+        idle_timeout=idle_timeout,
+        name="port-forward",
+    )
 
 
 async def _serve_pairs(
-    connection: SpdyConnection, *, connect: Connect, creation_timeout: float
+    connection: Connection, *, connect: Connect, creation_timeout: float
 ) -> None:
     session = _Session()
     pending = session.pending
     async with asyncio.TaskGroup() as group:
         while (stream := await connection.accept()) is not None:
-            if stream.kind not in ("data", "error"):
+            if stream.kind not in KINDS:
                 stream.discard()
                 continue
             key = pair_key(
-                request_id=(stream.headers.get("requestid") or [""])[0],
-                stream_id=stream.id,
-                kind=stream.kind,
+                request_id=stream.header("requestid"), stream_id=stream.id, kind=stream.kind
             )
             pair = pending.get(key)
             if pair is None:
@@ -162,6 +154,9 @@ async def _serve_pairs(
                 continue
             pair.streams[stream.kind] = stream
             if len(pair.streams) == 2:
+                # Waits no more: pairs that come all at once (a WebSocket's, one per port)
+                # never count against the bound of pairs waiting for their partner.
+                del pending[key]
                 pair.complete.set()
 
 
@@ -197,12 +192,13 @@ async def _serve_complete_pair(
             await _timed_out(pair)
             return
     finally:
-        session.pending.pop(pair.key, None)
+        if session.pending.get(pair.key) is pair:  # a later pair may have its key
+            del session.pending[pair.key]
         if not pair.complete.is_set():
             for stream in pair.streams.values():
                 stream.discard()
     data, error = pair.streams["data"], pair.streams["error"]
-    port_text = (data.headers.get("port") or [""])[0]
+    port_text = data.header("port")
     refusal = ""
     try:
         port = parse_port(port_text)
@@ -226,47 +222,6 @@ async def _serve_complete_pair(
         await forward(data, error, port=port, connect=connect)
     finally:
         session.forwarding -= 1
-
-
-async def serve_websocket(
-    request: web.Request,
-    *,
-    protocol: str,
-    ports: Sequence[int],
-    connect: Connect,
-    idle_timeout: float,
-) -> web.StreamResponse:
-    """Upgrade `request` to a WebSocket speaking `protocol` and forward one connection per
-    port of `ports` on its channel pair; the WebSocket closes once every one ended, the
-    client leaves, or it idles for `idle_timeout` seconds (<= 0: no limit)."""
-    async with open_channels(
-        request, protocol=protocol, layout=websocket_layout(ports)
-    ) as connection:
-        pairs = [
-            (connection.channels[2 * i], connection.channels[2 * i + 1], port)
-            for i, port in enumerate(ports)
-        ]
-
-        async def work() -> None:
-            for data, error, port in pairs:
-                prefix = channels.port_prefix(port)
-                await data.write(prefix)
-                await error.write(prefix)
-            async with asyncio.TaskGroup() as group:
-                for data, error, port in pairs:
-                    group.create_task(
-                        forward(data, error, port=port, connect=connect),
-                        name=f"port-forward-websocket-{port}",
-                    )
-
-        await run_connection(
-            work(),
-            closed=connection.closed,
-            idle=connection.idle,
-            idle_timeout=idle_timeout,
-            name="port-forward-websocket",
-        )
-    return connection.response
 
 
 async def forward(

@@ -1,5 +1,5 @@
 """exec and attach over SPDY/3.1 or a WebSocket channel protocol, bridged to the provider's
-remote session (one bridge, two transports).
+remote session: one session, run by `streaming.serve` on either transport.
 
 Kubelet semantics (pkg/kubelet/server, cri/streaming/remotecommand): the query names the
 streams (`input`, `output`, `error`, `tty`; exec also `command`, repeated). Over SPDY the
@@ -25,17 +25,19 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from aiohttp import web
 
 from vnode import errors as provider_errors
-from vnode.api import channels
+from vnode.api import channels, streaming
 from vnode.api.channels import ERROR, RESIZE, STDERR, STDIN, STDOUT
-from vnode.api.spdy_session import SpdyConnection, upgrade
-from vnode.api.streaming import STREAM_CREATION_TIMEOUT, ChannelStream, run_connection
-from vnode.api.websocket_session import ChannelSpec, open_channels
+from vnode.api.streaming import STREAM_CREATION_TIMEOUT, ChannelStream, Connection
 from vnode.provider import RemoteCommand, RemoteSession
 
 logger = logging.getLogger(__name__)
 
 V3, V2 = "v3.channel.k8s.io", "v2.channel.k8s.io"  # SPDY only
 PROTOCOLS = (channels.V5, channels.V4, V3, V2, channels.V1)
+"""The SPDY sub-protocols of exec/attach, ours first."""
+SPDY_WITHOUT_RESIZE = frozenset({V2, channels.V1})
+"""SPDY sub-protocols that have no resize stream (it came with v3); every WebSocket
+channel protocol has a resize channel."""
 FIRST_SIZE_WAIT = 1.0
 """Seconds a terminal command waits for the client's first size before it starts anyway."""
 MAX_RESIZE_PENDING = 4096
@@ -165,124 +167,76 @@ def _terminal_size(value: object, *, text: str) -> dict[str, int]:
     raise ValueError(f"a terminal size is {{Width, Height}} in 0-65535, got {text[:80]!r}")
 
 
-def websocket_layout(options: RemoteCommand) -> dict[int, ChannelSpec]:
-    """Return the channels of a WebSocket exec/attach for `options`: the stdio channels it
-    asked for, the error channel, and the resize channel with a terminal."""
-    layout = {ERROR: ChannelSpec(kind="error", readable=False)}
+def stream_kinds(options: RemoteCommand, *, resize: bool = True) -> frozenset[str]:
+    """Return the kinds of stream an exec/attach session for `options` has: error, the
+    stdio streams it asked for, and resize with a terminal where the protocol has one
+    (`resize`)."""
+    kinds = {"error"}
     if options.stdin:
-        layout[STDIN] = ChannelSpec(kind="stdin", readable=True)
+        kinds.add("stdin")
     if options.stdout:
-        layout[STDOUT] = ChannelSpec(kind="stdout", readable=False)
+        kinds.add("stdout")
     if options.stderr:
-        layout[STDERR] = ChannelSpec(kind="stderr", readable=False)
-    if options.tty:
-        layout[RESIZE] = ChannelSpec(kind="resize", readable=True)
-    return layout
+        kinds.add("stderr")
+    if options.tty and resize:
+        kinds.add("resize")
+    return frozenset(kinds)
 
 
-async def serve_spdy(
+async def serve(
     request: web.Request,
     *,
-    protocol: str,
-    options: RemoteCommand,
+    transport: streaming.Transport,
     open_session: OpenSession,
     attach: bool,
     idle_timeout: float,
     creation_timeout: float = STREAM_CREATION_TIMEOUT,
 ) -> web.StreamResponse:
-    """Upgrade `request` to SPDY/3.1, wait (`creation_timeout` seconds) for the client's
-    streams, then start the session (`open_session`) and bridge them until it ends, the
-    client leaves, or the connection idles for `idle_timeout` seconds (<= 0: no limit)."""
-    connection = await upgrade(request, protocol=protocol)
+    """Upgrade `request` over `transport`, wait (`creation_timeout` seconds) for the
+    client's streams (`transport.kinds`), then start the session (`open_session`) and
+    bridge them until it ends, the client leaves, or the connection idles for
+    `idle_timeout` seconds (<= 0: no limit)."""
 
-    async def work() -> None:
-        streams = await _spdy_streams(
-            connection, options=options, protocol=protocol, timeout=creation_timeout
-        )
+    async def session(connection: Connection) -> None:
+        streams = await _streams(connection, kinds=transport.kinds, timeout=creation_timeout)
         if streams is None:
             return
         async with asyncio.TaskGroup() as group:
             late = group.create_task(_discard_late(connection), name="exec-late-streams")
-            await _run(streams, open_session=open_session, protocol=protocol, attach=attach)
+            await _run(
+                streams, open_session=open_session, protocol=transport.protocol, attach=attach
+            )
             late.cancel()
 
-    try:
-        await run_connection(
-            work(),
-            closed=connection.closed,
-            idle=connection.idle,
-            idle_timeout=idle_timeout,
-            name="attach-spdy" if attach else "exec-spdy",
-        )
-    finally:
-        connection.close()
-    assert connection.response is not None
-    return connection.response
+    return await streaming.serve(
+        request,
+        transport=transport,
+        session=session,
+        idle_timeout=idle_timeout,
+        name="attach" if attach else "exec",
+    )
 
 
-async def serve_websocket(
-    request: web.Request,
-    *,
-    protocol: str,
-    options: RemoteCommand,
-    open_session: OpenSession,
-    attach: bool,
-    idle_timeout: float,
-) -> web.StreamResponse:
-    """Upgrade `request` to a WebSocket speaking `protocol` (a channel protocol), announce
-    the session, start it (`open_session`) and bridge its channels until it ends, the
-    client leaves, or the connection idles for `idle_timeout` seconds (<= 0: no limit)."""
-    async with open_channels(
-        request, protocol=protocol, layout=websocket_layout(options)
-    ) as connection:
-        streams: dict[str, ChannelStream] = dict(connection.by_kind())
-
-        async def work() -> None:
-            # The kubelet's "connection established": an empty message on the lowest
-            # channel the server writes.
-            first = (
-                "stdout" if "stdout" in streams else "stderr" if "stderr" in streams else "error"
-            )
-            await streams[first].write(b"")
-            await _run(streams, open_session=open_session, protocol=protocol, attach=attach)
-
-        await run_connection(
-            work(),
-            closed=connection.closed,
-            idle=connection.idle,
-            idle_timeout=idle_timeout,
-            name="attach-websocket" if attach else "exec-websocket",
-        )
-    return connection.response
-
-
-async def _discard_late(connection: SpdyConnection) -> None:
+async def _discard_late(connection: Connection) -> None:
     """Discard the streams a client opens once the session runs: nobody reads them, and
     unread data on one would pause reading for the whole connection."""
     while (stream := await connection.accept()) is not None:
         stream.discard()
 
 
-async def _spdy_streams(
-    connection: SpdyConnection, *, options: RemoteCommand, protocol: str, timeout: float
+async def _streams(
+    connection: Connection, *, kinds: frozenset[str], timeout: float
 ) -> dict[str, ChannelStream] | None:
-    expected = {"error"}
-    if options.stdin:
-        expected.add("stdin")
-    if options.stdout:
-        expected.add("stdout")
-    if options.stderr:
-        expected.add("stderr")
-    if options.tty and protocol not in {channels.V1, V2}:
-        expected.add("resize")
+    """Return one stream of each of `kinds` once the client opened them all, or None if it
+    leaves first or does not open them within `timeout` seconds."""
     streams: dict[str, ChannelStream] = {}
     try:
         async with asyncio.timeout(timeout):
-            while not expected <= set(streams):
+            while not kinds <= set(streams):
                 stream = await connection.accept()
                 if stream is None:
                     return None
-                if stream.kind not in expected or stream.kind in streams:
+                if stream.kind not in kinds or stream.kind in streams:
                     # Unasked-for or repeated: never read, so it must not hold data back.
                     stream.discard()
                     continue

@@ -13,23 +13,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn, Protocol
+from typing import Any, Final, NoReturn, Protocol
 
-from aiohttp import web
+from aiohttp import typedefs, web
 
 from vnode import errors as provider_errors
-from vnode.api import auth, channels, logs, portforward, remotecommand, run, stats
+from vnode.api import auth, channels, logs, portforward, remotecommand, run, stats, streaming
+from vnode.api.spdy_session import SpdyTransport
 from vnode.api.streaming import DEFAULT_IDLE_TIMEOUT, STREAM_CREATION_TIMEOUT
+from vnode.api.websocket_session import WebSocketTransport
 from vnode.provider import (
     ExecProvider,
     LogsProvider,
     MetricsProvider,
     PortForwardProvider,
     PortSession,
+    RemoteCommand,
     RemoteSession,
 )
 
@@ -60,47 +62,61 @@ class ApiContext:
     """Seconds a SPDY client has to open the streams of a session or a port-forward pair."""
 
 
+CONTEXT_KEY: Final = web.AppKey("kubelet_api_context", ApiContext)
+
+_ERRORS: Final[Mapping[int, type[web.HTTPError]]] = {
+    error.status_code: error
+    for error in (
+        web.HTTPBadRequest,
+        web.HTTPForbidden,
+        web.HTTPNotFound,
+        web.HTTPUnprocessableEntity,
+        web.HTTPInternalServerError,
+        web.HTTPServiceUnavailable,
+    )
+}
+"""The answers the API's own error types carry a status for (`logs.LogOptionsError`,
+`run.RunError`, `remotecommand.RequestError`)."""
+
+
 def make_app(context: ApiContext) -> web.Application:
-    """Return the aiohttp application of the kubelet API."""
-    app = web.Application(middlewares=[_auth_middleware(context)])
+    """Return the aiohttp application of the kubelet API, serving `context`."""
+    app = web.Application(middlewares=[_auth_middleware])
+    app[CONTEXT_KEY] = context
     app.router.add_get("/healthz", _healthz)
-    app.router.add_get("/pods", _pods(context))
+    app.router.add_get("/pods", _pods)
     for path in ("/runningpods/", "/runningpods"):
-        app.router.add_get(path, _running_pods(context))
-    app.router.add_get("/metrics/resource", _resource_metrics(context))
-    app.router.add_get("/stats/summary", _summary(context))
-    app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", _container_logs(context))
+        app.router.add_get(path, _running_pods)
+    app.router.add_get("/metrics/resource", _resource_metrics)
+    app.router.add_get("/stats/summary", _summary)
+    app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", _container_logs)
     for prefix in ("/exec", "/attach"):
         for path in ("{namespace}/{pod}/{container}", "{namespace}/{pod}/{uid}/{container}"):
-            app.router.add_route("GET", f"{prefix}/{path}", _remote_command(context))
-            app.router.add_route("POST", f"{prefix}/{path}", _remote_command(context))
+            app.router.add_route("GET", f"{prefix}/{path}", _remote_command)
+            app.router.add_route("POST", f"{prefix}/{path}", _remote_command)
     for path in ("{namespace}/{pod}/{container}", "{namespace}/{pod}/{uid}/{container}"):
-        app.router.add_post(f"/run/{path}", _run(context))
+        app.router.add_post(f"/run/{path}", _run)
     for path in ("/portForward/{namespace}/{pod}", "/portForward/{namespace}/{pod}/{uid}"):
-        app.router.add_route("GET", path, _port_forward(context))
-        app.router.add_route("POST", path, _port_forward(context))
+        app.router.add_route("GET", path, _port_forward)
+        app.router.add_route("POST", path, _port_forward)
     return app
 
 
-def _auth_middleware(context: ApiContext) -> Any:
-    @web.middleware
-    async def middleware(
-        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
-        if context.authenticator is None or context.authorizer is None:
-            return await handler(request)
-        try:
-            await _authenticate_and_authorize(context, request)
-        except auth.Busy as exc:
-            raise web.HTTPTooManyRequests(
-                text=f"too many callers to check at once ({exc})", headers={"Retry-After": "1"}
-            ) from None
-        except auth.Abandoned:
-            # Nobody reads this answer; the connection is gone.
-            raise web.HTTPServiceUnavailable(text="the caller left") from None
+@web.middleware
+async def _auth_middleware(request: web.Request, handler: typedefs.Handler) -> web.StreamResponse:
+    context = request.app[CONTEXT_KEY]
+    if context.authenticator is None or context.authorizer is None:
         return await handler(request)
-
-    return middleware
+    try:
+        await _authenticate_and_authorize(context, request)
+    except auth.Busy as exc:
+        raise web.HTTPTooManyRequests(
+            text=f"too many callers to check at once ({exc})", headers={"Retry-After": "1"}
+        ) from None
+    except auth.Abandoned:
+        # Nobody reads this answer; the connection is gone.
+        raise web.HTTPServiceUnavailable(text="the caller left") from None
+    return await handler(request)
 
 
 async def _authenticate_and_authorize(context: ApiContext, request: web.Request) -> None:
@@ -163,215 +179,181 @@ async def _healthz(_request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-def _pods(context: ApiContext) -> Callable[[web.Request], Awaitable[web.Response]]:
-    async def handler(_request: web.Request) -> web.Response:
-        body = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": context.pods()}
-        return web.Response(text=json.dumps(body), content_type="application/json")
-
-    return handler
+async def _pods(request: web.Request) -> web.Response:
+    context = request.app[CONTEXT_KEY]
+    body = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": context.pods()}
+    return web.json_response(body)
 
 
-def _running_pods(context: ApiContext) -> Callable[[web.Request], Awaitable[web.Response]]:
-    async def handler(_request: web.Request) -> web.Response:
-        body = stats.running_pods(context.pods())
-        return web.Response(text=json.dumps(body), content_type="application/json")
-
-    return handler
+async def _running_pods(request: web.Request) -> web.Response:
+    return web.json_response(stats.running_pods(request.app[CONTEXT_KEY].pods()))
 
 
-def _resource_metrics(context: ApiContext) -> Callable[[web.Request], Awaitable[web.Response]]:
-    async def handler(_request: web.Request) -> web.Response:
-        usage = await context.provider.resource_usage()
-        return web.Response(
-            text=stats.resource_metrics(usage), headers={"Content-Type": stats.CONTENT_TYPE}
-        )
-
-    return handler
+async def _resource_metrics(request: web.Request) -> web.Response:
+    usage = await request.app[CONTEXT_KEY].provider.resource_usage()
+    return web.Response(
+        text=stats.resource_metrics(usage), headers={"Content-Type": stats.CONTENT_TYPE}
+    )
 
 
-def _summary(context: ApiContext) -> Callable[[web.Request], Awaitable[web.Response]]:
+async def _summary(request: web.Request) -> web.Response:
     # `only_cpu_and_memory=true` (older metrics-server) changes nothing: CPU and memory is
     # all there is.
-    async def handler(_request: web.Request) -> web.Response:
-        usage = await context.provider.resource_usage()
-        body = stats.summary(usage, node_name=context.node_name)
-        return web.Response(text=json.dumps(body), content_type="application/json")
-
-    return handler
+    context = request.app[CONTEXT_KEY]
+    usage = await context.provider.resource_usage()
+    return web.json_response(stats.summary(usage, node_name=context.node_name))
 
 
-def _run(context: ApiContext) -> Callable[[web.Request], Awaitable[web.Response]]:
-    async def handler(request: web.Request) -> web.Response:
-        found = _pod_and_container(context, request)
-        if isinstance(found, web.Response):
-            return found
-        pod, container = found
+async def _run(request: web.Request) -> web.Response:
+    context = request.app[CONTEXT_KEY]
+    pod, container = _pod_and_container(context, request)
+    try:
+        options = run.command(request.query)
+        # The lower side may accept the connection and never answer the upgrade.
+        async with asyncio.timeout(context.stream_creation_timeout):
+            session = await context.provider.open_exec(
+                pod, container=container, options=options, attach=False
+            )
+        output = await run.collect(session, options=options)
+    except TimeoutError:
+        raise web.HTTPGatewayTimeout(
+            text=f"the lower cluster did not open the command's session in "
+            f"{context.stream_creation_timeout:g}s"
+        ) from None
+    except run.RunError as exc:
+        _refuse(exc.status, str(exc))
+    except provider_errors.ProviderError as exc:
+        _provider_failure(exc)
+    # The kubelet labels the raw output JSON (writeJSONResponse); clients rely on status.
+    return web.Response(body=output, content_type="application/json")
+
+
+async def _container_logs(request: web.Request) -> web.StreamResponse:
+    context = request.app[CONTEXT_KEY]
+    pod, container = _pod_and_container(context, request)
+    try:
+        options = logs.parse(request.query)
+    except logs.LogOptionsError as exc:
+        _refuse(exc.status, str(exc))
+    stream = context.provider.container_logs(pod, container=container, options=options.query())
+    async with contextlib.aclosing(stream):
         try:
-            options = run.command(request.query)
-            # The lower side may accept the connection and never answer the upgrade.
-            async with asyncio.timeout(context.stream_creation_timeout):
-                session = await context.provider.open_exec(
-                    pod, container=container, options=options, attach=False
-                )
-            output = await run.collect(session, options=options)
-        except TimeoutError:
-            raise web.HTTPGatewayTimeout(
-                text=f"the lower cluster did not open the command's session in "
-                f"{context.stream_creation_timeout:g}s"
-            ) from None
-        except run.RunError as exc:
-            return web.Response(status=exc.status, text=str(exc))
+            first = await anext(stream, b"")
         except provider_errors.ProviderError as exc:
-            return _provider_error(exc)
-        # The kubelet labels the raw output JSON (writeJSONResponse); clients rely on status.
-        return web.Response(body=output, content_type="application/json")
-
-    return handler
-
-
-def _container_logs(context: ApiContext) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    async def handler(request: web.Request) -> web.StreamResponse:
-        found = _pod_and_container(context, request)
-        if isinstance(found, web.Response):
-            return found
-        pod, container = found
-        try:
-            options = logs.parse(request.query)
-        except logs.LogOptionsError as exc:
-            return web.Response(status=exc.status, text=str(exc))
-        stream = context.provider.container_logs(pod, container=container, options=options.query())
-        async with contextlib.aclosing(stream):
-            try:
-                first = await anext(stream, b"")
-            except provider_errors.ProviderError as exc:
-                return _provider_error(exc)
-            response = web.StreamResponse(headers={"Content-Type": "text/plain"})
-            await response.prepare(request)
-            if first:
-                await response.write(first)
-            # write() waits for the client to take the bytes (backpressure); a client that
-            # goes away cancels this handler, which closes the lower request.
-            async for chunk in stream:
-                await response.write(chunk)
-            await response.write_eof()
-            return response
-
-    return handler
+            _provider_failure(exc)
+        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await response.prepare(request)
+        if first:
+            await response.write(first)
+        # write() waits for the client to take the bytes (backpressure); a client that
+        # goes away cancels this handler, which closes the lower request.
+        async for chunk in stream:
+            await response.write(chunk)
+        await response.write_eof()
+        return response
 
 
-def _remote_command(context: ApiContext) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    async def handler(request: web.Request) -> web.StreamResponse:
-        attach = request.path.startswith("/attach/")
-        found = _pod_and_container(context, request)
-        if isinstance(found, web.Response):
-            return found
-        pod, container = found
-        transport = _transport(request)
-        if transport is None:
-            return _needs_upgrade()
-        try:
-            options = remotecommand.parse(
-                request.query, request.query.getall("command", []), exec_=not attach
-            )
-            if transport == "websocket":
-                protocol = _websocket_protocol(request, channels.EXEC_PROTOCOLS)
-            else:
-                protocol = remotecommand.negotiate(
-                    request.headers.getall("X-Stream-Protocol-Version", [])
-                )
-        except remotecommand.RequestError as exc:
-            return web.Response(status=exc.status, text=str(exc), headers=exc.headers)
-
-        async def open_session() -> RemoteSession:
-            # Only called once the client's streams exist: a provider error is reported on
-            # the error stream, as a kubelet reports a runtime's.
-            return await context.provider.open_exec(
-                pod, container=container, options=options, attach=attach
-            )
-
-        if transport == "websocket":
-            return await remotecommand.serve_websocket(
-                request,
-                protocol=protocol,
-                options=options,
-                open_session=open_session,
-                attach=attach,
-                idle_timeout=context.idle_timeout,
-            )
-        return await remotecommand.serve_spdy(
-            request,
-            protocol=protocol,
-            options=options,
-            open_session=open_session,
-            attach=attach,
-            idle_timeout=context.idle_timeout,
-            creation_timeout=context.stream_creation_timeout,
-        )
-
-    return handler
-
-
-def _port_forward(context: ApiContext) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    async def handler(request: web.Request) -> web.StreamResponse:
-        pod = _bound_pod(context, request)
-        if isinstance(pod, web.Response):
-            return pod
-        transport = _transport(request)
-        if transport is None:
-            return _needs_upgrade()
-        found = pod
-
-        async def connect(port: int) -> PortSession:
-            return await context.provider.open_port_forward(found, port=port)
-
-        if transport == "websocket":
-            return await _port_forward_websocket(context, request, connect=connect)
-        if portforward.negotiate(request.headers.getall("X-Stream-Protocol-Version", [])) is None:
-            return web.Response(
-                status=403,
-                text="the client does not offer portforward.k8s.io",
-                headers={"X-Accepted-Stream-Protocol-Versions": portforward.PROTOCOL},
-            )
-        return await portforward.serve_spdy(
-            request,
-            connect=connect,
-            idle_timeout=context.idle_timeout,
-            creation_timeout=context.stream_creation_timeout,
-        )
-
-    return handler
-
-
-async def _port_forward_websocket(
-    context: ApiContext, request: web.Request, *, connect: portforward.Connect
-) -> web.StreamResponse:
+async def _remote_command(request: web.Request) -> web.StreamResponse:
+    context = request.app[CONTEXT_KEY]
+    attach = request.path.startswith("/attach/")
+    pod, container = _pod_and_container(context, request)
+    upgrade = _upgrade(request)
     try:
-        # The kubelet's parameter is `port`; `ports` (what clients send the apiserver) is
-        # taken too, for clients that call the node directly.
-        ports = channels.parse_ports(
-            request.query.getall("port", []) + request.query.getall("ports", [])
+        options = remotecommand.parse(
+            request.query, request.query.getall("command", []), exec_=not attach
         )
-    except ValueError as exc:
-        return web.Response(status=400, text=str(exc))
-    try:
-        protocol = _websocket_protocol(request, channels.PORT_FORWARD_PROTOCOLS)
+        transport = _exec_transport(request, upgrade=upgrade, options=options)
     except remotecommand.RequestError as exc:
-        return web.Response(status=exc.status, text=str(exc))
-    return await portforward.serve_websocket(
-        request, protocol=protocol, ports=ports, connect=connect, idle_timeout=context.idle_timeout
+        _refuse(exc.status, str(exc), headers=exc.headers)
+
+    async def open_session() -> RemoteSession:
+        # Only called once the client's streams exist: a provider error is reported on
+        # the error stream, as a kubelet reports a runtime's.
+        return await context.provider.open_exec(
+            pod, container=container, options=options, attach=attach
+        )
+
+    return await remotecommand.serve(
+        request,
+        transport=transport,
+        open_session=open_session,
+        attach=attach,
+        idle_timeout=context.idle_timeout,
+        creation_timeout=context.stream_creation_timeout,
     )
 
 
-def _transport(request: web.Request) -> str | None:
-    """Return "spdy" or "websocket" after the request's `Upgrade` header, or None."""
+async def _port_forward(request: web.Request) -> web.StreamResponse:
+    context = request.app[CONTEXT_KEY]
+    pod = _bound_pod(context, request)
+    upgrade = _upgrade(request)
+    try:
+        transport = _port_forward_transport(request, upgrade=upgrade)
+    except remotecommand.RequestError as exc:
+        _refuse(exc.status, str(exc), headers=exc.headers)
+
+    async def connect(port: int) -> PortSession:
+        return await context.provider.open_port_forward(pod, port=port)
+
+    return await portforward.serve(
+        request,
+        transport=transport,
+        connect=connect,
+        idle_timeout=context.idle_timeout,
+        creation_timeout=context.stream_creation_timeout,
+    )
+
+
+# -- transports: what SPDY and WebSocket differ in before the upgrade --------------------
+
+
+def _upgrade(request: web.Request) -> str:
+    """Return "spdy" or "websocket" after the request's `Upgrade` header; raises
+    HTTPBadRequest for anything else."""
     upgrade = request.headers.get("Upgrade", "").strip().lower()
-    return {"spdy/3.1": "spdy", "websocket": "websocket"}.get(upgrade)
+    transport = {"spdy/3.1": "spdy", "websocket": "websocket"}.get(upgrade)
+    if transport is None:
+        raise web.HTTPBadRequest(text="this endpoint needs Upgrade: SPDY/3.1 or Upgrade: websocket")
+    return transport
 
 
-def _needs_upgrade() -> web.Response:
-    return web.Response(
-        status=400, text="this endpoint needs Upgrade: SPDY/3.1 or Upgrade: websocket"
+def _exec_transport(
+    request: web.Request, *, upgrade: str, options: RemoteCommand
+) -> streaming.Transport:
+    """Return the transport of an exec/attach: the sub-protocol negotiated, and the streams
+    its session has there. Raises remotecommand.RequestError (400, 403)."""
+    if upgrade == "websocket":
+        protocol = _websocket_protocol(request, channels.EXEC_PROTOCOLS)
+        layout = channels.exec_layout(remotecommand.stream_kinds(options))
+        return WebSocketTransport(protocol=protocol, layout=layout)
+    protocol = remotecommand.negotiate(request.headers.getall("X-Stream-Protocol-Version", []))
+    kinds = remotecommand.stream_kinds(
+        options, resize=protocol not in remotecommand.SPDY_WITHOUT_RESIZE
     )
+    return SpdyTransport(protocol=protocol, kinds=kinds)
+
+
+def _port_forward_transport(request: web.Request, *, upgrade: str) -> streaming.Transport:
+    """Return the transport of a port-forward. Raises remotecommand.RequestError (400 for
+    the ports of a WebSocket, 403 for no common sub-protocol)."""
+    if upgrade == "websocket":
+        try:
+            # The kubelet's parameter is `port`; `ports` (what clients send the apiserver)
+            # is taken too, for clients that call the node directly.
+            ports = channels.parse_ports(
+                request.query.getall("port", []) + request.query.getall("ports", [])
+            )
+        except ValueError as exc:
+            raise remotecommand.RequestError(str(exc)) from None
+        protocol = _websocket_protocol(request, channels.PORT_FORWARD_PROTOCOLS)
+        return WebSocketTransport(protocol=protocol, layout=channels.port_forward_layout(ports))
+    if portforward.negotiate(request.headers.getall("X-Stream-Protocol-Version", [])) is None:
+        raise remotecommand.RequestError(
+            "the client does not offer portforward.k8s.io",
+            status=403,
+            headers={"X-Accepted-Stream-Protocol-Versions": portforward.PROTOCOL},
+        )
+    return SpdyTransport(protocol=portforward.PROTOCOL, kinds=portforward.KINDS)
 
 
 def _websocket_protocol(request: web.Request, supported: tuple[str, ...]) -> str:
@@ -386,20 +368,24 @@ def _websocket_protocol(request: web.Request, supported: tuple[str, ...]) -> str
         raise remotecommand.RequestError(str(exc), status=403) from exc
 
 
-def _bound_pod(context: ApiContext, request: web.Request) -> Obj | web.Response:
-    """The upper pod the path names, if bound to this node (and of the path's UID), else 404."""
+# -- answers ------------------------------------------------------------------------------
+
+
+def _bound_pod(context: ApiContext, request: web.Request) -> Obj:
+    """Return the upper pod the path names, if bound to this node (and of the path's UID);
+    raises HTTPNotFound otherwise."""
     namespace, name = request.match_info["namespace"], request.match_info["pod"]
     pod = context.pod(namespace, name)
     uid = request.match_info.get("uid")
     if pod is None or (uid and uid != pod["metadata"].get("uid")):
-        return web.Response(status=404, text=f"pod {namespace}/{name} not found on this node")
+        raise web.HTTPNotFound(text=f"pod {namespace}/{name} not found on this node")
     return pod
 
 
-def _pod_and_container(context: ApiContext, request: web.Request) -> tuple[Obj, str] | web.Response:
+def _pod_and_container(context: ApiContext, request: web.Request) -> tuple[Obj, str]:
+    """Return the bound pod and the container the path names; raises HTTPNotFound when
+    either is not there."""
     pod = _bound_pod(context, request)
-    if isinstance(pod, web.Response):
-        return pod
     namespace, name = request.match_info["namespace"], request.match_info["pod"]
     container = request.match_info["container"]
     names = {
@@ -408,16 +394,20 @@ def _pod_and_container(context: ApiContext, request: web.Request) -> tuple[Obj, 
         for c in (pod.get("spec") or {}).get(group) or []
     }
     if container not in names:
-        return web.Response(
-            status=404, text=f"container {container!r} not found in pod {namespace}/{name}"
-        )
+        raise web.HTTPNotFound(text=f"container {container!r} not found in pod {namespace}/{name}")
     return pod, container
 
 
-def _provider_error(exc: provider_errors.ProviderError) -> web.Response:
-    """Map a provider error to the kubelet's answer: 404 missing, 503 backend down, else 400."""
+def _refuse(status: int, text: str, *, headers: Mapping[str, str] | None = None) -> NoReturn:
+    """Raise the aiohttp error of `status` (one of `_ERRORS`) saying `text`."""
+    raise _ERRORS[status](text=text, headers=headers)
+
+
+def _provider_failure(exc: provider_errors.ProviderError) -> NoReturn:
+    """Raise the kubelet's answer to a provider error: 404 missing, 503 backend down, else
+    400."""
     if isinstance(exc, provider_errors.NotFound):
-        return web.Response(status=404, text=str(exc))
+        raise web.HTTPNotFound(text=str(exc))
     if isinstance(exc, provider_errors.BackendUnavailable):
-        return web.Response(status=503, text=str(exc))
-    return web.Response(status=400, text=str(exc))
+        raise web.HTTPServiceUnavailable(text=str(exc))
+    raise web.HTTPBadRequest(text=str(exc))

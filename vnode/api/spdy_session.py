@@ -1,4 +1,5 @@
-"""One upgraded SPDY/3.1 connection on the server side: the peer opens streams, we answer.
+"""One upgraded SPDY/3.1 connection on the server side: the peer opens streams, we answer
+(the SPDY transport of `streaming`).
 
 aiohttp hands every byte after the 101 to `feed_data` (it is installed as the request's
 payload parser before the 101 goes out) and calls `feed_eof` when the connection drops.
@@ -17,7 +18,11 @@ Every frame in or out counts as activity for the idle timeout.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import ClassVar
 
 from aiohttp import web
 
@@ -51,6 +56,10 @@ class Stream:
         self.local_closed = False
         if frame.flags & spdy.FLAG_FIN:
             self._end()
+
+    def header(self, name: str) -> str:
+        """Return the first value of header `name` (lower-case) the peer opened it with, or ""."""
+        return (self.headers.get(name) or [""])[0]
 
     def _feed(self, data: bytes, *, fin: bool) -> None:
         if data and not self.remote_closed and not self._discarded:
@@ -102,7 +111,7 @@ class Stream:
 class SpdyConnection:
     """The server side of one SPDY/3.1 connection over an already upgraded transport."""
 
-    def __init__(self, transport: asyncio.Transport) -> None:
+    def __init__(self, transport: asyncio.Transport, *, response: web.StreamResponse) -> None:
         self._transport = transport
         self._reader = spdy.FrameReader()
         self._writer = spdy.FrameWriter()
@@ -113,7 +122,7 @@ class SpdyConnection:
         self._backlog_timer: asyncio.TimerHandle | None = None
         self.closed = asyncio.Event()
         self._last_stream = 0
-        self.response: web.StreamResponse | None = None
+        self.response = response
         """The 101 answer, for the handler to return."""
         self.idle = IdleWatch()
         """When a frame last moved either way (every frame counts, PINGs too, as in
@@ -276,8 +285,6 @@ async def upgrade(request: web.Request, *, protocol: str) -> SpdyConnection:
     transport = request.transport
     if transport is None:
         raise RuntimeError("the connection is already closed")
-    connection = SpdyConnection(transport)
-    request.protocol.set_parser(connection)  # type: ignore[arg-type]
     response = web.StreamResponse(
         status=101,
         headers={
@@ -287,6 +294,26 @@ async def upgrade(request: web.Request, *, protocol: str) -> SpdyConnection:
         },
     )
     response.force_close()
+    connection = SpdyConnection(transport, response=response)
+    request.protocol.set_parser(connection)  # type: ignore[arg-type]
     await response.prepare(request)
-    connection.response = response
     return connection
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpdyTransport:
+    """SPDY/3.1 with sub-protocol `protocol`, on which a session's client opens a stream
+    of each of `kinds`: a `streaming.Transport`."""
+
+    name: ClassVar[str] = "spdy"
+    protocol: str
+    kinds: frozenset[str]
+
+    @contextlib.asynccontextmanager
+    async def open(self, request: web.Request) -> AsyncIterator[SpdyConnection]:
+        """Upgrade `request` (see `upgrade`), yield the connection, then close it (GOAWAY)."""
+        connection = await upgrade(request, protocol=self.protocol)
+        try:
+            yield connection
+        finally:
+            connection.close()

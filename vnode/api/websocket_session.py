@@ -1,12 +1,16 @@
-"""One WebSocket channel connection on the server side (exec/attach, port-forward).
+"""One WebSocket channel connection on the server side (exec/attach, port-forward): the
+WebSocket transport of `streaming`.
 
-After the upgrade one reader task takes the client's messages, decodes them with the
-negotiated codec (`channels.Codec`) and hands each payload to its channel; messages for
-channels the session does not read are dropped, as a kubelet drops them. A channel that
-holds more than `MAX_BUFFERED` unread bytes makes the reader wait, so the client is slowed
-down by TCP instead of making memory grow; writers wait while the client is slow to read
-(aiohttp drains its transport). No server pings: a kubelet sends none, and a ping would
-keep an idle connection alive past its idle timeout.
+After the upgrade the server sends each channel's greeting (exec's empty "the session is
+up" message, port-forward's port prefixes), then one reader task takes the client's
+messages, decodes them with the negotiated codec (`channels.Codec`) and hands each payload
+to its channel; messages for channels the session does not read are dropped, as a kubelet
+drops them. The channels exist from the start; `accept` hands them to the session in
+channel order, as if the client had opened them, so a session runs the same over SPDY. A
+channel that holds more than `MAX_BUFFERED` unread bytes makes the reader wait, so the
+client is slowed down by TCP instead of making memory grow; writers wait while the client
+is slow to read (aiohttp drains its transport). No server pings: a kubelet sends none, and
+a ping would keep an idle connection alive past its idle timeout.
 """
 
 from __future__ import annotations
@@ -17,10 +21,12 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 from aiohttp import WSMsgType, web
 
 from vnode.api import channels
+from vnode.api.channels import ChannelSpec
 from vnode.api.streaming import MAX_BUFFERED, IdleWatch
 
 logger = logging.getLogger(__name__)
@@ -33,21 +39,13 @@ CLOSE_TIMEOUT = 10.0
 dropping the socket."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class ChannelSpec:
-    """A channel a session uses: its role, and whether the client's data on it is read."""
-
-    kind: str
-    """"stdin", "stdout", ..., or "data" / "error" for port-forward."""
-    readable: bool
-
-
 class Channel:
     """One channel of the connection, shaped like a SPDY stream (`streaming.ChannelStream`)."""
 
     def __init__(self, connection: WebSocketChannels, *, number: int, spec: ChannelSpec):
         self.number = number
         self.kind = spec.kind
+        self._headers = spec.headers
         self._readable = spec.readable
         self._connection = connection
         self._chunks: collections.deque[bytes] = collections.deque()
@@ -59,6 +57,16 @@ class Channel:
         self._room = asyncio.Event()
         """Set while the channel buffers at most MAX_BUFFERED bytes."""
         self._room.set()
+
+    @property
+    def id(self) -> int:
+        """The channel number."""
+        return self.number
+
+    def header(self, name: str) -> str:
+        """Return the value of header `name` its spec gives it (port-forward's `port` and
+        `requestid`), or ""."""
+        return self._headers.get(name, "")
 
     async def _feed(self, data: bytes) -> None:
         if not self._readable or self._ended or self._discarded or not data:
@@ -118,14 +126,16 @@ class WebSocketChannels:
         self._codec = channels.Codec.of(protocol)
         self._close_signal = channels.has_close_signal(protocol)
         self.channels = {n: Channel(self, number=n, spec=spec) for n, spec in layout.items()}
+        self._unaccepted = collections.deque(self.channels[n] for n in sorted(self.channels))
         self.closed = asyncio.Event()
         """Set once the client closed the connection or it dropped."""
         self.idle = IdleWatch()
         """When a data message last moved either way (what a kubelet's deadline counts)."""
 
-    def by_kind(self) -> dict[str, Channel]:
-        """The channels by their kind (exec/attach: stdin, stdout, stderr, error, resize)."""
-        return {c.kind: c for c in self.channels.values()}
+    async def accept(self) -> Channel | None:
+        """Return the next channel not handed out yet, in channel order, or None once all
+        were: the session takes them as it would take the streams a SPDY client opens."""
+        return self._unaccepted.popleft() if self._unaccepted else None
 
     async def send(self, channel: int, data: bytes) -> None:
         """Send `data` on `channel` in messages of at most 64 KiB of payload."""
@@ -175,8 +185,9 @@ async def open_channels(
     request: web.Request, *, protocol: str, layout: Mapping[int, ChannelSpec]
 ) -> AsyncIterator[WebSocketChannels]:
     """Answer `request` with 101 Switching Protocols to a WebSocket speaking `protocol`
-    ("" for none) and yield the connection; on exit its reader task is stopped and the
-    connection closed (close frame, then up to CLOSE_TIMEOUT seconds for the client's).
+    ("" for none), send the greetings of `layout`, and yield the connection; on exit its
+    reader task is stopped and the connection closed (close frame, then up to
+    CLOSE_TIMEOUT seconds for the client's).
 
     Raises aiohttp's HTTPBadRequest for an invalid WebSocket handshake.
     """
@@ -191,6 +202,9 @@ async def open_channels(
     connection = WebSocketChannels(ws, protocol=protocol, layout=layout)
     reader = asyncio.create_task(connection.read_loop(), name="websocket-channels-reader")
     try:
+        for number, spec in sorted(layout.items()):
+            if spec.greeting is not None:
+                await connection.send(number, spec.greeting)
         yield connection
     finally:
         for channel in connection.channels.values():
@@ -208,3 +222,24 @@ async def open_channels(
             # answers it: drop the socket rather than wait for its buffers to drain.
             if request.transport is not None:
                 request.transport.abort()
+
+
+@dataclass(frozen=True, kw_only=True)
+class WebSocketTransport:
+    """A WebSocket speaking the channel protocol `protocol`, with the channels `layout`
+    (`channels.exec_layout`, `channels.port_forward_layout`): a `streaming.Transport`."""
+
+    name: ClassVar[str] = "websocket"
+    protocol: str
+    layout: Mapping[int, ChannelSpec]
+
+    @property
+    def kinds(self) -> frozenset[str]:
+        """The kinds of the layout's channels."""
+        return frozenset(spec.kind for spec in self.layout.values())
+
+    def open(
+        self, request: web.Request
+    ) -> contextlib.AbstractAsyncContextManager[WebSocketChannels]:
+        """See `open_channels`."""
+        return open_channels(request, protocol=self.protocol, layout=self.layout)

@@ -18,6 +18,8 @@ from typing import Final
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from vnode.serving import runners
+
 logger = logging.getLogger(__name__)
 
 Check = Callable[[], str | None]
@@ -48,6 +50,8 @@ class Health:
 
 
 HEALTH_KEY: Final = web.AppKey("health", Health)
+_SHUTDOWN_TIMEOUT = 5.0
+"""Seconds a stop waits for a scrape or probe in flight (each answers at once)."""
 
 
 def add_routes(app: web.Application, *, health: Health | None = None) -> None:
@@ -70,7 +74,7 @@ async def metrics_server(addr: str, *, health: Health | None = None) -> AsyncIte
     host, _, port = addr.rpartition(":")
     app = web.Application()
     add_routes(app, health=health)
-    runner = web.AppRunner(app, access_log=None)
+    runner = runners.app_runner(app, shutdown_timeout=_SHUTDOWN_TIMEOUT)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host or None, int(port))

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vnode.testing import processes
+from vnode.testing import processes, programs
 from vnode.testing.cluster import Cluster
 from vnode.testing.kubeconfig import write_kubeconfig
 from vnode.testing.rest import ApiStatusError, RestClient
@@ -194,16 +194,16 @@ def _items(data: Mapping[str, str], items: list[dict[str, str]] | None) -> dict[
     return {item["path"]: data[item["key"]].encode() for item in items}
 
 
-class LocalPod:
+class LocalPod(programs.ChildProcess):
     """A pod of the upper cluster whose container runs here; `start()` it, `stop()` it."""
 
     def __init__(self, cluster: Cluster, *, namespace: str, name: str, directory: Path) -> None:
+        super().__init__()
         self.cluster = cluster
         self.namespace = namespace
         self.name = name
         self.root = directory / "root"
         self.log = directory / f"{name}.log"
-        self.process: processes.Process | None = None
 
     def wait_running(self, *, timeout: float = 60.0) -> dict[str, Any]:
         """Wait until kwok reports the pod Running with an IP; return it. Raises TimeoutError."""
@@ -326,15 +326,3 @@ class LocalPod:
             },
         )
         return str(answer["status"]["token"])
-
-    def check(self) -> None:
-        """Raise ComponentDied (with the log's tail) if the process exited."""
-        if self.process is not None:
-            self.process.check()
-
-    def stop(self, *, timeout: float = 20.0) -> int | None:
-        """SIGTERM the process, SIGKILL after `timeout` seconds; return its exit code."""
-        if self.process is None:
-            return None
-        self.process.stop(timeout=timeout)
-        return self.process.returncode

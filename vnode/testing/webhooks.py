@@ -11,16 +11,13 @@ here are scoped to one namespace, so a shared fleet's other tests never meet the
 from __future__ import annotations
 
 import base64
-import ssl
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from vnode.testing import ports, processes
+from vnode.testing import ports, programs
 from vnode.testing.cluster import Cluster
 from vnode.testing.fleet import Fleet
 from vnode.testing.rest import ApiStatusError
@@ -28,8 +25,8 @@ from vnode.testing.rest import ApiStatusError
 CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 
 
-class WebhookProcess:
-    """One `python -m webhook` child process; `start()` returns when it is ready."""
+class WebhookProcess(programs.Program):
+    """One `python -m webhook` child process; `start()` returns when `/readyz` answers 200."""
 
     def __init__(
         self,
@@ -53,11 +50,10 @@ class WebhookProcess:
         self.upper = fleet.cluster(upper)
         self.name = name
         self.port = port or ports.pick(host=fleet.node_ip)
-        self.log = log_dir / f"webhook-{name}.log"
         self.secret = f"{secret_namespace}/{name}-tls"
         self.configuration = configuration
         """The MutatingWebhookConfiguration whose caBundle it sets."""
-        self._argv = [
+        argv = [
             sys.executable, "-m", "webhook",
             f"--kubeconfig={kubeconfig or self.upper.kubeconfig}",
             f"--address={fleet.node_ip}",
@@ -69,75 +65,18 @@ class WebhookProcess:
             "--log-level=debug",
             *args,
         ]  # fmt: skip
-        self._env = dict(env) if env is not None else None
-        self.process: processes.Process | None = None
+        super().__init__(
+            process_name=f"webhook-{name}",
+            argv=argv,
+            log=log_dir / f"webhook-{name}.log",
+            endpoint=f"https://{fleet.node_ip}:{self.port}",
+            env=env,
+        )
 
     @property
     def url(self) -> str:
         """Where the apiserver calls it."""
         return f"https://{self.fleet.node_ip}:{self.port}/mutate"
-
-    def start(
-        self, *, timeout: float = 60.0, wait: bool = True, detach: bool = False
-    ) -> WebhookProcess:
-        """Start it; with `wait`, return once `/readyz` answers 200 (`timeout` seconds).
-        `detach` lets it outlive this process (the demo)."""
-        self.process = processes.Process(
-            name=f"webhook-{self.name}",
-            argv=self._argv,
-            log=self.log,
-            env=self._env,
-            die_with_parent=not detach,
-        )
-        if wait:
-            self.wait_ready(timeout=timeout)
-        return self
-
-    def wait_ready(self, *, timeout: float = 60.0) -> None:
-        """Wait until `/readyz` answers 200; raises ComponentDied / TimeoutError."""
-        deadline = time.monotonic() + timeout
-        while True:
-            self.check()
-            if self.get("/readyz")[0] == 200:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"webhook {self.name} not ready after {timeout:.0f}s; log {self.log}"
-                )
-            time.sleep(0.1)
-
-    def get(self, path: str) -> tuple[int, str]:
-        """GET `path` over HTTPS without verifying the certificate (0: nothing listens)."""
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        url = f"https://{self.fleet.node_ip}:{self.port}{path}"
-        try:
-            with urllib.request.urlopen(url, context=context, timeout=5) as response:
-                return response.status, response.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
-        except (urllib.error.URLError, OSError):
-            return 0, ""
-
-    def metrics(self) -> str:
-        """Return its Prometheus metrics text."""
-        status, text = self.get("/metrics")
-        if status != 200:
-            raise RuntimeError(f"webhook {self.name}: /metrics answered {status}")
-        return text
-
-    def check(self) -> None:
-        """Raise ComponentDied (with the log's tail) if the process exited."""
-        if self.process is not None:
-            self.process.check()
-
-    def stop(self, *, timeout: float = 20.0) -> int | None:
-        """SIGTERM it, SIGKILL after `timeout` seconds; return its exit code."""
-        if self.process is None:
-            return None
-        self.process.stop(timeout=timeout)
-        return self.process.returncode
 
 
 def configuration(
