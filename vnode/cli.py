@@ -31,6 +31,7 @@ KNOWN_CONTROLLERS = ("PVControllers", "ServiceControllers")
 POD_SECURITY_LEVELS = ("privileged", "baseline", "restricted")
 MAX_NAMESPACE_PREFIX = 30
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
 LOG_LEVELS = ("debug", "info", "warn", "warning", "error")
 
 
@@ -146,6 +147,13 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     a("--disable-taint", action="store_true", help="do not taint the virtual node")
     a("--pod-sync-workers", type=int, default=50, help="workers per queue")
+    a(
+        "--namespace-weights",
+        default="",
+        help="fair queuing: NAMESPACE=WEIGHT,... ; the pod queues serve namespaces (tenants) "
+        "in weighted round robin, a namespace taking up to WEIGHT pods per round (default: "
+        "every namespace weighs 1)",
+    )
     a("--enable-node-lease", type=_bool, default=True, nargs="?", const=True)
     a(
         "--full-resync-period",
@@ -311,6 +319,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
             ignore_labels=tuple(k.strip() for k in args.ignore_labels.split(",") if k.strip()),
             enable_service_account=args.enable_serviceaccount,
             workers=args.pod_sync_workers,
+            namespace_weights=_namespace_weights(args.namespace_weights),
         ),
         upper=ClientSettings(
             kubeconfig=args.kubeconfig or None,
@@ -485,6 +494,33 @@ def _namespace_prefix(prefix: str) -> str:
             f"namespace names are at most 63), got {len(prefix)}"
         )
     return prefix
+
+
+MAX_NAMESPACE_WEIGHT = 1000
+
+
+def _namespace_weights(text: str) -> tuple[tuple[str, int], ...]:
+    # NAMESPACE=WEIGHT pairs: a namespace is a DNS label, a weight a whole number of keys
+    # per round (bounded, so one namespace cannot be configured into starving the rest).
+    weights: dict[str, int] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        namespace, sep, value = item.partition("=")
+        namespace, value = namespace.strip(), value.strip()
+        if not sep or not _DNS_LABEL.fullmatch(namespace):
+            raise UsageError(
+                f"--namespace-weights: expected NAMESPACE=WEIGHT (a namespace name), got {item!r}"
+            )
+        if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= MAX_NAMESPACE_WEIGHT:
+            raise UsageError(
+                f"--namespace-weights: the weight of {namespace} must be a whole number from 1 "
+                f"to {MAX_NAMESPACE_WEIGHT}, got {value!r}"
+            )
+        if namespace in weights:
+            raise UsageError(f"--namespace-weights: {namespace} is given twice")
+        weights[namespace] = int(value)
+    return tuple(sorted(weights.items()))
 
 
 def _cluster_id(text: str) -> str:

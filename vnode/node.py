@@ -46,6 +46,7 @@ from vnode.controllers.pods import PodController, PodProvider
 from vnode.controllers.status import node_addresses
 from vnode.kube.client import ApiClient
 from vnode.kube.informer import Informer
+from vnode.kube.workqueue import FairQueuing
 from vnode.provider import (
     ExecProvider,
     LogsProvider,
@@ -135,6 +136,7 @@ class VirtualNode:
             namespace=settings.pods.namespace,
             workers=settings.pods.workers,
             recorder=recorder,
+            fairness=FairQueuing(weights=dict(settings.pods.namespace_weights)),
         )
         self.node = NodeController(
             upper=upper.main, heartbeat=upper.heartbeat, provider=provider, settings=settings.node

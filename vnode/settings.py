@@ -91,6 +91,10 @@ class PodSettings:
     """--enable-serviceaccount: mirror the pod's ServiceAccount in the lower cluster."""
     workers: int = 50
     """--pod-sync-workers: concurrent workers per queue."""
+    namespace_weights: tuple[tuple[str, int], ...] = ()
+    """--namespace-weights: (namespace, weight >= 1) pairs. The pod queues serve namespaces
+    in weighted round robin: per round a namespace gets up to its weight of pods handled;
+    namespaces not named weigh 1 (all equal by default)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -234,3 +234,30 @@ def test_event_budget_defaults_to_the_kubelets_and_takes_flags() -> None:
 def test_bad_event_budgets(flags: list[str], message: str) -> None:
     with pytest.raises(cli.UsageError, match=re.escape(message)):
         cli.parse([*BASE, *flags], env={})
+
+
+# -- fair queuing -------------------------------------------------------------------------
+
+
+def test_namespace_weights_default_to_equal_and_take_pairs() -> None:
+    assert cli.parse(BASE, env={}).pods.namespace_weights == ()
+    pods = cli.parse([*BASE, "--namespace-weights= team-b=2, team-a=10 ,"], env={}).pods
+    assert pods.namespace_weights == (("team-a", 10), ("team-b", 2))
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("team-a", "expected NAMESPACE=WEIGHT"),
+        ("Team=2", "expected NAMESPACE=WEIGHT"),
+        ("=2", "expected NAMESPACE=WEIGHT"),
+        ("team-a=0", "weight of team-a must be a whole number from 1 to 1000, got '0'"),
+        ("team-a=1.5", "must be a whole number"),
+        ("team-a=1001", "must be a whole number"),
+        ("team-a=\u0663", "must be a whole number"),  # an Arabic-Indic digit
+        ("team-a=1,team-a=2", "team-a is given twice"),
+    ],
+)
+def test_bad_namespace_weights(value: str, message: str) -> None:
+    with pytest.raises(cli.UsageError, match=message):
+        cli.parse([*BASE, f"--namespace-weights={value}"], env={})

@@ -5,7 +5,9 @@ Two queues, keyed by upper "namespace/name" (virtual-kubelet's design):
   deletion once the provider's pod is gone (grace 0, UID precondition);
 - `status_from_lower`: write the provider's status to the upper pod's status subresource,
   driven by the provider's notifications (no polling).
-A key is never processed by two workers at once, so calls for one pod never overlap.
+A key is never processed by two workers at once, so calls for one pod never overlap. Both
+queues are fair (VirtualCluster's fair queuing): they serve namespaces in weighted round
+robin, so one namespace creating thousands of pods does not delay another's.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from vnode.kube.client import MERGE_PATCH, ApiClient
 from vnode.kube.informer import Handlers, Informer
 from vnode.kube.resources import PODS, object_key, pod_is_terminal, split_key
 from vnode.kube.store import Obj
-from vnode.kube.workqueue import QueueSettings, Requeue, WorkQueue
+from vnode.kube.workqueue import FairQueuing, QueueSettings, Requeue, WorkQueue
 from vnode.provider import PodLifecycleHandler, PodNotifier
 
 logger = logging.getLogger(__name__)
@@ -36,7 +38,7 @@ _DEPENDENCY_RETRY = 20.0
 # While the upper cluster cannot take a status write, the pod's status is retried this
 # often (seconds), without limit; the current status is read again at each try.
 _STATUS_RETRY = 2.0
-_POD_QUEUE = QueueSettings(backoff=ExponentialBackoff(base=0.5, cap=120.0), max_retries=20)
+_POD_BACKOFF = ExponentialBackoff(base=0.5, cap=120.0)
 
 
 class PodProvider(PodLifecycleHandler, PodNotifier, Protocol):
@@ -58,12 +60,15 @@ class PodController:
         namespace: str | None,
         workers: int,
         recorder: EventRecorder,
+        fairness: FairQueuing | None = None,
         sync_timeout: float = 60.0,
         status_coalesce: float = 0.1,
     ) -> None:
-        """`sync_timeout` (seconds) bounds one provider call, so a hung backend cannot pin a
+        """`fairness` weighs namespaces in both queues (default: all equal);
+        `sync_timeout` (seconds) bounds one provider call, so a hung backend cannot pin a
         worker forever; `status_coalesce` (seconds) is how long a provider notification
         waits for more of the same pod before its status is written."""
+        fairness = fairness or FairQueuing()
         self._coalesce = status_coalesce
         self._upper = upper
         self._provider = provider
@@ -78,8 +83,13 @@ class PodController:
             field_selector=f"spec.nodeName={node_name}",
             encoded=True,  # every pod of the node, read a few times in its life
         )
-        self.pods_from_upper = WorkQueue(name="pods_from_upper", settings=_POD_QUEUE)
-        self.status_from_lower = WorkQueue(name="status_from_lower")
+        self.pods_from_upper = WorkQueue(
+            name="pods_from_upper",
+            settings=QueueSettings(backoff=_POD_BACKOFF, max_retries=20, fairness=fairness),
+        )
+        self.status_from_lower = WorkQueue(
+            name="status_from_lower", settings=QueueSettings(fairness=fairness)
+        )
         self._gone: dict[str, Obj] = {}
         """Last state of upper pods deleted from the API, until the provider deleted them."""
         self.informer.add_handlers(
