@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from vnode.kube import metrics
 from vnode.kube.client import ApiClient
@@ -25,21 +23,12 @@ logger = logging.getLogger(__name__)
 
 def compact(obj: Obj) -> Obj:
     """Return `obj` as it is best cached: without metadata.managedFields (server-side apply
-    bookkeeping, often the largest part of an object and never read by us), and with every
-    key interned, so thousands of cached objects share one copy of "metadata", "name", ...
-    (json.loads makes new key strings for every document)."""
+    bookkeeping, often the largest part of an object and never read by us). Key strings
+    need no interning: the codec shares them between the documents it decodes."""
     meta = obj.get("metadata")
     if isinstance(meta, dict) and "managedFields" in meta:
-        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
-    return _interned(obj)  # type: ignore[no-any-return]
-
-
-def _interned(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {sys.intern(k): _interned(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_interned(v) for v in value]
-    return value
+        return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return obj
 
 
 @dataclass(frozen=True, kw_only=True)

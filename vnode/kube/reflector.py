@@ -2,7 +2,10 @@
 
 What client-go's reflector does, with the lessons of the Python clients' watch bugs:
 - list in pages, then watch from the list's resourceVersion with bookmarks and a
-  server-side timeout (jittered, so many watches do not expire together);
+  server-side timeout (jittered, so many watches do not expire together); each page goes
+  into the store as it arrives, and objects no page named are deleted after the last one,
+  so a relist of 10,000 pods never holds more than one page of full objects (client-go's
+  Replace takes the whole list at once; the store ends up the same);
 - a 410 Gone, as the watch request's HTTP status or as an ERROR event in the stream,
   means the resourceVersion was compacted: list again and emit DELETED for every object
   that vanished in the gap (a relist diff, so no deletion is missed);
@@ -14,14 +17,13 @@ What client-go's reflector does, with the lessons of the Python clients' watch b
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from vnode.kube import errors, metrics
+from vnode.kube import codec, errors, metrics
 from vnode.kube.backoff import ExponentialBackoff, jittered
 from vnode.kube.client import ApiClient
 from vnode.kube.resources import Resource, object_key
@@ -160,7 +162,7 @@ class Reflector:
 
     async def _list(self) -> None:
         metrics.RELISTS.labels(self.name).inc()
-        items: list[Obj] = []
+        seen: set[str] = set()
         params = {**self._selectors, "limit": str(self._settings.page_size)}
         while True:
             try:
@@ -168,34 +170,39 @@ class Reflector:
             except errors.Gone:
                 if "continue" not in params:
                     raise  # the first page: `run` backs off before listing again
-                # The continue token expired mid-list: start the list over.
+                # The continue token expired mid-list: start the list over. What the pages
+                # so far stored stays (it is newer than what it replaced); only objects the
+                # new list does not name again are deleted at its end.
                 params.pop("continue", None)
-                items.clear()
+                seen.clear()
                 continue
-            items.extend(page.get("items") or [])
+            self._store_page(page.get("items") or [], seen=seen)
             meta = page.get("metadata") or {}
             token = meta.get("continue")
             if not token:
-                self._replace(items, rv=str(meta.get("resourceVersion") or ""))
+                self._delete_unseen(seen)
+                self._rv = str(meta.get("resourceVersion") or "")
                 return
             params["continue"] = token
 
-    def _replace(self, items: list[Obj], *, rv: str) -> None:
-        if self._transform is not None:
-            items = [self._transform(obj) for obj in items]
-        fresh = {object_key(obj): obj for obj in items}
-        for key in self._store.keys():
-            if key not in fresh:
-                gone = self._store.delete(key)
-                if gone is not None:
-                    self._on_event(Event(type="DELETED", obj=gone))
-        for key, obj in fresh.items():
+    def _store_page(self, items: list[Obj], *, seen: set[str]) -> None:
+        for item in items:
+            obj = self._transform(item) if self._transform is not None else item
+            key = object_key(obj)
+            seen.add(key)
             old = self._store.get(key)
             if old is not None and _rv_of(old) == _rv_of(obj):
                 continue
             self._store.upsert(obj, old=old)
             self._on_event(Event(type="MODIFIED" if old else "ADDED", obj=obj, old=old))
-        self._rv = rv
+
+    def _delete_unseen(self, seen: set[str]) -> None:
+        # What the list did not name was deleted while no watch was running.
+        for key in self._store.keys():
+            if key not in seen:
+                gone = self._store.delete(key)
+                if gone is not None:
+                    self._on_event(Event(type="DELETED", obj=gone))
 
     async def _watch(self) -> None:
         low, high = self._settings.watch_timeout
@@ -223,7 +230,7 @@ class Reflector:
                 buffer += head
                 for line in buffer.split(b"\n"):
                     if line.strip():
-                        self._handle(json.loads(line))
+                        self._handle(codec.loads(line))
                 buffer = bytearray(tail)
 
     def _handle(self, event: object) -> None:
@@ -237,7 +244,7 @@ class Reflector:
             raise ValueError(f"a {kind} watch event without an object: {obj!r:.80}")
         if kind == "ERROR":
             code = int(obj.get("code") or 500)
-            raise errors.from_response(code=code, body=json.dumps(obj))
+            raise errors.from_response(code=code, body=codec.dumps(obj))
         self._progress = True
         self.last_error = None  # the stream works again
         if kind == "BOOKMARK":

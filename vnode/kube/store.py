@@ -3,17 +3,19 @@
 Synchronous and single-threaded (one event loop). Objects are the API's dicts and are
 shared with readers: callers must treat them as read-only.
 
-An `encoded` store keeps each object as compact JSON text and decodes it on every read: a
-third of the memory of the dicts, for caches that are large and rarely read (all pods of a
-node, all ConfigMaps of a cluster), at about 50 microseconds per read of a pod.
+An `encoded` store keeps each object as compact JSON (bytes) and decodes it on every read:
+a quarter of the memory of the dicts, for caches that are large and read a few times per
+object (all pods of a node, all pods of a lower cluster, all ConfigMaps of a cluster), at
+about 20 microseconds per read of a pod. Questions asked of every object (which pods use a
+ConfigMap) are answered from indexes, which hold keys only and decode nothing.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from vnode.kube import codec
 from vnode.kube.resources import object_key
 
 Obj = dict[str, Any]
@@ -33,7 +35,7 @@ class Store:
     def __init__(
         self, *, indexers: Mapping[str, IndexFunc] | None = None, encoded: bool = False
     ) -> None:
-        self._items: dict[str, Obj | str] = {}
+        self._items: dict[str, Obj | bytes] = {}
         self._encoded = encoded
         self._indexers = dict(indexers or {})
         self._indexes: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
@@ -61,6 +63,11 @@ class Store:
         keys = self._indexes[index].get(value, ())
         return [_decoded(self._items[k]) for k in keys]
 
+    def index_keys(self, index: str, value: str) -> frozenset[str]:
+        """Return the keys of the objects whose indexer `index` yields `value` (nothing is
+        decoded). Raises KeyError for an index that was not configured."""
+        return frozenset(self._indexes[index].get(value, ()))
+
     def upsert(self, obj: Obj, *, old: Obj | _Unread | None = _UNREAD) -> Obj | None:
         """Insert or replace `obj`; return the object it replaced, if any.
 
@@ -72,7 +79,7 @@ class Store:
             old = self.get(key)
         if old is not None:
             self._unindex(key, old)
-        self._items[key] = json.dumps(obj, separators=(",", ":")) if self._encoded else obj
+        self._items[key] = codec.dumps(obj) if self._encoded else obj
         self._index(key, obj)
         return old
 
@@ -101,8 +108,8 @@ class Store:
                         del index[value]
 
 
-def _decoded(value: Obj | str) -> Obj:
-    if isinstance(value, str):
-        result: Obj = json.loads(value)
+def _decoded(value: Obj | bytes) -> Obj:
+    if isinstance(value, bytes):
+        result: Obj = codec.loads(value)
         return result
     return value

@@ -10,11 +10,12 @@ them when it was absent), nothing the pod keeps is ever lost. Pure functions onl
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from vnode.kube import codec
 
 MAX_MERGED_TERMS = 64
 """Most nodeSelectorTerms an AND of two term lists may produce (it is their cross product)."""
@@ -102,7 +103,7 @@ def and_terms(left: Sequence[Any], right: Sequence[Any]) -> list[dict[str, Any]]
     lefts = [t for t in left if isinstance(t, Mapping) and _requirements(t)]
     rights = [t for t in right if isinstance(t, Mapping) and _requirements(t)]
     if not lefts or not rights:
-        return copy.deepcopy([dict(t) for t in (rights or lefts)])
+        return codec.deep_copy([dict(t) for t in (rights or lefts)])
     return [_joined_term(a, b) for a in lefts for b in rights]
 
 
@@ -130,7 +131,7 @@ def lower_placement(
       a pod on a dead lower node is evicted and replaced;
     - empty nodeSelector / affinity parts removed, so the lower API server accepts the pod.
     """
-    placed = copy.deepcopy(dict(spec))
+    placed = codec.deep_copy(dict(spec))
     chosen = cluster_selector or {}
     selector = {
         key: value
@@ -148,7 +149,7 @@ def lower_placement(
     if _list(chosen.get("tolerations")):
         own = [t for t in own if not _is_webhook_node_toleration(t)]
     tolerations = _union(own, _list(chosen.get("tolerations")))
-    _put(placed, "nodeSelector", copy.deepcopy(selector))
+    _put(placed, "nodeSelector", codec.deep_copy(selector))
     _put(placed, "affinity", affinity)
     _put(placed, "tolerations", tolerations)
     return placed
@@ -161,7 +162,7 @@ def _lower_affinity(
     node_name: str,
     node_labels: Mapping[str, str],
 ) -> dict[str, Any]:
-    merged = copy.deepcopy(dict(affinity))
+    merged = codec.deep_copy(dict(affinity))
     node = dict(_mapping(merged.get("nodeAffinity")))
     extra_node = _mapping(extra.get("nodeAffinity"))
     required = node.get(REQUIRED)
@@ -186,7 +187,7 @@ def _and_selectors(
 ) -> dict[str, Any] | None:
     if kept is None or extra is None:
         chosen = kept if kept is not None else extra
-        return copy.deepcopy(dict(chosen)) if chosen is not None else None
+        return codec.deep_copy(dict(chosen)) if chosen is not None else None
     kept_terms = _list(kept.get("nodeSelectorTerms"))
     extra_terms = _list(extra.get("nodeSelectorTerms"))
     if len(kept_terms) * len(extra_terms) > MAX_MERGED_TERMS:
@@ -194,7 +195,7 @@ def _and_selectors(
         # the webhook's explicit statement of where in the lower cluster the pod belongs, while
         # the kept upper terms are ones the virtual node itself did not satisfy; so keep the
         # clusterSelector's terms and knowingly loosen the upper ones.
-        return copy.deepcopy(dict(extra))
+        return codec.deep_copy(dict(extra))
     return {"nodeSelectorTerms": and_terms(kept_terms, extra_terms)}
 
 
@@ -203,7 +204,7 @@ def _joined_term(left: Mapping[str, Any], right: Mapping[str, Any]) -> dict[str,
     for field in ("matchExpressions", "matchFields"):
         joined = _list(left.get(field)) + _list(right.get(field))
         if joined:
-            term[field] = copy.deepcopy(joined)
+            term[field] = codec.deep_copy(joined)
     return term
 
 
@@ -318,10 +319,10 @@ def _is_pod_affinity(value: object) -> bool:
 
 def _union(first: list[Any], second: list[Any]) -> list[Any]:
     # Order-preserving; duplicates of the first list's items (full equality) are not repeated.
-    merged = copy.deepcopy(first)
+    merged = codec.deep_copy(first)
     for item in second:
         if item not in merged:
-            merged.append(copy.deepcopy(item))
+            merged.append(codec.deep_copy(item))
     return merged
 
 

@@ -10,12 +10,12 @@ here does I/O, and no input is ever mutated.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vnode.kube import codec
 from vnode.providers.k2k import naming
 from vnode.providers.k2k.placement import lower_placement, parse_cluster_selector
 from vnode.settings import PodSecurityLevel
@@ -131,7 +131,7 @@ def lower_pod(
     for group in _CONTAINER_GROUPS:
         for container in _maps(spec.get(group)):
             _lower_container(container, upper_meta=meta, token_volumes=token_volumes, t=t)
-    metadata = {k: copy.deepcopy(v) for k, v in meta.items() if k not in _DROPPED_METADATA}
+    metadata = codec.deep_copy({k: v for k, v in meta.items() if k not in _DROPPED_METADATA})
     metadata["namespace"] = naming.lower_namespace(namespace, prefix=t.namespace_prefix)
     metadata["labels"], metadata["annotations"] = _lower_marks(meta, t=t)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
@@ -179,13 +179,13 @@ def upper_status(
     upper pod's readinessGates gate Ready as a kubelet's would (reason ReadinessGatesNotReady).
     """
     status = _mapping(lower.get("status"))
-    mirrored = {key: copy.deepcopy(status[key]) for key in _STATUS_COPIED if key in status}
+    mirrored = codec.deep_copy({key: status[key] for key in _STATUS_COPIED if key in status})
     mirrored["hostIP"] = node_ip
     mirrored["hostIPs"] = [{"ip": node_ip}]
     conditions = _maps(mirrored.get("conditions"))
     reported = {c.get("type") for c in conditions}
     upper_conditions = _maps(_mapping(upper.get("status")).get("conditions"))
-    conditions += [copy.deepcopy(c) for c in upper_conditions if c.get("type") not in reported]
+    conditions += [codec.deep_copy(c) for c in upper_conditions if c.get("type") not in reported]
     gates = [_mapping(g).get("conditionType") for g in _list(_spec(upper).get("readinessGates"))]
     for ready in conditions:
         if ready.get("type") == "Ready" and ready.get("status") == "True":
@@ -263,7 +263,7 @@ def spec_update(
     existing = _list(have_spec.get("tolerations"))
     added = [tol for tol in _list(wanted["spec"].get("tolerations")) if tol not in existing]
     if added:
-        spec_patch["tolerations"] = copy.deepcopy(existing) + added
+        spec_patch["tolerations"] = codec.deep_copy(existing) + added
     patch = {"metadata": meta_patch, "spec": spec_patch}
     return {k: v for k, v in patch.items() if v} or None
 
@@ -287,7 +287,7 @@ def _lower_marks(
     if meta.get("uid"):
         annotations[naming.UPPER_UID_ANNOTATION] = str(meta["uid"])
     annotations[naming.UPPER_NAMESPACE_ANNOTATION] = str(meta.get("namespace") or "default")
-    return copy.deepcopy(labels), copy.deepcopy(annotations)
+    return codec.deep_copy(labels), codec.deep_copy(annotations)
 
 
 def _lower_container(
