@@ -70,22 +70,6 @@ def needs_update(lower: Mapping[str, Any], desired: Mapping[str, Any], *, kind: 
     return any(lower.get(f) != desired.get(f) for f in _COPIED_FIELDS[kind] if f != "immutable")
 
 
-def referenced(pods: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]]:
-    """Return the (kind, name) pairs the given pods reference (pure)."""
-    refs: set[tuple[str, str]] = set()
-    for pod in pods:
-        precomputed = pod.get(slim.REFS)
-        if precomputed is not None:  # a slimmed cached pod (see slim.py)
-            refs |= {(kind, name) for kind, name in precomputed}
-            continue
-        deps = translate.dependencies(pod)
-        refs |= {("ConfigMap", n) for n in deps.config_maps}
-        refs |= {("Secret", n) for n in deps.secrets}
-        if deps.service_account:
-            refs.add(("ServiceAccount", deps.service_account))
-    return refs
-
-
 def _same_cluster(obj: Mapping[str, Any], owner: naming.Owner) -> bool:
     labels = (obj.get("metadata") or {}).get("labels") or {}
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
@@ -123,8 +107,10 @@ class DependencySync:
         lower_pods: Informer,
         on_resolved: Callable[[str], None],
     ) -> None:
-        """`on_resolved(upper pod key)` is called (non-blocking) when an object a waiting pod
-        needed is added or changed upstairs, so its creation is retried at once."""
+        """`lower_pods` is the provider's cache of lower pods (`slim`, indexed by
+        `slim.by_reference`); `on_resolved(upper pod key)` is called (non-blocking) when an
+        object a waiting pod needed is added or changed upstairs, so its creation is
+        retried at once."""
         self._on_resolved = on_resolved
         self._waiting: dict[tuple[str, str, str], set[str]] = {}
         """(kind, upper namespace, name) -> upper pods whose creation waits for it."""
@@ -277,16 +263,16 @@ class DependencySync:
 
     async def rollback(self, created: Iterable[tuple[str, str, str]]) -> None:
         """Delete copies made for a pod that was then refused, unless another pod uses them."""
-        created = list(created)
-        if not created:
-            return
-        namespaces = {ns for _, ns, _ in created}
-        in_use = referenced(
-            p for p in self._lower_pods.store if p["metadata"].get("namespace") in namespaces
-        )
-        for kind, ns, name in created:
-            if (kind, name) not in in_use:
+        for kind, ns, name in list(created):
+            if not self._in_use(ns, kind, name):
                 await self._delete(kind, ns, name)
+
+    def _in_use(self, lower_ns: str, kind: str, name: str) -> bool:
+        """Tell whether a lower pod of `lower_ns` (anyone's) references `kind` `name`."""
+        index = self._lower_pods.store.index_keys(
+            slim.REFS_INDEX, slim.reference(lower_ns, kind, name)
+        )
+        return bool(index)
 
     @contextlib.contextmanager
     def creating(self, lower_ns: str) -> Iterator[None]:
@@ -390,13 +376,10 @@ class DependencySync:
         if self._creating.get(lower_ns):
             self.collections.add_after(lower_ns, 2.0)
             return
-        in_use = referenced(
-            p for p in self._lower_pods.store if p["metadata"].get("namespace") == lower_ns
-        )
         for kind, informer in self.lower_informers.items():
             for copy in list(informer.store):
                 meta = copy["metadata"]
-                if meta.get("namespace") != lower_ns or (kind, meta["name"]) in in_use:
+                if meta.get("namespace") != lower_ns or self._in_use(lower_ns, kind, meta["name"]):
                     continue
                 if kind == "ServiceAccount" and meta["name"] == "default":
                     continue

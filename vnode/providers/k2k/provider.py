@@ -20,7 +20,7 @@ from vnode import errors as provider_errors
 from vnode.kube import errors
 from vnode.kube.client import STRATEGIC_MERGE_PATCH, ApiClient
 from vnode.kube.informer import Handlers, Informer
-from vnode.kube.resources import NAMESPACES, NODES, PODS, pod_is_terminal
+from vnode.kube.resources import NAMESPACES, NODES, PODS, object_key
 from vnode.kube.store import Obj
 from vnode.provider import NodeUsage, PodEvent, PortSession, RemoteCommand, RemoteSession
 from vnode.providers.k2k import capacity, naming, podsecurity, slim, translate
@@ -71,7 +71,13 @@ class K2KProvider:
             PODS,
             name="lower-pods",
             transform=functools.partial(slim.slim_lower_pod, owner=self._owner),
+            indexers={slim.REFS_INDEX: slim.by_reference},
+            # Every pod of the lower cluster, read a few times in a pod's life: encoded, a
+            # quarter of the memory (see Store); capacity reads `_others`, not this cache.
+            encoded=True,
         )
+        self._others = capacity.Ledger()
+        """Requests of the lower pods that are not this node's (the capacity they take)."""
         self.nodes = Informer(lower, NODES, name="lower-nodes")
         self.dependencies = DependencySync(
             upper=upper,
@@ -439,22 +445,32 @@ class K2KProvider:
         for callback in self._pod_callbacks:
             callback(key)
 
+    def _count(self, pod: Obj) -> None:
+        """Keep `_others` up to date with a lower pod's new state; tell the node controller
+        when the capacity moved."""
+        key = object_key(pod)
+        try:
+            changed = self._others.remove(key) if self._ours(pod) else self._others.put(key, pod)
+        except ValueError as exc:  # the lower apiserver validates quantities: not expected
+            logger.warning("lower pod %s: not counted against the capacity: %s", key, exc)
+            changed = self._others.remove(key)
+        if changed:
+            self._node_changed()
+
     def _pod_added(self, pod: Obj) -> None:
+        self._count(pod)
         if self._ours(pod):
             self._notify(pod)
-        elif pod["spec"].get("nodeName"):
-            self._node_changed()
 
-    def _pod_updated(self, old: Obj, new: Obj) -> None:
+    def _pod_updated(self, _old: Obj, new: Obj) -> None:
+        self._count(new)
         if self._ours(new):
             self._notify(new)
-        elif _capacity_relevant(old) != _capacity_relevant(new):
-            self._node_changed()
 
     def _pod_deleted(self, pod: Obj) -> None:
+        if self._others.remove(object_key(pod)):
+            self._node_changed()
         if not self._ours(pod):
-            if pod["spec"].get("nodeName"):
-                self._node_changed()
             return
         uid = str((pod["metadata"].get("annotations") or {}).get(naming.UPPER_UID_ANNOTATION))
         if uid in self._deleting:
@@ -475,12 +491,7 @@ class K2KProvider:
 
     def capacity(self) -> Mapping[str, str]:
         """Return what the lower cluster can still take for this node's pods."""
-        values = capacity.capacity(
-            nodes=self.nodes.store,
-            pods=self.pods.store,
-            is_own_pod=lambda p: naming.is_owned(p, owner=self._owner),
-        )
-        return capacity.node_resources(values)
+        return capacity.node_resources(self._others.free(self.nodes.store))
 
     def node_info(self) -> Mapping[str, str]:
         """Return status.nodeInfo: the lower apiserver's version stands for the kubelet's."""
@@ -513,11 +524,6 @@ def _as_provider_errors() -> Iterator[None]:
         raise provider_errors.BackendUnavailable(str(exc)) from exc
     except errors.ApiError as exc:
         raise provider_errors.ProviderError(exc.message or str(exc)) from exc
-
-
-def _capacity_relevant(pod: Mapping[str, Any]) -> tuple[Any, ...]:
-    spec = pod.get("spec") or {}
-    return (spec.get("nodeName"), pod_is_terminal(pod))
 
 
 def _key(obj: Mapping[str, Any]) -> str:

@@ -17,6 +17,8 @@ from vnode.providers.k2k import naming, translate
 
 REFS = "tensile.io/refs"
 """Key of the precomputed references, a sorted list of [kind, name] (not a Kubernetes field)."""
+REFS_INDEX = "refs"
+"""Name of the lower-pod cache's index of references (`by_reference`)."""
 
 _META_ALWAYS = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
 _META_OWNED = ("labels", "annotations", "deletionGracePeriodSeconds", "creationTimestamp")
@@ -53,3 +55,15 @@ def slim_lower_pod(pod: Mapping[str, Any], *, owner: naming.Owner) -> dict[str, 
         REFS: refs,
     }
     return compact(slim)
+
+
+def reference(namespace: str, kind: str, name: str) -> str:
+    """Return the `REFS_INDEX` value of a reference to `kind` `name` in lower `namespace`."""
+    return f"{namespace}/{kind}/{name}"
+
+
+def by_reference(pod: Mapping[str, Any]) -> list[str]:
+    """Index a cached lower pod by what it references (`reference` values), so "does any pod
+    of this namespace still use this ConfigMap" is answered without reading every pod."""
+    namespace = str((pod.get("metadata") or {}).get("namespace"))
+    return [reference(namespace, str(kind), str(name)) for kind, name in pod.get(REFS) or ()]
