@@ -38,6 +38,30 @@ ROUTINE_REASONS = frozenset({"Scheduled"})
 upper write each, while the upper pod's own Scheduled event already tells the story."""
 
 
+_META_KEPT = ("name", "namespace", "resourceVersion")
+_INVOLVED_KEPT = ("namespace", "name", "uid", "fieldPath")
+
+
+def slim_event(event: Mapping[str, Any]) -> Obj:
+    """Return what the cache keeps of a lower Event (a new object; pure): what `upper_event`
+    and the mirror read. The lower cluster's Events about all its pods are cached, so the
+    rest (managedFields, the lower UID and times of the Event object itself) is left out;
+    routine Events, which are never mirrored, keep only what says they are routine."""
+    meta = event.get("metadata") or {}
+    involved = event.get("involvedObject") or {}
+    slim: Obj = {
+        "metadata": {k: meta[k] for k in _META_KEPT if k in meta},
+        "involvedObject": {k: involved[k] for k in _INVOLVED_KEPT if k in involved},
+    }
+    fields = ("reason", "type") if _routine(event) else _COPIED
+    slim.update({f: event[f] for f in fields if event.get(f) is not None})
+    return slim
+
+
+def _routine(event: Mapping[str, Any]) -> bool:
+    return event.get("reason") in ROUTINE_REASONS and event.get("type") == "Normal"
+
+
 def upper_event(lower_event: Mapping[str, Any], *, lower_pod: Mapping[str, Any]) -> Obj | None:
     """Return the upper Event for a lower Event about an owned pod, or None (pure).
 
@@ -80,7 +104,12 @@ class EventMirror:
         self._owner = owner
         self._lower_pods = lower_pods
         self.informer = Informer(
-            lower, EVENTS, name="lower-events", field_selector="involvedObject.kind=Pod"
+            lower,
+            EVENTS,
+            name="lower-events",
+            field_selector="involvedObject.kind=Pod",
+            transform=slim_event,
+            encoded=True,  # all Events about lower pods, anyone's; each read once or twice
         )
         self.queue = WorkQueue(name="events_from_lower")
         self.informer.add_handlers(
@@ -97,7 +126,7 @@ class EventMirror:
         return pod
 
     def _changed(self, event: Obj) -> None:
-        if event.get("reason") in ROUTINE_REASONS and event.get("type") == "Normal":
+        if _routine(event):
             return
         if self._owned_pod(event) is not None:
             meta = event["metadata"]
