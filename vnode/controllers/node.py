@@ -3,7 +3,8 @@
 - The Node is created, or adopted (our labels and taint merged into an existing one), and
   re-created if someone deletes it.
 - Its status (capacity, conditions, addresses, ...) is written when the provider reports a
-  change, at most once per `status_min_interval`, and at least every `status_interval`.
+  change that changes it, at most once per `status_min_interval`, and at least every
+  `status_interval`.
 - The Lease is renewed every `lease_renew_interval` while the provider's ping succeeds.
   When the lower cluster fails its health check, renewals and status writes stop, so the
   upper node lifecycle controller marks the node NotReady, as it would a dead kubelet; on
@@ -109,14 +110,15 @@ class NodeController:
 
     async def _status_loop(self) -> None:
         while True:
+            due = False
             try:
                 async with asyncio.timeout(self._settings.status_interval):
                     await self._wake.wait()
             except TimeoutError:
-                pass
+                due = True
             self._wake.clear()
             if self.healthy:
-                await self._guard("node status update", self._update_status())
+                await self._guard("node status update", self._update_status(only_news=not due))
             await asyncio.sleep(self._settings.status_min_interval)
 
     async def _guard(self, what: str, work: Any) -> None:
@@ -149,7 +151,10 @@ class NodeController:
         }
         return await self._upper.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
 
-    async def _update_status(self) -> None:
+    async def _update_status(self, *, only_news: bool = False) -> None:
+        """Write the node status; with `only_news`, only if it changed (see
+        `decide.node_status_news`): a lower cluster whose nodes heartbeat every few seconds
+        then costs no upper write while its room stays the same."""
         current = self.informer.store.get(self._settings.name)
         if current is None:
             current = await self._ensure_node()
@@ -160,6 +165,8 @@ class NodeController:
             node_info=self._provider.node_info(),
             now=decide.now_rfc3339(),
         )
+        if only_news and not decide.node_status_news(current, body):
+            return
         try:
             await self._upper.request(
                 "PATCH",
