@@ -23,7 +23,7 @@ from vnode.api import auth
 from vnode.controllers.status import node_labels
 from vnode.kube import config, errors
 from vnode.kube.client import ApiClient
-from vnode.node import StartupError, UpperClients, VirtualNode
+from vnode.node import Provider, StartupError, UpperClients, VirtualNode
 from vnode.providers.k2k.provider import K2KProvider
 from vnode.providers.k2k.scrape import (
     BearerTokenFile,
@@ -33,6 +33,7 @@ from vnode.providers.k2k.scrape import (
     access_warnings,
 )
 from vnode.providers.k2k.translate import Translation
+from vnode.providers.mock import MockProvider, MockSettings, load_config
 from vnode.settings import ClientSettings, Settings
 
 logger = logging.getLogger("vnode")
@@ -47,10 +48,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"virtual-node: error: {exc}", file=sys.stderr)
         return 2
     logs.configure(level=settings.log_level, fmt=settings.log_format)
+    mock: MockSettings | None = None
+    lower_info: config.ConnectionInfo | None = None
     try:
         upper_info = config.load(settings.upper.kubeconfig)
-        lower_info = config.load(settings.lower.kubeconfig)
-    except config.ConfigError as exc:
+        if settings.provider == "mock":
+            mock = load_config(settings.provider_config, node_name=settings.node.name)
+        else:
+            lower_info = config.load(settings.lower.kubeconfig)
+    except (config.ConfigError, ValueError) as exc:
         print(f"virtual-node: error: {exc}", file=sys.stderr)
         return 2
     if not settings.api.verify_clients:
@@ -70,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         logger.log(level, "%s", message)
     try:
-        asyncio.run(_run(settings, upper_info, lower_info, kubelet_token=kubelet_token))
+        asyncio.run(_run(settings, upper_info, lower_info, kubelet_token=kubelet_token, mock=mock))
     except (errors.ApiUnavailable, errors.ApiError, StartupError) as exc:
         logger.error("virtual-node stopped: %s", exc)
         return 1
@@ -82,9 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 async def _run(
     settings: Settings,
     upper_info: config.ConnectionInfo,
-    lower_info: config.ConnectionInfo,
+    lower_info: config.ConnectionInfo | None,
     *,
     kubelet_token: BearerTokenFile | None,
+    mock: MockSettings | None,
 ) -> None:
     node_ip = settings.node.internal_ip or _reachable_address(upper_info.server)
     settings = _with_ip(settings, node_ip)
@@ -116,36 +123,27 @@ async def _run(
             timeout=auth.REVIEW_TIMEOUT,
             connections=auth.REVIEWS_IN_FLIGHT,
         ) as reviews,
-        client(lower_info, "lower", settings.lower) as lower,
         contextlib.AsyncExitStack() as stack,
     ):
-        kubelets: KubeletAccess = ThroughApiserver(lower)
-        if settings.lower_kubelets.access == "direct":
-            verify = not settings.lower_kubelets.insecure_tls
-            kubelets = await stack.enter_async_context(
-                ToKubelets(lower, verify=verify, token=kubelet_token)
-            )
         # Both clusters must answer before anything is registered (tensile-kube: fatal).
         await upper.request("GET", "/version")
         cluster_id = settings.pods.cluster_id or await _upper_cluster_id(upper)
-        provider = K2KProvider(
-            upper=upper,
-            upper_events=events,
-            lower=lower,
-            translation=Translation(
-                node_name=settings.node.name,
+        provider: Provider
+        if lower_info is None:
+            provider = MockProvider(node_ip=node_ip, settings=mock)
+            lower_server = "none (mock provider)"
+        else:
+            lower = await stack.enter_async_context(client(lower_info, "lower", settings.lower))
+            provider = await _k2k_provider(
+                settings,
+                upper=upper,
+                events=events,
+                lower=lower,
+                stack=stack,
                 cluster_id=cluster_id,
-                node_labels=node_labels(settings.node),
-                namespace_prefix=settings.pods.namespace_prefix,
-                ignore_labels=settings.pods.ignore_labels,
-                enable_service_account=settings.pods.enable_service_account,
-                pod_security_level=settings.pods.pod_security_level,
-            ),
-            node_ip=node_ip,
-            upper_namespace=settings.pods.namespace,
-            kubelets=kubelets,
-        )
-        await provider.start()
+                kubelet_token=kubelet_token,
+            )
+            lower_server = lower_info.server
         node = VirtualNode(
             settings=settings,
             upper=UpperClients(main=upper, heartbeat=heartbeat, events=events, reviews=reviews),
@@ -160,7 +158,7 @@ async def _run(
                 settings.node.name,
                 upper_info.server,
                 cluster_id,
-                lower_info.server,
+                lower_server,
                 node_ip,
             )
             await node.run()
@@ -168,6 +166,44 @@ async def _run(
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
     logger.info("virtual node %s stopped", settings.node.name)
+
+
+async def _k2k_provider(
+    settings: Settings,
+    *,
+    upper: ApiClient,
+    events: ApiClient,
+    lower: ApiClient,
+    stack: contextlib.AsyncExitStack,
+    cluster_id: str,
+    kubelet_token: BearerTokenFile | None,
+) -> K2KProvider:
+    """Return the started Kubernetes-to-Kubernetes provider (the lower cluster answered)."""
+    kubelets: KubeletAccess = ThroughApiserver(lower)
+    if settings.lower_kubelets.access == "direct":
+        verify = not settings.lower_kubelets.insecure_tls
+        kubelets = await stack.enter_async_context(
+            ToKubelets(lower, verify=verify, token=kubelet_token)
+        )
+    provider = K2KProvider(
+        upper=upper,
+        upper_events=events,
+        lower=lower,
+        translation=Translation(
+            node_name=settings.node.name,
+            cluster_id=cluster_id,
+            node_labels=node_labels(settings.node),
+            namespace_prefix=settings.pods.namespace_prefix,
+            ignore_labels=settings.pods.ignore_labels,
+            enable_service_account=settings.pods.enable_service_account,
+            pod_security_level=settings.pods.pod_security_level,
+        ),
+        node_ip=settings.node.internal_ip,
+        upper_namespace=settings.pods.namespace,
+        kubelets=kubelets,
+    )
+    await provider.start()
+    return provider
 
 
 async def _upper_cluster_id(upper: ApiClient) -> str:

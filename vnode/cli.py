@@ -28,6 +28,7 @@ from vnode.settings import (
 )
 
 KNOWN_CONTROLLERS = ("PVControllers", "ServiceControllers")
+PROVIDERS = ("k8s", "mock")
 POD_SECURITY_LEVELS = ("privileged", "baseline", "restricted")
 MAX_NAMESPACE_PREFIX = 30
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
@@ -99,7 +100,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     p = _Parser(prog="virtual-node", description="A virtual node standing for a lower cluster.")
     a = p.add_argument
     # tensile-kube's own flags
-    a("--client-kubeconfig", required=True, help="kubeconfig of the lower cluster")
+    a("--client-kubeconfig", default=None, help="kubeconfig of the lower cluster (k8s provider)")
     a("--client-qps", type=float, default=500.0, help="lower cluster client QPS")
     a("--client-burst", type=int, default=1000, help="lower cluster client burst")
     a(
@@ -136,8 +137,20 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         help="name of the virtual node (env DEFAULT_NODE_NAME; default virtual-kubelet)",
     )
     a("--os", default="Linux", help="operating system of the node (Linux or Windows)")
-    a("--provider", default="k8s", help="provider: k8s")
-    a("--provider-config", default="", help="accepted for compatibility; unused")
+    a(
+        "--provider",
+        default="k8s",
+        choices=PROVIDERS,
+        help="k8s: forward pods to the lower cluster; mock: pods become Running with no lower "
+        "cluster (virtual-kubelet's mock provider)",
+    )
+    a(
+        "--provider-config",
+        default="",
+        help="mock: virtual-kubelet's mock config, a JSON file "
+        '{"<nodename>": {"cpu": "20", "memory": "100Gi", "pods": "20"}} (those are the '
+        "defaults); k8s: unused",
+    )
     a("--metrics-addr", default="", help="host:port of the Prometheus metrics endpoint")
     a(
         "--taint",
@@ -280,8 +293,8 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
         args = _parser(env).parse_args(list(argv))
     except argparse.ArgumentTypeError as exc:  # pragma: no cover - argparse wraps these
         raise UsageError(str(exc)) from exc
-    if args.provider != "k8s":
-        raise UsageError(f"--provider: only 'k8s' is supported, got {args.provider!r}")
+    if args.provider == "k8s" and not args.client_kubeconfig:
+        raise UsageError("--client-kubeconfig is required (the lower cluster's kubeconfig)")
     operating_system = args.os.lower()
     if operating_system not in ("linux", "windows"):
         raise UsageError(f"--os must be Linux or Windows, got {args.os!r}")
@@ -310,6 +323,8 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
         raise UsageError(f"--event-burst must be >= 1, got {args.event_burst}")
     node = _node_settings(args, env, operating_system)
     return Settings(
+        provider="mock" if args.provider == "mock" else "k8s",
+        provider_config=args.provider_config,
         node=node,
         pods=PodSettings(
             namespace=args.namespace or None,

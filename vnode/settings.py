@@ -135,6 +135,7 @@ class ApiSettings:
 
 
 KubeletAccessMode = Literal["proxy", "direct"]
+ProviderName = Literal["k8s", "mock"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,6 +163,11 @@ class LowerKubeletSettings:
 class Settings:
     """Everything a virtual node runs with."""
 
+    provider: ProviderName = "k8s"
+    """--provider: "k8s" forwards pods to the lower cluster; "mock" makes them Running with
+    no lower cluster (virtual-kubelet's mock; see vnode.providers.mock)."""
+    provider_config: str = ""
+    """--provider-config: for "mock", virtual-kubelet's mock config file (capacity)."""
     node: NodeSettings = field(default_factory=NodeSettings)
     pods: PodSettings = field(default_factory=PodSettings)
     upper: ClientSettings = field(default_factory=ClientSettings)

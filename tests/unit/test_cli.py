@@ -261,3 +261,41 @@ def test_namespace_weights_default_to_equal_and_take_pairs() -> None:
 def test_bad_namespace_weights(value: str, message: str) -> None:
     with pytest.raises(cli.UsageError, match=message):
         cli.parse([*BASE, f"--namespace-weights={value}"], env={})
+
+
+# -- providers ------------------------------------------------------------------------------
+
+
+def test_the_mock_provider_needs_no_lower_cluster() -> None:
+    settings = cli.parse(["--provider=mock", "--provider-config=mock.json"], env={})
+    assert (settings.provider, settings.provider_config) == ("mock", "mock.json")
+    assert cli.parse(BASE, env={}).provider == "k8s"
+    with pytest.raises(cli.UsageError, match="--client-kubeconfig is required"):
+        cli.parse([], env={})
+    with pytest.raises(cli.UsageError, match="invalid choice: 'aws'"):
+        cli.parse([*BASE, "--provider=aws"], env={})
+
+
+def test_a_bad_mock_config_stops_the_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kubeconfig = tmp_path / "upper.kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: main}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    config = tmp_path / "mock.json"
+    config.write_text('{"someone-else": {}}')
+    code = main.main(
+        [
+            "--provider=mock",
+            f"--provider-config={config}",
+            f"--kubeconfig={kubeconfig}",
+            "--nodename=vn-1",
+            f"--cert-dir={tmp_path / 'pki'}",
+        ]
+    )
+    assert code == 2
+    assert "has no object for node 'vn-1'" in capsys.readouterr().err

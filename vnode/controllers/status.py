@@ -203,8 +203,8 @@ def node_status_news(current: Mapping[str, Any] | None, body: Mapping[str, Any])
     Node only when the status changed or once its report interval has passed (the Lease is
     the heartbeat)."""
     have = (current or {}).get("status") or {}
-    for field, want in (body.get("status") or {}).items():
-        got = have.get(field)
+    for field, wanted in (body.get("status") or {}).items():
+        want, got = wanted, have.get(field)
         if field == "conditions":
             want, got = _without_heartbeats(want), _without_heartbeats(got)
         elif field == "nodeInfo" and isinstance(got, Mapping):
