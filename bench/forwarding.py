@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import json
 import os
 import secrets
@@ -39,10 +40,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import harness
 from harness import CpuMeter, Timed, pct
 
+from vnode.kube.client import ApiClient
 from vnode.testing.cluster import FleetSettings, LowerClusterSettings
 from vnode.testing.fleet import Fleet
 from vnode.testing.vnodes import VirtualNodeProcess
@@ -170,16 +173,62 @@ class Fairness:
     idle: list[float]
     during: list[float]
     burst: Timed
+    stages: list[dict[str, float]]
+    """Per single pod during the burst: seconds spent in each stage (`STAGES`)."""
+
+
+STAGES = ("upper scheduler", "virtual node", "lower scheduler", "lower start", "status up")
+
+
+def _seconds(text: str | None) -> float | None:
+    if not text:
+        return None
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _condition_time(obj: dict[str, Any], kind: str) -> float | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind and c.get("status") == "True":
+            return _seconds(c.get("lastTransitionTime"))
+    return None
+
+
+async def stages(
+    upper: ApiClient, lower: ApiClient, namespace: str, name: str, *, running_at: float
+) -> dict[str, float]:
+    """Where a single pod's time went, from the objects' own timestamps (whole seconds):
+    bound upstairs, created below by the node, bound below, running below, Running
+    upstairs (`running_at`, wall clock)."""
+    path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+    up, down = await upper.request("GET", path), await lower.request("GET", path)
+    marks = [
+        _seconds(up["metadata"].get("creationTimestamp")),
+        _condition_time(up, "PodScheduled"),
+        _seconds(down["metadata"].get("creationTimestamp")),
+        _condition_time(down, "PodScheduled"),
+        _condition_time(down, "Ready"),
+        running_at,
+    ]
+    return {
+        stage: max(0.0, b - a)
+        for stage, a, b in zip(STAGES, marks[:-1], marks[1:], strict=True)
+        if a is not None and b is not None
+    }
 
 
 async def fairness(fleet: Fleet, node: VirtualNodeProcess, args: argparse.Namespace) -> Fairness:
     greedy, modest = harness.new_namespace(), harness.new_namespace()
-    async with harness.client_for(fleet.upper.kubeconfig) as client:
+    async with (
+        harness.client_for(fleet.upper.kubeconfig) as client,
+        harness.client_for(fleet.lower.kubeconfig) as lower,
+    ):
         await harness.create_namespace(client, modest)
         async with harness.PodWatch(client, modest) as watch:
             count = 0
 
-            async def single() -> float:
+            breakdown: list[dict[str, float]] = []
+
+            async def single(*, explain: bool = False) -> float:
                 nonlocal count
                 name = f"single-{count:04d}"
                 count += 1
@@ -189,7 +238,13 @@ async def fairness(fleet: Fleet, node: VirtualNodeProcess, args: argparse.Namesp
                     f"/api/v1/namespaces/{modest}/pods",
                     body=harness.pod(name, node=node.name),
                 )
-                return await watch.running_at(name, timeout=600) - created
+                latency = await watch.running_at(name, timeout=600) - created
+                if explain:
+                    running_at = time.time()
+                    breakdown.append(
+                        await stages(client, lower, modest, name, running_at=running_at)
+                    )
+                return latency
 
             idle = [await single() for _ in range(5)]
             burst = asyncio.create_task(
@@ -205,18 +260,20 @@ async def fairness(fleet: Fleet, node: VirtualNodeProcess, args: argparse.Namesp
             await asyncio.sleep(1.0)  # the burst's namespace exists and its creates are flowing
             during = []
             while not burst.done():
-                during.append(await single())
+                during.append(await single(explain=True))
                 await asyncio.sleep(0.2)
             timed = await burst
     await harness.delete_namespaces(fleet, [greedy, modest])
-    return Fairness(idle=idle, during=during, burst=timed)
+    return Fairness(idle=idle, during=during, burst=timed, stages=breakdown)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pods", type=int, default=500)
     parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=2, help="turns of the three modes")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="turns of the three modes (0: skip them)"
+    )
     parser.add_argument("--burst", type=int, default=2000, help="fairness burst (0: skip)")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory part")
     parser.add_argument(
@@ -287,6 +344,7 @@ def main() -> None:
             profiler.wait(timeout=60)
         if not args.no_memory:
             mem = memory(fleet, node, args)
+            report_memory(args, mem)  # now too: the fairness part takes long
         if args.burst:
             fair = asyncio.run(fairness(fleet, node, args))
     finally:
@@ -306,6 +364,17 @@ def report(
     *,
     node: str,
     mock: str,
+) -> None:
+    if all(runs[mode] for mode in MODES):
+        report_runs(args, runs, node=node, mock=mock)
+    if mem is not None:
+        report_memory(args, mem)
+    if fair is not None:
+        report_fairness(args, fair)
+
+
+def report_runs(
+    args: argparse.Namespace, runs: dict[str, list[Run]], *, node: str, mock: str
 ) -> None:
     n = args.pods
     best = {mode: min(runs[mode], key=lambda r: r.timed.total) for mode in MODES}
@@ -355,43 +424,51 @@ def report(
         for (cluster, verb, code), value in sorted(best[mode].requests.items()):
             print(f"  {cluster:16}{verb:8}{code:5}{value / n:8.3f}")
 
-    if mem is not None:
-        steady = (mem.steady[1] - mem.steady[0]) * 1024 / n / 1000
-        relisted = (mem.relisted[1] - mem.relisted[0]) * 1024 / n / 1000
-        budget = TARGETS["RSS per pod (KB)"]
-        print(f"\nvirtual node memory (idle {mem.idle_kib // 1024} MiB)")
-        print(
-            f"  steady state   {steady:6.1f} KB per pod   [<= {budget} KB] "
-            f"({mem.steady[0] // 1024} MiB at {n} pods, {mem.steady[1] // 1024} MiB at {2 * n})"
-        )
-        print(
-            f"  after relist   {relisted:6.1f} KB per pod   [<= {budget} KB] "
-            f"({mem.relisted[0] // 1024} MiB at {n} pods, {mem.relisted[1] // 1024} MiB at {2 * n},"
-            " each after SIGKILL and restart)"
-        )
-        print(
-            f"  restart with {2 * n} pods: every key handled {mem.converged_s:.1f} s after the "
-            f"new process started; writes: {dict(mem.restart_writes) or 'none'}"
-        )
 
-    if fair is not None:
-        print(f"\nfairness: a single pod in one namespace while another creates {args.burst}")
-        print(
-            f"  idle node      p50 {pct(fair.idle, 0.5):6.2f} s   max {max(fair.idle):6.2f} s "
-            f"({len(fair.idle)} pods)"
-        )
-        print(
-            f"  during burst   p50 {pct(fair.during, 0.5):6.2f} s   p99 "
-            f"{pct(fair.during, 0.99):6.2f} s   max {max(fair.during):6.2f} s "
-            f"({len(fair.during)} pods)   "
-            f"[p99 <= {TARGETS['single pod p99 during a burst (s)']} s]"
-        )
-        print(
-            f"  the burst      {fair.burst.total:6.1f} s to all Running, p50 "
-            f"{pct(fair.burst.latencies, 0.5):6.2f} s, p99 {pct(fair.burst.latencies, 0.99):6.2f} s"
-        )
-        slowdown = statistics.mean(fair.during) / statistics.mean(fair.idle)
-        print(f"  mean single latency during / idle: {slowdown:.2f}x")
+def report_memory(args: argparse.Namespace, mem: Memory) -> None:
+    n = args.pods
+    steady = (mem.steady[1] - mem.steady[0]) * 1024 / n / 1000
+    relisted = (mem.relisted[1] - mem.relisted[0]) * 1024 / n / 1000
+    budget = TARGETS["RSS per pod (KB)"]
+    print(f"\nvirtual node memory (idle {mem.idle_kib // 1024} MiB)")
+    print(
+        f"  steady state   {steady:6.1f} KB per pod   [<= {budget} KB] "
+        f"({mem.steady[0] // 1024} MiB at {n} pods, {mem.steady[1] // 1024} MiB at {2 * n})"
+    )
+    print(
+        f"  after relist   {relisted:6.1f} KB per pod   [<= {budget} KB] "
+        f"({mem.relisted[0] // 1024} MiB at {n} pods, {mem.relisted[1] // 1024} MiB at {2 * n},"
+        " each after SIGKILL and restart)"
+    )
+    print(
+        f"  restart with {2 * n} pods: every key handled {mem.converged_s:.1f} s after the "
+        f"new process started; writes: {dict(mem.restart_writes) or 'none'}"
+    )
+
+
+def report_fairness(args: argparse.Namespace, fair: Fairness) -> None:
+    print(f"\nfairness: a single pod in one namespace while another creates {args.burst}")
+    print(
+        f"  idle node      p50 {pct(fair.idle, 0.5):6.2f} s   max {max(fair.idle):6.2f} s "
+        f"({len(fair.idle)} pods)"
+    )
+    print(
+        f"  during burst   p50 {pct(fair.during, 0.5):6.2f} s   p99 "
+        f"{pct(fair.during, 0.99):6.2f} s   max {max(fair.during):6.2f} s "
+        f"({len(fair.during)} pods)   "
+        f"[p99 <= {TARGETS['single pod p99 during a burst (s)']} s]"
+    )
+    print(
+        f"  the burst      {fair.burst.total:6.1f} s to all Running, p50 "
+        f"{pct(fair.burst.latencies, 0.5):6.2f} s, p99 {pct(fair.burst.latencies, 0.99):6.2f} s"
+    )
+    slowdown = statistics.mean(fair.during) / statistics.mean(fair.idle)
+    print(f"  mean single latency during / idle: {slowdown:.2f}x")
+    print("  where the single pods' time went during the burst (p50 / max; whole seconds):")
+    for stage in STAGES:
+        values = [s[stage] for s in fair.stages if stage in s]
+        if values:
+            print(f"    {stage:18} {pct(values, 0.5):6.1f} / {max(values):6.1f} s")
 
 
 if __name__ == "__main__":

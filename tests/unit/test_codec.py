@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tracemalloc
 
 import pytest
 
@@ -46,3 +47,18 @@ def test_not_json_is_a_value_error() -> None:
         codec.loads(b"<html>proxy error</html>")
     with pytest.raises(ValueError, match=r"."):
         codec.loads(b'{"truncated": ')
+
+
+def test_packed_holds_no_slack() -> None:
+    # What an encoded store keeps for every object: the text, not orjson's working buffer
+    # (sys.getsizeof cannot tell: it reports the length, not the allocation).
+    big = {**POD, "data": {f"key-{i}": "v" * 40 for i in range(60)}}
+    assert codec.packed(big) == codec.dumps(big)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept = [codec.packed(big) for _ in range(50)]
+        per_copy = (tracemalloc.get_traced_memory()[0] - before) / len(kept)
+    finally:
+        tracemalloc.stop()
+    assert per_copy < len(kept[0]) + 128

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 from vnode import errors as provider_errors
@@ -44,8 +45,9 @@ _POD_BACKOFF = ExponentialBackoff(base=0.5, cap=120.0)
 class PodProvider(PodLifecycleHandler, PodNotifier, Protocol):
     """What the pod controller needs of a provider."""
 
-    async def cleanup_dangling(self, upper_pods: list[Obj]) -> None:
-        """Delete backend pods whose upper pod no longer exists."""
+    async def cleanup_dangling(self, upper_pods: Iterable[Obj]) -> None:
+        """Delete backend pods whose upper pod no longer exists (`upper_pods` is walked
+        once: every upper pod of the node)."""
 
 
 class PodController:
@@ -92,6 +94,8 @@ class PodController:
         )
         self._gone: dict[str, Obj] = {}
         """Last state of upper pods deleted from the API, until the provider deleted them."""
+        self._moved: set[str] = set()
+        """Pods whose backend pod changed since the status worker last looked at them."""
         self.informer.add_handlers(
             Handlers(on_add=self._added, on_update=self._updated, on_delete=self._deleted)
         )
@@ -114,16 +118,10 @@ class PodController:
     def _provider_changed(self, key: str) -> None:
         # A pod's changes below come in bursts (bound, then started): a short wait lets one
         # status write carry them all, which spares the upper apiserver and its watchers.
+        # The status worker then also looks at what the change means for the spec side
+        # (reading the pod once per burst, not once per change).
+        self._moved.add(key)
         self.status_from_lower.add_after(key, self._coalesce)
-        pod = self.informer.store.get(key)
-        # Only a deletion below concerns the spec side (finishing an upper deletion, or
-        # failing a pod whose backend pod vanished).
-        if (
-            pod is None
-            or pod["metadata"].get("deletionTimestamp")
-            or (self._provider.backend_pod(pod) is None)
-        ):
-            self.pods_from_upper.add(key)
 
     def resync(self) -> None:
         """Queue every pod of the node now (e.g. when the backend is reachable again, so pods
@@ -142,7 +140,7 @@ class PodController:
             group.create_task(
                 until_done(
                     "deleting lower pods of deleted upper pods",
-                    lambda: self._provider.cleanup_dangling(list(self.informer.store)),
+                    lambda: self._provider.cleanup_dangling(iter(self.informer.store)),
                 ),
                 name="cleanup-dangling",
             )
@@ -255,6 +253,16 @@ class PodController:
 
     async def _sync_status(self, key: str) -> None:
         pod = self.informer.store.get(key)
+        if key in self._moved:
+            self._moved.discard(key)
+            # Only a deletion below concerns the spec side (finishing an upper deletion, or
+            # failing a pod whose backend pod vanished).
+            if (
+                pod is None
+                or pod["metadata"].get("deletionTimestamp")
+                or self._provider.backend_pod(pod) is None
+            ):
+                self.pods_from_upper.add(key)
         if pod is None or pod_is_terminal(pod):
             return
         desired = self._provider.pod_status(pod)

@@ -112,6 +112,9 @@ class ApiClient:
             headers={"User-Agent": self._user_agent},
             timeout=aiohttp.ClientTimeout(total=None, connect=10),
             raise_for_status=raise_for_status,
+            # No cookies, as client-go (Go's http.Client keeps none): filtering a cookie
+            # jar on every request is a cost for nothing.
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
 
     async def __aexit__(self, *exc_info: object) -> None:

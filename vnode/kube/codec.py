@@ -37,6 +37,13 @@ def dumps(value: Any) -> bytes:
     return orjson.dumps(value)
 
 
+def packed(value: Any) -> bytes:
+    """Encode `value` as `dumps` does, into bytes exactly as large as the text: for what is
+    kept (encoded stores). orjson hands back its working buffer, which for a 3 KB pod has
+    room for 8 KB; a cache of 10,000 pods would hold that slack for good."""
+    return bytes(memoryview(orjson.dumps(value)))
+
+
 def deep_copy(value: T) -> T:
     """Return a deep copy of JSON-shaped `value` (dicts, lists, str, numbers, bool, None),
     by encoding and decoding it: ten times faster than `copy.deepcopy` on a pod spec.

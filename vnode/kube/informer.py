@@ -33,10 +33,13 @@ def compact(obj: Obj) -> Obj:
 
 @dataclass(frozen=True, kw_only=True)
 class Handlers:
-    """Callbacks for changes. `on_update` gets (old, new); `on_delete` the last known state."""
+    """Callbacks for changes. `on_update` gets (old, new); `on_modify` the new state only,
+    so an encoded store never decodes the old one for it; `on_delete` the last known
+    state."""
 
     on_add: Callable[[Obj], None] | None = None
     on_update: Callable[[Obj, Obj], None] | None = None
+    on_modify: Callable[[Obj], None] | None = None
     on_delete: Callable[[Obj], None] | None = None
 
 
@@ -63,6 +66,7 @@ class Informer:
         self.store = Store(indexers=indexers, encoded=encoded)
         self._handlers: list[Handlers] = []
         self._synced = asyncio.Event()
+        self._cached = metrics.CACHED_OBJECTS.labels(name)  # looked up once, set per event
         self._reflector = Reflector(
             client,
             resource,
@@ -104,13 +108,16 @@ class Informer:
         return self._reflector.last_error
 
     def _dispatch(self, event: Event) -> None:
-        metrics.CACHED_OBJECTS.labels(self.name).set(len(self.store))
+        self._cached.set(len(self.store))
         for h in self._handlers:
             try:
                 if event.type == "ADDED" and h.on_add is not None:
                     h.on_add(event.obj)
-                elif event.type == "MODIFIED" and h.on_update is not None:
-                    h.on_update(event.old or event.obj, event.obj)
+                elif event.type == "MODIFIED":
+                    if h.on_update is not None:
+                        h.on_update(event.old or event.obj, event.obj)
+                    if h.on_modify is not None:
+                        h.on_modify(event.obj)
                 elif event.type == "DELETED" and h.on_delete is not None:
                     h.on_delete(event.obj)
             except Exception:

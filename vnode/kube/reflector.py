@@ -23,11 +23,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import aiohttp
+
 from vnode.kube import codec, errors, metrics
 from vnode.kube.backoff import ExponentialBackoff, jittered
 from vnode.kube.client import ApiClient
 from vnode.kube.resources import Resource, object_key
-from vnode.kube.store import Obj, Store
+from vnode.kube.store import Obj, Store, decoded
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +45,13 @@ class Event:
 
     type: EventType
     obj: Obj
-    old: Obj | None = None
+    previous: Obj | bytes | None = None
+    """The state a MODIFIED replaced, as the store held it (bytes in an encoded store)."""
+
+    @property
+    def old(self) -> Obj | None:
+        """The state a MODIFIED replaced (decoded now, for an encoded store)."""
+        return None if self.previous is None else decoded(self.previous)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,15 +194,18 @@ class Reflector:
             params["continue"] = token
 
     def _store_page(self, items: list[Obj], *, seen: set[str]) -> None:
-        for item in items:
+        # Each decoded object is let go as soon as it is stored, so the memory of the page
+        # is reused for what is kept, rather than left in pieces around it.
+        items.reverse()
+        while items:
+            item = items.pop()
             obj = self._transform(item) if self._transform is not None else item
-            key = object_key(obj)
-            seen.add(key)
-            old = self._store.get(key)
-            if old is not None and _rv_of(old) == _rv_of(obj):
-                continue
-            self._store.upsert(obj, old=old)
-            self._on_event(Event(type="MODIFIED" if old else "ADDED", obj=obj, old=old))
+            del item
+            seen.add(object_key(obj))
+            changed, previous = self._store.update(obj)
+            if changed:
+                kind: EventType = "ADDED" if previous is None else "MODIFIED"
+                self._on_event(Event(type=kind, obj=obj, previous=previous))
 
     def _delete_unseen(self, seen: set[str]) -> None:
         # What the list did not name was deleted while no watch was running.
@@ -252,14 +263,13 @@ class Reflector:
             return
         if self._transform is not None:
             obj = self._transform(obj)
-        key = object_key(obj)
         if kind in ("ADDED", "MODIFIED"):
-            old = self._store.get(key)
-            if old is None or _rv_of(old) != _rv_of(obj):
-                self._store.upsert(obj, old=old)
-                self._on_event(Event(type="MODIFIED" if old else "ADDED", obj=obj, old=old))
+            changed, previous = self._store.update(obj)
+            if changed:
+                added: EventType = "ADDED" if previous is None else "MODIFIED"
+                self._on_event(Event(type=added, obj=obj, previous=previous))
         elif kind == "DELETED":
-            if self._store.delete(key) is not None:
+            if self._store.delete(object_key(obj)) is not None:
                 self._on_event(Event(type="DELETED", obj=obj))
         else:
             logger.warning("reflector %s: unknown watch event type %r", self.name, kind)
@@ -278,14 +288,34 @@ def _rv_of(obj: Obj) -> str:
 
 
 async def _idle_bounded(response: Any, idle: float) -> Any:
-    """Yield the response's chunks; raise WatchIdle when none arrives for `idle` seconds."""
-    iterator = response.content.iter_any().__aiter__()
-    while True:
-        try:
-            async with asyncio.timeout(idle):
-                chunk = await iterator.__anext__()
-        except StopAsyncIteration:
-            return
-        except TimeoutError:
-            raise errors.WatchIdle(f"no data for {idle:.0f}s") from None
-        yield chunk
+    """Yield the response's chunks; raise WatchIdle when none arrives for `idle` seconds.
+
+    One timer per quiet period rather than a timeout per chunk (which cost more than
+    decoding a small event): when it fires it looks at when data last came, and either
+    waits out the rest of the period or closes the response.
+    """
+    loop = asyncio.get_running_loop()
+    last = loop.time()
+    silent = False
+    handle: asyncio.TimerHandle
+
+    def check() -> None:
+        nonlocal handle, silent
+        if loop.time() - last >= idle:
+            silent = True
+            response.close()
+        else:
+            handle = loop.call_at(last + idle, check)
+
+    handle = loop.call_at(last + idle, check)
+    try:
+        async for chunk in response.content.iter_any():
+            last = loop.time()
+            yield chunk
+    except (aiohttp.ClientError, OSError):
+        if not silent:
+            raise
+    finally:
+        handle.cancel()
+    if silent:
+        raise errors.WatchIdle(f"no data for {idle:.0f}s")

@@ -44,7 +44,10 @@ class Store:
         return len(self._items)
 
     def __iter__(self) -> Iterator[Obj]:
-        return iter([_decoded(v) for v in list(self._items.values())])
+        # Over the objects stored when iteration began; an encoded store decodes one at a
+        # time, so walking 10,000 pods never holds them all decoded at once.
+        for value in list(self._items.values()):
+            yield _decoded(value)
 
     def get(self, key: str) -> Obj | None:
         """Return the object with `key`, or None."""
@@ -79,9 +82,32 @@ class Store:
             old = self.get(key)
         if old is not None:
             self._unindex(key, old)
-        self._items[key] = codec.dumps(obj) if self._encoded else obj
+        self._items[key] = codec.packed(obj) if self._encoded else obj
         self._index(key, obj)
         return old
+
+    def update(self, obj: Obj) -> tuple[bool, Obj | bytes | None]:
+        """Insert or replace `obj` unless the store holds it already; return (changed, what
+        it replaced). Nothing is decoded to decide: an encoded store compares the encoded
+        text (an object whose resourceVersion moved always differs), a plain store the
+        resourceVersions. What it replaced is as it was stored (bytes in an encoded store:
+        `decoded` reads them), None when `obj` is new.
+        """
+        key = object_key(obj)
+        previous = self._items.get(key)
+        if self._encoded:
+            value: Obj | bytes = codec.packed(obj)
+            if previous is not None and previous == value:
+                return False, previous
+        else:
+            value = obj
+            if previous is not None and _version(previous) == _version(obj):
+                return False, previous
+        if previous is not None and self._indexers:
+            self._unindex(key, _decoded(previous))
+        self._items[key] = value
+        self._index(key, obj)
+        return True, previous
 
     def delete(self, key: str) -> Obj | None:
         """Remove the object with `key`; return it, or None if it was not there."""
@@ -106,6 +132,16 @@ class Store:
                     keys.discard(key)
                     if not keys:
                         del index[value]
+
+
+def decoded(value: Obj | bytes) -> Obj:
+    """Return an object as `update` handed it back (decoding an encoded store's bytes)."""
+    return _decoded(value)
+
+
+def _version(obj: Obj | bytes) -> str:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    return str((meta or {}).get("resourceVersion") or "")
 
 
 def _decoded(value: Obj | bytes) -> Obj:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,7 +176,7 @@ class MockProvider:
         """Let `run` return."""
         self._stopped.set()
 
-    async def cleanup_dangling(self, upper_pods: list[Obj]) -> None:
+    async def cleanup_dangling(self, upper_pods: Iterable[Obj]) -> None:
         """Nothing to clean up: the mock keeps no state across restarts."""
 
     # -- PodLifecycleHandler ---------------------------------------------------------------

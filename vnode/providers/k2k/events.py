@@ -112,9 +112,7 @@ class EventMirror:
             encoded=True,  # all Events about lower pods, anyone's; each read once or twice
         )
         self.queue = WorkQueue(name="events_from_lower")
-        self.informer.add_handlers(
-            Handlers(on_add=self._changed, on_update=lambda _old, new: self._changed(new))
-        )
+        self.informer.add_handlers(Handlers(on_add=self._changed, on_modify=self._changed))
 
     def _owned_pod(self, event: Mapping[str, Any]) -> Obj | None:
         involved = event.get("involvedObject") or {}

@@ -112,13 +112,13 @@ class K2KProvider:
         self._kubelet_version = "v0.0.0"
         self.pods.add_handlers(
             Handlers(
-                on_add=self._pod_added, on_update=self._pod_updated, on_delete=self._pod_deleted
+                on_add=self._pod_changed, on_modify=self._pod_changed, on_delete=self._pod_deleted
             )
         )
         self.nodes.add_handlers(
             Handlers(
                 on_add=lambda _n: self._node_changed(),
-                on_update=lambda _o, _n: self._node_changed(),
+                on_modify=lambda _n: self._node_changed(),
                 on_delete=lambda _n: self._node_changed(),
             )
         )
@@ -389,7 +389,7 @@ class K2KProvider:
     async def cleanup_dangling(self, upper_pods: Iterable[Obj]) -> None:
         """Delete owned lower pods whose upper pod no longer exists (run once at start)."""
         alive = {str(p["metadata"].get("uid")) for p in upper_pods}
-        for lower in list(self.pods.store):
+        for lower in self.pods.store:
             if not self._ours(lower):
                 continue
             uid = (lower["metadata"].get("annotations") or {}).get(naming.UPPER_UID_ANNOTATION)
@@ -457,15 +457,10 @@ class K2KProvider:
         if changed:
             self._node_changed()
 
-    def _pod_added(self, pod: Obj) -> None:
+    def _pod_changed(self, pod: Obj) -> None:
         self._count(pod)
         if self._ours(pod):
             self._notify(pod)
-
-    def _pod_updated(self, _old: Obj, new: Obj) -> None:
-        self._count(new)
-        if self._ours(new):
-            self._notify(new)
 
     def _pod_deleted(self, pod: Obj) -> None:
         if self._others.remove(object_key(pod)):
