@@ -146,8 +146,9 @@ class WorkQueue:
         self._added_at: dict[str, float] = {}
         self._failures: dict[str, int] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
-        self._ready = asyncio.Event()
-        """Set while keys are queued (or on shut down): waiting workers wake and race."""
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        """Workers waiting for a key, first come first woken: one is woken per key queued
+        (as asyncio.Queue does), not all of them to race for it."""
         self._shutting_down = False
         # The labelled children, looked up once: a lookup per add costs more than the add.
         self._depth = metrics.QUEUE_DEPTH.labels(name)
@@ -213,15 +214,26 @@ class WorkQueue:
         self.add(key)
 
     def _notify(self) -> None:
-        self._ready.set()
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
     async def get(self) -> str | None:
         """Wait for a key and mark it processing; None once the queue is shut down."""
         while not self._queue:
             if self._shutting_down:
                 return None
-            self._ready.clear()
-            await self._ready.wait()
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                # Woken and cancelled at once: the key it was woken for goes to another.
+                if waiter.done() and not waiter.cancelled():
+                    self._notify()
+                raise
         key = self._queue.popleft()
         self._dirty.discard(key)
         self._processing.add(key)
@@ -247,7 +259,10 @@ class WorkQueue:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
-        self._ready.set()
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
 
     def busy(self) -> bool:
         """Tell whether a worker is processing a key."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -70,7 +69,7 @@ class K2KProvider:
             lower,
             PODS,
             name="lower-pods",
-            transform=functools.partial(slim.slim_lower_pod, owner=self._owner),
+            transform=slim.Slimmer(owner=self._owner),
             indexers={slim.REFS_INDEX: slim.by_reference},
             # Every pod of the lower cluster, read a few times in a pod's life: encoded, a
             # quarter of the memory (see Store); capacity reads `_others`, not this cache.

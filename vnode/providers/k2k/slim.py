@@ -27,8 +27,48 @@ _SPEC_OWNED = ("tolerations", "activeDeadlineSeconds", "serviceAccountName", "re
 _CONTAINER_FIELDS = ("name", "image", "resources", "restartPolicy")
 
 
-def slim_lower_pod(pod: Mapping[str, Any], *, owner: naming.Owner) -> dict[str, Any]:
-    """Return the cached form of a lower pod (a new object; `pod` is not changed)."""
+class Slimmer:
+    """`slim_lower_pod` for one owner, remembering the references of recent pods: a pod's
+    volumes and environment cannot change, so its references are worked out once, not at
+    each of its watch events (a pod has several as it starts)."""
+
+    def __init__(self, *, owner: naming.Owner, remembered: int = 4096) -> None:
+        self._owner = owner
+        self._remembered = remembered
+        self._refs: dict[tuple[str, int], list[list[str]]] = {}
+
+    def __call__(self, pod: Mapping[str, Any]) -> dict[str, Any]:
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        # Ephemeral containers are the one part that can be added later, with references.
+        seen = (
+            f"{meta.get('namespace')}/{meta.get('name')}/{meta.get('uid')}",
+            len(spec.get("ephemeralContainers") or ()),
+        )
+        refs = self._refs.get(seen)
+        if refs is None:
+            refs = references_of(pod)
+            if len(self._refs) >= self._remembered:
+                del self._refs[next(iter(self._refs))]  # the oldest
+            self._refs[seen] = refs
+        return slim_lower_pod(pod, owner=self._owner, refs=refs)
+
+
+def references_of(pod: Mapping[str, Any]) -> list[list[str]]:
+    """Return what a pod references, as `REFS` keeps it: a sorted list of [kind, name]."""
+    deps = translate.dependencies(pod)
+    return sorted(
+        [["ConfigMap", n] for n in deps.config_maps]
+        + [["Secret", n] for n in deps.secrets]
+        + ([["ServiceAccount", deps.service_account]] if deps.service_account else [])
+    )
+
+
+def slim_lower_pod(
+    pod: Mapping[str, Any], *, owner: naming.Owner, refs: list[list[str]] | None = None
+) -> dict[str, Any]:
+    """Return the cached form of a lower pod (a new object; `pod` is not changed).
+    `refs`: its `references_of`, when already known."""
     owned = naming.is_owned(pod, owner=owner)
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
@@ -42,17 +82,11 @@ def slim_lower_pod(pod: Mapping[str, Any], *, owner: naming.Owner) -> dict[str, 
             ]
     if owned:
         slim_spec.update({k: spec[k] for k in _SPEC_OWNED if k in spec})
-    deps = translate.dependencies(pod)
-    refs = sorted(
-        [["ConfigMap", n] for n in deps.config_maps]
-        + [["Secret", n] for n in deps.secrets]
-        + ([["ServiceAccount", deps.service_account]] if deps.service_account else [])
-    )
     slim: dict[str, Any] = {
         "metadata": {k: meta[k] for k in keep_meta if k in meta},
         "spec": slim_spec,
         "status": dict(status) if owned else {"phase": status.get("phase")},
-        REFS: refs,
+        REFS: references_of(pod) if refs is None else refs,
     }
     return compact(slim)
 

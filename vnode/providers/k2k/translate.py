@@ -163,8 +163,9 @@ def optional_references(upper: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
     the pod without it. imagePullSecrets count as optional: a kubelet pulls without a missing
     pull secret (it only warns).
     """
-    required = {(kind, name) for kind, name, optional in _references(upper) if not optional}
-    return frozenset((k, n) for k, n, _ in _references(upper) if (k, n) not in required)
+    refs = list(_references(upper))
+    required = {(kind, name) for kind, name, optional in refs if not optional}
+    return frozenset((k, n) for k, n, _ in refs if (k, n) not in required)
 
 
 def upper_status(
