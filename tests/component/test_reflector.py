@@ -740,6 +740,31 @@ async def test_an_encoded_informer_sees_the_same_events(fake: FakeApiServer) -> 
     assert informer.store.get("default/a") is not informer.store.get("default/a")
 
 
+async def test_an_encoded_store_decodes_the_old_state_only_for_who_asks(
+    fake: FakeApiServer,
+) -> None:
+    for _ in range(2):  # one list and one watch for each of the two below
+        fake.lists.append(fake.page([pod("a", "1")], rv="10"))
+        same = pod("a", "1")  # the same object again (a resent event): nothing to tell
+        fake.watches.append(fake.stream(ev("MODIFIED", same), ev("MODIFIED", pod("a", "11"))))
+    events: list[Event] = []
+    modified: list[str] = []
+    store = Store(encoded=True)
+    async with client_for(fake.url) as client:
+        reflector = Reflector(
+            client, PODS, name=informer_name(), store=store, on_event=events.append
+        )
+        informer = Informer(client, PODS, name=informer_name(), encoded=True)
+        informer.add_handlers(Handlers(on_modify=lambda new: modified.append(rv(new))))
+        async with running(reflector), running(informer):
+            await wait_until(lambda: len(events) == 2 and modified == ["11"])
+    added, changed = events
+    assert (added.type, added.previous, added.old) == ("ADDED", None, None)
+    assert changed.type == "MODIFIED"
+    assert isinstance(changed.previous, bytes), "kept as the store held it"
+    assert changed.old == pod("a", "1")
+
+
 # --- failure counting -------------------------------------------------------------------
 
 
