@@ -57,6 +57,8 @@ class NodeController:
         """Set once the Node exists with a first status."""
         self._wake = asyncio.Event()
         self._lease: dict[str, Any] | None = None
+        self._written: dict[str, Any] | None = None
+        """The status last written, to tell news from what the cache may not show yet."""
         self._on_recovered: list[Callable[[], None]] = []
         self.informer.add_handlers(Handlers(on_delete=lambda _n: self._node_deleted()))
         provider.notify_node_changed(self._wake.set)
@@ -68,6 +70,7 @@ class NodeController:
     def _node_deleted(self) -> None:
         logger.warning("node %s was deleted; registering it again", self._settings.name)
         self._lease = None
+        self._written = None
         self._wake.set()
 
     async def run(self) -> None:
@@ -165,7 +168,14 @@ class NodeController:
             node_info=self._provider.node_info(),
             now=decide.now_rfc3339(),
         )
-        if only_news and not decide.node_status_news(current, body):
+        if (
+            only_news
+            and self._written is not None
+            # Both what we last wrote and what the cache shows (which may not show that
+            # write yet, or show the node lifecycle controller's Unknown) must be current.
+            and not decide.node_status_news({"status": self._written}, body)
+            and not decide.node_status_news(current, body)
+        ):
             return
         try:
             await self._upper.request(
@@ -175,8 +185,11 @@ class NodeController:
                 content_type=STRATEGIC_MERGE_PATCH,
             )
         except errors.NotFound:
+            self._written = None
             await self._ensure_node()
             self._wake.set()
+            return
+        self._written = body["status"]
 
     async def _renew_lease(self) -> None:
         name = self._settings.name
