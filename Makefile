@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 DEMO_DIR ?= .demo
 PYTEST_ARGS ?=
 
-.PHONY: all venv controlplane lint test test-unit demo demo-down bench bench-scale bench-streams clean
+.PHONY: all venv controlplane lint test test-unit demo demo-down bench bench-scale bench-streams bench-webhook clean
 
 all: test
 
@@ -55,3 +55,6 @@ bench-scale: venv controlplane
 
 bench-streams: venv controlplane
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/streams.py $(BENCH_ARGS)
+
+bench-webhook: venv controlplane
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/webhook.py $(BENCH_ARGS)

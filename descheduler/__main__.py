@@ -1,13 +1,96 @@
-"""The `tensile-descheduler` command."""
+"""The `tensile-descheduler` command: flags -> settings -> client -> caches -> rounds.
 
+Exit codes: 0 after SIGTERM/SIGINT (the Lease released) or after the one round of
+`--descheduling-interval=0`; 1 when the upper cluster cannot be reached at start or the
+metrics address cannot be listened on; 2 for invalid flags, a bad policy file or kubeconfig.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
 import sys
+from collections.abc import Sequence
 
-from vnode._unimplemented import exit_not_implemented
+from descheduler import cli
+from descheduler.loop import Descheduler
+from descheduler.settings import Settings
+from vnode.kube import config, errors
+from vnode.kube.client import ApiClient
+from vnode.serving import logs
+from vnode.serving.endpoints import Health, metrics_server
+from vnode.serving.flags import UsageError
+from vnode.serving.shutdown import stop_on_signals
+
+logger = logging.getLogger("descheduler")
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Run the descheduler; returns the exit code."""
-    return exit_not_implemented("tensile-descheduler")
+    try:
+        settings, warnings = cli.parse(sys.argv[1:] if argv is None else argv)
+    except UsageError as exc:
+        print(f"tensile-descheduler: error: {exc}", file=sys.stderr)
+        return 2
+    logs.configure(level=settings.log_level, fmt=settings.log_format)
+    for warning in warnings:
+        logger.warning("%s", warning)
+    try:
+        info = config.load(settings.kubeconfig)
+    except config.ConfigError as exc:
+        print(f"tensile-descheduler: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(_run(settings, info))
+    except (errors.ApiUnavailable, errors.ApiError, OSError) as exc:
+        logger.error("tensile-descheduler stopped: %s", exc)
+        return 1
+    except KeyboardInterrupt:  # pragma: no cover - a second Ctrl-C
+        return 130
+    return 0
+
+
+async def _run(settings: Settings, info: config.ConnectionInfo) -> None:
+    holder = settings.leader_election.identity if settings.leader_election else cli.identity()
+    async with (
+        ApiClient(
+            info,
+            name="upper",
+            qps=settings.qps,
+            burst=settings.burst,
+            user_agent=f"tensile-descheduler/{holder}",
+        ) as client,
+        # Events wait behind neither moves nor Lease renewals (the kubelet's split).
+        client.sibling(
+            name="upper-events", qps=10.0, burst=50, timeout=30.0, connections=2
+        ) as events,
+    ):
+        await client.request("GET", "/version")  # reachable at start, or exit 1
+        descheduler = Descheduler(client=client, events=events, settings=settings, identity=holder)
+        health = Health()
+        health.add_check("informers", descheduler.not_synced)
+        async with metrics_server(settings.metrics_addr, health=health):
+            logger.info(
+                "tensile-descheduler %s starting (upper %s, every %gs%s%s)",
+                holder,
+                info.server,
+                settings.interval,
+                ", dry run" if settings.moves.dry_run else "",
+                "" if settings.leader_election else ", without leader election",
+            )
+            task = asyncio.create_task(descheduler.run(), name="descheduler")
+
+            def stop() -> None:
+                task.cancel()
+
+            with stop_on_signals(stop):
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    current = asyncio.current_task()
+                    if current is not None and current.cancelling():
+                        raise  # we are being cancelled, not stopped by a signal
+    logger.info("tensile-descheduler %s stopped", holder)
 
 
 if __name__ == "__main__":  # pragma: no cover

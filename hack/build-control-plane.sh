@@ -15,6 +15,12 @@ source "${here}/versions.env"
 cache_root="${TENSILE_CACHE_DIR:-${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}/.cache/tensile}"
 bin_dir="${1:-${cache_root}/${KUBERNETES_VERSION}/bin}"
 mkdir -p "${bin_dir}"
+# One build at a time per cache: a second build (another checkout's test run, say) waits
+# for the first and then finds everything built, instead of racing it for the same files.
+if command -v flock >/dev/null 2>&1; then
+  exec 9>"${bin_dir}/.build.lock"
+  flock 9
+fi
 
 if ! command -v go >/dev/null 2>&1; then
   echo "error: the 'go' tool is not on PATH; install Go >= 1.26 (https://go.dev/doc/install)" >&2

@@ -2,10 +2,14 @@
 
 `up` starts a fleet (one upper cluster with metrics-server, two lower clusters of different
 sizes, in a private network namespace when run as root), runs one `virtual-node` per lower
-cluster, deploys 6 pods (using a ConfigMap and a Secret) in the upper cluster, waits for
-them to run, and shows both sides: the pods spread over the lower clusters, `kubectl logs`
-and `exec` through a virtual node, `kubectl top` through metrics-server. `down` stops the
-virtual nodes and the fleet and removes their state.
+cluster (labelled clusterID=<lower cluster>) and `tensile-webhook`, deploys 6 pods (using a
+ConfigMap and a Secret) in the upper cluster, waits for them to run, and shows both sides:
+the pods spread over the lower clusters, `kubectl logs` and `exec` through a virtual node,
+`kubectl top` through metrics-server, and one pod that asks for clusterID=lower-2 and
+disk=ssd, converted by the webhook, landing on the one lower node labelled disk=ssd. Then
+the descheduler: a pod that lower-2 cannot place (no node of it is big enough, though its
+virtual node's total is) moves to the other lower cluster. `down` stops the virtual nodes,
+the webhook, the descheduler and the fleet, and removes their state.
 """
 
 from __future__ import annotations
@@ -15,19 +19,66 @@ import json
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from vnode.testing import devcluster, netns, processes
+from vnode.testing import devcluster, netns, processes, webhooks
 from vnode.testing.cluster import Cluster
+from vnode.testing.deschedulers import DeschedulerProcess
 from vnode.testing.fleet import ENV_FILE, Fleet
 from vnode.testing.vnodes import VirtualNodeProcess
+from vnode.testing.webhooks import WebhookProcess
 
 NODE = "tensile"
 FLEET = [
     "--lowers", "2", "--lower-nodes", "lower-2=2",
     "--node-capacity", "lower-2:cpu=8,memory=32Gi,pods=50",
+    "--node-label", "lower-2:1:disk=ssd",
 ]  # fmt: skip
+WEBHOOK = "tensile-webhook"
+PLACED = """
+apiVersion: v1
+kind: Pod
+metadata:
+  name: fast
+  labels: {app: fast, virtual-pod: "true"}
+spec:
+  # clusterID targets a virtual node: it stays for the upper scheduler. disk=ssd targets a
+  # lower node: the webhook moves it into the clusterSelector annotation, and adds the
+  # toleration of the virtual nodes' taint.
+  nodeSelector: {clusterID: lower-2, disk: ssd}
+  containers:
+  - {name: main, image: nginx:1.27}
+"""
 NODE_STATE = "virtual-node.json"
+DESCHEDULER_RBAC = Path(__file__).resolve().parents[1] / "manifests" / "descheduler" / "rbac.yaml"
+# 12 CPU: lower-2's virtual node offers 16 (two nodes of 8), so the upper scheduler takes
+# the pod there (it prefers lower-2), but no node of lower-2 has 12 CPU: its scheduler says
+# Unschedulable; the descheduler evicts the pod, and the webhook keeps the ReplicaSet's
+# replacement off lower-2's virtual node: it runs in the first lower cluster.
+BIG = f"""
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: big}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: big}}}}
+  template:
+    metadata: {{labels: {{app: big, virtual-pod: "true"}}}}
+    spec:
+      nodeSelector: {{type: virtual-kubelet}}
+      affinity:
+        nodeAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - weight: 100
+            preference:
+              matchExpressions:
+              - {{key: kubernetes.io/hostname, operator: In, values: [{NODE}-lower-2]}}
+      containers:
+      - name: big
+        image: nginx:1.27
+        resources: {{requests: {{cpu: "12"}}}}
+"""
 MANIFEST = """
 apiVersion: v1
 kind: ConfigMap
@@ -72,13 +123,41 @@ def up(directory: Path) -> int:
     refs = []
     for lower in fleet.lowers:
         node = VirtualNodeProcess(
-            fleet, name=f"{NODE}-{lower.name}", log_dir=directory / "logs", lower=lower.name
+            fleet,
+            name=f"{NODE}-{lower.name}",
+            log_dir=directory / "logs",
+            lower=lower.name,
+            env={"VKUBELET_NODE_LABEL": f"clusterID:{lower.name}"},
         )
         print(f"\nstarting virtual-node {node.name} for {lower.name} (log: {node.log}) ...")
         node.start(detach=True)
         assert node.process is not None
         refs.append({"pid": node.process.ref.pid, "start": node.process.ref.start})
+    hook = WebhookProcess(
+        fleet, name=WEBHOOK, log_dir=directory / "logs", secret_namespace="default",  # noqa: S106
+        configuration=WEBHOOK,
+    )  # fmt: skip
+    # Called for pods labelled virtual-pod=true in namespace default only.
+    webhooks.register(
+        fleet.upper, webhooks.configuration(WEBHOOK, url=hook.url, namespace="default")
+    )
+    print(f"\nstarting tensile-webhook (log: {hook.log}) ...")
+    hook.start(detach=True)
+    assert hook.process is not None
+    refs.append({"pid": hook.process.ref.pid, "start": hook.process.ref.start})
+    fleet.upper.kubectl("apply", "-f", str(DESCHEDULER_RBAC))
+    descheduler = DeschedulerProcess(
+        fleet,
+        log_dir=directory / "logs",
+        name="descheduler",
+        args=["--unschedulable-timeout=10s", "--descheduling-interval=2s"],
+    )
+    print(f"starting tensile-descheduler (log: {descheduler.log}) ...")
+    descheduler.start(detach=True)
+    assert descheduler.process is not None
+    refs.append({"pid": descheduler.process.ref.pid, "start": descheduler.process.ref.start})
     (directory / NODE_STATE).write_text(json.dumps(refs))
+    webhooks.wait_admitting(fleet.upper, namespace="default")
     fleet.upper.kubectl("apply", "-f", "-", input=MANIFEST)
     fleet.upper.kubectl("rollout", "status", "deployment/web", "--timeout=120s")
     pod = fleet.upper.kubectl(
@@ -102,9 +181,27 @@ def up(directory: Path) -> int:
     ]  # fmt: skip
     for title, cluster, args in steps:
         _show(title, cluster, args)
+    fleet.upper.kubectl("apply", "-f", "-", input=PLACED)
+    fleet.upper.kubectl("wait", "pod/fast", "--for=condition=Ready", "--timeout=60s")
+    placement = (
+        "custom-columns=POD:.metadata.name,NODE:.spec.nodeName,"
+        "NODE-SELECTOR:.spec.nodeSelector,CLUSTER-SELECTOR:.metadata.annotations.clusterSelector"
+    )
+    steps = [
+        ("the webhook: a pod asking for clusterID=lower-2 (a virtual node) and disk=ssd (a "
+         "lower node), as the upper cluster keeps it", fleet.upper,
+         ["get", "pod", "fast", "-o", placement]),
+        ("lower-2: the pod, on the node labelled disk=ssd", fleet.cluster("lower-2"),
+         ["get", "pod", "fast", "-o",
+          "custom-columns=POD:.metadata.name,NODE:.spec.nodeName,NODE-SELECTOR:.spec.nodeSelector"]),
+        ("lower-2: its nodes", fleet.cluster("lower-2"), ["get", "nodes", "-L", "disk"]),
+    ]  # fmt: skip
+    for title, cluster, args in steps:
+        _show(title, cluster, args)
     print("\n== kubectl top, through metrics-server scraping the virtual nodes (<= 60 s) ...")
     for args in (["top", "node", "-l", "type=virtual-kubelet"], ["top", "pod"]):
         _show_when_ready(fleet.upper, args)
+    _descheduler_scenario(fleet)
     directory_arg = shlex.quote(str(directory))
     enter = (
         f"tensile-devcluster shell --dir {directory_arg}"
@@ -126,10 +223,50 @@ Try it ({netns.describe(fleet.network)}):
   kubectl top pod; kubectl top node              # metrics-server, scraping the virtual nodes
   kubectl get --raw /api/v1/nodes/{NODE}-lower/proxy/pods | head -c 300
   kubectl port-forward $POD 8080:80 & sleep 2; curl -s localhost:8080; kill %1
+  kubectl get events --field-selector source=tensile-descheduler   # what it moved, and why
+  kubectl run ssd --image=nginx -l virtual-pod=true \\
+    --overrides='{{"spec":{{"nodeSelector":{{"clusterID":"lower-2","disk":"ssd"}}}}}}'
+  kubectl get pod ssd -o jsonpath='{{.metadata.annotations.clusterSelector}}'; echo
 Stop everything and remove its state:
   make demo-down"""
     )
     return 0
+
+
+def _descheduler_scenario(fleet: Fleet) -> None:
+    print(
+        f"\n== the descheduler: a 12-CPU pod, preferring {NODE}-lower-2, where no node has 12 CPU"
+    )
+    fleet.upper.kubectl("apply", "-f", "-", input=BIG)
+    columns = (
+        "custom-columns=NAME:.metadata.name,NODE:.spec.nodeName,"
+        "PHASE:.status.phase,WHY:.status.conditions[?(@.type=='PodScheduled')].message"
+    )
+    _wait_kubectl(fleet.upper, ["get", "pods", "-l", "app=big", "-o", columns],
+                  until=lambda out: "Insufficient" in out)  # fmt: skip
+    _show("upper cluster: on lower-2's virtual node, Unschedulable below", fleet.upper,
+          ["get", "pods", "-l", "app=big", "-o", columns])  # fmt: skip
+    print("\n(the descheduler moves it after --unschedulable-timeout=10s ...)")
+    _wait_kubectl(fleet.upper, ["get", "pods", "-l", "app=big", "-o",
+                                "jsonpath={.items[*].status.phase}"],
+                  until=lambda out: out.strip() == "Running", timeout=90)  # fmt: skip
+    _show("upper cluster: its replacement, on the other virtual node", fleet.upper,
+          ["get", "pods", "-l", "app=big", "-o", "wide"])  # fmt: skip
+    _show("why: the descheduler's Events", fleet.upper,
+          ["get", "events", "--field-selector", "source=tensile-descheduler", "-o",
+           "custom-columns=POD:.involvedObject.name,REASON:.reason,MESSAGE:.message"])  # fmt: skip
+    _show("what the webhook read: the avoidance record", fleet.upper,
+          ["get", "configmap", "-n", "tensile-system", "tensile-avoid", "-o",
+           "jsonpath={.data}"])  # fmt: skip
+    print()
+
+
+def _wait_kubectl(
+    cluster: Cluster, args: list[str], *, until: Callable[[str], bool], timeout: float = 60.0
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not until(cluster.kubectl(*args, check=False).stdout) and time.monotonic() < deadline:
+        time.sleep(1)
 
 
 def _show(title: str, cluster: Cluster, args: list[str]) -> None:
@@ -157,9 +294,10 @@ def down(directory: Path) -> int:
                 processes.ProcessRef(pid=recorded["pid"], start=recorded["start"])
             )
         state.unlink()
-        print("virtual nodes stopped")
-    for log in (directory / "logs").glob("virtual-node-*.log"):
-        log.unlink()
+        print("virtual nodes, webhook and descheduler stopped")
+    for pattern in ("virtual-node-*.log", "webhook-*.log", "descheduler.log"):
+        for log in (directory / "logs").glob(pattern):
+            log.unlink()
     return devcluster.main(["down", "--dir", str(directory)])
 
 

@@ -12,14 +12,14 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import signal
 import socket
 import sys
 import urllib.parse
 from collections.abc import Sequence
 
-from vnode import cli, logs
+from vnode import cli
 from vnode.api import auth
+from vnode.contracts.labels import DEFAULT_TAINT_KEY
 from vnode.controllers.status import node_labels
 from vnode.kube import config, errors
 from vnode.kube.client import ApiClient
@@ -34,6 +34,7 @@ from vnode.providers.k2k.scrape import (
 )
 from vnode.providers.k2k.translate import Translation
 from vnode.providers.mock import MockProvider, MockSettings, load_config
+from vnode.serving import flags, logs, shutdown
 from vnode.settings import ClientSettings, Settings
 
 logger = logging.getLogger("vnode")
@@ -44,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = cli.parse(sys.argv[1:] if argv is None else argv)
         cli.check_cert_dir(settings.api)
-    except cli.UsageError as exc:
+    except flags.UsageError as exc:
         print(f"virtual-node: error: {exc}", file=sys.stderr)
         return 2
     logs.configure(level=settings.log_level, fmt=settings.log_format)
@@ -149,10 +150,7 @@ async def _run(
             upper=UpperClients(main=upper, heartbeat=heartbeat, events=events, reviews=reviews),
             provider=provider,
         )
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, node.stop)
-        try:
+        with shutdown.stop_on_signals(node.stop):
             logger.info(
                 "virtual node %s starting (upper %s, cluster ID %s, lower %s, InternalIP %s)",
                 settings.node.name,
@@ -162,9 +160,6 @@ async def _run(
                 node_ip,
             )
             await node.run()
-        finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(sig)
     logger.info("virtual node %s stopped", settings.node.name)
 
 
@@ -197,6 +192,7 @@ async def _k2k_provider(
             ignore_labels=settings.pods.ignore_labels,
             enable_service_account=settings.pods.enable_service_account,
             pod_security_level=settings.pods.pod_security_level,
+            taint_key=settings.node.taint.key if settings.node.taint else DEFAULT_TAINT_KEY,
         ),
         node_ip=settings.node.internal_ip,
         upper_namespace=settings.pods.namespace,

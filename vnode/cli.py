@@ -13,6 +13,10 @@ from pathlib import Path
 
 from vnode.api.certificates import MAX_EXPIRATION_SECONDS, MIN_EXPIRATION_SECONDS
 from vnode.api.certstore import CertificateStore
+from vnode.contracts.labels import DEFAULT_TAINT_KEY
+from vnode.kube import names
+from vnode.serving import flags
+from vnode.serving.flags import UsageError, boolean, duration
 from vnode.settings import (
     TAINT_EFFECTS,
     ApiSettings,
@@ -32,72 +36,14 @@ PROVIDERS = ("k8s", "mock")
 POD_SECURITY_LEVELS = ("privileged", "baseline", "restricted")
 MAX_NAMESPACE_PREFIX = 30
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
-LOG_LEVELS = ("debug", "info", "warn", "warning", "error")
-
-
-class UsageError(Exception):
-    """A flag or environment variable has an invalid value; the message says which and why."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
-
-
-def _bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "t", "yes", "y"):
-        return True
-    if lowered in ("0", "false", "f", "no", "n"):
-        return False
-    raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
-
-
-_DURATION_UNITS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "\u00b5s": 1e-6,  # micro sign
-    "\u03bcs": 1e-6,  # Greek mu
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
-_DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)", re.ASCII)
-
-
-def parse_duration(text: str) -> float:
-    """Return the seconds of `text`: plain seconds ("90", "1.5") or a Go duration ("90s",
-    "1m30s", "4h", "500ms"; units ns, us, ms, s, m, h). Raises ValueError for anything
-    else, and for negative or non-finite values."""
-    rest = text.strip()
-    try:
-        if not rest.isascii():
-            raise ValueError(rest)  # float() would take other scripts' digits
-        seconds = float(rest)
-    except ValueError:
-        if not rest or _DURATION_PART.sub("", rest):
-            raise ValueError(f"not a duration: {text!r} (e.g. 30s, 1m30s, 4h)") from None
-        seconds = sum(
-            float(number) * _DURATION_UNITS[unit] for number, unit in _DURATION_PART.findall(rest)
-        )
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"not a duration: {text!r} (must be finite and >= 0)")
-    return seconds
-
-
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     # Environment variables are flag defaults (virtual-kubelet's rule): a flag given on the
     # command line always wins, and --help names the variable beside the flag it feeds.
-    p = _Parser(prog="virtual-node", description="A virtual node standing for a lower cluster.")
+    p = flags.Parser(
+        prog="virtual-node", description="A virtual node standing for a lower cluster."
+    )
     a = p.add_argument
     # tensile-kube's own flags
     a("--client-kubeconfig", default=None, help="kubeconfig of the lower cluster (k8s provider)")
@@ -115,13 +61,12 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     a(
         "--enable-serviceaccount",
-        type=_bool,
+        type=boolean,
         default=True,
         nargs="?",
         const=True,
         help="mirror pods' ServiceAccounts in the lower cluster",
     )
-    a("--log-level", default="info", choices=LOG_LEVELS)
     # virtual-kubelet node-cli flags
     a(
         "--kubeconfig",
@@ -154,7 +99,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     a("--metrics-addr", default="", help="host:port of the Prometheus metrics endpoint")
     a(
         "--taint",
-        default=env.get("VKUBELET_TAINT_KEY") or "virtual-kubelet.io/provider",
+        default=env.get("VKUBELET_TAINT_KEY") or DEFAULT_TAINT_KEY,
         help="key of the node's taint (env VKUBELET_TAINT_KEY; value VKUBELET_TAINT_VALUE, "
         "default the provider; effect VKUBELET_TAINT_EFFECT, default NoSchedule)",
     )
@@ -167,16 +112,16 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "in weighted round robin, a namespace taking up to WEIGHT pods per round (default: "
         "every namespace weighs 1)",
     )
-    a("--enable-node-lease", type=_bool, default=True, nargs="?", const=True)
+    a("--enable-node-lease", type=boolean, default=True, nargs="?", const=True)
     a(
         "--full-resync-period",
-        type=_duration,
+        type=duration,
         default=60.0,
         help="accepted for compatibility; watches are event-driven",
     )
     a(
         "--startup-timeout",
-        type=_duration,
+        type=duration,
         default=0.0,
         help="wait this long for caches (0: forever)",
     )
@@ -197,7 +142,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     a("--no-verify-clients", action="store_true", help="DEVELOPMENT ONLY: no kubelet API auth")
     a(
         "--anonymous-auth",
-        type=_bool,
+        type=boolean,
         default=False,
         nargs="?",
         const=True,
@@ -207,7 +152,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     # the kubelet's serving-certificate flags (used when APISERVER_CERT_LOCATION is unset)
     a(
         "--rotate-server-certificates",
-        type=_bool,
+        type=boolean,
         default=True,
         nargs="?",
         const=True,
@@ -225,7 +170,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     a(
         "--server-certificate-duration",
-        type=_duration,
+        type=duration,
         default=0.0,
         help="lifetime to ask for in each serving-certificate CSR (expirationSeconds, >= 10m); "
         "0: the signer's default (kube-controller-manager --cluster-signing-duration)",
@@ -253,8 +198,8 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "namespaces it creates (default baseline: no host namespaces, hostPath or privileged "
         "containers)",
     )
-    a("--log-format", default="text", choices=("text", "json"))
-    a("--shutdown-timeout", type=_duration, default=10.0, help="bound of a graceful stop")
+    flags.add_logging_flags(p)
+    a("--shutdown-timeout", type=duration, default=10.0, help="bound of a graceful stop")
     a(
         "--lower-kubelet-access",
         default="proxy",
@@ -275,7 +220,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     a(
         "--streaming-connection-idle-timeout",
-        type=_duration,
+        type=duration,
         default=ApiSettings().streaming_idle_timeout,
         help="close exec/attach/port-forward connections idle this long (kubelet's flag; "
         "seconds or a duration like 4h, 30m; 0: never)",
@@ -352,8 +297,10 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
             token_file=args.lower_kubelet_token_file,
         ),
         enable_controllers=controllers,
-        metrics_addr=_address(args.metrics_addr, "--metrics-addr") if args.metrics_addr else "",
-        log_level="warn" if args.log_level == "warning" else args.log_level,
+        metrics_addr=flags.address(args.metrics_addr, "--metrics-addr")
+        if args.metrics_addr
+        else "",
+        log_level=flags.log_level(args.log_level),
         log_format=args.log_format,
         startup_timeout=args.startup_timeout,
         shutdown_timeout=args.shutdown_timeout,
@@ -485,13 +432,6 @@ def _ip(text: str, name: str) -> str:
         raise UsageError(f"{name} must be an IP address, got {text!r}") from None
 
 
-def _address(text: str, flag: str) -> str:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise UsageError(f"{flag} must be host:port or :port, got {text!r}")
-    return f"{host or '0.0.0.0'}:{port}"  # noqa: S104 - the operator chose all interfaces
-
-
 def _namespace_prefix(prefix: str) -> str:
     # The prefix starts every lower namespace name, a DNS-1123 label: lower-case letters,
     # digits and '-', starting with a letter or digit. Upper namespace names start with a
@@ -523,7 +463,7 @@ def _namespace_weights(text: str) -> tuple[tuple[str, int], ...]:
             continue
         namespace, sep, value = item.partition("=")
         namespace, value = namespace.strip(), value.strip()
-        if not sep or not _DNS_LABEL.fullmatch(namespace):
+        if not sep or not names.is_dns1123_label(namespace):
             raise UsageError(
                 f"--namespace-weights: expected NAMESPACE=WEIGHT (a namespace name), got {item!r}"
             )

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from vnode.api import auth
 from vnode.api.certificates import identity_from_addresses
@@ -32,19 +31,12 @@ from vnode.api.certmanager import (
     ServingCertificateManager,
 )
 from vnode.api.certstore import CertificateStore
-from vnode.api.server import (
-    ApiContext,
-    RotatingTls,
-    bound_socket,
-    make_app,
-    reload_certificates,
-    tls_context,
-)
-from vnode.controllers.events import EventRecorder
+from vnode.api.server import ApiContext, make_app
 from vnode.controllers.node import NodeController
 from vnode.controllers.pods import PodController, PodProvider
 from vnode.controllers.status import node_addresses
 from vnode.kube.client import ApiClient
+from vnode.kube.events import EventRecorder
 from vnode.kube.informer import Informer
 from vnode.kube.workqueue import FairQueuing
 from vnode.provider import (
@@ -54,6 +46,9 @@ from vnode.provider import (
     NodeProvider,
     PortForwardProvider,
 )
+from vnode.serving import endpoints
+from vnode.serving.sockets import bound_socket
+from vnode.serving.tls import RotatingTls, reload_certificates, tls_context
 from vnode.settings import ApiSettings, Settings, default_cert_dir
 
 logger = logging.getLogger(__name__)
@@ -157,7 +152,7 @@ class VirtualNode:
         """Run until `stop()`; raises StartupError if the caches do not sync in time."""
         informers = [*self._provider.informers(), self.pods.informer, self.node.informer]
         async with (
-            self._metrics_server(),
+            endpoints.metrics_server(self.settings.metrics_addr),
             self._kubelet_api() as keep_certificate,
             asyncio.TaskGroup() as group,
         ):
@@ -303,7 +298,11 @@ class VirtualNode:
             tls = _tls_from_files(api)
             await serve(tls)
             return functools.partial(
-                reload_certificates, tls, cert_file=api.cert_file, key_file=api.key_file
+                reload_certificates,
+                tls,
+                cert_file=api.cert_file,
+                key_file=api.key_file,
+                name="kubelet API",
             )
         rotating = _rotating_tls(api, serve=serve)
         manager = self._certificate_manager()
@@ -343,25 +342,6 @@ class VirtualNode:
     def _cert_dir(self) -> Path:
         return Path(self.settings.api.cert_dir or default_cert_dir(self.settings.node.name))
 
-    @contextlib.asynccontextmanager
-    async def _metrics_server(self) -> AsyncIterator[None]:
-        addr = self.settings.metrics_addr
-        if not addr:
-            yield
-            return
-        host, _, port = addr.rpartition(":")
-        app = web.Application()
-        app.router.add_get("/metrics", _metrics)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, host or None, int(port))
-        await site.start()
-        logger.info("metrics on http://%s/metrics", addr)
-        try:
-            yield
-        finally:
-            await runner.cleanup()
-
 
 def _tls_from_files(api: ApiSettings) -> ssl.SSLContext:
     """Return the TLS context serving APISERVER_CERT_LOCATION/APISERVER_KEY_LOCATION.
@@ -386,7 +366,7 @@ def _rotating_tls(
     """Return the TLS side of a CSR-issued certificate. Raises StartupError for a bad
     client CA file."""
     try:
-        return RotatingTls(client_ca_file=api.client_ca_file, serve=serve)
+        return RotatingTls(client_ca_file=api.client_ca_file, serve=serve, name="kubelet API")
     except (OSError, ssl.SSLError) as exc:
         raise StartupError(_bad_client_ca(api, exc)) from exc
 
@@ -396,7 +376,3 @@ def _bad_client_ca(api: ApiSettings, exc: Exception) -> str:
         f"kubelet API: cannot load the client CA file {api.client_ca_file} "
         f"(--client-verify-ca / APISERVER_CA_CERT_LOCATION): {exc}"
     )
-
-
-async def _metrics(_request: web.Request) -> web.Response:
-    return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})

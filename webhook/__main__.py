@@ -1,13 +1,62 @@
-"""The `tensile-webhook` command."""
+"""The `tensile-webhook` command: flags + env -> settings -> run.
 
+Exit codes: 0 after a clean stop (SIGTERM/SIGINT) and for --version; 1 when the webhook
+cannot start (a busy port, certificate or CA files that cannot be loaded); 2 for invalid
+flags or an upper cluster configuration that cannot be loaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import logging
 import sys
+from collections.abc import Sequence
 
-from vnode._unimplemented import exit_not_implemented
+from vnode.kube import config
+from vnode.serving import flags, logs, shutdown
+from webhook import cli
+from webhook.service import StartupError, Webhook
+
+logger = logging.getLogger("webhook")
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Run the webhook; returns the exit code."""
-    return exit_not_implemented("tensile-webhook")
+    args = sys.argv[1:] if argv is None else list(argv)
+    if cli.wants_version(args):
+        print(f"tensile-webhook {importlib.metadata.version('tensile')}")
+        return 0
+    try:
+        settings = cli.parse(args)
+    except flags.UsageError as exc:
+        print(f"tensile-webhook: error: {exc}", file=sys.stderr)
+        return 2
+    logs.configure(level=settings.log_level, fmt=settings.log_format)
+    try:
+        upper = config.load(settings.kubeconfig)
+    except config.ConfigError as exc:
+        print(f"tensile-webhook: error: {exc}", file=sys.stderr)
+        return 2
+    webhook = Webhook(settings, upper=upper)
+    try:
+        asyncio.run(_run(webhook))
+    except StartupError as exc:
+        logger.error("tensile-webhook stopped: %s", exc)
+        return 1
+    except KeyboardInterrupt:  # pragma: no cover - a second Ctrl-C
+        return 130
+    return 0
+
+
+async def _run(webhook: Webhook) -> None:
+    with shutdown.stop_on_signals(webhook.stop):
+        logger.info(
+            "tensile-webhook starting (upper %s, pods %r)",
+            webhook.settings.kubeconfig or "in-cluster or $KUBECONFIG",
+            webhook.settings.mutation.pod_selector.text,
+        )
+        await webhook.run()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -103,12 +103,18 @@ def events_for(client: RestClient, namespace: str, name: str) -> list[dict[str, 
     return list(result.get("items") or [])
 
 
-def token_kubeconfig(cluster: Cluster, manifest: Path, path: Path) -> Path:
+def token_kubeconfig(
+    cluster: Cluster,
+    manifest: Path,
+    path: Path,
+    *,
+    service_account: str = "tensile-virtual-node",
+) -> Path:
     """Apply the RBAC `manifest` to `cluster` and write to `path` a kubeconfig with a 1 h
-    token of its ServiceAccount tensile-system/tensile-virtual-node; return `path`."""
+    token of its ServiceAccount tensile-system/`service_account`; return `path`."""
     cluster.kubectl("apply", "-f", str(manifest))
     token = cluster.kubectl(
-        "create", "token", "tensile-virtual-node", "-n", "tensile-system", "--duration=1h"
+        "create", "token", service_account, "-n", "tensile-system", "--duration=1h"
     ).stdout.strip()
     path.write_text(
         yaml.safe_dump(

@@ -31,10 +31,10 @@ from vnode.api.certmanager import (
     ServingCertificateManager,
 )
 from vnode.api.certstore import CertificateStore
-from vnode.api.server import RotatingTls
 from vnode.kube import config
 from vnode.kube.backoff import ExponentialBackoff
 from vnode.kube.client import ApiClient
+from vnode.serving.tls import RotatingTls
 from vnode.testing import cluster
 from vnode.testing.fleet import Fleet
 from vnode.testing.rest import RestClient

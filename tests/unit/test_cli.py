@@ -10,6 +10,7 @@ import pytest
 
 from vnode import __main__ as main
 from vnode import cli
+from vnode.serving import flags as serving_flags
 from vnode.settings import ApiSettings, LowerKubeletSettings
 
 BASE = ["--client-kubeconfig=lower.kubeconfig"]
@@ -44,7 +45,7 @@ def test_lower_kubelet_access(flags: list[str], expected: LowerKubeletSettings) 
     ],
 )
 def test_bad_lower_kubelet_flags(flags: list[str], message: str) -> None:
-    with pytest.raises(cli.UsageError, match=message):
+    with pytest.raises(serving_flags.UsageError, match=message):
         cli.parse([*BASE, *flags], env={})
 
 
@@ -91,7 +92,7 @@ def test_a_kubelet_token_file_that_holds_no_token_stops_the_start(
     ],
 )
 def test_durations_are_seconds_or_go_durations(text: str, seconds: float) -> None:
-    assert cli.parse_duration(text) == pytest.approx(seconds)
+    assert serving_flags.parse_duration(text) == pytest.approx(seconds)
 
 
 @pytest.mark.parametrize(
@@ -100,7 +101,7 @@ def test_durations_are_seconds_or_go_durations(text: str, seconds: float) -> Non
 )
 def test_bad_durations_are_refused(text: str) -> None:
     with pytest.raises(ValueError, match="not a duration"):
-        cli.parse_duration(text)
+        serving_flags.parse_duration(text)
 
 
 def test_the_idle_timeout_defaults_to_the_kubelets_4h() -> None:
@@ -117,7 +118,7 @@ def test_the_idle_timeout_flag(value: str, seconds: float) -> None:
 def test_a_bad_idle_timeout_is_a_usage_error_naming_the_flag(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    with pytest.raises(cli.UsageError) as info:
+    with pytest.raises(serving_flags.UsageError) as info:
         cli.parse([*REQUIRED, "--streaming-connection-idle-timeout=soon"], env={})
     assert str(info.value) == (
         "argument --streaming-connection-idle-timeout: not a duration: 'soon' (e.g. 30s, 1m30s, 4h)"
@@ -195,7 +196,7 @@ def test_tenancy_defaults() -> None:
     ],
 )
 def test_bad_tenancy_flags(flag: str, message: str) -> None:
-    with pytest.raises(cli.UsageError, match=message):
+    with pytest.raises(serving_flags.UsageError, match=message):
         cli.parse([*BASE, flag], env={})
 
 
@@ -232,7 +233,7 @@ def test_event_budget_defaults_to_the_kubelets_and_takes_flags() -> None:
     ],
 )
 def test_bad_event_budgets(flags: list[str], message: str) -> None:
-    with pytest.raises(cli.UsageError, match=re.escape(message)):
+    with pytest.raises(serving_flags.UsageError, match=re.escape(message)):
         cli.parse([*BASE, *flags], env={})
 
 
@@ -259,7 +260,7 @@ def test_namespace_weights_default_to_equal_and_take_pairs() -> None:
     ],
 )
 def test_bad_namespace_weights(value: str, message: str) -> None:
-    with pytest.raises(cli.UsageError, match=message):
+    with pytest.raises(serving_flags.UsageError, match=message):
         cli.parse([*BASE, f"--namespace-weights={value}"], env={})
 
 
@@ -270,9 +271,9 @@ def test_the_mock_provider_needs_no_lower_cluster() -> None:
     settings = cli.parse(["--provider=mock", "--provider-config=mock.json"], env={})
     assert (settings.provider, settings.provider_config) == ("mock", "mock.json")
     assert cli.parse(BASE, env={}).provider == "k8s"
-    with pytest.raises(cli.UsageError, match="--client-kubeconfig is required"):
+    with pytest.raises(serving_flags.UsageError, match="--client-kubeconfig is required"):
         cli.parse([], env={})
-    with pytest.raises(cli.UsageError, match="invalid choice: 'aws'"):
+    with pytest.raises(serving_flags.UsageError, match="invalid choice: 'aws'"):
         cli.parse([*BASE, "--provider=aws"], env={})
 
 

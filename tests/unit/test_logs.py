@@ -1,4 +1,4 @@
-"""Logging set-up of the virtual node."""
+"""Logging set-up of tensile's programs (`vnode.serving.logs`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 from aiohttp import http_exceptions
 
-from vnode import logs
+from vnode.serving import logs
 
 
 def _record(exc: BaseException | None) -> logging.LogRecord:
@@ -23,9 +23,7 @@ def test_a_malformed_request_is_one_info_line_without_a_traceback() -> None:
     record = _record(bad)
     assert logs.quiet_bad_requests(record)
     assert (record.levelno, record.levelname) == (logging.INFO, "INFO")
-    assert record.getMessage() == (
-        "kubelet API: malformed request answered 400: Unexpected start char in url:"
-    )
+    assert record.getMessage() == ("malformed request answered 400: Unexpected start char in url:")
     assert record.exc_info is None
 
 

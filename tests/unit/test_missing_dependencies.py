@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from vnode.controllers.events import EventRecorder
 from vnode.controllers.status import waiting_status
 from vnode.kube import errors
+from vnode.kube.events import EventRecorder
 from vnode.providers.k2k import missing
 
 NOW = "2026-11-24T10:00:00Z"

@@ -23,6 +23,7 @@ from vnode.__main__ import main
 from vnode.api import certificates as certs
 from vnode.api.certstore import CertificateStore
 from vnode.controllers.status import node_addresses
+from vnode.serving import flags
 from vnode.settings import NodeSettings
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
@@ -409,7 +410,7 @@ def test_serving_certificate_flags_and_defaults() -> None:
 def test_bad_serving_certificate_settings_are_usage_errors(
     args: list[str], env: dict[str, str], message: str
 ) -> None:
-    with pytest.raises(cli.UsageError, match=re.escape(message)):
+    with pytest.raises(flags.UsageError, match=re.escape(message)):
         cli.parse([*BASE, *args], env=env)
 
 
@@ -435,7 +436,8 @@ def test_a_cert_dir_that_cannot_be_written_is_a_usage_error(
 
     monkeypatch.setattr("tempfile.mkstemp", read_only)  # root writes through 0500 modes
     settings = cli.parse([*BASE, f"--cert-dir={tmp_path}"], env={})
-    with pytest.raises(cli.UsageError, match=re.escape(f"{str(tmp_path)!r} ([Errno 30] Read-only")):
+    message = f"{str(tmp_path)!r} ([Errno 30] Read-only"
+    with pytest.raises(flags.UsageError, match=re.escape(message)):
         cli.check_cert_dir(settings.api)
     # Not needed, so not checked, with certificate files or without rotation.
     files = {"APISERVER_CERT_LOCATION": "c.pem", "APISERVER_KEY_LOCATION": "k.pem"}

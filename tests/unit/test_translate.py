@@ -12,12 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit.bounds import within
+from vnode.contracts.clusterselector import parse as parse_cluster_selector
 from vnode.providers.k2k import naming
 from vnode.providers.k2k.placement import (
     MAX_MERGED_TERMS,
     and_terms,
     lower_placement,
-    parse_cluster_selector,
     selector_matches,
     term_matches,
 )
@@ -692,12 +693,42 @@ def test_tolerations_are_merged_and_deduplicated() -> None:
     assert placed(spec, selector)["tolerations"] == [gpu, NOT_READY_300, UNREACHABLE_300]
 
 
-def test_without_cluster_selector_tolerations_the_pods_own_are_kept() -> None:
-    spec = {"tolerations": [NOT_READY_FOREVER, UNREACHABLE_FOREVER]}
-    assert placed(spec, {"nodeSelector": {"zone": "a"}})["tolerations"] == [
-        NOT_READY_FOREVER,
-        UNREACHABLE_FOREVER,
-    ]
+def test_a_pod_with_very_many_tolerations_is_placed_in_linear_time() -> None:
+    """A pod may carry as many tolerations as 3 MiB holds (the apiserver validates no count):
+    merging them with the annotation's must not compare every pair (100,000 of them took
+    minutes, the node's event loop standing still all along)."""
+    own = [{"key": f"t{i}"} for i in range(100_000)]
+    with within(30, "placing a pod with 100,000 tolerations"):
+        below = placed({"tolerations": own}, {"tolerations": [*own[::-1], NOT_READY_300]})
+    assert below["tolerations"] == [*own, NOT_READY_300]
+
+
+def test_without_a_cluster_selector_the_pods_own_tolerations_are_kept() -> None:
+    # No annotation: the pod did not go through a webhook, every toleration is the user's.
+    vnode = {"key": "virtual-kubelet.io/provider", "operator": "Exists"}
+    spec = {"tolerations": [NOT_READY_FOREVER, UNREACHABLE_FOREVER, vnode]}
+    assert placed(spec, None)["tolerations"] == [NOT_READY_FOREVER, UNREACHABLE_FOREVER, vnode]
+
+
+def test_the_webhooks_added_tolerations_stay_upstairs_even_when_it_copied_none() -> None:
+    # A pod that had no tolerations of its own: the annotation carries none, and what the
+    # webhook added (the virtual node's taint, bounded node-problem ones) is not for below.
+    gpu = {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
+    vnode = {"key": "virtual-kubelet.io/provider", "operator": "Exists"}
+    added = [vnode, {**NOT_READY_FOREVER, "tolerationSeconds": 60}, UNREACHABLE_FOREVER]
+    spec = {"tolerations": [*added, gpu]}
+    assert placed(spec, {"nodeSelector": {"zone": "a"}})["tolerations"] == [gpu]
+    # A node with a taint of its own recognises the toleration of that key instead.
+    custom = {"key": "example.com/virtual", "operator": "Exists"}
+    lowered = unchanged(
+        lower_placement,
+        {"tolerations": [custom, vnode]},
+        cluster_selector={},
+        node_name=NODE,
+        node_labels=NODE_LABELS,
+        taint_key="example.com/virtual",
+    )
+    assert lowered["tolerations"] == [vnode]
 
 
 @pytest.mark.parametrize(

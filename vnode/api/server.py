@@ -13,13 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
-import os
-import socket
-import ssl
-import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
@@ -85,128 +80,6 @@ def make_app(context: ApiContext) -> web.Application:
         app.router.add_route("GET", path, _port_forward(context))
         app.router.add_route("POST", path, _port_forward(context))
     return app
-
-
-def tls_context(*, client_ca_file: str) -> ssl.SSLContext:
-    """Return a server TLS context without a certificate yet (TLS 1.2 or later): client
-    certificates are verified against `client_ca_file` when presented (CERT_OPTIONAL:
-    bearer-token callers such as metrics-server must still connect); "" verifies none.
-    Raises OSError / ssl.SSLError for a missing, unreadable or invalid CA file."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    if client_ca_file:
-        context.load_verify_locations(client_ca_file)
-        context.verify_mode = ssl.CERT_OPTIONAL
-    return context
-
-
-def bound_socket(host: str, port: int) -> socket.socket:
-    """Return a TCP socket bound to `host`:`port` ("" for every address) but not listening.
-
-    Binding first claims the port and reports a busy one (EADDRINUSE) at once; listening
-    starts when the socket is served (aiohttp `web.SockSite`), so until then a client is
-    refused at once instead of waiting in the accept queue for a TLS handshake that may
-    come hours later (a certificate from a CSR may wait for a human). SO_REUSEADDR as
-    asyncio sets it: a restart does not wait out the last run's TIME_WAIT connections.
-    Raises OSError (EADDRINUSE, EADDRNOTAVAIL, EACCES...)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-async def reload_certificates(
-    context: ssl.SSLContext, *, cert_file: str, key_file: str, interval: float = 10.0
-) -> None:
-    """Load the serving certificate again whenever its files change (checked every
-    `interval` seconds); new handshakes get the new one. Runs until cancelled."""
-
-    def stamp() -> tuple[float, float]:
-        return os.stat(cert_file).st_mtime, os.stat(key_file).st_mtime
-
-    last = stamp()
-    while True:
-        await asyncio.sleep(interval)
-        try:
-            current = stamp()
-            if current != last:
-                context.load_cert_chain(cert_file, key_file)
-                last = current
-                logger.info("kubelet API: serving certificate reloaded from %s", cert_file)
-        except (OSError, ssl.SSLError) as exc:
-            logger.warning("kubelet API: cannot reload the serving certificate: %s", exc)
-
-
-class RotatingTls:
-    """The TLS side of a serving certificate that changes (CSR-issued, renewed): the
-    context (`tls_context`) is made at once, so a bad client CA file fails at startup; the
-    first certificate goes into it and starts serving; each later one replaces the
-    certificate in that same context, so new handshakes get it while established
-    connections keep theirs."""
-
-    def __init__(
-        self, *, client_ca_file: str, serve: Callable[[ssl.SSLContext], Awaitable[None]]
-    ) -> None:
-        """`serve` starts listening with the context (called on the first certificate,
-        again on the next one if it raised). Raises OSError / ssl.SSLError for a bad
-        `client_ca_file`."""
-        self._serve = serve
-        self._serving = False
-        self.context = tls_context(client_ca_file=client_ca_file)
-
-    async def use(self, pem: bytes) -> None:
-        """Serve the certificate chain and private key in `pem` (PEM, in one block) from
-        now on. Raises ssl.SSLError / OSError when they cannot be loaded, and what
-        `serve` raises."""
-        await load_pem_chain(self.context, pem)
-        if not self._serving:
-            await self._serve(self.context)
-            self._serving = True
-            return
-        logger.info("kubelet API: new connections get the renewed certificate")
-
-
-async def load_pem_chain(context: ssl.SSLContext, pem: bytes) -> None:
-    """Load the certificate chain and private key in `pem` into `context`.
-
-    `ssl` loads certificates from files only. `pem` goes into an anonymous in-memory file
-    (memfd, Linux) read through /proc/self/fd: the key lands on no file system, and this
-    works while the certificate store cannot be written (the certificate manager then
-    serves from memory). Elsewhere it goes into a private (0600) temporary file, deleted
-    at once. The file is written in a thread; the context is changed on the event loop,
-    where the handshakes that read it run. Raises ssl.SSLError for bad PEM data, OSError
-    for a file that cannot be made."""
-    path, close = await asyncio.to_thread(_pem_file, pem)
-    try:
-        context.load_cert_chain(path)
-    finally:
-        close()
-
-
-def _pem_file(pem: bytes) -> tuple[str, Callable[[], None]]:
-    """Return (a path to read `pem` from, what removes it)."""
-    if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
-        fd = os.memfd_create("tensile-serving-certificate", os.MFD_CLOEXEC)
-        try:
-            with open(fd, "wb", closefd=False) as file:
-                file.write(pem)
-        except BaseException:
-            os.close(fd)
-            raise
-        return f"/proc/self/fd/{fd}", functools.partial(os.close, fd)
-    fd, name = tempfile.mkstemp(prefix="tensile-serving-", suffix=".pem")  # mode 0600
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(pem)
-    except BaseException:
-        os.unlink(name)
-        raise
-    return name, functools.partial(os.unlink, name)
 
 
 def _auth_middleware(context: ApiContext) -> Any:

@@ -19,11 +19,11 @@ from typing import Any, Protocol
 
 from vnode import errors as provider_errors
 from vnode.controllers import status as decide
-from vnode.controllers.events import EventRecorder
 from vnode.controllers.retry import until_done
 from vnode.kube import errors
 from vnode.kube.backoff import ExponentialBackoff
 from vnode.kube.client import MERGE_PATCH, ApiClient
+from vnode.kube.events import EventRecorder
 from vnode.kube.informer import Handlers, Informer
 from vnode.kube.resources import PODS, object_key, pod_is_terminal, split_key
 from vnode.kube.store import Obj

@@ -9,8 +9,9 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from vnode.contracts import labels as contract_labels
 from vnode.kube.resources import TERMINAL_PHASES
-from vnode.kube.timestamps import rfc3339
+from vnode.kube.timestamps import rfc3339, rfc3339_micro
 from vnode.settings import NodeSettings
 
 _MUTABLE_SPEC = ("containers", "initContainers", "activeDeadlineSeconds", "tolerations")
@@ -23,7 +24,7 @@ def now_rfc3339(now: dt.datetime | None = None) -> str:
 
 def now_micro(now: dt.datetime | None = None) -> str:
     """Return `now` as a Kubernetes MicroTime (Lease renewTime)."""
-    return (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return rfc3339_micro(now or dt.datetime.now(dt.UTC))
 
 
 def spec_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
@@ -100,9 +101,9 @@ def status_patch(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict
 def node_labels(settings: NodeSettings) -> dict[str, str]:
     """Return the labels of the virtual node (virtual-kubelet's and tensile-kube's set)."""
     labels = {
-        "type": "virtual-kubelet",
+        contract_labels.NODE_TYPE_LABEL: contract_labels.VIRTUAL_NODE_TYPE,
         "kubernetes.io/role": "agent",
-        "kubernetes.io/hostname": settings.name,
+        contract_labels.HOSTNAME_LABEL: settings.name,
         "kubernetes.io/os": settings.operating_system,
         "beta.kubernetes.io/os": settings.operating_system,
         "kubernetes.io/arch": "amd64",
@@ -116,7 +117,7 @@ def node_taints(
     existing: Iterable[Mapping[str, Any]], *, settings: NodeSettings
 ) -> list[dict[str, Any]]:
     """Return the Node's taints: others' kept, ours (by key) replaced or removed."""
-    key = settings.taint.key if settings.taint else "virtual-kubelet.io/provider"
+    key = settings.taint.key if settings.taint else contract_labels.DEFAULT_TAINT_KEY
     taints = [dict(t) for t in existing if t.get("key") != key]
     if settings.taint is not None:
         taints.append(

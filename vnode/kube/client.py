@@ -170,11 +170,14 @@ class ApiClient:
         body: Any = None,
         content_type: str = JSON,
         timeout: float | None = None,
+        retry_throttled: bool = True,
     ) -> dict[str, Any]:
         """Send one request and return the decoded JSON answer (`{}` when empty or not JSON).
 
         Raises errors.ApiError subclasses for HTTP errors and errors.ApiUnavailable when the
         server cannot be reached. `timeout` (seconds) defaults to the client's.
+        `retry_throttled=False` raises a 429 at once: for answers whose 429 is a verdict
+        the caller reports and schedules itself (an eviction a disruption budget refused).
         """
         read = method == "GET"
         failures = 0
@@ -191,7 +194,7 @@ class ApiClient:
                 )
             except errors.TooManyRequests as exc:
                 throttled += 1
-                if throttled > _THROTTLE_RETRIES:
+                if throttled > _THROTTLE_RETRIES or not retry_throttled:
                     raise
                 delay = exc.retry_after if exc.retry_after is not None else 1.0
                 await asyncio.sleep(min(delay, 10.0))

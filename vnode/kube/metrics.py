@@ -36,3 +36,8 @@ CACHED_OBJECTS = Gauge(
 RELISTS = Counter(
     "tensile_reflector_relists", "Full lists after a start, a 410 Gone or a failure.", ["informer"]
 )
+LEADER = Gauge(
+    "tensile_leader_election_is_leader",
+    "1 while this process holds the leader-election Lease (namespace/name), else 0.",
+    ["lease"],
+)

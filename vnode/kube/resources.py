@@ -88,6 +88,13 @@ EVENTS = Resource(group="", version="v1", plural="events", kind="Event", namespa
 LEASES = Resource(
     group="coordination.k8s.io", version="v1", plural="leases", kind="Lease", namespaced=True
 )
+POD_DISRUPTION_BUDGETS = Resource(
+    group="policy",
+    version="v1",
+    plural="poddisruptionbudgets",
+    kind="PodDisruptionBudget",
+    namespaced=True,
+)
 CERTIFICATE_SIGNING_REQUESTS = Resource(
     group="certificates.k8s.io",
     version="v1",

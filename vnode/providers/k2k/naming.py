@@ -18,10 +18,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# tensile-kube compatible names (exact strings).
-VIRTUAL_POD_LABEL = "virtual-pod"
-VIRTUAL_POD_VALUE = "true"
-CLUSTER_SELECTOR_ANNOTATION = "clusterSelector"
+from vnode.contracts import clusterselector
+from vnode.contracts import labels as contract_labels
+from vnode.kube import names
+
+# tensile-kube compatible names (exact strings); those the webhook and the descheduler use
+# too are defined in vnode.contracts.
+VIRTUAL_POD_LABEL = contract_labels.VIRTUAL_POD_LABEL
+VIRTUAL_POD_VALUE = contract_labels.VIRTUAL_POD_VALUE
+CLUSTER_SELECTOR_ANNOTATION = clusterselector.ANNOTATION
 TRIPPED_LABELS_ANNOTATION = "tripped-labels"
 GLOBAL_ANNOTATION = "global"
 
@@ -45,8 +50,7 @@ MANAGED_NAMESPACE_LABEL = "tensile.io/managed"
 
 _LABEL_VALUE_MAX = 63
 _LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
-_DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?")
-NAMESPACE_MAX = 63
+NAMESPACE_MAX = names.LABEL_MAX
 """Namespace names are DNS-1123 labels: at most 63 characters."""
 
 
@@ -79,7 +83,7 @@ def is_label_value(text: str) -> bool:
 
 def is_dns_label(text: str) -> bool:
     """Tell whether `text` is a DNS-1123 label (what namespace names must be)."""
-    return len(text) <= NAMESPACE_MAX and _DNS_LABEL.fullmatch(text) is not None
+    return names.is_dns1123_label(text)
 
 
 def label_value(text: str) -> str:

@@ -10,53 +10,23 @@ them when it was absent), nothing the pod keeps is ever lost. Pure functions onl
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from vnode.contracts import clusterselector
+from vnode.contracts.clusterselector import PREFERRED, REQUIRED
+from vnode.contracts.labels import DEFAULT_TAINT_KEY
 from vnode.kube import codec
 
 MAX_MERGED_TERMS = 64
 """Most nodeSelectorTerms an AND of two term lists may produce (it is their cross product)."""
 
-REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
-PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 _POD_AFFINITIES = ("podAffinity", "podAntiAffinity")
 _METADATA_NAME = "metadata.name"
 # Go's strconv.ParseInt(s, 10, 64), which Gt/Lt use: optional sign, decimal digits, int64 range.
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-
-
-def parse_cluster_selector(value: object) -> dict[str, Any] | None:
-    """Parse a tensile-kube `clusterSelector` annotation value.
-
-    In: the annotation's value (any object; only a JSON string can be valid). Out: a dict with
-    the keys `nodeSelector` (str->str map), `affinity` (Affinity) and `tolerations` (list),
-    each only when present and non-null; or None when the value is not JSON or any of those
-    keys has the wrong shape. Like tensile-kube, an unusable annotation counts as absent
-    rather than failing the pod; unknown keys are ignored.
-    """
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = json.loads(value)
-    except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
-        return None
-    if not isinstance(parsed, dict):
-        return None
-    selector = parsed.get("nodeSelector")
-    affinity = parsed.get("affinity")
-    tolerations = parsed.get("tolerations")
-    if (
-        (selector is not None and not _is_string_map(selector))
-        or (affinity is not None and not _is_affinity(affinity))
-        or (tolerations is not None and not _is_list_of_maps(tolerations))
-    ):
-        return None
-    shaped = {"nodeSelector": selector, "affinity": affinity, "tolerations": tolerations}
-    return {key: value for key, value in shaped.items() if value is not None}
 
 
 def term_matches(
@@ -113,22 +83,24 @@ def lower_placement(
     cluster_selector: Mapping[str, Any] | None,
     node_name: str,
     node_labels: Mapping[str, str],
+    taint_key: str = DEFAULT_TAINT_KEY,
 ) -> dict[str, Any]:
     """Return a copy of the pod spec `spec` with its placement rewritten for the lower cluster.
 
-    In: the upper pod's spec, the parsed `clusterSelector` (or None), the virtual node's name
-    and labels. Out: a new spec where
+    In: the upper pod's spec, the parsed `clusterSelector` (or None: the pod did not go
+    through the webhook), the virtual node's name, labels and taint key. Out: a new spec
+    where
     - nodeSelector = the upper entries the virtual node does not satisfy, updated with the
       clusterSelector's;
     - required node affinity = dropped if the virtual node satisfies it, then ANDed with the
       clusterSelector's (see `and_terms`);
     - preferred node affinity, podAffinity and podAntiAffinity = the pod's, plus whatever
       the clusterSelector's affinity adds to them;
-    - tolerations = the pod's plus the clusterSelector's not already present; when the
-      clusterSelector carries tolerations, the pod's time-unlimited not-ready/unreachable
-      tolerations (the form the webhook rewrites them to, so the upper pod is never evicted
-      from a NotReady virtual node) are left upstairs: below, the original ones apply, and
-      a pod on a dead lower node is evicted and replaced;
+    - tolerations = the pod's plus the clusterSelector's not already present; with a
+      clusterSelector, the tolerations the webhook added upstairs (the virtual node's
+      taint, its not-ready/unreachable NoExecute ones: `clusterselector.is_added_toleration`)
+      are left there: below, the originals the webhook copied into the annotation apply,
+      and a pod on a dead lower node is evicted and replaced;
     - empty nodeSelector / affinity parts removed, so the lower API server accepts the pod.
     """
     placed = codec.deep_copy(dict(spec))
@@ -146,8 +118,8 @@ def lower_placement(
         node_labels=node_labels,
     )
     own = _list(spec.get("tolerations"))
-    if _list(chosen.get("tolerations")):
-        own = [t for t in own if not _is_webhook_node_toleration(t)]
+    if cluster_selector is not None:
+        own = [t for t in own if not clusterselector.is_added_toleration(t, taint_key=taint_key)]
     tolerations = _union(own, _list(chosen.get("tolerations")))
     _put(placed, "nodeSelector", codec.deep_copy(selector))
     _put(placed, "affinity", affinity)
@@ -255,75 +227,9 @@ def _int64(value: object) -> int | None:
     return number if _INT64_MIN <= number <= _INT64_MAX else None
 
 
-def _is_string_map(value: object) -> bool:
-    return isinstance(value, dict) and all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    )
-
-
-def _is_list_of_maps(value: object) -> bool:
-    return isinstance(value, list) and all(isinstance(item, dict) for item in value)
-
-
-def _is_requirement(value: object) -> bool:
-    if not isinstance(value, dict):
-        return False
-    values = value.get("values")
-    return (
-        isinstance(value.get("key"), str)
-        and isinstance(value.get("operator"), str)
-        and (
-            values is None or (isinstance(values, list) and all(isinstance(v, str) for v in values))
-        )
-    )
-
-
-def _is_term(value: object) -> bool:
-    return isinstance(value, dict) and all(
-        value.get(field) is None
-        or (isinstance(value[field], list) and all(_is_requirement(r) for r in value[field]))
-        for field in ("matchExpressions", "matchFields")
-    )
-
-
-def _is_affinity(value: object) -> bool:
-    return (
-        isinstance(value, dict)
-        and _is_node_affinity(value.get("nodeAffinity"))
-        and all(_is_pod_affinity(value.get(kind)) for kind in _POD_AFFINITIES)
-    )
-
-
-def _is_node_affinity(value: object) -> bool:
-    if value is None:
-        return True
-    if not isinstance(value, dict):
-        return False
-    required, preferred = value.get(REQUIRED), value.get(PREFERRED)
-    if required is not None:
-        terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
-        # The API requires at least one term; an empty list would be rejected below.
-        if not isinstance(terms, list) or not terms or not all(_is_term(t) for t in terms):
-            return False
-    return preferred is None or _is_list_of_maps(preferred)
-
-
-def _is_pod_affinity(value: object) -> bool:
-    if value is None:
-        return True
-    return isinstance(value, dict) and all(
-        value.get(field) is None or _is_list_of_maps(value[field])
-        for field in (REQUIRED, PREFERRED)
-    )
-
-
 def _union(first: list[Any], second: list[Any]) -> list[Any]:
-    # Order-preserving; duplicates of the first list's items (full equality) are not repeated.
-    merged = codec.deep_copy(first)
-    for item in second:
-        if item not in merged:
-            merged.append(codec.deep_copy(item))
-    return merged
+    # Order-preserving, the webhook's rule (linear: a pod may carry very many tolerations).
+    return codec.deep_copy(clusterselector.union(first, second))
 
 
 def _put(target: dict[str, Any], key: str, value: object) -> None:
@@ -341,19 +247,3 @@ def _mapping(value: object) -> Mapping[str, Any]:
 
 def _list(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
-
-
-_NODE_PROBLEM_KEYS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
-
-
-def _is_webhook_node_toleration(toleration: object) -> bool:
-    """Tell whether a toleration is the webhook's unlimited not-ready/unreachable form."""
-    return (
-        isinstance(toleration, dict)
-        and toleration.get("key") in _NODE_PROBLEM_KEYS
-        and (
-            toleration.get("operator") == "Exists"
-            and toleration.get("effect") == "NoExecute"
-            and toleration.get("tolerationSeconds") is None
-        )
-    )

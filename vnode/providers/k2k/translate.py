@@ -15,9 +15,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vnode.contracts import clusterselector
+from vnode.contracts.labels import DEFAULT_TAINT_KEY
 from vnode.kube import codec
 from vnode.providers.k2k import naming
-from vnode.providers.k2k.placement import lower_placement, parse_cluster_selector
+from vnode.providers.k2k.placement import lower_placement
 from vnode.settings import PodSecurityLevel
 
 # Server-set or upper-only metadata: the lower API server assigns its own, or rejects them.
@@ -68,6 +70,8 @@ class Translation:
     enable_service_account: bool = True
     pod_security_level: PodSecurityLevel = "baseline"
     """The Pod Security Standard pods must meet to go below (see `podsecurity`)."""
+    taint_key: str = DEFAULT_TAINT_KEY
+    """Key of the virtual node's taint: the webhook's toleration of it stays upstairs."""
 
     @property
     def owner(self) -> naming.Owner:
@@ -111,9 +115,10 @@ def lower_pod(
     annotation = _mapping(meta.get("annotations")).get(naming.CLUSTER_SELECTOR_ANNOTATION)
     spec = lower_placement(
         _spec(upper),
-        cluster_selector=parse_cluster_selector(annotation),
+        cluster_selector=clusterselector.parse(annotation),
         node_name=t.node_name,
         node_labels=t.node_labels,
+        taint_key=t.taint_key,
     )
     for key in _DROPPED_SPEC:
         spec.pop(key, None)

@@ -36,13 +36,13 @@ class JsonFormatter(logging.Formatter):
 
 def quiet_bad_requests(record: logging.LogRecord) -> bool:
     """Turn aiohttp's ERROR-with-traceback for a malformed HTTP request (already answered
-    400) into one INFO line: anyone who can reach the kubelet port could otherwise fill
-    the logs with tracebacks. Other records pass unchanged."""
+    400) into one INFO line: anyone who can reach a served port (the kubelet API, the
+    webhook) could otherwise fill the logs with tracebacks. Other records pass unchanged."""
     exc = record.exc_info[1] if record.exc_info else None
     if isinstance(exc, http_exceptions.HttpProcessingError):
         record.levelno, record.levelname = logging.INFO, "INFO"
         record.msg, record.args = (
-            "kubelet API: malformed request answered %s: %s",
+            "malformed request answered %s: %s",
             (
                 exc.code,
                 exc.message.strip().splitlines()[0] if exc.message.strip() else type(exc).__name__,
@@ -62,7 +62,8 @@ def configure(*, level: str, fmt: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(_LEVELS.get(level, logging.INFO))
-    # aiohttp's access log is the kubelet API's business, not a node's heartbeat.
+    # One line per request would drown everything else (the kubelet API is polled, the
+    # webhook called for every pod).
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     server = logging.getLogger("aiohttp.server")
     if quiet_bad_requests not in server.filters:

@@ -1,4 +1,5 @@
-"""Events about upper pods, as a kubelet records them (`kubectl describe pod` shows them).
+"""Events about objects, as client-go's recorder writes them (`kubectl describe` shows them):
+the virtual node's about its pods, the descheduler's about the pods it moves.
 
 Repeats are aggregated as client-go's EventCorrelator does: an event identical to one
 recorded before (same object, type, reason and message) bumps that Event's `count` and
@@ -8,16 +9,17 @@ line "(x12 over 3m)" rather than a page of them.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import secrets
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from vnode.controllers.status import now_rfc3339
 from vnode.kube import errors
 from vnode.kube.client import MERGE_PATCH, ApiClient
 from vnode.kube.resources import EVENTS
+from vnode.kube.timestamps import rfc3339
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +48,7 @@ class EventRecorder:
         meta: Mapping[str, Any] = obj.get("metadata") or {}
         namespace = str(meta.get("namespace") or "default")
         message = message[:1024]
-        now = now_rfc3339()
+        now = rfc3339(dt.datetime.now(dt.UTC))
         seen_key = (str(meta.get("uid")), namespace, type, reason, message)
         seen = self._seen.get(seen_key)
         if seen is not None:

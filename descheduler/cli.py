@@ -1,0 +1,206 @@
+"""The `tensile-descheduler` command line: tensile-kube's descheduler flags, client-go's
+leader-election flags, and ours, parsed into frozen `Settings`. Invalid values (a bad
+policy file included) raise UsageError: one message, exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import socket
+import uuid
+from collections.abc import Sequence
+
+from descheduler import policyfile, selectors
+from descheduler.mover import MoveSettings
+from descheduler.policy import POD_SELECTOR, Criteria
+from descheduler.settings import Settings
+from vnode.contracts import avoidance
+from vnode.kube.leaderelection import ElectionConfigError, LeaderElectionSettings
+from vnode.serving import flags
+from vnode.serving.flags import UsageError
+
+DEFAULT_LEASE = "tensile-system/tensile-descheduler"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = flags.Parser(
+        prog="tensile-descheduler",
+        description="Move pods a lower cluster cannot place to another virtual node.",
+    )
+    a = p.add_argument
+    # tensile-kube's flags
+    a(
+        "--descheduling-interval",
+        type=flags.duration,
+        default=10.0,
+        help="time between rounds (default 10s; 0: one round, then exit)",
+    )
+    a("--kubeconfig", default=None, help="upper cluster (env KUBECONFIG; then in-cluster)")
+    a(
+        "--policy-config-file",
+        default="",
+        help="DeschedulerPolicy file (descheduler/v1alpha1; PodLifeTime's maxPodLifeTimeSeconds)",
+    )
+    a(
+        "--dry-run",
+        type=flags.boolean,
+        nargs="?",
+        const=True,
+        default=False,
+        help="change nothing: log and count what would be done",
+    )
+    a("--node-selector", default=None, help="label selector of the virtual nodes considered")
+    a(
+        "--pod-selector",
+        default=POD_SELECTOR,
+        help="the webhook's --pod-selector: pods with a controller move only if it selects them "
+        f"(default {POD_SELECTOR})",
+    )
+    a(
+        "--max-pods-to-evict-per-node",
+        type=int,
+        default=None,
+        help="moves off one virtual node per round (0, the default: no limit)",
+    )
+    a(
+        "--evict-local-storage-pods",
+        type=flags.boolean,
+        nargs="?",
+        const=True,
+        default=None,
+        help="also move pods with emptyDir or hostPath volumes",
+    )
+    a("--v", type=int, default=0, help="klog verbosity, for compatibility: 4 or more logs debug")
+    # ours
+    a(
+        "--unschedulable-timeout",
+        type=flags.duration,
+        default=60.0,
+        help="how long a pod must be unschedulable below before it moves (default 60s)",
+    )
+    a(
+        "--avoid-ttl",
+        type=flags.duration,
+        default=300.0,
+        help="how long an owner's pods avoid a virtual node they were moved off (default 5m)",
+    )
+    a(
+        "--avoid-configmap",
+        default=avoidance.DEFAULT_CONFIGMAP,
+        help=f"NAMESPACE/NAME of the avoidance record the webhook reads "
+        f"(default {avoidance.DEFAULT_CONFIGMAP})",
+    )
+    a(
+        "--eviction-rate",
+        type=float,
+        default=2.0,
+        help="moves per second across all virtual nodes (default 2; 0: no limit)",
+    )
+    a("--eviction-burst", type=int, default=10, help="moves at once above the rate (default 10)")
+    a("--kube-api-qps", type=float, default=50.0, help="upper cluster client QPS (default 50)")
+    a("--kube-api-burst", type=int, default=100, help="upper cluster client burst (default 100)")
+    a("--metrics-addr", default="", help="host:port of /metrics, /healthz and /readyz")
+    flags.add_logging_flags(p)
+    # client-go's leader election (component-base's flag names)
+    a(
+        "--leader-elect",
+        type=flags.boolean,
+        nargs="?",
+        const=True,
+        default=True,
+        help="compete for a Lease; only its holder acts (default true)",
+    )
+    a("--leader-elect-lease-duration", type=flags.duration, default=15.0)
+    a("--leader-elect-renew-deadline", type=flags.duration, default=10.0)
+    a("--leader-elect-retry-period", type=flags.duration, default=2.0)
+    a("--leader-elect-resource-namespace", default=DEFAULT_LEASE.partition("/")[0])
+    a("--leader-elect-resource-name", default=DEFAULT_LEASE.partition("/")[2])
+    return p
+
+
+def identity() -> str:
+    """Return this process's holderIdentity: host name, "_", a fresh UUID (client-go's
+    convention: unique even for two processes on one host)."""
+    return f"{socket.gethostname()}_{uuid.uuid4()}"
+
+
+def parse(argv: Sequence[str], *, holder: str | None = None) -> tuple[Settings, tuple[str, ...]]:
+    """Parse `argv` into Settings; also return the policy file's warnings (to be logged).
+
+    Raises UsageError naming the flag (or the policy file and its field).
+    """
+    args = _parser().parse_args(list(argv))
+    try:
+        policy = (
+            policyfile.load(args.policy_config_file)
+            if args.policy_config_file
+            else policyfile.Policy()
+        )
+    except policyfile.PolicyError as exc:
+        raise UsageError(f"--policy-config-file: {exc}") from None
+    node_selector = args.node_selector if args.node_selector is not None else policy.node_selector
+    try:
+        selector = selectors.parse(node_selector or "")
+    except selectors.SelectorError as exc:
+        raise UsageError(f"--node-selector: {exc}") from None
+    try:
+        pods = selectors.parse(args.pod_selector)
+    except selectors.SelectorError as exc:
+        raise UsageError(f"--pod-selector: {exc}") from None
+    per_node = args.max_pods_to_evict_per_node
+    if per_node is None:
+        per_node = policy.max_pods_per_node or 0
+    if per_node < 0:
+        raise UsageError(f"--max-pods-to-evict-per-node must be >= 0, got {per_node}")
+    local = args.evict_local_storage_pods
+    if local is None:
+        local = bool(policy.evict_local_storage_pods)
+    namespace, slash, name = args.avoid_configmap.partition("/")
+    if not slash or not namespace or not name or "/" in name:
+        raise UsageError(f"--avoid-configmap must be NAMESPACE/NAME, got {args.avoid_configmap!r}")
+    if args.eviction_rate < 0 or args.eviction_burst < 1:
+        raise UsageError("--eviction-rate must be >= 0 and --eviction-burst >= 1")
+    if args.kube_api_qps < 0 or args.kube_api_burst < 1:
+        raise UsageError("--kube-api-qps must be >= 0 and --kube-api-burst >= 1")
+    if args.avoid_ttl <= 0:
+        raise UsageError("--avoid-ttl must be greater than 0")
+    election = None
+    if args.leader_elect:
+        try:
+            election = LeaderElectionSettings(
+                namespace=args.leader_elect_resource_namespace,
+                name=args.leader_elect_resource_name,
+                identity=holder or identity(),
+                lease_duration=args.leader_elect_lease_duration,
+                renew_deadline=args.leader_elect_renew_deadline,
+                retry_period=args.leader_elect_retry_period,
+            )
+        except ElectionConfigError as exc:
+            raise UsageError(f"--leader-elect-*: {exc}") from None
+    level = "debug" if args.v >= 4 and args.log_level == "info" else flags.log_level(args.log_level)
+    settings = Settings(
+        kubeconfig=args.kubeconfig,
+        interval=args.descheduling_interval,
+        criteria=Criteria(
+            unschedulable_timeout=args.unschedulable_timeout,
+            max_pod_lifetime=policy.max_pod_lifetime,
+            evict_local_storage_pods=local,
+            node_selector=selector,
+            pod_selector=pods,
+            max_pods_per_node=per_node,
+        ),
+        moves=dataclasses.replace(MoveSettings(), dry_run=args.dry_run, avoid_ttl=args.avoid_ttl),
+        avoid_namespace=namespace,
+        avoid_name=name,
+        eviction_rate=args.eviction_rate,
+        eviction_burst=args.eviction_burst,
+        leader_election=election,
+        qps=args.kube_api_qps,
+        burst=args.kube_api_burst,
+        metrics_addr=flags.address(args.metrics_addr, "--metrics-addr")
+        if args.metrics_addr
+        else "",
+        log_level=level,
+        log_format=args.log_format,
+    )
+    return settings, policy.warnings

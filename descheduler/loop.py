@@ -1,0 +1,171 @@
+"""The descheduler: informers on the upper cluster, and a round every interval while leading.
+
+    upper Pending pods (fieldSelector status.phase=Pending) -> store --+
+    upper virtual nodes (labelSelector type=virtual-kubelet) -> store --+-> round (policy.plan)
+    upper PodDisruptionBudgets                               -> store --+      |
+    the avoidance record ConfigMap                           -> store --+      v
+                                                             mover: record, evict, re-create
+
+Every replica keeps its caches warm; only the one holding the Lease runs rounds, so a
+replica that takes over acts at its first round. A round first finishes bare-pod moves left
+half done, then plans from the caches, reports pods that cannot move (blocked by a budget,
+every virtual node tried), and moves the rest within the global rate (a token bucket: at
+most `eviction_burst` at once, `eviction_rate` per second after that). Nothing here ends the
+process on a failed list, an unreachable apiserver or too few nodes (tensile-kube exited):
+the next round tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable
+
+from descheduler import metrics, moves
+from descheduler.mover import Mover, NotLeading
+from descheduler.policy import plan
+from descheduler.record import AvoidanceRecord, RecordConflict
+from descheduler.settings import Settings
+from vnode.contracts import labels
+from vnode.kube import errors
+from vnode.kube.backoff import TokenBucket
+from vnode.kube.client import ApiClient
+from vnode.kube.events import EventRecorder
+from vnode.kube.informer import Informer
+from vnode.kube.leaderelection import LeaderElector
+from vnode.kube.resources import NODES, POD_DISRUPTION_BUDGETS, PODS
+
+logger = logging.getLogger(__name__)
+
+COMPONENT = "tensile-descheduler"
+"""The source component of its Events."""
+
+
+class Descheduler:
+    """Caches, the mover, and the rounds; `run` until cancelled (or one round, interval 0)."""
+
+    def __init__(
+        self,
+        *,
+        client: ApiClient,
+        events: ApiClient,
+        settings: Settings,
+        identity: str,
+        now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    ) -> None:
+        """`client` reads and moves, `events` records Events (a budget of its own);
+        `identity` names this replica (the Events' source host, the Lease holder)."""
+        self._settings = settings
+        self._now = now
+        self.pods = Informer(
+            client, PODS, name="upper-pending-pods", field_selector="status.phase=Pending"
+        )
+        self.nodes = Informer(
+            client,
+            NODES,
+            name="upper-virtual-nodes",
+            label_selector=f"{labels.NODE_TYPE_LABEL}={labels.VIRTUAL_NODE_TYPE}",
+        )
+        self.budgets = Informer(client, POD_DISRUPTION_BUDGETS, name="upper-pdbs")
+        self.record = AvoidanceRecord(
+            client, namespace=settings.avoid_namespace, name=settings.avoid_name
+        )
+        self.elector = (
+            LeaderElector(client, settings=settings.leader_election)
+            if settings.leader_election is not None
+            else None
+        )
+        self.mover = Mover(
+            client=client,
+            recorder=EventRecorder(events, component=COMPONENT, host=identity),
+            record=self.record,
+            settings=settings.moves,
+            may_act=self.elector.is_leader if self.elector is not None else lambda: True,
+        )
+        rate = settings.eviction_rate
+        self._bucket = TokenBucket(rate=rate, burst=settings.eviction_burst) if rate > 0 else None
+
+    def informers(self) -> list[Informer]:
+        """The caches a round reads."""
+        return [self.pods, self.nodes, self.budgets, self.record.informer]
+
+    def not_synced(self) -> str | None:
+        """A readiness check: None once every cache has its first list, else which not."""
+        waiting = [i.name for i in self.informers() if not i.has_synced()]
+        return f"caches not synced: {', '.join(waiting)}" if waiting else None
+
+    async def run(self) -> None:
+        """Fill the caches, then lead rounds (competing for the Lease if configured) until
+        cancelled; with interval 0, return after one round."""
+        tasks = [asyncio.create_task(i.run(), name=f"informer-{i.name}") for i in self.informers()]
+        try:
+            for informer in self.informers():
+                await informer.wait_synced()
+            if self.elector is not None:
+                await self.elector.run(self._rounds)
+            else:
+                await self._rounds()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _rounds(self) -> None:
+        while True:
+            started = time.monotonic()
+            try:
+                await self.round()
+            except NotLeading:
+                logger.warning("the Lease was lost during a round; stopping it")
+            except Exception:
+                # A bug, not a cluster state: say it loudly, and let the next round run.
+                logger.exception("a descheduling round failed")
+            metrics.ROUND_DURATION.observe(time.monotonic() - started)
+            if self._settings.interval <= 0:
+                return
+            await asyncio.sleep(self._settings.interval)
+
+    async def round(self) -> None:
+        """One round (see the module docstring). Raises NotLeading when the Lease is lost."""
+        metrics.ROUNDS.inc()
+        now = self._now()
+        pods = list(self.pods.store)
+        await self.mover.recover(p for p in pods if moves.is_gated(p))
+        decided = plan(
+            pods,
+            nodes=list(self.nodes.store),
+            record=self.record.data(),
+            budgets=list(self.budgets.store),
+            criteria=self._settings.criteria,
+            now=now,
+        )
+        metrics.PODS_CONSIDERED.inc(decided.considered)
+        chosen = []
+        limited = False
+        for decision in decided.decisions:
+            if decision.action in ("blocked", "exhausted"):
+                await self.mover.report(decision)
+            elif not self.mover.waiting(decision):
+                if limited or not self._take_token():
+                    limited = True
+                    kind = "evict" if decision.owner is not None else "recreate"
+                    metrics.MOVES.labels(kind, "rate_limited").inc()
+                    continue
+                chosen.append(decision)
+        for decision in await self.mover.prepare(chosen, now=now):
+            await self.mover.move(decision, now=now)
+        if not self._settings.moves.dry_run:
+            try:
+                await self.record.prune(now=now)
+            except (RecordConflict, errors.ApiError, errors.ApiUnavailable) as exc:
+                logger.warning("could not prune the avoidance record: %s", exc)
+
+    def _take_token(self) -> bool:
+        if self._bucket is None:
+            return True
+        if self._bucket.reserve(time.monotonic()) > 0:
+            self._bucket.give_back()
+            return False
+        return True

@@ -1,0 +1,148 @@
+"""The objects a move writes (pure): the Eviction, the deschedule-count patch, and a bare
+pod's replacement.
+
+A bare pod (no controller) cannot be evicted and replaced by its owner: the descheduler
+re-creates it. The replacement is the same pod -- labels, annotations, spec -- plus label
+`create-by-descheduler=true`, the deschedule count, the name and UID of the pod it replaces, and
+`kubernetes.io/hostname NotIn [...]` for the virtual nodes it must avoid. Its name is the
+original's with `-d<count>` (`web` -> `web-d1` -> `web-d2`): the two exist side by side
+for a moment, and a name derived from the count makes a retried step find the replacement
+it already made. It is created behind a scheduling gate, so it cannot be scheduled, let alone
+run, until the old pod is gone: never two of them running.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from vnode.contracts import avoidance, labels
+
+_DROPPED_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
+                 "deletionGracePeriodSeconds", "generation", "managedFields", "selfLink",
+                 "generateName", "finalizers")  # fmt: skip
+# Set on creation by the scheduler or admission (priority, overhead from the classes), or
+# not settable on create (ephemeral containers): left for the apiserver to fill in again.
+_DROPPED_SPEC = ("nodeName", "priority", "preemptionPolicy", "overhead", "ephemeralContainers")
+_SUFFIX = re.compile(r"-d[0-9]+$")
+MAX_NAME = 253
+DESCHEDULE_COUNT_ANNOTATION = "sigs.k8s.io/deschedule-count"
+"""How many times the descheduler moved a pod (a decimal string), tensile-kube's name."""
+SCHEDULING_GATE = "tensile.io/descheduler"
+"""Holds a bare pod's replacement back from the scheduler until the old pod is gone."""
+REPLACES_ANNOTATION = "tensile.io/replaces"
+"""On a bare pod's replacement: the name of the pod it replaces."""
+REPLACES_UID_ANNOTATION = "tensile.io/replaces-uid"
+"""On a bare pod's replacement: the UID of the pod it replaces."""
+
+
+def deschedule_count(pod: Mapping[str, Any]) -> int:
+    """Return the pod's `sigs.k8s.io/deschedule-count` (0 when absent or not a number)."""
+    annotations = _mapping(_mapping(pod.get("metadata")).get("annotations"))
+    value = annotations.get(DESCHEDULE_COUNT_ANNOTATION)
+    try:
+        return max(0, int(str(value)))
+    except ValueError:
+        return 0
+
+
+def count_patch(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the JSON merge patch that increments the deschedule count: it names that one
+    annotation only (every other annotation stays as it is) and the resourceVersion the
+    decision was made on, so a pod changed since is not touched (409 Conflict)."""
+    meta = _mapping(pod.get("metadata"))
+    return {
+        "metadata": {
+            "resourceVersion": meta.get("resourceVersion"),
+            "annotations": {DESCHEDULE_COUNT_ANNOTATION: str(deschedule_count(pod) + 1)},
+        }
+    }
+
+
+def eviction(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the policy/v1 Eviction of `pod`, with preconditions on its UID and
+    resourceVersion: the eviction applies to the pod as judged, or fails with 409."""
+    meta = _mapping(pod.get("metadata"))
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+        "deleteOptions": {
+            "preconditions": {
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            }
+        },
+    }
+
+
+def replacement_name(pod: Mapping[str, Any]) -> str:
+    """Return the name of the replacement of bare pod `pod`: its original name (a previous
+    replacement's `-d<n>` removed) with `-d<count+1>`."""
+    meta = _mapping(pod.get("metadata"))
+    name = str(meta.get("name") or "")
+    if _mapping(meta.get("labels")).get(labels.CREATED_BY_DESCHEDULER_LABEL) == "true":
+        name = _SUFFIX.sub("", name)
+    suffix = f"-d{deschedule_count(pod) + 1}"
+    return name[: MAX_NAME - len(suffix)] + suffix
+
+
+def replacement(pod: Mapping[str, Any], *, avoid: Iterable[str]) -> dict[str, Any]:
+    """Return the replacement of bare pod `pod` (see the module docstring), gated."""
+    meta = {k: copy.deepcopy(v) for k, v in _mapping(pod.get("metadata")).items()}
+    for key in _DROPPED_META:
+        meta.pop(key, None)
+    meta["name"] = replacement_name(pod)
+    meta["labels"] = {
+        **_mapping(meta.get("labels")),
+        labels.CREATED_BY_DESCHEDULER_LABEL: "true",
+    }
+    meta["annotations"] = {
+        **_mapping(meta.get("annotations")),
+        DESCHEDULE_COUNT_ANNOTATION: str(deschedule_count(pod) + 1),
+        REPLACES_ANNOTATION: str(_mapping(pod.get("metadata")).get("name") or ""),
+        REPLACES_UID_ANNOTATION: str(_mapping(pod.get("metadata")).get("uid") or ""),
+    }
+    spec = {k: copy.deepcopy(v) for k, v in _mapping(pod.get("spec")).items()}
+    for key in _DROPPED_SPEC:
+        spec.pop(key, None)
+    affinity = avoidance.avoiding(_mapping(spec.get("affinity")) or None, avoid)
+    if affinity is not None:
+        spec["affinity"] = affinity
+    gates = [
+        g for g in _list(spec.get("schedulingGates")) if _mapping(g).get("name") != SCHEDULING_GATE
+    ]
+    spec["schedulingGates"] = [*gates, {"name": SCHEDULING_GATE}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def ungate_patch() -> dict[str, Any]:
+    """Return the strategic merge patch that removes the descheduler's scheduling gate (and
+    only it: schedulingGates merge by name)."""
+    return {"spec": {"schedulingGates": [{"$patch": "delete", "name": SCHEDULING_GATE}]}}
+
+
+def replaces(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """Return (name, UID) of the pod that `pod` replaces; None unless it is a replacement."""
+    annotations = _mapping(_mapping(pod.get("metadata")).get("annotations"))
+    name = annotations.get(REPLACES_ANNOTATION)
+    uid = annotations.get(REPLACES_UID_ANNOTATION)
+    if isinstance(name, str) and isinstance(uid, str) and name and uid:
+        return name, uid
+    return None
+
+
+def is_gated(pod: Mapping[str, Any]) -> bool:
+    """Tell whether `pod` still carries the descheduler's scheduling gate."""
+    gates = _list(_mapping(pod.get("spec")).get("schedulingGates"))
+    return any(_mapping(g).get("name") == SCHEDULING_GATE for g in gates)
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []

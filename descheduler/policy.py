@@ -1,0 +1,339 @@
+"""Which pods move, and where they may not go (pure: no I/O, inputs never mutated).
+
+One round of the descheduler is `plan(...)`: from the upper cluster's Pending pods and
+nodes, the avoidance record and the PodDisruptionBudgets, the decision for every pod that a
+lower cluster could not place. The loop (`loop.py`) carries decisions out.
+
+A pod is *due* when it is Pending on a virtual node and either its PodScheduled condition has
+been False with reason Unschedulable or SchedulerError (the lower scheduler's verdict, which
+the virtual node mirrors onto the upper pod) for `unschedulable_timeout`, or it has been
+Pending longer than the policy's PodLifeTime `maxPodLifeTimeSeconds` (tensile-kube's
+strategy). It never moves when it is in kube-system, a mirror or static pod, or a DaemonSet's
+(their node or controller puts them straight back); nor, unless the annotation
+`descheduler.alpha.kubernetes.io/evict` forces it, when its priority is system-critical or
+above, or it has local storage (emptyDir, hostPath) and `evict_local_storage_pods` is off
+(the rules of sigs.k8s.io/descheduler's IsEvictable).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from descheduler import moves, selectors
+from vnode.contracts import avoidance, labels
+from vnode.kube.timestamps import parse_rfc3339
+
+EVICT_ANNOTATION = "descheduler.alpha.kubernetes.io/evict"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+SOURCE_ANNOTATION = "kubernetes.io/config.source"
+SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
+"""scheduling.SystemCriticalPriority: system-cluster-critical and above never move."""
+UNPLACEABLE_REASONS = frozenset({"Unschedulable", "SchedulerError"})
+POD_SELECTOR = f"{labels.VIRTUAL_POD_LABEL}={labels.VIRTUAL_POD_VALUE}"
+"""The webhook's default --pod-selector (tensile-kube's label)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Criteria:
+    """Which pods are due to move, and from which virtual nodes; durations in seconds."""
+
+    unschedulable_timeout: float = 60.0
+    """How long PodScheduled must have been False (Unschedulable, SchedulerError)."""
+    max_pod_lifetime: float | None = None
+    """PodLifeTime's maxPodLifeTimeSeconds: move pods Pending longer than this (None: off)."""
+    evict_local_storage_pods: bool = False
+    """Also move pods with emptyDir or hostPath volumes."""
+    node_selector: selectors.Selector = field(default_factory=lambda: selectors.EVERYTHING)
+    """Virtual nodes considered, both to move pods off and to move them to."""
+    pod_selector: selectors.Selector = field(default_factory=lambda: selectors.parse(POD_SELECTOR))
+    """The webhook's pod selector: a pod with a controller moves only when its replacement
+    passes the webhook, which keeps it off the virtual nodes to avoid."""
+    max_pods_per_node: int = 0
+    """Moves off one virtual node per round (0: no limit)."""
+
+
+Action = Literal["evict", "recreate", "exhausted", "blocked"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    """What to do with one due pod.
+
+    - evict: record that `owner` avoids `node`, then evict the pod (its controller replaces it);
+    - recreate: a bare pod: create its replacement avoiding `avoid`, then delete it;
+    - exhausted: every considered virtual node has been tried; the pod stays where it is;
+    - blocked: a PodDisruptionBudget does not allow it now (`message` says which).
+    """
+
+    action: Action
+    pod: Mapping[str, Any]
+    node: str
+    """The virtual node the pod is on."""
+    reason: str
+    """Why it is due: the lower cluster's message, or the lifetime exceeded."""
+    owner: avoidance.Owner | None
+    avoid: frozenset[str]
+    """Virtual nodes the pod (or its owner) is kept off after the move, `node` included."""
+    message: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Round:
+    """The decisions of one round, and how many pods were looked at."""
+
+    decisions: tuple[Decision, ...]
+    considered: int
+    """Pending pods on considered virtual nodes that were examined."""
+    deferred: int = 0
+    """Due pods left for a later round by the per-node limit."""
+
+
+def is_virtual_node(node: Mapping[str, Any]) -> bool:
+    """Tell whether `node` is a virtual node (label type=virtual-kubelet)."""
+    return _labels(node).get(labels.NODE_TYPE_LABEL) == labels.VIRTUAL_NODE_TYPE
+
+
+def node_usable(node: Mapping[str, Any]) -> bool:
+    """Tell whether the upper scheduler may place pods on `node` now: Ready and not cordoned."""
+    if _mapping(node.get("spec")).get("unschedulable"):
+        return False
+    conditions = _list(_mapping(node.get("status")).get("conditions"))
+    return any(
+        _mapping(c).get("type") == "Ready" and _mapping(c).get("status") == "True"
+        for c in conditions
+    )
+
+
+def considered_nodes(
+    nodes: Iterable[Mapping[str, Any]], *, criteria: Criteria
+) -> dict[str, Mapping[str, Any]]:
+    """Return the usable virtual nodes that `criteria.node_selector` selects, by name."""
+    return {
+        str(_mapping(n.get("metadata")).get("name")): n
+        for n in nodes
+        if is_virtual_node(n) and node_usable(n) and criteria.node_selector.matches(_labels(n))
+    }
+
+
+def due(pod: Mapping[str, Any], *, criteria: Criteria, now: dt.datetime) -> str | None:
+    """Return why `pod` is due to move (the lower cluster's reason and message, or the
+    lifetime it exceeded), or None when it is not (yet)."""
+    status = _mapping(pod.get("status"))
+    meta = _mapping(pod.get("metadata"))
+    if status.get("phase") != "Pending" or meta.get("deletionTimestamp"):
+        return None
+    scheduled = next(
+        (
+            _mapping(c)
+            for c in _list(status.get("conditions"))
+            if _mapping(c).get("type") == "PodScheduled"
+        ),
+        {},
+    )
+    created = parse_rfc3339(meta.get("creationTimestamp"))
+    why = ""
+    if scheduled.get("status") == "False" and scheduled.get("reason") in UNPLACEABLE_REASONS:
+        why = f"{scheduled.get('reason')}: {scheduled.get('message') or 'no message'}"
+        since = parse_rfc3339(scheduled.get("lastTransitionTime")) or created
+        if since is not None and (now - since).total_seconds() >= criteria.unschedulable_timeout:
+            return why
+    limit = criteria.max_pod_lifetime
+    if limit is not None and created is not None and (now - created).total_seconds() > limit:
+        lifetime = f"Pending for more than {limit:.0f}s (PodLifeTime)"
+        return f"{lifetime}; {why}" if why else lifetime
+    return None
+
+
+def exclusion(pod: Mapping[str, Any], *, criteria: Criteria) -> str | None:
+    """Return why `pod` must never be moved, or None when it may be."""
+    return next(_exclusions(pod, criteria=criteria), None)
+
+
+def _exclusions(pod: Mapping[str, Any], *, criteria: Criteria) -> Iterator[str]:
+    meta = _mapping(pod.get("metadata"))
+    annotations = _mapping(meta.get("annotations"))
+    if meta.get("namespace") == "kube-system":
+        yield "in kube-system"
+    if MIRROR_ANNOTATION in annotations:
+        yield "a mirror pod"
+    if annotations.get(SOURCE_ANNOTATION) in ("file", "http"):
+        yield "a static pod"
+    if any(_mapping(r).get("kind") == "DaemonSet" for r in _list(meta.get("ownerReferences"))):
+        yield "a DaemonSet's pod"
+    if moves.is_gated(pod):
+        yield "a replacement waiting for the pod it replaces to go"
+    pod_labels = {str(k): str(v) for k, v in _mapping(meta.get("labels")).items()}
+    if avoidance.controller_of(pod) is not None and not criteria.pod_selector.matches(pod_labels):
+        yield (
+            "its replacement would not pass the webhook, which keeps it off the virtual "
+            "node (its labels do not match --pod-selector)"
+        )
+    if EVICT_ANNOTATION in annotations:
+        return  # forced past the rules below, as in sigs.k8s.io/descheduler
+    spec = _mapping(pod.get("spec"))
+    priority = spec.get("priority")
+    if isinstance(priority, int) and priority >= SYSTEM_CRITICAL_PRIORITY:
+        yield f"priority {priority} is system-critical"
+    if not criteria.evict_local_storage_pods and any(
+        "emptyDir" in _mapping(v) or "hostPath" in _mapping(v) for v in _list(spec.get("volumes"))
+    ):
+        yield "it has local storage (emptyDir/hostPath; see --evict-local-storage-pods)"
+
+
+def disruption_blocker(pod: Mapping[str, Any], budgets: Iterable[Mapping[str, Any]]) -> str | None:
+    """Return why the PodDisruptionBudgets selecting `pod` do not allow moving it now, or
+    None when they do.
+
+    The Eviction API never consults budgets for a Pending pod (canIgnorePDB in
+    pkg/registry/core/pod/storage/eviction.go): so the descheduler applies itself the rule
+    that API applies to a pod that is not Ready -- allowed when the budget's
+    unhealthyPodEvictionPolicy is AlwaysAllow, or it is met (currentHealthy >=
+    desiredHealthy > 0), or it allows a disruption; refused when more than one budget
+    selects the pod, or the budget's status is not up to date yet.
+    """
+    meta = _mapping(pod.get("metadata"))
+    pod_labels = {str(k): str(v) for k, v in _mapping(meta.get("labels")).items()}
+    matching = []
+    for budget in budgets:
+        bmeta = _mapping(budget.get("metadata"))
+        if bmeta.get("namespace") != meta.get("namespace"):
+            continue
+        selector = selectors.from_object(_mapping(budget.get("spec")).get("selector"))
+        if selector is not None and selector.matches(pod_labels):
+            matching.append(budget)
+    if not matching:
+        return None
+    names = sorted(str(_mapping(b.get("metadata")).get("name")) for b in matching)
+    if len(matching) > 1:
+        return f"more than one PodDisruptionBudget selects it ({', '.join(names)})"
+    return _budget_blocker(matching[0], name=names[0])
+
+
+def _budget_blocker(budget: Mapping[str, Any], *, name: str) -> str | None:
+    spec, status = _mapping(budget.get("spec")), _mapping(budget.get("status"))
+    current, desired = _int(status.get("currentHealthy")), _int(status.get("desiredHealthy"))
+    if spec.get("unhealthyPodEvictionPolicy") == "AlwaysAllow" or current >= desired > 0:
+        return None
+    generation = _int(_mapping(budget.get("metadata")).get("generation"))
+    if _int(status.get("observedGeneration")) < generation:
+        return f"PodDisruptionBudget {name} is still being processed"
+    if _int(status.get("disruptionsAllowed")) > 0:
+        return None
+    return (
+        f"PodDisruptionBudget {name} allows no disruption: it needs {desired} healthy "
+        f"pods and has {current}"
+    )
+
+
+def plan(
+    pods: Iterable[Mapping[str, Any]],
+    *,
+    nodes: Iterable[Mapping[str, Any]],
+    record: Mapping[str, str] | None,
+    budgets: Sequence[Mapping[str, Any]],
+    criteria: Criteria,
+    now: dt.datetime,
+) -> Round:
+    """Decide one round: every due, movable pod on a considered virtual node gets a
+    Decision, oldest pods first, at most `criteria.max_pods_per_node` moves per node
+    (exhausted and blocked pods do not count against it).
+
+    An owner's pods move one at a time: at most one per round, and none while another of
+    its pods is still going away, so an owner never has more than one pod beyond its
+    replicas (tensile-kube's re-creations left one surplus pod per move).
+    """
+    pods = list(pods)
+    usable = considered_nodes(nodes, criteria=criteria)
+    leaving = {
+        controller.uid
+        for pod in pods
+        if _mapping(pod.get("metadata")).get("deletionTimestamp")
+        and (controller := avoidance.controller_of(pod)) is not None
+    }
+    considered = 0
+    found: list[tuple[dt.datetime, Decision]] = []
+    for pod in pods:
+        node = str(_mapping(pod.get("spec")).get("nodeName") or "")
+        if node not in usable:
+            continue
+        considered += 1
+        why = due(pod, criteria=criteria, now=now)
+        if why is None or exclusion(pod, criteria=criteria) is not None:
+            continue
+        owner = avoidance.controller_of(pod)
+        if owner is not None:
+            tried = avoidance.avoided_nodes(record, owner_uid=owner.uid, now=now)
+        else:
+            tried = avoidance.avoided_by_affinity(_mapping(pod.get("spec")).get("affinity"))
+        avoid = frozenset({*tried, node})
+        created = parse_rfc3339(_mapping(pod.get("metadata")).get("creationTimestamp")) or now
+        decision = _decide(
+            pod, node=node, why=why, owner=owner, avoid=avoid, usable=usable, budgets=budgets
+        )
+        found.append((created, decision))
+    found.sort(key=lambda item: item[0])
+    moves: Counter[str] = Counter()
+    decisions: list[Decision] = []
+    deferred = 0
+    for _, decision in found:
+        if decision.action in ("evict", "recreate"):
+            uid = decision.owner.uid if decision.owner is not None else None
+            full = bool(criteria.max_pods_per_node) and (
+                moves[decision.node] >= criteria.max_pods_per_node
+            )
+            if full or (uid is not None and uid in leaving):
+                deferred += 1
+                continue
+            moves[decision.node] += 1
+            if uid is not None:
+                leaving.add(uid)
+        decisions.append(decision)
+    return Round(decisions=tuple(decisions), considered=considered, deferred=deferred)
+
+
+def _decide(
+    pod: Mapping[str, Any],
+    *,
+    node: str,
+    why: str,
+    owner: avoidance.Owner | None,
+    avoid: frozenset[str],
+    usable: Mapping[str, Mapping[str, Any]],
+    budgets: Sequence[Mapping[str, Any]],
+) -> Decision:
+    base = Decision(action="evict", pod=pod, node=node, reason=why, owner=owner, avoid=avoid)
+    left = sorted(set(usable) - avoid)
+    if not left:
+        tried = ", ".join(sorted(avoid))
+        message = f"every virtual node has been tried ({tried}); it stays Pending on {node}"
+        return dataclasses.replace(base, action="exhausted", message=message)
+    blocker = disruption_blocker(pod, budgets)
+    if blocker is not None:
+        return dataclasses.replace(base, action="blocked", message=blocker)
+    return dataclasses.replace(
+        base,
+        action="evict" if owner is not None else "recreate",
+        message=f"may go to {', '.join(left)}",
+    )
+
+
+def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    found = _mapping(_mapping(obj.get("metadata")).get("labels"))
+    return {str(k): str(v) for k, v in found.items()}
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []

@@ -1,0 +1,269 @@
+"""The descheduler's moves against a scripted FAKE apiserver (aiohttp on 127.0.0.1).
+
+A fake on purpose: these are the answers a real kube-apiserver cannot be made to give on
+demand at the right moment -- an Eviction refused with 429 for a Pending pod (the real one
+never checks budgets for those), an old pod that changes between the replacement's
+creation and its deletion (409 on the delete), the avoidance record changing under every
+write, and a Lease lost in the middle of a move. The moves themselves, end to end, are
+tests/e2e/test_descheduler.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from descheduler import moves
+from descheduler.mover import Mover, MoveSettings, NotLeading
+from descheduler.policy import Decision
+from descheduler.record import WRITE_ATTEMPTS, AvoidanceRecord
+from vnode.contracts import avoidance
+from vnode.kube.client import ApiClient
+from vnode.kube.config import ConnectionInfo
+from vnode.kube.events import EventRecorder
+
+NOW = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
+OWNER = avoidance.Owner(
+    uid="rs-uid", api_version="apps/v1", kind="ReplicaSet", namespace="shop", name="web-1"
+)
+Handler = Callable[[web.Request], web.Response]
+
+
+def status(code: int, reason: str, message: str) -> web.Response:
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
+    return web.json_response(body, status=code)
+
+
+class FakeApi:
+    """Answers every request from `routes` ((method, path) -> handler); records them all."""
+
+    def __init__(self) -> None:
+        self.routes: dict[tuple[str, str], Handler] = {}
+        self.requests: list[tuple[str, str, Any]] = []
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._answer)
+        self.server = TestServer(app, host="127.0.0.1")
+
+    async def _answer(self, request: web.Request) -> web.Response:
+        body = await request.json() if request.can_read_body else None
+        self.requests.append((request.method, request.path, body))
+        handler = self.routes.get((request.method, request.path))
+        if handler is None:
+            if (request.method, request.path) == ("POST", "/api/v1/namespaces/shop/events"):
+                return web.json_response(body, status=201)
+            return status(404, "NotFound", f"unscripted {request.method} {request.path}")
+        return handler(request)
+
+    def made(self, method: str, path: str) -> list[Any]:
+        return [body for m, p, body in self.requests if (m, p) == (method, path)]
+
+    def events(self) -> list[dict[str, Any]]:
+        return self.made("POST", "/api/v1/namespaces/shop/events")
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[FakeApi]:
+    fake = FakeApi()
+    await fake.server.start_server(shutdown_timeout=1.0)
+    try:
+        yield fake
+    finally:
+        await fake.server.close()
+
+
+@pytest.fixture
+async def client(api: FakeApi) -> AsyncIterator[ApiClient]:
+    info = ConnectionInfo(server=f"http://127.0.0.1:{api.server.port}", ssl_context=None)
+    async with ApiClient(info, name="upper") as c:
+        yield c
+
+
+def mover(client: ApiClient, *, may_act: Callable[[], bool] = lambda: True) -> Mover:
+    return Mover(
+        client=client,
+        recorder=EventRecorder(client, component="tensile-descheduler", host="me"),
+        record=AvoidanceRecord(client, namespace="tensile-system", name="tensile-avoid"),
+        settings=MoveSettings(settle=0.0, gone_timeout=0.5),
+        may_act=may_act,
+    )
+
+
+def a_pod(name: str, *, owned: bool) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": "shop",
+        "uid": f"uid-{name}",
+        "resourceVersion": "7",
+    }
+    if owned:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "name": "web-1",
+                "uid": "rs-uid",
+                "controller": True,
+            }
+        ]
+    return {
+        "metadata": meta,
+        "spec": {"nodeName": "vn-a", "containers": [{"name": "c", "image": "i"}]},
+        "status": {"phase": "Pending"},
+    }
+
+
+def decision(pod: dict[str, Any]) -> Decision:
+    owner = avoidance.controller_of(pod)
+    return Decision(
+        action="evict" if owner else "recreate",
+        pod=pod,
+        node="vn-a",
+        reason="Unschedulable: 0/2 nodes are available: 2 Insufficient cpu.",
+        owner=owner,
+        avoid=frozenset({"vn-a"}),
+    )
+
+
+async def test_an_eviction_refused_with_429_is_reported_and_waits_its_retry_after(
+    api: FakeApi, client: ApiClient
+) -> None:
+    pod = a_pod("web-1-x", owned=True)
+    path = "/api/v1/namespaces/shop/pods/web-1-x"
+    api.routes[("PATCH", path)] = lambda r: web.json_response(
+        {**pod, "metadata": {**pod["metadata"], "resourceVersion": "8"}}
+    )
+
+    def refuse(_request: web.Request) -> web.Response:
+        answer = status(
+            429,
+            "TooManyRequests",
+            "Cannot evict pod as it would violate the pod's disruption budget.",
+        )
+        answer.headers["Retry-After"] = "7"
+        return answer
+
+    api.routes[("POST", path + "/eviction")] = refuse
+    m = mover(client)
+    assert await m.move(decision(pod), now=NOW) == "refused"
+    # Asked once (a 429 here is a verdict, not throttling to retry through), with the
+    # resourceVersion of the count patch as precondition.
+    [eviction] = api.made("POST", path + "/eviction")
+    assert eviction["deleteOptions"]["preconditions"] == {
+        "uid": "uid-web-1-x",
+        "resourceVersion": "8",
+    }
+    [patch] = api.made("PATCH", path)
+    assert patch == {
+        "metadata": {"resourceVersion": "7", "annotations": {"sigs.k8s.io/deschedule-count": "1"}}
+    }
+    [event] = api.events()
+    assert event["reason"] == "EvictionRefused"
+    assert event["type"] == "Warning"
+    assert "disruption budget" in event["message"]
+    assert "trying again in 7s" in event["message"]
+    assert m.waiting(decision(pod))
+
+
+async def test_a_bare_pod_that_changed_before_its_deletion_keeps_its_place(
+    api: FakeApi, client: ApiClient
+) -> None:
+    pod = a_pod("solo", owned=False)
+    made = moves.replacement(pod, avoid=["vn-a"])
+    made["metadata"]["uid"] = "uid-solo-d1"
+    api.routes[("POST", "/api/v1/namespaces/shop/pods")] = lambda r: web.json_response(
+        made, status=201
+    )
+    api.routes[("DELETE", "/api/v1/namespaces/shop/pods/solo")] = lambda r: status(
+        409, "Conflict", "the ResourceVersion in the precondition (7) does not match (9)"
+    )
+    api.routes[("DELETE", "/api/v1/namespaces/shop/pods/solo-d1")] = lambda r: web.json_response(
+        made
+    )
+    assert await mover(client).move(decision(pod), now=NOW) == "conflict"
+    [old_delete] = api.made("DELETE", "/api/v1/namespaces/shop/pods/solo")
+    assert old_delete["preconditions"] == {"uid": "uid-solo", "resourceVersion": "7"}
+    [undo] = api.made("DELETE", "/api/v1/namespaces/shop/pods/solo-d1")
+    assert undo["preconditions"] == {"uid": "uid-solo-d1"}
+    # Never released: no patch lifted its gate.
+    assert not [r for r in api.requests if r[0] == "PATCH"]
+
+
+async def test_the_record_is_rewritten_on_a_conflict_and_given_up_after_repeated_ones(
+    api: FakeApi, client: ApiClient
+) -> None:
+    path = "/api/v1/namespaces/tensile-system/configmaps/tensile-avoid"
+    current = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "tensile-avoid",
+            "namespace": "tensile-system",
+            "resourceVersion": "1",
+        },
+        "data": {"other": "garbage"},
+    }
+    api.routes[("GET", path)] = lambda r: web.json_response(current)
+    answers = [status(409, "Conflict", "the object has been modified"), web.json_response(current)]
+    api.routes[("PUT", path)] = lambda r: answers.pop(0)
+    m = mover(client)
+    ready = await m.prepare([decision(a_pod("web-1-x", owned=True))], now=NOW)
+    assert len(ready) == 1
+    puts = api.made("PUT", path)
+    assert len(puts) == 2
+    assert all(p["metadata"]["resourceVersion"] == "1" for p in puts)
+    assert avoidance.avoided_nodes(puts[-1]["data"], owner_uid="rs-uid", now=NOW) == {"vn-a"}
+    assert "other" not in puts[-1]["data"]  # unreadable entries are pruned
+
+    api.requests.clear()
+    api.routes[("PUT", path)] = lambda r: status(409, "Conflict", "the object has been modified")
+    assert await m.prepare([decision(a_pod("web-1-y", owned=True))], now=NOW) == []
+    assert len(api.made("PUT", path)) == WRITE_ATTEMPTS
+    [event] = api.events()
+    assert event["reason"] == "DeschedulingFailed"
+    assert "cannot write the avoidance record" in event["message"]
+
+
+async def test_the_record_is_created_when_absent(api: FakeApi, client: ApiClient) -> None:
+    api.routes[("POST", "/api/v1/namespaces/tensile-system/configmaps")] = lambda r: (
+        web.json_response({}, status=201)
+    )
+    await mover(client).prepare([decision(a_pod("web-1-x", owned=True))], now=NOW)
+    [created] = api.made("POST", "/api/v1/namespaces/tensile-system/configmaps")
+    assert created["metadata"] == {
+        "name": "tensile-avoid",
+        "namespace": "tensile-system",
+        "labels": {"app.kubernetes.io/managed-by": "tensile-descheduler"},
+    }
+    assert json.loads(created["data"]["rs-uid"])["owner"]["name"] == "web-1"
+
+
+async def test_a_lost_lease_stops_a_move_before_its_next_write(
+    api: FakeApi, client: ApiClient
+) -> None:
+    leading = [True]
+    pod = a_pod("solo", owned=False)
+    made = moves.replacement(pod, avoid=["vn-a"])
+
+    def create(_request: web.Request) -> web.Response:
+        leading[0] = False  # the Lease is lost while the replacement is being created
+        return web.json_response(
+            {**made, "metadata": {**made["metadata"], "uid": "u2"}}, status=201
+        )
+
+    api.routes[("POST", "/api/v1/namespaces/shop/pods")] = create
+    with pytest.raises(NotLeading):
+        await mover(client, may_act=lambda: leading[0]).move(decision(pod), now=NOW)
+    assert [(m, p) for m, p, _ in api.requests] == [("POST", "/api/v1/namespaces/shop/pods")]

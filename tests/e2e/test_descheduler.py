@@ -1,0 +1,658 @@
+"""The descheduler against real clusters: one upper cluster over two lower ones, a virtual
+node for each. Lower cluster A has four nodes of 1 CPU (its virtual node advertises 4 CPU,
+so the upper scheduler takes two 1.5 CPU pods there, and prefers it through a preferred
+node affinity), lower cluster B one node of 8 CPU: A's scheduler says Unschedulable ("0/4
+nodes are available: 4 Insufficient cpu."), the virtual node mirrors that onto the upper
+pod, and the descheduler moves the pod to B's virtual node.
+
+The fleet, both virtual nodes and the RBAC of manifests/descheduler are shared by the
+module's tests; every descheduler runs with the token of that least-privilege account.
+Each test starts its own descheduler(s) with a short --unschedulable-timeout.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from descheduler import moves
+from tests.e2e.helpers import events_for, get, pod, token_kubeconfig, wait_for
+from vnode.contracts import avoidance
+from vnode.testing import webhooks
+from vnode.testing.cluster import FleetSettings, LowerClusterSettings
+from vnode.testing.deschedulers import DeschedulerProcess
+from vnode.testing.fixtures import create_namespace, delete_namespace, long_lived_pids
+from vnode.testing.fleet import Fleet
+from vnode.testing.rest import RestClient
+from vnode.testing.vnodes import VirtualNodeProcess
+from vnode.testing.webhooks import WebhookProcess
+
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests" / "descheduler"
+TOPOLOGY = FleetSettings(
+    lowers=(
+        LowerClusterSettings(nodes=4, cpu="1", memory="8Gi"),
+        LowerClusterSettings(nodes=1, cpu="8", memory="32Gi"),
+    ),
+    metrics_server=False,
+)
+TIMEOUT = 5.0
+"""--unschedulable-timeout of the tests' deschedulers (seconds)."""
+FAST = [f"--unschedulable-timeout={TIMEOUT:g}s", "--descheduling-interval=1s"]
+LOWER_REASON = "Insufficient cpu"
+
+
+@dataclass(frozen=True)
+class Topology:
+    fleet: Fleet
+    a: VirtualNodeProcess
+    b: VirtualNodeProcess
+    kubeconfig: Path
+    """The descheduler ServiceAccount's kubeconfig (manifests/descheduler/rbac.yaml)."""
+
+    @property
+    def upper(self) -> RestClient:
+        return self.fleet.upper.rest()
+
+
+@pytest.fixture(scope="module")
+def topology(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Topology]:
+    directory = tmp_path_factory.mktemp("desched-fleet")
+    fleet = Fleet.start(directory=directory / "fleet", settings=TOPOLOGY, owns_directory=True)
+    pids = long_lived_pids(request.config)
+    pids.update(fleet.pids())
+    started: list[VirtualNodeProcess] = []
+    try:
+        for name, lower in (("vn-a", "lower"), ("vn-b", "lower-2")):
+            node = VirtualNodeProcess(fleet, name=name, lower=lower, log_dir=directory)
+            started.append(node)
+            node.start()
+            assert node.process is not None
+            pids.add(node.process.pid)
+        kubeconfig = _descheduler_kubeconfig(fleet, directory / "descheduler.kubeconfig")
+        yield Topology(fleet=fleet, a=started[0], b=started[1], kubeconfig=kubeconfig)
+    finally:
+        for node in started:
+            node.stop()
+            if node.process is not None:
+                pids.discard(node.process.pid)
+        fleet.stop()
+        pids.difference_update(fleet.pids())
+
+
+def _descheduler_kubeconfig(fleet: Fleet, path: Path) -> Path:
+    return token_kubeconfig(
+        fleet.upper, MANIFESTS / "rbac.yaml", path, service_account="tensile-descheduler"
+    )
+
+
+@pytest.fixture
+def ns(topology: Topology, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace of the upper cluster (the virtual nodes make it below); deleted after
+    the test, which waits until it is gone: its pods' CPU on vn-a is then free again for
+    the next test's pod."""
+    clusters = [topology.fleet.upper, *topology.fleet.lowers]
+    prefix = request.node.name[5:30].replace("_", "-").strip("-")
+    name = create_namespace(clusters[:1], prefix=prefix)
+    try:
+        yield name
+    finally:
+        delete_namespace(clusters, name)
+        wait_for(
+            f"namespace {name} gone",
+            lambda: get(topology.upper, f"/api/v1/namespaces/{name}") is None,
+            timeout=60,
+        )
+
+
+@pytest.fixture
+def deschedulers(topology: Topology, tmp_path: Path) -> Iterator[Callable[..., DeschedulerProcess]]:
+    """Start deschedulers with the test's flags; each is stopped (and must exit 0) after."""
+    started: list[DeschedulerProcess] = []
+
+    def start(*args: str, name: str = "descheduler", wait: bool = True) -> DeschedulerProcess:
+        process = DeschedulerProcess(
+            topology.fleet,
+            log_dir=tmp_path,
+            name=name,
+            kubeconfig=topology.kubeconfig,
+            args=[*FAST, *args],
+        )
+        started.append(process)
+        return process.start(wait=wait)
+
+    try:
+        yield start
+    finally:
+        codes = [
+            (d.name, d.stop(), d.log)
+            for d in started
+            if d.process is not None and d.process.alive()
+        ]
+        assert all(code == 0 for _, code, _ in codes), codes
+
+
+def workload_spec(app: str, *, prefer: str) -> dict[str, Any]:
+    """A pod spec the upper scheduler places on virtual node `prefer` (preferred affinity)
+    and that needs 1.5 CPU on one lower node."""
+    return {
+        "affinity": {
+            "nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 100,
+                        "preference": {
+                            "matchExpressions": [
+                                {
+                                    "key": "kubernetes.io/hostname",
+                                    "operator": "In",
+                                    "values": [prefer],
+                                }
+                            ]
+                        },
+                    }
+                ],
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "type", "operator": "In", "values": ["virtual-kubelet"]}
+                            ]
+                        }
+                    ]
+                },
+            }
+        },
+        "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
+        "terminationGracePeriodSeconds": 5,
+        "containers": [
+            {"name": "main", "image": "nginx:1.27", "resources": {"requests": {"cpu": "1500m"}}}
+        ],
+    }
+
+
+def bare_pod(name: str, *, prefer: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": workload_spec(name, prefer=prefer),
+    }
+
+
+def deployment(name: str, *, replicas: int, prefer: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name, "virtual-pod": "true"}},
+                "spec": workload_spec(name, prefer=prefer),
+            },
+        },
+    }
+
+
+def pods_of(client: RestClient, ns: str, app: str) -> list[dict[str, Any]]:
+    found = client.request(
+        "GET", f"/api/v1/namespaces/{ns}/pods", query={"labelSelector": f"app={app}"}
+    )
+    return list(found.get("items") or [])
+
+
+def unschedulable_below(client: RestClient, ns: str, name: str) -> bool:
+    found = pod(client, ns, name) or {}
+    conditions = found.get("status", {}).get("conditions") or []
+    return any(
+        c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conditions
+    )
+
+
+def descheduler_events(client: RestClient, ns: str) -> list[dict[str, Any]]:
+    found = client.request("GET", f"/api/v1/namespaces/{ns}/events")
+    return [
+        e
+        for e in found.get("items") or []
+        if (e.get("source") or {}).get("component") == "tensile-descheduler"
+    ]
+
+
+def avoidance_record(client: RestClient) -> dict[str, str] | None:
+    found = get(client, "/api/v1/namespaces/tensile-system/configmaps/tensile-avoid")
+    return None if found is None else dict(found.get("data") or {})
+
+
+# -- pods with a controller ------------------------------------------------------------------
+
+
+WEBHOOK = "tensile-webhook"
+
+
+@pytest.fixture
+def webhook(topology: Topology, ns: str, tmp_path: Path) -> Iterator[WebhookProcess]:
+    """tensile-webhook with the token of manifests/webhook/rbac.yaml's account, called for
+    the test's namespace; stopped (exit 0) and unregistered afterwards."""
+    fleet = topology.fleet
+    kubeconfig = token_kubeconfig(
+        fleet.upper,
+        MANIFESTS.parent / "webhook" / "rbac.yaml",
+        tmp_path / "webhook.kubeconfig",
+        service_account="tensile-webhook",
+    )
+    hook = WebhookProcess(
+        fleet, name=WEBHOOK, log_dir=tmp_path, secret_namespace="tensile-system",
+        configuration=WEBHOOK, kubeconfig=kubeconfig,
+    )  # fmt: skip
+    webhooks.register(fleet.upper, webhooks.configuration(WEBHOOK, url=hook.url, namespace=ns))
+    try:
+        hook.start()
+        webhooks.wait_admitting(fleet.upper, namespace=ns)
+        yield hook
+    finally:
+        code = hook.stop()
+        webhooks.unregister(fleet.upper, WEBHOOK)
+        assert code == 0, f"webhook exited {code}; log {hook.log}"
+
+
+def test_a_deployments_pods_move_to_the_virtual_node_whose_cluster_fits_them(
+    topology: Topology,
+    ns: str,
+    webhook: WebhookProcess,
+    deschedulers: Callable[..., DeschedulerProcess],
+) -> None:
+    upper, replicas = topology.upper, 2
+    upper.request(
+        "POST",
+        f"/apis/apps/v1/namespaces/{ns}/deployments",
+        body=deployment("web", replicas=replicas, prefer="vn-a"),
+    )
+    wait_for(
+        "both pods unschedulable below vn-a",
+        lambda: (
+            len(pods_of(upper, ns, "web")) == replicas
+            and all(
+                p["spec"].get("nodeName") == "vn-a"
+                and unschedulable_below(upper, ns, p["metadata"]["name"])
+                for p in pods_of(upper, ns, "web")
+            )
+        ),
+        timeout=60,
+    )
+    first = {p["metadata"]["name"] for p in pods_of(upper, ns, "web")}
+    descheduler = deschedulers()
+    started = time.monotonic()
+    most, fewest = 0, replicas
+    while True:
+        pods = pods_of(upper, ns, "web")
+        most, fewest = max(most, len(pods)), min(fewest, len(pods))
+        moved = [
+            p
+            for p in pods
+            if p["spec"].get("nodeName") == "vn-b" and p["status"].get("phase") == "Running"
+        ]
+        if len(moved) == replicas == len(pods):
+            break
+        assert time.monotonic() - started < TIMEOUT + 30, [
+            (p["metadata"]["name"], p["spec"].get("nodeName"), p["status"].get("phase"))
+            for p in pods
+        ]
+        time.sleep(1.0)
+    # Sampled every second: never a surplus pod beyond the one going away, none lost.
+    assert most <= replicas + 1
+    assert fewest >= replicas
+    assert not first & {p["metadata"]["name"] for p in moved}
+    # Each replacement went through the webhook: kept off vn-a upstairs, nothing below.
+    for replacement in moved:
+        terms = replacement["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"]
+        assert all(
+            {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["vn-a"]}
+            in t["matchExpressions"]
+            for t in terms
+        )
+        annotation = replacement["metadata"]["annotations"]["clusterSelector"]
+        assert "kubernetes.io/hostname" not in annotation
+    owner = moved[0]["metadata"]["ownerReferences"][0]
+    record = avoidance_record(upper) or {}
+    assert avoidance.avoided_nodes(record, owner_uid=owner["uid"], now=dt.datetime.now(dt.UTC)) == {
+        "vn-a"
+    }
+    for name in first:
+        [event] = [e for e in events_for(upper, ns, name) if e["reason"] == "Descheduled"]
+        assert "vn-a" in event["message"]
+        assert LOWER_REASON in event["message"]
+        assert owner["name"] in event["message"]
+    assert descheduler.metric("tensile_descheduler_pods_evicted_total") == replicas
+    assert (
+        descheduler.metric("tensile_descheduler_moves_total", kind="evict", outcome="moved")
+        == replicas
+    )
+
+
+# -- bare pods ------------------------------------------------------------------------------
+
+
+def test_a_bare_pod_moves_once_and_never_runs_twice(
+    topology: Topology, ns: str, deschedulers: Callable[..., DeschedulerProcess]
+) -> None:
+    upper = topology.upper
+    upper.request("POST", f"/api/v1/namespaces/{ns}/pods", body=bare_pod("solo", prefer="vn-a"))
+    wait_for(
+        "solo bound to vn-a",
+        lambda: ((pod(upper, ns, "solo") or {}).get("spec") or {}).get("nodeName") == "vn-a",
+    )
+    wait_for("solo unschedulable below", lambda: unschedulable_below(upper, ns, "solo"), timeout=60)
+    original_uid = (pod(upper, ns, "solo") or {})["metadata"]["uid"]
+    descheduler = deschedulers()
+    running_at_once, seen = 0, set()
+    deadline = time.monotonic() + TIMEOUT + 30
+    while True:
+        pods = pods_of(upper, ns, "solo")
+        seen.update(p["metadata"]["name"] for p in pods)
+        running_at_once = max(
+            running_at_once, sum(p["status"].get("phase") == "Running" for p in pods)
+        )
+        done = [
+            p
+            for p in pods
+            if p["status"].get("phase") == "Running" and p["spec"].get("nodeName") == "vn-b"
+        ]
+        if done and len(pods) == 1:
+            break
+        phases = [(p["metadata"]["name"], p["status"].get("phase")) for p in pods]
+        assert time.monotonic() < deadline, f"solo did not move: {phases}"
+        time.sleep(0.5)
+    assert running_at_once == 1
+    [moved] = done
+    assert moved["metadata"]["name"] == "solo-d1"
+    assert moved["metadata"]["labels"]["create-by-descheduler"] == "true"
+    assert moved["metadata"]["annotations"]["sigs.k8s.io/deschedule-count"] == "1"
+    assert moved["metadata"]["annotations"]["tensile.io/replaces-uid"] == original_uid
+    assert moved["spec"].get("schedulingGates") in (None, [])
+    terms = moved["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert all(
+        {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["vn-a"]}
+        in t["matchExpressions"]
+        for t in terms
+    )
+    # The Events name the virtual node left and the lower cluster's reason.
+    [event] = [e for e in events_for(upper, ns, "solo") if e["reason"] == "Rescheduled"]
+    assert "vn-a" in event["message"]
+    assert LOWER_REASON in event["message"]
+    assert any(e["reason"] == "Rescheduled" for e in events_for(upper, ns, "solo-d1"))
+    # It moves once: rounds later, still the same one pod.
+    time.sleep(3)
+    assert [p["metadata"]["uid"] for p in pods_of(upper, ns, "solo")] == [moved["metadata"]["uid"]]
+    assert seen == {"solo", "solo-d1"}
+    assert descheduler.metric("tensile_descheduler_pods_recreated_total") == 1
+    assert (
+        descheduler.metric("tensile_descheduler_moves_total", kind="recreate", outcome="moved") == 1
+    )
+
+
+def test_dry_run_changes_nothing(
+    topology: Topology, ns: str, deschedulers: Callable[..., DeschedulerProcess]
+) -> None:
+    upper = topology.upper
+    upper.request("POST", f"/api/v1/namespaces/{ns}/pods", body=bare_pod("stay", prefer="vn-a"))
+    wait_for("stay unschedulable below", lambda: unschedulable_below(upper, ns, "stay"), timeout=60)
+    before = pod(upper, ns, "stay") or {}
+    record = avoidance_record(upper)
+    descheduler = deschedulers("--dry-run")
+    wait_for(
+        "dry-run moves counted",
+        lambda: descheduler.metric("tensile_descheduler_moves_total", outcome="dry_run") >= 2,
+        timeout=TIMEOUT + 30,
+    )
+    after = pod(upper, ns, "stay") or {}
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    assert after["metadata"].get("annotations") == before["metadata"].get("annotations")
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert [p["metadata"]["name"] for p in pods_of(upper, ns, "stay")] == ["stay"]
+    assert descheduler_events(upper, ns) == []
+    assert avoidance_record(upper) == record
+    assert descheduler.metric("tensile_descheduler_moves_total", outcome="moved") == 0
+
+
+# -- budgets ---------------------------------------------------------------------------------
+
+
+def test_a_budget_that_allows_no_disruption_blocks_the_move(
+    topology: Topology, ns: str, deschedulers: Callable[..., DeschedulerProcess]
+) -> None:
+    upper = topology.upper
+    upper.request(
+        "POST",
+        f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+        body={
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "keep"},
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "kept"}}},
+        },
+    )
+    upper.request(
+        "POST",
+        f"/apis/apps/v1/namespaces/{ns}/deployments",
+        body=deployment("kept", replicas=1, prefer="vn-a"),
+    )
+    wait_for("a kept pod", lambda: pods_of(upper, ns, "kept"))
+    name = pods_of(upper, ns, "kept")[0]["metadata"]["name"]
+    wait_for("unschedulable below", lambda: unschedulable_below(upper, ns, name), timeout=60)
+    wait_for(
+        "the budget's status",
+        lambda: (
+            (get(upper, f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/keep") or {})
+            .get("status", {})
+            .get("observedGeneration")
+        ),
+    )
+    before = pod(upper, ns, name) or {}
+    descheduler = deschedulers()
+    wait_for(
+        "the blocked move's Event",
+        lambda: [e for e in events_for(upper, ns, name) if e["reason"] == "DeschedulingBlocked"],
+        timeout=TIMEOUT + 30,
+    )
+    [event] = [e for e in events_for(upper, ns, name) if e["reason"] == "DeschedulingBlocked"]
+    assert "PodDisruptionBudget keep allows no disruption" in event["message"]
+    assert "vn-a" in event["message"]
+    assert LOWER_REASON in event["message"]
+    time.sleep(3)  # rounds go by: nothing changes
+    after = pod(upper, ns, name) or {}
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    assert after["metadata"].get("deletionTimestamp") is None
+    assert "sigs.k8s.io/deschedule-count" not in (after["metadata"].get("annotations") or {})
+    owner = after["metadata"]["ownerReferences"][0]["uid"]
+    assert owner not in (avoidance_record(upper) or {})
+    assert [p["metadata"]["name"] for p in pods_of(upper, ns, "kept")] == [name]
+    assert descheduler.metric("tensile_descheduler_pods_blocked_by_pdb_total") >= 1
+    assert descheduler.metric("tensile_descheduler_pods_evicted_total") == 0
+
+
+# -- replicas ---------------------------------------------------------------------------------
+
+LEASE = [
+    "--leader-elect-lease-duration=8s",
+    "--leader-elect-renew-deadline=5s",
+    "--leader-elect-retry-period=1s",
+]
+LEASE_DURATION, RETRY_PERIOD = 8.0, 1.0
+
+
+def _leader(processes: list[DeschedulerProcess]) -> DeschedulerProcess | None:
+    leading = [p for p in processes if p.metric("tensile_leader_election_is_leader") == 1]
+    assert len(leading) <= 1
+    return leading[0] if leading else None
+
+
+def _move_one(topology: Topology, ns: str, name: str) -> dict[str, Any]:
+    upper = topology.upper
+    upper.request("POST", f"/api/v1/namespaces/{ns}/pods", body=bare_pod(name, prefer="vn-a"))
+    wait_for(
+        f"{name} moved",
+        lambda: [
+            p
+            for p in pods_of(upper, ns, name)
+            if p["metadata"]["name"] == f"{name}-d1" and p["status"].get("phase") == "Running"
+        ],
+        timeout=90,
+    )
+    [event] = [e for e in events_for(upper, ns, name) if e["reason"] == "Rescheduled"]
+    return event
+
+
+def test_of_two_replicas_only_the_leader_acts_and_the_other_takes_over_when_it_is_killed(
+    topology: Topology, ns: str, deschedulers: Callable[..., DeschedulerProcess]
+) -> None:
+    first = deschedulers(*LEASE, name="replica-1")
+    second = deschedulers(*LEASE, name="replica-2")
+    wait_for("a leader", lambda: _leader([first, second]), timeout=30)
+    leader = _leader([first, second])
+    assert leader is not None
+    follower = second if leader is first else first
+    lease = topology.upper.request(
+        "GET", "/apis/coordination.k8s.io/v1/namespaces/tensile-system/leases/tensile-descheduler"
+    )
+    holder = lease["spec"]["holderIdentity"]
+
+    event = _move_one(topology, ns, "one")
+    assert event["source"]["host"] == holder
+    assert leader.metric("tensile_descheduler_pods_recreated_total") == 1
+    assert follower.metric("tensile_descheduler_pods_recreated_total") == 0
+    assert follower.metric("tensile_descheduler_rounds_total") == 0
+
+    # SIGKILL: no release. The follower takes over within the lease duration of the last
+    # renewal it saw (at most one retry period, with client-go's jitter, later).
+    leader.kill()
+    killed = time.monotonic()
+    wait_for(
+        "the follower leads", lambda: _leader([follower]) is not None, timeout=LEASE_DURATION + 10
+    )
+    took = time.monotonic() - killed
+    assert took < LEASE_DURATION + 2.2 * RETRY_PERIOD + 1.0, took
+    lease = topology.upper.request(
+        "GET", "/apis/coordination.k8s.io/v1/namespaces/tensile-system/leases/tensile-descheduler"
+    )
+    assert lease["spec"]["holderIdentity"] not in ("", holder)
+    event = _move_one(topology, ns, "two")
+    assert event["source"]["host"] == lease["spec"]["holderIdentity"]
+    assert follower.metric("tensile_descheduler_pods_recreated_total") == 1
+
+
+def test_a_bare_pods_move_left_half_done_by_a_crash_is_finished_or_undone(
+    topology: Topology, ns: str, deschedulers: Callable[..., DeschedulerProcess]
+) -> None:
+    """The two states a crash between the steps of a bare pod's move leaves, made through
+    the API as the descheduler makes them: a gated replacement next to the old pod (the old
+    one was not deleted yet: the replacement goes, the old one stays), and a gated
+    replacement whose old pod is gone (it is released and runs)."""
+    upper = topology.upper
+    # Each in turn: its replacement is made from the pod as it is once unschedulable.
+    for name in ("gone", "kept"):
+        upper.request("POST", f"/api/v1/namespaces/{ns}/pods", body=bare_pod(name, prefer="vn-a"))
+        wait_for(
+            f"{name} unschedulable", lambda n=name: unschedulable_below(upper, ns, n), timeout=60
+        )
+        replacement = moves.replacement(pod(upper, ns, name) or {}, avoid=["vn-a"])
+        upper.request("POST", f"/api/v1/namespaces/{ns}/pods", body=replacement)
+        if name == "gone":
+            upper.request("DELETE", f"/api/v1/namespaces/{ns}/pods/gone")
+            wait_for("gone gone", lambda: pod(upper, ns, "gone") is None)
+    kept_before = pod(upper, ns, "kept") or {}
+    # No new moves in this test: only what a round does first, finishing or undoing.
+    deschedulers("--unschedulable-timeout=1h")
+    wait_for("kept-d1 removed", lambda: pod(upper, ns, "kept-d1") is None, timeout=30)
+    wait_for(
+        "gone-d1 released and Running on vn-b",
+        lambda: (
+            (p := pod(upper, ns, "gone-d1"))
+            and p["status"].get("phase") == "Running"
+            and p["spec"].get("nodeName") == "vn-b"
+        ),
+        timeout=60,
+    )
+    kept = pod(upper, ns, "kept") or {}
+    assert kept["metadata"]["uid"] == kept_before["metadata"]["uid"]
+    assert kept["metadata"].get("deletionTimestamp") is None
+    assert (pod(upper, ns, "gone-d1") or {})["spec"].get("schedulingGates") in (None, [])
+
+
+def test_the_manifests_apply_and_the_account_can_do_what_it_needs_only(
+    topology: Topology,
+) -> None:
+    upper = topology.fleet.upper
+    upper.kubectl("apply", "--dry-run=server", "-f", str(MANIFESTS))
+
+    def can(verb: str, resource: str, *extra: str) -> str:
+        answer = upper.kubectl(
+            "auth", "can-i", verb, resource, *extra,
+            "--as=system:serviceaccount:tensile-system:tensile-descheduler", check=False,
+        )  # fmt: skip
+        return answer.stdout.strip()
+
+    assert can("create", "pods", "--subresource=eviction", "-n", "shop") == "yes"
+    assert can("patch", "pods", "-n", "shop") == "yes"
+    assert can("watch", "poddisruptionbudgets.policy") == "yes"
+    assert can("update", "configmaps/tensile-avoid", "-n", "tensile-system") == "yes"
+    assert (
+        can("update", "leases.coordination.k8s.io/tensile-descheduler", "-n", "tensile-system")
+        == "yes"
+    )
+    # Nothing else: no other ConfigMap or Lease, no Secrets, no node or pod rewrites.
+    assert can("update", "configmaps/other", "-n", "tensile-system") == "no"
+    assert can("get", "configmaps", "-n", "shop") == "no"
+    assert can("update", "leases.coordination.k8s.io/other", "-n", "tensile-system") == "no"
+    assert can("update", "leases.coordination.k8s.io", "-n", "kube-node-lease") == "no"
+    assert can("get", "secrets", "-n", "tensile-system") == "no"
+    assert can("update", "pods", "-n", "shop") == "no"
+    assert can("patch", "pods", "--subresource=status", "-n", "shop") == "no"
+    assert can("patch", "nodes") == "no"
+    assert can("delete", "poddisruptionbudgets.policy", "-n", "shop") == "no"
+
+
+def test_a_pod_no_lower_cluster_can_place_stays_pending_with_an_event(
+    topology: Topology, ns: str, deschedulers: Callable[..., DeschedulerProcess]
+) -> None:
+    """A lower-node selector that no lower node matches (written as the webhook writes it):
+    the pod moves from vn-a to vn-b once, then stays Pending there, saying why."""
+    upper = topology.upper
+    nowhere = bare_pod("nowhere", prefer="vn-a")
+    nowhere["metadata"]["annotations"] = {"clusterSelector": '{"nodeSelector":{"disk":"nvme"}}'}
+    upper.request("POST", f"/api/v1/namespaces/{ns}/pods", body=nowhere)
+    descheduler = deschedulers()
+    wait_for(
+        "the NoVirtualNodeLeft Event",
+        lambda: [
+            e for e in events_for(upper, ns, "nowhere-d1") if e["reason"] == "NoVirtualNodeLeft"
+        ],
+        timeout=TIMEOUT * 2 + 60,
+    )
+    [event] = [e for e in events_for(upper, ns, "nowhere-d1") if e["reason"] == "NoVirtualNodeLeft"]
+    assert (
+        "every virtual node has been tried (vn-a, vn-b); it stays Pending on vn-b"
+        in event["message"]
+    )
+    assert "didn't match Pod's node affinity/selector" in event["message"]
+    time.sleep(3)  # rounds go by: it stays
+    [stays] = pods_of(upper, ns, "nowhere")
+    assert stays["metadata"]["name"] == "nowhere-d1"
+    assert stays["spec"]["nodeName"] == "vn-b"
+    assert stays["status"]["phase"] == "Pending"
+    assert (
+        descheduler.metric("tensile_descheduler_moves_total", kind="recreate", outcome="moved") == 1
+    )
+    assert descheduler.metric("tensile_descheduler_moves_total", outcome="exhausted") >= 1

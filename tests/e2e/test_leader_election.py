@@ -1,0 +1,231 @@
+"""Leader election (vnode.kube.leaderelection) against a real kube-apiserver: two electors
+in this process, each with a client of its own, compete for one Lease.
+
+What is checked is what a program built on it relies on: at most one elector runs its work
+at any time; a stopped leader releases the Lease and the other takes over at once; a
+crashed one (no release) is replaced after the lease duration, not before; the Lease reads
+as client-go writes it; and a leader whose apiserver goes away stops acting before its
+Lease could pass to another, then leads again once the apiserver is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from vnode.kube import config
+from vnode.kube.client import ApiClient
+from vnode.kube.leaderelection import LeaderElectionSettings, LeaderElector
+from vnode.kube.resources import LEASES
+from vnode.testing.cluster import FleetSettings, LowerClusterSettings
+from vnode.testing.fleet import Fleet
+
+LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 6.0, 4.0, 0.5
+MICRO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
+
+
+class Candidate:
+    """An elector whose work marks when it leads; `overlaps` counts works running at once."""
+
+    running: set[str]
+    overlaps: int
+
+    def __init__(
+        self, fleet: Fleet, *, identity: str, namespace: str, lease: str, release: bool = True
+    ):
+        self.identity = identity
+        self.client = ApiClient(config.load(str(fleet.upper.kubeconfig)), name=identity)
+        self.elector = LeaderElector(
+            self.client,
+            settings=LeaderElectionSettings(
+                namespace=namespace,
+                name=lease,
+                identity=identity,
+                lease_duration=LEASE_DURATION,
+                renew_deadline=RENEW_DEADLINE,
+                retry_period=RETRY_PERIOD,
+                release_on_cancel=release,
+            ),
+        )
+        self.leading = asyncio.Event()
+        self.stopped = asyncio.Event()
+        self.terms = 0
+        self.stopped_leading_at: float | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    async def work(self) -> None:
+        self.terms += 1
+        Candidate.running.add(self.identity)
+        if len(Candidate.running) > 1:
+            Candidate.overlaps += 1
+        self.stopped.clear()
+        self.leading.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            Candidate.running.discard(self.identity)
+            self.leading.clear()
+            self.stopped.set()
+            self.stopped_leading_at = time.monotonic()
+
+    async def start(self) -> None:
+        await self.client.__aenter__()
+        self.task = asyncio.create_task(
+            self.elector.run(self.work), name=f"elector-{self.identity}"
+        )
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+            self.task = None
+        await self.client.close()
+
+
+@pytest.fixture
+async def candidates(fleet: Fleet, namespace: str) -> AsyncIterator[Callable[..., Candidate]]:
+    Candidate.running, Candidate.overlaps = set(), 0
+    made: list[Candidate] = []
+    lease = f"lease-{secrets.token_hex(3)}"
+
+    def make(identity: str, *, release: bool = True, on: Fleet = fleet) -> Candidate:
+        candidate = Candidate(
+            on, identity=identity, namespace=namespace, lease=lease, release=release
+        )
+        made.append(candidate)
+        return candidate
+
+    try:
+        yield make
+    finally:
+        for candidate in made:
+            await candidate.stop()
+    assert Candidate.overlaps == 0, "two electors ran their work at the same time"
+
+
+async def _lease(candidate: Candidate) -> dict[str, object]:
+    settings = candidate.elector._settings
+    lease = await candidate.client.request(
+        "GET", LEASES.path(namespace=settings.namespace, name=settings.name)
+    )
+    spec = lease["spec"]
+    assert isinstance(spec, dict)
+    return spec
+
+
+async def _wait(event: asyncio.Event, timeout: float) -> float:
+    started = time.monotonic()
+    async with asyncio.timeout(timeout):
+        await event.wait()
+    return time.monotonic() - started
+
+
+async def test_one_of_two_leads_and_a_stopped_leader_hands_over_at_once(
+    candidates: Callable[..., Candidate],
+) -> None:
+    a, b = candidates("replica-a"), candidates("replica-b")
+    # Both race for a Lease that does not exist yet: exactly one creates it.
+    await asyncio.gather(a.start(), b.start())
+    done, _ = await asyncio.wait(
+        [asyncio.create_task(a.leading.wait()), asyncio.create_task(b.leading.wait())],
+        timeout=10,
+        return_when=asyncio.FIRST_COMPLETED,
+    )
+    assert done, "nobody acquired the Lease"
+    leader, follower = (a, b) if a.leading.is_set() else (b, a)
+    # The follower stays out for longer than a lease duration: the leader keeps renewing.
+    await asyncio.sleep(LEASE_DURATION + 2 * RETRY_PERIOD)
+    assert leader.leading.is_set()
+    assert not follower.leading.is_set()
+    spec = await _lease(leader)
+    assert spec["holderIdentity"] == leader.identity
+    assert spec["leaseDurationSeconds"] == 6
+    assert MICRO_TIME.fullmatch(str(spec["renewTime"]))
+    assert MICRO_TIME.fullmatch(str(spec["acquireTime"]))
+    transitions = int(spec.get("leaseTransitions") or 0)  # type: ignore[call-overload]
+    acquired = spec["acquireTime"]
+    assert leader.elector.is_leader()
+    assert not follower.elector.is_leader()
+
+    # SIGTERM-like stop: the Lease is released and taken over at the follower's next try,
+    # well within one lease duration.
+    stopped = time.monotonic()
+    await leader.stop()
+    assert leader.stopped_leading_at is not None
+    assert leader.stopped_leading_at - stopped < 2
+    took = await _wait(follower.leading, timeout=LEASE_DURATION)
+    assert took < 2 * RETRY_PERIOD * 2.2 + 1
+    spec = await _lease(follower)
+    assert spec["holderIdentity"] == follower.identity
+    # Released (transitions kept), then acquired by another holder (+1).
+    assert spec["leaseTransitions"] == transitions + 1
+    assert spec["acquireTime"] != acquired
+
+
+async def test_a_crashed_leader_is_replaced_after_the_lease_duration_not_before(
+    candidates: Callable[..., Candidate],
+) -> None:
+    a = candidates("replica-a", release=False)
+    await a.start()
+    await _wait(a.leading, timeout=10)
+    b = candidates("replica-b")
+    await b.start()
+    await asyncio.sleep(2 * RETRY_PERIOD)
+    transitions = int((await _lease(b)).get("leaseTransitions") or 0)  # type: ignore[call-overload]
+    # A crash: the work and the renewals stop, nothing is released.
+    killed = time.monotonic()
+    await a.stop()
+    took = await _wait(b.leading, timeout=LEASE_DURATION + 10)
+    # A renewed at most one retry period before it died; B waits a whole lease duration
+    # from the last change it saw, and retries every period (with client-go's jitter).
+    assert took >= LEASE_DURATION - RETRY_PERIOD - 0.5
+    assert took <= LEASE_DURATION + RETRY_PERIOD * 2.2 + 3
+    assert time.monotonic() - killed >= took
+    spec = await _lease(b)
+    assert spec["holderIdentity"] == "replica-b"
+    assert spec["leaseTransitions"] == transitions + 1
+
+
+@pytest.mark.timeout(300)
+async def test_a_leader_stops_acting_when_its_apiserver_is_gone_and_leads_again_when_back(
+    start_fleet: Callable[[FleetSettings], Fleet],
+) -> None:
+    own = start_fleet(FleetSettings(lowers=(LowerClusterSettings(nodes=1),), metrics_server=False))
+    own.upper.rest().request(
+        "POST",
+        "/api/v1/namespaces",
+        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "elect"}},
+    )
+    Candidate.running, Candidate.overlaps = set(), 0
+    a = Candidate(own, identity="replica-a", namespace="elect", lease="lease")
+    await a.start()
+    try:
+        await _wait(a.leading, timeout=10)
+        await asyncio.sleep(2 * RETRY_PERIOD)
+        await asyncio.to_thread(own.stop_component, "upper-apiserver")
+        # Renewals fail: the work is cancelled once renew_deadline has passed since the
+        # last renewal -- before lease_duration, after which another replica may take over.
+        await _wait(a.stopped, timeout=LEASE_DURATION + 5)
+        stopped = a.stopped_leading_at
+        last = a.elector.last_renewal
+        assert stopped is not None
+        assert last is not None
+        assert RENEW_DEADLINE - 0.1 <= stopped - last < LEASE_DURATION
+        assert not a.elector.is_leader()
+        await asyncio.sleep(3)
+        assert not a.leading.is_set()  # it keeps trying, without acting
+        await asyncio.to_thread(own.start_component, "upper-apiserver")
+        await _wait(a.leading, timeout=30)
+        assert a.terms == 2
+        spec = await _lease(a)
+        assert spec["holderIdentity"] == "replica-a"
+    finally:
+        await a.stop()
+    assert Candidate.overlaps == 0

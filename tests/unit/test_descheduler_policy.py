@@ -1,0 +1,585 @@
+"""The descheduler's pure decisions: which pods are due, which never move, what budgets
+allow, one round's plan, the policy file, label selectors, and the objects a move writes."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from descheduler import moves, policyfile, selectors
+from descheduler.policy import (
+    Criteria,
+    considered_nodes,
+    disruption_blocker,
+    due,
+    exclusion,
+    plan,
+)
+from vnode.contracts import avoidance
+
+NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
+OWNER_UID = "0f3c2a9e-7b1d-4c55-8e2f-5a6b7c8d9e01"
+CRITERIA = Criteria(unschedulable_timeout=60.0)
+LOWER_MESSAGE = "0/3 nodes are available: 3 Insufficient cpu."
+
+
+def ago(seconds: float) -> str:
+    return (NOW - dt.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def node(name: str, *, ready: bool = True, virtual: bool = True, **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {**({"type": "virtual-kubelet"} if virtual else {}), **labels},
+        },
+        "spec": {},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def pod(
+    name: str = "web-1",
+    *,
+    on: str = "vn-a",
+    since: float = 120,
+    reason: str = "Unschedulable",
+    owner: bool = True,
+    created: float = 300,
+    **extra: Any,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": "shop",
+        "uid": f"uid-{name}",
+        "resourceVersion": "42",
+        "creationTimestamp": ago(created),
+        "labels": {"app": "web", "virtual-pod": "true"},
+    }
+    if owner:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "name": "web-7d9f",
+                "uid": OWNER_UID,
+                "controller": True,
+            }
+        ]
+    result: dict[str, Any] = {
+        "metadata": meta,
+        "spec": {"nodeName": on, "containers": [{"name": "main", "image": "nginx"}]},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": reason,
+                    "message": LOWER_MESSAGE,
+                    "lastTransitionTime": ago(since),
+                }
+            ],
+        },
+    }
+    for key, value in extra.items():
+        section, _, field = key.partition("__")
+        result[section][field] = value
+    return result
+
+
+NODES = [node("vn-a"), node("vn-b"), node("real-1", virtual=False)]
+
+
+# -- due ------------------------------------------------------------------------------------
+
+
+def test_a_pod_unschedulable_below_for_the_timeout_is_due_with_the_lower_reason() -> None:
+    assert due(pod(since=60), criteria=CRITERIA, now=NOW) == f"Unschedulable: {LOWER_MESSAGE}"
+    assert due(pod(since=59), criteria=CRITERIA, now=NOW) is None
+    assert due(pod(reason="SchedulerError"), criteria=CRITERIA, now=NOW) is not None
+    assert due(pod(reason="SchedulingGated"), criteria=CRITERIA, now=NOW) is None
+
+
+def test_only_pending_pods_that_are_not_going_away_are_due() -> None:
+    running = pod()
+    running["status"]["phase"] = "Running"
+    assert due(running, criteria=CRITERIA, now=NOW) is None
+    leaving = pod()
+    leaving["metadata"]["deletionTimestamp"] = ago(1)
+    assert due(leaving, criteria=CRITERIA, now=NOW) is None
+    scheduled = pod()
+    scheduled["status"]["conditions"][0]["status"] = "True"
+    assert due(scheduled, criteria=CRITERIA, now=NOW) is None
+
+
+def test_pod_lifetime_moves_pods_pending_too_long_whatever_their_condition() -> None:
+    lifetime = dataclasses.replace(CRITERIA, max_pod_lifetime=180)
+    young = pod(since=5, created=100)
+    old = pod(since=5, created=200)
+    old["status"]["conditions"] = []
+    assert due(young, criteria=lifetime, now=NOW) is None
+    assert due(old, criteria=lifetime, now=NOW) == "Pending for more than 180s (PodLifeTime)"
+    assert due(old, criteria=CRITERIA, now=NOW) is None
+
+
+def test_a_condition_without_transition_time_counts_from_creation() -> None:
+    undated = pod(created=30)
+    del undated["status"]["conditions"][0]["lastTransitionTime"]
+    assert due(undated, criteria=CRITERIA, now=NOW) is None
+    assert due(pod(created=61) | {}, criteria=CRITERIA, now=NOW) is not None
+
+
+# -- exclusions -----------------------------------------------------------------------------
+
+
+def _with(base: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    result = copy.deepcopy(base)
+    target = result
+    *parents, last = path.split(".")
+    for key in parents:
+        target = target.setdefault(key, {})
+    target[last] = value
+    return result
+
+
+DAEMONSET = [
+    {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u", "controller": True}
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "forced_moves"),
+    [
+        ("metadata.namespace", "kube-system", False),
+        ("metadata.annotations", {"kubernetes.io/config.mirror": "x"}, False),
+        ("metadata.annotations", {"kubernetes.io/config.source": "file"}, False),
+        ("metadata.ownerReferences", DAEMONSET, False),
+        ("spec.schedulingGates", [{"name": "tensile.io/descheduler"}], False),
+        ("spec.priority", 2_000_000_000, True),
+        ("spec.volumes", [{"name": "scratch", "emptyDir": {}}], True),
+        ("spec.volumes", [{"name": "host", "hostPath": {"path": "/x"}}], True),
+    ],
+)
+def test_exclusions_and_what_the_evict_annotation_forces(
+    path: str, value: Any, forced_moves: bool
+) -> None:
+    excluded = _with(pod(), path, value)
+    assert exclusion(excluded, criteria=CRITERIA) is not None
+    annotations = {
+        **excluded["metadata"].get("annotations", {}),
+        "descheduler.alpha.kubernetes.io/evict": "",
+    }
+    forced = _with(excluded, "metadata.annotations", annotations)
+    assert (exclusion(forced, criteria=CRITERIA) is None) == forced_moves
+
+
+def test_an_owned_pod_the_webhook_would_not_see_does_not_move() -> None:
+    unlabelled = _with(pod(), "metadata.labels", {"app": "web"})
+    assert "webhook" in (exclusion(unlabelled, criteria=CRITERIA) or "")
+    # A bare pod is re-created by the descheduler itself: no webhook needed.
+    assert exclusion(_with(pod(owner=False), "metadata.labels", {}), criteria=CRITERIA) is None
+    other = dataclasses.replace(CRITERIA, pod_selector=selectors.parse("app=web"))
+    assert exclusion(unlabelled, criteria=other) is None
+
+
+def test_local_storage_moves_with_the_flag_and_ordinary_pods_always() -> None:
+    scratch = _with(pod(), "spec.volumes", [{"name": "s", "emptyDir": {}}])
+    allowed = dataclasses.replace(CRITERIA, evict_local_storage_pods=True)
+    assert exclusion(scratch, criteria=allowed) is None
+    assert exclusion(pod(), criteria=CRITERIA) is None
+    assert exclusion(_with(pod(), "spec.priority", 1_999_999_999), criteria=CRITERIA) is None
+
+
+# -- disruption budgets ---------------------------------------------------------------------
+
+
+def budget(
+    name: str = "web",
+    *,
+    selector: Any = None,
+    healthy: int = 0,
+    desired: int = 1,
+    allowed: int = 0,
+    policy: str | None = None,
+    generation: int = 1,
+    observed: int = 1,
+    namespace: str = "shop",
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "selector": {"matchLabels": {"app": "web"}} if selector is None else selector
+    }
+    if policy:
+        spec["unhealthyPodEvictionPolicy"] = policy
+    return {
+        "metadata": {"name": name, "namespace": namespace, "generation": generation},
+        "spec": spec,
+        "status": {
+            "currentHealthy": healthy,
+            "desiredHealthy": desired,
+            "disruptionsAllowed": allowed,
+            "observedGeneration": observed,
+        },
+    }
+
+
+def test_a_budget_that_allows_no_disruption_blocks_with_its_numbers() -> None:
+    message = disruption_blocker(pod(), [budget()])
+    assert (
+        message == "PodDisruptionBudget web allows no disruption: it needs 1 healthy pods and has 0"
+    )
+
+
+@pytest.mark.parametrize(
+    "budgets",
+    [
+        [],
+        [budget(namespace="other")],
+        [budget(selector={"matchLabels": {"app": "db"}})],
+        [budget(selector={"matchExpressions": [{"key": "app", "operator": "Bogus"}]})],
+        [budget(policy="AlwaysAllow")],
+        [budget(healthy=2, desired=2)],  # met: moving an unhealthy pod disrupts nothing
+        [budget(healthy=1, desired=2, allowed=1)],
+    ],
+)
+def test_budgets_that_allow_the_move(budgets: list[dict[str, Any]]) -> None:
+    assert disruption_blocker(pod(), budgets) is None
+
+
+def test_budgets_that_block_the_move() -> None:
+    assert "still being processed" in (disruption_blocker(pod(), [budget(generation=2)]) or "")
+    everything = budget(selector={})
+    assert disruption_blocker(pod(), [everything]) is not None  # {} selects every pod
+    two = disruption_blocker(
+        pod(), [budget("a", healthy=5, desired=1), budget("b", healthy=5, desired=1)]
+    )
+    assert two == "more than one PodDisruptionBudget selects it (a, b)"
+
+
+# -- a round ---------------------------------------------------------------------------------
+
+
+def test_considered_nodes_are_usable_virtual_nodes_the_selector_picks() -> None:
+    nodes = [
+        node("vn-a", zone="x"),
+        node("vn-b"),
+        node("vn-c", ready=False),
+        node("real", virtual=False),
+    ]
+    cordoned = node("vn-d")
+    cordoned["spec"]["unschedulable"] = True
+    nodes.append(cordoned)
+    assert set(considered_nodes(nodes, criteria=CRITERIA)) == {"vn-a", "vn-b"}
+    zoned = dataclasses.replace(CRITERIA, node_selector=selectors.parse("zone=x"))
+    assert set(considered_nodes(nodes, criteria=zoned)) == {"vn-a"}
+
+
+def test_an_owned_pod_is_evicted_and_its_owner_avoids_the_node() -> None:
+    result = plan([pod()], nodes=NODES, record=None, budgets=[], criteria=CRITERIA, now=NOW)
+    [decision] = result.decisions
+    assert decision.action == "evict"
+    assert decision.avoid == {"vn-a"}
+    assert decision.owner is not None
+    assert decision.owner.uid == OWNER_UID
+    assert decision.reason == f"Unschedulable: {LOWER_MESSAGE}"
+    assert result.considered == 1
+
+
+def test_a_bare_pod_is_recreated() -> None:
+    [decision] = plan(
+        [pod(owner=False)], nodes=NODES, record=None, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert decision.action == "recreate"
+    assert decision.owner is None
+
+
+def test_when_every_virtual_node_was_tried_the_pod_stays() -> None:
+    record = avoidance.with_avoidance(
+        None,
+        owner=avoidance.controller_of(pod()),  # type: ignore[arg-type]
+        nodes=["vn-b"],
+        until=NOW + dt.timedelta(minutes=5),
+        now=NOW,
+    )
+    [decision] = plan(
+        [pod()], nodes=NODES, record=record, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert decision.action == "exhausted"
+    assert (
+        decision.message
+        == "every virtual node has been tried (vn-a, vn-b); it stays Pending on vn-a"
+    )
+    # Once the avoidance of vn-b expired, vn-b may be tried again.
+    later = NOW + dt.timedelta(minutes=6)
+    [again] = plan(
+        [pod()], nodes=NODES, record=record, budgets=[], criteria=CRITERIA, now=later
+    ).decisions
+    assert again.action == "evict"
+    # A bare pod's tried nodes are the ones its affinity already avoids.
+    tried = pod(owner=False)
+    tried["spec"]["affinity"] = avoidance.avoiding(None, ["vn-b"])
+    [bare] = plan(
+        [tried], nodes=NODES, record=None, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert bare.action == "exhausted"
+
+
+def test_a_blocked_pod_is_reported_not_moved() -> None:
+    [decision] = plan(
+        [pod()], nodes=NODES, record=None, budgets=[budget()], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert decision.action == "blocked"
+    assert "allows no disruption" in decision.message
+
+
+def test_pods_elsewhere_are_not_considered() -> None:
+    pods = [pod(on="real-1"), pod(on=""), pod(on="vn-gone")]
+    result = plan(pods, nodes=NODES, record=None, budgets=[], criteria=CRITERIA, now=NOW)
+    assert result.decisions == ()
+    assert result.considered == 0
+    not_ready = [node("vn-a", ready=False), node("vn-b")]
+    assert (
+        plan(
+            [pod()], nodes=not_ready, record=None, budgets=[], criteria=CRITERIA, now=NOW
+        ).decisions
+        == ()
+    )
+
+
+def test_the_per_node_limit_moves_the_oldest_first() -> None:
+    pods = [pod(f"p{i}", created=300 - i, owner=False) for i in range(4)]
+    pods.append(pod("other", on="vn-b", created=100, owner=False))
+    limited = dataclasses.replace(CRITERIA, max_pods_per_node=2)
+    result = plan(reversed(pods), nodes=NODES, record=None, budgets=[], criteria=limited, now=NOW)
+    assert [d.pod["metadata"]["name"] for d in result.decisions] == ["p0", "p1", "other"]
+    assert result.deferred == 2
+
+
+def test_an_owners_pods_move_one_at_a_time() -> None:
+    pods = [pod(f"p{i}", created=300 - i) for i in range(3)]
+    result = plan(pods, nodes=NODES, record=None, budgets=[], criteria=CRITERIA, now=NOW)
+    assert [d.pod["metadata"]["name"] for d in result.decisions] == ["p0"]
+    assert result.deferred == 2
+    # While one of its pods is going away, none of the others moves.
+    pods[0]["metadata"]["deletionTimestamp"] = ago(1)
+    result = plan(pods, nodes=NODES, record=None, budgets=[], criteria=CRITERIA, now=NOW)
+    assert result.decisions == ()
+    # Exhausted or blocked pods are still reported.
+    blocked = plan(pods, nodes=NODES, record=None, budgets=[budget()], criteria=CRITERIA, now=NOW)
+    assert [d.action for d in blocked.decisions] == ["blocked", "blocked"]
+
+
+# -- the policy file ---------------------------------------------------------------------------
+
+TENSILE_KUBE_POLICY = """
+apiVersion: "descheduler/v1alpha1"
+kind: "DeschedulerPolicy"
+strategies:
+  "RemoveDuplicates":
+     enabled: false
+  "LowNodeUtilization":
+     enabled: false
+  "PodLifeTime":
+     enabled: true
+     params:
+        maxPodLifeTimeSeconds: 180
+"""
+
+
+def test_tensile_kubes_policy_file_parses() -> None:
+    parsed = policyfile.parse(TENSILE_KUBE_POLICY)
+    assert parsed.max_pod_lifetime == 180
+    assert parsed.warnings == ()
+    assert (
+        policyfile.parse(
+            "apiVersion: descheduler/v1alpha1\nkind: DeschedulerPolicy\n"
+        ).max_pod_lifetime
+        is None
+    )
+
+
+def test_top_level_settings_and_enabled_strategies_that_do_nothing() -> None:
+    text = (
+        "apiVersion: descheduler/v1alpha1\nkind: DeschedulerPolicy\nnodeSelector: zone=a\n"
+        "evictLocalStoragePods: true\nmaxNoOfPodsToEvictPerNode: 3\n"
+        "strategies:\n  RemoveDuplicates:\n    enabled: true\n"
+    )
+    parsed = policyfile.parse(text)
+    assert (parsed.node_selector, parsed.evict_local_storage_pods, parsed.max_pods_per_node) == (
+        "zone=a",
+        True,
+        3,
+    )
+    assert parsed.warnings == (
+        "policy: strategies.RemoveDuplicates is enabled but does nothing for virtual nodes; "
+        "ignored",
+    )
+
+
+HEAD = "apiVersion: descheduler/v1alpha1\nkind: DeschedulerPolicy\n"
+LIFETIME = HEAD + "strategies:\n  PodLifeTime:\n    enabled: true\n    params:\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{", "not valid YAML"),
+        ("- a\n", "expected a DeschedulerPolicy object, got list"),
+        ("", "got nothing"),
+        ("apiVersion: v1\nkind: Pod\n", "expected apiVersion descheduler/v1alpha1"),
+        (HEAD + "strategy: {}\n", "unknown field(s) strategy"),
+        (HEAD + "strategies: [PodLifeTime]\n", "strategies must be a map"),
+        (
+            HEAD + "strategies:\n  PodLifetime:\n    enabled: true\n",
+            "strategies.PodLifetime: unknown strategy",
+        ),
+        (
+            HEAD + "strategies:\n  PodLifeTime:\n    enabled: yes please\n",
+            "enabled: expected true or false",
+        ),
+        (
+            HEAD + "strategies:\n  PodLifeTime:\n    enabled: true\n",
+            "maxPodLifeTimeSeconds: required",
+        ),
+        (
+            LIFETIME + "      maxPodLifeTimeSeconds: 0\n",
+            "positive whole number",
+        ),
+        (
+            LIFETIME + "      maxPodLifeTimeSeconds: 1.5\n",
+            "positive whole number",
+        ),
+        (
+            HEAD + "strategies:\n  PodLifeTime:\n    enabled: true\n    param: {}\n",
+            "unknown field(s) param",
+        ),
+        (HEAD + "evictLocalStoragePods: 1\n", "evictLocalStoragePods: expected a bool"),
+        (HEAD + "maxNoOfPodsToEvictPerNode: -1\n", "must be >= 0"),
+    ],
+)
+def test_a_bad_policy_is_one_message_naming_the_field(text: str, message: str) -> None:
+    with pytest.raises(policyfile.PolicyError) as caught:
+        policyfile.parse(text, source="/etc/policy.yaml")
+    assert str(caught.value).startswith("/etc/policy.yaml: ")
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_an_unreadable_policy_file(tmp_path: Any) -> None:
+    with pytest.raises(policyfile.PolicyError, match="cannot read it"):
+        policyfile.load(str(tmp_path / "missing.yaml"))
+
+
+# -- selectors -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "labels", "matches"),
+    [
+        ("", {}, True),
+        ("zone=a", {"zone": "a"}, True),
+        ("zone==a", {"zone": "b"}, False),
+        ("zone!=a", {}, True),
+        ("zone in (a, b),tier", {"zone": "b", "tier": ""}, True),
+        ("zone notin (a)", {"zone": "a"}, False),
+        ("!gpu", {"gpu": "1"}, False),
+        ("cores>8", {"cores": "16"}, True),
+        ("cores<8", {"cores": "x"}, False),
+        ("example.com/team=x", {"example.com/team": "x"}, True),
+    ],
+)
+def test_label_selectors_match_as_kubernetes_does(
+    text: str, labels: dict[str, str], matches: bool
+) -> None:
+    assert selectors.parse(text).matches(labels) is matches
+
+
+@pytest.mark.parametrize(
+    "text", ["a b", "x in ()", "a=b,", "!a=b", "x in (a", "a=b)", "n>x", "-bad=1", "a=" + "v" * 64]
+)
+def test_bad_label_selectors_are_refused(text: str) -> None:
+    with pytest.raises(selectors.SelectorError):
+        selectors.parse(text)
+
+
+# -- what a move writes ------------------------------------------------------------------------
+
+
+def test_the_count_patch_names_one_annotation_and_the_judged_version() -> None:
+    counted = pod()
+    counted["metadata"]["annotations"] = {"keep": "me", moves.DESCHEDULE_COUNT_ANNOTATION: "2"}
+    assert moves.count_patch(counted) == {
+        "metadata": {"resourceVersion": "42", "annotations": {"sigs.k8s.io/deschedule-count": "3"}}
+    }
+    garbled = _with(pod(), "metadata.annotations", {moves.DESCHEDULE_COUNT_ANNOTATION: "many"})
+    assert moves.count_patch(garbled)["metadata"]["annotations"] == {
+        "sigs.k8s.io/deschedule-count": "1"
+    }
+
+
+def test_the_eviction_is_preconditioned_on_uid_and_version() -> None:
+    assert moves.eviction(pod()) == {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": "web-1", "namespace": "shop"},
+        "deleteOptions": {"preconditions": {"uid": "uid-web-1", "resourceVersion": "42"}},
+    }
+
+
+def test_a_bare_pods_replacement() -> None:
+    original = pod("web", owner=False)
+    original["metadata"]["annotations"] = {"clusterSelector": "{}", "keep": "me"}
+    original["metadata"]["managedFields"] = [{}]
+    original["spec"].update(priority=5, overhead={"cpu": "1"}, schedulingGates=[{"name": "other"}])
+    original["spec"]["affinity"] = {"podAntiAffinity": {"x": 1}}
+    before = copy.deepcopy(original)
+    made = moves.replacement(original, avoid=["vn-a"])
+    assert original == before
+    assert made["metadata"] == {
+        "name": "web-d1",
+        "namespace": "shop",
+        "labels": {"app": "web", "virtual-pod": "true", "create-by-descheduler": "true"},
+        "annotations": {
+            "clusterSelector": "{}",
+            "keep": "me",
+            "sigs.k8s.io/deschedule-count": "1",
+            "tensile.io/replaces": "web",
+            "tensile.io/replaces-uid": "uid-web",
+        },
+    }
+    assert "nodeName" not in made["spec"]
+    assert "priority" not in made["spec"]
+    assert "overhead" not in made["spec"]
+    assert made["spec"]["schedulingGates"] == [
+        {"name": "other"},
+        {"name": "tensile.io/descheduler"},
+    ]
+    assert made["spec"]["affinity"] == {
+        "podAntiAffinity": {"x": 1},
+        **avoidance.avoiding(None, ["vn-a"]),
+    }  # type: ignore[dict-item]
+    assert "status" not in made
+    assert moves.is_gated(made)
+    assert moves.replaces(made) == ("web", "uid-web")
+    # Moved again: the count grows, the name keeps its stem.
+    again = copy.deepcopy(made)
+    again["metadata"]["uid"] = "uid-web-d1"
+    again["spec"]["schedulingGates"] = []
+    second = moves.replacement(again, avoid=["vn-a", "vn-b"])
+    assert second["metadata"]["name"] == "web-d2"
+    assert second["metadata"]["annotations"]["sigs.k8s.io/deschedule-count"] == "2"
+    assert avoidance.avoided_by_affinity(second["spec"]["affinity"]) == {"vn-a", "vn-b"}
+    assert (
+        moves.replacement_name(_with(pod("x" * 253, owner=False), "metadata.annotations", {}))
+        == "x" * 250 + "-d1"
+    )
+
+
+def test_ungating_removes_only_our_gate() -> None:
+    assert moves.ungate_patch() == {
+        "spec": {"schedulingGates": [{"$patch": "delete", "name": "tensile.io/descheduler"}]}
+    }

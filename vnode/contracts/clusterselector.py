@@ -1,0 +1,273 @@
+"""The `clusterSelector` annotation: placement meant for the lower cluster, written on the
+upper pod by the webhook and restored on the lower pod by the virtual node.
+
+The format is tensile-kube's (research/tensile-kube.md section 6.2), so pods move between
+the two systems: compact JSON of `{"nodeSelector": {...}, "affinity": {"nodeAffinity":
+{"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [...]}}},
+"tolerations": [...]}`, in that key order, each key omitted when empty, Kubernetes' own
+field names inside.
+
+The webhook also adds tolerations to the upper pod (`added_tolerations`): the virtual
+node's taint, and node.kubernetes.io/not-ready and /unreachable (NoExecute) with its
+configured tolerationSeconds in place of the pod's own, which went into the annotation.
+Those belong upstairs only; `is_added_toleration` is how the virtual node recognises them
+to leave them there. Pure: no I/O, inputs never mutated.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from vnode.contracts.labels import DEFAULT_TAINT_KEY
+
+ANNOTATION = "clusterSelector"
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+NODE_PROBLEM_TAINTS = (NOT_READY_TAINT, UNREACHABLE_TAINT)
+"""The NoExecute taints the node lifecycle controller puts on a node that stops reporting
+(Kubernetes "Taints and Tolerations": taint-based evictions)."""
+DEFAULT_TOLERATION_SECONDS = 300
+"""Default tolerationSeconds of the webhook's not-ready/unreachable tolerations: the value
+kube-apiserver's DefaultTolerationSeconds admission gives every pod
+(--default-not-ready-toleration-seconds), so a pod on a virtual node that died is treated
+as one on a real node that died. README "The webhook" explains the trade-off."""
+_POD_AFFINITIES = ("podAffinity", "podAntiAffinity")
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr)
+
+
+def parse(value: object) -> dict[str, Any] | None:
+    """Parse a `clusterSelector` annotation value.
+
+    In: the annotation's value (any object; only a JSON string can be valid). Out: a dict with
+    the keys `nodeSelector` (str->str map), `affinity` (Affinity) and `tolerations` (list),
+    each only when present and non-null; or None when the value is not JSON or any of those
+    keys has the wrong shape. Like tensile-kube, an unusable annotation counts as absent
+    rather than failing the pod; unknown keys are ignored.
+    """
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = json.loads(value)
+    except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    selector = parsed.get("nodeSelector")
+    affinity = parsed.get("affinity")
+    tolerations = parsed.get("tolerations")
+    if (
+        (selector is not None and not _is_string_map(selector))
+        or (affinity is not None and not _is_affinity(affinity))
+        or (tolerations is not None and not _is_list_of_maps(tolerations))
+    ):
+        return None
+    shaped = {"nodeSelector": selector, "affinity": affinity, "tolerations": tolerations}
+    return {key: value for key, value in shaped.items() if value is not None}
+
+
+def render(
+    *,
+    node_selector: Mapping[str, str],
+    affinity: Mapping[str, Any] | None,
+    tolerations: Sequence[Mapping[str, Any]],
+) -> str:
+    """Return the annotation value for lower-cluster placement: `node_selector` (label map),
+    `affinity` (an Affinity; the webhook writes only required node affinity, see
+    `with_required_terms`) and `tolerations`, as compact JSON in tensile-kube's key order,
+    each key left out when empty ("{}" when all are)."""
+    shaped: dict[str, Any] = {}
+    if node_selector:
+        shaped["nodeSelector"] = dict(node_selector)
+    if affinity:
+        shaped["affinity"] = affinity
+    if tolerations:
+        shaped["tolerations"] = list(tolerations)
+    return json.dumps(shaped, separators=(",", ":"), ensure_ascii=False)
+
+
+def union(first: Sequence[Any], second: Sequence[Any]) -> list[Any]:
+    """Return `first`, then each item of `second` not equal to one before it: how both sides
+    merge lists of the contract's JSON objects (tolerations, node-selector requirements,
+    affinity terms), the webhook into the annotation, the virtual node back onto the pod.
+
+    In: lists of JSON values. Out: a new list holding the same item objects (not copies).
+    Items are compared through a hashable stand-in (a flat object's items, else its
+    canonical JSON text), so the time is linear in the lists' size: a pod may carry a
+    hundred thousand tolerations (objects are up to 3 MiB and the apiserver does not bound
+    their count), and comparing every pair would take many minutes."""
+    seen = {_identity(item) for item in first}
+    merged = list(first)
+    for item in second:
+        identity = _identity(item)
+        if identity not in seen:
+            seen.add(identity)
+            merged.append(item)
+    return merged
+
+
+def required_terms(affinity: object) -> list[dict[str, Any]]:
+    """Return the required node-affinity terms of an Affinity (of a pod, or of a parsed
+    clusterSelector's `affinity`): a new list of shallow copies of the terms (a term's
+    keys may be replaced; its requirements are shared); [] when it has none or is not a
+    mapping. Items that are not objects are left out."""
+    node = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
+    required = node.get(REQUIRED) if isinstance(node, Mapping) else None
+    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    if not isinstance(terms, list):
+        return []
+    return [dict(term) for term in terms if isinstance(term, dict)]
+
+
+def with_required_terms(
+    affinity: Mapping[str, Any] | None, terms: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """Return the Affinity `affinity` with its required node affinity replaced by `terms`
+    (removed when `terms` is empty); preferred node affinity and pod (anti-)affinity are
+    kept; parts left empty are removed, so `{}` means no affinity at all; a `nodeAffinity`
+    that is not an object is replaced. The result is a new object on the changed path and
+    shares the rest with the arguments."""
+    result = dict(affinity or {})
+    node_affinity = result.get("nodeAffinity")
+    # Anything but an object there is no node affinity at all: it is replaced.
+    node = dict(node_affinity) if isinstance(node_affinity, Mapping) else {}
+    if terms:
+        node[REQUIRED] = {"nodeSelectorTerms": [dict(t) for t in terms]}
+    else:
+        node.pop(REQUIRED, None)
+    if node:
+        result["nodeAffinity"] = node
+    else:
+        result.pop("nodeAffinity", None)
+    return {key: value for key, value in result.items() if value}
+
+
+def virtual_node_toleration(*, taint_key: str = DEFAULT_TAINT_KEY) -> dict[str, Any]:
+    """Return the toleration of the virtual nodes' taint (any value, any effect)."""
+    return {"key": taint_key, "operator": "Exists"}
+
+
+def node_problem_tolerations(
+    *, not_ready_seconds: int | None, unreachable_seconds: int | None
+) -> list[dict[str, Any]]:
+    """Return the not-ready and unreachable NoExecute tolerations the webhook puts on upper
+    pods, each bounded by its seconds (>= 0) or unlimited with None (tensile-kube's choice: a
+    pod is then never evicted from a dead virtual node)."""
+    tolerations: list[dict[str, Any]] = []
+    for key, seconds in (
+        (NOT_READY_TAINT, not_ready_seconds),
+        (UNREACHABLE_TAINT, unreachable_seconds),
+    ):
+        toleration: dict[str, Any] = {"key": key, "operator": "Exists", "effect": "NoExecute"}
+        if seconds is not None:
+            toleration["tolerationSeconds"] = seconds
+        tolerations.append(toleration)
+    return tolerations
+
+
+def added_tolerations(
+    *,
+    taint_key: str = DEFAULT_TAINT_KEY,
+    not_ready_seconds: int | None,
+    unreachable_seconds: int | None,
+) -> list[dict[str, Any]]:
+    """Return every toleration the webhook adds to an upper pod (see the module docstring)."""
+    return [
+        virtual_node_toleration(taint_key=taint_key),
+        *node_problem_tolerations(
+            not_ready_seconds=not_ready_seconds, unreachable_seconds=unreachable_seconds
+        ),
+    ]
+
+
+def is_added_toleration(toleration: object, *, taint_key: str = DEFAULT_TAINT_KEY) -> bool:
+    """Tell whether `toleration` has the form of one the webhook adds: the virtual nodes'
+    taint toleration, or a not-ready/unreachable NoExecute Exists toleration with any
+    tolerationSeconds (the reader cannot know the webhook's setting, and on a converted pod
+    the originals of such tolerations are in the annotation anyway)."""
+    if not isinstance(toleration, Mapping):
+        return False
+    if toleration == virtual_node_toleration(taint_key=taint_key):
+        return True
+    return (
+        toleration.get("key") in NODE_PROBLEM_TAINTS
+        and toleration.get("operator") == "Exists"
+        and toleration.get("effect") == "NoExecute"
+        and not toleration.get("value")
+    )
+
+
+def _identity(item: object) -> object:
+    """A hashable stand-in for a JSON value, equal for equal values: a flat object (most
+    tolerations) by its items, anything else by its canonical JSON text."""
+    if isinstance(item, dict):
+        try:
+            return frozenset(item.items())
+        except TypeError:  # a nested list or object among the values
+            pass
+    return _CANONICAL.encode(item)
+
+
+def _is_string_map(value: object) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
+
+
+def _is_list_of_maps(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(item, dict) for item in value)
+
+
+def _is_requirement(value: object) -> bool:
+    if not isinstance(value, dict):
+        return False
+    values = value.get("values")
+    return (
+        isinstance(value.get("key"), str)
+        and isinstance(value.get("operator"), str)
+        and (
+            values is None or (isinstance(values, list) and all(isinstance(v, str) for v in values))
+        )
+    )
+
+
+def _is_term(value: object) -> bool:
+    return isinstance(value, dict) and all(
+        value.get(field) is None
+        or (isinstance(value[field], list) and all(_is_requirement(r) for r in value[field]))
+        for field in ("matchExpressions", "matchFields")
+    )
+
+
+def _is_affinity(value: object) -> bool:
+    return (
+        isinstance(value, dict)
+        and _is_node_affinity(value.get("nodeAffinity"))
+        and all(_is_pod_affinity(value.get(kind)) for kind in _POD_AFFINITIES)
+    )
+
+
+def _is_node_affinity(value: object) -> bool:
+    if value is None:
+        return True
+    if not isinstance(value, dict):
+        return False
+    required, preferred = value.get(REQUIRED), value.get(PREFERRED)
+    if required is not None:
+        terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
+        # The API requires at least one term; an empty list would be rejected below.
+        if not isinstance(terms, list) or not terms or not all(_is_term(t) for t in terms):
+            return False
+    return preferred is None or _is_list_of_maps(preferred)
+
+
+def _is_pod_affinity(value: object) -> bool:
+    if value is None:
+        return True
+    return isinstance(value, dict) and all(
+        value.get(field) is None or _is_list_of_maps(value[field])
+        for field in (REQUIRED, PREFERRED)
+    )

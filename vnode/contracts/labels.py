@@ -1,0 +1,19 @@
+"""Labels and taints the programs agree on (tensile-kube's exact strings: users and tools
+move between the two)."""
+
+from __future__ import annotations
+
+VIRTUAL_POD_LABEL = "virtual-pod"
+"""On pods meant for lower clusters: the webhook converts those with value "true", the
+virtual node marks every pod it creates below with it."""
+VIRTUAL_POD_VALUE = "true"
+CREATED_BY_DESCHEDULER_LABEL = "create-by-descheduler"
+"""On pods the descheduler re-created (value "true"): their spec is converted already,
+the webhook leaves it alone."""
+NODE_TYPE_LABEL = "type"
+"""Node label telling virtual nodes apart, value `VIRTUAL_NODE_TYPE`."""
+VIRTUAL_NODE_TYPE = "virtual-kubelet"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+"""The well-known node label holding the node's name (set on virtual nodes too)."""
+DEFAULT_TAINT_KEY = "virtual-kubelet.io/provider"
+"""Key of the virtual node's taint unless `--taint` / VKUBELET_TAINT_KEY says otherwise."""

@@ -1,0 +1,139 @@
+"""Serving TLS: server contexts, certificates loaded from files (and reloaded when they
+change) or from memory (rotated in place).
+
+Python's `ssl` reads a new certificate into a live context for the handshakes that follow
+(`SSLContext.load_cert_chain`), so rotation never restarts a listener: established
+connections keep the certificate they were made with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import ssl
+import tempfile
+from collections.abc import Awaitable, Callable
+
+logger = logging.getLogger(__name__)
+
+
+def tls_context(*, client_ca_file: str, require_client_certificate: bool = False) -> ssl.SSLContext:
+    """Return a server TLS context without a certificate yet (TLS 1.2 or later).
+
+    `client_ca_file` "" verifies no client certificate. Otherwise client certificates are
+    verified against it: when presented (CERT_OPTIONAL, as a kubelet, whose bearer-token
+    callers such as metrics-server must still connect) or, with
+    `require_client_certificate`, always (CERT_REQUIRED: a port only the apiserver calls,
+    as tensile-kube's webhook `--CA`). Raises OSError / ssl.SSLError for a missing,
+    unreadable or invalid CA file."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if client_ca_file:
+        context.load_verify_locations(client_ca_file)
+        context.verify_mode = ssl.CERT_REQUIRED if require_client_certificate else ssl.CERT_OPTIONAL
+    return context
+
+
+async def reload_certificates(
+    context: ssl.SSLContext,
+    *,
+    cert_file: str,
+    key_file: str,
+    interval: float = 10.0,
+    name: str = "server",
+) -> None:
+    """Load the serving certificate again whenever its files change (checked every
+    `interval` seconds); new handshakes get the new one. A pair that cannot be loaded
+    (half-written, mismatched) is logged and the previous one kept. `name` labels the log
+    lines ("kubelet API", "webhook"). Runs until cancelled."""
+
+    def stamp() -> tuple[float, float]:
+        return os.stat(cert_file).st_mtime, os.stat(key_file).st_mtime
+
+    last = stamp()
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            current = stamp()
+            if current != last:
+                context.load_cert_chain(cert_file, key_file)
+                last = current
+                logger.info("%s: serving certificate reloaded from %s", name, cert_file)
+        except (OSError, ssl.SSLError) as exc:
+            logger.warning("%s: cannot reload the serving certificate: %s", name, exc)
+
+
+class RotatingTls:
+    """The TLS side of a serving certificate that changes (CSR-issued, renewed,
+    bootstrapped): the context (`tls_context`) is made at once, so a bad client CA file
+    fails at startup; the first certificate goes into it and starts serving; each later
+    one replaces the certificate in that same context, so new handshakes get it while
+    established connections keep theirs."""
+
+    def __init__(
+        self,
+        *,
+        client_ca_file: str,
+        serve: Callable[[ssl.SSLContext], Awaitable[None]],
+        require_client_certificate: bool = False,
+        name: str = "server",
+    ) -> None:
+        """`serve` starts listening with the context (called on the first certificate,
+        again on the next one if it raised); `name` labels log lines. Raises OSError /
+        ssl.SSLError for a bad `client_ca_file`."""
+        self._serve = serve
+        self._serving = False
+        self._name = name
+        self.context = tls_context(
+            client_ca_file=client_ca_file, require_client_certificate=require_client_certificate
+        )
+
+    async def use(self, pem: bytes) -> None:
+        """Serve the certificate chain and private key in `pem` (PEM, in one block) from
+        now on. Raises ssl.SSLError / OSError when they cannot be loaded, and what
+        `serve` raises."""
+        await load_pem_chain(self.context, pem)
+        if not self._serving:
+            await self._serve(self.context)
+            self._serving = True
+            return
+        logger.info("%s: new connections get the renewed certificate", self._name)
+
+
+async def load_pem_chain(context: ssl.SSLContext, pem: bytes) -> None:
+    """Load the certificate chain and private key in `pem` into `context`.
+
+    `ssl` loads certificates from files only. `pem` goes into an anonymous in-memory file
+    (memfd, Linux) read through /proc/self/fd: the key lands on no file system, and this
+    works while no certificate store can be written. Elsewhere it goes into a private
+    (0600) temporary file, deleted at once. The file is written in a thread; the context
+    is changed on the event loop, where the handshakes that read it run. Raises
+    ssl.SSLError for bad PEM data, OSError for a file that cannot be made."""
+    path, close = await asyncio.to_thread(_pem_file, pem)
+    try:
+        context.load_cert_chain(path)
+    finally:
+        close()
+
+
+def _pem_file(pem: bytes) -> tuple[str, Callable[[], None]]:
+    """Return (a path to read `pem` from, what removes it)."""
+    if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+        fd = os.memfd_create("tensile-serving-certificate", os.MFD_CLOEXEC)
+        try:
+            with open(fd, "wb", closefd=False) as file:
+                file.write(pem)
+        except BaseException:
+            os.close(fd)
+            raise
+        return f"/proc/self/fd/{fd}", functools.partial(os.close, fd)
+    fd, name = tempfile.mkstemp(prefix="tensile-serving-", suffix=".pem")  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(pem)
+    except BaseException:
+        os.unlink(name)
+        raise
+    return name, functools.partial(os.unlink, name)

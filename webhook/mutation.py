@@ -1,0 +1,464 @@
+"""What the webhook does to a pod (pure): which pods it converts, and the RFC 6902 JSON patch
+that converts them. No I/O; inputs are never mutated.
+
+A pod is converted when the request is a CREATE, its namespace (the request's, not the
+object's: tensile-kube read the object's, which may be empty) is not excluded, its labels
+match `--pod-selector` (a pod without labels matches no selector that asks for one), and it
+was not re-created by the descheduler (`create-by-descheduler=true`: its spec is converted
+already). Conversion runs `STEPS` in order on a `Draft`:
+
+1. `convert_placement`: nodeSelector entries and required node-affinity requirements meant
+   for lower nodes move into the `clusterSelector` annotation (`vnode.contracts`); what
+   targets the virtual nodes stays on the pod for the upper scheduler (`Keeper`): keys in
+   `--ignore-selector-keys`, `type=virtual-kubelet`, and `kubernetes.io/hostname` (or
+   matchFields `metadata.name`) requirements whose values all name virtual nodes.
+   Per term, as tensile-kube: each term's moved requirements become one annotation term;
+   terms left without requirements are dropped from the pod.
+2. `pin_to_volume_node`: a pod using a PVC whose upper object names a node
+   (`volume.kubernetes.io/selected-node`) gets the required requirement
+   `kubernetes.io/hostname In [<node>]` in every term, kept on the pod, so the upper
+   scheduler (with its resource checks) places it there; tensile-kube set `spec.nodeName`,
+   which skips the scheduler and its checks altogether.
+3. `keep_off_avoided_nodes`: a pod whose controller the descheduler's avoidance record
+   names (the replacement of a pod evicted from a virtual node whose lower cluster could
+   not place it) gets `kubernetes.io/hostname NotIn [<virtual nodes to avoid>]` in every
+   required node-selector term (`vnode.contracts.avoidance.avoiding`), on the pod itself:
+   it is for the upper scheduler, never moved into the annotation.
+4. `convert_tolerations`: the pod's tolerations are copied into the annotation; upstairs,
+   its not-ready/unreachable NoExecute ones are replaced by the configured ones and the
+   virtual nodes' taint is tolerated (`clusterselector.added_tolerations`).
+
+A converted pod always carries the annotation (`{}` when nothing was moved), which is how
+the virtual node tells the webhook's tolerations from the user's. Converting a converted
+pod changes nothing: the annotation is merged into, not replaced, and only what is not in
+it yet is added. A step that needs something of the cluster reads it through `Lookups`,
+built by the server from its informers; a new step adds its lookup there and itself to
+`STEPS`.
+
+Nothing is copied deeply (a deep copy of a pod costs more than the whole decision): steps
+build new containers where they change something and share the rest with the input, so
+the input, the draft and the patch must all be treated as read-only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from vnode.contracts import avoidance, clusterselector
+from vnode.contracts import labels as contract_labels
+from webhook import patches
+from webhook.selection import LabelSelector
+
+SELECTED_NODE_ANNOTATION = "volume.kubernetes.io/selected-node"
+"""On a PVC: the node its volume was (or is being) provisioned for."""
+METADATA_NAME = "metadata.name"
+"""The one field node-affinity matchFields may select on."""
+MAX_ANNOTATION_TERMS = 64
+"""Most terms an annotation may get from ANDing the terms it had with newly moved ones."""
+CREATE = "CREATE"
+
+
+class _Refused(Exception):
+    """The pod cannot be converted without losing a constraint; the message says why."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MutationSettings:
+    """What the webhook converts and how (flags in parentheses)."""
+
+    pod_selector: LabelSelector = field(
+        default_factory=lambda: LabelSelector.parse("virtual-pod=true")
+    )
+    """Pods converted (--pod-selector)."""
+    excluded_namespaces: frozenset[str] = frozenset({"kube-system"})
+    """Namespaces whose pods are never converted (--excluded-namespaces)."""
+    ignore_selector_keys: frozenset[str] = frozenset({"clusterID"})
+    """Node label keys that stay on the pod: they target virtual nodes
+    (--ignore-selector-keys, tensile-kube's)."""
+    taint_key: str = contract_labels.DEFAULT_TAINT_KEY
+    """Key of the virtual nodes' taint, tolerated on converted pods (--taint)."""
+    not_ready_seconds: int | None = clusterselector.DEFAULT_TOLERATION_SECONDS
+    """tolerationSeconds of node.kubernetes.io/not-ready on converted pods; None: unlimited
+    (--default-not-ready-toleration-seconds, -1 for unlimited)."""
+    unreachable_seconds: int | None = clusterselector.DEFAULT_TOLERATION_SECONDS
+    """Likewise for node.kubernetes.io/unreachable (--default-unreachable-toleration-seconds)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lookups:
+    """What the steps may know of the upper cluster, as functions (the server answers them
+    from informer caches; tests pass plain functions)."""
+
+    is_virtual_node: Callable[[str], bool] = lambda _name: False
+    """Whether a Node of this name is a virtual node (matches --virtual-node-selector)."""
+    pvc_selected_node: Callable[[str, str], str | None] = lambda _namespace, _name: None
+    """The `volume.kubernetes.io/selected-node` of PVC (namespace, name), or None."""
+    avoided_nodes: Callable[[str], frozenset[str]] = lambda _owner_uid: frozenset()
+    """The virtual nodes the pods of the controller with this UID must avoid now (the
+    descheduler's avoidance record; expired entries already left out)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodAdmission:
+    """The parts of an AdmissionRequest the decision needs."""
+
+    operation: str
+    """CREATE, UPDATE, DELETE or CONNECT."""
+    namespace: str
+    """The request's namespace (authoritative: the object's may be empty on CREATE)."""
+    pod: Mapping[str, Any]
+    """The pod as the apiserver will store it (`request.object`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mutation:
+    """The decision: a JSON patch (empty: change nothing) and warnings for the client."""
+
+    patch: tuple[patches.Operation, ...] = ()
+    warnings: tuple[str, ...] = ()
+    skipped: str | None = None
+    """Why the pod was left alone without being considered (not selected, ...), or None."""
+
+
+@dataclass(kw_only=True)
+class Draft:
+    """A pod being converted: copies of the fields the steps rewrite, and the annotation
+    being built. Steps change it in place; the original pod is never touched."""
+
+    admission: PodAdmission
+    node_selector: dict[str, str]
+    affinity: dict[str, Any]
+    tolerations: list[Any]
+    lower_node_selector: dict[str, str]
+    """The annotation's nodeSelector."""
+    lower_affinity: dict[str, Any]
+    """The annotation's affinity (only its required node affinity is written by steps)."""
+    lower_tolerations: list[Any]
+    """The annotation's tolerations."""
+    previous: dict[str, Any] | None
+    """The annotation the pod carried (parsed), when it had a usable one: the pod was
+    converted before (or someone wrote it by hand)."""
+    volume_nodes: tuple[str, ...]
+    """Nodes named by the `selected-node` of the PVCs the pod uses, in volume order."""
+    avoided_nodes: frozenset[str] = frozenset()
+    """Virtual nodes the pod's controller must avoid (the descheduler's record)."""
+    warnings: list[str] = field(default_factory=list)
+
+
+Step = Callable[[Draft, MutationSettings, Lookups], None]
+
+
+def skip_reason(admission: PodAdmission, *, settings: MutationSettings) -> str | None:
+    """Return why the pod of `admission` is not converted, or None when it is."""
+    if admission.operation != CREATE:
+        return f"operation {admission.operation or '(none)'}: only CREATE is converted"
+    if admission.namespace in settings.excluded_namespaces:
+        return f"namespace {admission.namespace} is excluded"
+    labels = _string_map(_mapping(admission.pod.get("metadata")).get("labels"))
+    if (
+        labels.get(contract_labels.CREATED_BY_DESCHEDULER_LABEL)
+        == contract_labels.VIRTUAL_POD_VALUE
+    ):
+        return "re-created by the descheduler: converted already"
+    if not settings.pod_selector.matches(labels):
+        return f"labels do not match {settings.pod_selector.text!r}"
+    return None
+
+
+def mutate(admission: PodAdmission, *, settings: MutationSettings, lookups: Lookups) -> Mutation:
+    """Return the decision for `admission` (see the module docstring).
+
+    Never raises for any JSON-shaped pod whose `metadata.annotations` is an object or null
+    (`review.parse` refuses other shapes): a pod whose constraints could not be converted
+    without losing one is left unchanged, with a warning saying why.
+    """
+    reason = skip_reason(admission, settings=settings)
+    if reason is not None:
+        return Mutation(skipped=reason)
+    draft = _draft(admission, lookups=lookups)
+    try:
+        for step in STEPS:
+            step(draft, settings, lookups)
+    except _Refused as exc:
+        return Mutation(warnings=(f"tensile-webhook: pod left unchanged: {exc}",))
+    return Mutation(patch=tuple(_patch(draft)), warnings=tuple(draft.warnings))
+
+
+# -- what stays upstairs ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Keeper:
+    """Tells what targets the virtual nodes, and so stays on the upper pod."""
+
+    settings: MutationSettings
+    lookups: Lookups
+    volume_nodes: tuple[str, ...] = ()
+    avoided_nodes: frozenset[str] = frozenset()
+
+    def names_upper_node(self, name: object) -> bool:
+        """Whether `name` is a virtual node, the node a volume of the pod is bound to, or
+        one its controller must avoid (the last two even before the node cache holds them:
+        what the webhook itself put on the pod is never moved below on reinvocation)."""
+        return isinstance(name, str) and (
+            name in self.volume_nodes
+            or name in self.avoided_nodes
+            or self.lookups.is_virtual_node(name)
+        )
+
+    def keeps_entry(self, key: str, value: str) -> bool:
+        """Whether the nodeSelector entry `key: value` stays on the pod."""
+        return (
+            key in self.settings.ignore_selector_keys
+            or (key, value) == (contract_labels.NODE_TYPE_LABEL, contract_labels.VIRTUAL_NODE_TYPE)
+            or (key == contract_labels.HOSTNAME_LABEL and self.names_upper_node(value))
+        )
+
+    def keeps_requirement(self, requirement: object, *, fields: bool) -> bool:
+        """Whether a node-affinity requirement (of matchFields when `fields`, else of
+        matchExpressions) stays on the pod."""
+        if not isinstance(requirement, Mapping):
+            return False
+        key, operator = requirement.get("key"), requirement.get("operator")
+        values = requirement.get("values")
+        if key in self.settings.ignore_selector_keys:
+            return True
+        names_nodes = (
+            operator in ("In", "NotIn")
+            and isinstance(values, list)
+            and bool(values)
+            and all(self.names_upper_node(v) for v in values)
+        )
+        if fields:
+            return key == METADATA_NAME and names_nodes
+        if key == contract_labels.HOSTNAME_LABEL:
+            return names_nodes
+        return (
+            key == contract_labels.NODE_TYPE_LABEL
+            and operator == "In"
+            and values == [contract_labels.VIRTUAL_NODE_TYPE]
+        )
+
+
+# -- the steps ----------------------------------------------------------------------------------
+
+
+def convert_placement(draft: Draft, settings: MutationSettings, lookups: Lookups) -> None:
+    """Move nodeSelector entries and required node-affinity requirements meant for lower
+    nodes into the annotation (module docstring, step 1)."""
+    keeper = Keeper(
+        settings=settings,
+        lookups=lookups,
+        volume_nodes=draft.volume_nodes,
+        avoided_nodes=draft.avoided_nodes,
+    )
+    moved = {k: v for k, v in draft.node_selector.items() if not keeper.keeps_entry(k, v)}
+    draft.node_selector = {k: v for k, v in draft.node_selector.items() if k not in moved}
+    draft.lower_node_selector.update(moved)
+    kept_terms: list[dict[str, Any]] = []
+    moved_terms: list[dict[str, Any]] = []
+    for term in clusterselector.required_terms(draft.affinity):
+        kept, lower = _split_term(term, keeper)
+        if kept or not lower:
+            # A term with no requirement at all selects no node; it stays as it was.
+            kept_terms.append(kept if lower else term)
+        if lower:
+            moved_terms.append(lower)
+    if moved_terms:
+        draft.affinity = clusterselector.with_required_terms(draft.affinity, kept_terms)
+        terms = _and_terms(clusterselector.required_terms(draft.lower_affinity), moved_terms)
+        draft.lower_affinity = clusterselector.with_required_terms(draft.lower_affinity, terms)
+
+
+def pin_to_volume_node(draft: Draft, settings: MutationSettings, lookups: Lookups) -> None:
+    """Require the node the pod's volumes were provisioned for (module docstring, step 2)."""
+    del settings, lookups  # the volume nodes were looked up with the draft
+    spec = _mapping(draft.admission.pod.get("spec"))
+    if not draft.volume_nodes or spec.get("nodeName"):
+        return  # a pod bound at creation is not scheduled: nothing to pin
+    node = draft.volume_nodes[0]
+    others = sorted(set(draft.volume_nodes) - {node})
+    if others:
+        draft.warnings.append(
+            f"tensile-webhook: the pod's volumes were provisioned for different nodes "
+            f"({', '.join([node, *others])}); it is pinned to {node}"
+        )
+    requirement = {"key": contract_labels.HOSTNAME_LABEL, "operator": "In", "values": [node]}
+    terms = clusterselector.required_terms(draft.affinity) or [{}]
+    for term in terms:
+        expressions = _list(term.get("matchExpressions"))
+        if requirement not in expressions:
+            term["matchExpressions"] = [*expressions, requirement]
+    draft.affinity = clusterselector.with_required_terms(draft.affinity, terms)
+
+
+def keep_off_avoided_nodes(draft: Draft, settings: MutationSettings, lookups: Lookups) -> None:
+    """Require the pod off the virtual nodes its controller must avoid (module docstring,
+    step 3). After `convert_placement`, so the requirement is never moved below; merging it
+    again into a pod that has it changes nothing."""
+    del settings, lookups  # the avoided nodes were looked up with the draft
+    if draft.avoided_nodes:
+        draft.affinity = (
+            avoidance.avoiding(draft.affinity or None, sorted(draft.avoided_nodes)) or {}
+        )
+
+
+def convert_tolerations(draft: Draft, settings: MutationSettings, lookups: Lookups) -> None:
+    """Copy the pod's tolerations into the annotation and put the webhook's on the pod
+    (module docstring, step 4)."""
+    del lookups
+    if draft.previous is None:
+        copied = list(draft.tolerations)
+    else:
+        # Converted before: what the webhook added then is not the user's.
+        copied = [
+            t
+            for t in draft.tolerations
+            if not clusterselector.is_added_toleration(t, taint_key=settings.taint_key)
+        ]
+    draft.lower_tolerations = clusterselector.union(draft.lower_tolerations, copied)
+    upper = [t for t in draft.tolerations if not _tolerates_node_problem_eviction(t)]
+    added = clusterselector.added_tolerations(
+        taint_key=settings.taint_key,
+        not_ready_seconds=settings.not_ready_seconds,
+        unreachable_seconds=settings.unreachable_seconds,
+    )
+    draft.tolerations = clusterselector.union(upper, added)
+
+
+STEPS: tuple[Step, ...] = (
+    convert_placement,
+    pin_to_volume_node,
+    keep_off_avoided_nodes,
+    convert_tolerations,
+)
+"""The conversion, in order: placement first (so a pin is never moved below), tolerations
+last."""
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _draft(admission: PodAdmission, *, lookups: Lookups) -> Draft:
+    pod = admission.pod
+    spec = _mapping(pod.get("spec"))
+    annotations = _mapping(_mapping(pod.get("metadata")).get("annotations"))
+    previous = clusterselector.parse(annotations.get(clusterselector.ANNOTATION))
+    owner = avoidance.controller_of(pod)
+    if clusterselector.ANNOTATION in annotations and previous is None:
+        warnings = [
+            "tensile-webhook: the pod's clusterSelector annotation is not valid (the virtual "
+            "node would ignore it); it is replaced"
+        ]
+    else:
+        warnings = []
+    return Draft(
+        admission=admission,
+        node_selector=_string_map(spec.get("nodeSelector")),
+        affinity=dict(_mapping(spec.get("affinity"))),
+        tolerations=list(_list(spec.get("tolerations"))),
+        lower_node_selector=dict((previous or {}).get("nodeSelector") or {}),
+        lower_affinity=dict((previous or {}).get("affinity") or {}),
+        lower_tolerations=list((previous or {}).get("tolerations") or []),
+        previous=previous,
+        volume_nodes=_volume_nodes(spec, namespace=admission.namespace, lookups=lookups),
+        avoided_nodes=lookups.avoided_nodes(owner.uid) if owner is not None else frozenset(),
+        warnings=warnings,
+    )
+
+
+def _volume_nodes(spec: Mapping[str, Any], *, namespace: str, lookups: Lookups) -> tuple[str, ...]:
+    nodes: list[str] = []
+    for volume in _list(spec.get("volumes")):
+        claim = _mapping(_mapping(volume).get("persistentVolumeClaim")).get("claimName")
+        if isinstance(claim, str) and claim:
+            node = lookups.pvc_selected_node(namespace, claim)
+            if node and node not in nodes:
+                nodes.append(node)
+    return tuple(nodes)
+
+
+def _split_term(term: Mapping[str, Any], keeper: Keeper) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Return (what of `term` stays on the pod, what moves below), each without empty parts."""
+    kept: dict[str, Any] = {}
+    lower: dict[str, Any] = {}
+    for name, fields in (("matchExpressions", False), ("matchFields", True)):
+        for requirement in _list(term.get(name)):
+            side = kept if keeper.keeps_requirement(requirement, fields=fields) else lower
+            side.setdefault(name, []).append(requirement)
+    return kept, lower
+
+
+def _and_terms(
+    existing: Sequence[Mapping[str, Any]], moved: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Return the terms equal to (OR of `existing`) AND (OR of `moved`): the cross product,
+    or one side when the other is empty. Raises _Refused beyond MAX_ANNOTATION_TERMS."""
+    if not existing or not moved:
+        return [dict(t) for t in (existing or moved)]
+    if len(existing) * len(moved) > MAX_ANNOTATION_TERMS:
+        raise _Refused(
+            f"its clusterSelector has {len(existing)} node-affinity terms and {len(moved)} more "
+            f"would be ANDed to them (over {MAX_ANNOTATION_TERMS} terms)"
+        )
+    joined: list[dict[str, Any]] = []
+    for left in existing:
+        for right in moved:
+            term: dict[str, Any] = {}
+            for name in ("matchExpressions", "matchFields"):
+                requirements = clusterselector.union(_list(left.get(name)), _list(right.get(name)))
+                if requirements:
+                    term[name] = requirements
+            joined.append(term)
+    return joined
+
+
+def _tolerates_node_problem_eviction(toleration: object) -> bool:
+    """Whether a toleration applies to the not-ready/unreachable NoExecute taints (an empty
+    effect tolerates every effect)."""
+    return (
+        isinstance(toleration, Mapping)
+        and toleration.get("key") in clusterselector.NODE_PROBLEM_TAINTS
+        and toleration.get("effect") in (None, "", "NoExecute")
+    )
+
+
+def _patch(draft: Draft) -> list[patches.Operation]:
+    pod = draft.admission.pod
+    operations: list[patches.Operation] = []
+    for name, value in (
+        ("nodeSelector", draft.node_selector),
+        ("affinity", draft.affinity),
+        ("tolerations", draft.tolerations),
+    ):
+        if value:
+            operations += patches.set_member(pod, ("spec", name), value)
+        else:
+            operations += patches.remove_member(pod, ("spec", name))
+    annotation = clusterselector.render(
+        node_selector=draft.lower_node_selector,
+        affinity=draft.lower_affinity,
+        tolerations=draft.lower_tolerations,
+    )
+    if draft.previous is not None and json.loads(annotation) == draft.previous:
+        return operations  # nothing new below: the annotation stays as it was written
+    return operations + patches.set_member(
+        pod, ("metadata", "annotations", clusterselector.ANNOTATION), annotation
+    )
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _string_map(value: object) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
