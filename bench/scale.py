@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import os
 import secrets
 import tempfile
@@ -74,6 +75,45 @@ def wait_idle(node: VirtualNodeProcess, *, quiet: float = 2.0, timeout: float = 
             return moved
         time.sleep(0.05)
     raise TimeoutError(f"node {node.name}: queues still busy after {timeout}s")
+
+
+async def upper_statuses(fleet: Fleet, namespace: str) -> dict[str, dict[str, object]]:
+    async with harness.client_for(fleet.upper.kubeconfig) as client:
+        found = await client.request("GET", f"/api/v1/namespaces/{namespace}/pods")
+    return {p["metadata"]["name"]: p.get("status") or {} for p in found["items"]}
+
+
+def changed_fields(
+    before: dict[str, dict[str, object]], after: dict[str, dict[str, object]]
+) -> dict[str, int]:
+    """Which status fields differ, counted over the pods."""
+    counts: dict[str, int] = {}
+    for name, old in before.items():
+        new = after.get(name, {})
+        for field in sorted(set(old) | set(new)):
+            if old.get(field) != new.get(field):
+                counts[field] = counts.get(field, 0) + 1
+    return counts
+
+
+def synced_after(node: VirtualNodeProcess, *, since: int) -> float | None:
+    """Seconds from the restarted node's first log line to its "caches synced" line."""
+    with node.log.open("rb") as log:
+        log.seek(since)
+        lines = log.read().decode(errors="replace").splitlines()
+    stamps = [_stamp(line) for line in lines]
+    first = next((s for s in stamps if s is not None), None)
+    synced = next(
+        (s for line, s in zip(lines, stamps, strict=True) if "caches synced" in line), None
+    )
+    return None if first is None or synced is None else synced - first
+
+
+def _stamp(line: str) -> float | None:
+    try:
+        return dt.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    except ValueError:
+        return None
 
 
 def main() -> None:
@@ -144,27 +184,35 @@ def main() -> None:
         )
 
         # -- a crash ---------------------------------------------------------------------
+        wait_idle(node)  # nothing pending: whatever the restart writes, it should not have
+        statuses = asyncio.run(upper_statuses(fleet, namespace))
         node.kill()
         started = time.monotonic()
+        log_size = node.log.stat().st_size
         node.restart(timeout=600)
         ready = time.monotonic() - started
         reconciled = harness.wait_reconciled(node, keys=args.pods) - started
+        synced = synced_after(node, since=log_size)
         wait_idle(node)
         assert node.process is not None
         written = writes(node)
         creates, deletes = lower_pod_writes(written)
+        changed = changed_fields(statuses, asyncio.run(upper_statuses(fleet, namespace)))
         rss = harness.rss_kib(node.process.pid)
         verdict = (
             "met" if reconciled < RECONCILE_TARGET and not creates and not deletes else "MISSED"
         )
         say("\nSIGKILL and restart")
         say(f"  Node Ready again          {ready:6.1f} s after the new process started")
+        if synced is not None:
+            say(f"  caches synced             {synced:6.1f} s after (the lists done)")
         say(
             f"  every key reconciled      {reconciled:6.1f} s   [< {RECONCILE_TARGET:.0f} s, "
             f"0 creates, 0 deletes: {verdict}]"
         )
         say(f"  lower creates / deletes   {creates:.0f} / {deletes:.0f}")
         say(f"  writes (cluster verb code: n)  {dict(written) or 'none'}")
+        say(f"  upper pod status fields the restart changed (field: pods)  {changed or 'none'}")
         say(
             f"  RSS after the relist      {rss // 1024} MiB: "
             f"{(rss - idle) * 1024 / args.pods / 1000:.1f} KB per pod"

@@ -280,6 +280,7 @@ class PodController:
         if patch is None:
             return
         namespace, name = split_key(object_key(pod))
+        logger.debug("pod %s/%s: writing status %s", namespace, name, sorted(patch["status"]))
         try:
             await self._upper.request(
                 "PATCH",

@@ -117,14 +117,24 @@ def lower_placement(
         node_name=node_name,
         node_labels=node_labels,
     )
-    own = _list(spec.get("tolerations"))
-    if cluster_selector is not None:
-        own = [t for t in own if not clusterselector.is_added_toleration(t, taint_key=taint_key)]
-    tolerations = _union(own, _list(chosen.get("tolerations")))
+    tolerations = lower_tolerations(spec, cluster_selector=cluster_selector, taint_key=taint_key)
     _put(placed, "nodeSelector", codec.deep_copy(selector))
     _put(placed, "affinity", affinity)
     _put(placed, "tolerations", tolerations)
     return placed
+
+
+def lower_tolerations(
+    spec: Mapping[str, Any],
+    *,
+    cluster_selector: Mapping[str, Any] | None,
+    taint_key: str = DEFAULT_TAINT_KEY,
+) -> list[Any]:
+    """Return the tolerations `lower_placement` gives the lower pod (a new list; see there)."""
+    own = _list(spec.get("tolerations"))
+    if cluster_selector is not None:
+        own = [t for t in own if not clusterselector.is_added_toleration(t, taint_key=taint_key)]
+    return _union(own, _list((cluster_selector or {}).get("tolerations")))
 
 
 def _lower_affinity(

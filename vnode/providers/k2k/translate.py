@@ -19,7 +19,7 @@ from vnode.contracts import clusterselector
 from vnode.contracts.labels import DEFAULT_TAINT_KEY
 from vnode.kube import codec
 from vnode.providers.k2k import naming
-from vnode.providers.k2k.placement import lower_placement
+from vnode.providers.k2k.placement import lower_placement, lower_tolerations
 from vnode.settings import PodSecurityLevel
 
 # Server-set or upper-only metadata: the lower API server assigns its own, or rejects them.
@@ -240,11 +240,20 @@ def spec_update(
     replaces `tolerations` wholesale (so it lists the existing ones plus the added), or None
     when nothing differs.
     """
-    wanted = lower_pod(upper, t=t)
+    # What `lower_pod` would make of these fields, worked out without the rest of the pod:
+    # every pod of the node is compared at each start, most of them to find nothing.
+    upper_meta, upper_spec = _mapping(upper.get("metadata")), _spec(upper)
+    marks = dict(zip(("labels", "annotations"), _lower_marks(upper_meta, t=t), strict=True))
+    selector = clusterselector.parse(
+        _mapping(upper_meta.get("annotations")).get(naming.CLUSTER_SELECTOR_ANNOTATION)
+    )
+    wanted_tolerations = lower_tolerations(
+        upper_spec, cluster_selector=selector, taint_key=t.taint_key
+    )
     have_meta, have_spec = _mapping(lower.get("metadata")), _spec(lower)
     meta_patch: dict[str, Any] = {}
     for key in ("labels", "annotations"):
-        want, have = wanted["metadata"][key], _mapping(have_meta.get(key))
+        want, have = marks[key], _mapping(have_meta.get(key))
         diff = {k: v for k, v in want.items() if have.get(k) != v}
         if diff:
             meta_patch[key] = diff
@@ -253,7 +262,7 @@ def spec_update(
         images = {c.get("name"): c.get("image") for c in _maps(have_spec.get(group))}
         changed = [
             {"name": c["name"], "image": c["image"]}
-            for c in _maps(wanted["spec"].get(group))
+            for c in _maps(upper_spec.get(group))
             if isinstance(c.get("name"), str)
             and c["name"] in images
             and c.get("image") is not None
@@ -261,13 +270,13 @@ def spec_update(
         ]
         if changed:
             spec_patch[group] = changed
-    deadline = wanted["spec"].get("activeDeadlineSeconds")
+    deadline = upper_spec.get("activeDeadlineSeconds")
     current = have_spec.get("activeDeadlineSeconds")
     # Kubernetes lets a deadline be set or shortened, never removed or extended.
     if isinstance(deadline, int) and (not isinstance(current, int) or deadline < current):
         spec_patch["activeDeadlineSeconds"] = deadline
     existing = _list(have_spec.get("tolerations"))
-    added = [tol for tol in _list(wanted["spec"].get("tolerations")) if tol not in existing]
+    added = [tol for tol in wanted_tolerations if tol not in existing]
     if added:
         spec_patch["tolerations"] = codec.deep_copy(existing) + added
     patch = {"metadata": meta_patch, "spec": spec_patch}
