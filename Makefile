@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 DEMO_DIR ?= .demo
 PYTEST_ARGS ?=
 
-.PHONY: all venv controlplane lint test test-unit demo demo-down bench bench-scale bench-streams bench-webhook clean
+.PHONY: all venv controlplane lint test test-unit demo demo-down bench bench-scale bench-streams bench-webhook bench-services clean
 
 all: test
 
@@ -58,3 +58,6 @@ bench-streams: venv controlplane
 
 bench-webhook: venv controlplane
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/webhook.py $(BENCH_ARGS)
+
+bench-services: venv controlplane
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/services.py $(BENCH_ARGS)

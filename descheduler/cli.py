@@ -6,20 +6,24 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import socket
 import uuid
 from collections.abc import Sequence
 
-from descheduler import policyfile, selectors
+from descheduler import policyfile
 from descheduler.mover import MoveSettings
 from descheduler.policy import POD_SELECTOR, Criteria
 from descheduler.settings import Settings
-from vnode.contracts import avoidance
+from vnode.contracts import avoidance, selectors
 from vnode.kube.leaderelection import ElectionConfigError, LeaderElectionSettings
 from vnode.serving import flags
 from vnode.serving.flags import UsageError
 
 DEFAULT_LEASE = "tensile-system/tensile-descheduler"
+MAX_AVOID_TTL = 365 * 86400.0
+"""Longest --avoid-ttl (seconds): an avoidance is for a lower cluster that is full now, and
+its expiry must stay a time RFC 3339 (and Python) can write."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -82,7 +86,8 @@ def _parser() -> argparse.ArgumentParser:
         "--avoid-ttl",
         type=flags.duration,
         default=300.0,
-        help="how long an owner's pods avoid a virtual node they were moved off (default 5m)",
+        help="how long an owner's pods avoid a virtual node they were moved off "
+        "(default 5m, at most 8760h)",
     )
     a(
         "--avoid-configmap",
@@ -116,6 +121,22 @@ def _parser() -> argparse.ArgumentParser:
     a("--leader-elect-resource-namespace", default=DEFAULT_LEASE.partition("/")[0])
     a("--leader-elect-resource-name", default=DEFAULT_LEASE.partition("/")[2])
     return p
+
+
+def _check_limits(args: argparse.Namespace) -> None:
+    """Raise UsageError for rates, bursts and an avoidance TTL that cannot work."""
+    for flag, rate in (
+        ("--eviction-rate", args.eviction_rate),
+        ("--kube-api-qps", args.kube_api_qps),
+    ):
+        if not math.isfinite(rate) or rate < 0:
+            raise UsageError(f"{flag} must be a finite number >= 0, got {rate}")
+    if args.eviction_burst < 1:
+        raise UsageError("--eviction-burst must be >= 1")
+    if args.kube_api_burst < 1:
+        raise UsageError("--kube-api-burst must be >= 1")
+    if not 0 < args.avoid_ttl <= MAX_AVOID_TTL:
+        raise UsageError("--avoid-ttl must be greater than 0 and at most 365 days")
 
 
 def identity() -> str:
@@ -155,21 +176,18 @@ def parse(argv: Sequence[str], *, holder: str | None = None) -> tuple[Settings, 
     local = args.evict_local_storage_pods
     if local is None:
         local = bool(policy.evict_local_storage_pods)
-    namespace, slash, name = args.avoid_configmap.partition("/")
-    if not slash or not namespace or not name or "/" in name:
-        raise UsageError(f"--avoid-configmap must be NAMESPACE/NAME, got {args.avoid_configmap!r}")
-    if args.eviction_rate < 0 or args.eviction_burst < 1:
-        raise UsageError("--eviction-rate must be >= 0 and --eviction-burst >= 1")
-    if args.kube_api_qps < 0 or args.kube_api_burst < 1:
-        raise UsageError("--kube-api-qps must be >= 0 and --kube-api-burst >= 1")
-    if args.avoid_ttl <= 0:
-        raise UsageError("--avoid-ttl must be greater than 0")
+    namespace, name = flags.namespaced(args.avoid_configmap, "--avoid-configmap")
+    _check_limits(args)
     election = None
     if args.leader_elect:
         try:
             election = LeaderElectionSettings(
-                namespace=args.leader_elect_resource_namespace,
-                name=args.leader_elect_resource_name,
+                namespace=flags.namespace_name(
+                    args.leader_elect_resource_namespace, "--leader-elect-resource-namespace"
+                ),
+                name=flags.object_name(
+                    args.leader_elect_resource_name, "--leader-elect-resource-name"
+                ),
                 identity=holder or identity(),
                 lease_duration=args.leader_elect_lease_duration,
                 renew_deadline=args.leader_elect_renew_deadline,

@@ -35,7 +35,13 @@ from vnode.kube.client import ApiClient
 from vnode.kube.events import EventRecorder
 from vnode.kube.informer import Informer
 from vnode.kube.leaderelection import LeaderElector
-from vnode.kube.resources import NODES, POD_DISRUPTION_BUDGETS, PODS
+from vnode.kube.resources import (
+    NODES,
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
+    POD_DISRUPTION_BUDGETS,
+    PODS,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +75,9 @@ class Descheduler:
             label_selector=f"{labels.NODE_TYPE_LABEL}={labels.VIRTUAL_NODE_TYPE}",
         )
         self.budgets = Informer(client, POD_DISRUPTION_BUDGETS, name="upper-pdbs")
+        # A pod whose volume only its virtual node reaches must stay there (policy.pinned_volumes).
+        self.claims = Informer(client, PERSISTENT_VOLUME_CLAIMS, name="upper-pvcs")
+        self.volumes = Informer(client, PERSISTENT_VOLUMES, name="upper-pvs")
         self.record = AvoidanceRecord(
             client, namespace=settings.avoid_namespace, name=settings.avoid_name
         )
@@ -89,7 +98,14 @@ class Descheduler:
 
     def informers(self) -> list[Informer]:
         """The caches a round reads."""
-        return [self.pods, self.nodes, self.budgets, self.record.informer]
+        return [
+            self.pods,
+            self.nodes,
+            self.budgets,
+            self.claims,
+            self.volumes,
+            self.record.informer,
+        ]
 
     def not_synced(self) -> str | None:
         """A readiness check: None once every cache has its first list, else which not."""
@@ -140,6 +156,8 @@ class Descheduler:
             budgets=list(self.budgets.store),
             criteria=self._settings.criteria,
             now=now,
+            claims=self.claims.store,
+            volumes=self.volumes.store,
         )
         metrics.PODS_CONSIDERED.inc(decided.considered)
         chosen = []

@@ -96,8 +96,12 @@ class Mover:
     def waiting(self, decision: Decision) -> bool:
         """Tell whether this pod's last eviction was refused and its Retry-After has not
         passed."""
-        until = self._not_before.get(_uid(decision.pod))
-        return until is not None and self._clock() < until
+        uid = _uid(decision.pod)
+        until = self._not_before.get(uid)
+        if until is not None and self._clock() >= until:
+            del self._not_before[uid]  # served its wait: forget it (bounded memory)
+            return False
+        return until is not None
 
     async def report(self, decision: Decision) -> Outcome:
         """Report a pod that does not move (blocked, exhausted): log, count, Event."""
@@ -189,8 +193,8 @@ class Mover:
                 continue
             self._check_leading()
             meta = pod.get("metadata") or {}
-            old = await self._current(str(meta.get("namespace")), replaced[0])
             try:
+                old = await self._current(str(meta.get("namespace")), replaced[0])
                 if old is None or _uid(old) != replaced[1]:
                     await self._release(pod, old_name=replaced[0])
                 elif not (old.get("metadata") or {}).get("deletionTimestamp"):
@@ -201,6 +205,7 @@ class Mover:
                     )
                     await self._delete(pod)
             except (errors.ApiError, errors.ApiUnavailable) as exc:
+                # Left as it is for the next round; the other moves still finish.
                 logger.warning("%s: could not finish its move: %s", _name(pod), exc)
 
     # -- owned pods ---------------------------------------------------------------------
@@ -246,7 +251,10 @@ class Mover:
 
     async def _refused(self, decision: Decision, exc: errors.TooManyRequests) -> Outcome:
         wait = exc.retry_after or DEFAULT_RETRY_AFTER
-        self._not_before[_uid(decision.pod)] = self._clock() + wait
+        now = self._clock()
+        self._not_before[_uid(decision.pod)] = now + wait
+        if len(self._not_before) > 4096:  # pods that went away while waiting: forget them
+            self._not_before = {k: t for k, t in self._not_before.items() if t > now}
         causes = "; ".join(str(c.get("message")) for c in exc.causes if c.get("message"))
         if "disruption budget" in exc.message:
             metrics.BLOCKED_BY_PDB.inc()
@@ -302,15 +310,19 @@ class Mover:
             f"{', '.join(sorted(decision.avoid))}",
         )
         metrics.PODS_RECREATED.inc()
+        # The move has happened (the old pod is going): whatever fails from here on only
+        # delays lifting the gate, which the next round's recovery does.
         deadline = self._clock() + self._settings.gone_timeout
-        while self._clock() < deadline:
-            current = await self._current(namespace, str(meta.get("name")))
-            if current is None or _uid(current) != _uid(old):
-                await self._release(made, old_name=str(meta.get("name")))
-                break
-            await asyncio.sleep(0.25)
-        else:
+        try:
+            while self._clock() < deadline:
+                current = await self._current(namespace, str(meta.get("name")))
+                if current is None or _uid(current) != _uid(old):
+                    await self._release(made, old_name=str(meta.get("name")))
+                    return "moved"
+                await asyncio.sleep(0.25)
             logger.info("%s: still going; %s is released at a later round", _name(old), name)
+        except (errors.ApiError, errors.ApiUnavailable) as exc:
+            logger.warning("%s: %s is released at a later round: %s", _name(old), name, exc)
         return "moved"
 
     async def _release(self, pod: Mapping[str, Any], *, old_name: str) -> None:

@@ -22,10 +22,10 @@ import datetime as dt
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from descheduler import moves, selectors
-from vnode.contracts import avoidance, labels
+from descheduler import moves
+from vnode.contracts import avoidance, labels, scheduling, selectors
 from vnode.kube.timestamps import parse_rfc3339
 
 EVICT_ANNOTATION = "descheduler.alpha.kubernetes.io/evict"
@@ -60,13 +60,23 @@ class Criteria:
 Action = Literal["evict", "recreate", "exhausted", "blocked"]
 
 
+class Lookup(Protocol):
+    """Objects by key (a dict, or an informer's store): "namespace/name", or the name of a
+    cluster-scoped object."""
+
+    def get(self, key: str, /) -> Mapping[str, Any] | None:
+        """Return the object with `key`, or None."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Decision:
     """What to do with one due pod.
 
     - evict: record that `owner` avoids `node`, then evict the pod (its controller replaces it);
     - recreate: a bare pod: create its replacement avoiding `avoid`, then delete it;
-    - exhausted: every considered virtual node has been tried; the pod stays where it is;
+    - exhausted: every considered virtual node has been tried, or the pod's own node
+      selection (nodeSelector, required node affinity, tolerations) or the node affinity
+      of its volumes admits none of the others; the pod stays where it is;
     - blocked: a PodDisruptionBudget does not allow it now (`message` says which).
     """
 
@@ -238,10 +248,15 @@ def plan(
     budgets: Sequence[Mapping[str, Any]],
     criteria: Criteria,
     now: dt.datetime,
+    claims: Lookup | None = None,
+    volumes: Lookup | None = None,
 ) -> Round:
     """Decide one round: every due, movable pod on a considered virtual node gets a
     Decision, oldest pods first, at most `criteria.max_pods_per_node` moves per node
-    (exhausted and blocked pods do not count against it).
+    (exhausted and blocked pods do not count against it). `claims` holds the upper
+    PersistentVolumeClaims by "namespace/name" and `volumes` the upper PersistentVolumes
+    by name (None: none), so that a pod whose volume only some nodes reach is not moved
+    where its replacement could not follow (`pinned_volumes`).
 
     An owner's pods move one at a time: at most one per round, and none while another of
     its pods is still going away, so an owner never has more than one pod beyond its
@@ -273,7 +288,14 @@ def plan(
         avoid = frozenset({*tried, node})
         created = parse_rfc3339(_mapping(pod.get("metadata")).get("creationTimestamp")) or now
         decision = _decide(
-            pod, node=node, why=why, owner=owner, avoid=avoid, usable=usable, budgets=budgets
+            pod,
+            node=node,
+            why=why,
+            owner=owner,
+            avoid=avoid,
+            usable=usable,
+            budgets=budgets,
+            pins=pinned_volumes(pod, claims=claims or _NOTHING, volumes=volumes or _NOTHING),
         )
         found.append((created, decision))
     found.sort(key=lambda item: item[0])
@@ -305,12 +327,30 @@ def _decide(
     avoid: frozenset[str],
     usable: Mapping[str, Mapping[str, Any]],
     budgets: Sequence[Mapping[str, Any]],
+    pins: Sequence[tuple[str, Mapping[str, Any]]],
 ) -> Decision:
     base = Decision(action="evict", pod=pod, node=node, reason=why, owner=owner, avoid=avoid)
-    left = sorted(set(usable) - avoid)
-    if not left:
+    others = sorted(set(usable) - avoid)
+    if not others:
         tried = ", ".join(sorted(avoid))
         message = f"every virtual node has been tried ({tried}); it stays Pending on {node}"
+        return dataclasses.replace(base, action="exhausted", message=message)
+    # The replacement keeps the pod's own node selection (plus the NotIn): where that rules
+    # out every other virtual node, moving it would leave it unschedulable for good, while
+    # left where it is it runs once its lower cluster has room.
+    spec = _mapping(pod.get("spec"))
+    if owner is not None:
+        # The controller's next pod is made from its template: the NotIn of an earlier
+        # move is not in it (the avoidances in force are `avoid`, from the record).
+        spec = {**spec, "affinity": avoidance.without_avoidances(_mapping(spec.get("affinity")))}
+    unfit = {
+        name: scheduling.unfit(spec, usable[name]) or _volume_unfit(pins, usable[name])
+        for name in others
+    }
+    left = [name for name in others if unfit[name] is None]
+    if not left:
+        why_not = "; ".join(f"{name}: {unfit[name]}" for name in others)
+        message = f"no other virtual node admits it ({why_not}); it stays Pending on {node}"
         return dataclasses.replace(base, action="exhausted", message=message)
     blocker = disruption_blocker(pod, budgets)
     if blocker is not None:
@@ -320,6 +360,52 @@ def _decide(
         action="evict" if owner is not None else "recreate",
         message=f"may go to {', '.join(left)}",
     )
+
+
+def pinned_volumes(
+    pod: Mapping[str, Any], *, claims: Lookup, volumes: Lookup
+) -> list[tuple[str, Mapping[str, Any]]]:
+    """Return (description, required NodeSelector) for each PersistentVolume of `pod`
+    whose node affinity limits the nodes that reach it: the volumes of its claims
+    (`persistentVolumeClaim` volumes, and the `<pod>-<volume>` claims of generic ephemeral
+    volumes) bound through `spec.volumeName`. The scheduler's VolumeBinding filter keeps a
+    pod off nodes such a volume's affinity does not select; a virtual node provisions its
+    volumes pinned to itself, so a pod of such a claim can only ever run there.
+    """
+    meta, spec = _mapping(pod.get("metadata")), _mapping(pod.get("spec"))
+    namespace, pod_name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    found: list[tuple[str, Mapping[str, Any]]] = []
+    for item in _list(spec.get("volumes")):
+        volume = _mapping(item)
+        claim_name = _mapping(volume.get("persistentVolumeClaim")).get("claimName")
+        if claim_name is None and "ephemeral" in volume:
+            claim_name = f"{pod_name}-{volume.get('name')}"
+        if not isinstance(claim_name, str):
+            continue
+        claim = _mapping(claims.get(f"{namespace}/{claim_name}"))
+        pv_name = _mapping(claim.get("spec")).get("volumeName")
+        if not isinstance(pv_name, str) or not pv_name:
+            continue
+        affinity = _mapping(_mapping(volumes.get(pv_name)).get("spec")).get("nodeAffinity")
+        required = _mapping(_mapping(affinity).get("required"))
+        if required:
+            found.append((f"its volume {pv_name} (claim {claim_name})", required))
+    return found
+
+
+_NOTHING: Mapping[str, Mapping[str, Any]] = {}
+
+
+def _volume_unfit(
+    pins: Sequence[tuple[str, Mapping[str, Any]]], node: Mapping[str, Any]
+) -> str | None:
+    meta = _mapping(node.get("metadata"))
+    name = str(meta.get("name") or "")
+    node_labels = {str(k): str(v) for k, v in _mapping(meta.get("labels")).items()}
+    for what, required in pins:
+        if not scheduling.selector_matches(required, node_name=name, node_labels=node_labels):
+            return f"{what} is not reachable from it (the volume's node affinity)"
+    return None
 
 
 def _labels(obj: Mapping[str, Any]) -> dict[str, str]:

@@ -20,8 +20,8 @@ class Settings:
     """Time between rounds (--descheduling-interval); 0: one round, then exit."""
     criteria: Criteria = field(default_factory=Criteria)
     moves: MoveSettings = field(default_factory=MoveSettings)
-    avoid_namespace: str = avoidance.DEFAULT_CONFIGMAP.partition("/")[0]
-    avoid_name: str = avoidance.DEFAULT_CONFIGMAP.partition("/")[2]
+    avoid_namespace: str = avoidance.DEFAULT_LOCATION[0]
+    avoid_name: str = avoidance.DEFAULT_LOCATION[1]
     """The avoidance record's ConfigMap (--avoid-configmap NAMESPACE/NAME)."""
     eviction_rate: float = 2.0
     """Moves per second across all virtual nodes (0: no limit)."""

@@ -23,7 +23,9 @@ from vnode.contracts.labels import DEFAULT_TAINT_KEY
 from vnode.controllers.status import node_labels
 from vnode.kube import config, errors
 from vnode.kube.client import ApiClient
-from vnode.node import Provider, StartupError, UpperClients, VirtualNode
+from vnode.kube.informers import InformerFactory
+from vnode.node import StartupError, UpperClients, VirtualNode
+from vnode.provider import Provider
 from vnode.providers.k2k.provider import K2KProvider
 from vnode.providers.k2k.scrape import (
     BearerTokenFile,
@@ -129,6 +131,7 @@ async def _run(
         # Both clusters must answer before anything is registered (tensile-kube: fatal).
         await upper.request("GET", "/version")
         cluster_id = settings.pods.cluster_id or await _upper_cluster_id(upper)
+        informers = InformerFactory()
         provider: Provider
         if lower_info is None:
             provider = MockProvider(node_ip=node_ip, settings=mock)
@@ -140,8 +143,10 @@ async def _run(
                 upper=upper,
                 events=events,
                 lower=lower,
+                informers=informers,
                 stack=stack,
                 cluster_id=cluster_id,
+                node_ip=node_ip,
                 kubelet_token=kubelet_token,
             )
             lower_server = lower_info.server
@@ -149,6 +154,7 @@ async def _run(
             settings=settings,
             upper=UpperClients(main=upper, heartbeat=heartbeat, events=events, reviews=reviews),
             provider=provider,
+            informers=informers,
         )
         with shutdown.stop_on_signals(node.stop):
             logger.info(
@@ -169,21 +175,25 @@ async def _k2k_provider(
     upper: ApiClient,
     events: ApiClient,
     lower: ApiClient,
+    informers: InformerFactory,
     stack: contextlib.AsyncExitStack,
     cluster_id: str,
+    node_ip: str,
     kubelet_token: BearerTokenFile | None,
 ) -> K2KProvider:
-    """Return the started Kubernetes-to-Kubernetes provider (the lower cluster answered)."""
+    """Return the Kubernetes-to-Kubernetes provider for the `lower` cluster (the node starts
+    it as its first component)."""
     kubelets: KubeletAccess = ThroughApiserver(lower)
     if settings.lower_kubelets.access == "direct":
         verify = not settings.lower_kubelets.insecure_tls
         kubelets = await stack.enter_async_context(
             ToKubelets(lower, verify=verify, token=kubelet_token)
         )
-    provider = K2KProvider(
+    return K2KProvider(
         upper=upper,
         upper_events=events,
         lower=lower,
+        informers=informers,
         translation=Translation(
             node_name=settings.node.name,
             cluster_id=cluster_id,
@@ -194,12 +204,12 @@ async def _k2k_provider(
             pod_security_level=settings.pods.pod_security_level,
             taint_key=settings.node.taint.key if settings.node.taint else DEFAULT_TAINT_KEY,
         ),
-        node_ip=settings.node.internal_ip,
+        node_ip=node_ip,
         upper_namespace=settings.pods.namespace,
         kubelets=kubelets,
+        workers=settings.pods.workers,
+        controllers=settings.controllers,
     )
-    await provider.start()
-    return provider
 
 
 async def _upper_cluster_id(upper: ApiClient) -> str:

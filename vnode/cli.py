@@ -10,6 +10,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from vnode.api.certificates import MAX_EXPIRATION_SECONDS, MIN_EXPIRATION_SECONDS
 from vnode.api.certstore import CertificateStore
@@ -18,9 +19,11 @@ from vnode.kube import names
 from vnode.serving import flags
 from vnode.serving.flags import UsageError, boolean, duration
 from vnode.settings import (
+    KNOWN_CONTROLLERS,
     TAINT_EFFECTS,
     ApiSettings,
     ClientSettings,
+    ControllerSettings,
     KubeletAccessMode,
     LowerKubeletSettings,
     NodeSettings,
@@ -31,11 +34,12 @@ from vnode.settings import (
     default_cert_dir,
 )
 
-KNOWN_CONTROLLERS = ("PVControllers", "ServiceControllers")
 PROVIDERS = ("k8s", "mock")
 POD_SECURITY_LEVELS = ("privileged", "baseline", "restricted")
 MAX_NAMESPACE_PREFIX = 30
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9](?:[-a-z0-9.]*[a-z0-9])?")
 
 
 def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -66,6 +70,19 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         nargs="?",
         const=True,
         help="mirror pods' ServiceAccounts in the lower cluster",
+    )
+    a(
+        "--service-namespaces",
+        default="",
+        help="ServiceControllers: comma-separated upper namespaces whose Services and "
+        "EndpointSlices are mirrored below (default: all but kube-system)",
+    )
+    a(
+        "--lower-storage-class",
+        default="",
+        help="PVControllers: comma-separated UPPER=LOWER StorageClass pairs for the claims "
+        "made below; a bare LOWER applies to every other class (default: the lower "
+        "cluster's default StorageClass)",
     )
     # virtual-kubelet node-cli flags
     a(
@@ -296,7 +313,11 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
             insecure_tls=args.lower_kubelet_insecure_tls,
             token_file=args.lower_kubelet_token_file,
         ),
-        enable_controllers=controllers,
+        controllers=ControllerSettings(
+            enabled=controllers,
+            service_namespaces=_service_namespaces(args.service_namespaces),
+            **_storage_classes(args.lower_storage_class),
+        ),
         metrics_addr=flags.address(args.metrics_addr, "--metrics-addr")
         if args.metrics_addr
         else "",
@@ -421,6 +442,41 @@ def _node_settings(
         kubelet_port=port,
         enable_lease=args.enable_node_lease,
     )
+
+
+def _service_namespaces(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    for name in names:
+        if not (len(name) <= 63 and _DNS_LABEL.fullmatch(name)):
+            raise UsageError(f"--service-namespaces: {name!r} is not a namespace name")
+    return names
+
+
+def _storage_classes(text: str) -> dict[str, Any]:
+    """--lower-storage-class "UPPER=LOWER,...[,LOWER]" -> ControllerSettings fields."""
+    pairs: dict[str, str] = {}
+    default: str | None = None
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        upper, sep, lower = (part.strip() for part in item.partition("="))
+        names = (upper, lower) if sep else (upper,)
+        for name in names:
+            if not (len(name) <= 253 and _DNS_SUBDOMAIN.fullmatch(name)):
+                raise UsageError(
+                    f"--lower-storage-class: {name!r} in {item!r} is not a StorageClass name"
+                )
+        if not sep:
+            if default is not None:
+                raise UsageError(
+                    f"--lower-storage-class: two classes for all others ({default}, {upper})"
+                )
+            default = upper
+        elif upper in pairs:
+            raise UsageError(f"--lower-storage-class: {upper} is mapped twice")
+        else:
+            pairs[upper] = lower
+    return {"lower_storage_classes": tuple(pairs.items()), "lower_storage_class_default": default}
 
 
 def _ip(text: str, name: str) -> str:

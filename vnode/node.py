@@ -1,10 +1,14 @@
-"""One virtual node: informers, controllers and metrics around a provider; start order; stop.
+"""One virtual node: a list of components around a provider; start order; stop.
 
-Start order (virtual-kubelet's): every informer runs and has synced before any worker
-starts; the pod controller cleans up dangling backend pods; the node controller registers
-the Node. `stop()` (SIGTERM) stops the queues from handing out keys, lets in-flight work
-finish for up to `shutdown_timeout` seconds, then cancels everything; every task is
-named, owned by a TaskGroup and awaited.
+The node is a list of components (`vnode.provider.Component`): the provider and what it
+brings (mirrors of pods' dependencies, of Services and volumes as --enable-controllers
+chose), the pod controller, the kubelet API server and the node controller. Start order
+(virtual-kubelet's): each component's `start()` in list order; then every informer runs
+(one per selection, shared through an `InformerFactory`) and has synced before any
+component's `run()` begins, so the node controller registers the Node only once pods can
+be served. `stop()` (SIGTERM) shuts every component down, lets in-flight work finish for
+up to `shutdown_timeout` seconds, then cancels everything; every task is named, owned by a
+TaskGroup and awaited.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from aiohttp import web
 
@@ -33,46 +37,20 @@ from vnode.api.certmanager import (
 from vnode.api.certstore import CertificateStore
 from vnode.api.server import ApiContext, make_app
 from vnode.controllers.node import NodeController
-from vnode.controllers.pods import PodController, PodProvider
+from vnode.controllers.pods import PodController
 from vnode.controllers.status import node_addresses
 from vnode.kube.client import ApiClient
 from vnode.kube.events import EventRecorder
 from vnode.kube.informer import Informer
+from vnode.kube.informers import InformerFactory
 from vnode.kube.workqueue import FairQueuing
-from vnode.provider import (
-    ExecProvider,
-    LogsProvider,
-    MetricsProvider,
-    NodeProvider,
-    PortForwardProvider,
-)
+from vnode.provider import Component, Provider
 from vnode.serving import endpoints
 from vnode.serving.sockets import bound_socket
 from vnode.serving.tls import RotatingTls, reload_certificates, tls_context
 from vnode.settings import ApiSettings, Settings, default_cert_dir
 
 logger = logging.getLogger(__name__)
-
-
-class Provider(
-    PodProvider,
-    NodeProvider,
-    LogsProvider,
-    ExecProvider,
-    PortForwardProvider,
-    MetricsProvider,
-    Protocol,
-):
-    """A full provider: pods, node, and its own informers and workers."""
-
-    def informers(self) -> Sequence[Informer]:
-        """Informers that must run and sync before any worker starts."""
-
-    async def run(self, *, workers: int) -> None:
-        """Run the provider's own workers until `shut_down`."""
-
-    async def shut_down(self) -> None:
-        """Stop the provider's queues."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,20 +90,20 @@ class VirtualNode:
         settings: Settings,
         upper: UpperClients,
         provider: Provider,
+        informers: InformerFactory,
         clock: Clock | None = None,
     ) -> None:
-        """`clock` (default: the system clock) times serving-certificate renewals."""
+        """`informers` is the factory the provider made its informers with (so the node's
+        own components share them); `clock` (default: the system clock) times
+        serving-certificate renewals."""
         self.settings = settings
-        self._clock = clock
-        self._clients = upper
-        self._upper = upper.main
-        self._provider = provider
         self._stop = asyncio.Event()
         recorder = EventRecorder(
             upper.events, component=f"{settings.node.name}/pod-controller", host=settings.node.name
         )
         self.pods = PodController(
             upper=upper.main,
+            informers=informers,
             provider=provider,
             node_name=settings.node.name,
             namespace=settings.pods.namespace,
@@ -134,13 +112,52 @@ class VirtualNode:
             fairness=FairQueuing(weights=dict(settings.pods.namespace_weights)),
         )
         self.node = NodeController(
-            upper=upper.main, heartbeat=upper.heartbeat, provider=provider, settings=settings.node
+            upper=upper.main,
+            informers=informers,
+            heartbeat=upper.heartbeat,
+            provider=provider,
+            settings=settings.node,
         )
         self.node.on_recovered(self._backend_recovered)
+        self.components: list[Component] = [
+            provider,
+            *provider.components(),
+            self.pods,
+            KubeletApiServer(
+                settings=settings,
+                upper=upper.main,
+                reviews=upper.reviews,
+                pods=self.pods.informer,
+                provider=provider,
+                clock=clock,
+            ),
+            self.node,
+        ]
+        """Everything the node runs, in start order (see the module docstring)."""
+
+    def informers(self) -> list[Informer]:
+        """Every informer of every component, each once."""
+        seen: dict[int, Informer] = {}
+        for component in self.components:
+            for informer in component.informers():
+                seen.setdefault(id(informer), informer)
+        return list(seen.values())
+
+    def ready(self) -> bool:
+        """Whether every component does its work (the Node registered included)."""
+        return all(component.ready() for component in self.components)
+
+    def _health(self) -> endpoints.Health:
+        """`/readyz` on --metrics-addr: one check per component (its caches synced, the
+        Node registered, ...), so a probe says which part is not ready."""
+        health = endpoints.Health()
+        for component in self.components:
+            health.add_check(component.name, functools.partial(_readiness, component))
+        return health
 
     def _backend_recovered(self) -> None:
         logger.info("the provider is reachable again: resuming watches and pending pods")
-        for informer in self._provider.informers():
+        for informer in self.informers():
             informer.retry_now()
         self.pods.resync()
 
@@ -149,20 +166,34 @@ class VirtualNode:
         self._stop.set()
 
     async def run(self) -> None:
-        """Run until `stop()`; raises StartupError if the caches do not sync in time."""
-        informers = [*self._provider.informers(), self.pods.informer, self.node.informer]
-        async with (
-            endpoints.metrics_server(self.settings.metrics_addr),
-            self._kubelet_api() as keep_certificate,
-            asyncio.TaskGroup() as group,
-        ):
+        """Run until `stop()`. Raises StartupError if the caches do not sync in time, and
+        whatever a component's `start()` raised."""
+        started: list[Component] = []
+        shut: set[int] = set()
+
+        async def shut_down(components: Sequence[Component]) -> None:
+            for component in reversed(components):
+                if id(component) not in shut:
+                    shut.add(id(component))
+                    await component.shut_down()
+
+        async with endpoints.metrics_server(self.settings.metrics_addr, health=self._health()):
+            try:
+                for component in self.components:
+                    if self._stop.is_set():
+                        return
+                    await component.start()
+                    started.append(component)
+                await self._run_started(shut_down)
+            finally:
+                await shut_down(started)
+
+    async def _run_started(
+        self, shut_down: Callable[[Sequence[Component]], Awaitable[None]]
+    ) -> None:
+        informers = self.informers()
+        async with asyncio.TaskGroup() as group:
             background = [group.create_task(i.run(), name=f"informer-{i.name}") for i in informers]
-            if keep_certificate is not None:
-                # Registration, lease and pods never wait for this task: a CSR may wait
-                # for a human to approve it.
-                background.append(
-                    group.create_task(keep_certificate(), name="kubelet-api-certificates")
-                )
             stop = group.create_task(self._stop.wait(), name="stop-signal")
             await self._wait_synced(informers, stop)
             if stop.done():
@@ -170,15 +201,9 @@ class VirtualNode:
                     task.cancel()
                 return
             logger.info("caches synced; starting workers")
-            work = [
-                group.create_task(
-                    self._provider.run(workers=self.settings.pods.workers), name="provider-workers"
-                ),
-                group.create_task(self.pods.run(), name="pod-controller"),
-            ]
-            background.append(group.create_task(self.node.run(), name="node-controller"))
+            work = [group.create_task(c.run(), name=c.name) for c in self.components]
             await stop
-            await self._drain(work)
+            await self._drain(work, shut_down)
             for task in background + work:
                 task.cancel()
 
@@ -201,21 +226,88 @@ class VirtualNode:
             ) from None
         finally:
             synced.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await synced
+            # gather returns the child's cancellation instead of raising it, while a
+            # cancellation of this task itself still propagates (suppress would eat both).
+            await asyncio.gather(synced, return_exceptions=True)
 
-    async def _drain(self, work: list[asyncio.Task[None]]) -> None:
+    async def _drain(
+        self,
+        work: list[asyncio.Task[None]],
+        shut_down: Callable[[Sequence[Component]], Awaitable[None]],
+    ) -> None:
         logger.info(
             "stopping: finishing in-flight work (up to %.0fs)", self.settings.shutdown_timeout
         )
-        await self.pods.shut_down()
-        await self._provider.shut_down()
+        await shut_down(self.components)
         _done, pending = await asyncio.wait(work, timeout=self.settings.shutdown_timeout)
         if pending:
             logger.warning(
                 "stopping: abandoning work still in flight after %.0fs",
                 self.settings.shutdown_timeout,
             )
+
+
+class KubeletApiServer:
+    """The kubelet HTTPS API as a component of the node: `start` binds KUBELET_PORT and
+    loads what can be checked (raising StartupError), `run` keeps the serving certificate,
+    `shut_down` stops serving."""
+
+    name = "kubelet-api"
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        upper: ApiClient,
+        reviews: ApiClient,
+        pods: Informer,
+        provider: Provider,
+        clock: Clock | None = None,
+    ) -> None:
+        """`upper` makes the serving certificate's CSRs, `reviews` authenticates and
+        authorizes callers (TokenReview, SubjectAccessReview), `pods` is the cache of the
+        upper pods bound to the node (read, not run, by this component); `clock` (default:
+        the system clock) times certificate renewals."""
+        self._settings = settings
+        self._upper = upper
+        self._reviews = reviews
+        self._pods = pods
+        self._provider = provider
+        self._clock = clock
+        self._stack = contextlib.AsyncExitStack()
+        self._keep: Callable[[], Coroutine[Any, Any, None]] | None = None
+        self._stopped = asyncio.Event()
+        self._started = False
+
+    def informers(self) -> Sequence[Informer]:
+        """None of its own: it reads the pod controller's cache."""
+        return []
+
+    async def start(self) -> None:
+        """Bind the port and start serving (or wait for a CSR's certificate)."""
+        self._keep = await self._stack.enter_async_context(self._kubelet_api())
+        self._started = True
+
+    def ready(self) -> bool:
+        """Whether the API is set up (it may still wait for a certificate from a CSR)."""
+        return self._started
+
+    async def run(self) -> None:
+        """Keep the serving certificate fresh until `shut_down`."""
+        if self._keep is None:
+            await self._stopped.wait()
+            return
+        async with asyncio.TaskGroup() as group:
+            # Registration, lease and pods never wait for this task: a CSR may wait for a
+            # human to approve it.
+            keeper = group.create_task(self._keep(), name="kubelet-api-certificates")
+            await self._stopped.wait()
+            keeper.cancel()
+
+    async def shut_down(self) -> None:
+        """Stop serving (requests in flight get a moment to finish)."""
+        self._stopped.set()
+        await self._stack.aclose()
 
     @contextlib.asynccontextmanager
     async def _kubelet_api(self) -> AsyncIterator[Callable[[], Coroutine[Any, Any, None]] | None]:
@@ -232,7 +324,7 @@ class VirtualNode:
         (connections are refused until then), maybe hours later: by then nothing is left
         that could fail and take down a node that is serving pods.
         """
-        api = self.settings.api
+        api = self._settings.api
         if not api.cert_file and not api.rotate_server_certificates:
             logger.warning(
                 "kubelet API disabled: no APISERVER_CERT_LOCATION/APISERVER_KEY_LOCATION and "
@@ -241,7 +333,7 @@ class VirtualNode:
             )
             yield None
             return
-        host, port = self.settings.node.internal_ip, self.settings.node.kubelet_port
+        host, port = self._settings.node.internal_ip, self._settings.node.kubelet_port
         try:
             sock = bound_socket(host, port)
         except OSError as exc:
@@ -262,19 +354,19 @@ class VirtualNode:
             sock.close()  # closed already once served; never served: ours to close
 
     def _api_context(self) -> ApiContext:
-        api = self.settings.api
+        api = self._settings.api
         verify = api.verify_clients
         gate = auth.ReviewGate()
-        reviews = self._clients.reviews
+        reviews = self._reviews
         return ApiContext(
-            node_name=self.settings.node.name,
-            pod=lambda ns, name: self.pods.informer.store.get(f"{ns}/{name}"),
-            pods=lambda: list(self.pods.informer.store),
+            node_name=self._settings.node.name,
+            pod=lambda ns, name: self._pods.store.get(f"{ns}/{name}"),
+            pods=lambda: list(self._pods.store),
             provider=self._provider,
             authenticator=auth.Authenticator(reviews, gate=gate, anonymous=api.anonymous_auth)
             if verify
             else None,
-            authorizer=auth.Authorizer(reviews, gate=gate, node_name=self.settings.node.name)
+            authorizer=auth.Authorizer(reviews, gate=gate, node_name=self._settings.node.name)
             if verify
             else None,
             idle_timeout=api.streaming_idle_timeout,
@@ -286,8 +378,8 @@ class VirtualNode:
         """Serve `runner` on the bound `sock` now (certificate files) or once the first
         certificate from a CSR exists; return the coroutine function that keeps the
         certificate. Raises StartupError for files that cannot be loaded."""
-        api = self.settings.api
-        host, port = self.settings.node.internal_ip, self.settings.node.kubelet_port
+        api = self._settings.api
+        host, port = self._settings.node.internal_ip, self._settings.node.kubelet_port
 
         async def serve(tls: ssl.SSLContext) -> None:
             site = web.SockSite(runner, sock, ssl_context=tls)
@@ -321,11 +413,11 @@ class VirtualNode:
         """Return the manager that obtains and renews the serving certificate through CSRs
         (see `ServingCertificateManager`). Raises StartupError when the node publishes no
         address to put in the certificate."""
-        api = self.settings.api
+        api = self._settings.api
         try:
             identity = identity_from_addresses(
-                node_name=self.settings.node.name,
-                addresses=node_addresses(self.settings.node),
+                node_name=self._settings.node.name,
+                addresses=node_addresses(self._settings.node),
             )
         except ValueError as exc:
             raise StartupError(f"kubelet API: {exc}") from exc
@@ -340,7 +432,11 @@ class VirtualNode:
         )
 
     def _cert_dir(self) -> Path:
-        return Path(self.settings.api.cert_dir or default_cert_dir(self.settings.node.name))
+        return Path(self._settings.api.cert_dir or default_cert_dir(self._settings.node.name))
+
+
+def _readiness(component: Component) -> str | None:
+    return None if component.ready() else "not ready"
 
 
 def _tls_from_files(api: ApiSettings) -> ssl.SSLContext:

@@ -1,17 +1,54 @@
-"""Protocols the node runtime calls on a provider, with their contracts.
+"""Protocols the node runtime calls, with their contracts: one per role.
 
 A provider stands behind a virtual node (virtual-kubelet's PodLifecycleHandler,
 PodNotifier and NodeProvider, reshaped for asyncio). All objects are Kubernetes dicts and
 are read-only for both sides: never mutate what you are given or what you returned.
+
+Everything the node runs (its informers' users, controllers, mirrors, the kubelet API
+server, the provider itself) is a `Component`: `vnode.node.VirtualNode` composes a list of
+them and owns their life (start, sync, run, stop).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from vnode.kube.informer import Informer
+
 Obj = dict[str, Any]
+
+
+class Component(Protocol):
+    """A part of a virtual node with a life of its own, run by `VirtualNode` from a list.
+
+    Life (virtual-kubelet's start order, Node.Run): `start()` once per component, in list
+    order, before any informer runs; then every informer of every component runs (an
+    informer shared by several components runs once), and once all have synced, `run()`
+    of each runs until `shut_down()`; in-flight work then has the node's shutdown timeout
+    to finish before the run task is cancelled. `shut_down()` is called once for every
+    component whose `start()` returned, also when the node stops before `run()` began.
+    """
+
+    name: str
+    """Names its task and its log lines ("pod-controller", "services_to_lower")."""
+
+    def informers(self) -> Sequence[Informer]:
+        """The informers that must have synced before `run` (shared ones included)."""
+
+    async def start(self) -> None:
+        """Do what must work before anything runs (bind a port, read the backend's
+        version); raise to stop the node's start (the message says what failed)."""
+
+    def ready(self) -> bool:
+        """Tell whether the component does its work now (started, its informers synced)."""
+
+    async def run(self) -> None:
+        """Work until `shut_down()`, then return once in-flight work is done."""
+
+    async def shut_down(self) -> None:
+        """Stop taking new work (queues stop handing out keys, servers stop listening)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +102,14 @@ class PodNotifier(Protocol):
 
     def notify_pods(self, callback: Callable[[str], None]) -> None:
         """Register `callback(upper "namespace/name")`, called (non-blocking) on each change."""
+
+
+class PodProvider(PodLifecycleHandler, PodNotifier, Protocol):
+    """What the pod controller needs of a provider."""
+
+    async def cleanup_dangling(self, upper_pods: Iterable[Obj]) -> None:
+        """Delete backend pods whose upper pod is not in `upper_pods` (run at start;
+        `upper_pods` is walked once: every upper pod of the node)."""
 
 
 class NodeProvider(Protocol):
@@ -222,3 +267,21 @@ class MetricsProvider(Protocol):
 
     async def resource_usage(self) -> NodeUsage:
         """Return the current usage of the node's pods (upper names and UIDs)."""
+
+
+class Provider(
+    PodProvider,
+    NodeProvider,
+    LogsProvider,
+    ExecProvider,
+    PortForwardProvider,
+    MetricsProvider,
+    Component,
+    Protocol,
+):
+    """A full provider: pods, node, logs, exec, port-forward and metrics; itself a
+    component (its informers and workers), and the source of further ones."""
+
+    def components(self) -> Sequence[Component]:
+        """Further components the provider brings, run beside it and started after it in
+        this order (e.g. the mirrors --enable-controllers chose)."""

@@ -134,6 +134,31 @@ class ApiSettings:
     may move no frame before it is closed (kubelet's default 4 h; 0: never)."""
 
 
+PV_CONTROLLERS = "PVControllers"
+SERVICE_CONTROLLERS = "ServiceControllers"
+KNOWN_CONTROLLERS = (PV_CONTROLLERS, SERVICE_CONTROLLERS)
+"""tensile-kube's names for --enable-controllers."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ControllerSettings:
+    """--enable-controllers (tensile-kube's names) and what the chosen ones need. The
+    copies of pods' ConfigMaps, Secrets and ServiceAccounts always run."""
+
+    enabled: tuple[str, ...] = KNOWN_CONTROLLERS
+    """ServiceControllers: upper Services and their EndpointSlices mirrored below;
+    PVControllers: the node provisions claims of upper StorageClasses of provisioner
+    tensile.io/virtual-node, and copies claims of other classes down with their pods."""
+    service_namespaces: tuple[str, ...] = ()
+    """--service-namespaces: the upper namespaces whose Services are mirrored (empty: all
+    but kube-system)."""
+    lower_storage_classes: tuple[tuple[str, str], ...] = ()
+    """--lower-storage-class UPPER=LOWER pairs: the lower StorageClass of a lower claim."""
+    lower_storage_class_default: str | None = None
+    """--lower-storage-class LOWER (a bare name): the lower class for upper classes not
+    paired; None: lower claims name no class, so the lower default StorageClass applies."""
+
+
 KubeletAccessMode = Literal["proxy", "direct"]
 ProviderName = Literal["k8s", "mock"]
 
@@ -176,8 +201,8 @@ class Settings:
     """--event-qps/--event-burst: the budget of Events written upstairs (the kubelet's)."""
     api: ApiSettings = field(default_factory=ApiSettings)
     lower_kubelets: LowerKubeletSettings = field(default_factory=LowerKubeletSettings)
-    enable_controllers: tuple[str, ...] = ("PVControllers", "ServiceControllers")
-    """--enable-controllers (accepted for compatibility; see the README for what runs)."""
+    controllers: ControllerSettings = field(default_factory=ControllerSettings)
+    """--enable-controllers and the flags of the controllers it chooses."""
     metrics_addr: str = ""
     """--metrics-addr host:port of the plain-HTTP Prometheus endpoint ("" disables it)."""
     log_level: str = "info"

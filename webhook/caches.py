@@ -33,7 +33,7 @@ class Caches:
         client: ApiClient,
         *,
         virtual_node_selector: str,
-        avoid_configmap: tuple[str, str] = ("tensile-system", "tensile-avoid"),
+        avoid_configmap: tuple[str, str] = avoidance.DEFAULT_LOCATION,
         now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ) -> None:
         """`virtual_node_selector` is the label selector of virtual nodes (sent to the

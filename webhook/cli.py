@@ -9,15 +9,14 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from vnode.contracts import avoidance, clusterselector
+from vnode.contracts import avoidance, clusterselector, selectors
 from vnode.contracts.labels import DEFAULT_TAINT_KEY
 from vnode.kube import names
 from vnode.serving import flags
 from vnode.serving.flags import UsageError
 from webhook.mutation import MutationSettings
-from webhook.selection import LabelSelector, SelectorError
 from webhook.server import MAX_REQUEST_BYTES
 from webhook.settings import ServerSettings, Settings
 from webhook.tls import TlsSettings
@@ -198,14 +197,14 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
         ),
     )
     _selector(args.virtual_node_selector, "--virtual-node-selector")
-    service_namespace, service = _namespaced(
+    service_namespace, service = flags.namespaced(
         args.service,
         "--service",
         valid=names.is_dns1035_label,
         what="a Service name (a DNS-1035 label)",
     )
-    secret_namespace, secret = _namespaced(args.tls_secret, "--tls-secret")
-    avoid_configmap = _namespaced(args.avoid_configmap, "--avoid-configmap")
+    secret_namespace, secret = flags.namespaced(args.tls_secret, "--tls-secret")
+    avoid_configmap = flags.namespaced(args.avoid_configmap, "--avoid-configmap")
     sans = [_subject_name(s) for item in args.tls_san for s in _list(item)]
     return Settings(
         mutation=mutation,
@@ -254,10 +253,10 @@ def _list(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
 
 
-def _selector(text: str, flag: str) -> LabelSelector:
+def _selector(text: str, flag: str) -> selectors.Selector:
     try:
-        return LabelSelector.parse(text)
-    except SelectorError as exc:
+        return selectors.parse(text)
+    except selectors.SelectorError as exc:
         raise UsageError(f"{flag}: {exc}") from None
 
 
@@ -279,23 +278,6 @@ def _seconds(value: int, flag: str) -> int | None:
     if not 0 <= value <= _MAX_TOLERATION_SECONDS:
         raise UsageError(f"{flag} must be -1 (never evicted) or seconds >= 0, got {value}")
     return value
-
-
-def _namespaced(
-    text: str,
-    flag: str,
-    *,
-    valid: Callable[[str], bool] = names.is_dns1123_subdomain,
-    what: str = "an object name (a DNS-1123 subdomain)",
-) -> tuple[str, str]:
-    namespace, sep, name = text.partition("/")
-    if not sep or not namespace or not name or "/" in name:
-        raise UsageError(f"{flag} must be namespace/name, got {text!r}")
-    if not names.is_dns1123_label(namespace):
-        raise UsageError(f"{flag}: {namespace!r} is not a namespace name (a DNS-1123 label)")
-    if not valid(name):
-        raise UsageError(f"{flag}: {name!r} is not {what}")
-    return namespace, name
 
 
 def _subject_name(text: str) -> str:

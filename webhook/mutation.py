@@ -47,12 +47,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vnode.contracts import avoidance, clusterselector
+from vnode.contracts import avoidance, clusterselector, selectors
 from vnode.contracts import labels as contract_labels
 from webhook import patches
-from webhook.selection import LabelSelector
 
-SELECTED_NODE_ANNOTATION = "volume.kubernetes.io/selected-node"
+SELECTED_NODE_ANNOTATION = contract_labels.SELECTED_NODE_ANNOTATION
 """On a PVC: the node its volume was (or is being) provisioned for."""
 METADATA_NAME = "metadata.name"
 """The one field node-affinity matchFields may select on."""
@@ -69,8 +68,8 @@ class _Refused(Exception):
 class MutationSettings:
     """What the webhook converts and how (flags in parentheses)."""
 
-    pod_selector: LabelSelector = field(
-        default_factory=lambda: LabelSelector.parse("virtual-pod=true")
+    pod_selector: selectors.Selector = field(
+        default_factory=lambda: selectors.parse("virtual-pod=true")
     )
     """Pods converted (--pod-selector)."""
     excluded_namespaces: frozenset[str] = frozenset({"kube-system"})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from vnode.contracts import avoidance
 from webhook.mutation import MutationSettings
 from webhook.server import MAX_REQUEST_BYTES
 from webhook.tls import TlsSettings
@@ -40,7 +41,7 @@ class Settings:
     """Upper cluster kubeconfig (--kubeconfig; then $KUBECONFIG, ~/.kube/config, in-cluster)."""
     virtual_node_selector: str = "type=virtual-kubelet"
     """Label selector of the virtual nodes (--virtual-node-selector)."""
-    avoid_configmap: tuple[str, str] = ("tensile-system", "tensile-avoid")
+    avoid_configmap: tuple[str, str] = avoidance.DEFAULT_LOCATION
     """(namespace, name) of the descheduler's avoidance record (--avoid-configmap)."""
     log_level: str = "info"
     log_format: str = "text"

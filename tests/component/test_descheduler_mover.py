@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -91,13 +92,19 @@ async def client(api: FakeApi) -> AsyncIterator[ApiClient]:
         yield c
 
 
-def mover(client: ApiClient, *, may_act: Callable[[], bool] = lambda: True) -> Mover:
+def mover(
+    client: ApiClient,
+    *,
+    may_act: Callable[[], bool] = lambda: True,
+    clock: Callable[[], float] = time.monotonic,
+) -> Mover:
     return Mover(
         client=client,
         recorder=EventRecorder(client, component="tensile-descheduler", host="me"),
         record=AvoidanceRecord(client, namespace="tensile-system", name="tensile-avoid"),
         settings=MoveSettings(settle=0.0, gone_timeout=0.5),
         may_act=may_act,
+        clock=clock,
     )
 
 
@@ -156,7 +163,8 @@ async def test_an_eviction_refused_with_429_is_reported_and_waits_its_retry_afte
         return answer
 
     api.routes[("POST", path + "/eviction")] = refuse
-    m = mover(client)
+    now = [1000.0]
+    m = mover(client, clock=lambda: now[0])
     assert await m.move(decision(pod), now=NOW) == "refused"
     # Asked once (a 429 here is a verdict, not throttling to retry through), with the
     # resourceVersion of the count patch as precondition.
@@ -175,6 +183,12 @@ async def test_an_eviction_refused_with_429_is_reported_and_waits_its_retry_afte
     assert "disruption budget" in event["message"]
     assert "trying again in 7s" in event["message"]
     assert m.waiting(decision(pod))
+    now[0] += 6.9
+    assert m.waiting(decision(pod))
+    # Its wait served, the pod may be tried again, and nothing of it is kept.
+    now[0] += 0.2
+    assert not m.waiting(decision(pod))
+    assert not m._not_before
 
 
 async def test_a_bare_pod_that_changed_before_its_deletion_keeps_its_place(
@@ -267,3 +281,47 @@ async def test_a_lost_lease_stops_a_move_before_its_next_write(
     with pytest.raises(NotLeading):
         await mover(client, may_act=lambda: leading[0]).move(decision(pod), now=NOW)
     assert [(m, p) for m, p, _ in api.requests] == [("POST", "/api/v1/namespaces/shop/pods")]
+
+
+async def test_a_failed_look_at_one_half_done_move_does_not_stop_the_others(
+    api: FakeApi, client: ApiClient
+) -> None:
+    """Recovery reads each replaced pod; one read refused (403 here; an apiserver in
+    trouble in general) leaves that move for the next round, and the others still finish:
+    the round is not aborted as if the descheduler had a bug."""
+    first = moves.replacement(a_pod("one", owned=False), avoid=["vn-a"])
+    second = moves.replacement(a_pod("two", owned=False), avoid=["vn-a"])
+    api.routes[("GET", "/api/v1/namespaces/shop/pods/one")] = lambda r: status(
+        403, "Forbidden", 'pods "one" is forbidden'
+    )
+    # "two" is gone (unscripted GET: 404): its replacement is released.
+    api.routes[("PATCH", "/api/v1/namespaces/shop/pods/two-d1")] = lambda r: web.json_response(
+        second
+    )
+    await mover(client).recover([first, second])
+    [ungate] = api.made("PATCH", "/api/v1/namespaces/shop/pods/two-d1")
+    assert ungate == moves.ungate_patch()
+    assert not api.made("PATCH", "/api/v1/namespaces/shop/pods/one-d1")
+    assert not api.made("DELETE", "/api/v1/namespaces/shop/pods/one-d1")
+
+
+async def test_a_bare_move_whose_last_step_fails_is_a_move_finished_later(
+    api: FakeApi, client: ApiClient
+) -> None:
+    """The replacement is made and the old pod deleted; then looking whether the old one is
+    gone fails. The move happened: it is counted and told as one, and lifting the gate is
+    left to the next round's recovery -- not a Warning that the pod was not moved."""
+    pod = a_pod("solo", owned=False)
+    made = moves.replacement(pod, avoid=["vn-a"])
+    made["metadata"]["uid"] = "uid-solo-d1"
+    api.routes[("POST", "/api/v1/namespaces/shop/pods")] = lambda r: web.json_response(
+        made, status=201
+    )
+    api.routes[("DELETE", "/api/v1/namespaces/shop/pods/solo")] = lambda r: web.json_response(pod)
+    api.routes[("GET", "/api/v1/namespaces/shop/pods/solo")] = lambda r: status(
+        403, "Forbidden", 'pods "solo" is forbidden'
+    )
+    assert await mover(client).move(decision(pod), now=NOW) == "moved"
+    reasons = [e["reason"] for e in api.events()]
+    assert reasons == ["Rescheduled", "Rescheduled"]
+    assert not api.made("PATCH", "/api/v1/namespaces/shop/pods/solo-d1")  # still gated

@@ -7,7 +7,8 @@ pod, and the descheduler moves the pod to B's virtual node.
 
 The fleet, both virtual nodes and the RBAC of manifests/descheduler are shared by the
 module's tests; every descheduler runs with the token of that least-privilege account.
-Each test starts its own descheduler(s) with a short --unschedulable-timeout.
+Each test starts its own descheduler(s) with a short --unschedulable-timeout. The last test
+stops and restarts the upper kube-apiserver.
 """
 
 from __future__ import annotations
@@ -96,18 +97,25 @@ def _descheduler_kubeconfig(fleet: Fleet, path: Path) -> Path:
 @pytest.fixture
 def ns(topology: Topology, request: pytest.FixtureRequest) -> Iterator[str]:
     """A namespace of the upper cluster (the virtual nodes make it below); deleted after
-    the test, which waits until it is gone: its pods' CPU on vn-a is then free again for
-    the next test's pod."""
+    the test, whose upper pods are then removed at once (grace period 0: what they were
+    for is over) and waited for: their CPU on vn-a is free again for the next test's pods.
+    The namespaces themselves finish going in the background."""
     clusters = [topology.fleet.upper, *topology.fleet.lowers]
     prefix = request.node.name[5:30].replace("_", "-").strip("-")
     name = create_namespace(clusters[:1], prefix=prefix)
     try:
         yield name
     finally:
-        delete_namespace(clusters, name)
+        delete_namespace(clusters, name)  # first: no controller re-creates a pod now
+        pods = f"/api/v1/namespaces/{name}/pods"
+        topology.upper.request(
+            "DELETE",
+            pods,
+            body={"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
+        )
         wait_for(
-            f"namespace {name} gone",
-            lambda: get(topology.upper, f"/api/v1/namespaces/{name}") is None,
+            f"the pods of {name} gone",
+            lambda: not topology.upper.request("GET", pods).get("items"),
             timeout=60,
         )
 
@@ -490,7 +498,7 @@ LEASE = [
     "--leader-elect-renew-deadline=5s",
     "--leader-elect-retry-period=1s",
 ]
-LEASE_DURATION, RETRY_PERIOD = 8.0, 1.0
+LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 8.0, 5.0, 1.0
 
 
 def _leader(processes: list[DeschedulerProcess]) -> DeschedulerProcess | None:
@@ -607,6 +615,9 @@ def test_the_manifests_apply_and_the_account_can_do_what_it_needs_only(
     assert can("create", "pods", "--subresource=eviction", "-n", "shop") == "yes"
     assert can("patch", "pods", "-n", "shop") == "yes"
     assert can("watch", "poddisruptionbudgets.policy") == "yes"
+    assert can("watch", "persistentvolumes") == "yes"
+    assert can("list", "persistentvolumeclaims", "-n", "shop") == "yes"
+    assert can("update", "persistentvolumeclaims", "-n", "shop") == "no"
     assert can("update", "configmaps/tensile-avoid", "-n", "tensile-system") == "yes"
     assert (
         can("update", "leases.coordination.k8s.io/tensile-descheduler", "-n", "tensile-system")
@@ -628,11 +639,16 @@ def test_a_pod_no_lower_cluster_can_place_stays_pending_with_an_event(
     topology: Topology, ns: str, deschedulers: Callable[..., DeschedulerProcess]
 ) -> None:
     """A lower-node selector that no lower node matches (written as the webhook writes it):
-    the pod moves from vn-a to vn-b once, then stays Pending there, saying why."""
+    the pod moves from vn-a to vn-b once, then stays Pending there, saying why. A pod pinned
+    to vn-a by its own nodeSelector is not moved at all: its replacement could go nowhere,
+    and where it is it runs once lower cluster A has room."""
     upper = topology.upper
     nowhere = bare_pod("nowhere", prefer="vn-a")
     nowhere["metadata"]["annotations"] = {"clusterSelector": '{"nodeSelector":{"disk":"nvme"}}'}
     upper.request("POST", f"/api/v1/namespaces/{ns}/pods", body=nowhere)
+    pinned = bare_pod("pinned", prefer="vn-a")
+    pinned["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "vn-a"}
+    upper.request("POST", f"/api/v1/namespaces/{ns}/pods", body=pinned)
     descheduler = deschedulers()
     wait_for(
         "the NoVirtualNodeLeft Event",
@@ -656,3 +672,58 @@ def test_a_pod_no_lower_cluster_can_place_stays_pending_with_an_event(
         descheduler.metric("tensile_descheduler_moves_total", kind="recreate", outcome="moved") == 1
     )
     assert descheduler.metric("tensile_descheduler_moves_total", outcome="exhausted") >= 1
+    [event] = wait_for(
+        "the pinned pod's NoVirtualNodeLeft Event",
+        lambda: [e for e in events_for(upper, ns, "pinned") if e["reason"] == "NoVirtualNodeLeft"],
+        timeout=TIMEOUT + 30,
+    )
+    assert (
+        "no other virtual node admits it (vn-b: its nodeSelector kubernetes.io/hostname=vn-a "
+        "does not match); it stays Pending on vn-a" in event["message"]
+    )
+    [stays] = pods_of(upper, ns, "pinned")
+    assert stays["metadata"]["name"] == "pinned"
+    assert stays["metadata"].get("deletionTimestamp") is None
+    assert stays["spec"]["nodeName"] == "vn-a"
+
+
+def test_the_leader_stops_while_the_upper_apiserver_is_down_and_leads_again_after(
+    topology: Topology,
+    ns: str,
+    deschedulers: Callable[..., DeschedulerProcess],
+    request: pytest.FixtureRequest,
+) -> None:
+    """The upper kube-apiserver goes away under a leading descheduler: it stops leading
+    within its renew deadline of the outage, keeps running and competing, leads again once
+    the apiserver is back, and moves pods as before. Last in the module: its virtual nodes
+    live through the outage."""
+    leader = deschedulers(*LEASE)
+    wait_for("it leads", lambda: _leader([leader]), timeout=30)
+    time.sleep(RETRY_PERIOD)  # a renewal or two through the same connections
+    stopping = time.monotonic()
+    topology.fleet.stop_component("upper-apiserver")
+    down = time.monotonic()  # it may have answered for part of its shutdown
+    try:
+        wait_for(
+            "it stops leading",
+            lambda: leader.metric("tensile_leader_election_is_leader") == 0,
+            timeout=LEASE_DURATION + 10,
+        )
+        stopped = time.monotonic()
+        # It renewed at most a retry period before the outage began, and stops renew_deadline
+        # after the last renewal it sent: never earlier, never much later.
+        assert stopped - stopping >= RENEW_DEADLINE - RETRY_PERIOD - 0.5, stopped - stopping
+        assert stopped - down <= RENEW_DEADLINE + 2.0, (stopped - stopping, down - stopping)
+        time.sleep(2 * RETRY_PERIOD)
+        leader.check()  # still running, competing without acting
+        assert leader.metric("tensile_leader_election_is_leader") == 0
+    finally:
+        topology.fleet.start_component("upper-apiserver")
+        long_lived_pids(request.config).update(topology.fleet.pids())
+    wait_for("it leads again", lambda: _leader([leader]), timeout=LEASE_DURATION + 30)
+    event = _move_one(topology, ns, "after")
+    lease = topology.upper.request(
+        "GET", "/apis/coordination.k8s.io/v1/namespaces/tensile-system/leases/tensile-descheduler"
+    )
+    assert event["source"]["host"] == lease["spec"]["holderIdentity"]
+    assert leader.metric("tensile_descheduler_pods_recreated_total") == 1

@@ -1,4 +1,5 @@
-"""The RBAC manifests are enough: a virtual node with only those permissions does its job."""
+"""The RBAC manifests are enough: a virtual node with only those permissions does its job,
+with both --enable-controllers (Services mirrored, claims provisioned) as by default."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from tests.e2e.helpers import (
     token_kubeconfig,
     wait_for,
 )
+from vnode.providers.k2k import services, volumes
 from vnode.testing.fleet import Fleet
+from vnode.testing.rest import ApiStatusError
 from vnode.testing.vnodes import VirtualNodeProcess
 
 MANIFESTS = Path(__file__).parents[2] / "manifests" / "vnode"
@@ -36,6 +39,18 @@ def test_a_node_with_only_the_manifests_permissions_forwards_pods(
         ),
     )
     node.start()
+    storage_class = f"rbac-{secrets.token_hex(3)}"
+    upper.request(
+        "POST",
+        "/apis/storage.k8s.io/v1/storageclasses",
+        body={
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": storage_class},
+            "provisioner": volumes.PROVISIONER,
+            "volumeBindingMode": "WaitForFirstConsumer",
+        },
+    )
     try:
         create(
             upper,
@@ -57,6 +72,65 @@ def test_a_node_with_only_the_manifests_permissions_forwards_pods(
         manifest["spec"]["volumes"] = [{"name": "c", "configMap": {"name": "cfg"}}]
         create(upper, namespace, manifest)
         wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
+        # A Service: mirrored below, its lower ClusterIP recorded upstairs.
+        upper.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/services",
+            body={
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "web"},
+                "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]},
+            },
+        )
+        service_path = f"/api/v1/namespaces/{namespace}/services/web"
+        below = wait_for("the Service below", lambda: get(lower, service_path))
+        key = services.cluster_ip_annotation(node.name)
+        wait_for(
+            "the lower ClusterIP upstairs",
+            lambda: (
+                (get(upper, service_path) or {}).get("metadata", {}).get("annotations", {}).get(key)
+                == below["spec"]["clusterIP"]
+            ),
+        )
+        # A claim of a class of ours: provisioned (lower claim, upper PV), then reclaimed.
+        claims = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims"
+        upper.request(
+            "POST",
+            claims,
+            body={
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "data"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": storage_class,
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            },
+        )
+        with_claim = pod_manifest("db", node=node.name)
+        with_claim["spec"]["volumes"] = [
+            {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
+        ]
+        create(upper, namespace, with_claim)
+        bound = wait_for(
+            "the claim bound upstairs",
+            lambda: (
+                (c := get(upper, f"{claims}/data"))
+                and c.get("status", {}).get("phase") == "Bound"
+                and c
+            ),
+            timeout=60,
+        )
+        wait_for("the claim below", lambda: get(lower, f"{claims}/data"))
+        wait_for("the pod below", lambda: pod(lower, namespace, "db"))
+        upper.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/db")
+        wait_for("db gone upstairs", lambda: pod(upper, namespace, "db") is None, timeout=60)
+        upper.request("DELETE", f"{claims}/data")
+        volume = f"/api/v1/persistentvolumes/{bound['spec']['volumeName']}"
+        wait_for("the claim gone below", lambda: get(lower, f"{claims}/data") is None, timeout=60)
+        wait_for("the volume reclaimed", lambda: get(upper, volume) is None, timeout=60)
         lease = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node.name}"
         wait_for("the lease", lambda: get(upper, lease), timeout=20)
         upper.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/web")
@@ -75,3 +149,8 @@ def test_a_node_with_only_the_manifests_permissions_forwards_pods(
     finally:
         assert node.stop() == 0
         node.delete_node()
+        try:
+            upper.request("DELETE", f"/apis/storage.k8s.io/v1/storageclasses/{storage_class}")
+        except ApiStatusError as exc:
+            if exc.code != 404:
+                raise

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 from typing import Any
 
 from tests.e2e.helpers import create, events_for, get, phase, pod, pod_manifest, wait_for
@@ -50,6 +51,23 @@ def test_the_node_registers_like_a_kubelet(fleet: Fleet, virtual_node: VirtualNo
     assert status["capacity"] == status["allocatable"]
     for streaming in ("kubelet.kubernetes.io/streaming-protocols",):
         assert streaming not in (node["metadata"].get("annotations") or {})
+    # /readyz names every component of the node, each ready once registered.
+    with urllib.request.urlopen(
+        f"http://127.0.0.1:{virtual_node.metrics_port}/readyz?verbose", timeout=5
+    ) as response:
+        readyz = response.read().decode()
+    for component in (
+        "k2k-provider",
+        "configmaps_to_lower",
+        "services_to_lower",
+        "endpointslices_to_lower",
+        "volume-provisioner",
+        "claims_to_lower",
+        "pod-controller",
+        "kubelet-api",
+        "node-controller",
+    ):
+        assert f"[+]{component} ok" in readyz, readyz
 
 
 def test_the_lease_is_renewed_and_owned_by_the_node(

@@ -167,6 +167,8 @@ def test_a_lower_node_going_not_ready_leaves_the_capacity_within_seconds(
     fleet: Fleet, virtual_node: VirtualNodeProcess
 ) -> None:
     lower = fleet.lower.rest()
+    # As above: the previous test's pods (a 5-CPU one) may still be going away below.
+    wait_for("the lower cluster to settle", lambda: _nothing_terminating(fleet), timeout=60)
     start = _allocatable(fleet, virtual_node.name)
     # A node kwok does not manage, whose Ready condition the test sets by hand.
     name = f"manual-{secrets.token_hex(3)}"

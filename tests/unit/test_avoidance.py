@@ -1,6 +1,6 @@
 """The avoidance record (descheduler writes, webhook reads) and the NotIn merge into a pod's
 required node affinity: the matrix of affinity shapes, and a property checked against the
-scheduler's own term semantics (vnode's placement.term_matches)."""
+scheduler's own term semantics (vnode.contracts.scheduling.term_matches)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from vnode.contracts import avoidance
 from vnode.contracts.avoidance import Avoidance, Owner, RecordFull
-from vnode.providers.k2k.placement import term_matches
+from vnode.contracts.scheduling import term_matches
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
 LATER = NOW + dt.timedelta(minutes=5)
@@ -304,3 +304,57 @@ def test_the_merge_excludes_exactly_the_avoided_nodes(
     if avoid and any(t for t in terms):
         assert avoidance.avoided_by_affinity(result) >= set(avoid)
     assert json.loads(json.dumps(result)) == result
+
+
+def _has_hostname_notin(terms: list[dict[str, Any]]) -> bool:
+    return any(
+        e.get("key") == "kubernetes.io/hostname" and e.get("operator") == "NotIn"
+        for t in terms
+        for e in t.get("matchExpressions", [])
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(terms=_terms, avoid=st.lists(st.sampled_from(_NODES), max_size=3))
+def test_the_avoidances_taken_out_again_give_the_template_s_affinity(
+    terms: list[dict[str, Any]], avoid: list[str]
+) -> None:
+    """What the descheduler judges an owner's next pod by: the pod's affinity less the
+    NotIn an earlier move added selects exactly the nodes the original selected."""
+    assume(not _has_hostname_notin(terms))
+    affinity = required(*terms) if terms else None
+    back = avoidance.without_avoidances(avoidance.avoiding(affinity, avoid))
+    for node in _NODES:
+        assert _fits(back, node) == _fits(affinity, node), (node, back)
+
+
+def test_taking_the_avoidances_out_keeps_everything_else() -> None:
+    zone = {"key": "zone", "operator": "In", "values": ["a"]}
+    field = {"key": "metadata.name", "operator": "In", "values": ["vn-a"]}
+    preferred = {"weight": 1, "preference": {"matchExpressions": [zone]}}
+    affinity = {
+        "nodeAffinity": {
+            R: {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [zone, notin("vn-b")]},
+                    {"matchFields": [field]},
+                    {},
+                ]
+            },
+            "preferredDuringSchedulingIgnoredDuringExecution": [preferred],
+        },
+        "podAntiAffinity": {"x": 1},
+    }
+    assert avoidance.without_avoidances(affinity) == {
+        "nodeAffinity": {
+            R: {"nodeSelectorTerms": [{"matchExpressions": [zone]}, {"matchFields": [field]}, {}]},
+            "preferredDuringSchedulingIgnoredDuringExecution": [preferred],
+        },
+        "podAntiAffinity": {"x": 1},
+    }
+    assert affinity["nodeAffinity"][R]["nodeSelectorTerms"][0]["matchExpressions"][1] == notin(
+        "vn-b"
+    )
+    # A term that held only the NotIn admitted every other node: nothing is required now.
+    assert avoidance.without_avoidances(avoidance.avoiding(None, ["vn-a"])) == {"nodeAffinity": {}}
+    assert avoidance.without_avoidances(None) is None

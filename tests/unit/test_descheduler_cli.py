@@ -85,9 +85,22 @@ def test_tensile_kubes_flags_and_the_policy_file(tmp_path: Path) -> None:
         (["--descheduling-interval=soon"], "not a duration"),
         (["--node-selector=a b"], "--node-selector"),
         (["--max-pods-to-evict-per-node=-1"], "must be >= 0"),
-        (["--avoid-configmap=just-a-name"], "NAMESPACE/NAME"),
+        (["--avoid-configmap=just-a-name"], "namespace/name"),
+        # Names the apiserver would refuse at every write: refused at start instead, as the
+        # webhook refuses the same --avoid-configmap.
+        (["--avoid-configmap=Tensile/avoid"], "'Tensile' is not a namespace name"),
+        (["--avoid-configmap=tensile-system/avoid_me"], "'avoid_me' is not an object name"),
+        (["--leader-elect-resource-namespace=a.b"], "'a.b' is not a namespace name"),
+        (["--leader-elect-resource-name=Lease"], "'Lease' is not an object name"),
         (["--avoid-ttl=0"], "--avoid-ttl"),
         (["--eviction-burst=0"], "--eviction-burst"),
+        (["--eviction-rate=nan"], "--eviction-rate must be a finite number >= 0"),
+        (["--eviction-rate=inf"], "--eviction-rate must be a finite number >= 0"),
+        (["--kube-api-qps=nan"], "--kube-api-qps must be a finite number >= 0"),
+        # Its expiries are RFC 3339 times: 3 million years do not fit before year 9999
+        # (every round failed at its first move).
+        (["--avoid-ttl=99999999999999s"], "--avoid-ttl must be greater than 0 and at most"),
+        (["--avoid-ttl=8761h"], "--avoid-ttl must be greater than 0 and at most 365 days"),
         (["--leader-elect-renew-deadline=20s"], "lease duration must be greater than renew"),
         (["--metrics-addr=nowhere"], "--metrics-addr"),
         (["--no-such-flag"], "unrecognized arguments"),

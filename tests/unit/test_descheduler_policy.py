@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from descheduler import moves, policyfile, selectors
+from descheduler import moves, policyfile
 from descheduler.policy import (
     Criteria,
     considered_nodes,
@@ -19,7 +19,7 @@ from descheduler.policy import (
     exclusion,
     plan,
 )
-from vnode.contracts import avoidance
+from vnode.contracts import avoidance, selectors
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
 OWNER_UID = "0f3c2a9e-7b1d-4c55-8e2f-5a6b7c8d9e01"
@@ -328,6 +328,86 @@ def test_when_every_virtual_node_was_tried_the_pod_stays() -> None:
     assert bare.action == "exhausted"
 
 
+def test_a_pod_whose_own_placement_admits_no_other_virtual_node_stays() -> None:
+    """Its replacement would carry the pod's nodeSelector, affinity and tolerations plus the
+    NotIn of the node it left: with no other virtual node admitting it, it would stay
+    Pending upstairs for good (its affinity cannot change), where left alone it runs once
+    its lower cluster has room."""
+    nodes = [node("vn-a", clusterID="a"), node("vn-b", clusterID="b")]
+    pinned = pod(spec__nodeSelector={"clusterID": "a"})
+    [decision] = plan(
+        [pinned], nodes=nodes, record=None, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert decision.action == "exhausted"
+    assert decision.message == (
+        "no other virtual node admits it (vn-b: its nodeSelector clusterID=a does not "
+        "match); it stays Pending on vn-a"
+    )
+    by_name = pod(owner=False)
+    by_name["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": ["vn-a"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    [decision] = plan(
+        [by_name], nodes=nodes, record=None, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert decision.action == "exhausted"
+    assert "vn-b: its required node affinity does not select it" in decision.message
+
+
+def test_an_owned_pods_earlier_avoidance_does_not_rule_its_node_out_once_expired() -> None:
+    """A replacement carries the NotIn of the move that made it; once that avoidance has
+    expired, the owner's next replacement (made from its template, through the webhook)
+    no longer has it: the node it names may be tried again."""
+    nodes = [node(n, **{"kubernetes.io/hostname": n}) for n in ("vn-a", "vn-b")]
+    moved_before = pod(on="vn-b")
+    moved_before["spec"]["affinity"] = avoidance.avoiding(None, ["vn-a"])
+    [decision] = plan(
+        [moved_before], nodes=nodes, record=None, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert decision.action == "evict"
+    assert decision.message == "may go to vn-a"
+    # A bare pod's replacement is a copy: its NotIn stays, vn-a stays ruled out.
+    bare = pod(on="vn-b", owner=False)
+    bare["spec"]["affinity"] = avoidance.avoiding(None, ["vn-a"])
+    [decision] = plan(
+        [bare], nodes=nodes, record=None, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert decision.action == "exhausted"
+
+
+def test_a_taint_the_pod_does_not_tolerate_rules_a_virtual_node_out() -> None:
+    tainted = node("vn-b")
+    tainted["spec"]["taints"] = [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]
+    nodes = [node("vn-a"), tainted]
+    [decision] = plan(
+        [pod()], nodes=nodes, record=None, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert decision.action == "exhausted"
+    assert "vn-b: it does not tolerate the taint dedicated=gpu:NoSchedule" in decision.message
+    tolerant = pod(spec__tolerations=[{"key": "dedicated", "operator": "Exists"}])
+    [decision] = plan(
+        [tolerant], nodes=nodes, record=None, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert decision.action == "evict"
+    assert decision.message == "may go to vn-b"
+    # Only taints that keep pods off count; PreferNoSchedule merely steers.
+    tainted["spec"]["taints"] = [{"key": "dedicated", "effect": "PreferNoSchedule"}]
+    [decision] = plan(
+        [pod()], nodes=nodes, record=None, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert decision.action == "evict"
+
+
 def test_a_blocked_pod_is_reported_not_moved() -> None:
     [decision] = plan(
         [pod()], nodes=NODES, record=None, budgets=[budget()], criteria=CRITERIA, now=NOW
@@ -490,6 +570,8 @@ def test_an_unreadable_policy_file(tmp_path: Any) -> None:
         ("cores>8", {"cores": "16"}, True),
         ("cores<8", {"cores": "x"}, False),
         ("example.com/team=x", {"example.com/team": "x"}, True),
+        ("x in ()", {"x": ""}, True),  # labels.Parse: "()" is the set of the empty value
+        ("x notin ()", {"x": "a"}, True),
     ],
 )
 def test_label_selectors_match_as_kubernetes_does(
@@ -499,7 +581,7 @@ def test_label_selectors_match_as_kubernetes_does(
 
 
 @pytest.mark.parametrize(
-    "text", ["a b", "x in ()", "a=b,", "!a=b", "x in (a", "a=b)", "n>x", "-bad=1", "a=" + "v" * 64]
+    "text", ["a b", "a=b,", "!a=b", "x in (a", "a=b)", "n>x", "-bad=1", "a=" + "v" * 64]
 )
 def test_bad_label_selectors_are_refused(text: str) -> None:
     with pytest.raises(selectors.SelectorError):
@@ -583,3 +665,78 @@ def test_ungating_removes_only_our_gate() -> None:
     assert moves.ungate_patch() == {
         "spec": {"schedulingGates": [{"$patch": "delete", "name": "tensile.io/descheduler"}]}
     }
+
+
+def _pinned_volume(name: str, *, node_name: str) -> dict[str, Any]:
+    """An upper PersistentVolume as a virtual node provisions it: pinned to itself."""
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "nodeAffinity": {
+                "required": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {
+                                    "key": "kubernetes.io/hostname",
+                                    "operator": "In",
+                                    "values": [node_name],
+                                }
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+    }
+
+
+@pytest.mark.parametrize("ephemeral", [False, True])
+def test_a_pod_whose_volume_only_its_virtual_node_reaches_stays(ephemeral: bool) -> None:
+    """A claim bound to a volume pinned to vn-a (the virtual node provisioned it): the
+    replacement, kept off vn-a, could never be scheduled (VolumeBinding), so the pod stays
+    and runs once lower cluster A has room; an unbound claim or a volume any node reaches
+    does not hold it."""
+    nodes = [
+        node("vn-a", **{"kubernetes.io/hostname": "vn-a"}),
+        node("vn-b", **{"kubernetes.io/hostname": "vn-b"}),
+    ]
+    volume = (
+        {"name": "data", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}
+        if ephemeral
+        else {"name": "data", "persistentVolumeClaim": {"claimName": "data-web-1"}}
+    )
+    claim_name = "web-1-data" if ephemeral else "data-web-1"
+    with_claim = pod()
+    with_claim["spec"]["volumes"] = [volume]
+    claims = {f"shop/{claim_name}": {"spec": {"volumeName": "pvc-1"}}}
+    volumes = {"pvc-1": _pinned_volume("pvc-1", node_name="vn-a")}
+    [decision] = plan(
+        [with_claim],
+        nodes=nodes,
+        record=None,
+        budgets=[],
+        criteria=CRITERIA,
+        now=NOW,
+        claims=claims,
+        volumes=volumes,
+    ).decisions
+    assert decision.action == "exhausted"
+    assert decision.message == (
+        f"no other virtual node admits it (vn-b: its volume pvc-1 (claim {claim_name}) is "
+        "not reachable from it (the volume's node affinity)); it stays Pending on vn-a"
+    )
+    unbound = {f"shop/{claim_name}": {"spec": {}}}
+    anywhere = {"pvc-1": {"metadata": {"name": "pvc-1"}, "spec": {}}}
+    for found_claims, found_volumes in ((unbound, volumes), (claims, anywhere), ({}, {})):
+        [moved] = plan(
+            [with_claim],
+            nodes=nodes,
+            record=None,
+            budgets=[],
+            criteria=CRITERIA,
+            now=NOW,
+            claims=found_claims,
+            volumes=found_volumes,
+        ).decisions
+        assert moved.action == "evict"

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from vnode.controllers.node import NodeController
+from vnode.kube.informers import InformerFactory
 from vnode.settings import NodeSettings
 
 
@@ -49,6 +50,7 @@ async def test_a_change_back_is_written_though_the_cache_lags_one_write_behind()
     client, provider = RecordingClient(), Provider()
     controller = NodeController(
         upper=client,  # type: ignore[arg-type]
+        informers=InformerFactory(),
         heartbeat=client,  # type: ignore[arg-type]
         provider=provider,
         settings=NodeSettings(name="vn", internal_ip="192.0.2.1"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from vnode.providers.k2k import naming
-from vnode.providers.k2k.slim import REFS, Slimmer, slim_lower_pod
+from vnode.providers.k2k.slim import REFS, SlimLowerPods, slim_lower_pod
 
 OWNER = naming.Owner(node_name="vn-1", cluster_id="c-1")
 
@@ -24,15 +24,15 @@ def lower_pod(uid: str = "u-1", **spec: Any) -> dict[str, Any]:
     }
 
 
-def test_the_slimmer_gives_what_slim_lower_pod_gives() -> None:
-    slimmer = Slimmer(owner=OWNER)
+def test_the_transform_gives_what_slim_lower_pod_gives() -> None:
+    slimmer = SlimLowerPods(owner=OWNER)
     pod = lower_pod()
     assert slimmer(pod) == slim_lower_pod(pod, owner=OWNER)
     assert slimmer(pod)[REFS] == [["ConfigMap", "cfg"], ["ServiceAccount", "default"]]
 
 
 def test_references_added_with_an_ephemeral_container_are_seen() -> None:
-    slimmer = Slimmer(owner=OWNER)
+    slimmer = SlimLowerPods(owner=OWNER)
     assert ["Secret", "debug"] not in slimmer(lower_pod())[REFS]
     debug = {"name": "debug", "image": "busybox", "env": [
         {"name": "T", "valueFrom": {"secretKeyRef": {"name": "debug", "key": "t"}}}]}  # fmt: skip
@@ -40,7 +40,7 @@ def test_references_added_with_an_ephemeral_container_are_seen() -> None:
 
 
 def test_a_new_pod_of_the_same_name_is_not_taken_for_the_old_one() -> None:
-    slimmer = Slimmer(owner=OWNER, remembered=2)
+    slimmer = SlimLowerPods(owner=OWNER, remembered=2)
     slimmer(lower_pod(uid="u-1"))
     other = lower_pod(uid="u-2")
     other["spec"]["containers"][0]["envFrom"] = [{"secretRef": {"name": "other"}}]

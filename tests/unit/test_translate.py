@@ -14,14 +14,9 @@ from hypothesis import strategies as st
 
 from tests.unit.bounds import within
 from vnode.contracts.clusterselector import parse as parse_cluster_selector
+from vnode.contracts.scheduling import selector_matches, term_matches
 from vnode.providers.k2k import naming
-from vnode.providers.k2k.placement import (
-    MAX_MERGED_TERMS,
-    and_terms,
-    lower_placement,
-    selector_matches,
-    term_matches,
-)
+from vnode.providers.k2k.placement import MAX_MERGED_TERMS, and_terms, lower_placement
 from vnode.providers.k2k.translate import (
     Dependencies,
     Translation,

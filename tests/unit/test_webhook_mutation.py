@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.bounds import within
-from vnode.contracts import clusterselector
+from vnode.contracts import clusterselector, selectors
 from vnode.providers.k2k.placement import lower_placement
 from webhook import patches
 from webhook.mutation import (
@@ -25,7 +25,6 @@ from webhook.mutation import (
     mutate,
     skip_reason,
 )
-from webhook.selection import LabelSelector
 
 VNODES = frozenset({"vk-lower-1", "vk-lower-2"})
 LOOKUPS = Lookups(is_virtual_node=VNODES.__contains__)
@@ -133,7 +132,7 @@ def test_the_namespace_comes_from_the_request_not_the_object() -> None:
 
 def test_the_selector_and_excluded_namespaces_are_settings() -> None:
     config = MutationSettings(
-        pod_selector=LabelSelector.parse("tier in (batch),!legacy"),
+        pod_selector=selectors.parse("tier in (batch),!legacy"),
         excluded_namespaces=frozenset({"ops"}),
     )
     obj = pod()

@@ -1,5 +1,5 @@
-"""AdmissionReview parsing and answers (`webhook.review`) and label selectors
-(`webhook.selection`)."""
+"""AdmissionReview parsing and answers (`webhook.review`) and label selectors as the webhook
+reads --pod-selector (`vnode.contracts.selectors`, shared with the descheduler)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from vnode.contracts.selectors import SelectorError, parse
 from webhook import review
-from webhook.selection import LabelSelector, SelectorError
 
 
 def body(**request: Any) -> dict[str, Any]:
@@ -136,7 +136,7 @@ def test_answers_echo_the_uid_in_the_version_asked_with_a_base64_patch() -> None
     ],
 )
 def test_label_selectors(text: str, labels: dict[str, str], selected: bool) -> None:
-    assert LabelSelector.parse(text).matches(labels) is selected
+    assert parse(text).matches(labels) is selected
 
 
 @pytest.mark.parametrize(
@@ -144,4 +144,4 @@ def test_label_selectors(text: str, labels: dict[str, str], selected: bool) -> N
 )
 def test_bad_selectors_are_refused(text: str) -> None:
     with pytest.raises(SelectorError):
-        LabelSelector.parse(text)
+        parse(text)

@@ -37,8 +37,10 @@ from typing import Any
 
 from vnode.contracts import labels
 
-DEFAULT_CONFIGMAP = "tensile-system/tensile-avoid"
-"""NAMESPACE/NAME of the record's ConfigMap unless `--avoid-configmap` says otherwise."""
+DEFAULT_LOCATION: tuple[str, str] = ("tensile-system", "tensile-avoid")
+"""(namespace, name) of the record's ConfigMap unless `--avoid-configmap` says otherwise."""
+DEFAULT_CONFIGMAP = "/".join(DEFAULT_LOCATION)
+"""The same as NAMESPACE/NAME, as `--avoid-configmap` takes it."""
 MAX_RECORD_BYTES = 1_000_000
 """Largest record (keys + values, bytes) the writer produces: under the 1 MiB ConfigMap
 limit with room for the object's metadata."""
@@ -264,6 +266,42 @@ def avoided_by_affinity(affinity: Mapping[str, Any] | None) -> frozenset[str]:
         )
         found = excluded if found is None else found & excluded
     return found or frozenset()
+
+
+def without_avoidances(affinity: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Return `affinity` (a pod's spec.affinity, or None) without the
+    `kubernetes.io/hostname NotIn` requirements of its required node-selector terms (what
+    `avoiding` adds): the affinity a controller's next pod has before the webhook applies
+    the avoidances in force then. A term that held nothing else admitted every node but
+    those, and with it the whole required affinity, which is then dropped; a term that
+    selects nothing is left as it is. A copy; None stays None."""
+    if affinity is None:
+        return None
+    result = copy.deepcopy(dict(affinity))
+    node_affinity = result.get("nodeAffinity")
+    if not isinstance(node_affinity, dict) or REQUIRED not in node_affinity:
+        return result
+    required = _mapping(node_affinity[REQUIRED])
+    terms: list[Any] = []
+    for item in _list(required.get("nodeSelectorTerms")):
+        term = dict(_mapping(item))
+        expressions = _list(term.get("matchExpressions"))
+        kept = [e for e in expressions if not _is_avoidance(e)]
+        if len(kept) == len(expressions):
+            terms.append(item)
+        elif kept or _list(term.get("matchFields")):
+            term["matchExpressions"] = kept
+            terms.append({k: v for k, v in term.items() if v != []})
+        else:
+            del node_affinity[REQUIRED]
+            return result
+    node_affinity[REQUIRED] = {**required, "nodeSelectorTerms": terms}
+    return result
+
+
+def _is_avoidance(expression: object) -> bool:
+    e = _mapping(expression)
+    return e.get("key") == labels.HOSTNAME_LABEL and e.get("operator") == "NotIn"
 
 
 def _term_avoiding(term: Mapping[str, Any], avoid: list[str]) -> dict[str, Any]:

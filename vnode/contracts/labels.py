@@ -17,3 +17,7 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 """The well-known node label holding the node's name (set on virtual nodes too)."""
 DEFAULT_TAINT_KEY = "virtual-kubelet.io/provider"
 """Key of the virtual node's taint unless `--taint` / VKUBELET_TAINT_KEY says otherwise."""
+SELECTED_NODE_ANNOTATION = "volume.kubernetes.io/selected-node"
+"""On claims (the scheduler's own annotation): the node the claim's volume is for. The
+virtual node sets it on claims whose lower volume it shows upstairs (tensile-kube's path);
+the webhook pins later pods using the claim to that node."""

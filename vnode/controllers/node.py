@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from vnode.controllers import status as decide
@@ -26,6 +26,7 @@ from vnode.controllers.retry import until_done
 from vnode.kube import errors
 from vnode.kube.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiClient
 from vnode.kube.informer import Handlers, Informer
+from vnode.kube.informers import InformerFactory
 from vnode.kube.resources import LEASES, NODES
 from vnode.provider import NodeProvider
 from vnode.settings import NodeSettings
@@ -36,10 +37,13 @@ logger = logging.getLogger(__name__)
 class NodeController:
     """Registers the virtual node and keeps its status and lease fresh."""
 
+    name = "node-controller"
+
     def __init__(
         self,
         *,
         upper: ApiClient,
+        informers: InformerFactory,
         heartbeat: ApiClient,
         provider: NodeProvider,
         settings: NodeSettings,
@@ -48,14 +52,15 @@ class NodeController:
         self._upper = heartbeat
         self._provider = provider
         self._settings = settings
-        self.informer = Informer(
+        self.informer = informers.informer(
             upper, NODES, name="upper-node", field_selector=f"metadata.name={settings.name}"
         )
         self.healthy: bool | None = None
         """Whether the last ping of the provider succeeded (None: not pinged yet)."""
-        self.ready = asyncio.Event()
+        self.ready_event = asyncio.Event()
         """Set once the Node exists with a first status."""
         self._wake = asyncio.Event()
+        self._stopped = asyncio.Event()
         self._lease: dict[str, Any] | None = None
         self._written: dict[str, Any] | None = None
         """The status last written, to tell news from what the cache may not show yet."""
@@ -73,6 +78,23 @@ class NodeController:
         self._written = None
         self._wake.set()
 
+    def informers(self) -> Sequence[Informer]:
+        """The node's own Node object upstairs."""
+        return [self.informer]
+
+    async def start(self) -> None:
+        """Nothing to prepare: registration waits for `run` (after every other component
+        synced, so the node is never advertised before pods can be served)."""
+
+    def ready(self) -> bool:
+        """Whether the Node is registered with a first status."""
+        return self.ready_event.is_set()
+
+    async def shut_down(self) -> None:
+        """Stop heartbeats: `run` returns (the Lease then expires and the node lifecycle
+        controller marks the node NotReady, as for a stopped kubelet)."""
+        self._stopped.set()
+
     async def run(self) -> None:
         """Register the node, then keep status and lease fresh until cancelled."""
         await self.informer.wait_synced()
@@ -81,10 +103,15 @@ class NodeController:
         await self._guard("node status update", self._update_status())
         if self.healthy and self._settings.enable_lease:
             await self._guard("lease renewal", self._renew_lease())
-        self.ready.set()
+        self.ready_event.set()
         async with asyncio.TaskGroup() as group:
-            group.create_task(self._status_loop(), name="node-status")
-            group.create_task(self._heartbeat_loop(), name="node-heartbeat")
+            loops = [
+                group.create_task(self._status_loop(), name="node-status"),
+                group.create_task(self._heartbeat_loop(), name="node-heartbeat"),
+            ]
+            await self._stopped.wait()
+            for loop in loops:
+                loop.cancel()
 
     async def _ping(self) -> bool:
         try:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any
 
 from vnode import errors as provider_errors
 from vnode.controllers import status as decide
@@ -25,10 +25,11 @@ from vnode.kube.backoff import ExponentialBackoff
 from vnode.kube.client import MERGE_PATCH, ApiClient
 from vnode.kube.events import EventRecorder
 from vnode.kube.informer import Handlers, Informer
+from vnode.kube.informers import InformerFactory
 from vnode.kube.resources import PODS, object_key, pod_is_terminal, split_key
 from vnode.kube.store import Obj
 from vnode.kube.workqueue import FairQueuing, QueueSettings, Requeue, WorkQueue
-from vnode.provider import PodLifecycleHandler, PodNotifier
+from vnode.provider import PodProvider
 
 logger = logging.getLogger(__name__)
 
@@ -42,21 +43,16 @@ _STATUS_RETRY = 2.0
 _POD_BACKOFF = ExponentialBackoff(base=0.5, cap=120.0)
 
 
-class PodProvider(PodLifecycleHandler, PodNotifier, Protocol):
-    """What the pod controller needs of a provider."""
-
-    async def cleanup_dangling(self, upper_pods: Iterable[Obj]) -> None:
-        """Delete backend pods whose upper pod no longer exists (`upper_pods` is walked
-        once: every upper pod of the node)."""
-
-
 class PodController:
     """Keeps the provider's pods equal to the upper pods bound to `node_name`."""
+
+    name = "pod-controller"
 
     def __init__(
         self,
         *,
         upper: ApiClient,
+        informers: InformerFactory,
         provider: PodProvider,
         node_name: str,
         namespace: str | None,
@@ -77,7 +73,7 @@ class PodController:
         self._workers = workers
         self._recorder = recorder
         self._sync_timeout = sync_timeout
-        self.informer = Informer(
+        self.informer = informers.informer(
             upper,
             PODS,
             name="upper-pods",
@@ -129,6 +125,17 @@ class PodController:
         for key in self.informer.store.keys():
             self.pods_from_upper.add(key)
             self.status_from_lower.add(key)
+
+    def informers(self) -> Sequence[Informer]:
+        """The upper pods bound to the node."""
+        return [self.informer]
+
+    async def start(self) -> None:
+        """Nothing to prepare."""
+
+    def ready(self) -> bool:
+        """Whether the upper pod cache has synced."""
+        return self.informer.has_synced()
 
     async def run(self) -> None:
         """Wait for the upper pod cache, clean up dangling backend pods, then work the queues."""

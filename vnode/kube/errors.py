@@ -33,6 +33,12 @@ class ApiError(Exception):
         details = self.status.get("details") or {}
         return list(details.get("causes") or [])
 
+    @property
+    def namespace_terminating(self) -> bool:
+        """Whether the answer refuses new content in a namespace being deleted (the
+        NamespaceLifecycle admission's cause "NamespaceTerminating"): wait, don't report."""
+        return any(cause.get("reason") == "NamespaceTerminating" for cause in self.causes)
+
 
 class BadRequest(ApiError):
     """400: the request itself is malformed."""

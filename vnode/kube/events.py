@@ -1,5 +1,6 @@
 """Events about objects, as client-go's recorder writes them (`kubectl describe` shows them):
-the virtual node's about its pods, the descheduler's about the pods it moves.
+the virtual node's about its pods and the Services and claims it mirrors, the
+descheduler's about the pods it moves.
 
 Repeats are aggregated as client-go's EventCorrelator does: an event identical to one
 recorded before (same object, type, reason and message) bumps that Event's `count` and
@@ -29,22 +30,34 @@ _Seen = tuple[str, str, str, str, str]
 
 
 class EventRecorder:
-    """Writes core/v1 Events to the upper cluster; failures are logged, never raised."""
+    """Writes core/v1 Events to one cluster; failures are logged, never raised."""
 
     def __init__(
-        self, upper: ApiClient, *, component: str, host: str, remembered: int = 4096
+        self, client: ApiClient, *, component: str, host: str, remembered: int = 4096
     ) -> None:
         """`component` is the source component (virtual-kubelet uses "<node>/pod-controller");
         `remembered` bounds how many distinct recent events are kept for aggregation (client-go
         keeps 4096 too)."""
-        self._upper = upper
+        self._client = client
         self._source = {"component": component, "host": host}
         self._remembered = remembered
         self._seen: OrderedDict[_Seen, tuple[str, int]] = OrderedDict()
         """Recent events -> (Event name, count), least recently recorded first."""
 
-    async def record(self, obj: Mapping[str, Any], *, type: str, reason: str, message: str) -> None:
-        """Record an Event of `type` (Normal, Warning) about `obj`, or count a repeat."""
+    async def record(
+        self,
+        obj: Mapping[str, Any],
+        *,
+        type: str,
+        reason: str,
+        message: str,
+        kind: str | None = None,
+        api_version: str | None = None,
+    ) -> None:
+        """Record an Event of `type` (Normal, Warning) about `obj`, or count a repeat.
+
+        `kind`/`api_version` name the involved object's type when `obj` does not (objects
+        from a list carry neither; default: its own, else a v1 Pod)."""
         meta: Mapping[str, Any] = obj.get("metadata") or {}
         namespace = str(meta.get("namespace") or "default")
         message = message[:1024]
@@ -66,8 +79,8 @@ class EventRecorder:
                 "namespace": namespace,
             },
             "involvedObject": {
-                "apiVersion": obj.get("apiVersion", "v1"),
-                "kind": obj.get("kind", "Pod"),
+                "apiVersion": api_version or obj.get("apiVersion", "v1"),
+                "kind": kind or obj.get("kind", "Pod"),
                 "name": meta.get("name"),
                 "namespace": meta.get("namespace"),
                 "uid": meta.get("uid"),
@@ -81,7 +94,7 @@ class EventRecorder:
             "count": 1,
         }
         try:
-            await self._upper.request("POST", EVENTS.path(namespace=namespace), body=event)
+            await self._client.request("POST", EVENTS.path(namespace=namespace), body=event)
         except (errors.ApiError, errors.ApiUnavailable) as exc:
             logger.warning("could not record event %s on %s: %s", reason, meta.get("name"), exc)
             return
@@ -95,7 +108,7 @@ class EventRecorder:
         # the caller then records a new one, as client-go does.
         patch = {"count": count, "lastTimestamp": now}
         try:
-            await self._upper.request(
+            await self._client.request(
                 "PATCH",
                 EVENTS.path(namespace=namespace, name=name),
                 body=patch,

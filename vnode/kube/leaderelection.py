@@ -13,7 +13,9 @@ runs `work`. It is client-go's `tools/leaderelection` with a `LeaseLock`:
 - The leader renews every `retry_period`. When no renewal succeeded for `renew_deadline`
   (less than `lease_duration`, so before any other replica may take over), `work` is
   cancelled at once and the replica goes back to acquiring: it keeps trying for as long as
-  it runs, across apiserver outages and restarts.
+  it runs, across apiserver outages and restarts. The deadline counts from when the last
+  successful write was *sent*: the apiserver may store it at once and other replicas count
+  from then, however late its answer arrives (client-go counts from the answer).
 - When `run` is cancelled (shutdown) a leader releases the Lease, as client-go's
   `ReleaseOnCancel` does: holder emptied, `leaseDurationSeconds` 1, so another replica takes
   over at its next retry instead of after a whole lease duration.
@@ -22,9 +24,9 @@ runs `work`. It is client-go's `tools/leaderelection` with a `LeaseLock`:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -58,7 +60,7 @@ class LeaderElectionSettings:
     """This replica's holderIdentity; unique per process (e.g. hostname + "_" + a UUID)."""
     lease_duration: float = 15.0
     """How long a waiting replica waits after the last observed change of the Lease before
-    it takes over (written as leaseDurationSeconds, whole seconds)."""
+    it takes over (written as leaseDurationSeconds: whole seconds, rounded up)."""
     renew_deadline: float = 10.0
     """How long the leader keeps trying to renew before it stops acting."""
     retry_period: float = 2.0
@@ -103,7 +105,8 @@ class LeaderElector:
         self._observed: dict[str, Any] | None = None
         self._observed_at = 0.0
         self._renewed_at: float | None = None
-        """When we last acquired or renewed (clock); None while we do not hold the Lease."""
+        """When the write of our last acquisition or renewal was sent (clock); None while
+        we do not hold the Lease."""
         self._last_renewal: float | None = None
         self._last_error = ""
         self._holder = ""
@@ -175,12 +178,13 @@ class LeaderElector:
         try:
             await asyncio.wait({worker, renewer}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            # Whatever ended first (or our own cancellation), the other one stops now.
-            for task in (worker, renewer):
-                task.cancel()
-            for task in (worker, renewer):
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            # Whatever ended first (or our own cancellation), the other one stops now. Both
+            # are awaited to the end, and a cancellation of ours arriving meanwhile (a
+            # shutdown while the work cleans up after a lost Lease) is raised once they are
+            # done, never swallowed with theirs.
+            worker.cancel()
+            renewer.cancel()
+            await asyncio.gather(worker, renewer, return_exceptions=True)
         if worker.done() and not worker.cancelled():
             worker.result()  # re-raise the work's own failure
             return True
@@ -236,17 +240,21 @@ class LeaderElector:
 
     async def _try_acquire_or_renew(self) -> bool:
         now = dt.datetime.now(dt.UTC)
+        # The apiserver may store a write the moment it arrives, however late its answer
+        # reaches us; other replicas count the lease duration from then. So the renew
+        # deadline counts from before the write was sent, never from its answer.
+        sent = self._clock()
         if self.is_leader() and self._lease is not None:
             # client-go's fast path: the leader writes over what it wrote last; a conflict
             # (someone else wrote meanwhile) falls back to reading the Lease.
             try:
-                return self._stored(await self._put(self._renewed(self._lease, now=now)))
+                return self._stored(await self._put(self._renewed(self._lease, now=now)), sent=sent)
             except errors.Conflict:
                 pass
         try:
             lease = await self._client.request("GET", self._path)
         except errors.NotFound:
-            return await self._create(now)
+            return await self._create(now, sent=sent)
         spec = lease.get("spec") or {}
         self._observe(spec)
         holder = str(spec.get("holderIdentity") or "")
@@ -255,11 +263,11 @@ class LeaderElector:
             self._last_error = ""
             return False
         try:
-            return self._stored(await self._put(self._renewed(lease, now=now)))
+            return self._stored(await self._put(self._renewed(lease, now=now)), sent=sent)
         except errors.Conflict:
             return False  # another replica wrote first: it won this round
 
-    async def _create(self, now: dt.datetime) -> bool:
+    async def _create(self, now: dt.datetime, *, sent: float) -> bool:
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -272,7 +280,7 @@ class LeaderElector:
             )
         except errors.AlreadyExists:
             return False
-        return self._stored(created)
+        return self._stored(created, sent=sent)
 
     async def _put(self, lease: dict[str, Any]) -> dict[str, Any]:
         return await self._client.request("PUT", self._path, body=lease)
@@ -292,7 +300,9 @@ class LeaderElector:
     ) -> dict[str, Any]:
         record: dict[str, Any] = {
             "holderIdentity": self.identity,
-            "leaseDurationSeconds": max(1, round(self._settings.lease_duration)),
+            # Rounded up: others must never be told they may take over sooner than this
+            # replica stops acting (a renew deadline may be just under the duration).
+            "leaseDurationSeconds": max(1, math.ceil(self._settings.lease_duration)),
             "renewTime": rfc3339_micro(now),
             "leaseTransitions": transitions,
         }
@@ -300,10 +310,11 @@ class LeaderElector:
             record["acquireTime"] = rfc3339_micro(acquired)
         return record
 
-    def _stored(self, lease: dict[str, Any]) -> bool:
+    def _stored(self, lease: dict[str, Any], *, sent: float) -> bool:
+        """Keep `lease` as written by us; `sent` (clock) is when its write was sent."""
         self._lease = lease
         self._observe(lease.get("spec") or {})
-        self._renewed_at = self._last_renewal = self._clock()
+        self._renewed_at = self._last_renewal = sent
         self._last_error = ""
         return True
 

@@ -84,6 +84,31 @@ SECRETS = Resource(group="", version="v1", plural="secrets", kind="Secret", name
 SERVICE_ACCOUNTS = Resource(
     group="", version="v1", plural="serviceaccounts", kind="ServiceAccount", namespaced=True
 )
+SERVICES = Resource(group="", version="v1", plural="services", kind="Service", namespaced=True)
+ENDPOINT_SLICES = Resource(
+    group="discovery.k8s.io",
+    version="v1",
+    plural="endpointslices",
+    kind="EndpointSlice",
+    namespaced=True,
+)
+PERSISTENT_VOLUME_CLAIMS = Resource(
+    group="",
+    version="v1",
+    plural="persistentvolumeclaims",
+    kind="PersistentVolumeClaim",
+    namespaced=True,
+)
+PERSISTENT_VOLUMES = Resource(
+    group="", version="v1", plural="persistentvolumes", kind="PersistentVolume", namespaced=False
+)
+STORAGE_CLASSES = Resource(
+    group="storage.k8s.io",
+    version="v1",
+    plural="storageclasses",
+    kind="StorageClass",
+    namespaced=False,
+)
 EVENTS = Resource(group="", version="v1", plural="events", kind="Event", namespaced=True)
 LEASES = Resource(
     group="coordination.k8s.io", version="v1", plural="leases", kind="Lease", namespaced=True

@@ -58,6 +58,20 @@ class Store:
         """Return every key."""
         return list(self._items)
 
+    def add_indexer(self, name: str, func: IndexFunc) -> None:
+        """Add the secondary index `name` (objects already stored are indexed at once), so a
+        component sharing this store can look objects up by a value of its own.
+
+        Raises ValueError when an index of that name exists.
+        """
+        if name in self._indexers:
+            raise ValueError(f"index {name!r} exists")
+        self._indexers[name] = func
+        self._indexes[name] = {}
+        for key, value in self._items.items():
+            for derived in func(_decoded(value)):
+                self._indexes[name].setdefault(derived, set()).add(key)
+
     def by_index(self, index: str, value: str) -> list[Obj]:
         """Return the objects whose indexer `index` yields `value`.
 

@@ -31,7 +31,14 @@ from vnode.kube.informer import Informer
 from vnode.kube.quantity import parse_quantity
 from vnode.kube.resources import object_key
 from vnode.kube.timestamps import rfc3339
-from vnode.provider import NodeUsage, PodEvent, PortSession, RemoteCommand, RemoteSession
+from vnode.provider import (
+    Component,
+    NodeUsage,
+    PodEvent,
+    PortSession,
+    RemoteCommand,
+    RemoteSession,
+)
 
 Obj = dict[str, Any]
 
@@ -151,7 +158,10 @@ def _already_running(pod: Mapping[str, Any]) -> bool:
 
 
 class MockProvider:
-    """Pods become Running at once; see the module docstring."""
+    """Pods become Running at once; see the module docstring. A `vnode.provider.Provider`
+    and so a component of the node, with nothing to watch and no workers of its own."""
+
+    name = "mock-provider"
 
     def __init__(self, *, node_ip: str, settings: MockSettings | None = None) -> None:
         """`node_ip`: the node's InternalIP, shown as host and pod IP."""
@@ -160,6 +170,7 @@ class MockProvider:
         self._pods: dict[str, tuple[str, Obj]] = {}
         """Upper key -> (upper UID, status) of the pods "running" here."""
         self._pod_callbacks: list[Callable[[str], None]] = []
+        self._started = False
         self._stopped = asyncio.Event()
 
     # -- running -----------------------------------------------------------------------------
@@ -168,7 +179,19 @@ class MockProvider:
         """None: nothing to watch."""
         return ()
 
-    async def run(self, *, workers: int) -> None:
+    def components(self) -> Sequence[Component]:
+        """None: no mirrors (nothing is copied anywhere)."""
+        return ()
+
+    async def start(self) -> None:
+        """Nothing to read or bind: the mock has no backend."""
+        self._started = True
+
+    def ready(self) -> bool:
+        """Ready once started."""
+        return self._started
+
+    async def run(self) -> None:
         """Nothing runs in the background; returns once `shut_down` is called."""
         await self._stopped.wait()
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 import argparse
 import math
 import re
+from collections.abc import Callable
+
+from vnode.kube import names
 
 LOG_LEVELS = ("debug", "info", "warn", "warning", "error")
 LOG_FORMATS = ("text", "json")
@@ -101,3 +104,41 @@ def log_level(value: str) -> str:
     """Return the level `serving.logs.configure` takes for a `--log-level` value ("warning"
     is "warn")."""
     return "warn" if value == "warning" else value
+
+
+def namespaced(
+    text: str,
+    flag: str,
+    *,
+    valid: Callable[[str], bool] = names.is_dns1123_subdomain,
+    what: str = "an object name (a DNS-1123 subdomain)",
+) -> tuple[str, str]:
+    """Return (namespace, name) of a NAMESPACE/NAME flag value, both as the apiserver accepts
+    them (a DNS-1123 label; `valid` for the name). Raises UsageError naming `flag`."""
+    namespace, sep, name = text.partition("/")
+    if not sep or not namespace or not name or "/" in name:
+        raise UsageError(f"{flag} must be namespace/name, got {text!r}")
+    namespace_name(namespace, flag)
+    object_name(name, flag, valid=valid, what=what)
+    return namespace, name
+
+
+def namespace_name(text: str, flag: str) -> str:
+    """Return `text` if it is a namespace name (a DNS-1123 label). Raises UsageError."""
+    if not names.is_dns1123_label(text):
+        raise UsageError(f"{flag}: {text!r} is not a namespace name (a DNS-1123 label)")
+    return text
+
+
+def object_name(
+    text: str,
+    flag: str,
+    *,
+    valid: Callable[[str], bool] = names.is_dns1123_subdomain,
+    what: str = "an object name (a DNS-1123 subdomain)",
+) -> str:
+    """Return `text` if `valid` accepts it (by default: a DNS-1123 subdomain, the names of
+    ConfigMaps, Secrets, Leases). Raises UsageError saying it is not `what`."""
+    if not valid(text):
+        raise UsageError(f"{flag}: {text!r} is not {what}")
+    return text

@@ -1,17 +1,19 @@
 """Copies of what forwarded pods need in the lower cluster: ConfigMaps, Secrets, ServiceAccounts.
 
+Three on-request mirrors (`vnode.kube.mirror`), one per kind, upper -> lower:
+
 - Before a pod is created below, every object it references is copied from the upper
   cluster (created, or brought up to date); a missing mandatory one is an error, not a pod
   that starts without it (tensile-kube's fire-and-forget copies were a defect).
-- Later changes of an upper ConfigMap or Secret reach its lower copy (event-driven).
-- A copy no lower pod references any more is deleted (garbage collection per namespace).
+- Later changes of an upper object reach its lower copy (event-driven).
+- A copy no lower pod references any more is deleted; copies a pod creation in flight
+  needs stay until the lower pod shows in the cache (the in-flight create race).
 - Only copies this virtual node made are ever updated or deleted; a same-named lower
   object that is not ours is never touched, and a pod needing it is refused with a reason.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -19,12 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from vnode import errors as provider_errors
-from vnode.kube import errors
-from vnode.kube.client import MERGE_PATCH, ApiClient
+from vnode.kube.client import ApiClient
 from vnode.kube.informer import Handlers, Informer
-from vnode.kube.resources import CONFIG_MAPS, SECRETS, SERVICE_ACCOUNTS, Resource, split_key
+from vnode.kube.informers import InformerFactory
+from vnode.kube.mirror import Change, Mirror, MirrorConflict, MirrorSpec, Patch, Replace
+from vnode.kube.resources import CONFIG_MAPS, SECRETS, SERVICE_ACCOUNTS, Resource
 from vnode.kube.store import Obj
-from vnode.kube.workqueue import WorkQueue
 from vnode.provider import PodEvent
 from vnode.providers.k2k import missing, naming, slim, translate
 
@@ -43,6 +45,8 @@ _COPIED_FIELDS = {
     "Secret": ("data", "type", "immutable"),
     "ServiceAccount": ("automountServiceAccountToken",),
 }
+REFS_INDEX = "tensile.io/refs"
+"""Index of the lower pod store: "namespace/kind/name" of each object a pod references."""
 
 
 def copy_of(upper: Mapping[str, Any], *, kind: str, namespace: str, owner: naming.Owner) -> Obj:
@@ -56,7 +60,10 @@ def copy_of(upper: Mapping[str, Any], *, kind: str, namespace: str, owner: namin
             "name": meta.get("name"),
             "namespace": namespace,
             "labels": {**(meta.get("labels") or {}), **labels},
-            "annotations": annotations,
+            "annotations": {
+                **annotations,
+                naming.UPPER_NAMESPACE_ANNOTATION: str(meta.get("namespace")),
+            },
         },
     }
     for f in _COPIED_FIELDS[kind]:
@@ -70,13 +77,88 @@ def needs_update(lower: Mapping[str, Any], desired: Mapping[str, Any], *, kind: 
     return any(lower.get(f) != desired.get(f) for f in _COPIED_FIELDS[kind] if f != "immutable")
 
 
-def _same_cluster(obj: Mapping[str, Any], owner: naming.Owner) -> bool:
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    annotations = (obj.get("metadata") or {}).get("annotations") or {}
-    return bool(
-        labels.get(naming.CLUSTER_LABEL) == naming.label_value(owner.cluster_id)
-        and annotations.get(naming.CLUSTER_ANNOTATION) == owner.cluster_id
+def compare_copy(lower: Mapping[str, Any], desired: Mapping[str, Any], *, kind: str) -> Change:
+    """Return how to bring a lower copy to `desired` (pure): nothing, a merge patch of the
+    copied fields, or a replacement when the copy is immutable (pods already running keep
+    the old content, exactly as with an immutable object upstairs)."""
+    if not needs_update(lower, desired, kind=kind):
+        return None
+    if lower.get("immutable"):
+        return Replace("the copy is immutable")
+    return Patch({f: desired.get(f) for f in _COPIED_FIELDS[kind]})
+
+
+def copyable(upper: Mapping[str, Any], *, kind: str) -> bool:
+    """Tell whether an upper object may be copied below at all (pure): ServiceAccount
+    token Secrets never are."""
+    return not (kind == "Secret" and upper.get("type") in _SKIPPED_SECRET_TYPES)
+
+
+def copy_spec(*, kind: str, owner: naming.Owner, prefix: str) -> MirrorSpec:
+    """Return the on-request mirror of one dependency kind, upper -> lower (pure).
+
+    Copies are made when a pod needs them (`Mirror.ensure`), follow their upper object,
+    and are garbage once nothing uses them (the mirror's `in_use`), even while their upper
+    object still exists; an identical copy another virtual node of the same upper cluster
+    made serves as it is.
+    """
+    resource = KINDS[kind]
+
+    def translate_one(upper: Obj) -> Obj:
+        namespace = naming.lower_namespace(str(upper["metadata"]["namespace"]), prefix=prefix)
+        return copy_of(upper, kind=kind, namespace=namespace, owner=owner)
+
+    def compare(lower: Obj, desired: Obj) -> Change:
+        return compare_copy(lower, desired, kind=kind)
+
+    def shared(lower: Obj, desired: Obj) -> bool:
+        # Another virtual node of this upper cluster copied the same upper object into
+        # this lower namespace: identical by construction, and kept so by it.
+        return naming.same_cluster(lower, owner=owner) and not needs_update(
+            lower, desired, kind=kind
+        )
+
+    return MirrorSpec(
+        name=f"{resource.plural}_to_lower",
+        kind=kind,
+        source=resource,
+        target=resource,
+        selects=lambda upper: copyable(upper, kind=kind),
+        translate=translate_one,
+        compare=compare,
+        collectable=lambda _lower, _upper: True,
+        owned=lambda lower: naming.is_owned(lower, owner=owner),
+        describe=naming.owner_of,
+        target_key=lambda key: naming.lower_key(key, prefix=prefix),
+        source_key=lambda lower: naming.upper_key_of(lower, prefix=prefix),
+        creation="on_request",
+        shared=shared,
     )
+
+
+def referenced(pods: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]]:
+    """Return the (kind, name) pairs the given pods reference (pure)."""
+    refs: set[tuple[str, str]] = set()
+    for pod in pods:
+        refs |= _refs_of(pod)
+    return refs
+
+
+def _refs_of(pod: Mapping[str, Any]) -> set[tuple[str, str]]:
+    precomputed = pod.get(slim.REFS)
+    if precomputed is not None:  # a slimmed cached pod (see slim.py)
+        return {(kind, name) for kind, name in precomputed}
+    deps = translate.dependencies(pod)
+    refs = {("ConfigMap", n) for n in deps.config_maps}
+    refs |= {("Secret", n) for n in deps.secrets}
+    if deps.service_account:
+        refs.add(("ServiceAccount", deps.service_account))
+    return refs
+
+
+def _ref_index(pod: Obj) -> list[str]:
+    namespace = (pod.get("metadata") or {}).get("namespace")
+    return [f"{namespace}/{kind}/{name}" for kind, name in _refs_of(pod)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +174,14 @@ class Ensured:
     copied below: the lower pod must not reference them (`translate.lower_pod`)."""
 
 
+@dataclass
+class _Creation:
+    """A pod creation in flight or not yet seen in the lower pod cache."""
+
+    lower_namespace: str
+    refs: set[tuple[str, str]]
+
+
 class DependencySync:
     """Keeps the lower copies of pods' dependencies; see the module docstring."""
 
@@ -105,92 +195,120 @@ class DependencySync:
         upper_namespace: str | None,
         enable_service_account: bool,
         lower_pods: Informer,
+        informers: InformerFactory,
         on_resolved: Callable[[str], None],
+        workers: int = 4,
     ) -> None:
-        """`lower_pods` is the provider's cache of lower pods (`slim`, indexed by
-        `slim.by_reference`); `on_resolved(upper pod key)` is called (non-blocking) when an
-        object a waiting pod needed is added or changed upstairs, so its creation is
-        retried at once."""
+        """`lower_pods` is the cache of every lower pod (slimmed, see `slim`), shared with
+        the provider; `on_resolved(upper pod key)` is called (non-blocking) when an object
+        a waiting pod needed is added or changed upstairs, so its creation is retried at
+        once."""
         self._on_resolved = on_resolved
         self._waiting: dict[tuple[str, str, str], set[str]] = {}
         """(kind, upper namespace, name) -> upper pods whose creation waits for it."""
-        self._upper = upper
-        self._lower = lower
         self._owner = owner
         self._prefix = namespace_prefix
         self._enable_sa = enable_service_account
         self._lower_pods = lower_pods
-        self.upper_informers = {
-            kind: Informer(
+        self._creations: dict[str, _Creation] = {}
+        """Upper pod key -> its creation, from `creating` until the lower pod is cached."""
+        lower_pods.store.add_indexer(REFS_INDEX, _ref_index)
+        lower_pods.add_handlers(
+            Handlers(
+                on_add=self._lower_pod_seen,
+                on_modify=self._lower_pod_seen,
+                on_delete=self._lower_pod_gone,
+            )
+        )
+        self.mirrors: dict[str, Mirror] = {}
+        for kind, resource in KINDS.items():
+            source = informers.informer(
                 upper,
                 resource,
                 name=f"upper-{resource.plural}",
                 namespace=upper_namespace,
                 encoded=True,  # every ConfigMap and Secret upstairs; read when a pod needs one
             )
-            for kind, resource in KINDS.items()
-        }
-        self.lower_informers = {
-            kind: Informer(
+            target = informers.informer(
                 lower,
                 resource,
                 name=f"lower-owned-{resource.plural}",
                 label_selector=naming.owner_selector(owner),
             )
-            for kind, resource in KINDS.items()
-        }
-        self.updates = WorkQueue(name="dependencies_from_upper")
-        self.collections = WorkQueue(name="dependency_collection")
-        # Lower namespaces with a pod creation in flight: their unused copies may be about
-        # to be used, so collection waits.
-        self._creating: dict[str, int] = {}
-        for kind, informer in self.upper_informers.items():
-            informer.add_handlers(self._handlers_for(kind))
+            self.mirrors[kind] = Mirror(
+                spec=copy_spec(kind=kind, owner=owner, prefix=namespace_prefix),
+                source=source,
+                target=target,
+                source_client=upper,
+                target_client=lower,
+                workers=workers,
+                in_use=self._in_use_checker(kind),
+            )
+            source.add_handlers(self._handlers_for(kind))
 
     def _handlers_for(self, kind: str) -> Handlers:
-        def added(obj: Obj) -> None:
-            self._upper_changed(kind, obj)
+        def changed(obj: Obj) -> None:
+            meta = obj.get("metadata") or {}
+            for pod_key in self._waiting.pop(
+                (kind, str(meta.get("namespace")), str(meta.get("name"))), ()
+            ):
+                self._on_resolved(pod_key)
 
-        def updated(_old: Obj, new: Obj) -> None:
-            self._upper_changed(kind, new)
+        return Handlers(on_add=changed, on_modify=changed)
 
-        def deleted(obj: Obj) -> None:
-            # Its copy stays while pods below use it (as a kubelet keeps a mounted volume);
-            # once none does, collection removes it.
-            namespace = str((obj.get("metadata") or {}).get("namespace"))
-            self.schedule_collection(naming.lower_namespace(namespace, prefix=self._prefix))
+    def components(self) -> list[Mirror]:
+        """The three mirrors, to run as components of the node."""
+        return list(self.mirrors.values())
 
-        return Handlers(on_add=added, on_update=updated, on_delete=deleted)
+    # -- what is in use ------------------------------------------------------------------
 
-    def informers(self) -> list[Informer]:
-        """Every informer this syncer needs running."""
-        return [*self.upper_informers.values(), *self.lower_informers.values()]
-
-    async def run(self, *, workers: int) -> None:
-        """Run the update and collection workers until the queues shut down.
-
-        Every lower namespace holding copies is looked at once at the start: copies left by
-        a create that a crash or a restart cut short (copied, but no pod made) have no pod
-        whose deletion would ever schedule their collection.
-        """
-        for informer in self.lower_informers.values():
-            for copy in informer.store:
-                self.schedule_collection(str(copy["metadata"]["namespace"]))
-        async with asyncio.TaskGroup() as group:
-            group.create_task(
-                self.updates.run(workers=workers, handler=self._sync_update),
-                name="dependencies-from-upper",
-            )
-            group.create_task(
-                self.collections.run(workers=1, handler=self._collect), name="dependency-collection"
+    def _in_use_checker(self, kind: str) -> Callable[[Obj], bool]:
+        def in_use(copy: Obj) -> bool:
+            meta = copy["metadata"]
+            namespace, name = meta.get("namespace"), meta.get("name")
+            # Keys only: nothing of the (encoded) lower pod cache is decoded to answer.
+            if self._lower_pods.store.index_keys(REFS_INDEX, f"{namespace}/{kind}/{name}"):
+                return True
+            return any(
+                c.lower_namespace == namespace and (kind, name) in c.refs
+                for c in self._creations.values()
             )
 
-    async def shut_down(self) -> None:
-        """Stop both queues."""
-        await self.updates.shut_down()
-        await self.collections.shut_down()
+        return in_use
+
+    def _lower_pod_seen(self, pod: Obj) -> None:
+        for key in _upper_keys(pod):
+            self._creations.pop(key, None)
+
+    def _lower_pod_gone(self, pod: Obj) -> None:
+        if not naming.is_owned(pod, owner=self._owner):
+            return
+        upper = naming.upper_key_of(pod, prefix=self._prefix)
+        if upper is None:
+            return
+        upper_ns = upper.partition("/")[0]
+        for kind, name in _refs_of(pod):
+            self.mirrors[kind].schedule_collection([f"{upper_ns}/{name}"])
 
     # -- before a pod is created ---------------------------------------------------------
+
+    @contextlib.contextmanager
+    def creating(self, pod: Mapping[str, Any]) -> Iterator[None]:
+        """Mark `pod`'s creation while it runs and until its lower pod is cached, so the
+        copies it needs are not collected in between. A creation that fails has its copies
+        looked at again (they may be unused now)."""
+        meta = pod["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        lower_ns = naming.lower_namespace(str(meta["namespace"]), prefix=self._prefix)
+        refs = _refs_of(pod)
+        self._creations[key] = _Creation(lower_namespace=lower_ns, refs=refs)
+        try:
+            yield
+        except BaseException:
+            self._creations.pop(key, None)
+            for kind, name in refs:
+                self.mirrors[kind].schedule_collection([f"{meta['namespace']}/{name}"])
+            raise
 
     async def ensure(self, pod: Mapping[str, Any]) -> Ensured:
         """Create or update the lower copies `pod` needs.
@@ -206,7 +324,7 @@ class DependencySync:
         deps = translate.dependencies(pod)
 
         def lookup(kind: str, name: str) -> Obj | None:
-            return self.upper_informers[kind].store.get(f"{upper_ns}/{name}")
+            return self.mirrors[kind].source.store.get(f"{upper_ns}/{name}")
 
         gaps = missing.unresolved(pod, lookup=lookup)
         self.forget_waiting(pod_key)
@@ -237,7 +355,7 @@ class DependencySync:
             if source is None:
                 absent.add((kind, name))  # optional and missing: the pod starts without it
                 continue
-            if kind == "Secret" and source.get("type") in _SKIPPED_SECRET_TYPES:
+            if not copyable(source, kind=kind):
                 if (kind, name) not in optional:
                     raise provider_errors.InvalidPod(
                         f"Secret {upper_ns}/{name} holds a ServiceAccount token of the upper "
@@ -246,7 +364,18 @@ class DependencySync:
                     )
                 absent.add((kind, name))
                 continue
-            if await self._put(kind, source, lower_ns):
+            try:
+                result = await self.mirrors[kind].ensure(f"{upper_ns}/{name}")
+            except KeyError:
+                absent.add((kind, name))  # deleted upstairs this very moment
+                continue
+            except MirrorConflict as exc:
+                raise provider_errors.InvalidPod(
+                    f"{kind} {lower_ns}/{name} exists in the lower cluster and is "
+                    f"{naming.owner_of(exc.target)}; refusing to use or overwrite it (the pod "
+                    "would run with another tenant's object)"
+                ) from exc
+            if result == "created":
                 created.append((kind, lower_ns, name))
         return Ensured(
             created=created,
@@ -255,133 +384,34 @@ class DependencySync:
         )
 
     def forget_waiting(self, pod_key: str) -> None:
-        """Stop announcing upper pod `pod_key` (namespace/name) when a dependency appears."""
+        """Stop announcing upper pod `pod_key` (namespace/name) when a dependency appears,
+        and stop holding copies for a creation of it that was never seen below."""
         for what in [w for w, pods in self._waiting.items() if pod_key in pods]:
             self._waiting[what].discard(pod_key)
             if not self._waiting[what]:
                 del self._waiting[what]
 
-    async def rollback(self, created: Iterable[tuple[str, str, str]]) -> None:
-        """Delete copies made for a pod that was then refused, unless another pod uses them."""
-        for kind, ns, name in list(created):
-            if not self._in_use(ns, kind, name):
-                await self._delete(kind, ns, name)
+    def pod_deleted(self, pod_key: str) -> None:
+        """The upper pod `pod_key` is being deleted: forget it entirely."""
+        self.forget_waiting(pod_key)
+        creation = self._creations.pop(pod_key, None)
+        if creation is not None:
+            upper_ns = pod_key.partition("/")[0]
+            for kind, name in creation.refs:
+                self.mirrors[kind].schedule_collection([f"{upper_ns}/{name}"])
 
-    def _in_use(self, lower_ns: str, kind: str, name: str) -> bool:
-        """Tell whether a lower pod of `lower_ns` (anyone's) references `kind` `name`."""
-        index = self._lower_pods.store.index_keys(
-            slim.REFS_INDEX, slim.reference(lower_ns, kind, name)
-        )
-        return bool(index)
+    async def rollback(
+        self, pod: Mapping[str, Any], created: Iterable[tuple[str, str, str]]
+    ) -> None:
+        """Delete the copies made for `pod`, which the lower cluster refused, unless another
+        pod uses them (at once: the refusal is reported only after this)."""
+        meta = pod["metadata"]
+        self._creations.pop(f"{meta['namespace']}/{meta['name']}", None)
+        for kind, _namespace, name in created:
+            await self.mirrors[kind].collect(f"{meta['namespace']}/{name}")
 
-    @contextlib.contextmanager
-    def creating(self, lower_ns: str) -> Iterator[None]:
-        """Mark a pod creation in `lower_ns` while it runs, so collection waits for it."""
-        self._creating[lower_ns] = self._creating.get(lower_ns, 0) + 1
-        try:
-            yield
-        finally:
-            self._creating[lower_ns] -= 1
-            if not self._creating[lower_ns]:
-                del self._creating[lower_ns]
 
-    async def _put(self, kind: str, source: Mapping[str, Any], lower_ns: str) -> bool:
-        """Make the lower copy equal to `source`; True if it had to be created."""
-        name = str(source["metadata"]["name"])
-        desired = copy_of(source, kind=kind, namespace=lower_ns, owner=self._owner)
-        resource = KINDS[kind]
-        current = self.lower_informers[kind].store.get(f"{lower_ns}/{name}")
-        if current is None:
-            try:
-                await self._lower.request("POST", resource.path(namespace=lower_ns), body=desired)
-                return True
-            except errors.AlreadyExists:
-                current = await self._lower.request(
-                    "GET", resource.path(namespace=lower_ns, name=name)
-                )
-        if not naming.is_owned(current, owner=self._owner):
-            if _same_cluster(current, self._owner) and not needs_update(
-                current, desired, kind=kind
-            ):
-                # Another virtual node of this upper cluster copied the same upper object
-                # into this lower namespace: identical by construction, and kept so by it.
-                return False
-            raise provider_errors.InvalidPod(
-                f"{kind} {lower_ns}/{name} exists in the lower cluster and is "
-                f"{naming.owner_of(current)}; refusing to use or overwrite it (the pod would "
-                "run with another tenant's object)"
-            )
-        if needs_update(current, desired, kind=kind):
-            await self._update(kind, current, desired)
-        return False
-
-    async def _update(self, kind: str, current: Mapping[str, Any], desired: Obj) -> None:
-        resource = KINDS[kind]
-        meta = current["metadata"]
-        if current.get("immutable"):
-            # An immutable copy cannot change: replace it (pods already running keep the
-            # old content, exactly as with an immutable object upstairs).
-            await self._delete(kind, meta["namespace"], meta["name"])
-            await self._lower.request(
-                "POST", resource.path(namespace=meta["namespace"]), body=desired
-            )
-            return
-        patch = {f: desired.get(f) for f in _COPIED_FIELDS[kind]}
-        await self._lower.request(
-            "PATCH",
-            resource.path(namespace=meta["namespace"], name=meta["name"]),
-            body=patch,
-            content_type=MERGE_PATCH,
-        )
-
-    async def _delete(self, kind: str, namespace: str, name: str) -> None:
-        current = self.lower_informers[kind].store.get(f"{namespace}/{name}")
-        if current is not None and not naming.is_owned(current, owner=self._owner):
-            return
-        with contextlib.suppress(errors.NotFound):
-            await self._lower.request("DELETE", KINDS[kind].path(namespace=namespace, name=name))
-
-    # -- afterwards ----------------------------------------------------------------------
-
-    def _upper_changed(self, kind: str, obj: Obj) -> None:
-        meta = obj.get("metadata") or {}
-        for pod_key in self._waiting.pop(
-            (kind, str(meta.get("namespace")), str(meta.get("name"))), ()
-        ):
-            self._on_resolved(pod_key)
-        if kind == "ServiceAccount":
-            return
-        lower_ns = naming.lower_namespace(str(meta.get("namespace")), prefix=self._prefix)
-        if self.lower_informers[kind].store.get(f"{lower_ns}/{meta.get('name')}") is not None:
-            self.updates.add(f"{kind}/{meta.get('namespace')}/{meta.get('name')}")
-
-    async def _sync_update(self, key: str) -> None:
-        kind, _, rest = key.partition("/")
-        upper_ns, name = split_key(rest)
-        source = self.upper_informers[kind].store.get(rest)
-        lower_ns = naming.lower_namespace(str(upper_ns), prefix=self._prefix)
-        current = self.lower_informers[kind].store.get(f"{lower_ns}/{name}")
-        if source is None or current is None or not naming.is_owned(current, owner=self._owner):
-            return
-        desired = copy_of(source, kind=kind, namespace=lower_ns, owner=self._owner)
-        if needs_update(current, desired, kind=kind):
-            logger.info("updating lower %s %s/%s from the upper cluster", kind, lower_ns, name)
-            await self._update(kind, current, desired)
-
-    def schedule_collection(self, lower_ns: str) -> None:
-        """Look for unused copies in `lower_ns` soon (after a pod there went away)."""
-        self.collections.add_after(lower_ns, 2.0)
-
-    async def _collect(self, lower_ns: str) -> None:
-        if self._creating.get(lower_ns):
-            self.collections.add_after(lower_ns, 2.0)
-            return
-        for kind, informer in self.lower_informers.items():
-            for copy in list(informer.store):
-                meta = copy["metadata"]
-                if meta.get("namespace") != lower_ns or self._in_use(lower_ns, kind, meta["name"]):
-                    continue
-                if kind == "ServiceAccount" and meta["name"] == "default":
-                    continue
-                logger.info("deleting unused lower %s %s/%s", kind, lower_ns, meta["name"])
-                await self._delete(kind, lower_ns, meta["name"])
+def _upper_keys(lower_pod: Obj) -> list[str]:
+    annotations = (lower_pod.get("metadata") or {}).get("annotations") or {}
+    namespace = annotations.get(naming.UPPER_NAMESPACE_ANNOTATION)
+    return [f"{namespace}/{lower_pod['metadata']['name']}"] if namespace else []

@@ -1,8 +1,9 @@
-"""Mirror lower-cluster Events about forwarded pods onto their upper pods.
+"""Mirror lower-cluster Events about forwarded pods and claims onto their upper objects.
 
 So `kubectl describe pod` in the upper cluster shows why a pod waits or fails below
-(FailedScheduling, Pulled, BackOff, ...). Each lower Event becomes one upper Event of the
-same name in the upper pod's namespace; a repeat (count, lastTimestamp) updates it.
+(FailedScheduling, Pulled, BackOff, ...), and `kubectl describe pvc` why a claim is not
+bound below. Each lower Event becomes one upper Event of the same name in the upper
+object's namespace; a repeat (count, lastTimestamp) updates it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from vnode.kube import errors
 from vnode.kube.client import MERGE_PATCH, ApiClient
 from vnode.kube.informer import Handlers, Informer
+from vnode.kube.informers import InformerFactory
 from vnode.kube.resources import EVENTS
 from vnode.kube.store import Obj
 from vnode.kube.workqueue import WorkQueue
@@ -62,10 +64,13 @@ def _routine(event: Mapping[str, Any]) -> bool:
     return event.get("reason") in ROUTINE_REASONS and event.get("type") == "Normal"
 
 
-def upper_event(lower_event: Mapping[str, Any], *, lower_pod: Mapping[str, Any]) -> Obj | None:
-    """Return the upper Event for a lower Event about an owned pod, or None (pure).
+def upper_event(
+    lower_event: Mapping[str, Any], *, lower_pod: Mapping[str, Any], kind: str = "Pod"
+) -> Obj | None:
+    """Return the upper Event for a lower Event about an owned pod (or claim: `kind`), or
+    None (pure).
 
-    The involved object becomes the upper pod (namespace, name, UID from the ownership
+    The involved object becomes the upper object (namespace, name, UID from the ownership
     annotations); everything the user reads (reason, message, type, counts, times,
     reporting component) is kept.
     """
@@ -81,7 +86,7 @@ def upper_event(lower_event: Mapping[str, Any], *, lower_pod: Mapping[str, Any])
         "metadata": {"name": lower_event["metadata"]["name"], "namespace": upper_ns},
         "involvedObject": {
             "apiVersion": "v1",
-            "kind": "Pod",
+            "kind": kind,
             "namespace": upper_ns,
             "name": involved.get("name"),
             "uid": upper_uid,
@@ -95,28 +100,39 @@ def upper_event(lower_event: Mapping[str, Any], *, lower_pod: Mapping[str, Any])
 
 
 class EventMirror:
-    """Watches lower pod Events and copies those about owned pods upstairs."""
+    """Watches lower Events about one kind and copies those about owned objects upstairs."""
 
     def __init__(
-        self, *, upper: ApiClient, lower: ApiClient, owner: naming.Owner, lower_pods: Informer
+        self,
+        *,
+        upper: ApiClient,
+        lower: ApiClient,
+        owner: naming.Owner,
+        lower_objects: Informer,
+        informers: InformerFactory,
+        kind: str = "Pod",
+        name: str = "lower-events",
     ):
+        """`lower_objects` caches the lower objects of `kind` (owned ones at least);
+        `name` names the Events informer and, with "_from_lower", its queue."""
         self._upper = upper
         self._owner = owner
-        self._lower_pods = lower_pods
-        self.informer = Informer(
+        self._kind = kind
+        self._lower_objects = lower_objects
+        self.informer = informers.informer(
             lower,
             EVENTS,
-            name="lower-events",
-            field_selector="involvedObject.kind=Pod",
+            name=name,
+            field_selector=f"involvedObject.kind={kind}",
             transform=slim_event,
-            encoded=True,  # all Events about lower pods, anyone's; each read once or twice
+            encoded=True,  # anyone's Events about the kind below; each read once or twice
         )
-        self.queue = WorkQueue(name="events_from_lower")
+        self.queue = WorkQueue(name="events_from_lower" if kind == "Pod" else f"{name}_from_lower")
         self.informer.add_handlers(Handlers(on_add=self._changed, on_modify=self._changed))
 
-    def _owned_pod(self, event: Mapping[str, Any]) -> Obj | None:
+    def _owned_object(self, event: Mapping[str, Any]) -> Obj | None:
         involved = event.get("involvedObject") or {}
-        pod = self._lower_pods.store.get(f"{involved.get('namespace')}/{involved.get('name')}")
+        pod = self._lower_objects.store.get(f"{involved.get('namespace')}/{involved.get('name')}")
         if pod is None or not naming.is_owned(pod, owner=self._owner):
             return None
         if involved.get("uid") and involved["uid"] != pod["metadata"].get("uid"):
@@ -126,7 +142,7 @@ class EventMirror:
     def _changed(self, event: Obj) -> None:
         if _routine(event):
             return
-        if self._owned_pod(event) is not None:
+        if self._owned_object(event) is not None:
             meta = event["metadata"]
             self.queue.add(f"{meta['namespace']}/{meta['name']}")
 
@@ -135,10 +151,10 @@ class EventMirror:
         lower_event = self.informer.store.get(key)
         if lower_event is None:
             return
-        pod = self._owned_pod(lower_event)
+        pod = self._owned_object(lower_event)
         if pod is None:
             return
-        event = upper_event(lower_event, lower_pod=pod)
+        event = upper_event(lower_event, lower_pod=pod, kind=self._kind)
         if event is None:
             return
         ns = event["metadata"]["namespace"]

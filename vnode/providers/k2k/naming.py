@@ -113,6 +113,28 @@ def lower_namespace(upper_namespace: str, *, prefix: str) -> str:
     return f"{prefix}{upper_namespace}"
 
 
+def lower_key(upper_key: str, *, prefix: str) -> str:
+    """Return the lower "namespace/name" of the object an upper one is copied to."""
+    namespace, _, name = upper_key.partition("/")
+    return f"{lower_namespace(namespace, prefix=prefix)}/{name}"
+
+
+def upper_key_of(lower: Mapping[str, Any], *, prefix: str) -> str | None:
+    """Return the upper "namespace/name" an owned lower object stands for, or None.
+
+    The upper namespace is the `UPPER_NAMESPACE_ANNOTATION` when the object has it, else
+    its lower namespace without `prefix` (copies made before the annotation existed).
+    """
+    meta = lower.get("metadata") or {}
+    namespace = (meta.get("annotations") or {}).get(UPPER_NAMESPACE_ANNOTATION)
+    lower_ns = str(meta.get("namespace") or "")
+    if not namespace:
+        if not lower_ns.startswith(prefix) or len(lower_ns) == len(prefix):
+            return None
+        namespace = lower_ns[len(prefix) :]
+    return f"{namespace}/{meta.get('name')}"
+
+
 def is_owned(obj: Mapping[str, Any], *, owner: Owner) -> bool:
     """Tell whether a lower object belongs to `owner` (its node name and cluster ID).
 
@@ -126,6 +148,18 @@ def is_owned(obj: Mapping[str, Any], *, owner: Owner) -> bool:
         labels.get(NODE_LABEL) == owner.node_label
         and annotations.get(NODE_ANNOTATION) == owner.node_name
         and labels.get(CLUSTER_LABEL) == owner.cluster_label
+        and annotations.get(CLUSTER_ANNOTATION) == owner.cluster_id
+    )
+
+
+def same_cluster(obj: Mapping[str, Any], *, owner: Owner) -> bool:
+    """Tell whether a lower object was made for `owner`'s upper cluster (by any of its
+    virtual nodes): both cluster marks agree."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    return bool(
+        labels.get(CLUSTER_LABEL) == label_value(owner.cluster_id)
         and annotations.get(CLUSTER_ANNOTATION) == owner.cluster_id
     )
 

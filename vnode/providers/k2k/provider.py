@@ -7,10 +7,17 @@ pure modules `translate`, `capacity` and `naming` decide; this module does the I
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from typing import Any
 
 import aiohttp
@@ -18,14 +25,27 @@ import aiohttp
 from vnode import errors as provider_errors
 from vnode.kube import errors
 from vnode.kube.client import STRATEGIC_MERGE_PATCH, ApiClient
+from vnode.kube.events import EventRecorder
 from vnode.kube.informer import Handlers, Informer
-from vnode.kube.resources import NAMESPACES, NODES, PODS, object_key
+from vnode.kube.informers import InformerFactory
+from vnode.kube.mirror import Mirror, MirrorSpec, Refused
+from vnode.kube.resources import NODES, PODS, object_key
 from vnode.kube.store import Obj
-from vnode.provider import NodeUsage, PodEvent, PortSession, RemoteCommand, RemoteSession
-from vnode.providers.k2k import capacity, naming, podsecurity, slim, translate
+from vnode.provider import (
+    Component,
+    NodeUsage,
+    PodEvent,
+    PortSession,
+    RemoteCommand,
+    RemoteSession,
+)
+from vnode.providers.k2k import capacity, naming, podsecurity, services, slim, translate, volumes
 from vnode.providers.k2k.dependencies import DependencySync
 from vnode.providers.k2k.events import EventMirror
+from vnode.providers.k2k.namespaces import LowerNamespaces
+from vnode.providers.k2k.provisioner import VolumeProvisioner
 from vnode.providers.k2k.scrape import KubeletAccess, ResourceScraper, ThroughApiserver
+from vnode.settings import PV_CONTROLLERS, SERVICE_CONTROLLERS, ControllerSettings
 
 logger = logging.getLogger(__name__)
 
@@ -43,41 +63,56 @@ def _upper_key_of(pod: Obj) -> list[str]:
 class K2KProvider:
     """Forwards the pods of one virtual node to a lower cluster."""
 
+    name = "k2k-provider"
+
     def __init__(
         self,
         *,
         upper: ApiClient,
         lower: ApiClient,
+        informers: InformerFactory,
         translation: translate.Translation,
         node_ip: str,
         upper_events: ApiClient | None = None,
         upper_namespace: str | None = None,
         kubelets: KubeletAccess | None = None,
+        workers: int = 50,
+        controllers: ControllerSettings | None = None,
     ) -> None:
-        """`node_ip` is the virtual node's InternalIP, shown as the pods' hostIP upstairs;
-        `upper_events` writes the Events mirrored from below (default `upper`; a client of
-        their own keeps a flood of them from delaying statuses); `kubelets` how the lower
-        kubelets' resource metrics are read (default: through the lower apiserver's node
-        proxy)."""
+        """`informers` shares informers with the node's other components; `node_ip` is the
+        virtual node's InternalIP, shown as the pods' hostIP upstairs; `upper_events`
+        writes the Events mirrored from below (default `upper`; a client of their own keeps
+        a flood of them from delaying statuses); `kubelets` how the lower kubelets'
+        resource metrics are read (default: through the lower apiserver's node proxy);
+        `workers` bounds concurrent copy updates per kind (--pod-sync-workers);
+        `controllers` chooses the mirrors of Services and volumes that run beside the
+        dependency copies (default: both, as tensile-kube's --enable-controllers)."""
         self._node_ip = node_ip
         self._node = translation.node_name
         self._owner = translation.owner
         self._upper = upper
         self._lower = lower
         self.t = translation
-        self.pods = Informer(
+        self._started = False
+        self.namespaces = LowerNamespaces(
+            lower=lower,
+            upper=upper,
+            owner=self._owner,
+            prefix=translation.namespace_prefix,
+            pod_security_level=translation.pod_security_level,
+        )
+        self.pods = informers.informer(
             lower,
             PODS,
             name="lower-pods",
-            transform=slim.Slimmer(owner=self._owner),
-            indexers={slim.REFS_INDEX: slim.by_reference},
+            transform=slim.SlimLowerPods(self._owner),
             # Every pod of the lower cluster, read a few times in a pod's life: encoded, a
             # quarter of the memory (see Store); capacity reads `_others`, not this cache.
             encoded=True,
         )
         self._others = capacity.Ledger()
         """Requests of the lower pods that are not this node's (the capacity they take)."""
-        self.nodes = Informer(lower, NODES, name="lower-nodes")
+        self.nodes = informers.informer(lower, NODES, name="lower-nodes")
         self.dependencies = DependencySync(
             upper=upper,
             lower=lower,
@@ -86,13 +121,47 @@ class K2KProvider:
             upper_namespace=upper_namespace,
             enable_service_account=translation.enable_service_account,
             lower_pods=self.pods,
+            informers=informers,
             on_resolved=self._notify_key,
+            workers=workers,
         )
         self.events = EventMirror(
             upper=upper_events or upper,
             lower=lower,
             owner=self._owner,
-            lower_pods=self.pods,
+            lower_objects=self.pods,
+            informers=informers,
+        )
+        controllers = controllers or ControllerSettings()
+        self.services = (
+            self._service_mirrors(
+                upper=upper,
+                upper_events=upper_events or upper,
+                lower=lower,
+                informers=informers,
+                controllers=controllers,
+            )
+            if SERVICE_CONTROLLERS in controllers.enabled
+            else []
+        )
+        self.volumes = (
+            VolumeProvisioner(
+                upper=upper,
+                upper_events=upper_events or upper,
+                lower=lower,
+                informers=informers,
+                owner=self._owner,
+                prefix=translation.namespace_prefix,
+                namespaces=self.namespaces,
+                classes=volumes.StorageClassMap(
+                    classes=controllers.lower_storage_classes,
+                    default=controllers.lower_storage_class_default,
+                ),
+                on_resolved=self._notify_key,
+                upper_namespace=upper_namespace,
+            )
+            if PV_CONTROLLERS in controllers.enabled
+            else None
         )
         self.usage = ResourceScraper(
             access=kubelets or ThroughApiserver(lower),
@@ -106,8 +175,6 @@ class K2KProvider:
         """Upper UIDs whose lower pod this node is deleting."""
         self._vanished: set[str] = set()
         """Upper UIDs whose lower pod was deleted by someone else."""
-        self._known_namespaces: set[str] = set()
-        """Lower namespaces known to exist and to be usable (see `_ensure_namespace`)."""
         self._kubelet_version = "v0.0.0"
         self.pods.add_handlers(
             Handlers(
@@ -125,25 +192,77 @@ class K2KProvider:
     # -- running -------------------------------------------------------------------------
 
     def informers(self) -> list[Informer]:
-        """Every informer the provider needs running."""
-        return [self.pods, self.nodes, self.events.informer, *self.dependencies.informers()]
+        """The lower pods, nodes and pod Events (the copies' informers belong to their
+        mirrors, see `components`)."""
+        return [self.pods, self.nodes, self.events.informer]
+
+    def components(self) -> Sequence[Component]:
+        """The mirrors of pods' ConfigMaps, Secrets and ServiceAccounts (always run), then
+        those --enable-controllers chose: Services and EndpointSlices (ServiceControllers),
+        the volume provisioner and its claims mirror (PVControllers)."""
+        chosen: list[Component] = [*self.dependencies.components(), *self.services]
+        if self.volumes is not None:
+            chosen += [self.volumes, *self.volumes.components()]
+        return chosen
+
+    def _service_mirrors(
+        self,
+        *,
+        upper: ApiClient,
+        upper_events: ApiClient,
+        lower: ApiClient,
+        informers: InformerFactory,
+        controllers: ControllerSettings,
+    ) -> list[Mirror]:
+        selection = services.ServiceSelection(namespaces=frozenset(controllers.service_namespaces))
+        # One namespace: watch only it (and need only a Role there upstairs).
+        only = controllers.service_namespaces
+        namespace = only[0] if len(only) == 1 else None
+        prefix = self.t.namespace_prefix
+        recorder = EventRecorder(
+            upper_events, component=f"{self._node}/service-mirror", host=self._node
+        )
+        mirrors = []
+        for make in (services.service_spec, services.slice_spec):
+            spec = make(owner=self._owner, prefix=prefix, selection=selection)
+            resource = spec.source
+            mirrors.append(
+                Mirror(
+                    spec=spec,
+                    source=informers.informer(
+                        upper, resource, name=f"upper-{resource.plural}", namespace=namespace
+                    ),
+                    target=informers.informer(
+                        lower,
+                        resource,
+                        name=f"lower-owned-{resource.plural}",
+                        label_selector=naming.owner_selector(self._owner),
+                    ),
+                    source_client=upper,
+                    target_client=lower,
+                    namespaces=self.namespaces,
+                    on_problem=_problem_recorder(recorder, spec),
+                )
+            )
+        return mirrors
 
     async def start(self) -> None:
-        """Read what must be known before the first pod: the lower cluster's version."""
+        """Read what must be known before the first pod: the lower cluster's version.
+        Raises kube errors when the lower cluster does not answer."""
         version = await self._lower.request("GET", "/version")
         self._kubelet_version = str(version.get("gitVersion") or "v0.0.0")
+        self._started = True
 
-    async def run(self, *, workers: int) -> None:
-        """Run the provider's own workers (dependency updates, collection, events)."""
-        async with asyncio.TaskGroup() as group:
-            group.create_task(self.dependencies.run(workers=workers), name="k2k-dependencies")
-            group.create_task(
-                self.events.queue.run(workers=4, handler=self.events.sync), name="k2k-events"
-            )
+    def ready(self) -> bool:
+        """Whether the lower cluster's version is known and the lower caches synced."""
+        return self._started and all(i.has_synced() for i in self.informers())
+
+    async def run(self) -> None:
+        """Run the provider's own workers (lower Events mirrored up)."""
+        await self.events.queue.run(workers=4, handler=self.events.sync)
 
     async def shut_down(self) -> None:
-        """Stop the provider's queues."""
-        await self.dependencies.shut_down()
+        """Stop the provider's queue."""
         await self.events.queue.shut_down()
 
     # -- PodLifecycleHandler ---------------------------------------------------------------
@@ -184,6 +303,12 @@ class K2KProvider:
             raise provider_errors.InvalidPod(
                 f'violates PodSecurity "{level}" (--pod-security-level): {"; ".join(reasons)}'
             )
+        if self.volumes is None and (claims := _claims_of(pod)):
+            raise provider_errors.InvalidPod(
+                f"the pod mounts PersistentVolumeClaim {claims[0]}, and this virtual node runs "
+                f"without {PV_CONTROLLERS} (--enable-controllers): its claims are not brought "
+                "below"
+            )
         lower_key = self._lower_key(pod)
         lower_ns, _, _name = lower_key.partition("/")
         existing = self.pods.store.get(lower_key)
@@ -205,7 +330,7 @@ class K2KProvider:
                 except errors.NotFound:
                     # The lower namespace was deleted under us (the only NotFound a create
                     # gets): make it again, once.
-                    self._known_namespaces.discard(lower_ns)
+                    self.namespaces.forget(lower_ns)
                     if attempt == 2:
                         raise
         except errors.ApiUnavailable as exc:
@@ -215,17 +340,6 @@ class K2KProvider:
                 f"lower namespace {lower_ns} keeps disappearing: {exc.message}"
             ) from exc
         raise AssertionError("unreachable")  # pragma: no cover
-
-    @contextlib.contextmanager
-    def _collect_if_aborted(self, lower_ns: str) -> Iterator[None]:
-        # A create that fails after copying (the lower apiserver went away, the pod was
-        # refused while another pod's copy was in use, a cancellation) may leave copies no
-        # pod uses: have them looked at once the creation is over.
-        try:
-            yield
-        except BaseException:
-            self.dependencies.schedule_collection(lower_ns)
-            raise
 
     async def _owner_of_pod(self, lower_key: str) -> str:
         # The cache keeps no annotations of others' pods (see slim): read the one in the way.
@@ -237,15 +351,19 @@ class K2KProvider:
         return naming.owner_of(found)
 
     async def _create_lower(self, pod: Obj, *, lower_ns: str, lower_key: str) -> list[PodEvent]:
-        with self.dependencies.creating(lower_ns), self._collect_if_aborted(lower_ns):
+        # A create that fails after copying (the lower apiserver went away, a cancellation)
+        # has its copies looked at again once it is over: no pod may use them now.
+        with self.dependencies.creating(pod):
             ensured = await self.dependencies.ensure(pod)
+            if self.volumes is not None:
+                await self.volumes.ensure_for_pod(pod)
             body = translate.lower_pod(pod, t=self.t, absent=ensured.absent)
             try:
                 await self._lower.request("POST", PODS.path(namespace=lower_ns), body=body)
             except errors.AlreadyExists:
                 return []  # our earlier attempt got through; the informer will show it
             except _REFUSALS as exc:
-                await self.dependencies.rollback(ensured.created)
+                await self.dependencies.rollback(pod, ensured.created)
                 raise provider_errors.InvalidPod(
                     f"lower cluster refused the pod: {exc.message}"
                 ) from exc
@@ -276,7 +394,9 @@ class K2KProvider:
 
     async def delete_pod(self, pod: Obj, *, grace_period: int | None) -> bool:
         """Delete the lower pod gracefully; True once it is gone below."""
-        self.dependencies.forget_waiting(_key(pod))
+        self.dependencies.pod_deleted(_key(pod))
+        if self.volumes is not None:
+            self.volumes.forget_waiting(_key(pod))
         lower = self.backend_pod(pod)
         if lower is None:
             return True
@@ -399,30 +519,10 @@ class K2KProvider:
     async def _ensure_namespace(self, name: str, *, upper_namespace: str) -> None:
         """Create the lower namespace `name` for `upper_namespace`, or check that the existing
         one may take its pods (`naming.namespace_conflict`); raises InvalidPod if not."""
-        if name in self._known_namespaces:
-            return
-        labels, annotations = naming.namespace_marks(
-            owner=self._owner, upper_namespace=upper_namespace
-        )
-        labels[podsecurity.ENFORCE_LABEL] = self.t.pod_security_level
-        body = {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {"name": name, "labels": labels, "annotations": annotations},
-        }
         try:
-            await self._lower.request("POST", NAMESPACES.path(), body=body)
-        except errors.AlreadyExists:
-            existing = await self._lower.request("GET", NAMESPACES.path(name=name))
-            conflict = naming.namespace_conflict(
-                existing,
-                owner=self._owner,
-                upper_namespace=upper_namespace,
-                prefix=self.t.namespace_prefix,
-            )
-            if conflict is not None:
-                raise provider_errors.InvalidPod(conflict) from None
-        self._known_namespaces.add(name)
+            await self.namespaces.ensure(name, source_namespace=upper_namespace)
+        except Refused as exc:
+            raise provider_errors.InvalidPod(str(exc)) from exc
 
     # -- MetricsProvider --------------------------------------------------------------------
 
@@ -471,7 +571,6 @@ class K2KProvider:
             self._deleting.discard(uid)
         else:
             self._vanished.add(uid)
-        self.dependencies.schedule_collection(str(pod["metadata"]["namespace"]))
         self._notify(pod)
 
     # -- NodeProvider -----------------------------------------------------------------------
@@ -518,6 +617,34 @@ def _as_provider_errors() -> Iterator[None]:
         raise provider_errors.BackendUnavailable(str(exc)) from exc
     except errors.ApiError as exc:
         raise provider_errors.ProviderError(exc.message or str(exc)) from exc
+
+
+def _claims_of(pod: Mapping[str, Any]) -> list[str]:
+    return [
+        str(v["persistentVolumeClaim"].get("claimName"))
+        for v in (pod.get("spec") or {}).get("volumes") or []
+        if v.get("persistentVolumeClaim")
+    ]
+
+
+def _problem_recorder(
+    recorder: EventRecorder, spec: MirrorSpec
+) -> Callable[[Obj, str], Awaitable[None]]:
+    """Report a mirror's problems (conflicts, refusals) as Warning Events on the upper
+    object, where `kubectl describe` shows them."""
+    api_version = spec.source.api_version
+
+    async def problem(source: Obj, message: str) -> None:
+        await recorder.record(
+            source,
+            type="Warning",
+            reason="MirrorFailed",
+            message=message,
+            kind=spec.kind,
+            api_version=api_version,
+        )
+
+    return problem
 
 
 def _key(obj: Mapping[str, Any]) -> str:

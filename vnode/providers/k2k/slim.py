@@ -10,6 +10,7 @@ instead of keeping volumes and environments around.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from vnode.kube.informer import compact
@@ -17,8 +18,6 @@ from vnode.providers.k2k import naming, translate
 
 REFS = "tensile.io/refs"
 """Key of the precomputed references, a sorted list of [kind, name] (not a Kubernetes field)."""
-REFS_INDEX = "refs"
-"""Name of the lower-pod cache's index of references (`by_reference`)."""
 
 _META_ALWAYS = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
 _META_OWNED = ("labels", "annotations", "deletionGracePeriodSeconds", "creationTimestamp")
@@ -27,15 +26,20 @@ _SPEC_OWNED = ("tolerations", "activeDeadlineSeconds", "serviceAccountName", "re
 _CONTAINER_FIELDS = ("name", "image", "resources", "restartPolicy")
 
 
-class Slimmer:
-    """`slim_lower_pod` for one owner, remembering the references of recent pods: a pod's
-    volumes and environment cannot change, so its references are worked out once, not at
-    each of its watch events (a pod has several as it starts)."""
+@dataclass(frozen=True)
+class SlimLowerPods:
+    """`slim_lower_pod` for one owner, as an informer transform: it compares by value (the
+    owner), so every component asking for the lower pod informer gets the same shared one,
+    and it remembers the references of recent pods: a pod's volumes and environment cannot
+    change, so its references are worked out once, not at each of its watch events (a pod
+    has several as it starts)."""
 
-    def __init__(self, *, owner: naming.Owner, remembered: int = 4096) -> None:
-        self._owner = owner
-        self._remembered = remembered
-        self._refs: dict[tuple[str, int], list[list[str]]] = {}
+    owner: naming.Owner
+    remembered: int = 4096
+    """How many pods' references are remembered (the oldest are forgotten first)."""
+    _refs: dict[tuple[str, int], list[list[str]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def __call__(self, pod: Mapping[str, Any]) -> dict[str, Any]:
         meta = pod.get("metadata") or {}
@@ -48,10 +52,10 @@ class Slimmer:
         refs = self._refs.get(seen)
         if refs is None:
             refs = references_of(pod)
-            if len(self._refs) >= self._remembered:
+            if len(self._refs) >= self.remembered:
                 del self._refs[next(iter(self._refs))]  # the oldest
             self._refs[seen] = refs
-        return slim_lower_pod(pod, owner=self._owner, refs=refs)
+        return slim_lower_pod(pod, owner=self.owner, refs=refs)
 
 
 def references_of(pod: Mapping[str, Any]) -> list[list[str]]:
@@ -89,15 +93,3 @@ def slim_lower_pod(
         REFS: references_of(pod) if refs is None else refs,
     }
     return compact(slim)
-
-
-def reference(namespace: str, kind: str, name: str) -> str:
-    """Return the `REFS_INDEX` value of a reference to `kind` `name` in lower `namespace`."""
-    return f"{namespace}/{kind}/{name}"
-
-
-def by_reference(pod: Mapping[str, Any]) -> list[str]:
-    """Index a cached lower pod by what it references (`reference` values), so "does any pod
-    of this namespace still use this ConfigMap" is answered without reading every pod."""
-    namespace = str((pod.get("metadata") or {}).get("namespace"))
-    return [reference(namespace, str(kind), str(name)) for kind, name in pod.get(REFS) or ()]

@@ -1,6 +1,11 @@
-"""Label selectors (pure): the `--node-selector` string form and the LabelSelector object of a
-PodDisruptionBudget, with Kubernetes' matching rules (k8s.io/apimachinery/pkg/labels and
-metav1.LabelSelectorAsSelector)."""
+"""Label selectors (pure): the string form of flags (`--pod-selector`, `--node-selector`,
+`--virtual-node-selector`) and the LabelSelector object of a PodDisruptionBudget, with
+Kubernetes' grammar and matching rules (k8s.io/apimachinery/pkg/labels `Parse` and
+metav1.LabelSelectorAsSelector).
+
+One parser for both programs: the webhook converts the pods its `--pod-selector` selects,
+and the descheduler moves a pod with a controller only when the same `--pod-selector`
+selects it, so the two must accept and match the same selectors."""
 
 from __future__ import annotations
 
@@ -56,6 +61,8 @@ class Selector:
     """Requirements that must all hold; `everything` when there are none."""
 
     requirements: tuple[Requirement, ...] = ()
+    text: str = ""
+    """The selector as written (for messages); "" for one made from an object."""
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         """Tell whether `labels` satisfy every requirement."""
@@ -68,11 +75,13 @@ EVERYTHING = Selector()
 def parse(text: str) -> Selector:
     """Parse a label selector string as kubectl and the API accept it: comma-separated
     `key`, `!key`, `key=value`, `key==value`, `key!=value`, `key in (a,b)`,
-    `key notin (a,b)`, `key>N`, `key<N`. "" selects everything. Raises SelectorError."""
+    `key notin (a,b)`, `key>N`, `key<N`; as in Kubernetes, an empty value may be listed
+    (`key in (a,,b)`, and `key in ()` is the set of the empty value). "" selects everything.
+    Raises SelectorError naming the bad part."""
     requirements: list[Requirement] = []
     for part in _split(text):
         requirements.append(_requirement(part))
-    return Selector(requirements=tuple(requirements))
+    return Selector(requirements=tuple(requirements), text=text.strip())
 
 
 def from_object(selector: object) -> Selector | None:
@@ -141,7 +150,7 @@ def _requirement(part: str) -> Requirement:
     binary = _BINARY.match(part)
     if binary:
         key, op, value = binary.groups()
-        _check_key(key)
+        _check_key(key, part)
         if op in ("<", ">"):
             if not re.fullmatch(r"-?[0-9]+", value):
                 raise SelectorError(f"{part.strip()!r}: {op} needs an integer")
@@ -150,24 +159,24 @@ def _requirement(part: str) -> Requirement:
         return Requirement(key=key, operator="NotIn" if op == "!=" else "In", values=(value,))
     found = _SET.match(part)
     if not found:
-        raise SelectorError(f"cannot parse requirement {part.strip()!r}")
+        raise SelectorError(
+            f"{part.strip()!r}: not a requirement (key, !key, key=value, key in (...))"
+        )
     negated, key, op, listed = found.groups()
-    _check_key(key)
+    _check_key(key, part)
     if op is None:
         return Requirement(key=key, operator="DoesNotExist" if negated else "Exists")
     if negated:
         raise SelectorError(f"{part.strip()!r}: '!' only goes with a bare key")
     values = tuple(v.strip() for v in listed.split(","))
-    if values == ("",):
-        raise SelectorError(f"{part.strip()!r}: {op} needs at least one value")
     for value in values:
         _check_value(value, part)
     return Requirement(key=key, operator="In" if op == "in" else "NotIn", values=values)
 
 
-def _check_key(key: str) -> None:
+def _check_key(key: str, part: str) -> None:
     if not _KEY.fullmatch(key) or len(key.rpartition("/")[2]) > 63:
-        raise SelectorError(f"invalid label key {key!r}")
+        raise SelectorError(f"{part.strip()!r}: {key!r} is not a label key")
 
 
 def _check_value(value: str, part: str) -> None:

@@ -1,0 +1,476 @@
+"""Persistent volumes across the boundary (PVControllers), with the real volume machinery
+of both clusters doing the binding: upstairs the kube-scheduler's volume binding and the
+PV controller bind pods and claims to the virtual node and the PVs it provisions; below, a
+WaitForFirstConsumer StorageClass with local PVs pinned to particular kwok nodes makes the
+lower scheduler and the lower PV controller put each pod where its volume is.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.helpers import get, phase, wait_for
+from vnode.providers.k2k import naming, volumes
+from vnode.testing.fleet import Fleet
+from vnode.testing.rest import ApiStatusError, RestClient
+from vnode.testing.vnodes import VirtualNodeProcess
+
+MERGE = "application/merge-patch+json"
+TOLERATE = [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}]
+
+
+@dataclass(frozen=True)
+class Storage:
+    """The StorageClasses and lower local PVs of one test."""
+
+    upper_class: str
+    """Provisioned by the virtual nodes (tensile.io/virtual-node, WaitForFirstConsumer)."""
+    legacy_class: str
+    """An ordinary WaitForFirstConsumer class upstairs (tensile-kube's migration path)."""
+    lower_class: str
+    """Below: kubernetes.io/no-provisioner, WaitForFirstConsumer, local PVs."""
+    volumes: dict[str, str]
+    """Lower local PV name -> the kwok node its node affinity names."""
+
+
+def _delete(client: RestClient, path: str) -> None:
+    try:
+        client.request("DELETE", path)
+    except ApiStatusError as exc:
+        if exc.code != 404:
+            raise
+
+
+@pytest.fixture
+def storage(fleet: Fleet) -> Iterator[Storage]:
+    suffix = secrets.token_hex(3)
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    classes = "/apis/storage.k8s.io/v1/storageclasses"
+    made = Storage(
+        upper_class=f"tensile-{suffix}",
+        legacy_class=f"legacy-{suffix}",
+        lower_class=f"local-{suffix}",
+        volumes={f"local-{suffix}-{i}": f"lower-node-{i}" for i in range(3)},
+    )
+    upper.request(
+        "POST",
+        classes,
+        body={
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": made.upper_class},
+            "provisioner": volumes.PROVISIONER,
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "allowVolumeExpansion": True,
+            # Only virtual nodes can provision it: the scheduler checks this per node.
+            "allowedTopologies": [
+                {"matchLabelExpressions": [{"key": "type", "values": ["virtual-kubelet"]}]}
+            ],
+        },
+    )
+    upper.request(
+        "POST",
+        classes,
+        body={
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": made.legacy_class},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "WaitForFirstConsumer",
+        },
+    )
+    lower.request(
+        "POST",
+        classes,
+        body={
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": made.lower_class},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "allowVolumeExpansion": True,
+        },
+    )
+    for name, node in made.volumes.items():
+        lower.request(
+            "POST",
+            "/api/v1/persistentvolumes",
+            body={
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": name},
+                "spec": {
+                    "capacity": {"storage": "5Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "storageClassName": made.lower_class,
+                    "local": {"path": f"/mnt/disks/{name}"},
+                    "nodeAffinity": {
+                        "required": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {
+                                            "key": "kubernetes.io/hostname",
+                                            "operator": "In",
+                                            "values": [node],
+                                        }
+                                    ]
+                                }
+                            ]
+                        }
+                    },
+                },
+            },
+        )
+    try:
+        yield made
+    finally:
+        for name in made.volumes:
+            _delete(lower, f"/api/v1/persistentvolumes/{name}")
+        for name in (made.upper_class, made.legacy_class):
+            _delete(upper, f"{classes}/{name}")
+        _delete(lower, f"{classes}/{made.lower_class}")
+
+
+@pytest.fixture
+def node(
+    fleet: Fleet, storage: Storage, nodes: list[VirtualNodeProcess], tmp_path: Path
+) -> VirtualNodeProcess:
+    started = VirtualNodeProcess(
+        fleet,
+        name=f"vn-{secrets.token_hex(3)}",
+        log_dir=tmp_path,
+        args=[
+            f"--lower-storage-class={storage.upper_class}={storage.lower_class},"
+            f"{storage.legacy_class}={storage.lower_class}"
+        ],
+    )
+    nodes.append(started)
+    return started.start()
+
+
+def claim(client: RestClient, namespace: str, name: str) -> dict[str, Any] | None:
+    return get(client, f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{name}")
+
+
+def bound(client: RestClient, namespace: str, name: str) -> dict[str, Any] | None:
+    found = claim(client, namespace, name)
+    return found if (found or {}).get("status", {}).get("phase") == "Bound" else None
+
+
+def affinity_node(volume: dict[str, Any]) -> str:
+    [term] = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    [expression] = term["matchExpressions"]
+    return str(expression["values"][0])
+
+
+def test_a_stateful_set_gets_volumes_on_the_virtual_node_and_keeps_them(
+    fleet: Fleet, node: VirtualNodeProcess, storage: Storage, namespace: str
+) -> None:
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    upper.request(
+        "POST",
+        f"/apis/apps/v1/namespaces/{namespace}/statefulsets",
+        body={
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": "db"},
+            "spec": {
+                "replicas": 2,
+                "serviceName": "db",
+                "selector": {"matchLabels": {"app": "db"}},
+                "template": {
+                    "metadata": {"labels": {"app": "db"}},
+                    "spec": {
+                        "tolerations": TOLERATE,
+                        "nodeSelector": {"kubernetes.io/hostname": node.name},
+                        "containers": [
+                            {
+                                "name": "db",
+                                "image": "postgres:17",
+                                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                            }
+                        ],
+                    },
+                },
+                "volumeClaimTemplates": [
+                    {
+                        "metadata": {"name": "data"},
+                        "spec": {
+                            "accessModes": ["ReadWriteOnce"],
+                            "storageClassName": storage.upper_class,
+                            "resources": {"requests": {"storage": "1Gi"}},
+                        },
+                    }
+                ],
+            },
+        },
+    )
+    placement: dict[str, tuple[str, str, str]] = {}
+    for index in (0, 1):
+        pod, data = f"db-{index}", f"data-db-{index}"
+        wait_for(
+            f"{pod} Running", lambda pod=pod: phase(upper, namespace, pod) == "Running", timeout=90
+        )
+        above = wait_for(f"{data} Bound upstairs", lambda data=data: bound(upper, namespace, data))
+        below = wait_for(f"{data} Bound below", lambda data=data: bound(lower, namespace, data))
+        pv = upper.request("GET", f"/api/v1/persistentvolumes/{above['spec']['volumeName']}")
+        assert pv["metadata"]["name"] == volumes.volume_name(above)
+        assert affinity_node(pv) == node.name
+        assert pv["metadata"]["annotations"][volumes.PROVISIONED_BY] == volumes.PROVISIONER
+        assert above["metadata"]["annotations"][volumes.SELECTED_NODE] == node.name
+        assert naming.is_owned(below, owner=node.owner)
+        assert below["spec"]["storageClassName"] == storage.lower_class
+        assert volumes.SELECTED_NODE not in (below["metadata"].get("annotations") or {}) or (
+            below["metadata"]["annotations"][volumes.SELECTED_NODE] != node.name
+        )
+        lower_pv = below["spec"]["volumeName"]
+        assert lower_pv in storage.volumes
+        lower_pod = get(lower, f"/api/v1/namespaces/{namespace}/pods/{pod}")
+        assert lower_pod is not None
+        assert lower_pod["spec"]["nodeName"] == storage.volumes[lower_pv]
+        wait_for(
+            f"{data} shows its lower claim",
+            lambda data=data: (
+                (claim(upper, namespace, data) or {})
+                .get("metadata", {})
+                .get("annotations", {})
+                .get(volumes.LOWER_PHASE_ANNOTATION)
+                == "Bound"
+            ),
+        )
+        placement[pod] = (below["metadata"]["uid"], lower_pv, lower_pod["spec"]["nodeName"])
+    assert len({lower_pv for _, lower_pv, _ in placement.values()}) == 2
+
+    # A replacement comes back to the same volume and node.
+    old = upper.request("GET", f"/api/v1/namespaces/{namespace}/pods/db-0")["metadata"]["uid"]
+    upper.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/db-0")
+
+    def replaced() -> bool:
+        found = get(upper, f"/api/v1/namespaces/{namespace}/pods/db-0")
+        return bool(
+            found
+            and found["metadata"]["uid"] != old
+            and found.get("status", {}).get("phase") == "Running"
+        )
+
+    wait_for("db-0 replaced and Running", replaced, timeout=90)
+    lower_pod = get(lower, f"/api/v1/namespaces/{namespace}/pods/db-0")
+    assert lower_pod is not None
+    below = bound(lower, namespace, "data-db-0")
+    assert below is not None
+    assert (
+        below["metadata"]["uid"],
+        below["spec"]["volumeName"],
+        lower_pod["spec"]["nodeName"],
+    ) == placement["db-0"]
+
+    # A resize upstairs reaches the lower claim.
+    upper.request(
+        "PATCH",
+        f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/data-db-1",
+        body={"spec": {"resources": {"requests": {"storage": "2Gi"}}}},
+        content_type=MERGE,
+    )
+    wait_for(
+        "the resize below",
+        lambda: (
+            (claim(lower, namespace, "data-db-1") or {})
+            .get("spec", {})
+            .get("resources", {})
+            .get("requests", {})
+            .get("storage")
+            == "2Gi"
+        ),
+    )
+
+    # Reclaim policy Delete: the claims go, then their lower claims and upper volumes.
+    upper.request("DELETE", f"/apis/apps/v1/namespaces/{namespace}/statefulsets/db")
+    for index in (0, 1):
+        wait_for(
+            f"db-{index} gone below",
+            lambda index=index: (
+                get(lower, f"/api/v1/namespaces/{namespace}/pods/db-{index}") is None
+            ),
+            timeout=60,
+        )
+    volumes_above = [
+        upper.request("GET", f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/data-db-{i}")[
+            "spec"
+        ]["volumeName"]
+        for i in (0, 1)
+    ]
+    for index in (0, 1):
+        upper.request(
+            "DELETE", f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/data-db-{index}"
+        )
+    for index, pv in enumerate(volumes_above):
+        wait_for(
+            f"data-db-{index} gone below",
+            lambda index=index: claim(lower, namespace, f"data-db-{index}") is None,
+            timeout=60,
+        )
+        wait_for(
+            f"{pv} deleted upstairs",
+            lambda pv=pv: get(upper, f"/api/v1/persistentvolumes/{pv}") is None,
+            timeout=60,
+        )
+
+
+def test_lower_provisioning_problems_show_on_the_upper_claim(
+    fleet: Fleet, storage: Storage, nodes: list[VirtualNodeProcess], tmp_path: Path, namespace: str
+) -> None:
+    upper = fleet.upper.rest()
+    node = VirtualNodeProcess(
+        fleet,
+        name=f"vn-{secrets.token_hex(3)}",
+        log_dir=tmp_path,
+        args=[f"--lower-storage-class={storage.upper_class}=no-such-class"],
+    )
+    nodes.append(node.start())
+    upper.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/persistentvolumeclaims",
+        body={
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": storage.upper_class,
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    )
+    upper.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/pods",
+        body={
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "app"},
+            "spec": {
+                "tolerations": TOLERATE,
+                "nodeSelector": {"kubernetes.io/hostname": node.name},
+                "containers": [{"name": "app", "image": "busybox"}],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+            },
+        },
+    )
+
+    def lower_warning() -> dict[str, Any] | None:
+        events = upper.request(
+            "GET",
+            f"/api/v1/namespaces/{namespace}/events",
+            query={
+                "fieldSelector": (
+                    "involvedObject.kind=PersistentVolumeClaim,involvedObject.name=data"
+                )
+            },
+        )
+        # The provisioner's own Normal ProvisioningSucceeded names the lower class too:
+        # only a Warning says what went wrong below.
+        return next(
+            (
+                e
+                for e in events.get("items") or []
+                if e.get("type") == "Warning" and "no-such-class" in e.get("message", "")
+            ),
+            None,
+        )
+
+    event = wait_for("the lower claim's problem on the upper claim", lower_warning, timeout=60)
+    above = claim(upper, namespace, "data")
+    assert above is not None
+    assert event["involvedObject"]["uid"] == above["metadata"]["uid"]
+    wait_for(
+        "the lower phase shown upstairs",
+        lambda: (
+            (claim(upper, namespace, "data") or {})
+            .get("metadata", {})
+            .get("annotations", {})
+            .get(volumes.LOWER_PHASE_ANNOTATION)
+            == "Pending"
+        ),
+    )
+
+
+def test_claims_of_other_classes_follow_their_pod_down_as_tensile_kube_did(
+    fleet: Fleet, node: VirtualNodeProcess, storage: Storage, namespace: str
+) -> None:
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    upper.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/persistentvolumeclaims",
+        body={
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "legacy"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": storage.legacy_class,
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    )
+    # The upper scheduler cannot place a pod on a claim nothing provisions upstairs:
+    # tensile-kube's users pinned such pods to the virtual node.
+    upper.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/pods",
+        body={
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "legacy"},
+            "spec": {
+                "nodeName": node.name,
+                "tolerations": TOLERATE,
+                "containers": [{"name": "app", "image": "busybox"}],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "legacy"}}],
+            },
+        },
+    )
+    wait_for("the pod Running", lambda: phase(upper, namespace, "legacy") == "Running", timeout=60)
+    below = wait_for("the claim bound below", lambda: bound(lower, namespace, "legacy"))
+    above = wait_for(
+        "the claim bound upstairs", lambda: bound(upper, namespace, "legacy"), timeout=60
+    )
+    pv = upper.request("GET", f"/api/v1/persistentvolumes/{above['spec']['volumeName']}")
+    assert affinity_node(pv) == node.name
+    assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"  # the lower PV's
+    assert pv["spec"]["capacity"]["storage"] == "5Gi"
+    assert below["spec"]["volumeName"] in storage.volumes
+    wait_for(
+        "selected-node = the virtual node",
+        lambda: (
+            (claim(upper, namespace, "legacy") or {})
+            .get("metadata", {})
+            .get("annotations", {})
+            .get(volumes.SELECTED_NODE)
+            == node.name
+        ),
+    )
+    # Reclaim policy Retain: the claim goes upstairs, the lower claim stays.
+    upper.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/legacy")
+    wait_for(
+        "the pod gone below",
+        lambda: get(lower, f"/api/v1/namespaces/{namespace}/pods/legacy") is None,
+        timeout=60,
+    )
+    upper.request("DELETE", f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/legacy")
+    wait_for(
+        "the claim gone upstairs", lambda: claim(upper, namespace, "legacy") is None, timeout=60
+    )
+    kept = claim(lower, namespace, "legacy")
+    assert kept is not None
+    assert kept["metadata"]["annotations"][volumes.RECLAIM_ANNOTATION] == "Retain"
+    released = upper.request("GET", f"/api/v1/persistentvolumes/{pv['metadata']['name']}")
+    assert released["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+    _delete(upper, f"/api/v1/persistentvolumes/{pv['metadata']['name']}")

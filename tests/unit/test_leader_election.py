@@ -1,0 +1,211 @@
+"""Leader election's timing and task handling against a scripted Lease API and a clock moved
+by hand.
+
+Fakes on purpose: what is checked here is what happens when an answer of the apiserver
+arrives late (a renewal answered seconds after it was stored) or a shutdown arrives at one
+precise moment, which a real apiserver cannot be made to produce on demand. The election
+against a real kube-apiserver (two electors, a crash, a release, an apiserver restart) is
+tests/e2e/test_leader_election.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any, cast
+
+import pytest
+
+from vnode.kube import errors
+from vnode.kube.client import ApiClient
+from vnode.kube.leaderelection import LeaderElectionSettings, LeaderElector
+
+LEASE_DURATION, RENEW_DEADLINE = 15.0, 10.0
+Started = tuple["asyncio.Task[None]", LeaderElector]
+
+
+class Clock:
+    """Seconds, moved by hand (the elector's monotonic clock)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _status(code: int, reason: str) -> errors.ApiError:
+    return errors.from_response(
+        code=code, body=f'{{"kind":"Status","code":{code},"reason":"{reason}"}}'
+    )
+
+
+class LeaseApi:
+    """One Lease, absent at first (the elector creates it). Renewals (PUTs) succeed
+    `renewals_answered` times, each answered `delay` seconds (on `clock`) after it was
+    stored; later ones fail with 500. `competing` is set when the elector reads the Lease
+    again after acquiring it (it lost it and competes anew)."""
+
+    def __init__(self, clock: Clock, *, renewals_answered: int = 1, delay: float = 0.0) -> None:
+        self.clock = clock
+        self.delay = delay
+        self.renewals_answered = renewals_answered
+        self.lease: dict[str, Any] | None = None
+        self.renewals = 0
+        self.renewed = asyncio.Event()
+        self.competing = asyncio.Event()
+
+    async def request(self, method: str, path: str, *, body: Any = None, **_: Any) -> Any:
+        await asyncio.sleep(0)
+        if method == "GET":
+            if self.lease is None:
+                raise _status(404, "NotFound")
+            self.competing.set()
+            return self.lease
+        if method == "POST":
+            self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}}
+            return self.lease
+        assert method == "PUT", (method, path)
+        self.renewals += 1
+        if self.renewals > self.renewals_answered:
+            raise _status(500, "InternalError")
+        version = str(self.renewals + 1)
+        self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": version}}
+        self.clock.now += self.delay  # stored now, answered this much later
+        self.renewed.set()
+        return self.lease
+
+
+class Work:
+    """The leader's work: marks when it runs and when it is stopped; its clean-up takes
+    until `finish` is set."""
+
+    def __init__(self) -> None:
+        self.running = asyncio.Event()
+        self.stopping = asyncio.Event()
+        self.finish = asyncio.Event()
+        self.finish.set()
+
+    async def __call__(self) -> None:
+        self.running.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self.stopping.set()
+            await self.finish.wait()
+
+
+def elector(
+    api: LeaseApi,
+    clock: Clock,
+    *,
+    lease_duration: float = LEASE_DURATION,
+    renew_deadline: float = RENEW_DEADLINE,
+) -> LeaderElector:
+    """An elector of Lease ns/lease on `api` and `clock`, retrying every 10 ms (real time)."""
+    return LeaderElector(
+        cast(ApiClient, api),
+        settings=LeaderElectionSettings(
+            namespace="ns",
+            name="lease",
+            identity="me",
+            lease_duration=lease_duration,
+            renew_deadline=renew_deadline,
+            retry_period=0.01,
+        ),
+        clock=clock,
+    )
+
+
+@pytest.fixture
+async def elect() -> AsyncIterator[Callable[[LeaseApi, Clock, Work], Started]]:
+    """Start `LeaderElector.run(work)` in a task; cancelled and awaited after the test."""
+    started: list[asyncio.Task[None]] = []
+
+    def start(api: LeaseApi, clock: Clock, work: Work) -> Started:
+        candidate = elector(api, clock)
+        task = asyncio.create_task(candidate.run(work), name="elector")
+        started.append(task)
+        return task, candidate
+
+    try:
+        yield start
+    finally:
+        for task in started:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                async with asyncio.timeout(5):
+                    await task
+
+
+async def test_a_late_answer_to_a_renewal_does_not_stretch_the_leadership(
+    elect: Callable[[LeaseApi, Clock, Work], Started],
+) -> None:
+    """The renew deadline counts from when the renewal was sent: the apiserver may have
+    stored it at once, and another replica may take over lease_duration after that, however
+    late the answer reached the leader."""
+    clock = Clock()
+    api = LeaseApi(clock, delay=LEASE_DURATION - RENEW_DEADLINE + 1.0)
+    work = Work()
+    task, elector = elect(api, clock, work)
+    async with asyncio.timeout(5):
+        await work.running.wait()
+        sent = clock.now  # the renewal goes out without the clock moving
+        await api.renewed.wait()
+    assert elector.is_leader()
+    # Stored at `sent`: from sent + lease_duration another replica may lead, so this one
+    # must have stopped by sent + renew_deadline.
+    clock.now = sent + RENEW_DEADLINE + 0.5
+    assert not elector.is_leader()
+    async with asyncio.timeout(5):
+        await work.stopping.wait()
+        await api.competing.wait()
+    assert not task.done()
+
+
+async def test_a_shutdown_while_the_work_is_being_stopped_is_not_lost(
+    elect: Callable[[LeaseApi, Clock, Work], Started],
+) -> None:
+    """The Lease is lost, the work is being cancelled and takes a moment to clean up, and
+    the program is told to stop just then: the elector stops too (once the work has), and
+    does not go back to competing with its work left behind."""
+    clock = Clock()
+    api = LeaseApi(clock, renewals_answered=0)
+    work = Work()
+    work.finish.clear()
+    task, _ = elect(api, clock, work)
+    async with asyncio.timeout(5):
+        await work.running.wait()
+    clock.now += RENEW_DEADLINE  # renewals fail (500) past the deadline: the Lease is lost
+    async with asyncio.timeout(5):
+        await work.stopping.wait()
+    task.cancel()
+    await asyncio.sleep(0.05)
+    work.finish.set()
+    with pytest.raises(asyncio.CancelledError):
+        async with asyncio.timeout(5):
+            await task
+    assert not api.competing.is_set()
+
+
+@pytest.mark.parametrize("duration", [6.0, 10.4, 10.5, 12.9])
+async def test_the_lease_never_tells_others_a_shorter_duration_than_it_is_held_for(
+    duration: float,
+) -> None:
+    """leaseDurationSeconds is whole seconds: a fractional --leader-elect-lease-duration is
+    rounded up, never down (written 10 for 10.4 s, others could take over while this
+    replica still acts, up to a renew deadline of 10.2 s)."""
+    clock = Clock()
+    api = LeaseApi(clock)
+    written: list[object] = []
+
+    async def work() -> None:
+        assert api.lease is not None
+        written.append(api.lease["spec"]["leaseDurationSeconds"])
+
+    async with asyncio.timeout(5):
+        await elector(api, clock, lease_duration=duration, renew_deadline=duration - 0.2).run(work)
+    [seconds] = written
+    assert isinstance(seconds, int)
+    assert duration <= seconds < duration + 1

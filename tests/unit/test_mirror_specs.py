@@ -1,0 +1,128 @@
+"""The pure parts of the mirror mechanism: specs of the dependency copies, keys both ways,
+shared informers, and store indexes added by a sharer. (The engine itself runs against the
+real apiservers in tests/e2e/test_mirror.py.)"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from vnode.kube.client import ApiClient
+from vnode.kube.config import ConnectionInfo
+from vnode.kube.informer import compact
+from vnode.kube.informers import InformerFactory
+from vnode.kube.mirror import Patch, Replace
+from vnode.kube.resources import CONFIG_MAPS, PODS
+from vnode.kube.store import Store
+from vnode.providers.k2k import dependencies, naming, slim
+
+A = naming.Owner(node_name="vn-a", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")
+A2 = naming.Owner(node_name="vn-a2", cluster_id=A.cluster_id)
+B = naming.Owner(node_name="vn-a", cluster_id="bbbbbbbb-0000-4000-8000-000000000002")
+
+
+def config_map(data: dict[str, str], **extra: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "cfg", "namespace": "app", "uid": "u1", "labels": {"l": "1"}},
+        "data": data,
+        **extra,
+    }
+
+
+def test_a_copy_carries_the_owner_and_its_upper_namespace_and_nothing_server_set() -> None:
+    spec = dependencies.copy_spec(kind="ConfigMap", owner=A, prefix="t1-")
+    upper = config_map({"k": "v"})
+    before = copy.deepcopy(upper)
+    lower = spec.translate(upper)
+    assert upper == before
+    assert lower["metadata"]["namespace"] == "t1-app"
+    assert "uid" not in lower["metadata"]
+    assert lower["metadata"]["labels"]["l"] == "1"
+    assert naming.is_owned(lower, owner=A)
+    assert spec.owned(lower)
+    assert spec.source_key(lower) == "app/cfg"
+    assert spec.target_key("app/cfg") == "t1-app/cfg"
+    assert lower["data"] == {"k": "v"}
+
+
+def test_copies_are_patched_replaced_when_immutable_or_left_alone() -> None:
+    spec = dependencies.copy_spec(kind="ConfigMap", owner=A, prefix="")
+    current = spec.translate(config_map({"k": "v"}))
+    assert spec.compare(current, spec.translate(config_map({"k": "v"}))) is None
+    change = spec.compare(current, spec.translate(config_map({"k": "w"})))
+    assert change == Patch({"data": {"k": "w"}, "binaryData": None, "immutable": None})
+    frozen = {**current, "immutable": True}
+    assert isinstance(
+        spec.compare(frozen, spec.translate(config_map({"k": "w"}, immutable=True))), Replace
+    )
+
+
+def test_service_account_token_secrets_are_never_selected() -> None:
+    spec = dependencies.copy_spec(kind="Secret", owner=A, prefix="")
+    token = {
+        "metadata": {"name": "t", "namespace": "app"},
+        "type": "kubernetes.io/service-account-token",
+    }
+    assert not spec.selects(token)
+    assert spec.selects({"metadata": {"name": "s", "namespace": "app"}, "type": "Opaque"})
+
+
+def test_an_identical_copy_of_the_same_upper_cluster_is_shared_not_another_clusters() -> None:
+    upper = config_map({"k": "v"})
+    mine = dependencies.copy_spec(kind="ConfigMap", owner=A, prefix="")
+    sibling = dependencies.copy_spec(kind="ConfigMap", owner=A2, prefix="").translate(upper)
+    stranger = dependencies.copy_spec(kind="ConfigMap", owner=B, prefix="").translate(upper)
+    desired = mine.translate(upper)
+    assert not mine.owned(sibling)
+    assert mine.shared(sibling, desired)
+    assert not mine.shared(stranger, desired)
+    changed = mine.translate(config_map({"k": "other"}))
+    assert not mine.shared(sibling, changed)
+
+
+def test_upper_keys_come_from_the_annotation_or_the_prefix() -> None:
+    annotated = {
+        "metadata": {
+            "name": "x",
+            "namespace": "t1-app",
+            "annotations": {naming.UPPER_NAMESPACE_ANNOTATION: "app"},
+        }
+    }
+    assert naming.upper_key_of(annotated, prefix="t1-") == "app/x"
+    older = {"metadata": {"name": "x", "namespace": "t1-app"}}
+    assert naming.upper_key_of(older, prefix="t1-") == "app/x"
+    assert naming.upper_key_of(older, prefix="t2-") is None
+    assert naming.lower_key("app/x", prefix="t1-") == "t1-app/x"
+
+
+def test_a_store_indexes_existing_objects_when_an_index_is_added() -> None:
+    store = Store()
+    pod = {"metadata": {"name": "p", "namespace": "ns"}, slim.REFS: [["ConfigMap", "cfg"]]}
+    store.upsert(pod)
+    store.add_indexer(dependencies.REFS_INDEX, dependencies._ref_index)
+    assert store.by_index(dependencies.REFS_INDEX, "ns/ConfigMap/cfg") == [pod]
+    store.delete("ns/p")
+    assert store.by_index(dependencies.REFS_INDEX, "ns/ConfigMap/cfg") == []
+    with pytest.raises(ValueError, match="exists"):
+        store.add_indexer(dependencies.REFS_INDEX, dependencies._ref_index)
+
+
+def test_the_factory_shares_one_informer_per_selection_and_refuses_another_form() -> None:
+    upper = ApiClient(ConnectionInfo(server="https://192.0.2.1", ssl_context=None), name="upper")
+    lower = ApiClient(ConnectionInfo(server="https://192.0.2.2", ssl_context=None), name="lower")
+    factory = InformerFactory()
+    pods = factory.informer(lower, PODS, name="lower-pods", transform=slim.SlimLowerPods(A))
+    assert factory.informer(lower, PODS, transform=slim.SlimLowerPods(A)) is pods
+    assert factory.informer(upper, PODS) is not pods
+    assert factory.informer(lower, PODS, label_selector="a=b") is not pods
+    with pytest.raises(ValueError, match="lower-pods is shared with another cache form"):
+        factory.informer(lower, PODS, transform=compact)
+    maps = factory.informer(upper, CONFIG_MAPS, encoded=True)
+    with pytest.raises(ValueError, match="another cache form"):
+        factory.informer(upper, CONFIG_MAPS)
+    assert maps.name == "upper-configmaps"
+    assert len(factory.informers()) == 4

@@ -1,0 +1,333 @@
+"""Services and EndpointSlices of the upper cluster, as they are mirrored below (pure).
+
+Every selected upper Service exists below in the mapped namespace with the same type,
+ports and session affinity but **no selector**, so the lower EndpointSlice controller
+leaves it alone; its endpoints are the upper cluster's EndpointSlices, mirrored below with
+`kubernetes.io/service-name` and our own `endpointslice.kubernetes.io/managed-by` value
+(the lower EndpointSlice and EndpointSlice-mirroring controllers only touch slices they
+manage, discovery.k8s.io/v1 docs "EndpointSlices: Ownership"). A pod below then reaches
+any upper Service by its usual DNS name, and the addresses it gets are the pod IPs the
+pods' clusters gave them: this works where pod networks are routable between the
+clusters (tensile-kube's flat-network assumption, see the README).
+
+What is left out below, and why:
+- `nodePort`/`healthCheckNodePort`: numbers of the upper cluster's nodes; copied they
+  collide below (tensile-kube §10.16); the lower cluster allocates its own.
+- the ClusterIP: the lower cluster's own is allocated (a headless Service stays headless);
+  it is recorded on the upper Service, one annotation per virtual node.
+- `externalTrafficPolicy`/`internalTrafficPolicy`, `ipFamilies`/`ipFamilyPolicy`: `Local`
+  would route only to endpoints on the lower node itself (none are), and the families of
+  the upper cluster may not exist below: the lower defaults apply.
+- annotations of the upper Service (cloud load-balancer settings would configure real
+  load balancers in every lower cluster); its labels are kept.
+- of each endpoint: `nodeName`, `targetRef`, `hints`: they name upper nodes and pods
+  (a lower node or pod of the same name is another one); addresses, conditions, hostname
+  and zone are kept, so readiness and headless DNS records work below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vnode.kube.mirror import Change, MirrorSpec, Patch, Replace
+from vnode.kube.resources import ENDPOINT_SLICES, SERVICES
+from vnode.kube.store import Obj
+from vnode.providers.k2k import naming
+
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+"""The label tying an EndpointSlice to its Service (discovery.k8s.io/v1)."""
+MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+MANAGED_BY = "endpointslice-mirror.tensile.io"
+"""Our `managed-by` value: the lower controllers manage only slices with theirs
+(`endpointslice-controller.k8s.io`, `endpointslicemirroring-controller.k8s.io`)."""
+CLUSTER_IP_ANNOTATION_PREFIX = "cluster-ip.tensile.io/"
+"""+ `naming.label_value(<virtual node>)`: the lower ClusterIP of an upper Service as one
+virtual node mirrored it ("None" for a headless one)."""
+_SKIPPED_NAMESPACES = frozenset({"kube-system"})
+# The upper apiserver's own Service: below, `default/kubernetes` is the lower apiserver's.
+_SKIPPED_SERVICES = frozenset({("default", "kubernetes")})
+_PORT_FIELDS = ("name", "protocol", "port", "targetPort", "appProtocol")
+_SLICE_PORT_FIELDS = ("name", "protocol", "port", "appProtocol")
+_ENDPOINT_FIELDS = ("addresses", "conditions", "hostname", "zone")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServiceSelection:
+    """Which upper Services (and so EndpointSlices) are mirrored."""
+
+    namespaces: frozenset[str] = frozenset()
+    """--service-namespaces: only these upper namespaces (empty: all but kube-system)."""
+
+    def covers(self, namespace: str, name: str) -> bool:
+        """Tell whether the Service `namespace/name` is mirrored: never kube-system's or
+        the upper apiserver's own `default/kubernetes`."""
+        if namespace in _SKIPPED_NAMESPACES or (namespace, name) in _SKIPPED_SERVICES:
+            return False
+        return not self.namespaces or namespace in self.namespaces
+
+
+def cluster_ip_annotation(node_name: str) -> str:
+    """Return the annotation on upper Services that records `node_name`'s lower ClusterIP
+    (an annotation name part is at most 63 characters: longer node names are hashed)."""
+    return CLUSTER_IP_ANNOTATION_PREFIX + naming.label_value(node_name)
+
+
+def _marks(
+    upper: Mapping[str, Any], *, owner: naming.Owner
+) -> tuple[dict[str, str], dict[str, str]]:
+    meta = upper.get("metadata") or {}
+    labels, annotations = naming.owner_marks(owner)
+    annotations[naming.UPPER_NAMESPACE_ANNOTATION] = str(meta.get("namespace"))
+    annotations[naming.UPPER_UID_ANNOTATION] = str(meta.get("uid"))
+    return labels, annotations
+
+
+def _ports(ports: Any, fields: tuple[str, ...]) -> list[dict[str, Any]]:
+    return [{f: p[f] for f in fields if p.get(f) is not None} for p in ports or []]
+
+
+def is_headless(service: Mapping[str, Any]) -> bool:
+    """Tell whether a Service is headless (clusterIP None)."""
+    return (service.get("spec") or {}).get("clusterIP") == "None"
+
+
+def lower_service(upper: Mapping[str, Any], *, owner: naming.Owner, prefix: str) -> Obj:
+    """Return the lower Service standing for an upper one (see the module docstring)."""
+    meta = upper.get("metadata") or {}
+    spec = upper.get("spec") or {}
+    labels, annotations = _marks(upper, owner=owner)
+    lower_spec: dict[str, Any] = {"type": spec.get("type") or "ClusterIP"}
+    ports = _ports(spec.get("ports"), _PORT_FIELDS)
+    if ports:
+        lower_spec["ports"] = ports
+    if is_headless(upper):
+        lower_spec["clusterIP"] = "None"
+    for field in ("sessionAffinity", "sessionAffinityConfig", "publishNotReadyAddresses"):
+        if spec.get(field) is not None:
+            lower_spec[field] = spec[field]
+    if lower_spec["type"] == "ExternalName":
+        lower_spec["externalName"] = spec.get("externalName")
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": naming.lower_namespace(str(meta.get("namespace")), prefix=prefix),
+            "labels": {**(meta.get("labels") or {}), **labels},
+            "annotations": annotations,
+        },
+        "spec": lower_spec,
+    }
+
+
+def _service_view(service: Mapping[str, Any]) -> dict[str, Any]:
+    """What of a Service's spec we keep equal, with the apiserver's defaults filled in (so
+    a lower Service is not 'different' only because the apiserver defaulted it)."""
+    spec = service.get("spec") or {}
+    ports = []
+    for port in spec.get("ports") or []:
+        ports.append(
+            {
+                "name": port.get("name") or "",
+                "protocol": port.get("protocol") or "TCP",
+                "port": port.get("port"),
+                "targetPort": port.get("targetPort", port.get("port")),
+                "appProtocol": port.get("appProtocol"),
+            }
+        )
+    affinity = spec.get("sessionAffinity") or "None"
+    return {
+        "ports": ports,
+        "sessionAffinity": affinity,
+        "sessionAffinityConfig": spec.get("sessionAffinityConfig") if affinity != "None" else None,
+        "publishNotReadyAddresses": bool(spec.get("publishNotReadyAddresses")),
+        "externalName": spec.get("externalName"),
+    }
+
+
+def _metadata_patch(lower: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
+    """The merge patch of labels (exactly the desired ones) and of our annotations."""
+    current_meta = lower.get("metadata") or {}
+    desired_meta = desired.get("metadata") or {}
+    patch: dict[str, Any] = {}
+    current_labels = current_meta.get("labels") or {}
+    desired_labels = desired_meta.get("labels") or {}
+    if current_labels != desired_labels:
+        patch["labels"] = {
+            **{k: None for k in current_labels if k not in desired_labels},
+            **desired_labels,
+        }
+    current_annotations = current_meta.get("annotations") or {}
+    wanted = desired_meta.get("annotations") or {}
+    if any(current_annotations.get(k) != v for k, v in wanted.items()):
+        patch["annotations"] = wanted
+    return patch
+
+
+def compare_service(lower: Mapping[str, Any], desired: Mapping[str, Any]) -> Change:
+    """Return how to bring a lower Service to `desired` (pure): a replacement when its
+    type or headlessness changed (neither can be patched in place), else a merge patch of
+    what differs (node ports the lower cluster allocated are kept), or None."""
+    lower_type = (lower.get("spec") or {}).get("type") or "ClusterIP"
+    desired_type = desired["spec"]["type"]
+    if lower_type != desired_type:
+        return Replace(f"type {lower_type} -> {desired_type}")
+    if is_headless(lower) != is_headless(desired):
+        return Replace("headless changed")
+    patch: dict[str, Any] = {}
+    meta = _metadata_patch(lower, desired)
+    if meta:
+        patch["metadata"] = meta
+    current, wanted = _service_view(lower), _service_view(desired)
+    spec: dict[str, Any] = {}
+    if current["ports"] != wanted["ports"]:
+        node_ports = {
+            (p.get("port"), p.get("protocol") or "TCP"): p["nodePort"]
+            for p in (lower.get("spec") or {}).get("ports") or []
+            if p.get("nodePort")
+        }
+        ports = []
+        for port in desired["spec"].get("ports") or []:
+            node_port = node_ports.get((port.get("port"), port.get("protocol") or "TCP"))
+            ports.append({**port, "nodePort": node_port} if node_port else dict(port))
+        spec["ports"] = ports
+    for field in ("sessionAffinity", "sessionAffinityConfig", "publishNotReadyAddresses"):
+        if current[field] != wanted[field]:
+            spec[field] = desired["spec"].get(field)
+    if current["externalName"] != wanted["externalName"]:
+        spec["externalName"] = desired["spec"].get("externalName")
+    if spec:
+        patch["spec"] = spec
+    return Patch(patch) if patch else None
+
+
+def report_cluster_ip(node_name: str) -> Callable[[Obj, Obj], Obj | None]:
+    """Return the `MirrorSpec.report` function recording the lower ClusterIP on the upper
+    Service under `cluster_ip_annotation(node_name)` (ExternalName Services have none)."""
+    key = cluster_ip_annotation(node_name)
+
+    def report(upper: Obj, lower: Obj) -> Obj | None:
+        ip = (lower.get("spec") or {}).get("clusterIP")
+        if not ip:
+            return None
+        if ((upper.get("metadata") or {}).get("annotations") or {}).get(key) == ip:
+            return None
+        return {"metadata": {"annotations": {key: ip}}}
+
+    return report
+
+
+def _owned_by(owner: naming.Owner) -> Callable[[Obj], bool]:
+    def owned(lower: Obj) -> bool:
+        return naming.is_owned(lower, owner=owner)
+
+    return owned
+
+
+def service_spec(*, owner: naming.Owner, prefix: str, selection: ServiceSelection) -> MirrorSpec:
+    """Return the mirror of upper Services into the lower cluster (pure; see the module
+    docstring). A lower Service of the same name that another virtual node of the same
+    upper cluster made serves as it is."""
+
+    def selects(upper: Obj) -> bool:
+        # A Service being deleted (held by a finalizer, e.g. a load balancer's cleanup, or
+        # its namespace going) no longer serves upstairs: its copy goes too.
+        meta = upper.get("metadata") or {}
+        return not meta.get("deletionTimestamp") and selection.covers(
+            str(meta.get("namespace")), str(meta.get("name"))
+        )
+
+    return MirrorSpec(
+        name="services_to_lower",
+        kind="Service",
+        source=SERVICES,
+        target=SERVICES,
+        selects=selects,
+        translate=lambda upper: lower_service(upper, owner=owner, prefix=prefix),
+        compare=compare_service,
+        collectable=lambda _lower, upper: upper is None,
+        owned=_owned_by(owner),
+        describe=naming.owner_of,
+        target_key=lambda key: naming.lower_key(key, prefix=prefix),
+        source_key=lambda lower: naming.upper_key_of(lower, prefix=prefix),
+        shared=lambda lower, _desired: naming.same_cluster(lower, owner=owner),
+        report=report_cluster_ip(owner.node_name),
+    )
+
+
+def lower_slice(upper: Mapping[str, Any], *, owner: naming.Owner, prefix: str) -> Obj:
+    """Return the lower EndpointSlice standing for an upper one (see the module docstring)."""
+    meta = upper.get("metadata") or {}
+    labels, annotations = _marks(upper, owner=owner)
+    endpoints = [
+        {f: e[f] for f in _ENDPOINT_FIELDS if e.get(f) is not None}
+        for e in upper.get("endpoints") or []
+    ]
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": naming.lower_namespace(str(meta.get("namespace")), prefix=prefix),
+            "labels": {**(meta.get("labels") or {}), MANAGED_BY_LABEL: MANAGED_BY, **labels},
+            "annotations": annotations,
+        },
+        "addressType": upper.get("addressType"),
+        "endpoints": endpoints,
+        "ports": _ports(upper.get("ports"), _SLICE_PORT_FIELDS),
+    }
+
+
+def _slice_view(endpoint_slice: Mapping[str, Any]) -> tuple[Any, Any]:
+    endpoints = [
+        {f: e[f] for f in _ENDPOINT_FIELDS if e.get(f) is not None}
+        for e in endpoint_slice.get("endpoints") or []
+    ]
+    return endpoints, _ports(endpoint_slice.get("ports"), _SLICE_PORT_FIELDS)
+
+
+def compare_slice(lower: Mapping[str, Any], desired: Mapping[str, Any]) -> Change:
+    """Return how to bring a lower EndpointSlice to `desired` (pure): a replacement when
+    its addressType changed (immutable), else a merge patch replacing the endpoints and
+    ports lists and the labels that differ, or None."""
+    if lower.get("addressType") != desired.get("addressType"):
+        return Replace("addressType changed")
+    patch: dict[str, Any] = {}
+    meta = _metadata_patch(lower, desired)
+    if meta:
+        patch["metadata"] = meta
+    current_endpoints, current_ports = _slice_view(lower)
+    wanted_endpoints, wanted_ports = _slice_view(desired)
+    if current_endpoints != wanted_endpoints:
+        patch["endpoints"] = desired.get("endpoints") or []
+    if current_ports != wanted_ports:
+        patch["ports"] = desired.get("ports") or []
+    return Patch(patch) if patch else None
+
+
+def slice_spec(*, owner: naming.Owner, prefix: str, selection: ServiceSelection) -> MirrorSpec:
+    """Return the mirror of upper EndpointSlices into the lower cluster (pure): the slices
+    of every mirrored Service, whoever manages them upstairs."""
+
+    def selects(upper: Obj) -> bool:
+        meta = upper.get("metadata") or {}
+        service = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
+        return bool(service) and selection.covers(str(meta.get("namespace")), str(service))
+
+    return MirrorSpec(
+        name="endpointslices_to_lower",
+        kind="EndpointSlice",
+        source=ENDPOINT_SLICES,
+        target=ENDPOINT_SLICES,
+        selects=selects,
+        translate=lambda upper: lower_slice(upper, owner=owner, prefix=prefix),
+        compare=compare_slice,
+        collectable=lambda _lower, upper: upper is None,
+        owned=_owned_by(owner),
+        describe=naming.owner_of,
+        target_key=lambda key: naming.lower_key(key, prefix=prefix),
+        source_key=lambda lower: naming.upper_key_of(lower, prefix=prefix),
+        shared=lambda lower, _desired: naming.same_cluster(lower, owner=owner),
+    )

@@ -1,0 +1,393 @@
+"""Persistent volumes across the boundary (pure): the virtual node as the external
+provisioner of an upper StorageClass, and tensile-kube's path for claims of other classes.
+
+**Provisioning** (the Kubernetes way, kubernetes.io/docs "Storage Classes" and the
+external-provisioner contract): an upper StorageClass names `PROVISIONER` with
+`volumeBindingMode: WaitForFirstConsumer`. When the upper scheduler picks a virtual node
+for a pod using such a claim it writes `volume.kubernetes.io/selected-node` on the claim
+(scheduler volumebinding, AssumePodVolumes); the upper PV controller then marks the claim
+for us (`volume.kubernetes.io/storage-provisioner`). The selected virtual node creates the
+claim below (in the mapped namespace, of the lower StorageClass its flag maps the upper one
+to) and an upper PersistentVolume pinned to itself by node affinity, annotated
+`pv.kubernetes.io/provisioned-by` and pre-bound to the claim (`claimRef` with its UID).
+The upper PV controller binds the two; the scheduler's `checkBindings` sees the PV's node
+affinity match the virtual node and binds the pod there, and every later pod using the
+claim is placed on the same virtual node by the scheduler itself. Below, the claim binds
+when the lower scheduler places the pod (so each lower pod lands where its volume is).
+
+**Migration** (tensile-kube's path): a claim of another class, copied down with the pod
+that uses it; once bound below, the lower PersistentVolume is shown upstairs as one pinned
+to the virtual node, and the claim gets `selected-node` = the virtual node (which the
+webhook reads to pin later pods).
+
+**Reclaim**: the upper PV's reclaim policy decides. `Delete`: once the upper claim is gone
+(the PV Released), the lower claim is deleted (the lower class's policy then decides for
+the lower volume) and then the upper PV. `Retain`: the lower claim stays, marked so.
+
+The upper PV's volume source is a `local` path naming the lower claim: nothing upstairs
+mounts it (the virtual node is not a kubelet), `local` requires the node affinity it has
+anyway, and no attach/detach or CSI machinery of the upper cluster takes an interest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vnode.contracts import labels
+from vnode.kube.mirror import Change, MirrorSpec, Patch
+from vnode.kube.quantity import parse_quantity
+from vnode.kube.resources import PERSISTENT_VOLUME_CLAIMS
+from vnode.kube.store import Obj
+from vnode.providers.k2k import naming
+
+PROVISIONER = "tensile.io/virtual-node"
+"""The provisioner name of upper StorageClasses the virtual nodes provision."""
+SELECTED_NODE = labels.SELECTED_NODE_ANNOTATION
+STORAGE_PROVISIONER = "volume.kubernetes.io/storage-provisioner"
+BETA_STORAGE_PROVISIONER = "volume.beta.kubernetes.io/storage-provisioner"
+PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
+HOSTNAME_LABEL = labels.HOSTNAME_LABEL
+LOWER_CLAIM_ANNOTATION = "tensile.io/lower-claim"
+"""On an upper PV: the lower claim ("namespace/name") that holds its data."""
+LOWER_PHASE_ANNOTATION = "tensile.io/lower-phase"
+"""On an upper claim: the phase of its lower claim (Pending, Bound, Lost)."""
+LOWER_VOLUME_ANNOTATION = "tensile.io/lower-volume"
+"""On an upper claim: the lower PersistentVolume its lower claim is bound to."""
+RECLAIM_ANNOTATION = "tensile.io/reclaim-policy"
+"""On a lower claim: the reclaim policy of the upper PV standing for it (Retain keeps it
+when the upper claim is deleted)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StorageClassMap:
+    """--lower-storage-class: which lower StorageClass a lower claim gets."""
+
+    classes: tuple[tuple[str, str], ...] = ()
+    """(upper class, lower class) pairs."""
+    default: str | None = None
+    """For upper classes not named in `classes`; None: the claim names no class, so the
+    lower cluster's default StorageClass applies."""
+
+    def lower(self, upper_class: str | None) -> str | None:
+        """Return the lower class for `upper_class` (None: leave the lower default)."""
+        if upper_class == "":
+            return ""  # explicitly class-less: binds only to class-less volumes below
+        for upper, lower in self.classes:
+            if upper == upper_class:
+                return lower
+        return self.default
+
+
+def claim_class(claim: Mapping[str, Any]) -> str | None:
+    """The claim's StorageClass name (the beta annotation wins, as in the PV controller)."""
+    annotations = (claim.get("metadata") or {}).get("annotations") or {}
+    beta = annotations.get("volume.beta.kubernetes.io/storage-class")
+    if beta is not None:
+        return str(beta)
+    value = (claim.get("spec") or {}).get("storageClassName")
+    return None if value is None else str(value)
+
+
+def is_ours(storage_class: Mapping[str, Any] | None) -> bool:
+    """Tell whether an upper StorageClass is provisioned by the virtual nodes."""
+    return storage_class is not None and storage_class.get("provisioner") == PROVISIONER
+
+
+def wants_provisioning(
+    claim: Mapping[str, Any], *, node_name: str, storage_class: Mapping[str, Any] | None
+) -> bool:
+    """Tell whether `node_name` must provision `claim` now: unbound, not being deleted, of a
+    class of ours, marked for us by the PV controller, and selected for this node."""
+    meta = claim.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    marked = annotations.get(STORAGE_PROVISIONER) or annotations.get(BETA_STORAGE_PROVISIONER)
+    return bool(
+        is_ours(storage_class)
+        and not meta.get("deletionTimestamp")
+        and not (claim.get("spec") or {}).get("volumeName")
+        and marked == PROVISIONER
+        and annotations.get(SELECTED_NODE) == node_name
+    )
+
+
+def provisioning_problem(claim: Mapping[str, Any]) -> str | None:
+    """Return why a claim of our class cannot be provisioned below, or None. A data source
+    (a snapshot or a claim to clone) and a selector name upper objects the lower cluster
+    has not got; an empty volume in their place would mislead."""
+    spec = claim.get("spec") or {}
+    if spec.get("dataSource") or spec.get("dataSourceRef"):
+        return (
+            f"{PROVISIONER} cannot provision from a data source (the snapshot or claim it "
+            "names is in the upper cluster)"
+        )
+    if spec.get("selector"):
+        return f"{PROVISIONER} cannot provision a claim with a selector"
+    return None
+
+
+def volume_name(claim: Mapping[str, Any]) -> str:
+    """The upper PV's name for a claim: `pvc-<claim UID>`, as external provisioners name it."""
+    return f"pvc-{(claim.get('metadata') or {}).get('uid')}"
+
+
+def lower_claim(
+    upper: Mapping[str, Any],
+    *,
+    owner: naming.Owner,
+    prefix: str,
+    storage_class: str | None,
+    reclaim_policy: str,
+) -> Obj:
+    """Return the lower claim for an upper one: same name in the mapped namespace, same
+    access modes, requests and volume mode, `storage_class` (None: the lower default), no
+    selector, volume name or data source (they name upper objects), and no
+    `selected-node` (the lower scheduler selects its own node; tensile-kube copied the
+    upper one, a defect)."""
+    meta = upper.get("metadata") or {}
+    spec = upper.get("spec") or {}
+    labels, annotations = naming.owner_marks(owner)
+    lower_spec: dict[str, Any] = {
+        "accessModes": list(spec.get("accessModes") or []),
+        "resources": {
+            k: dict(v)
+            for k, v in (spec.get("resources") or {}).items()
+            if k in ("requests", "limits")
+        },
+    }
+    if spec.get("volumeMode"):
+        lower_spec["volumeMode"] = spec["volumeMode"]
+    if storage_class is not None:
+        lower_spec["storageClassName"] = storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": naming.lower_namespace(str(meta.get("namespace")), prefix=prefix),
+            "labels": {**(meta.get("labels") or {}), **labels},
+            "annotations": {
+                **annotations,
+                naming.UPPER_NAMESPACE_ANNOTATION: str(meta.get("namespace")),
+                naming.UPPER_UID_ANNOTATION: str(meta.get("uid")),
+                RECLAIM_ANNOTATION: reclaim_policy,
+            },
+        },
+        "spec": lower_spec,
+    }
+
+
+def requested_storage(claim: Mapping[str, Any]) -> str:
+    """The storage a claim requests, as the quantity it names ("1Gi"; "0" if none)."""
+    return str(_storage((claim.get("spec") or {}).get("resources")) or "0")
+
+
+def _storage(resources: Mapping[str, Any] | None, field: str = "requests") -> Any:
+    return ((resources or {}).get(field) or {}).get("storage")
+
+
+def _larger(new: Any, old: Any) -> bool:
+    try:
+        return new is not None and (old is None or parse_quantity(new) > parse_quantity(old))
+    except ValueError:
+        return False
+
+
+def compare_claim(lower: Mapping[str, Any], desired: Mapping[str, Any]) -> Change:
+    """Return how to bring a lower claim to `desired` (pure): only a larger storage request
+    (a resize upstairs) is applied; claims cannot shrink, and nothing else of a claim's
+    spec may change once made."""
+    wanted = _storage((desired.get("spec") or {}).get("resources"))
+    current = _storage((lower.get("spec") or {}).get("resources"))
+    if _larger(wanted, current):
+        return Patch({"spec": {"resources": {"requests": {"storage": wanted}}}})
+    return None
+
+
+def stands_for(lower: Mapping[str, Any], upper: Mapping[str, Any]) -> bool:
+    """Tell whether a lower claim was made for this very upper claim (same UID): a claim
+    re-created upstairs under the same name must not get the data of the one before."""
+    annotations = (lower.get("metadata") or {}).get("annotations") or {}
+    return bool(
+        annotations.get(naming.UPPER_UID_ANNOTATION) == (upper.get("metadata") or {}).get("uid")
+    )
+
+
+def claim_collectable(lower: Mapping[str, Any], upper: Mapping[str, Any] | None) -> bool:
+    """A lower claim is garbage once its upper claim is gone, unless the upper PV's reclaim
+    policy was Retain (then it is kept for an administrator)."""
+    annotations = (lower.get("metadata") or {}).get("annotations") or {}
+    return upper is None and annotations.get(RECLAIM_ANNOTATION) != "Retain"
+
+
+def claim_spec(
+    *,
+    owner: naming.Owner,
+    prefix: str,
+    translate: Callable[[Obj], Obj],
+) -> MirrorSpec:
+    """Return the on-request mirror of upper claims into the lower cluster (pure):
+    `translate` (a `lower_claim` with the class and origin the provisioner decided) makes
+    the lower claim when the provisioner or a pod creation asks; resizes follow; the lower
+    claim goes with its upper claim as `claim_collectable` says."""
+    return MirrorSpec(
+        name="claims_to_lower",
+        kind="PersistentVolumeClaim",
+        source=PERSISTENT_VOLUME_CLAIMS,
+        target=PERSISTENT_VOLUME_CLAIMS,
+        selects=lambda _upper: True,
+        translate=translate,
+        compare=compare_claim,
+        collectable=claim_collectable,
+        owned=lambda lower: naming.is_owned(lower, owner=owner),
+        describe=naming.owner_of,
+        target_key=lambda key: naming.lower_key(key, prefix=prefix),
+        source_key=lambda lower: naming.upper_key_of(lower, prefix=prefix),
+        creation="on_request",
+        stands_for=stands_for,
+    )
+
+
+def upper_volume(
+    claim: Mapping[str, Any],
+    *,
+    node_name: str,
+    lower_claim_key: str,
+    capacity: str,
+    reclaim_policy: str,
+    mount_options: list[str] | None = None,
+    access_modes: list[str] | None = None,
+) -> Obj:
+    """Return the upper PersistentVolume standing for a lower claim: pre-bound to `claim`,
+    pinned to the virtual node by required node affinity on `kubernetes.io/hostname`
+    (which the upper scheduler checks against the Node's labels), annotated as provisioned
+    by us (so the upper PV controller leaves its deletion to us), `capacity` as a quantity."""
+    meta = claim.get("metadata") or {}
+    spec = claim.get("spec") or {}
+    pv_spec: dict[str, Any] = {
+        "capacity": {"storage": capacity},
+        "accessModes": list(access_modes or spec.get("accessModes") or []),
+        "persistentVolumeReclaimPolicy": reclaim_policy,
+        "claimRef": {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "namespace": meta.get("namespace"),
+            "name": meta.get("name"),
+            "uid": meta.get("uid"),
+        },
+        "nodeAffinity": {
+            "required": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": HOSTNAME_LABEL, "operator": "In", "values": [node_name]}
+                        ]
+                    }
+                ]
+            }
+        },
+        "local": {"path": f"/tensile/{lower_claim_key}"},
+    }
+    if spec.get("volumeMode"):
+        pv_spec["volumeMode"] = spec["volumeMode"]
+    storage_class = claim_class(claim)
+    if storage_class:
+        pv_spec["storageClassName"] = storage_class
+    if mount_options:
+        pv_spec["mountOptions"] = list(mount_options)
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {
+            "name": volume_name(claim),
+            "labels": {naming.NODE_LABEL: naming.label_value(node_name)},
+            "annotations": {
+                PROVISIONED_BY: PROVISIONER,
+                naming.NODE_ANNOTATION: node_name,
+                LOWER_CLAIM_ANNOTATION: lower_claim_key,
+            },
+        },
+        "spec": pv_spec,
+    }
+
+
+def is_our_volume(volume: Mapping[str, Any] | None, *, node_name: str) -> bool:
+    """Tell whether an upper PV stands for a lower claim of `node_name`."""
+    if volume is None:
+        return False
+    annotations = (volume.get("metadata") or {}).get("annotations") or {}
+    return bool(
+        annotations.get(PROVISIONED_BY) == PROVISIONER
+        and annotations.get(naming.NODE_ANNOTATION) == node_name
+        and annotations.get(LOWER_CLAIM_ANNOTATION)
+    )
+
+
+def released_for_deletion(volume: Mapping[str, Any]) -> bool:
+    """Tell whether an upper PV of ours waits for us to delete it: Released (its claim is
+    gone) with reclaim policy Delete (pv_controller reclaimVolume leaves it to the external
+    provisioner named in `pv.kubernetes.io/provisioned-by`)."""
+    return bool(
+        (volume.get("status") or {}).get("phase") == "Released"
+        and (volume.get("spec") or {}).get("persistentVolumeReclaimPolicy") == "Delete"
+    )
+
+
+def claim_status_patch(upper: Mapping[str, Any], lower: Mapping[str, Any]) -> Obj | None:
+    """Return the merge patch for the upper claim's status that shows the lower claim's
+    capacity once it is bound (a resize done below, a lower volume larger than asked), or
+    None. Phase and binding upstairs stay the upper PV controller's."""
+    lower_status = lower.get("status") or {}
+    if lower_status.get("phase") != "Bound" or (upper.get("status") or {}).get("phase") != "Bound":
+        return None
+    capacity = _storage(lower_status, "capacity")
+    if capacity is None or capacity == _storage(upper.get("status"), "capacity"):
+        return None
+    return {"status": {"capacity": {"storage": capacity}}}
+
+
+def volume_capacity_patch(volume: Mapping[str, Any], lower: Mapping[str, Any]) -> Obj | None:
+    """Return the merge patch giving the upper PV the lower claim's bound capacity, or None."""
+    lower_status = lower.get("status") or {}
+    capacity = _storage(lower_status, "capacity")
+    if lower_status.get("phase") != "Bound" or capacity is None:
+        return None
+    if _storage(volume.get("spec"), "capacity") == capacity:
+        return None
+    return {"spec": {"capacity": {"storage": capacity}}}
+
+
+def lower_state_patch(upper: Mapping[str, Any], lower: Mapping[str, Any]) -> Obj | None:
+    """Return the merge patch recording the lower claim's phase and volume on the upper
+    claim (`kubectl describe pvc` shows them), or None when it shows them already."""
+    annotations = (upper.get("metadata") or {}).get("annotations") or {}
+    phase = (lower.get("status") or {}).get("phase") or "Pending"
+    volume = (lower.get("spec") or {}).get("volumeName") or None
+    wanted = {LOWER_PHASE_ANNOTATION: phase, LOWER_VOLUME_ANNOTATION: volume}
+    if all(annotations.get(k) == v for k, v in wanted.items()):
+        return None
+    return {"metadata": {"annotations": wanted}}
+
+
+def migrated_volume(
+    claim: Mapping[str, Any],
+    *,
+    lower_volume: Mapping[str, Any],
+    node_name: str,
+    lower_claim_key: str,
+) -> Obj:
+    """Return the upper PV for a migrated claim bound below to `lower_volume`: its capacity,
+    access modes, reclaim policy and mount options, pinned to the virtual node."""
+    spec = lower_volume.get("spec") or {}
+    return upper_volume(
+        claim,
+        node_name=node_name,
+        lower_claim_key=lower_claim_key,
+        capacity=str(
+            _storage(spec, "capacity") or _storage((claim.get("spec") or {}).get("resources"))
+        ),
+        reclaim_policy=str(spec.get("persistentVolumeReclaimPolicy") or "Retain"),
+        mount_options=spec.get("mountOptions"),
+        access_modes=spec.get("accessModes"),
+    )
