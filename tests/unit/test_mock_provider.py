@@ -1,8 +1,10 @@
 """The mock provider's pure parts: the Running status it shows, its config file; and the
-provider as the pod controller drives it (in memory: it talks to nothing)."""
+provider as the pod controller drives it and as the node runs it, a component (in memory: it
+talks to nothing)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -147,3 +149,18 @@ async def test_nothing_runs_so_exec_and_port_forward_are_refused() -> None:
     usage = await provider.resource_usage()
     assert (usage.pods, usage.node, usage.complete) == ((), None, True)
     assert provider.capacity() == DEFAULT_CAPACITY
+
+
+async def test_the_mock_is_a_component_the_node_runs() -> None:
+    provider = MockProvider(node_ip="192.0.2.1")
+    assert not provider.ready(), "not ready before the node started it"
+    assert list(provider.informers()) == []
+    assert list(provider.components()) == [], "no mirrors: nothing is copied anywhere"
+    await provider.start()
+    assert provider.ready()
+    async with asyncio.TaskGroup() as group:
+        running = group.create_task(provider.run(), name="mock-provider")
+        await asyncio.sleep(0)
+        assert not running.done(), "runs until shut down"
+        await provider.shut_down()
+    assert running.done()
