@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 DEMO_DIR ?= .demo
 PYTEST_ARGS ?=
 
-.PHONY: all venv controlplane lint test test-unit demo demo-down bench bench-streams bench-webhook bench-services clean
+.PHONY: all venv controlplane lint test test-unit demo demo-down bench bench-scale bench-streams bench-webhook bench-services clean
 
 all: test
 
@@ -49,6 +49,9 @@ clean:
 
 bench: venv controlplane
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/forwarding.py $(BENCH_ARGS)
+
+bench-scale: venv controlplane
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/scale.py $(BENCH_ARGS)
 
 bench-streams: venv controlplane
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/streams.py $(BENCH_ARGS)

@@ -25,6 +25,7 @@ from vnode.kube import config, errors
 from vnode.kube.client import ApiClient
 from vnode.kube.informers import InformerFactory
 from vnode.node import StartupError, UpperClients, VirtualNode
+from vnode.provider import Provider
 from vnode.providers.k2k.provider import K2KProvider
 from vnode.providers.k2k.scrape import (
     BearerTokenFile,
@@ -34,6 +35,7 @@ from vnode.providers.k2k.scrape import (
     access_warnings,
 )
 from vnode.providers.k2k.translate import Translation
+from vnode.providers.mock import MockProvider, MockSettings, load_config
 from vnode.serving import flags, logs, shutdown
 from vnode.settings import ClientSettings, Settings
 
@@ -49,10 +51,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"virtual-node: error: {exc}", file=sys.stderr)
         return 2
     logs.configure(level=settings.log_level, fmt=settings.log_format)
+    mock: MockSettings | None = None
+    lower_info: config.ConnectionInfo | None = None
     try:
         upper_info = config.load(settings.upper.kubeconfig)
-        lower_info = config.load(settings.lower.kubeconfig)
-    except config.ConfigError as exc:
+        if settings.provider == "mock":
+            mock = load_config(settings.provider_config, node_name=settings.node.name)
+        else:
+            lower_info = config.load(settings.lower.kubeconfig)
+    except (config.ConfigError, ValueError) as exc:
         print(f"virtual-node: error: {exc}", file=sys.stderr)
         return 2
     if not settings.api.verify_clients:
@@ -72,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         logger.log(level, "%s", message)
     try:
-        asyncio.run(_run(settings, upper_info, lower_info, kubelet_token=kubelet_token))
+        asyncio.run(_run(settings, upper_info, lower_info, kubelet_token=kubelet_token, mock=mock))
     except (errors.ApiUnavailable, errors.ApiError, StartupError) as exc:
         logger.error("virtual-node stopped: %s", exc)
         return 1
@@ -84,9 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 async def _run(
     settings: Settings,
     upper_info: config.ConnectionInfo,
-    lower_info: config.ConnectionInfo,
+    lower_info: config.ConnectionInfo | None,
     *,
     kubelet_token: BearerTokenFile | None,
+    mock: MockSettings | None,
 ) -> None:
     node_ip = settings.node.internal_ip or _reachable_address(upper_info.server)
     settings = _with_ip(settings, node_ip)
@@ -118,40 +126,30 @@ async def _run(
             timeout=auth.REVIEW_TIMEOUT,
             connections=auth.REVIEWS_IN_FLIGHT,
         ) as reviews,
-        client(lower_info, "lower", settings.lower) as lower,
         contextlib.AsyncExitStack() as stack,
     ):
-        kubelets: KubeletAccess = ThroughApiserver(lower)
-        if settings.lower_kubelets.access == "direct":
-            verify = not settings.lower_kubelets.insecure_tls
-            kubelets = await stack.enter_async_context(
-                ToKubelets(lower, verify=verify, token=kubelet_token)
-            )
         # Both clusters must answer before anything is registered (tensile-kube: fatal).
         await upper.request("GET", "/version")
         cluster_id = settings.pods.cluster_id or await _upper_cluster_id(upper)
         informers = InformerFactory()
-        provider = K2KProvider(
-            upper=upper,
-            upper_events=events,
-            lower=lower,
-            informers=informers,
-            translation=Translation(
-                node_name=settings.node.name,
+        provider: Provider
+        if lower_info is None:
+            provider = MockProvider(node_ip=node_ip, settings=mock)
+            lower_server = "none (mock provider)"
+        else:
+            lower = await stack.enter_async_context(client(lower_info, "lower", settings.lower))
+            provider = await _k2k_provider(
+                settings,
+                upper=upper,
+                events=events,
+                lower=lower,
+                informers=informers,
+                stack=stack,
                 cluster_id=cluster_id,
-                node_labels=node_labels(settings.node),
-                namespace_prefix=settings.pods.namespace_prefix,
-                ignore_labels=settings.pods.ignore_labels,
-                enable_service_account=settings.pods.enable_service_account,
-                pod_security_level=settings.pods.pod_security_level,
-                taint_key=settings.node.taint.key if settings.node.taint else DEFAULT_TAINT_KEY,
-            ),
-            node_ip=node_ip,
-            upper_namespace=settings.pods.namespace,
-            kubelets=kubelets,
-            workers=settings.pods.workers,
-            controllers=settings.controllers,
-        )
+                node_ip=node_ip,
+                kubelet_token=kubelet_token,
+            )
+            lower_server = lower_info.server
         node = VirtualNode(
             settings=settings,
             upper=UpperClients(main=upper, heartbeat=heartbeat, events=events, reviews=reviews),
@@ -164,11 +162,54 @@ async def _run(
                 settings.node.name,
                 upper_info.server,
                 cluster_id,
-                lower_info.server,
+                lower_server,
                 node_ip,
             )
             await node.run()
     logger.info("virtual node %s stopped", settings.node.name)
+
+
+async def _k2k_provider(
+    settings: Settings,
+    *,
+    upper: ApiClient,
+    events: ApiClient,
+    lower: ApiClient,
+    informers: InformerFactory,
+    stack: contextlib.AsyncExitStack,
+    cluster_id: str,
+    node_ip: str,
+    kubelet_token: BearerTokenFile | None,
+) -> K2KProvider:
+    """Return the Kubernetes-to-Kubernetes provider for the `lower` cluster (the node starts
+    it as its first component)."""
+    kubelets: KubeletAccess = ThroughApiserver(lower)
+    if settings.lower_kubelets.access == "direct":
+        verify = not settings.lower_kubelets.insecure_tls
+        kubelets = await stack.enter_async_context(
+            ToKubelets(lower, verify=verify, token=kubelet_token)
+        )
+    return K2KProvider(
+        upper=upper,
+        upper_events=events,
+        lower=lower,
+        informers=informers,
+        translation=Translation(
+            node_name=settings.node.name,
+            cluster_id=cluster_id,
+            node_labels=node_labels(settings.node),
+            namespace_prefix=settings.pods.namespace_prefix,
+            ignore_labels=settings.pods.ignore_labels,
+            enable_service_account=settings.pods.enable_service_account,
+            pod_security_level=settings.pods.pod_security_level,
+            taint_key=settings.node.taint.key if settings.node.taint else DEFAULT_TAINT_KEY,
+        ),
+        node_ip=node_ip,
+        upper_namespace=settings.pods.namespace,
+        kubelets=kubelets,
+        workers=settings.pods.workers,
+        controllers=settings.controllers,
+    )
 
 
 async def _upper_cluster_id(upper: ApiClient) -> str:

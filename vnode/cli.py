@@ -15,6 +15,7 @@ from typing import Any
 from vnode.api.certificates import MAX_EXPIRATION_SECONDS, MIN_EXPIRATION_SECONDS
 from vnode.api.certstore import CertificateStore
 from vnode.contracts.labels import DEFAULT_TAINT_KEY
+from vnode.kube import names
 from vnode.serving import flags
 from vnode.serving.flags import UsageError, boolean, duration
 from vnode.settings import (
@@ -33,6 +34,7 @@ from vnode.settings import (
     default_cert_dir,
 )
 
+PROVIDERS = ("k8s", "mock")
 POD_SECURITY_LEVELS = ("privileged", "baseline", "restricted")
 MAX_NAMESPACE_PREFIX = 30
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
@@ -48,7 +50,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     a = p.add_argument
     # tensile-kube's own flags
-    a("--client-kubeconfig", required=True, help="kubeconfig of the lower cluster")
+    a("--client-kubeconfig", default=None, help="kubeconfig of the lower cluster (k8s provider)")
     a("--client-qps", type=float, default=500.0, help="lower cluster client QPS")
     a("--client-burst", type=int, default=1000, help="lower cluster client burst")
     a(
@@ -97,8 +99,20 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         help="name of the virtual node (env DEFAULT_NODE_NAME; default virtual-kubelet)",
     )
     a("--os", default="Linux", help="operating system of the node (Linux or Windows)")
-    a("--provider", default="k8s", help="provider: k8s")
-    a("--provider-config", default="", help="accepted for compatibility; unused")
+    a(
+        "--provider",
+        default="k8s",
+        choices=PROVIDERS,
+        help="k8s: forward pods to the lower cluster; mock: pods become Running with no lower "
+        "cluster (virtual-kubelet's mock provider)",
+    )
+    a(
+        "--provider-config",
+        default="",
+        help="mock: virtual-kubelet's mock config, a JSON file "
+        '{"<nodename>": {"cpu": "20", "memory": "100Gi", "pods": "20"}} (those are the '
+        "defaults); k8s: unused",
+    )
     a("--metrics-addr", default="", help="host:port of the Prometheus metrics endpoint")
     a(
         "--taint",
@@ -108,6 +122,13 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     a("--disable-taint", action="store_true", help="do not taint the virtual node")
     a("--pod-sync-workers", type=int, default=50, help="workers per queue")
+    a(
+        "--namespace-weights",
+        default="",
+        help="fair queuing: NAMESPACE=WEIGHT,... ; the pod queues serve namespaces (tenants) "
+        "in weighted round robin, a namespace taking up to WEIGHT pods per round (default: "
+        "every namespace weighs 1)",
+    )
     a("--enable-node-lease", type=boolean, default=True, nargs="?", const=True)
     a(
         "--full-resync-period",
@@ -234,8 +255,8 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
         args = _parser(env).parse_args(list(argv))
     except argparse.ArgumentTypeError as exc:  # pragma: no cover - argparse wraps these
         raise UsageError(str(exc)) from exc
-    if args.provider != "k8s":
-        raise UsageError(f"--provider: only 'k8s' is supported, got {args.provider!r}")
+    if args.provider == "k8s" and not args.client_kubeconfig:
+        raise UsageError("--client-kubeconfig is required (the lower cluster's kubeconfig)")
     operating_system = args.os.lower()
     if operating_system not in ("linux", "windows"):
         raise UsageError(f"--os must be Linux or Windows, got {args.os!r}")
@@ -264,6 +285,8 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
         raise UsageError(f"--event-burst must be >= 1, got {args.event_burst}")
     node = _node_settings(args, env, operating_system)
     return Settings(
+        provider="mock" if args.provider == "mock" else "k8s",
+        provider_config=args.provider_config,
         node=node,
         pods=PodSettings(
             namespace=args.namespace or None,
@@ -273,6 +296,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
             ignore_labels=tuple(k.strip() for k in args.ignore_labels.split(",") if k.strip()),
             enable_service_account=args.enable_serviceaccount,
             workers=args.pod_sync_workers,
+            namespace_weights=_namespace_weights(args.namespace_weights),
         ),
         upper=ClientSettings(
             kubeconfig=args.kubeconfig or None,
@@ -481,6 +505,33 @@ def _namespace_prefix(prefix: str) -> str:
             f"namespace names are at most 63), got {len(prefix)}"
         )
     return prefix
+
+
+MAX_NAMESPACE_WEIGHT = 1000
+
+
+def _namespace_weights(text: str) -> tuple[tuple[str, int], ...]:
+    # NAMESPACE=WEIGHT pairs: a namespace is a DNS label, a weight a whole number of keys
+    # per round (bounded, so one namespace cannot be configured into starving the rest).
+    weights: dict[str, int] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        namespace, sep, value = item.partition("=")
+        namespace, value = namespace.strip(), value.strip()
+        if not sep or not names.is_dns1123_label(namespace):
+            raise UsageError(
+                f"--namespace-weights: expected NAMESPACE=WEIGHT (a namespace name), got {item!r}"
+            )
+        if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= MAX_NAMESPACE_WEIGHT:
+            raise UsageError(
+                f"--namespace-weights: the weight of {namespace} must be a whole number from 1 "
+                f"to {MAX_NAMESPACE_WEIGHT}, got {value!r}"
+            )
+        if namespace in weights:
+            raise UsageError(f"--namespace-weights: {namespace} is given twice")
+        weights[namespace] = int(value)
+    return tuple(sorted(weights.items()))
 
 
 def _cluster_id(text: str) -> str:

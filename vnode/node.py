@@ -43,6 +43,7 @@ from vnode.kube.client import ApiClient
 from vnode.kube.events import EventRecorder
 from vnode.kube.informer import Informer
 from vnode.kube.informers import InformerFactory
+from vnode.kube.workqueue import FairQueuing
 from vnode.provider import Component, Provider
 from vnode.serving import endpoints, runners
 from vnode.serving.sockets import bound_socket
@@ -108,6 +109,7 @@ class VirtualNode:
             namespace=settings.pods.namespace,
             workers=settings.pods.workers,
             recorder=recorder,
+            fairness=FairQueuing(weights=dict(settings.pods.namespace_weights)),
         )
         self.node = NodeController(
             upper=upper.main,

@@ -11,7 +11,7 @@ them and owns their life (start, sync, run, stop).
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -107,8 +107,9 @@ class PodNotifier(Protocol):
 class PodProvider(PodLifecycleHandler, PodNotifier, Protocol):
     """What the pod controller needs of a provider."""
 
-    async def cleanup_dangling(self, upper_pods: list[Obj]) -> None:
-        """Delete backend pods whose upper pod is not in `upper_pods` (run at start)."""
+    async def cleanup_dangling(self, upper_pods: Iterable[Obj]) -> None:
+        """Delete backend pods whose upper pod is not in `upper_pods` (run at start;
+        `upper_pods` is walked once: every upper pod of the node)."""
 
 
 class NodeProvider(Protocol):

@@ -91,6 +91,10 @@ class PodSettings:
     """--enable-serviceaccount: mirror the pod's ServiceAccount in the lower cluster."""
     workers: int = 50
     """--pod-sync-workers: concurrent workers per queue."""
+    namespace_weights: tuple[tuple[str, int], ...] = ()
+    """--namespace-weights: (namespace, weight >= 1) pairs. The pod queues serve namespaces
+    in weighted round robin: per round a namespace gets up to its weight of pods handled;
+    namespaces not named weigh 1 (all equal by default)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,6 +160,7 @@ class ControllerSettings:
 
 
 KubeletAccessMode = Literal["proxy", "direct"]
+ProviderName = Literal["k8s", "mock"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -183,6 +188,11 @@ class LowerKubeletSettings:
 class Settings:
     """Everything a virtual node runs with."""
 
+    provider: ProviderName = "k8s"
+    """--provider: "k8s" forwards pods to the lower cluster; "mock" makes them Running with
+    no lower cluster (virtual-kubelet's mock; see vnode.providers.mock)."""
+    provider_config: str = ""
+    """--provider-config: for "mock", virtual-kubelet's mock config file (capacity)."""
     node: NodeSettings = field(default_factory=NodeSettings)
     pods: PodSettings = field(default_factory=PodSettings)
     upper: ClientSettings = field(default_factory=ClientSettings)

@@ -295,7 +295,7 @@ async def test_a_malformed_api_answer_is_logged_and_retried(
             await _run_until(manager, served, lambda: served.certificates)
     [failure] = [r for r in caplog.records if "failed unexpectedly" in r.getMessage()]
     assert failure.levelno == logging.ERROR
-    assert "JSONDecodeError: Expecting property name" in failure.getMessage()
+    assert "JSONDecodeError: unexpected character" in failure.getMessage()
     assert "requesting a new serving certificate in" in caplog.text
     assert len(signer.csrs) == 1
 

@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 from vnode.kube.quantity import parse_quantity
 from vnode.kube.resources import pod_is_terminal
 from vnode.providers.k2k.capacity import (
+    Ledger,
     capacity,
+    counts,
     node_is_usable,
     node_resources,
     pod_requests,
@@ -689,3 +691,69 @@ def test_node_resources_never_offers_more_than_the_value(values: dict[str, Fract
         back = parse_quantity(written[name])
         unit = _UNIT.get(name, Fraction(1))
         assert amount - unit < back <= amount
+
+
+# --- the ledger: capacity kept up to date pod by pod ----------------------------------------
+
+_changes = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "c", "d"]),  # pod key
+        st.one_of(
+            st.none(),  # deleted
+            st.builds(
+                lambda node_name, phase, cpu, deleting: pod(
+                    containers=[container(requests=cpu_mem(cpu, "1Gi"))],
+                    node_name=node_name,
+                    phase=phase,
+                    deleting=deleting,
+                ),
+                st.sampled_from([None, "n1", "n2", "gone"]),
+                st.sampled_from(["Pending", "Running", "Succeeded", "Failed"]),
+                st.sampled_from(["0", "100m", "1", "1500m"]),
+                st.booleans(),
+            ),
+        ),
+    ),
+    max_size=30,
+)
+
+
+@given(changes=_changes)
+def test_the_ledger_agrees_with_a_recount_after_any_changes(
+    changes: list[tuple[str, dict[str, Any] | None]],
+) -> None:
+    nodes = [node("n1"), node("n2", allocatable={"cpu": "2", "memory": "4Gi", "pods": "10"})]
+    ledger = Ledger()
+    current: dict[str, dict[str, Any]] = {}
+    for key, state in changes:
+        if state is None:
+            ledger.remove(key)
+            current.pop(key, None)
+        else:
+            ledger.put(key, state)
+            current[key] = state
+        assert ledger.free(nodes) == capacity(
+            nodes=nodes, pods=current.values(), is_own_pod=never_own
+        )
+    assert len(ledger) == sum(1 for p in current.values() if counts(p))
+
+
+def test_the_ledger_says_when_its_figures_changed() -> None:
+    ledger = Ledger()
+    running = pod(containers=[container(requests=cpu_mem("1", "1Gi"))])
+    assert ledger.put("a", running)
+    assert not ledger.put("a", copy.deepcopy(running)), "the same requests on the same node"
+    assert ledger.put("a", pod(containers=[container(requests=cpu_mem("2", "1Gi"))]))
+    assert ledger.put("a", pod(phase="Succeeded"))  # terminal: no longer counted
+    assert not ledger.put("a", pod(node_name=None))
+    assert not ledger.remove("a")
+    assert ledger.free([node()]) == capacity(nodes=[node()], pods=[], is_own_pod=never_own)
+
+
+def test_a_malformed_pod_leaves_the_ledger_unchanged() -> None:
+    ledger = Ledger()
+    ledger.put("a", pod(containers=[container(requests=cpu_mem("1", "1Gi"))]))
+    before = ledger.free([node()])
+    with pytest.raises(ValueError, match="quantity"):
+        ledger.put("a", pod(containers=[container(requests={"cpu": "lots"})]))
+    assert ledger.free([node()]) == before

@@ -235,3 +235,68 @@ def test_event_budget_defaults_to_the_kubelets_and_takes_flags() -> None:
 def test_bad_event_budgets(flags: list[str], message: str) -> None:
     with pytest.raises(serving_flags.UsageError, match=re.escape(message)):
         cli.parse([*BASE, *flags], env={})
+
+
+# -- fair queuing -------------------------------------------------------------------------
+
+
+def test_namespace_weights_default_to_equal_and_take_pairs() -> None:
+    assert cli.parse(BASE, env={}).pods.namespace_weights == ()
+    pods = cli.parse([*BASE, "--namespace-weights= team-b=2, team-a=10 ,"], env={}).pods
+    assert pods.namespace_weights == (("team-a", 10), ("team-b", 2))
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("team-a", "expected NAMESPACE=WEIGHT"),
+        ("Team=2", "expected NAMESPACE=WEIGHT"),
+        ("=2", "expected NAMESPACE=WEIGHT"),
+        ("team-a=0", "weight of team-a must be a whole number from 1 to 1000, got '0'"),
+        ("team-a=1.5", "must be a whole number"),
+        ("team-a=1001", "must be a whole number"),
+        ("team-a=\u0663", "must be a whole number"),  # an Arabic-Indic digit
+        ("team-a=1,team-a=2", "team-a is given twice"),
+    ],
+)
+def test_bad_namespace_weights(value: str, message: str) -> None:
+    with pytest.raises(serving_flags.UsageError, match=message):
+        cli.parse([*BASE, f"--namespace-weights={value}"], env={})
+
+
+# -- providers ------------------------------------------------------------------------------
+
+
+def test_the_mock_provider_needs_no_lower_cluster() -> None:
+    settings = cli.parse(["--provider=mock", "--provider-config=mock.json"], env={})
+    assert (settings.provider, settings.provider_config) == ("mock", "mock.json")
+    assert cli.parse(BASE, env={}).provider == "k8s"
+    with pytest.raises(serving_flags.UsageError, match="--client-kubeconfig is required"):
+        cli.parse([], env={})
+    with pytest.raises(serving_flags.UsageError, match="invalid choice: 'aws'"):
+        cli.parse([*BASE, "--provider=aws"], env={})
+
+
+def test_a_bad_mock_config_stops_the_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kubeconfig = tmp_path / "upper.kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: main}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    config = tmp_path / "mock.json"
+    config.write_text('{"someone-else": {}}')
+    code = main.main(
+        [
+            "--provider=mock",
+            f"--provider-config={config}",
+            f"--kubeconfig={kubeconfig}",
+            "--nodename=vn-1",
+            f"--cert-dir={tmp_path / 'pki'}",
+        ]
+    )
+    assert code == 2
+    assert "has no object for node 'vn-1'" in capsys.readouterr().err

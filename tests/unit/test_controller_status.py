@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from tests.unit.test_translate import NOW, deployment_pod, running_upper, unchanged
-from vnode.controllers.status import GONE_CONTAINER_MESSAGE, provider_failed_status
+from vnode.controllers.status import (
+    GONE_CONTAINER_MESSAGE,
+    node_status,
+    node_status_news,
+    nothing_to_tell,
+    provider_failed_status,
+)
 from vnode.controllers.status import vanished_status as lower_pod_gone_status
+from vnode.kube import codec
+from vnode.settings import NodeSettings
 
 
 def test_lower_pod_gone_fails_the_upper_pod_like_a_kubelet() -> None:
@@ -75,3 +87,82 @@ def test_provider_failure_fails_a_never_restarting_pod() -> None:
     }
     upper["status"]["phase"] = "Failed"
     assert provider_failed_status(upper, message="again", now=NOW) == upper["status"]
+
+
+# -- which backend statuses are worth a write ------------------------------------------------
+
+_SCHEDULED = {"type": "PodScheduled", "status": "True", "lastTransitionTime": NOW}
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        {"phase": "Pending"},
+        {"phase": "Pending", "qosClass": "Burstable"},
+        {"phase": "Pending", "conditions": [_SCHEDULED], "qosClass": "Burstable"},
+    ],
+)
+def test_a_backend_pod_just_created_or_scheduled_costs_no_write(status: dict[str, Any]) -> None:
+    assert nothing_to_tell(status)
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        {"phase": "Running", "conditions": [_SCHEDULED]},
+        {
+            "phase": "Pending",
+            "conditions": [
+                {**_SCHEDULED, "status": "False", "reason": "Unschedulable", "message": "0/3"}
+            ],
+        },
+        {
+            "phase": "Pending",
+            "conditions": [_SCHEDULED, {"type": "Initialized", "status": "False"}],
+        },
+        {
+            "phase": "Pending",
+            "conditions": [_SCHEDULED],
+            "containerStatuses": [{"name": "c", "state": {"waiting": {"reason": "ErrImagePull"}}}],
+        },
+        {"phase": "Pending", "reason": "Evicted", "message": "node out of memory"},
+        {"phase": "Failed"},
+    ],
+)
+def test_what_a_backend_says_beyond_scheduling_is_written(status: dict[str, Any]) -> None:
+    assert not nothing_to_tell(status)
+
+
+# -- node status: written when it says something new ----------------------------------------
+
+
+def _node_after(body: dict[str, Any]) -> dict[str, Any]:
+    """The Node as the apiserver shows it after `body` was patched in (plus its own fields)."""
+    status = codec.deep_copy(body["status"])
+    status["nodeInfo"]["bootID"] = "set-by-nobody-but-kept"
+    return {"metadata": {"name": "vn"}, "status": status}
+
+
+def test_a_node_status_differing_only_in_heartbeats_is_not_news() -> None:
+    settings = NodeSettings(name="vn", internal_ip="192.0.2.1")
+    capacity = {"cpu": "8", "memory": "16Gi", "pods": "110"}
+    info = {"kubeletVersion": "v1.37.1"}
+    first = node_status(None, settings=settings, capacity=capacity, node_info=info, now=NOW)
+    current = _node_after(first)
+    later = node_status(
+        current, settings=settings, capacity=capacity, node_info=info, now="2030-01-01T00:00:00Z"
+    )
+    assert not node_status_news(current, later)
+    assert node_status_news(None, first)
+    fuller = node_status(
+        current,
+        settings=settings,
+        capacity={**capacity, "cpu": "7"},
+        node_info=info,
+        now="2030-01-01T00:00:00Z",
+    )
+    assert node_status_news(current, fuller)
+    # The node lifecycle controller marked it Unknown meanwhile: our Ready is news.
+    stale = codec.deep_copy(current)
+    stale["status"]["conditions"][0].update(status="Unknown", reason="NodeStatusUnknown")
+    assert node_status_news(stale, later)

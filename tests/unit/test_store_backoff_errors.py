@@ -120,9 +120,20 @@ def test_indexes_follow_updates_and_deletes(store: Store) -> None:
     assert store._indexes == {"node": {}, "label": {}}
 
 
+def test_index_keys_name_the_objects_without_reading_them(store: Store) -> None:
+    store.upsert(pod("a", node="n1", app="web"))
+    store.upsert(pod("b", node="n1", app="db"))
+    assert store.index_keys("node", "n1") == {"default/a", "default/b"}
+    assert store.index_keys("node", "n9") == frozenset()
+    store.delete("default/a")
+    assert store.index_keys("node", "n1") == {"default/b"}
+
+
 def test_an_unknown_index_raises_key_error(store: Store) -> None:
     with pytest.raises(KeyError):
         store.by_index("namespace", "default")
+    with pytest.raises(KeyError):
+        store.index_keys("namespace", "default")
 
 
 def test_a_store_without_indexers() -> None:
@@ -158,12 +169,12 @@ def test_an_encoded_store_returns_fresh_decoded_dicts() -> None:
     assert store.by_index("node", "n1") == [pod("a", node="n1", app="web")]
     assert store.by_index("node", "n1")[0] is not store.by_index("node", "n1")[0]
     assert [o["metadata"]["name"] for o in store] == ["a"]
-    # Stored as compact JSON text.
+    # Stored as compact JSON.
     raw = store._items["default/a"]
-    assert isinstance(raw, str)
+    assert isinstance(raw, bytes)
     assert json.loads(raw) == pod("a", node="n1", app="web")
-    assert ", " not in raw
-    assert ": " not in raw
+    assert b", " not in raw
+    assert b": " not in raw
 
 
 # --- backoff -------------------------------------------------------------------------------

@@ -1354,3 +1354,40 @@ def test_placement_never_raises_on_arbitrary_shapes(
         node_labels=node_labels,
     )
     assert isinstance(placed_spec, dict)
+
+
+def test_spec_update_wants_what_lower_pod_would_make() -> None:
+    # spec_update works the compared fields out on their own (every pod is compared at each
+    # start); the lower pod it compares against must be what lower_pod makes of them.
+    pod = deployment_pod()
+    selector = webhook_selector()
+    selector["tolerations"].append({"key": "gpu", "operator": "Exists", "effect": "NoSchedule"})
+    pod = annotated(pod, selector)
+    pod["spec"]["activeDeadlineSeconds"] = 600
+    pod["spec"]["initContainers"] = [{"name": "setup", "image": "busybox:1"}]
+    for t in (T, Translation(cluster_id=CLUSTER_ID, node_name=NODE, node_labels=NODE_LABELS,
+                             ignore_labels=("app",), namespace_prefix="p-")):  # fmt: skip
+        assert spec_update(pod, lower_pod(pod, t=t), t=t) is None
+        older = lower_pod(pod, t=t)
+        older["spec"]["tolerations"] = []
+        older["spec"]["activeDeadlineSeconds"] = 900
+        for group in ("containers", "initContainers"):
+            for container in older["spec"][group]:
+                container["image"] = "old"
+        older["metadata"]["labels"] = {}
+        older["metadata"]["annotations"] = {}
+        wanted = lower_pod(pod, t=t)
+        patch = spec_update(pod, older, t=t)
+        assert patch == {
+            "metadata": {
+                "labels": wanted["metadata"]["labels"],
+                "annotations": wanted["metadata"]["annotations"],
+            },
+            "spec": {
+                "containers": [{"name": c["name"], "image": c["image"]}
+                               for c in wanted["spec"]["containers"]],
+                "initContainers": [{"name": "setup", "image": "busybox:1"}],
+                "activeDeadlineSeconds": 600,
+                "tolerations": wanted["spec"]["tolerations"],
+            },
+        }  # fmt: skip

@@ -18,7 +18,7 @@ from prometheus_client import REGISTRY
 
 from vnode.kube import metrics
 from vnode.kube.backoff import ExponentialBackoff
-from vnode.kube.workqueue import QueueSettings, Requeue, WorkQueue
+from vnode.kube.workqueue import FairQueuing, QueueSettings, Requeue, WorkQueue, namespace_of
 
 _names = itertools.count()
 
@@ -399,3 +399,125 @@ async def test_metrics_follow_the_queue(harness: Harness) -> None:
     await wait_until(lambda: len(handled) == 2 and not q.busy())
     assert sample("tensile_workqueue_depth", q) == 0
     assert sample("tensile_workqueue_work_duration_seconds_count", q) == 2
+
+
+# -- fair queuing ---------------------------------------------------------------------------
+
+
+def fair_queue(harness: Harness, **fairness: object) -> WorkQueue:
+    return harness.queue(fairness=FairQueuing(**fairness))  # type: ignore[arg-type]
+
+
+async def drain(q: WorkQueue, count: int) -> list[str]:
+    keys = []
+    for _ in range(count):
+        key = await get_now(q)
+        assert key is not None
+        keys.append(key)
+        q.done(key)
+    return keys
+
+
+async def test_a_burst_in_one_namespace_does_not_hold_up_another(harness: Harness) -> None:
+    # VirtualCluster's case: a greedy tenant queued 900 pods just before a regular one.
+    q = fair_queue(harness)
+    for i in range(900):
+        q.add(f"greedy/p-{i}")
+    for i in range(10):
+        q.add(f"regular/p-{i}")
+    first = await drain(q, 20)
+    assert [k for k in first if k.startswith("regular/")] == [f"regular/p-{i}" for i in range(10)]
+    # ... and the greedy namespace keeps its own order.
+    rest = await drain(q, 890)
+    assert [k for k in first + rest if k.startswith("greedy/")] == [
+        f"greedy/p-{i}" for i in range(900)
+    ]
+    assert len(q) == 0
+
+
+async def test_without_fairness_the_queue_is_one_fifo(harness: Harness) -> None:
+    q = harness.queue()
+    for i in range(50):
+        q.add(f"greedy/p-{i}")
+    q.add("regular/p-0")
+    assert (await drain(q, 51))[-1] == "regular/p-0"
+
+
+async def test_weights_give_namespaces_keys_in_proportion(harness: Harness) -> None:
+    q = fair_queue(harness, weights={"gold": 3})
+    for i in range(30):
+        q.add(f"gold/p-{i}")
+        q.add(f"bronze/p-{i}")
+        q.add(f"tin/p-{i}")
+    order = [k.partition("/")[0] for k in await drain(q, 25)]
+    assert (
+        order
+        == ["gold"] * 3
+        + ["bronze", "tin"]
+        + ["gold"] * 3
+        + ["bronze", "tin"]
+        + (["gold"] * 3 + ["bronze", "tin"]) * 3
+    )
+    assert Counter(order) == {"gold": 15, "bronze": 5, "tin": 5}
+
+
+async def test_a_namespace_that_runs_dry_rejoins_at_the_end_of_the_round(
+    harness: Harness,
+) -> None:
+    q = fair_queue(harness)
+    q.add("a/1")
+    q.add("b/1")
+    q.add("b/2")
+    assert await drain(q, 2) == ["a/1", "b/1"]
+    q.add("a/2")  # a's FIFO had emptied: it waits behind b, which is in the ring already
+    q.add("c/1")
+    assert await drain(q, 3) == ["b/2", "a/2", "c/1"]
+    assert len(q) == 0
+    assert await nothing_to_get(q)
+
+
+async def test_fairness_keeps_dedup_and_one_worker_per_key(harness: Harness) -> None:
+    q = fair_queue(harness)
+    q.add("a/x")
+    q.add("a/x")
+    q.add("b/y")
+    assert len(q) == 2
+    assert await get_now(q) == "a/x"
+    q.add("a/x")  # while processing: remembered, not queued for another worker
+    assert len(q) == 1
+    assert await get_now(q) == "b/y"
+    assert await nothing_to_get(q)
+    q.done("a/x")
+    assert await get_now(q) == "a/x"
+    q.done("a/x")
+    q.done("b/y")
+    assert len(q) == 0
+
+
+async def test_fair_workers_serve_a_single_key_before_a_long_backlog(harness: Harness) -> None:
+    q = fair_queue(harness)
+    handled: list[str] = []
+
+    async def handler(key: str) -> None:
+        handled.append(key)
+        await asyncio.sleep(0.001)
+
+    for i in range(300):
+        q.add(f"burst/p-{i}")
+    harness.run(q, workers=4, handler=handler)
+    await wait_until(lambda: len(handled) >= 20)
+    q.add("single/p-0")
+    await wait_until(lambda: "single/p-0" in handled, timeout=5.0)
+    assert handled.index("single/p-0") < 20 + 4 + 2, "the single key waited for the burst"
+
+
+def test_weights_below_one_are_refused() -> None:
+    with pytest.raises(ValueError, match="must be >= 1"):
+        FairQueuing(weights={"a": 0})
+    with pytest.raises(ValueError, match="must be >= 1"):
+        FairQueuing(default_weight=0)
+
+
+def test_keys_are_grouped_by_namespace() -> None:
+    assert namespace_of("team-a/pod-1") == "team-a"
+    assert namespace_of("node-1") == ""

@@ -3,7 +3,8 @@
 - The Node is created, or adopted (our labels and taint merged into an existing one), and
   re-created if someone deletes it.
 - Its status (capacity, conditions, addresses, ...) is written when the provider reports a
-  change, at most once per `status_min_interval`, and at least every `status_interval`.
+  change that changes it, at most once per `status_min_interval`, and at least every
+  `status_interval`.
 - The Lease is renewed every `lease_renew_interval` while the provider's ping succeeds.
   When the lower cluster fails its health check, renewals and status writes stop, so the
   upper node lifecycle controller marks the node NotReady, as it would a dead kubelet; on
@@ -61,6 +62,8 @@ class NodeController:
         self._wake = asyncio.Event()
         self._stopped = asyncio.Event()
         self._lease: dict[str, Any] | None = None
+        self._written: dict[str, Any] | None = None
+        """The status last written, to tell news from what the cache may not show yet."""
         self._on_recovered: list[Callable[[], None]] = []
         self.informer.add_handlers(Handlers(on_delete=lambda _n: self._node_deleted()))
         provider.notify_node_changed(self._wake.set)
@@ -72,6 +75,7 @@ class NodeController:
     def _node_deleted(self) -> None:
         logger.warning("node %s was deleted; registering it again", self._settings.name)
         self._lease = None
+        self._written = None
         self._wake.set()
 
     def informers(self) -> Sequence[Informer]:
@@ -136,14 +140,15 @@ class NodeController:
 
     async def _status_loop(self) -> None:
         while True:
+            due = False
             try:
                 async with asyncio.timeout(self._settings.status_interval):
                     await self._wake.wait()
             except TimeoutError:
-                pass
+                due = True
             self._wake.clear()
             if self.healthy:
-                await self._guard("node status update", self._update_status())
+                await self._guard("node status update", self._update_status(only_news=not due))
             await asyncio.sleep(self._settings.status_min_interval)
 
     async def _guard(self, what: str, work: Any) -> None:
@@ -176,7 +181,10 @@ class NodeController:
         }
         return await self._upper.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
 
-    async def _update_status(self) -> None:
+    async def _update_status(self, *, only_news: bool = False) -> None:
+        """Write the node status; with `only_news`, only if it changed (see
+        `decide.node_status_news`): a lower cluster whose nodes heartbeat every few seconds
+        then costs no upper write while its room stays the same."""
         current = self.informer.store.get(self._settings.name)
         if current is None:
             current = await self._ensure_node()
@@ -187,6 +195,15 @@ class NodeController:
             node_info=self._provider.node_info(),
             now=decide.now_rfc3339(),
         )
+        if (
+            only_news
+            and self._written is not None
+            # Both what we last wrote and what the cache shows (which may not show that
+            # write yet, or show the node lifecycle controller's Unknown) must be current.
+            and not decide.node_status_news({"status": self._written}, body)
+            and not decide.node_status_news(current, body)
+        ):
+            return
         try:
             await self._upper.request(
                 "PATCH",
@@ -195,8 +212,11 @@ class NodeController:
                 content_type=STRATEGIC_MERGE_PATCH,
             )
         except errors.NotFound:
+            self._written = None
             await self._ensure_node()
             self._wake.set()
+            return
+        self._written = body["status"]
 
     async def _renew_lease(self) -> None:
         name = self._settings.name

@@ -5,7 +5,9 @@ Two queues, keyed by upper "namespace/name" (virtual-kubelet's design):
   deletion once the provider's pod is gone (grace 0, UID precondition);
 - `status_from_lower`: write the provider's status to the upper pod's status subresource,
   driven by the provider's notifications (no polling).
-A key is never processed by two workers at once, so calls for one pod never overlap.
+A key is never processed by two workers at once, so calls for one pod never overlap. Both
+queues are fair (VirtualCluster's fair queuing): they serve namespaces in weighted round
+robin, so one namespace creating thousands of pods does not delay another's.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from vnode.kube.informer import Handlers, Informer
 from vnode.kube.informers import InformerFactory
 from vnode.kube.resources import PODS, object_key, pod_is_terminal, split_key
 from vnode.kube.store import Obj
-from vnode.kube.workqueue import QueueSettings, Requeue, WorkQueue
+from vnode.kube.workqueue import FairQueuing, QueueSettings, Requeue, WorkQueue
 from vnode.provider import PodProvider
 
 logger = logging.getLogger(__name__)
@@ -38,7 +40,7 @@ _DEPENDENCY_RETRY = 20.0
 # While the upper cluster cannot take a status write, the pod's status is retried this
 # often (seconds), without limit; the current status is read again at each try.
 _STATUS_RETRY = 2.0
-_POD_QUEUE = QueueSettings(backoff=ExponentialBackoff(base=0.5, cap=120.0), max_retries=20)
+_POD_BACKOFF = ExponentialBackoff(base=0.5, cap=120.0)
 
 
 class PodController:
@@ -56,12 +58,15 @@ class PodController:
         namespace: str | None,
         workers: int,
         recorder: EventRecorder,
+        fairness: FairQueuing | None = None,
         sync_timeout: float = 60.0,
         status_coalesce: float = 0.1,
     ) -> None:
-        """`sync_timeout` (seconds) bounds one provider call, so a hung backend cannot pin a
+        """`fairness` weighs namespaces in both queues (default: all equal);
+        `sync_timeout` (seconds) bounds one provider call, so a hung backend cannot pin a
         worker forever; `status_coalesce` (seconds) is how long a provider notification
         waits for more of the same pod before its status is written."""
+        fairness = fairness or FairQueuing()
         self._coalesce = status_coalesce
         self._upper = upper
         self._provider = provider
@@ -76,10 +81,17 @@ class PodController:
             field_selector=f"spec.nodeName={node_name}",
             encoded=True,  # every pod of the node, read a few times in its life
         )
-        self.pods_from_upper = WorkQueue(name="pods_from_upper", settings=_POD_QUEUE)
-        self.status_from_lower = WorkQueue(name="status_from_lower")
+        self.pods_from_upper = WorkQueue(
+            name="pods_from_upper",
+            settings=QueueSettings(backoff=_POD_BACKOFF, max_retries=20, fairness=fairness),
+        )
+        self.status_from_lower = WorkQueue(
+            name="status_from_lower", settings=QueueSettings(fairness=fairness)
+        )
         self._gone: dict[str, Obj] = {}
         """Last state of upper pods deleted from the API, until the provider deleted them."""
+        self._moved: set[str] = set()
+        """Pods whose backend pod changed since the status worker last looked at them."""
         self.informer.add_handlers(
             Handlers(on_add=self._added, on_update=self._updated, on_delete=self._deleted)
         )
@@ -102,16 +114,10 @@ class PodController:
     def _provider_changed(self, key: str) -> None:
         # A pod's changes below come in bursts (bound, then started): a short wait lets one
         # status write carry them all, which spares the upper apiserver and its watchers.
+        # The status worker then also looks at what the change means for the spec side
+        # (reading the pod once per burst, not once per change).
+        self._moved.add(key)
         self.status_from_lower.add_after(key, self._coalesce)
-        pod = self.informer.store.get(key)
-        # Only a deletion below concerns the spec side (finishing an upper deletion, or
-        # failing a pod whose backend pod vanished).
-        if (
-            pod is None
-            or pod["metadata"].get("deletionTimestamp")
-            or (self._provider.backend_pod(pod) is None)
-        ):
-            self.pods_from_upper.add(key)
 
     def resync(self) -> None:
         """Queue every pod of the node now (e.g. when the backend is reachable again, so pods
@@ -141,7 +147,7 @@ class PodController:
             group.create_task(
                 until_done(
                     "deleting lower pods of deleted upper pods",
-                    lambda: self._provider.cleanup_dangling(list(self.informer.store)),
+                    lambda: self._provider.cleanup_dangling(iter(self.informer.store)),
                 ),
                 name="cleanup-dangling",
             )
@@ -254,6 +260,16 @@ class PodController:
 
     async def _sync_status(self, key: str) -> None:
         pod = self.informer.store.get(key)
+        if key in self._moved:
+            self._moved.discard(key)
+            # Only a deletion below concerns the spec side (finishing an upper deletion, or
+            # failing a pod whose backend pod vanished).
+            if (
+                pod is None
+                or pod["metadata"].get("deletionTimestamp")
+                or self._provider.backend_pod(pod) is None
+            ):
+                self.pods_from_upper.add(key)
         if pod is None or pod_is_terminal(pod):
             return
         desired = self._provider.pod_status(pod)
@@ -271,6 +287,7 @@ class PodController:
         if patch is None:
             return
         namespace, name = split_key(object_key(pod))
+        logger.debug("pod %s/%s: writing status %s", namespace, name, sorted(patch["status"]))
         try:
             await self._upper.request(
                 "PATCH",

@@ -40,12 +40,23 @@ def spec_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
 
 def nothing_to_tell(status: Mapping[str, Any]) -> bool:
     """Tell whether a backend pod's status says nothing the upper pod does not already say:
-    Pending, not yet scheduled below, no conditions. Skipping it spares a write per pod."""
+    Pending, with no container statuses, no message or reason, and no condition but
+    PodScheduled True (the upper scheduler set that one when it bound the pod). A pod whose
+    backend schedules and starts it then costs one status write (Running), as a kubelet's
+    that starts a pod before its first sync; a backend that cannot place the pod
+    (PodScheduled False) or is creating its containers is told at once."""
     return (
         status.get("phase") == "Pending"
-        and not status.get("conditions")
         and not (status.get("message") or status.get("reason"))
+        and not any(status.get(f) for f in _CONTAINER_STATUSES)
+        and all(
+            c.get("type") == "PodScheduled" and c.get("status") == "True"
+            for c in status.get("conditions") or ()
+        )
     )
+
+
+_CONTAINER_STATUSES = ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses")
 
 
 def rejection(pod: Mapping[str, Any]) -> str | None:
@@ -185,6 +196,33 @@ def node_status(
             "phase": "Running",
         }
     }
+
+
+def node_status_news(current: Mapping[str, Any] | None, body: Mapping[str, Any]) -> bool:
+    """Tell whether the status patch `body` (from `node_status`) changes more than the
+    heartbeat times of `current` (the Node as last seen). The kubelet likewise patches its
+    Node only when the status changed or once its report interval has passed (the Lease is
+    the heartbeat)."""
+    have = (current or {}).get("status") or {}
+    for field, wanted in (body.get("status") or {}).items():
+        want, got = wanted, have.get(field)
+        if field == "conditions":
+            want, got = _without_heartbeats(want), _without_heartbeats(got)
+        elif field == "nodeInfo" and isinstance(got, Mapping):
+            got = {k: got.get(k) for k in want}  # the apiserver keeps fields we do not set
+        if want != got:
+            return True
+    return False
+
+
+def _without_heartbeats(conditions: object) -> list[dict[str, Any]]:
+    if not isinstance(conditions, list):
+        return []
+    return [
+        {k: v for k, v in c.items() if k != "lastHeartbeatTime"}
+        for c in conditions
+        if isinstance(c, Mapping)
+    ]
 
 
 def node_addresses(settings: NodeSettings) -> list[dict[str, str]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -18,7 +17,7 @@ from typing import Any
 
 import aiohttp
 
-from vnode.kube import errors, metrics
+from vnode.kube import codec, errors, metrics
 from vnode.kube.backoff import ExponentialBackoff, TokenBucket, jittered
 from vnode.kube.config import ConnectionInfo
 
@@ -58,6 +57,23 @@ class ApiClient:
         self._connections = connections
         self._session: aiohttp.ClientSession | None = None
         self._streams: aiohttp.ClientSession | None = None
+        # Labelled metric children by (verb, code) and verb, looked up once each: a lookup
+        # costs several microseconds, on every request.
+        self._counters: dict[tuple[str, int], Any] = {}
+        self._histograms: dict[str, Any] = {}
+
+    def _count(self, verb: str, code: int) -> None:
+        counter = self._counters.get((verb, code))
+        if counter is None:
+            counter = metrics.API_REQUESTS.labels(self.name, verb, str(code))
+            self._counters[(verb, code)] = counter
+        counter.inc()
+
+    def _latency(self, verb: str) -> Any:
+        histogram = self._histograms.get(verb)
+        if histogram is None:
+            histogram = self._histograms[verb] = metrics.API_LATENCY.labels(self.name, verb)
+        return histogram
 
     def sibling(
         self, *, name: str, qps: float, burst: int, timeout: float, connections: int
@@ -96,6 +112,9 @@ class ApiClient:
             headers={"User-Agent": self._user_agent},
             timeout=aiohttp.ClientTimeout(total=None, connect=10),
             raise_for_status=raise_for_status,
+            # No cookies, as client-go (Go's http.Client keeps none): filtering a cookie
+            # jar on every request is a cost for nothing.
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -196,7 +215,7 @@ class ApiClient:
         timeout: float | None,
     ) -> dict[str, Any]:
         await self._throttle()
-        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        data = None if body is None else codec.dumps(body)
         headers = self.headers({"Accept": JSON})
         if data is not None:
             headers["Content-Type"] = content_type
@@ -223,11 +242,11 @@ class ApiClient:
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise errors.ApiUnavailable(self._unreachable(method, path, exc)) from exc
         finally:
-            metrics.API_REQUESTS.labels(self.name, method, str(code)).inc()
-            metrics.API_LATENCY.labels(self.name, method).observe(time.monotonic() - started)
+            self._count(method, code)
+            self._latency(method).observe(time.monotonic() - started)
         if not payload or not json_body:
             return {}  # e.g. /readyz answers "ok": success is all a caller learns
-        result = json.loads(payload)
+        result = codec.loads(payload)
         return result if isinstance(result, dict) else {"items": result}
 
     async def websocket(
@@ -295,11 +314,11 @@ class ApiClient:
                         body=await read_bounded(response, limit=ERROR_BODY_LIMIT),
                         retry_after=response.headers.get("Retry-After"),
                     )
-                metrics.API_REQUESTS.labels(self.name, "WATCH", str(code)).inc()
+                self._count("WATCH", code)
                 yield response
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             if code == 0:
-                metrics.API_REQUESTS.labels(self.name, "WATCH", "0").inc()
+                self._count("WATCH", 0)
             raise errors.ApiUnavailable(self._unreachable("GET", path, exc)) from exc
 
 

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from vnode.kube import metrics
 from vnode.kube.client import ApiClient
@@ -25,29 +23,23 @@ logger = logging.getLogger(__name__)
 
 def compact(obj: Obj) -> Obj:
     """Return `obj` as it is best cached: without metadata.managedFields (server-side apply
-    bookkeeping, often the largest part of an object and never read by us), and with every
-    key interned, so thousands of cached objects share one copy of "metadata", "name", ...
-    (json.loads makes new key strings for every document)."""
+    bookkeeping, often the largest part of an object and never read by us). Key strings
+    need no interning: the codec shares them between the documents it decodes."""
     meta = obj.get("metadata")
     if isinstance(meta, dict) and "managedFields" in meta:
-        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
-    return _interned(obj)  # type: ignore[no-any-return]
-
-
-def _interned(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {sys.intern(k): _interned(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_interned(v) for v in value]
-    return value
+        return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return obj
 
 
 @dataclass(frozen=True, kw_only=True)
 class Handlers:
-    """Callbacks for changes. `on_update` gets (old, new); `on_delete` the last known state."""
+    """Callbacks for changes. `on_update` gets (old, new); `on_modify` the new state only,
+    so an encoded store never decodes the old one for it; `on_delete` the last known
+    state."""
 
     on_add: Callable[[Obj], None] | None = None
     on_update: Callable[[Obj, Obj], None] | None = None
+    on_modify: Callable[[Obj], None] | None = None
     on_delete: Callable[[Obj], None] | None = None
 
 
@@ -74,6 +66,7 @@ class Informer:
         self.store = Store(indexers=indexers, encoded=encoded)
         self._handlers: list[Handlers] = []
         self._synced = asyncio.Event()
+        self._cached = metrics.CACHED_OBJECTS.labels(name)  # looked up once, set per event
         self._reflector = Reflector(
             client,
             resource,
@@ -115,13 +108,16 @@ class Informer:
         return self._reflector.last_error
 
     def _dispatch(self, event: Event) -> None:
-        metrics.CACHED_OBJECTS.labels(self.name).set(len(self.store))
+        self._cached.set(len(self.store))
         for h in self._handlers:
             try:
                 if event.type == "ADDED" and h.on_add is not None:
                     h.on_add(event.obj)
-                elif event.type == "MODIFIED" and h.on_update is not None:
-                    h.on_update(event.old or event.obj, event.obj)
+                elif event.type == "MODIFIED":
+                    if h.on_update is not None:
+                        h.on_update(event.old or event.obj, event.obj)
+                    if h.on_modify is not None:
+                        h.on_modify(event.obj)
                 elif event.type == "DELETED" and h.on_delete is not None:
                     h.on_delete(event.obj)
             except Exception:

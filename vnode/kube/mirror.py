@@ -192,14 +192,14 @@ class Mirror:
         source.add_handlers(
             Handlers(
                 on_add=self._source_changed,
-                on_update=lambda _old, new: self._source_changed(new),
+                on_modify=self._source_changed,
                 on_delete=self._source_changed,
             )
         )
         target.add_handlers(
             Handlers(
                 on_add=self._target_changed,
-                on_update=lambda _old, new: self._target_changed(new),
+                on_modify=self._target_changed,
                 on_delete=self._target_changed,
             )
         )

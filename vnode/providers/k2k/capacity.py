@@ -110,26 +110,84 @@ def capacity(
     holding more than its allocatable (static pods, shrunk allocatable) lowers the
     offer; erring that way is safer than offering room that is not there.
 
-    `is_own_pod` is only called for pods that would otherwise count.
+    `is_own_pod` is only called for pods that would otherwise count. The same figure,
+    kept up to date pod by pod instead of recomputed from every pod, is `Ledger.free`.
 
     Raises:
         ValueError: a quantity in a node or pod is malformed.
     """
-    usable: set[str] = set()
-    total: dict[str, Fraction] = dict.fromkeys(STANDARD_RESOURCES, _ZERO)
-    for node in nodes:
-        if node_is_usable(node):
-            usable.add((node.get("metadata") or {}).get("name") or "")
-            total = _plus(total, _resource_list((node.get("status") or {}).get("allocatable")))
-    used: dict[str, Fraction] = {}
-    for pod in pods:
-        node_name = (pod.get("spec") or {}).get("nodeName")
-        if not node_name or node_name not in usable or pod_is_terminal(pod):
-            continue
-        if is_own_pod(pod):
-            continue
-        used = _plus(used, pod_requests(pod))
-    return {name: max(_ZERO, amount - used.get(name, _ZERO)) for name, amount in total.items()}
+    ledger = Ledger()
+    for i, pod in enumerate(pods):
+        if counts(pod) and not is_own_pod(pod):
+            ledger.put(str(i), pod)
+    return ledger.free(nodes)
+
+
+def counts(pod: Mapping[str, Any]) -> bool:
+    """Tell whether `pod` holds resources on a lower node: bound and not terminal (whose
+    it is aside)."""
+    return bool((pod.get("spec") or {}).get("nodeName")) and not pod_is_terminal(pod)
+
+
+class Ledger:
+    """What the pods that count against the lower cluster's room request, node by node,
+    kept up to date one pod at a time: the capacity of a cluster of 10,000 pods is then
+    computed from its nodes alone, not from every pod again (`capacity` recomputes it)."""
+
+    def __init__(self) -> None:
+        self._pods: dict[str, tuple[str, dict[str, Fraction]]] = {}
+        """Pod key -> (node, requests) of the pods counted."""
+        self._nodes: dict[str, dict[str, Fraction]] = {}
+        """Node -> the sum of its counted pods' requests."""
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    def put(self, key: str, pod: Mapping[str, Any]) -> bool:
+        """Count `pod` (stored under `key`, replacing what was counted for it) if it
+        `counts`, else stop counting `key`. The caller leaves out pods of its own.
+
+        Returns whether the figures changed. Raises ValueError for a malformed quantity
+        (the figures are then unchanged).
+        """
+        if not counts(pod):
+            return self.remove(key)
+        node = str((pod.get("spec") or {}).get("nodeName"))
+        requests = pod_requests(pod)
+        if self._pods.get(key) == (node, requests):
+            return False
+        self.remove(key)
+        self._pods[key] = (node, requests)
+        self._nodes[node] = _plus(self._nodes.get(node, {}), requests)
+        return True
+
+    def remove(self, key: str) -> bool:
+        """Stop counting `key`; returns whether it was counted."""
+        counted = self._pods.pop(key, None)
+        if counted is None:
+            return False
+        node, requests = counted
+        left = {
+            name: amount
+            for name, amount in _minus(self._nodes[node], requests).items()
+            if amount != 0
+        }
+        if left:
+            self._nodes[node] = left
+        else:
+            del self._nodes[node]
+        return True
+
+    def free(self, nodes: Iterable[Mapping[str, Any]]) -> dict[str, Fraction]:
+        """Return what `capacity` returns for `nodes` and the pods counted here."""
+        total: dict[str, Fraction] = dict.fromkeys(STANDARD_RESOURCES, _ZERO)
+        used: dict[str, Fraction] = {}
+        for node in nodes:
+            if node_is_usable(node):
+                name = (node.get("metadata") or {}).get("name") or ""
+                total = _plus(total, _resource_list((node.get("status") or {}).get("allocatable")))
+                used = _plus(used, self._nodes.get(name, {}))
+        return {name: max(_ZERO, amount - used.get(name, _ZERO)) for name, amount in total.items()}
 
 
 def node_resources(values: Mapping[str, Fraction]) -> dict[str, str]:
@@ -178,6 +236,14 @@ def _plus(left: Mapping[str, Fraction], right: Mapping[str, Fraction]) -> dict[s
     result = dict(left)
     for name, amount in right.items():
         result[name] = result.get(name, _ZERO) + amount
+    return result
+
+
+def _minus(left: Mapping[str, Fraction], right: Mapping[str, Fraction]) -> dict[str, Fraction]:
+    """Subtract `right` from `left` name by name; a missing name counts as 0."""
+    result = dict(left)
+    for name, amount in right.items():
+        result[name] = result.get(name, _ZERO) - amount
     return result
 
 

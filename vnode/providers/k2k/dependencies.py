@@ -216,7 +216,7 @@ class DependencySync:
         lower_pods.add_handlers(
             Handlers(
                 on_add=self._lower_pod_seen,
-                on_update=lambda _old, new: self._lower_pod_seen(new),
+                on_modify=self._lower_pod_seen,
                 on_delete=self._lower_pod_gone,
             )
         )
@@ -254,7 +254,7 @@ class DependencySync:
             ):
                 self._on_resolved(pod_key)
 
-        return Handlers(on_add=changed, on_update=lambda _old, new: changed(new))
+        return Handlers(on_add=changed, on_modify=changed)
 
     def components(self) -> list[Mirror]:
         """The three mirrors, to run as components of the node."""
@@ -266,7 +266,8 @@ class DependencySync:
         def in_use(copy: Obj) -> bool:
             meta = copy["metadata"]
             namespace, name = meta.get("namespace"), meta.get("name")
-            if self._lower_pods.store.by_index(REFS_INDEX, f"{namespace}/{kind}/{name}"):
+            # Keys only: nothing of the (encoded) lower pod cache is decoded to answer.
+            if self._lower_pods.store.index_keys(REFS_INDEX, f"{namespace}/{kind}/{name}"):
                 return True
             return any(
                 c.lower_namespace == namespace and (kind, name) in c.refs

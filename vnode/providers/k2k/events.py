@@ -40,6 +40,30 @@ ROUTINE_REASONS = frozenset({"Scheduled"})
 upper write each, while the upper pod's own Scheduled event already tells the story."""
 
 
+_META_KEPT = ("name", "namespace", "resourceVersion")
+_INVOLVED_KEPT = ("namespace", "name", "uid", "fieldPath")
+
+
+def slim_event(event: Mapping[str, Any]) -> Obj:
+    """Return what the cache keeps of a lower Event (a new object; pure): what `upper_event`
+    and the mirror read. The lower cluster's Events about all its pods are cached, so the
+    rest (managedFields, the lower UID and times of the Event object itself) is left out;
+    routine Events, which are never mirrored, keep only what says they are routine."""
+    meta = event.get("metadata") or {}
+    involved = event.get("involvedObject") or {}
+    slim: Obj = {
+        "metadata": {k: meta[k] for k in _META_KEPT if k in meta},
+        "involvedObject": {k: involved[k] for k in _INVOLVED_KEPT if k in involved},
+    }
+    fields = ("reason", "type") if _routine(event) else _COPIED
+    slim.update({f: event[f] for f in fields if event.get(f) is not None})
+    return slim
+
+
+def _routine(event: Mapping[str, Any]) -> bool:
+    return event.get("reason") in ROUTINE_REASONS and event.get("type") == "Normal"
+
+
 def upper_event(
     lower_event: Mapping[str, Any], *, lower_pod: Mapping[str, Any], kind: str = "Pod"
 ) -> Obj | None:
@@ -96,12 +120,15 @@ class EventMirror:
         self._kind = kind
         self._lower_objects = lower_objects
         self.informer = informers.informer(
-            lower, EVENTS, name=name, field_selector=f"involvedObject.kind={kind}"
+            lower,
+            EVENTS,
+            name=name,
+            field_selector=f"involvedObject.kind={kind}",
+            transform=slim_event,
+            encoded=True,  # anyone's Events about the kind below; each read once or twice
         )
         self.queue = WorkQueue(name="events_from_lower" if kind == "Pod" else f"{name}_from_lower")
-        self.informer.add_handlers(
-            Handlers(on_add=self._changed, on_update=lambda _old, new: self._changed(new))
-        )
+        self.informer.add_handlers(Handlers(on_add=self._changed, on_modify=self._changed))
 
     def _owned_object(self, event: Mapping[str, Any]) -> Obj | None:
         involved = event.get("involvedObject") or {}
@@ -113,7 +140,7 @@ class EventMirror:
         return pod
 
     def _changed(self, event: Obj) -> None:
-        if event.get("reason") in ROUTINE_REASONS and event.get("type") == "Normal":
+        if _routine(event):
             return
         if self._owned_object(event) is not None:
             meta = event["metadata"]

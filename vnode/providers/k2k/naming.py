@@ -11,6 +11,7 @@ updates, adopts or deletes another's objects. Pure functions only.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Mapping
@@ -61,6 +62,16 @@ class Owner:
     cluster_id: str
     """The upper cluster's identity: the UID of its `kube-system` namespace unless
     `--cluster-id` says otherwise (a valid label value, see `is_label_value`)."""
+
+    @functools.cached_property
+    def node_label(self) -> str:
+        """`label_value(node_name)`, worked out once (every lower event asks for it)."""
+        return label_value(self.node_name)
+
+    @functools.cached_property
+    def cluster_label(self) -> str:
+        """`label_value(cluster_id)`, worked out once."""
+        return label_value(self.cluster_id)
 
 
 def is_label_value(text: str) -> bool:
@@ -134,9 +145,9 @@ def is_owned(obj: Mapping[str, Any], *, owner: Owner) -> bool:
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
     return bool(
-        labels.get(NODE_LABEL) == label_value(owner.node_name)
+        labels.get(NODE_LABEL) == owner.node_label
         and annotations.get(NODE_ANNOTATION) == owner.node_name
-        and labels.get(CLUSTER_LABEL) == label_value(owner.cluster_id)
+        and labels.get(CLUSTER_LABEL) == owner.cluster_label
         and annotations.get(CLUSTER_ANNOTATION) == owner.cluster_id
     )
 

@@ -10,7 +10,6 @@ them when it was absent), nothing the pod keeps is ever lost. Pure functions onl
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,6 +17,7 @@ from vnode.contracts import clusterselector
 from vnode.contracts.clusterselector import PREFERRED, REQUIRED
 from vnode.contracts.labels import DEFAULT_TAINT_KEY
 from vnode.contracts.scheduling import selector_matches
+from vnode.kube import codec
 
 MAX_MERGED_TERMS = 64
 """Most nodeSelectorTerms an AND of two term lists may produce (it is their cross product)."""
@@ -36,7 +36,7 @@ def and_terms(left: Sequence[Any], right: Sequence[Any]) -> list[dict[str, Any]]
     lefts = [t for t in left if isinstance(t, Mapping) and _requirements(t)]
     rights = [t for t in right if isinstance(t, Mapping) and _requirements(t)]
     if not lefts or not rights:
-        return copy.deepcopy([dict(t) for t in (rights or lefts)])
+        return codec.deep_copy([dict(t) for t in (rights or lefts)])
     return [_joined_term(a, b) for a in lefts for b in rights]
 
 
@@ -66,7 +66,7 @@ def lower_placement(
       and a pod on a dead lower node is evicted and replaced;
     - empty nodeSelector / affinity parts removed, so the lower API server accepts the pod.
     """
-    placed = copy.deepcopy(dict(spec))
+    placed = codec.deep_copy(dict(spec))
     chosen = cluster_selector or {}
     selector = {
         key: value
@@ -80,14 +80,24 @@ def lower_placement(
         node_name=node_name,
         node_labels=node_labels,
     )
-    own = _list(spec.get("tolerations"))
-    if cluster_selector is not None:
-        own = [t for t in own if not clusterselector.is_added_toleration(t, taint_key=taint_key)]
-    tolerations = _union(own, _list(chosen.get("tolerations")))
-    _put(placed, "nodeSelector", copy.deepcopy(selector))
+    tolerations = lower_tolerations(spec, cluster_selector=cluster_selector, taint_key=taint_key)
+    _put(placed, "nodeSelector", codec.deep_copy(selector))
     _put(placed, "affinity", affinity)
     _put(placed, "tolerations", tolerations)
     return placed
+
+
+def lower_tolerations(
+    spec: Mapping[str, Any],
+    *,
+    cluster_selector: Mapping[str, Any] | None,
+    taint_key: str = DEFAULT_TAINT_KEY,
+) -> list[Any]:
+    """Return the tolerations `lower_placement` gives the lower pod (a new list; see there)."""
+    own = _list(spec.get("tolerations"))
+    if cluster_selector is not None:
+        own = [t for t in own if not clusterselector.is_added_toleration(t, taint_key=taint_key)]
+    return _union(own, _list((cluster_selector or {}).get("tolerations")))
 
 
 def _lower_affinity(
@@ -97,7 +107,7 @@ def _lower_affinity(
     node_name: str,
     node_labels: Mapping[str, str],
 ) -> dict[str, Any]:
-    merged = copy.deepcopy(dict(affinity))
+    merged = codec.deep_copy(dict(affinity))
     node = dict(_mapping(merged.get("nodeAffinity")))
     extra_node = _mapping(extra.get("nodeAffinity"))
     required = node.get(REQUIRED)
@@ -122,7 +132,7 @@ def _and_selectors(
 ) -> dict[str, Any] | None:
     if kept is None or extra is None:
         chosen = kept if kept is not None else extra
-        return copy.deepcopy(dict(chosen)) if chosen is not None else None
+        return codec.deep_copy(dict(chosen)) if chosen is not None else None
     kept_terms = _list(kept.get("nodeSelectorTerms"))
     extra_terms = _list(extra.get("nodeSelectorTerms"))
     if len(kept_terms) * len(extra_terms) > MAX_MERGED_TERMS:
@@ -130,7 +140,7 @@ def _and_selectors(
         # the webhook's explicit statement of where in the lower cluster the pod belongs, while
         # the kept upper terms are ones the virtual node itself did not satisfy; so keep the
         # clusterSelector's terms and knowingly loosen the upper ones.
-        return copy.deepcopy(dict(extra))
+        return codec.deep_copy(dict(extra))
     return {"nodeSelectorTerms": and_terms(kept_terms, extra_terms)}
 
 
@@ -139,7 +149,7 @@ def _joined_term(left: Mapping[str, Any], right: Mapping[str, Any]) -> dict[str,
     for field in ("matchExpressions", "matchFields"):
         joined = _list(left.get(field)) + _list(right.get(field))
         if joined:
-            term[field] = copy.deepcopy(joined)
+            term[field] = codec.deep_copy(joined)
     return term
 
 
@@ -149,7 +159,7 @@ def _requirements(term: Mapping[str, Any]) -> bool:
 
 def _union(first: list[Any], second: list[Any]) -> list[Any]:
     # Order-preserving, the webhook's rule (linear: a pod may carry very many tolerations).
-    return copy.deepcopy(clusterselector.union(first, second))
+    return codec.deep_copy(clusterselector.union(first, second))
 
 
 def _put(target: dict[str, Any], key: str, value: object) -> None:

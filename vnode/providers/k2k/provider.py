@@ -29,7 +29,7 @@ from vnode.kube.events import EventRecorder
 from vnode.kube.informer import Handlers, Informer
 from vnode.kube.informers import InformerFactory
 from vnode.kube.mirror import Mirror, MirrorSpec, Refused
-from vnode.kube.resources import NODES, PODS, pod_is_terminal
+from vnode.kube.resources import NODES, PODS, object_key
 from vnode.kube.store import Obj
 from vnode.provider import (
     Component,
@@ -102,8 +102,16 @@ class K2KProvider:
             pod_security_level=translation.pod_security_level,
         )
         self.pods = informers.informer(
-            lower, PODS, name="lower-pods", transform=slim.SlimLowerPods(self._owner)
+            lower,
+            PODS,
+            name="lower-pods",
+            transform=slim.SlimLowerPods(self._owner),
+            # Every pod of the lower cluster, read a few times in a pod's life: encoded, a
+            # quarter of the memory (see Store); capacity reads `_others`, not this cache.
+            encoded=True,
         )
+        self._others = capacity.Ledger()
+        """Requests of the lower pods that are not this node's (the capacity they take)."""
         self.nodes = informers.informer(lower, NODES, name="lower-nodes")
         self.dependencies = DependencySync(
             upper=upper,
@@ -170,13 +178,13 @@ class K2KProvider:
         self._kubelet_version = "v0.0.0"
         self.pods.add_handlers(
             Handlers(
-                on_add=self._pod_added, on_update=self._pod_updated, on_delete=self._pod_deleted
+                on_add=self._pod_changed, on_modify=self._pod_changed, on_delete=self._pod_deleted
             )
         )
         self.nodes.add_handlers(
             Handlers(
                 on_add=lambda _n: self._node_changed(),
-                on_update=lambda _o, _n: self._node_changed(),
+                on_modify=lambda _n: self._node_changed(),
                 on_delete=lambda _n: self._node_changed(),
             )
         )
@@ -500,7 +508,7 @@ class K2KProvider:
     async def cleanup_dangling(self, upper_pods: Iterable[Obj]) -> None:
         """Delete owned lower pods whose upper pod no longer exists (run once at start)."""
         alive = {str(p["metadata"].get("uid")) for p in upper_pods}
-        for lower in list(self.pods.store):
+        for lower in self.pods.store:
             if not self._ours(lower):
                 continue
             uid = (lower["metadata"].get("annotations") or {}).get(naming.UPPER_UID_ANNOTATION)
@@ -536,22 +544,27 @@ class K2KProvider:
         for callback in self._pod_callbacks:
             callback(key)
 
-    def _pod_added(self, pod: Obj) -> None:
+    def _count(self, pod: Obj) -> None:
+        """Keep `_others` up to date with a lower pod's new state; tell the node controller
+        when the capacity moved."""
+        key = object_key(pod)
+        try:
+            changed = self._others.remove(key) if self._ours(pod) else self._others.put(key, pod)
+        except ValueError as exc:  # the lower apiserver validates quantities: not expected
+            logger.warning("lower pod %s: not counted against the capacity: %s", key, exc)
+            changed = self._others.remove(key)
+        if changed:
+            self._node_changed()
+
+    def _pod_changed(self, pod: Obj) -> None:
+        self._count(pod)
         if self._ours(pod):
             self._notify(pod)
-        elif pod["spec"].get("nodeName"):
-            self._node_changed()
-
-    def _pod_updated(self, old: Obj, new: Obj) -> None:
-        if self._ours(new):
-            self._notify(new)
-        elif _capacity_relevant(old) != _capacity_relevant(new):
-            self._node_changed()
 
     def _pod_deleted(self, pod: Obj) -> None:
+        if self._others.remove(object_key(pod)):
+            self._node_changed()
         if not self._ours(pod):
-            if pod["spec"].get("nodeName"):
-                self._node_changed()
             return
         uid = str((pod["metadata"].get("annotations") or {}).get(naming.UPPER_UID_ANNOTATION))
         if uid in self._deleting:
@@ -571,12 +584,7 @@ class K2KProvider:
 
     def capacity(self) -> Mapping[str, str]:
         """Return what the lower cluster can still take for this node's pods."""
-        values = capacity.capacity(
-            nodes=self.nodes.store,
-            pods=self.pods.store,
-            is_own_pod=lambda p: naming.is_owned(p, owner=self._owner),
-        )
-        return capacity.node_resources(values)
+        return capacity.node_resources(self._others.free(self.nodes.store))
 
     def node_info(self) -> Mapping[str, str]:
         """Return status.nodeInfo: the lower apiserver's version stands for the kubelet's."""
@@ -637,11 +645,6 @@ def _problem_recorder(
         )
 
     return problem
-
-
-def _capacity_relevant(pod: Mapping[str, Any]) -> tuple[Any, ...]:
-    spec = pod.get("spec") or {}
-    return (spec.get("nodeName"), pod_is_terminal(pod))
 
 
 def _key(obj: Mapping[str, Any]) -> str:

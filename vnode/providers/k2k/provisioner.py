@@ -128,19 +128,19 @@ class VolumeProvisioner:
         )
         self.queue = WorkQueue(name="volumes")
         self.claims.add_handlers(
-            Handlers(on_add=self._claim_changed, on_update=lambda _o, n: self._claim_changed(n))
+            Handlers(on_add=self._claim_changed, on_modify=self._claim_changed)
         )
         self.volumes.add_handlers(
             Handlers(
                 on_add=self._volume_changed,
-                on_update=lambda _o, n: self._volume_changed(n),
+                on_modify=self._volume_changed,
                 on_delete=self._volume_changed,
             )
         )
         lower_claims.add_handlers(
             Handlers(
                 on_add=self._lower_claim_changed,
-                on_update=lambda _o, n: self._lower_claim_changed(n),
+                on_modify=self._lower_claim_changed,
             )
         )
 

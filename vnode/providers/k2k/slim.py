@@ -10,7 +10,7 @@ instead of keeping volumes and environments around.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from vnode.kube.informer import compact
@@ -26,8 +26,53 @@ _SPEC_OWNED = ("tolerations", "activeDeadlineSeconds", "serviceAccountName", "re
 _CONTAINER_FIELDS = ("name", "image", "resources", "restartPolicy")
 
 
-def slim_lower_pod(pod: Mapping[str, Any], *, owner: naming.Owner) -> dict[str, Any]:
-    """Return the cached form of a lower pod (a new object; `pod` is not changed)."""
+@dataclass(frozen=True)
+class SlimLowerPods:
+    """`slim_lower_pod` for one owner, as an informer transform: it compares by value (the
+    owner), so every component asking for the lower pod informer gets the same shared one,
+    and it remembers the references of recent pods: a pod's volumes and environment cannot
+    change, so its references are worked out once, not at each of its watch events (a pod
+    has several as it starts)."""
+
+    owner: naming.Owner
+    remembered: int = 4096
+    """How many pods' references are remembered (the oldest are forgotten first)."""
+    _refs: dict[tuple[str, int], list[list[str]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def __call__(self, pod: Mapping[str, Any]) -> dict[str, Any]:
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        # Ephemeral containers are the one part that can be added later, with references.
+        seen = (
+            f"{meta.get('namespace')}/{meta.get('name')}/{meta.get('uid')}",
+            len(spec.get("ephemeralContainers") or ()),
+        )
+        refs = self._refs.get(seen)
+        if refs is None:
+            refs = references_of(pod)
+            if len(self._refs) >= self.remembered:
+                del self._refs[next(iter(self._refs))]  # the oldest
+            self._refs[seen] = refs
+        return slim_lower_pod(pod, owner=self.owner, refs=refs)
+
+
+def references_of(pod: Mapping[str, Any]) -> list[list[str]]:
+    """Return what a pod references, as `REFS` keeps it: a sorted list of [kind, name]."""
+    deps = translate.dependencies(pod)
+    return sorted(
+        [["ConfigMap", n] for n in deps.config_maps]
+        + [["Secret", n] for n in deps.secrets]
+        + ([["ServiceAccount", deps.service_account]] if deps.service_account else [])
+    )
+
+
+def slim_lower_pod(
+    pod: Mapping[str, Any], *, owner: naming.Owner, refs: list[list[str]] | None = None
+) -> dict[str, Any]:
+    """Return the cached form of a lower pod (a new object; `pod` is not changed).
+    `refs`: its `references_of`, when already known."""
     owned = naming.is_owned(pod, owner=owner)
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
@@ -41,27 +86,10 @@ def slim_lower_pod(pod: Mapping[str, Any], *, owner: naming.Owner) -> dict[str, 
             ]
     if owned:
         slim_spec.update({k: spec[k] for k in _SPEC_OWNED if k in spec})
-    deps = translate.dependencies(pod)
-    refs = sorted(
-        [["ConfigMap", n] for n in deps.config_maps]
-        + [["Secret", n] for n in deps.secrets]
-        + ([["ServiceAccount", deps.service_account]] if deps.service_account else [])
-    )
     slim: dict[str, Any] = {
         "metadata": {k: meta[k] for k in keep_meta if k in meta},
         "spec": slim_spec,
         "status": dict(status) if owned else {"phase": status.get("phase")},
-        REFS: refs,
+        REFS: references_of(pod) if refs is None else refs,
     }
     return compact(slim)
-
-
-@dataclass(frozen=True)
-class SlimLowerPods:
-    """`slim_lower_pod` for one owner, as an informer transform that compares by value (so
-    every component asking for the lower pod informer gets the same shared one)."""
-
-    owner: naming.Owner
-
-    def __call__(self, pod: dict[str, Any]) -> dict[str, Any]:
-        return slim_lower_pod(pod, owner=self.owner)

@@ -10,7 +10,6 @@ here does I/O, and no input is ever mutated.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -18,8 +17,9 @@ from typing import Any
 
 from vnode.contracts import clusterselector
 from vnode.contracts.labels import DEFAULT_TAINT_KEY
+from vnode.kube import codec
 from vnode.providers.k2k import naming
-from vnode.providers.k2k.placement import lower_placement
+from vnode.providers.k2k.placement import lower_placement, lower_tolerations
 from vnode.settings import PodSecurityLevel
 
 # Server-set or upper-only metadata: the lower API server assigns its own, or rejects them.
@@ -136,7 +136,7 @@ def lower_pod(
     for group in _CONTAINER_GROUPS:
         for container in _maps(spec.get(group)):
             _lower_container(container, upper_meta=meta, token_volumes=token_volumes, t=t)
-    metadata = {k: copy.deepcopy(v) for k, v in meta.items() if k not in _DROPPED_METADATA}
+    metadata = codec.deep_copy({k: v for k, v in meta.items() if k not in _DROPPED_METADATA})
     metadata["namespace"] = naming.lower_namespace(namespace, prefix=t.namespace_prefix)
     metadata["labels"], metadata["annotations"] = _lower_marks(meta, t=t)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
@@ -168,8 +168,9 @@ def optional_references(upper: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
     the pod without it. imagePullSecrets count as optional: a kubelet pulls without a missing
     pull secret (it only warns).
     """
-    required = {(kind, name) for kind, name, optional in _references(upper) if not optional}
-    return frozenset((k, n) for k, n, _ in _references(upper) if (k, n) not in required)
+    refs = list(_references(upper))
+    required = {(kind, name) for kind, name, optional in refs if not optional}
+    return frozenset((k, n) for k, n, _ in refs if (k, n) not in required)
 
 
 def upper_status(
@@ -184,13 +185,13 @@ def upper_status(
     upper pod's readinessGates gate Ready as a kubelet's would (reason ReadinessGatesNotReady).
     """
     status = _mapping(lower.get("status"))
-    mirrored = {key: copy.deepcopy(status[key]) for key in _STATUS_COPIED if key in status}
+    mirrored = codec.deep_copy({key: status[key] for key in _STATUS_COPIED if key in status})
     mirrored["hostIP"] = node_ip
     mirrored["hostIPs"] = [{"ip": node_ip}]
     conditions = _maps(mirrored.get("conditions"))
     reported = {c.get("type") for c in conditions}
     upper_conditions = _maps(_mapping(upper.get("status")).get("conditions"))
-    conditions += [copy.deepcopy(c) for c in upper_conditions if c.get("type") not in reported]
+    conditions += [codec.deep_copy(c) for c in upper_conditions if c.get("type") not in reported]
     gates = [_mapping(g).get("conditionType") for g in _list(_spec(upper).get("readinessGates"))]
     for ready in conditions:
         if ready.get("type") == "Ready" and ready.get("status") == "True":
@@ -239,11 +240,20 @@ def spec_update(
     replaces `tolerations` wholesale (so it lists the existing ones plus the added), or None
     when nothing differs.
     """
-    wanted = lower_pod(upper, t=t)
+    # What `lower_pod` would make of these fields, worked out without the rest of the pod:
+    # every pod of the node is compared at each start, most of them to find nothing.
+    upper_meta, upper_spec = _mapping(upper.get("metadata")), _spec(upper)
+    marks = dict(zip(("labels", "annotations"), _lower_marks(upper_meta, t=t), strict=True))
+    selector = clusterselector.parse(
+        _mapping(upper_meta.get("annotations")).get(naming.CLUSTER_SELECTOR_ANNOTATION)
+    )
+    wanted_tolerations = lower_tolerations(
+        upper_spec, cluster_selector=selector, taint_key=t.taint_key
+    )
     have_meta, have_spec = _mapping(lower.get("metadata")), _spec(lower)
     meta_patch: dict[str, Any] = {}
     for key in ("labels", "annotations"):
-        want, have = wanted["metadata"][key], _mapping(have_meta.get(key))
+        want, have = marks[key], _mapping(have_meta.get(key))
         diff = {k: v for k, v in want.items() if have.get(k) != v}
         if diff:
             meta_patch[key] = diff
@@ -252,7 +262,7 @@ def spec_update(
         images = {c.get("name"): c.get("image") for c in _maps(have_spec.get(group))}
         changed = [
             {"name": c["name"], "image": c["image"]}
-            for c in _maps(wanted["spec"].get(group))
+            for c in _maps(upper_spec.get(group))
             if isinstance(c.get("name"), str)
             and c["name"] in images
             and c.get("image") is not None
@@ -260,15 +270,15 @@ def spec_update(
         ]
         if changed:
             spec_patch[group] = changed
-    deadline = wanted["spec"].get("activeDeadlineSeconds")
+    deadline = upper_spec.get("activeDeadlineSeconds")
     current = have_spec.get("activeDeadlineSeconds")
     # Kubernetes lets a deadline be set or shortened, never removed or extended.
     if isinstance(deadline, int) and (not isinstance(current, int) or deadline < current):
         spec_patch["activeDeadlineSeconds"] = deadline
     existing = _list(have_spec.get("tolerations"))
-    added = [tol for tol in _list(wanted["spec"].get("tolerations")) if tol not in existing]
+    added = [tol for tol in wanted_tolerations if tol not in existing]
     if added:
-        spec_patch["tolerations"] = copy.deepcopy(existing) + added
+        spec_patch["tolerations"] = codec.deep_copy(existing) + added
     patch = {"metadata": meta_patch, "spec": spec_patch}
     return {k: v for k, v in patch.items() if v} or None
 
@@ -292,7 +302,7 @@ def _lower_marks(
     if meta.get("uid"):
         annotations[naming.UPPER_UID_ANNOTATION] = str(meta["uid"])
     annotations[naming.UPPER_NAMESPACE_ANNOTATION] = str(meta.get("namespace") or "default")
-    return copy.deepcopy(labels), copy.deepcopy(annotations)
+    return codec.deep_copy(labels), codec.deep_copy(annotations)
 
 
 def _lower_container(

@@ -1,0 +1,255 @@
+"""Scale benchmark: 10,000 pods through one virtual node, then a crash and a lower restart.
+
+On one local fleet (kwok nodes with room for every pod), in one run:
+1. N pods created through the virtual node: create rate, p50/p99 create->Running, the
+   node's CPU per pod, and its resident memory per pod ((RSS at N - RSS idle) / N);
+2. the node is SIGKILLed and started again: time until its Node is Ready and until every
+   pod key has been handled by both pod queues (target < 10 s), and what it wrote doing so
+   (target: 0 lower creates and 0 lower deletes; upper writes listed);
+3. the lower kube-apiserver is restarted and etcd compacted, so the node's watches cannot
+   resume and its lower caches list again: the relist counted, the time until the caches
+   relisted and both queues are idle again, and again what was written (target: 0 creates,
+   0 deletes).
+
+    .venv/bin/python bench/scale.py [--pods 10000] [--lower-nodes 10]
+
+Uses the fleet of TENSILE_DEVCLUSTER_DIR if set, else starts (and stops) its own. Expect
+about 10-20 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import os
+import secrets
+import tempfile
+import time
+from pathlib import Path
+
+import harness
+from harness import pct
+
+from vnode.testing.cluster import FleetSettings, LowerClusterSettings
+from vnode.testing.fleet import Fleet
+from vnode.testing.vnodes import VirtualNodeProcess
+
+RECONCILE_TARGET = 10.0
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
+NODE_ARGS = ["--kube-api-qps=500", "--kube-api-burst=1000", "--log-level=info"]
+
+
+def writes(node: VirtualNodeProcess) -> dict[tuple[str, str, str], float]:
+    return {k: v for k, v in harness.requests_by_verb(node.metrics()).items() if k[1] in WRITES}
+
+
+def lower_pod_writes(found: dict[tuple[str, str, str], float]) -> tuple[float, float]:
+    """(creates, deletes) toward the lower cluster: every POST and DELETE there (pods and
+    what they need)."""
+    creates = sum(
+        v for (cluster, verb, _), v in found.items() if cluster == "lower" and verb == "POST"
+    )
+    deletes = sum(
+        v for (cluster, verb, _), v in found.items() if cluster == "lower" and verb == "DELETE"
+    )
+    return creates, deletes
+
+
+def wait_idle(node: VirtualNodeProcess, *, quiet: float = 2.0, timeout: float = 600.0) -> float:
+    """Wait until both pod queues have been empty and idle for `quiet` seconds; return when
+    they last moved (monotonic)."""
+    deadline = time.monotonic() + timeout
+    last: tuple[float, ...] = ()
+    moved = time.monotonic()
+    while time.monotonic() < deadline:
+        text = node.metrics()
+        state = tuple(
+            x
+            for q in ("pods_from_upper", "status_from_lower")
+            for x in harness.queue_state(text, q)
+        )
+        if state != last:
+            last, moved = state, time.monotonic()
+        elif state[1] == 0 and state[3] == 0 and time.monotonic() - moved >= quiet:
+            return moved
+        time.sleep(0.05)
+    raise TimeoutError(f"node {node.name}: queues still busy after {timeout}s")
+
+
+async def upper_statuses(fleet: Fleet, namespace: str) -> dict[str, dict[str, object]]:
+    async with harness.client_for(fleet.upper.kubeconfig) as client:
+        found = await client.request("GET", f"/api/v1/namespaces/{namespace}/pods")
+    return {p["metadata"]["name"]: p.get("status") or {} for p in found["items"]}
+
+
+def changed_fields(
+    before: dict[str, dict[str, object]], after: dict[str, dict[str, object]]
+) -> dict[str, int]:
+    """Which status fields differ, counted over the pods."""
+    counts: dict[str, int] = {}
+    for name, old in before.items():
+        new = after.get(name, {})
+        for field in sorted(set(old) | set(new)):
+            if old.get(field) != new.get(field):
+                counts[field] = counts.get(field, 0) + 1
+    return counts
+
+
+def synced_after(node: VirtualNodeProcess, *, since: int) -> float | None:
+    """Seconds from the restarted node's first log line to its "caches synced" line."""
+    with node.log.open("rb") as log:
+        log.seek(since)
+        lines = log.read().decode(errors="replace").splitlines()
+    stamps = [_stamp(line) for line in lines]
+    first = next((s for s in stamps if s is not None), None)
+    synced = next(
+        (s for line, s in zip(lines, stamps, strict=True) if "caches synced" in line), None
+    )
+    return None if first is None or synced is None else synced - first
+
+
+def _stamp(line: str) -> float | None:
+    try:
+        return dt.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    except ValueError:
+        return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--pods", type=int, default=10_000)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--lower-nodes", type=int, default=10)
+    args = parser.parse_args()
+    existing = os.environ.get("TENSILE_DEVCLUSTER_DIR")
+    if existing:
+        fleet = Fleet.attach(Path(existing))
+        fleet.join_network()
+    else:
+        per_node = args.pods // args.lower_nodes + 110
+        fleet = Fleet.start(
+            directory=Path(tempfile.mkdtemp(prefix="tensile-scale-")),
+            settings=FleetSettings(
+                lowers=(LowerClusterSettings(nodes=args.lower_nodes, pods=str(per_node)),),
+                metrics_server=False,
+            ),
+            owns_directory=True,
+        )
+    node = VirtualNodeProcess(
+        fleet,
+        name=f"scale-{secrets.token_hex(3)}",
+        log_dir=fleet.directory / "logs",
+        args=NODE_ARGS,
+    )
+    namespace = harness.new_namespace()
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+        lines.append(line)
+
+    try:
+        say(
+            f"scale benchmark: {args.pods} pods through one virtual node, "
+            f"{args.lower_nodes} kwok nodes"
+        )
+        node.start(timeout=300)
+        assert node.process is not None
+        time.sleep(2)
+        idle = harness.rss_kib(node.process.pid)
+        cpu0 = harness.cpu_seconds(node.process.pid)
+        timed = asyncio.run(
+            harness.create_pods(
+                fleet.upper.kubeconfig,
+                namespace=namespace,
+                pods=args.pods,
+                concurrency=args.concurrency,
+                node=node.name,
+                timeout=3600,
+            )
+        )
+        cpu = harness.cpu_seconds(node.process.pid) - cpu0
+        harness.wait_reconciled(node, keys=0)
+        time.sleep(2)
+        full = harness.rss_kib(node.process.pid)
+        say(
+            f"\ncreate: {timed.total:.1f} s to all Running, {timed.rate:.1f} pods/s, "
+            f"p50 {pct(timed.latencies, 0.5):.2f} s, p99 {pct(timed.latencies, 0.99):.2f} s"
+        )
+        say(f"  virtual node CPU {cpu:.1f} s, {cpu * 1000 / args.pods:.2f} ms per pod")
+        say(
+            f"  virtual node RSS {idle // 1024} MiB idle, {full // 1024} MiB with {args.pods} "
+            f"pods: {(full - idle) * 1024 / args.pods / 1000:.1f} KB per pod"
+        )
+
+        # -- a crash ---------------------------------------------------------------------
+        wait_idle(node)  # nothing pending: whatever the restart writes, it should not have
+        statuses = asyncio.run(upper_statuses(fleet, namespace))
+        node.kill()
+        started = time.monotonic()
+        log_size = node.log.stat().st_size
+        node.restart(timeout=600)
+        ready = time.monotonic() - started
+        reconciled = harness.wait_reconciled(node, keys=args.pods) - started
+        synced = synced_after(node, since=log_size)
+        wait_idle(node)
+        assert node.process is not None
+        written = writes(node)
+        creates, deletes = lower_pod_writes(written)
+        changed = changed_fields(statuses, asyncio.run(upper_statuses(fleet, namespace)))
+        rss = harness.rss_kib(node.process.pid)
+        verdict = (
+            "met" if reconciled < RECONCILE_TARGET and not creates and not deletes else "MISSED"
+        )
+        say("\nSIGKILL and restart")
+        say(f"  Node Ready again          {ready:6.1f} s after the new process started")
+        if synced is not None:
+            say(f"  caches synced             {synced:6.1f} s after (the lists done)")
+        say(
+            f"  every key reconciled      {reconciled:6.1f} s   [< {RECONCILE_TARGET:.0f} s, "
+            f"0 creates, 0 deletes: {verdict}]"
+        )
+        say(f"  lower creates / deletes   {creates:.0f} / {deletes:.0f}")
+        say(f"  writes (cluster verb code: n)  {dict(written) or 'none'}")
+        say(f"  upper pod status fields the restart changed (field: pods)  {changed or 'none'}")
+        say(
+            f"  RSS after the relist      {rss // 1024} MiB: "
+            f"{(rss - idle) * 1024 / args.pods / 1000:.1f} KB per pod"
+        )
+
+        # -- the lower apiserver restarts; its watches cannot resume ---------------------
+        relisted_before = harness.relists(node, "lower-pods")
+        handled_before = harness.queue_state(node.metrics(), "pods_from_upper")[0]
+        before = writes(node)
+        fleet.stop_component("lower-apiserver")
+        fleet.start_component("lower-apiserver", timeout=300)
+        back = time.monotonic()
+        fleet.compact_etcd()
+        deadline = back + 600
+        while harness.relists(node, "lower-pods") <= relisted_before:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the lower pod cache did not list again")
+            time.sleep(0.05)
+        relisted = time.monotonic() - back
+        settled = wait_idle(node) - back
+        handled = harness.queue_state(node.metrics(), "pods_from_upper")[0] - handled_before
+        after = harness.difference(writes(node), before)
+        creates, deletes = lower_pod_writes(after)
+        verdict = "met" if not creates and not deletes else "MISSED"
+        say("\nlower apiserver restart (etcd compacted: the watches must list again)")
+        say(f"  lower pods listed again   {relisted:6.1f} s after the apiserver was ready")
+        say(f"  queues idle again         {settled:6.1f} s after ({handled:.0f} pod keys handled)")
+        say(f"  lower creates / deletes   {creates:.0f} / {deletes:.0f}   [0 / 0: {verdict}]")
+        say(f"  writes (cluster verb code: n)  {dict(after) or 'none'}")
+    finally:
+        node.stop()
+        node.delete_node()
+        if existing:
+            asyncio.run(harness.delete_namespaces(fleet, [namespace], timeout=3600))
+        else:
+            fleet.stop()
+
+
+if __name__ == "__main__":
+    main()
