@@ -136,14 +136,6 @@ def copy_spec(*, kind: str, owner: naming.Owner, prefix: str) -> MirrorSpec:
     )
 
 
-def referenced(pods: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]]:
-    """Return the (kind, name) pairs the given pods reference (pure)."""
-    refs: set[tuple[str, str]] = set()
-    for pod in pods:
-        refs |= _refs_of(pod)
-    return refs
-
-
 def _refs_of(pod: Mapping[str, Any]) -> set[tuple[str, str]]:
     precomputed = pod.get(slim.REFS)
     if precomputed is not None:  # a slimmed cached pod (see slim.py)
