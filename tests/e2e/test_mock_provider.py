@@ -103,7 +103,7 @@ def handled(node: VirtualNodeProcess) -> float:
     prefix = 'tensile_workqueue_work_duration_seconds_count{queue="status_from_lower"}'
     try:
         text = node.metrics()
-    except OSError:
+    except RuntimeError:  # nothing answers yet
         return 0.0
     for line in text.splitlines():
         if line.startswith(prefix):
