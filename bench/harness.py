@@ -276,7 +276,7 @@ def wait_reconciled(node: VirtualNodeProcess, *, keys: int, timeout: float = 600
         node.check()
         try:
             text = node.metrics()
-        except OSError:
+        except (OSError, RuntimeError):  # nothing answers yet (a restart)
             text = ""
         states = [queue_state(text, q) for q in ("pods_from_upper", "status_from_lower")]
         if text and all(done >= keys and depth == 0 for done, depth in states):
