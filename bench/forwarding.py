@@ -33,6 +33,7 @@ import datetime as dt
 import json
 import os
 import secrets
+import shutil
 import signal
 import statistics
 import subprocess
@@ -280,6 +281,8 @@ def main() -> None:
         "--profile", type=Path, help="record the via node with py-spy (raw collapsed stacks)"
     )
     args = parser.parse_args()
+    if args.profile and shutil.which("py-spy") is None:
+        parser.error("--profile needs py-spy on PATH: .venv/bin/pip install -e '.[bench]'")
     existing = os.environ.get("TENSILE_DEVCLUSTER_DIR")
     room = max(2 * args.pods, args.burst + 200)
     if existing:

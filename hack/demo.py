@@ -183,6 +183,12 @@ def up(directory: Path) -> int:
         _show(title, cluster, args)
     fleet.upper.kubectl("apply", "-f", "-", input=PLACED)
     fleet.upper.kubectl("wait", "pod/fast", "--for=condition=Ready", "--timeout=60s")
+    lower_2 = fleet.cluster("lower-2")
+    ssd = lower_2.kubectl(
+        "get", "nodes", "-l", "disk=ssd", "-o", "jsonpath={.items[*].metadata.name}"
+    ).stdout.split()
+    _wait_kubectl(lower_2, ["get", "pod", "fast", "-o", "jsonpath={.spec.nodeName}"],
+                  until=lambda out: out.strip() in ssd, timeout=10)  # fmt: skip
     placement = (
         "custom-columns=POD:.metadata.name,NODE:.spec.nodeName,"
         "NODE-SELECTOR:.spec.nodeSelector,CLUSTER-SELECTOR:.metadata.annotations.clusterSelector"
@@ -264,9 +270,21 @@ def _descheduler_scenario(fleet: Fleet) -> None:
 def _wait_kubectl(
     cluster: Cluster, args: list[str], *, until: Callable[[str], bool], timeout: float = 60.0
 ) -> None:
+    """Wait until `kubectl args` prints what `until` accepts; raise DemoFailed after
+    `timeout` seconds (a demo that goes on regardless would show a broken step as if it
+    worked)."""
     deadline = time.monotonic() + timeout
-    while not until(cluster.kubectl(*args, check=False).stdout) and time.monotonic() < deadline:
+    while not until(out := cluster.kubectl(*args, check=False).stdout):
+        if time.monotonic() > deadline:
+            raise DemoFailed(
+                f"not what the demo waits for after {timeout:.0f}s: kubectl "
+                f"{shlex.join(args)} prints {out.strip()!r}; logs in the demo directory's logs/"
+            )
         time.sleep(1)
+
+
+class DemoFailed(Exception):
+    """A step of the demo did not show what it should."""
 
 
 def _show(title: str, cluster: Cluster, args: list[str]) -> None:
@@ -308,7 +326,11 @@ def main() -> int:
     args = parser.parse_args()
     directory = args.dir.resolve()
     started = time.monotonic()
-    code = up(directory) if args.command == "up" else down(directory)
+    try:
+        code = up(directory) if args.command == "up" else down(directory)
+    except DemoFailed as exc:
+        print(f"\ndemo failed: {exc}\n(`make demo-down` stops what it started)", file=sys.stderr)
+        return 1
     if args.command == "up" and code == 0:
         print(f"\n(demo ready in {time.monotonic() - started:.0f}s)")
     return code

@@ -182,6 +182,40 @@ def test_pods_run_below_with_their_config_maps_and_secrets(
     assert elapsed < 20
 
 
+def test_a_pod_that_runs_at_once_costs_one_upper_write(
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str
+) -> None:
+    """What the node writes upstairs per pod (README: "What it writes upstairs, per pod"): a
+    pod that goes straight to Running below costs one write on the upper pod path, its
+    status; no label or annotation patches, no creates, no deletes. (Events go through their
+    own client and are not counted here.)"""
+    upper = fleet.upper.rest()
+    verbs = ("POST", "PUT", "PATCH", "DELETE")
+
+    def writes() -> dict[str, float]:
+        return {
+            verb: virtual_node.metric("tensile_api_requests_total", cluster="upper", verb=verb)
+            for verb in verbs
+        }
+
+    pods = 5
+    before = writes()
+    for i in range(pods):
+        create(upper, namespace, pod_manifest(f"p{i}", node=virtual_node.name))
+    wait_for(
+        "every pod Running upstairs",
+        lambda: all(phase(upper, namespace, f"p{i}") == "Running" for i in range(pods)),
+    )
+    time.sleep(1.0)  # status writes are coalesced per pod for 0.1 s: let stragglers land
+    after = writes()
+    assert {verb: after[verb] - before[verb] for verb in verbs} == {
+        "POST": 0,
+        "PUT": 0,
+        "PATCH": pods,
+        "DELETE": 0,
+    }
+
+
 def test_a_config_map_update_reaches_the_copy_and_unused_copies_are_collected(
     fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str
 ) -> None:
