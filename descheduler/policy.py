@@ -340,9 +340,14 @@ def _decide(
     # left where it is it runs once its lower cluster has room.
     spec = _mapping(pod.get("spec"))
     if owner is not None:
-        # The controller's next pod is made from its template: the NotIn of an earlier
-        # move is not in it (the avoidances in force are `avoid`, from the record).
-        spec = {**spec, "affinity": avoidance.without_avoidances(_mapping(spec.get("affinity")))}
+        # The controller's next pod is made from its template: the NotIn values the webhook
+        # added at an earlier move are not in it (the avoidances in force are `avoid`, from
+        # the record), but a NotIn of the template is. A pod without the webhook's note of
+        # what it added (made before it kept one) is judged as it is: never a move whose
+        # replacement fits nowhere, at worst a node left untried.
+        added = avoidance.added_nodes(pod)
+        affinity = avoidance.without_avoidances(_mapping(spec.get("affinity")), added)
+        spec = {**spec, "affinity": affinity}
     unfit = {
         name: scheduling.unfit(spec, usable[name]) or _volume_unfit(pins, usable[name])
         for name in others

@@ -365,12 +365,14 @@ def test_a_pod_whose_own_placement_admits_no_other_virtual_node_stays() -> None:
 
 
 def test_an_owned_pods_earlier_avoidance_does_not_rule_its_node_out_once_expired() -> None:
-    """A replacement carries the NotIn of the move that made it; once that avoidance has
-    expired, the owner's next replacement (made from its template, through the webhook)
-    no longer has it: the node it names may be tried again."""
+    """A replacement carries the NotIn of the move that made it (and the webhook's note that
+    it added it); once that avoidance has expired, the owner's next replacement (made from
+    its template, through the webhook) no longer has it: the node it names may be tried
+    again."""
     nodes = [node(n, **{"kubernetes.io/hostname": n}) for n in ("vn-a", "vn-b")]
     moved_before = pod(on="vn-b")
     moved_before["spec"]["affinity"] = avoidance.avoiding(None, ["vn-a"])
+    moved_before["metadata"]["annotations"] = {avoidance.ADDED_ANNOTATION: "vn-a"}
     [decision] = plan(
         [moved_before], nodes=nodes, record=None, budgets=[], criteria=CRITERIA, now=NOW
     ).decisions
@@ -740,3 +742,34 @@ def test_a_pod_whose_volume_only_its_virtual_node_reaches_stays(ephemeral: bool)
             volumes=found_volumes,
         ).decisions
         assert moved.action == "evict"
+
+
+def test_a_hostname_notin_of_the_template_is_kept_when_judging_the_owner_s_next_pod() -> None:
+    """The template itself keeps the pods off vn-b (`kubernetes.io/hostname NotIn [vn-b]`,
+    written by the user): evicting the pod from vn-a would leave its replacement, which
+    carries that NotIn plus the avoidance of vn-a, fitting no virtual node -- Pending
+    upstairs, bound nowhere, never looked at again. It stays on vn-a instead. Only what
+    the webhook added (its annotation names those nodes) is taken out."""
+    nodes = [node(n, **{"kubernetes.io/hostname": n}) for n in ("vn-a", "vn-b")]
+    user_wrote = pod()
+    user_wrote["spec"]["affinity"] = avoidance.avoiding(None, ["vn-b"])
+    [decision] = plan(
+        [user_wrote], nodes=nodes, record=None, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert decision.action == "exhausted"
+    assert decision.message == (
+        "no other virtual node admits it (vn-b: its required node affinity does not select "
+        "it); it stays Pending on vn-a"
+    )
+    # The webhook merged a later avoidance of vn-c into that NotIn and noted it: vn-c is
+    # taken out again (its avoidance expired), the user's vn-b stays.
+    nodes.append(node("vn-c", **{"kubernetes.io/hostname": "vn-c"}))
+    user_wrote["spec"]["affinity"] = avoidance.avoiding(
+        avoidance.avoiding(None, ["vn-b"]), ["vn-c"]
+    )
+    user_wrote["metadata"]["annotations"] = {avoidance.ADDED_ANNOTATION: "vn-c"}
+    [decision] = plan(
+        [user_wrote], nodes=nodes, record=None, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert decision.action == "evict"
+    assert decision.message == "may go to vn-c"
