@@ -32,6 +32,7 @@ from typing import Any, Literal
 from descheduler import metrics, moves
 from descheduler.policy import Decision
 from descheduler.record import AvoidanceRecord, RecordConflict
+from vnode.contracts import avoidance
 from vnode.kube import errors
 from vnode.kube.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiClient
 from vnode.kube.events import EventRecorder
@@ -158,6 +159,38 @@ class Mover:
         if len(ready) > len([d for d in ready if d.owner is None]):
             await asyncio.sleep(self._settings.settle)
         return ready
+
+    async def renew(
+        self,
+        entries: Sequence[tuple[avoidance.Owner, str]],
+        *,
+        until: dt.datetime,
+        now: dt.datetime,
+    ) -> None:
+        """Extend each (owner, virtual node) avoidance of `entries` to `until`, in one
+        record write (`policy.renewals` chose them). A failed write is logged and left to
+        the next round (the avoidances still have time left). Raises NotLeading."""
+        if not entries or self._settings.dry_run:
+            return
+        self._check_leading()
+        try:
+            full = await self._record.avoid(entries, until=until, now=now)
+        except (RecordConflict, errors.ApiError, errors.ApiUnavailable) as exc:
+            logger.warning("could not renew the avoidances of owners with nowhere to go: %s", exc)
+            return
+        owners = sorted(
+            {f"{o.kind} {o.namespace}/{o.name}" for o, _ in entries if o.uid not in full}
+        )
+        if owners:
+            logger.info(
+                "nowhere else to go: the avoidances of %s kept until %s",
+                ", ".join(owners),
+                rfc3339(until),
+            )
+        if full:
+            logger.warning(
+                "the avoidance record is full: %d owners' avoidances not renewed", len(full)
+            )
 
     async def move(self, decision: Decision, *, now: dt.datetime) -> Outcome:
         """Evict an owned pod or re-create a bare one (after `prepare`). Raises NotLeading."""

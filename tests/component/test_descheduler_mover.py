@@ -325,3 +325,42 @@ async def test_a_bare_move_whose_last_step_fails_is_a_move_finished_later(
     reasons = [e["reason"] for e in api.events()]
     assert reasons == ["Rescheduled", "Rescheduled"]
     assert not api.made("PATCH", "/api/v1/namespaces/shop/pods/solo-d1")  # still gated
+
+
+async def test_renewing_extends_the_owners_avoidances_in_one_write(
+    api: FakeApi, client: ApiClient
+) -> None:
+    """The write of `policy.renewals`' choice (the choice itself is tests/unit); a dry run
+    writes nothing."""
+    path = "/api/v1/namespaces/tensile-system/configmaps/tensile-avoid"
+    soon = avoidance.with_avoidance(
+        None, owner=OWNER, nodes=["vn-a", "vn-b"], until=NOW + dt.timedelta(seconds=60), now=NOW
+    )
+    current = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "tensile-avoid",
+            "namespace": "tensile-system",
+            "resourceVersion": "3",
+        },
+        "data": soon,
+    }
+    api.routes[("GET", path)] = lambda r: web.json_response(current)
+    api.routes[("PUT", path)] = lambda r: web.json_response(current)
+    later = NOW + dt.timedelta(minutes=5)
+    entries = [(OWNER, "vn-a"), (OWNER, "vn-b")]
+    await mover(client).renew(entries, until=later, now=NOW)
+    [put] = api.made("PUT", path)
+    entry = avoidance.parse_entry(OWNER.uid, put["data"][OWNER.uid])
+    assert entry is not None
+    assert entry.nodes == {"vn-a": later, "vn-b": later}
+    api.requests.clear()
+    dry = Mover(
+        client=client,
+        recorder=EventRecorder(client, component="tensile-descheduler", host="me"),
+        record=AvoidanceRecord(client, namespace="tensile-system", name="tensile-avoid"),
+        settings=MoveSettings(dry_run=True),
+    )
+    await dry.renew(entries, until=later, now=NOW)
+    assert api.requests == []

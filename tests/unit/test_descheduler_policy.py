@@ -18,6 +18,7 @@ from descheduler.policy import (
     due,
     exclusion,
     plan,
+    renewals,
 )
 from vnode.contracts import avoidance, selectors
 
@@ -313,12 +314,6 @@ def test_when_every_virtual_node_was_tried_the_pod_stays() -> None:
         decision.message
         == "every virtual node has been tried (vn-a, vn-b); it stays Pending on vn-a"
     )
-    # Once the avoidance of vn-b expired, vn-b may be tried again.
-    later = NOW + dt.timedelta(minutes=6)
-    [again] = plan(
-        [pod()], nodes=NODES, record=record, budgets=[], criteria=CRITERIA, now=later
-    ).decisions
-    assert again.action == "evict"
     # A bare pod's tried nodes are the ones its affinity already avoids.
     tried = pod(owner=False)
     tried["spec"]["affinity"] = avoidance.avoiding(None, ["vn-b"])
@@ -326,6 +321,67 @@ def test_when_every_virtual_node_was_tried_the_pod_stays() -> None:
         [tried], nodes=NODES, record=None, budgets=[], criteria=CRITERIA, now=NOW
     ).decisions
     assert bare.action == "exhausted"
+
+
+def test_an_owner_with_nowhere_left_keeps_its_avoidances_instead_of_cycling() -> None:
+    """Rounds every 10 s over three --avoid-ttl: the owner's avoidance of vn-b is renewed
+    while its pod has nowhere to go, so the pod stays on vn-a (it runs once lower cluster
+    A has room) instead of going back to vn-b each time the avoidance would have expired.
+    Once the pod runs, nothing renews it: it lapses, and vn-b may be tried again."""
+    ttl, interval = 300.0, 10.0
+    owner = avoidance.controller_of(pod())
+    assert owner is not None
+    record = avoidance.with_avoidance(
+        None, owner=owner, nodes=["vn-b"], until=NOW + dt.timedelta(seconds=ttl), now=NOW
+    )
+    now, writes = NOW, 0
+    while now < NOW + dt.timedelta(seconds=3 * ttl):
+        decided = plan([pod()], nodes=NODES, record=record, budgets=[], criteria=CRITERIA, now=now)
+        assert [d.action for d in decided.decisions] == ["exhausted"], now
+        kept, until = renewals(
+            decided.decisions, record=record, now=now, ttl=ttl, interval=interval
+        )
+        if kept:
+            assert kept == [(owner, "vn-b")]
+            assert until == now + dt.timedelta(seconds=ttl)
+            record = avoidance.with_avoidance(
+                record, owner=owner, nodes=["vn-b"], until=until, now=now
+            )
+            writes += 1
+        now += dt.timedelta(seconds=interval)
+    assert writes == 5  # at 150, 300, ... 750 s: every half --avoid-ttl, not every round
+    # The pod runs: no decision, no renewal; the avoidance lapses.
+    assert renewals([], record=record, now=now, ttl=ttl, interval=interval)[0] == []
+    later = now + dt.timedelta(seconds=ttl)
+    [again] = plan(
+        [pod("web-2")], nodes=NODES, record=record, budgets=[], criteria=CRITERIA, now=later
+    ).decisions
+    assert again.action == "evict"
+
+
+def test_renewals_come_at_least_two_rounds_early_and_only_for_owners_with_nowhere_left() -> None:
+    owner = avoidance.controller_of(pod())
+    assert owner is not None
+    record = avoidance.with_avoidance(
+        None, owner=owner, nodes=["vn-b", "vn-c"], until=NOW + dt.timedelta(seconds=50), now=NOW
+    )
+    nodes = [*NODES, node("vn-c")]
+    [exhausted] = plan(
+        [pod()], nodes=nodes, record=record, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert exhausted.action == "exhausted"
+    # A short --avoid-ttl (60 s) with rounds every 30 s: renewed 60 s ahead, for 120 s.
+    kept, until = renewals([exhausted], record=record, now=NOW, ttl=60, interval=30)
+    assert kept == [(owner, "vn-b"), (owner, "vn-c")]
+    assert until == NOW + dt.timedelta(seconds=120)
+    assert renewals([exhausted], record=record, now=NOW, ttl=60, interval=10)[0] == []
+    # A pod that moves, or is blocked, renews nothing; nor does a bare pod.
+    for other in (
+        dataclasses.replace(exhausted, action="evict"),
+        dataclasses.replace(exhausted, action="blocked"),
+        dataclasses.replace(exhausted, owner=None),
+    ):
+        assert renewals([other], record=record, now=NOW, ttl=60, interval=30)[0] == []
 
 
 def test_a_pod_whose_own_placement_admits_no_other_virtual_node_stays() -> None:
