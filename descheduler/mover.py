@@ -3,10 +3,11 @@ Events that tell users what happened.
 
 Owned pods (a controller will replace them): the owners' avoidances are written to the
 record first, in one write for the whole round, then -- after `settle` seconds, so the
-webhook's informers have the record before any replacement is created -- each pod's
-`sigs.k8s.io/deschedule-count` is incremented (a merge patch of that annotation alone) and
-the pod is evicted through policy/v1 Evictions, both preconditioned on the resourceVersion
-the decision was made on. A 429 is reported (Event) and that pod waits its Retry-After.
+webhook's informers have the record before any replacement is created -- each pod is
+evicted through policy/v1 Evictions, preconditioned on the UID and resourceVersion the
+decision was made on, and once the eviction is accepted its `sigs.k8s.io/deschedule-count`
+is incremented (a merge patch of that annotation alone): the count counts moves, not
+attempts. A 429 is reported (Event) and that pod waits its Retry-After.
 
 Bare pods: the replacement (see `moves`) is created behind a scheduling gate; the old pod is
 deleted with UID and resourceVersion preconditions (if it changed -- scheduled after all --
@@ -249,17 +250,10 @@ class Mover:
         namespace, name = str(meta.get("namespace")), str(meta.get("name"))
         self._check_leading()
         try:
-            patched = await self._client.request(
-                "PATCH",
-                PODS.path(namespace=namespace, name=name),
-                body=moves.count_patch(pod),
-                content_type=MERGE_PATCH,
-            )
-            self._check_leading()
             await self._client.request(
                 "POST",
                 PODS.path(namespace=namespace, name=name, subresource="eviction"),
-                body=moves.eviction(patched),
+                body=moves.eviction(pod),
                 retry_throttled=False,
             )
         except errors.TooManyRequests as exc:
@@ -270,6 +264,7 @@ class Mover:
         except errors.NotFound:
             return "gone"
         metrics.PODS_EVICTED.inc()
+        await self._count(pod)
         owner = decision.owner
         assert owner is not None
         until = rfc3339(now + dt.timedelta(seconds=self._settings.avoid_ttl))
@@ -281,6 +276,24 @@ class Mover:
         logger.info("%s: %s", _name(pod), text)
         await self._recorder.record(pod, type="Normal", reason="Descheduled", message=text)
         return "moved"
+
+    async def _count(self, pod: Mapping[str, Any]) -> None:
+        """Increment the deschedule count of `pod`, evicted just now: after the eviction,
+        so it counts moves, not attempts (a 429 leaves it as it was). A pod already gone
+        (or a new one of the same name: the patch names the UID) keeps no count; the move
+        is told by its Event and metrics all the same."""
+        meta = pod.get("metadata") or {}
+        try:
+            await self._client.request(
+                "PATCH",
+                PODS.path(namespace=str(meta.get("namespace")), name=str(meta.get("name"))),
+                body=moves.count_patch(pod),
+                content_type=MERGE_PATCH,
+            )
+        except (errors.NotFound, errors.Conflict, errors.Invalid) as exc:
+            logger.debug("%s: deschedule count not written: %s", _name(pod), exc)
+        except (errors.ApiError, errors.ApiUnavailable) as exc:
+            logger.warning("%s: deschedule count not written: %s", _name(pod), exc)
 
     async def _refused(self, decision: Decision, exc: errors.TooManyRequests) -> Outcome:
         wait = exc.retry_after or DEFAULT_RETRY_AFTER

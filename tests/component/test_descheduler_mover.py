@@ -149,9 +149,6 @@ async def test_an_eviction_refused_with_429_is_reported_and_waits_its_retry_afte
 ) -> None:
     pod = a_pod("web-1-x", owned=True)
     path = "/api/v1/namespaces/shop/pods/web-1-x"
-    api.routes[("PATCH", path)] = lambda r: web.json_response(
-        {**pod, "metadata": {**pod["metadata"], "resourceVersion": "8"}}
-    )
 
     def refuse(_request: web.Request) -> web.Response:
         answer = status(
@@ -166,17 +163,15 @@ async def test_an_eviction_refused_with_429_is_reported_and_waits_its_retry_afte
     now = [1000.0]
     m = mover(client, clock=lambda: now[0])
     assert await m.move(decision(pod), now=NOW) == "refused"
-    # Asked once (a 429 here is a verdict, not throttling to retry through), with the
-    # resourceVersion of the count patch as precondition.
+    # Asked once (a 429 here is a verdict, not throttling to retry through), with the pod
+    # as judged as precondition.
     [eviction] = api.made("POST", path + "/eviction")
     assert eviction["deleteOptions"]["preconditions"] == {
         "uid": "uid-web-1-x",
-        "resourceVersion": "8",
+        "resourceVersion": "7",
     }
-    [patch] = api.made("PATCH", path)
-    assert patch == {
-        "metadata": {"resourceVersion": "7", "annotations": {"sigs.k8s.io/deschedule-count": "1"}}
-    }
+    # Not moved: the deschedule count is left as it was (it counts moves, not attempts).
+    assert api.made("PATCH", path) == []
     [event] = api.events()
     assert event["reason"] == "EvictionRefused"
     assert event["type"] == "Warning"
@@ -364,3 +359,27 @@ async def test_renewing_extends_the_owners_avoidances_in_one_write(
     )
     await dry.renew(entries, until=later, now=NOW)
     assert api.requests == []
+
+
+async def test_the_count_is_incremented_once_the_eviction_is_accepted(
+    api: FakeApi, client: ApiClient
+) -> None:
+    pod = a_pod("web-1-x", owned=True)
+    pod["metadata"]["annotations"] = {"keep": "me", moves.DESCHEDULE_COUNT_ANNOTATION: "1"}
+    path = "/api/v1/namespaces/shop/pods/web-1-x"
+    api.routes[("POST", path + "/eviction")] = lambda r: web.json_response({}, status=201)
+    api.routes[("PATCH", path)] = lambda r: web.json_response(pod)
+    assert await mover(client).move(decision(pod), now=NOW) == "moved"
+    assert [(m, p) for m, p, _ in api.requests if p.startswith(path)] == [
+        ("POST", path + "/eviction"),
+        ("PATCH", path),
+    ]
+    [patch] = api.made("PATCH", path)
+    assert patch == {
+        "metadata": {"uid": "uid-web-1-x", "annotations": {"sigs.k8s.io/deschedule-count": "2"}}
+    }
+    # Gone before its count could be written: still a move, told as one.
+    api.requests.clear()
+    del api.routes[("PATCH", path)]  # unscripted: 404
+    assert await mover(client).move(decision(pod), now=NOW) == "moved"
+    assert [e["reason"] for e in api.events()] == ["Descheduled"]

@@ -649,11 +649,11 @@ def test_bad_label_selectors_are_refused(text: str) -> None:
 # -- what a move writes ------------------------------------------------------------------------
 
 
-def test_the_count_patch_names_one_annotation_and_the_judged_version() -> None:
+def test_the_count_patch_names_one_annotation_and_the_pod_s_uid() -> None:
     counted = pod()
     counted["metadata"]["annotations"] = {"keep": "me", moves.DESCHEDULE_COUNT_ANNOTATION: "2"}
     assert moves.count_patch(counted) == {
-        "metadata": {"resourceVersion": "42", "annotations": {"sigs.k8s.io/deschedule-count": "3"}}
+        "metadata": {"uid": "uid-web-1", "annotations": {"sigs.k8s.io/deschedule-count": "3"}}
     }
     garbled = _with(pod(), "metadata.annotations", {moves.DESCHEDULE_COUNT_ANNOTATION: "many"})
     assert moves.count_patch(garbled)["metadata"]["annotations"] == {
