@@ -61,11 +61,15 @@ class Descheduler:
         settings: Settings,
         identity: str,
         now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`client` reads and moves, `events` records Events (a budget of its own);
-        `identity` names this replica (the Events' source host, the Lease holder)."""
+        `identity` names this replica (the Events' source host, the Lease holder); `now`
+        is the time pods and avoidances are judged at, `clock` the seconds the eviction
+        rate is measured in."""
         self._settings = settings
         self._now = now
+        self._clock = clock
         self.pods = Informer(
             client, PODS, name="upper-pending-pods", field_selector="status.phase=Pending"
         )
@@ -191,9 +195,13 @@ class Descheduler:
                 logger.warning("could not prune the avoidance record: %s", exc)
 
     def _take_token(self) -> bool:
+        """Take one move's token of the global rate; False (nothing taken) when none is
+        left now."""
         if self._bucket is None:
             return True
-        if self._bucket.reserve(time.monotonic()) > 0:
+        if self._bucket.reserve(self._clock()) > 0:
+            # Not waited for: the pod is planned again next round. Its reservation is
+            # handed back, or each limited round would put the bucket deeper in debt.
             self._bucket.give_back()
             return False
         return True
