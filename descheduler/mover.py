@@ -2,8 +2,10 @@
 Events that tell users what happened.
 
 Owned pods (a controller will replace them): the owners' avoidances are written to the
-record first, in one write for the whole round, then -- after `settle` seconds, so the
-webhook's informers have the record before any replacement is created -- each pod is
+record first, in one write for the whole round, then -- after `settle` seconds, time for
+the webhook's watch of the record to deliver it (usually milliseconds; a watch promises no
+bound: a replacement admitted without the avoidance is moved again at a later round, its
+node being in the record) -- each pod is
 evicted through policy/v1 Evictions, preconditioned on the UID and resourceVersion the
 decision was made on, and once the eviction is accepted its `sigs.k8s.io/deschedule-count`
 is incremented (a merge patch of that annotation alone): the count counts moves, not
@@ -66,7 +68,8 @@ class MoveSettings:
     avoid_ttl: float = 300.0
     """How long an owner avoids the virtual node its pod was evicted from."""
     settle: float = 1.0
-    """Pause between writing the record and the first eviction of a round."""
+    """Pause between writing the record and the first eviction of a round, for the
+    webhook's watch to deliver the record (no guarantee; see the module docstring)."""
     gone_timeout: float = 10.0
     """How long a bare pod's move waits for the old pod to go before leaving the
     replacement's release to the next round."""

@@ -829,3 +829,22 @@ def test_a_hostname_notin_of_the_template_is_kept_when_judging_the_owner_s_next_
     ).decisions
     assert decision.action == "evict"
     assert decision.message == "may go to vn-c"
+
+
+def test_a_replacement_the_webhook_admitted_without_the_avoidance_is_moved_again() -> None:
+    """The webhook's watch of the record may lag the descheduler's write: the owner's
+    replacement then carries no NotIn and can land on the very node its pod left. Once
+    unschedulable there it is due, and the record (not the pod) says to avoid that node:
+    it is evicted again, towards the other one."""
+    owner = avoidance.controller_of(pod())
+    assert owner is not None
+    record = avoidance.with_avoidance(
+        None, owner=owner, nodes=["vn-a"], until=NOW + dt.timedelta(minutes=5), now=NOW
+    )
+    [decision] = plan(
+        [pod("web-2", on="vn-a")], nodes=NODES, record=record, budgets=[], criteria=CRITERIA,
+        now=NOW,
+    ).decisions  # fmt: skip
+    assert decision.action == "evict"
+    assert decision.avoid == {"vn-a"}
+    assert decision.message == "may go to vn-b"
