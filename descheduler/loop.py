@@ -8,8 +8,9 @@
 
 Every replica keeps its caches warm; only the one holding the Lease runs rounds, so a
 replica that takes over acts at its first round. A round first finishes bare-pod moves left
-half done, then plans from the caches, reports pods that cannot move (blocked by a budget,
-every virtual node tried), and moves the rest within the global rate (a token bucket: at
+half done, then plans from the caches, renews the avoidances of owners whose pods have
+nowhere left to go, reports pods that cannot move (blocked by a budget, every virtual node
+tried), and moves the rest within the global rate (a token bucket: at
 most `eviction_burst` at once, `eviction_rate` per second after that). Nothing here ends the
 process on a failed list, an unreachable apiserver or too few nodes (tensile-kube exited):
 the next round tries again.
@@ -25,7 +26,7 @@ from collections.abc import Callable
 
 from descheduler import metrics, moves
 from descheduler.mover import Mover, NotLeading
-from descheduler.policy import plan
+from descheduler.policy import plan, renewals
 from descheduler.record import AvoidanceRecord, RecordConflict
 from descheduler.settings import Settings
 from vnode.contracts import labels
@@ -60,11 +61,15 @@ class Descheduler:
         settings: Settings,
         identity: str,
         now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`client` reads and moves, `events` records Events (a budget of its own);
-        `identity` names this replica (the Events' source host, the Lease holder)."""
+        `identity` names this replica (the Events' source host, the Lease holder); `now`
+        is the time pods and avoidances are judged at, `clock` the seconds the eviction
+        rate is measured in."""
         self._settings = settings
         self._now = now
+        self._clock = clock
         self.pods = Informer(
             client, PODS, name="upper-pending-pods", field_selector="status.phase=Pending"
         )
@@ -149,10 +154,11 @@ class Descheduler:
         now = self._now()
         pods = list(self.pods.store)
         await self.mover.recover(p for p in pods if moves.is_gated(p))
+        record = self.record.data()
         decided = plan(
             pods,
             nodes=list(self.nodes.store),
-            record=self.record.data(),
+            record=record,
             budgets=list(self.budgets.store),
             criteria=self._settings.criteria,
             now=now,
@@ -160,6 +166,14 @@ class Descheduler:
             volumes=self.volumes.store,
         )
         metrics.PODS_CONSIDERED.inc(decided.considered)
+        kept, until = renewals(
+            decided.decisions,
+            record=record,
+            now=now,
+            ttl=self._settings.moves.avoid_ttl,
+            interval=self._settings.interval,
+        )
+        await self.mover.renew(kept, until=until, now=now)
         chosen = []
         limited = False
         for decision in decided.decisions:
@@ -181,9 +195,13 @@ class Descheduler:
                 logger.warning("could not prune the avoidance record: %s", exc)
 
     def _take_token(self) -> bool:
+        """Take one move's token of the global rate; False (nothing taken) when none is
+        left now."""
         if self._bucket is None:
             return True
-        if self._bucket.reserve(time.monotonic()) > 0:
+        if self._bucket.reserve(self._clock()) > 0:
+            # Not waited for: the pod is planned again next round. Its reservation is
+            # handed back, or each limited round would put the bucket deeper in debt.
             self._bucket.give_back()
             return False
         return True

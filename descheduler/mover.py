@@ -2,11 +2,14 @@
 Events that tell users what happened.
 
 Owned pods (a controller will replace them): the owners' avoidances are written to the
-record first, in one write for the whole round, then -- after `settle` seconds, so the
-webhook's informers have the record before any replacement is created -- each pod's
-`sigs.k8s.io/deschedule-count` is incremented (a merge patch of that annotation alone) and
-the pod is evicted through policy/v1 Evictions, both preconditioned on the resourceVersion
-the decision was made on. A 429 is reported (Event) and that pod waits its Retry-After.
+record first, in one write for the whole round, then -- after `settle` seconds, time for
+the webhook's watch of the record to deliver it (usually milliseconds; a watch promises no
+bound: a replacement admitted without the avoidance is moved again at a later round, its
+node being in the record) -- each pod is
+evicted through policy/v1 Evictions, preconditioned on the UID and resourceVersion the
+decision was made on, and once the eviction is accepted its `sigs.k8s.io/deschedule-count`
+is incremented (a merge patch of that annotation alone): the count counts moves, not
+attempts. A 429 is reported (Event) and that pod waits its Retry-After.
 
 Bare pods: the replacement (see `moves`) is created behind a scheduling gate; the old pod is
 deleted with UID and resourceVersion preconditions (if it changed -- scheduled after all --
@@ -32,6 +35,7 @@ from typing import Any, Literal
 from descheduler import metrics, moves
 from descheduler.policy import Decision
 from descheduler.record import AvoidanceRecord, RecordConflict
+from vnode.contracts import avoidance
 from vnode.kube import errors
 from vnode.kube.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiClient
 from vnode.kube.events import EventRecorder
@@ -64,7 +68,8 @@ class MoveSettings:
     avoid_ttl: float = 300.0
     """How long an owner avoids the virtual node its pod was evicted from."""
     settle: float = 1.0
-    """Pause between writing the record and the first eviction of a round."""
+    """Pause between writing the record and the first eviction of a round, for the
+    webhook's watch to deliver the record (no guarantee; see the module docstring)."""
     gone_timeout: float = 10.0
     """How long a bare pod's move waits for the old pod to go before leaving the
     replacement's release to the next round."""
@@ -159,6 +164,38 @@ class Mover:
             await asyncio.sleep(self._settings.settle)
         return ready
 
+    async def renew(
+        self,
+        entries: Sequence[tuple[avoidance.Owner, str]],
+        *,
+        until: dt.datetime,
+        now: dt.datetime,
+    ) -> None:
+        """Extend each (owner, virtual node) avoidance of `entries` to `until`, in one
+        record write (`policy.renewals` chose them). A failed write is logged and left to
+        the next round (the avoidances still have time left). Raises NotLeading."""
+        if not entries or self._settings.dry_run:
+            return
+        self._check_leading()
+        try:
+            full = await self._record.avoid(entries, until=until, now=now)
+        except (RecordConflict, errors.ApiError, errors.ApiUnavailable) as exc:
+            logger.warning("could not renew the avoidances of owners with nowhere to go: %s", exc)
+            return
+        owners = sorted(
+            {f"{o.kind} {o.namespace}/{o.name}" for o, _ in entries if o.uid not in full}
+        )
+        if owners:
+            logger.info(
+                "nowhere else to go: the avoidances of %s kept until %s",
+                ", ".join(owners),
+                rfc3339(until),
+            )
+        if full:
+            logger.warning(
+                "the avoidance record is full: %d owners' avoidances not renewed", len(full)
+            )
+
     async def move(self, decision: Decision, *, now: dt.datetime) -> Outcome:
         """Evict an owned pod or re-create a bare one (after `prepare`). Raises NotLeading."""
         kind = _kind(decision)
@@ -216,17 +253,10 @@ class Mover:
         namespace, name = str(meta.get("namespace")), str(meta.get("name"))
         self._check_leading()
         try:
-            patched = await self._client.request(
-                "PATCH",
-                PODS.path(namespace=namespace, name=name),
-                body=moves.count_patch(pod),
-                content_type=MERGE_PATCH,
-            )
-            self._check_leading()
             await self._client.request(
                 "POST",
                 PODS.path(namespace=namespace, name=name, subresource="eviction"),
-                body=moves.eviction(patched),
+                body=moves.eviction(pod),
                 retry_throttled=False,
             )
         except errors.TooManyRequests as exc:
@@ -237,6 +267,7 @@ class Mover:
         except errors.NotFound:
             return "gone"
         metrics.PODS_EVICTED.inc()
+        await self._count(pod)
         owner = decision.owner
         assert owner is not None
         until = rfc3339(now + dt.timedelta(seconds=self._settings.avoid_ttl))
@@ -248,6 +279,24 @@ class Mover:
         logger.info("%s: %s", _name(pod), text)
         await self._recorder.record(pod, type="Normal", reason="Descheduled", message=text)
         return "moved"
+
+    async def _count(self, pod: Mapping[str, Any]) -> None:
+        """Increment the deschedule count of `pod`, evicted just now: after the eviction,
+        so it counts moves, not attempts (a 429 leaves it as it was). A pod already gone
+        (or a new one of the same name: the patch names the UID) keeps no count; the move
+        is told by its Event and metrics all the same."""
+        meta = pod.get("metadata") or {}
+        try:
+            await self._client.request(
+                "PATCH",
+                PODS.path(namespace=str(meta.get("namespace")), name=str(meta.get("name"))),
+                body=moves.count_patch(pod),
+                content_type=MERGE_PATCH,
+            )
+        except (errors.NotFound, errors.Conflict, errors.Invalid) as exc:
+            logger.debug("%s: deschedule count not written: %s", _name(pod), exc)
+        except (errors.ApiError, errors.ApiUnavailable) as exc:
+            logger.warning("%s: deschedule count not written: %s", _name(pod), exc)
 
     async def _refused(self, decision: Decision, exc: errors.TooManyRequests) -> Outcome:
         wait = exc.retry_after or DEFAULT_RETRY_AFTER

@@ -49,13 +49,15 @@ def deschedule_count(pod: Mapping[str, Any]) -> int:
 
 
 def count_patch(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the JSON merge patch that increments the deschedule count: it names that one
-    annotation only (every other annotation stays as it is) and the resourceVersion the
-    decision was made on, so a pod changed since is not touched (409 Conflict)."""
+    """Return the JSON merge patch that increments the deschedule count of `pod` (as it was
+    judged): it names that one annotation only (every other annotation stays as it is) and
+    the pod's UID, so another pod that took its name meanwhile (a StatefulSet's next one) is
+    not touched -- the apiserver refuses to change a UID. No resourceVersion: it is written
+    once the pod is evicted, when the eviction has changed it already."""
     meta = _mapping(pod.get("metadata"))
     return {
         "metadata": {
-            "resourceVersion": meta.get("resourceVersion"),
+            "uid": meta.get("uid"),
             "annotations": {DESCHEDULE_COUNT_ANNOTATION: str(deschedule_count(pod) + 1)},
         }
     }

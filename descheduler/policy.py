@@ -76,7 +76,8 @@ class Decision:
     - recreate: a bare pod: create its replacement avoiding `avoid`, then delete it;
     - exhausted: every considered virtual node has been tried, or the pod's own node
       selection (nodeSelector, required node affinity, tolerations) or the node affinity
-      of its volumes admits none of the others; the pod stays where it is;
+      of its volumes admits none of the others; the pod stays where it is, and its
+      owner's avoidances are kept (`renewals`);
     - blocked: a PodDisruptionBudget does not allow it now (`message` says which).
     """
 
@@ -318,6 +319,41 @@ def plan(
     return Round(decisions=tuple(decisions), considered=considered, deferred=deferred)
 
 
+def renewals(
+    decisions: Iterable[Decision],
+    *,
+    record: Mapping[str, str] | None,
+    now: dt.datetime,
+    ttl: float,
+    interval: float,
+) -> tuple[list[tuple[avoidance.Owner, str]], dt.datetime]:
+    """Return the avoidances to renew now, as (owner, virtual node), and until when: every
+    live one of an owner that has a pod with nowhere left to go (an `exhausted` decision),
+    once any of them has less than half of `ttl` (the --avoid-ttl, seconds) left, or less
+    than two rounds (`interval` seconds apart) -- so a round never comes too late. They are
+    renewed for `ttl`, or four rounds if that is longer, so not at every round.
+
+    Kept while the owner waits, they stop its pods from cycling back, one expiry after the
+    other, to the virtual nodes whose lower clusters could not place them: the pod stays
+    where it is, and runs once that lower cluster has room. When no pod of the owner is
+    exhausted any more (they run, or went), nothing renews them and they lapse.
+    """
+    within = max(ttl / 2, 2 * interval)
+    horizon = now + dt.timedelta(seconds=within)
+    found: list[tuple[avoidance.Owner, str]] = []
+    seen: set[str] = set()
+    for decision in decisions:
+        owner = decision.owner
+        if decision.action != "exhausted" or owner is None or owner.uid in seen:
+            continue
+        seen.add(owner.uid)
+        entry = avoidance.parse_entry(owner.uid, (record or {}).get(owner.uid))
+        live = sorted(n for n, until in (entry.nodes if entry else {}).items() if until > now)
+        if entry is not None and any(entry.nodes[n] <= horizon for n in live):
+            found += [(owner, n) for n in live]
+    return found, now + dt.timedelta(seconds=max(ttl, 2 * within))
+
+
 def _decide(
     pod: Mapping[str, Any],
     *,
@@ -340,9 +376,14 @@ def _decide(
     # left where it is it runs once its lower cluster has room.
     spec = _mapping(pod.get("spec"))
     if owner is not None:
-        # The controller's next pod is made from its template: the NotIn of an earlier
-        # move is not in it (the avoidances in force are `avoid`, from the record).
-        spec = {**spec, "affinity": avoidance.without_avoidances(_mapping(spec.get("affinity")))}
+        # The controller's next pod is made from its template: the NotIn values the webhook
+        # added at an earlier move are not in it (the avoidances in force are `avoid`, from
+        # the record), but a NotIn of the template is. A pod without the webhook's note of
+        # what it added (made before it kept one) is judged as it is: never a move whose
+        # replacement fits nowhere, at worst a node left untried.
+        added = avoidance.added_nodes(pod)
+        affinity = avoidance.without_avoidances(_mapping(spec.get("affinity")), added)
+        spec = {**spec, "affinity": affinity}
     unfit = {
         name: scheduling.unfit(spec, usable[name]) or _volume_unfit(pins, usable[name])
         for name in others

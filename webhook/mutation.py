@@ -23,7 +23,9 @@ already). Conversion runs `STEPS` in order on a `Draft`:
    names (the replacement of a pod evicted from a virtual node whose lower cluster could
    not place it) gets `kubernetes.io/hostname NotIn [<virtual nodes to avoid>]` in every
    required node-selector term (`vnode.contracts.avoidance.avoiding`), on the pod itself:
-   it is for the upper scheduler, never moved into the annotation.
+   it is for the upper scheduler, never moved into the annotation. The nodes the pod did
+   not exclude already are noted in annotation `tensile.io/avoided-nodes`, so the
+   descheduler can tell the webhook's NotIn values from the template's.
 4. `convert_tolerations`: the pod's tolerations are copied into the annotation; upstairs,
    its not-ready/unreachable NoExecute ones are replaced by the configured ones and the
    virtual nodes' taint is tolerated (`clusterselector.added_tolerations`).
@@ -144,6 +146,9 @@ class Draft:
     """Nodes named by the `selected-node` of the PVCs the pod uses, in volume order."""
     avoided_nodes: frozenset[str] = frozenset()
     """Virtual nodes the pod's controller must avoid (the descheduler's record)."""
+    added_avoidances: frozenset[str] = frozenset()
+    """Of those, the ones whose NotIn the webhook put on the pod, not the pod's own
+    (`avoidance.ADDED_ANNOTATION`)."""
     warnings: list[str] = field(default_factory=list)
 
 
@@ -299,10 +304,16 @@ def keep_off_avoided_nodes(draft: Draft, settings: MutationSettings, lookups: Lo
     step 3). After `convert_placement`, so the requirement is never moved below; merging it
     again into a pod that has it changes nothing."""
     del settings, lookups  # the avoided nodes were looked up with the draft
-    if draft.avoided_nodes:
-        draft.affinity = (
-            avoidance.avoiding(draft.affinity or None, sorted(draft.avoided_nodes)) or {}
-        )
+    if not draft.avoided_nodes:
+        return
+    # Noted on the pod, so the descheduler can tell them from a NotIn of the template:
+    # nodes the pod excludes already are its own. On reinvocation the NotIn holds what the
+    # first call added, which its note tells; a note the pod came with counts only for
+    # nodes avoided now.
+    own = avoidance.excluded_by_name(draft.affinity)
+    noted = avoidance.added_nodes(draft.admission.pod) & draft.avoided_nodes
+    draft.added_avoidances = noted | (draft.avoided_nodes - own)
+    draft.affinity = avoidance.avoiding(draft.affinity or None, sorted(draft.avoided_nodes)) or {}
 
 
 def convert_tolerations(draft: Draft, settings: MutationSettings, lookups: Lookups) -> None:
@@ -442,11 +453,33 @@ def _patch(draft: Draft) -> list[patches.Operation]:
         affinity=draft.lower_affinity,
         tolerations=draft.lower_tolerations,
     )
-    if draft.previous is not None and json.loads(annotation) == draft.previous:
-        return operations  # nothing new below: the annotation stays as it was written
-    return operations + patches.set_member(
-        pod, ("metadata", "annotations", clusterselector.ANNOTATION), annotation
-    )
+    changes: dict[str, str | None] = {}
+    if draft.previous is None or json.loads(annotation) != draft.previous:
+        # Else nothing new below: the annotation stays as it was written.
+        changes[clusterselector.ANNOTATION] = annotation
+    added = draft.added_avoidances
+    changes[avoidance.ADDED_ANNOTATION] = avoidance.render_added(added) if added else None
+    return operations + _annotation_patch(pod, changes)
+
+
+def _annotation_patch(
+    pod: Mapping[str, Any], changes: Mapping[str, str | None]
+) -> list[patches.Operation]:
+    """The operations that set (a string) or remove (None) each annotation of `changes`:
+    one `add` of the whole map when the pod has no annotations yet (an `add` per key would
+    each replace the map the one before made)."""
+    current = _mapping(pod.get("metadata")).get("annotations")
+    if not isinstance(current, Mapping):
+        values = {k: v for k, v in changes.items() if v is not None}
+        return patches.set_member(pod, ("metadata", "annotations"), values) if values else []
+    operations: list[patches.Operation] = []
+    for key, value in changes.items():
+        path = ("metadata", "annotations", key)
+        if value is None:
+            operations += patches.remove_member(pod, path)
+        else:
+            operations += patches.set_member(pod, path, value)
+    return operations
 
 
 def _mapping(value: object) -> Mapping[str, Any]:

@@ -6,6 +6,10 @@ never checks budgets for those), an old pod that changes between the replacement
 creation and its deletion (409 on the delete), the avoidance record changing under every
 write, and a Lease lost in the middle of a move. The moves themselves, end to end, are
 tests/e2e/test_descheduler.py.
+
+Also one round of `Descheduler` as a whole, its caches filled by hand: the global eviction
+rate needs a clock the test moves (a real server cannot be made to wait), and the record
+writes of its prune and renewal steps are checked on the requests made.
 """
 
 from __future__ import annotations
@@ -19,11 +23,14 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from prometheus_client import REGISTRY
 
 from descheduler import moves
+from descheduler.loop import Descheduler
 from descheduler.mover import Mover, MoveSettings, NotLeading
 from descheduler.policy import Decision
 from descheduler.record import WRITE_ATTEMPTS, AvoidanceRecord
+from descheduler.settings import Settings
 from vnode.contracts import avoidance
 from vnode.kube.client import ApiClient
 from vnode.kube.config import ConnectionInfo
@@ -149,9 +156,6 @@ async def test_an_eviction_refused_with_429_is_reported_and_waits_its_retry_afte
 ) -> None:
     pod = a_pod("web-1-x", owned=True)
     path = "/api/v1/namespaces/shop/pods/web-1-x"
-    api.routes[("PATCH", path)] = lambda r: web.json_response(
-        {**pod, "metadata": {**pod["metadata"], "resourceVersion": "8"}}
-    )
 
     def refuse(_request: web.Request) -> web.Response:
         answer = status(
@@ -166,17 +170,15 @@ async def test_an_eviction_refused_with_429_is_reported_and_waits_its_retry_afte
     now = [1000.0]
     m = mover(client, clock=lambda: now[0])
     assert await m.move(decision(pod), now=NOW) == "refused"
-    # Asked once (a 429 here is a verdict, not throttling to retry through), with the
-    # resourceVersion of the count patch as precondition.
+    # Asked once (a 429 here is a verdict, not throttling to retry through), with the pod
+    # as judged as precondition.
     [eviction] = api.made("POST", path + "/eviction")
     assert eviction["deleteOptions"]["preconditions"] == {
         "uid": "uid-web-1-x",
-        "resourceVersion": "8",
+        "resourceVersion": "7",
     }
-    [patch] = api.made("PATCH", path)
-    assert patch == {
-        "metadata": {"resourceVersion": "7", "annotations": {"sigs.k8s.io/deschedule-count": "1"}}
-    }
+    # Not moved: the deschedule count is left as it was (it counts moves, not attempts).
+    assert api.made("PATCH", path) == []
     [event] = api.events()
     assert event["reason"] == "EvictionRefused"
     assert event["type"] == "Warning"
@@ -325,3 +327,228 @@ async def test_a_bare_move_whose_last_step_fails_is_a_move_finished_later(
     reasons = [e["reason"] for e in api.events()]
     assert reasons == ["Rescheduled", "Rescheduled"]
     assert not api.made("PATCH", "/api/v1/namespaces/shop/pods/solo-d1")  # still gated
+
+
+async def test_renewing_extends_the_owners_avoidances_in_one_write(
+    api: FakeApi, client: ApiClient
+) -> None:
+    """The write of `policy.renewals`' choice (the choice itself is tests/unit); a dry run
+    writes nothing."""
+    path = "/api/v1/namespaces/tensile-system/configmaps/tensile-avoid"
+    soon = avoidance.with_avoidance(
+        None, owner=OWNER, nodes=["vn-a", "vn-b"], until=NOW + dt.timedelta(seconds=60), now=NOW
+    )
+    current = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "tensile-avoid",
+            "namespace": "tensile-system",
+            "resourceVersion": "3",
+        },
+        "data": soon,
+    }
+    api.routes[("GET", path)] = lambda r: web.json_response(current)
+    api.routes[("PUT", path)] = lambda r: web.json_response(current)
+    later = NOW + dt.timedelta(minutes=5)
+    entries = [(OWNER, "vn-a"), (OWNER, "vn-b")]
+    await mover(client).renew(entries, until=later, now=NOW)
+    [put] = api.made("PUT", path)
+    entry = avoidance.parse_entry(OWNER.uid, put["data"][OWNER.uid])
+    assert entry is not None
+    assert entry.nodes == {"vn-a": later, "vn-b": later}
+    api.requests.clear()
+    dry = Mover(
+        client=client,
+        recorder=EventRecorder(client, component="tensile-descheduler", host="me"),
+        record=AvoidanceRecord(client, namespace="tensile-system", name="tensile-avoid"),
+        settings=MoveSettings(dry_run=True),
+    )
+    await dry.renew(entries, until=later, now=NOW)
+    assert api.requests == []
+
+
+async def test_the_count_is_incremented_once_the_eviction_is_accepted(
+    api: FakeApi, client: ApiClient
+) -> None:
+    pod = a_pod("web-1-x", owned=True)
+    pod["metadata"]["annotations"] = {"keep": "me", moves.DESCHEDULE_COUNT_ANNOTATION: "1"}
+    path = "/api/v1/namespaces/shop/pods/web-1-x"
+    api.routes[("POST", path + "/eviction")] = lambda r: web.json_response({}, status=201)
+    api.routes[("PATCH", path)] = lambda r: web.json_response(pod)
+    assert await mover(client).move(decision(pod), now=NOW) == "moved"
+    assert [(m, p) for m, p, _ in api.requests if p.startswith(path)] == [
+        ("POST", path + "/eviction"),
+        ("PATCH", path),
+    ]
+    [patch] = api.made("PATCH", path)
+    assert patch == {
+        "metadata": {"uid": "uid-web-1-x", "annotations": {"sigs.k8s.io/deschedule-count": "2"}}
+    }
+    # Gone before its count could be written: still a move, told as one.
+    api.requests.clear()
+    del api.routes[("PATCH", path)]  # unscripted: 404
+    assert await mover(client).move(decision(pod), now=NOW) == "moved"
+    assert [e["reason"] for e in api.events()] == ["Descheduled"]
+
+
+# -- one round ----------------------------------------------------------------------------
+
+RECORD_PATH = "/api/v1/namespaces/tensile-system/configmaps/tensile-avoid"
+
+
+def a_node(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"type": "virtual-kubelet"}},
+        "spec": {},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def unplaceable(name: str, *, owned: bool, on: str = "vn-a") -> dict[str, Any]:
+    """A pod the lower cluster behind `on` has called Unschedulable for ten minutes."""
+    pod = a_pod(name, owned=owned)
+    pod["metadata"]["labels"] = {"virtual-pod": "true"}
+    pod["metadata"]["creationTimestamp"] = "2026-03-01T11:00:00Z"
+    pod["spec"]["nodeName"] = on
+    pod["status"]["conditions"] = [
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": "0/2 nodes are available: 2 Insufficient cpu.",
+            "lastTransitionTime": "2026-03-01T11:50:00Z",
+        }
+    ]
+    return pod
+
+
+def a_round(
+    client: ApiClient,
+    *,
+    settings: Settings,
+    pods: list[dict[str, Any]],
+    record: dict[str, str] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Descheduler:
+    """A Descheduler whose caches hold `pods`, virtual nodes vn-a and vn-b, and `record`."""
+    made = Descheduler(
+        client=client, events=client, settings=settings, identity="me", now=lambda: NOW,
+        clock=clock,
+    )  # fmt: skip
+    for obj in (a_node("vn-a"), a_node("vn-b")):
+        made.nodes.store.upsert(obj)
+    for pod in pods:
+        made.pods.store.upsert(pod)
+    if record is not None:
+        made.record.informer.store.upsert(
+            {
+                "metadata": {"name": "tensile-avoid", "namespace": "tensile-system"},
+                "data": record,
+            }
+        )
+    return made
+
+
+def moved(outcome: str) -> float:
+    labels = {"kind": "recreate", "outcome": outcome}
+    return REGISTRY.get_sample_value("tensile_descheduler_moves_total", labels) or 0.0
+
+
+def considered() -> float:
+    return REGISTRY.get_sample_value("tensile_descheduler_pods_considered_total") or 0.0
+
+
+async def test_a_round_moves_within_the_global_eviction_rate(client: ApiClient) -> None:
+    """--eviction-rate 1 --eviction-burst 2, five bare pods due (a dry run: the moves are
+    counted, nothing is written). A pod over the rate is planned again next round."""
+    now = [100.0]
+    settings = Settings(
+        eviction_rate=1.0, eviction_burst=2, moves=MoveSettings(dry_run=True), interval=1.0
+    )
+    pods = [unplaceable(f"p{i}", owned=False) for i in range(5)]
+    descheduler = a_round(client, settings=settings, pods=pods, clock=lambda: now[0])
+    results = []
+    for at in (100.0, 100.5, 101.5, 200.0):
+        now[0] = at
+        before = (moved("dry_run"), moved("rate_limited"), considered())
+        await descheduler.round()
+        after = (moved("dry_run"), moved("rate_limited"), considered())
+        results.append(tuple(a - b for a, b in zip(after, before, strict=True)))
+    assert results == [
+        (2, 3, 5),  # the burst
+        (0, 5, 5),  # half a token: none
+        # One more second, one more token: the refused reservations of the two rounds
+        # before were handed back, not owed.
+        (1, 4, 5),
+        (2, 3, 5),  # long after: the burst again, never more
+    ]
+    # Without a rate, all of them.
+    unlimited = a_round(
+        client, settings=Settings(eviction_rate=0, moves=MoveSettings(dry_run=True)), pods=pods
+    )
+    before = moved("dry_run")
+    await unlimited.round()
+    assert moved("dry_run") - before == 5
+
+
+async def test_a_round_prunes_expired_avoidances_and_renews_those_of_owners_stuck(
+    api: FakeApi, client: ApiClient
+) -> None:
+    """The record holds an expired entry, and an avoidance of vn-b a minute from its end.
+    A round with no pod due prunes the expired entry (one write); with a pod of that
+    owner with nowhere left (vn-b avoided, the pod unplaceable on vn-a) the round keeps
+    vn-b for --avoid-ttl, and the pod stays. Only pods on virtual nodes are counted as
+    considered; a round with nothing to prune or renew writes nothing."""
+    gone = avoidance.Owner(uid="old", api_version="v1", kind="ReplicaSet", namespace="x", name="o")
+    expired = avoidance.Avoidance(owner=gone, nodes={"vn-a": NOW - dt.timedelta(minutes=30)})
+    ending = avoidance.Avoidance(owner=OWNER, nodes={"vn-b": NOW + dt.timedelta(minutes=1)})
+    record = {
+        gone.uid: avoidance.render_entry(expired),
+        OWNER.uid: avoidance.render_entry(ending),
+    }
+    stored = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "tensile-avoid",
+            "namespace": "tensile-system",
+            "resourceVersion": "1",
+        },
+        "data": dict(record),
+    }
+
+    def put(_request: web.Request) -> web.Response:
+        stored["data"] = api.requests[-1][2]["data"]
+        return web.json_response(stored)
+
+    api.routes[("GET", RECORD_PATH)] = lambda r: web.json_response(stored)
+    api.routes[("PUT", RECORD_PATH)] = put
+    elsewhere = unplaceable("elsewhere", owned=False, on="real-node")
+    settings = Settings(moves=MoveSettings(avoid_ttl=300.0))
+    descheduler = a_round(client, settings=settings, pods=[elsewhere], record=record)
+    before = considered()
+    await descheduler.round()
+    assert considered() - before == 0
+    [pruned] = api.made("PUT", RECORD_PATH)
+    assert pruned["data"] == {OWNER.uid: record[OWNER.uid]}
+
+    api.requests.clear()
+    stuck = unplaceable("web-1-x", owned=True)
+    descheduler = a_round(
+        client, settings=settings, pods=[stuck, elsewhere], record=dict(stored["data"])
+    )
+    before = considered()
+    await descheduler.round()
+    assert considered() - before == 1
+    [renewed] = api.made("PUT", RECORD_PATH)
+    assert avoidance.parse_entry(OWNER.uid, renewed["data"][OWNER.uid]) == avoidance.Avoidance(
+        owner=OWNER, nodes={"vn-b": NOW + dt.timedelta(minutes=5)}
+    )
+    assert not api.made("POST", "/api/v1/namespaces/shop/pods/web-1-x/eviction")
+    assert [e["reason"] for e in api.events()] == ["NoVirtualNodeLeft"]
+
+    api.requests.clear()
+    descheduler.record.informer.store.upsert({**stored, "data": dict(stored["data"])})
+    await descheduler.round()
+    assert not api.made("PUT", RECORD_PATH)

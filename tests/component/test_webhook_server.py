@@ -247,3 +247,38 @@ async def test_a_failing_decision_is_allowed_unchanged_and_counted() -> None:
         "warnings": ["tensile-webhook: internal error; the pod was admitted unchanged"],
     }
     assert counted("CREATE", "error") == before + 1
+
+
+def latency(operation: str, le: str | None = None) -> float:
+    """tensile_webhook_admission_duration_seconds of `operation`: its bucket `le`, or its
+    count (le None)."""
+    name = "tensile_webhook_admission_duration_seconds"
+    if le is None:
+        value = REGISTRY.get_sample_value(f"{name}_count", {"operation": operation})
+    else:
+        value = REGISTRY.get_sample_value(f"{name}_bucket", {"operation": operation, "le": le})
+    return value or 0.0
+
+
+async def test_the_latency_histogram_times_each_answer_by_operation() -> None:
+    """A decision taken at once falls in the lowest buckets; one that waited for caches
+    until its deadline (0.8 s of a 1 s timeout) in the bucket of its wait, not below; a
+    request refused before its operation is known is timed under operation ""."""
+    fast, slow, refused = latency("CREATE"), latency("CREATE", "0.1"), latency("")
+    async with serving() as base:
+        assert (await post(base, review()))[0] == 200
+    assert latency("CREATE") == fast + 1
+    assert latency("CREATE", "0.1") == slow + 1
+    below, within = latency("CREATE", "0.5"), latency("CREATE", "1.0")
+    async with serving(ready=False, wait_ready=_never) as base:
+        assert (await post(base, review(), path=URL + "?timeout=1s"))[0] == 200
+    assert latency("CREATE", "0.5") == below  # waited 0.8 s: not counted as fast
+    assert latency("CREATE", "1.0") == within + 1
+    async with serving() as base:
+        assert (await post(base, b"not json"))[0] == 400
+    assert latency("") == refused + 1
+    total = REGISTRY.get_sample_value(
+        "tensile_webhook_admission_duration_seconds_sum", {"operation": "CREATE"}
+    )
+    assert total is not None
+    assert total >= 0.8

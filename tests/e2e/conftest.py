@@ -17,6 +17,8 @@ import secrets  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from tests.e2e.helpers import Storage, delete_if_present  # noqa: E402
+from vnode.providers.k2k import volumes  # noqa: E402
 from vnode.testing.fleet import Fleet  # noqa: E402
 from vnode.testing.vnodes import VirtualNodeProcess  # noqa: E402
 
@@ -60,3 +62,97 @@ def running_pod(fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str) 
     create(upper, namespace, pod_manifest("web", node=virtual_node.name))
     wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
     return "web"
+
+
+@pytest.fixture
+def storage(fleet: Fleet) -> Iterator[Storage]:
+    """StorageClasses upstairs (the virtual nodes' own, and an ordinary one: tensile-kube's
+    migration path) and below (local PVs pinned to the lower kwok nodes); removed after."""
+    suffix = secrets.token_hex(3)
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    classes = "/apis/storage.k8s.io/v1/storageclasses"
+    made = Storage(
+        upper_class=f"tensile-{suffix}",
+        legacy_class=f"legacy-{suffix}",
+        lower_class=f"local-{suffix}",
+        volumes={f"local-{suffix}-{i}": f"lower-node-{i}" for i in range(3)},
+    )
+    upper.request(
+        "POST",
+        classes,
+        body={
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": made.upper_class},
+            "provisioner": volumes.PROVISIONER,
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "allowVolumeExpansion": True,
+            # Only virtual nodes can provision it: the scheduler checks this per node.
+            "allowedTopologies": [
+                {"matchLabelExpressions": [{"key": "type", "values": ["virtual-kubelet"]}]}
+            ],
+        },
+    )
+    upper.request(
+        "POST",
+        classes,
+        body={
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": made.legacy_class},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "WaitForFirstConsumer",
+        },
+    )
+    lower.request(
+        "POST",
+        classes,
+        body={
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": made.lower_class},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "allowVolumeExpansion": True,
+        },
+    )
+    for name, node in made.volumes.items():
+        lower.request(
+            "POST",
+            "/api/v1/persistentvolumes",
+            body={
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": name},
+                "spec": {
+                    "capacity": {"storage": "5Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "storageClassName": made.lower_class,
+                    "local": {"path": f"/mnt/disks/{name}"},
+                    "nodeAffinity": {
+                        "required": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {
+                                            "key": "kubernetes.io/hostname",
+                                            "operator": "In",
+                                            "values": [node],
+                                        }
+                                    ]
+                                }
+                            ]
+                        }
+                    },
+                },
+            },
+        )
+    try:
+        yield made
+    finally:
+        for name in made.volumes:
+            delete_if_present(lower, f"/api/v1/persistentvolumes/{name}")
+        for name in (made.upper_class, made.legacy_class):
+            delete_if_present(upper, f"{classes}/{name}")
+        delete_if_present(lower, f"{classes}/{made.lower_class}")

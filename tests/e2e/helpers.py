@@ -6,6 +6,7 @@ import http.client
 import ssl
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -163,3 +164,26 @@ def kubelet_request(
         return response.status, response.read().decode()
     finally:
         conn.close()
+
+
+@dataclass(frozen=True)
+class Storage:
+    """The StorageClasses and lower local PVs of one test."""
+
+    upper_class: str
+    """Provisioned by the virtual nodes (tensile.io/virtual-node, WaitForFirstConsumer)."""
+    legacy_class: str
+    """An ordinary WaitForFirstConsumer class upstairs (tensile-kube's migration path)."""
+    lower_class: str
+    """Below: kubernetes.io/no-provisioner, WaitForFirstConsumer, local PVs."""
+    volumes: dict[str, str]
+    """Lower local PV name -> the kwok node its node affinity names."""
+
+
+def delete_if_present(client: RestClient, path: str) -> None:
+    """DELETE `path`; a 404 is fine."""
+    try:
+        client.request("DELETE", path)
+    except ApiStatusError as exc:
+        if exc.code != 404:
+            raise

@@ -435,6 +435,52 @@ def test_dry_run_changes_nothing(
     assert descheduler.metric("tensile_descheduler_moves_total", outcome="moved") == 0
 
 
+def test_dry_run_moves_no_pod_with_a_controller(
+    topology: Topology,
+    ns: str,
+    webhook: WebhookProcess,
+    deschedulers: Callable[..., DeschedulerProcess],
+) -> None:
+    """A Deployment's pod (its replacement would pass the webhook, so it is movable), as in
+    the move test above, under --dry-run: no avoidance written, no count patched, no
+    eviction, no Event; the eviction it would make is counted and logged."""
+    upper = topology.upper
+    upper.request(
+        "POST",
+        f"/apis/apps/v1/namespaces/{ns}/deployments",
+        body=deployment("dry", replicas=1, prefer="vn-a"),
+    )
+    wait_for("a dry pod", lambda: pods_of(upper, ns, "dry"))
+    name = pods_of(upper, ns, "dry")[0]["metadata"]["name"]
+    wait_for("unschedulable below vn-a", lambda: unschedulable_below(upper, ns, name), timeout=60)
+    before = pod(upper, ns, name) or {}
+    assert before["spec"]["nodeName"] == "vn-a"
+    record = avoidance_record(upper)
+    descheduler = deschedulers("--dry-run")
+    wait_for(
+        "dry-run evictions counted, round after round",
+        lambda: (
+            descheduler.metric("tensile_descheduler_moves_total", kind="evict", outcome="dry_run")
+            >= 2
+        ),
+        timeout=TIMEOUT + 30,
+    )
+    after = pod(upper, ns, name) or {}
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert after["metadata"].get("deletionTimestamp") is None
+    assert moves.DESCHEDULE_COUNT_ANNOTATION not in (after["metadata"].get("annotations") or {})
+    assert [p["metadata"]["name"] for p in pods_of(upper, ns, "dry")] == [name]
+    assert avoidance_record(upper) == record
+    assert descheduler_events(upper, ns) == []
+    assert not [e for e in events_for(upper, ns, name) if e["reason"] in ("Evicted", "Killing")]
+    assert descheduler.metric("tensile_descheduler_pods_evicted_total") == 0
+    assert descheduler.metric("tensile_descheduler_moves_total", outcome="moved") == 0
+    assert f"dry run: would evict pod {ns}/{name} off virtual node vn-a" in (
+        descheduler.log.read_text()
+    )
+
+
 # -- budgets ---------------------------------------------------------------------------------
 
 

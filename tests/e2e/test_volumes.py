@@ -8,135 +8,19 @@ lower scheduler and the lower PV controller put each pod where its volume is.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.helpers import get, phase, wait_for
+from tests.e2e.helpers import Storage, delete_if_present, get, phase, wait_for
 from vnode.providers.k2k import naming, volumes
 from vnode.testing.fleet import Fleet
-from vnode.testing.rest import ApiStatusError, RestClient
+from vnode.testing.rest import RestClient
 from vnode.testing.vnodes import VirtualNodeProcess
 
 MERGE = "application/merge-patch+json"
 TOLERATE = [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}]
-
-
-@dataclass(frozen=True)
-class Storage:
-    """The StorageClasses and lower local PVs of one test."""
-
-    upper_class: str
-    """Provisioned by the virtual nodes (tensile.io/virtual-node, WaitForFirstConsumer)."""
-    legacy_class: str
-    """An ordinary WaitForFirstConsumer class upstairs (tensile-kube's migration path)."""
-    lower_class: str
-    """Below: kubernetes.io/no-provisioner, WaitForFirstConsumer, local PVs."""
-    volumes: dict[str, str]
-    """Lower local PV name -> the kwok node its node affinity names."""
-
-
-def _delete(client: RestClient, path: str) -> None:
-    try:
-        client.request("DELETE", path)
-    except ApiStatusError as exc:
-        if exc.code != 404:
-            raise
-
-
-@pytest.fixture
-def storage(fleet: Fleet) -> Iterator[Storage]:
-    suffix = secrets.token_hex(3)
-    upper, lower = fleet.upper.rest(), fleet.lower.rest()
-    classes = "/apis/storage.k8s.io/v1/storageclasses"
-    made = Storage(
-        upper_class=f"tensile-{suffix}",
-        legacy_class=f"legacy-{suffix}",
-        lower_class=f"local-{suffix}",
-        volumes={f"local-{suffix}-{i}": f"lower-node-{i}" for i in range(3)},
-    )
-    upper.request(
-        "POST",
-        classes,
-        body={
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": made.upper_class},
-            "provisioner": volumes.PROVISIONER,
-            "volumeBindingMode": "WaitForFirstConsumer",
-            "allowVolumeExpansion": True,
-            # Only virtual nodes can provision it: the scheduler checks this per node.
-            "allowedTopologies": [
-                {"matchLabelExpressions": [{"key": "type", "values": ["virtual-kubelet"]}]}
-            ],
-        },
-    )
-    upper.request(
-        "POST",
-        classes,
-        body={
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": made.legacy_class},
-            "provisioner": "kubernetes.io/no-provisioner",
-            "volumeBindingMode": "WaitForFirstConsumer",
-        },
-    )
-    lower.request(
-        "POST",
-        classes,
-        body={
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": made.lower_class},
-            "provisioner": "kubernetes.io/no-provisioner",
-            "volumeBindingMode": "WaitForFirstConsumer",
-            "allowVolumeExpansion": True,
-        },
-    )
-    for name, node in made.volumes.items():
-        lower.request(
-            "POST",
-            "/api/v1/persistentvolumes",
-            body={
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": name},
-                "spec": {
-                    "capacity": {"storage": "5Gi"},
-                    "accessModes": ["ReadWriteOnce"],
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    "storageClassName": made.lower_class,
-                    "local": {"path": f"/mnt/disks/{name}"},
-                    "nodeAffinity": {
-                        "required": {
-                            "nodeSelectorTerms": [
-                                {
-                                    "matchExpressions": [
-                                        {
-                                            "key": "kubernetes.io/hostname",
-                                            "operator": "In",
-                                            "values": [node],
-                                        }
-                                    ]
-                                }
-                            ]
-                        }
-                    },
-                },
-            },
-        )
-    try:
-        yield made
-    finally:
-        for name in made.volumes:
-            _delete(lower, f"/api/v1/persistentvolumes/{name}")
-        for name in (made.upper_class, made.legacy_class):
-            _delete(upper, f"{classes}/{name}")
-        _delete(lower, f"{classes}/{made.lower_class}")
 
 
 @pytest.fixture
@@ -473,4 +357,4 @@ def test_claims_of_other_classes_follow_their_pod_down_as_tensile_kube_did(
     assert kept["metadata"]["annotations"][volumes.RECLAIM_ANNOTATION] == "Retain"
     released = upper.request("GET", f"/api/v1/persistentvolumes/{pv['metadata']['name']}")
     assert released["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
-    _delete(upper, f"/api/v1/persistentvolumes/{pv['metadata']['name']}")
+    delete_if_present(upper, f"/api/v1/persistentvolumes/{pv['metadata']['name']}")

@@ -22,8 +22,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.e2e.helpers import create, get, token_kubeconfig, wait_for
+from tests.e2e.helpers import Storage, create, get, phase, token_kubeconfig, wait_for
 from vnode.contracts import clusterselector
+from vnode.contracts.labels import SELECTED_NODE_ANNOTATION as SELECTED_NODE
 from vnode.testing import kwok, webhooks
 from vnode.testing.fleet import Fleet
 from vnode.testing.rest import ApiStatusError
@@ -144,53 +145,126 @@ def test_a_deployment_asking_for_ssd_lands_on_the_ssd_node_below(
     assert 'result="mutated"' in webhook.metrics()
 
 
-def test_a_pod_using_a_claim_provisioned_for_a_node_is_pinned_there(
-    fleet: Fleet, namespace: str, webhook: WebhookProcess
+def test_a_pod_using_a_claim_provisioned_for_a_virtual_node_is_scheduled_there(
+    fleet: Fleet,
+    namespace: str,
+    webhook: WebhookProcess,
+    storage: Storage,
+    nodes: list[VirtualNodeProcess],
+    tmp_path: Path,
 ) -> None:
+    """Two virtual nodes; a claim of a class nothing provisions upstairs, followed down by
+    a pod placed on the first one by name (tensile-kube's migration path, as in
+    tests/e2e/test_volumes.py): bound below, the first node shows its volume upstairs and
+    writes `volume.kubernetes.io/selected-node: <first>` on the claim. A new pod of the
+    claim, with no node constraint of its own and no toleration of the virtual nodes' taint,
+    passes the real webhook -- which pins it to that node and tolerates the taint -- and
+    the real upper scheduler binds it there; the second node was Ready and tolerated too.
+    (The volume the node shows upstairs is pinned to it as well, so the scheduler's volume
+    binding agrees: the test checks the webhook's requirement on the stored pod.)"""
     upper = fleet.upper.rest()
+    first = VirtualNodeProcess(
+        fleet,
+        name=f"vn-{secrets.token_hex(3)}",
+        log_dir=tmp_path,
+        args=[f"--lower-storage-class={storage.legacy_class}={storage.lower_class}"],
+    )
+    second = VirtualNodeProcess(fleet, name=f"vn-{secrets.token_hex(3)}", log_dir=tmp_path)
+    for node in (first, second):
+        nodes.append(node)
+        node.start()
+    claims = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims"
     upper.request(
         "POST",
-        f"/api/v1/namespaces/{namespace}/persistentvolumeclaims",
+        claims,
         body={
             "apiVersion": "v1",
             "kind": "PersistentVolumeClaim",
-            "metadata": {
-                "name": "data",
-                "annotations": {"volume.kubernetes.io/selected-node": "vk-somewhere"},
-            },
+            "metadata": {"name": "data"},
             "spec": {
                 "accessModes": ["ReadWriteOnce"],
+                "storageClassName": storage.legacy_class,
                 "resources": {"requests": {"storage": "1Gi"}},
             },
         },
     )
+    data = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+    create(
+        upper,
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "first"},
+            "spec": {
+                "nodeName": first.name,
+                "tolerations": [VNODE_TOLERATION],
+                "containers": [{"name": "app", "image": "busybox"}],
+                "volumes": data,
+            },
+        },
+    )
+    claim = wait_for(
+        "selected-node written by the first virtual node",
+        lambda: (
+            (found := get(upper, f"{claims}/data"))
+            and (found["metadata"].get("annotations") or {}).get(SELECTED_NODE) == first.name
+            and found
+        ),
+        timeout=90,
+    )
+    volume = claim["spec"]["volumeName"]
     manifest = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "db", "labels": {"virtual-pod": "true"}},
-        "spec": {
-            "nodeSelector": {"zone": "a"},
-            "containers": [{"name": "db", "image": "postgres"}],
-            "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}],
-        },
+        "metadata": {"name": "second", "labels": {"virtual-pod": "true"}},
+        "spec": {"containers": [{"name": "app", "image": "busybox"}], "volumes": data},
     }
-
-    def pinned() -> dict[str, Any] | None:
-        # The webhook learns of the claim through its informer: shortly after it exists.
-        created = upper.request(
-            "POST", f"/api/v1/namespaces/{namespace}/pods", body=manifest, query={"dryRun": "All"}
+    try:
+        # The webhook learns of the annotation through its informer: shortly after it is
+        # written. Asked without creating anything until it pins, then created for real.
+        wait_for(
+            "the webhook's pin",
+            lambda: upper.request(
+                "POST",
+                f"/api/v1/namespaces/{namespace}/pods",
+                body=manifest,
+                query={"dryRun": "All"},
+            )["spec"].get("affinity"),
+            timeout=15,
         )
-        return created if created["spec"].get("affinity") else None
-
-    created = wait_for("the pin", pinned, timeout=15)
-    assert clusterselector.required_terms(created["spec"]["affinity"]) == [
-        {
-            "matchExpressions": [
-                {"key": "kubernetes.io/hostname", "operator": "In", "values": ["vk-somewhere"]}
-            ]
-        }
-    ]
-    assert "nodeName" not in created["spec"]  # the upper scheduler still places it
+        created = create(upper, namespace, manifest)
+        assert clusterselector.required_terms(created["spec"]["affinity"]) == [
+            {
+                "matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [first.name]}
+                ]
+            }
+        ]
+        assert "nodeName" not in created["spec"]  # left to the upper scheduler
+        assert VNODE_TOLERATION in created["spec"]["tolerations"]
+        wait_for(
+            "second Running", lambda: phase(upper, namespace, "second") == "Running", timeout=90
+        )
+        placed = upper.request("GET", f"/api/v1/namespaces/{namespace}/pods/second")
+        assert placed["spec"]["nodeName"] == first.name
+        # The other virtual node could take such a pod: Ready, and its taint tolerated.
+        other = upper.request("GET", f"/api/v1/nodes/{second.name}")
+        assert {"type": "Ready", "status": "True"}.items() <= next(
+            c for c in other["status"]["conditions"] if c["type"] == "Ready"
+        ).items()
+        assert all(t["key"] == VNODE_TOLERATION["key"] for t in other["spec"].get("taints") or [])
+    finally:
+        for name in ("second", "first"):
+            upper.request(
+                "DELETE",
+                f"/api/v1/namespaces/{namespace}/pods/{name}",
+                body={"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
+            )
+        upper.request("DELETE", f"{claims}/data")
+        wait_for("the claim gone", lambda: get(upper, f"{claims}/data") is None, timeout=60)
+        # Shown from a Retain volume below: the upper volume is left Released; remove it.
+        upper.request("DELETE", f"/api/v1/persistentvolumes/{volume}")
 
 
 def test_with_the_webhook_down_ignore_admits_pods_and_fail_refuses_them(

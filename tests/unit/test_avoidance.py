@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vnode.contracts import avoidance
@@ -306,26 +306,52 @@ def test_the_merge_excludes_exactly_the_avoided_nodes(
     assert json.loads(json.dumps(result)) == result
 
 
-def _has_hostname_notin(terms: list[dict[str, Any]]) -> bool:
-    return any(
-        e.get("key") == "kubernetes.io/hostname" and e.get("operator") == "NotIn"
-        for t in terms
-        for e in t.get("matchExpressions", [])
-    )
-
-
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(terms=_terms, avoid=st.lists(st.sampled_from(_NODES), max_size=3))
 def test_the_avoidances_taken_out_again_give_the_template_s_affinity(
     terms: list[dict[str, Any]], avoid: list[str]
 ) -> None:
-    """What the descheduler judges an owner's next pod by: the pod's affinity less the
-    NotIn an earlier move added selects exactly the nodes the original selected."""
-    assume(not _has_hostname_notin(terms))
+    """What the descheduler judges an owner's next pod by: the pod's affinity less what the
+    webhook noted it added (the avoided nodes the template did not exclude already). For
+    every node the template's own NotIn does not share with the avoidance, that selects
+    exactly what the template selected; for those it shares, never more (a user's
+    `kubernetes.io/hostname NotIn` is kept: a node it excludes is never taken for one the
+    replacement could go to)."""
     affinity = required(*terms) if terms else None
-    back = avoidance.without_avoidances(avoidance.avoiding(affinity, avoid))
+    added = set(avoid) - avoidance.excluded_by_name(affinity)
+    back = avoidance.without_avoidances(avoidance.avoiding(affinity, avoid), added)
     for node in _NODES:
-        assert _fits(back, node) == _fits(affinity, node), (node, back)
+        if node in set(avoid) - added:
+            assert not _fits(back, node) or _fits(affinity, node), (node, back)
+        else:
+            assert _fits(back, node) == _fits(affinity, node), (node, back)
+
+
+def test_a_notin_the_user_wrote_is_kept_and_only_the_added_values_go() -> None:
+    zone = {"key": "zone", "operator": "In", "values": ["a"]}
+    users = required({"matchExpressions": [zone, notin("vn-b")]}, {"matchExpressions": [zone]})
+    merged = avoidance.avoiding(users, ["vn-a", "vn-c"])
+    assert merged == required(
+        {"matchExpressions": [zone, notin("vn-b", "vn-a", "vn-c")]},
+        {"matchExpressions": [zone, notin("vn-a", "vn-c")]},
+    )
+    assert avoidance.without_avoidances(merged, {"vn-a", "vn-c"}) == required(
+        {"matchExpressions": [zone, notin("vn-b")]}, {"matchExpressions": [zone]}
+    )
+    # Told nothing was added: nothing is taken out.
+    assert avoidance.without_avoidances(merged, ()) == merged
+    assert avoidance.excluded_by_name(merged) == {"vn-a", "vn-b", "vn-c"}
+    assert avoidance.excluded_by_name(None) == frozenset()
+
+
+def test_the_webhook_s_note_of_what_it_added() -> None:
+    pod = {"metadata": {"annotations": {avoidance.ADDED_ANNOTATION: "vn-b,vn-a"}}}
+    assert avoidance.added_nodes(pod) == {"vn-a", "vn-b"}
+    assert avoidance.render_added(["vn-b", "vn-a", "vn-b"]) == "vn-a,vn-b"
+    for unusable in ({}, {"metadata": None}, {"metadata": {"annotations": {"x": "y"}}}):
+        assert avoidance.added_nodes(unusable) == frozenset()
+    odd = {"metadata": {"annotations": {avoidance.ADDED_ANNOTATION: " vn-a,, "}}}
+    assert avoidance.added_nodes(odd) == {"vn-a"}
 
 
 def test_taking_the_avoidances_out_keeps_everything_else() -> None:
@@ -345,7 +371,7 @@ def test_taking_the_avoidances_out_keeps_everything_else() -> None:
         },
         "podAntiAffinity": {"x": 1},
     }
-    assert avoidance.without_avoidances(affinity) == {
+    assert avoidance.without_avoidances(affinity, ["vn-b"]) == {
         "nodeAffinity": {
             R: {"nodeSelectorTerms": [{"matchExpressions": [zone]}, {"matchFields": [field]}, {}]},
             "preferredDuringSchedulingIgnoredDuringExecution": [preferred],
@@ -356,5 +382,7 @@ def test_taking_the_avoidances_out_keeps_everything_else() -> None:
         "vn-b"
     )
     # A term that held only the NotIn admitted every other node: nothing is required now.
-    assert avoidance.without_avoidances(avoidance.avoiding(None, ["vn-a"])) == {"nodeAffinity": {}}
-    assert avoidance.without_avoidances(None) is None
+    assert avoidance.without_avoidances(avoidance.avoiding(None, ["vn-a"]), ["vn-a"]) == {
+        "nodeAffinity": {}
+    }
+    assert avoidance.without_avoidances(None, ["vn-a"]) is None

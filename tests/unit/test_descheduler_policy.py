@@ -18,6 +18,7 @@ from descheduler.policy import (
     due,
     exclusion,
     plan,
+    renewals,
 )
 from vnode.contracts import avoidance, selectors
 
@@ -313,12 +314,6 @@ def test_when_every_virtual_node_was_tried_the_pod_stays() -> None:
         decision.message
         == "every virtual node has been tried (vn-a, vn-b); it stays Pending on vn-a"
     )
-    # Once the avoidance of vn-b expired, vn-b may be tried again.
-    later = NOW + dt.timedelta(minutes=6)
-    [again] = plan(
-        [pod()], nodes=NODES, record=record, budgets=[], criteria=CRITERIA, now=later
-    ).decisions
-    assert again.action == "evict"
     # A bare pod's tried nodes are the ones its affinity already avoids.
     tried = pod(owner=False)
     tried["spec"]["affinity"] = avoidance.avoiding(None, ["vn-b"])
@@ -326,6 +321,67 @@ def test_when_every_virtual_node_was_tried_the_pod_stays() -> None:
         [tried], nodes=NODES, record=None, budgets=[], criteria=CRITERIA, now=NOW
     ).decisions
     assert bare.action == "exhausted"
+
+
+def test_an_owner_with_nowhere_left_keeps_its_avoidances_instead_of_cycling() -> None:
+    """Rounds every 10 s over three --avoid-ttl: the owner's avoidance of vn-b is renewed
+    while its pod has nowhere to go, so the pod stays on vn-a (it runs once lower cluster
+    A has room) instead of going back to vn-b each time the avoidance would have expired.
+    Once the pod runs, nothing renews it: it lapses, and vn-b may be tried again."""
+    ttl, interval = 300.0, 10.0
+    owner = avoidance.controller_of(pod())
+    assert owner is not None
+    record = avoidance.with_avoidance(
+        None, owner=owner, nodes=["vn-b"], until=NOW + dt.timedelta(seconds=ttl), now=NOW
+    )
+    now, writes = NOW, 0
+    while now < NOW + dt.timedelta(seconds=3 * ttl):
+        decided = plan([pod()], nodes=NODES, record=record, budgets=[], criteria=CRITERIA, now=now)
+        assert [d.action for d in decided.decisions] == ["exhausted"], now
+        kept, until = renewals(
+            decided.decisions, record=record, now=now, ttl=ttl, interval=interval
+        )
+        if kept:
+            assert kept == [(owner, "vn-b")]
+            assert until == now + dt.timedelta(seconds=ttl)
+            record = avoidance.with_avoidance(
+                record, owner=owner, nodes=["vn-b"], until=until, now=now
+            )
+            writes += 1
+        now += dt.timedelta(seconds=interval)
+    assert writes == 5  # at 150, 300, ... 750 s: every half --avoid-ttl, not every round
+    # The pod runs: no decision, no renewal; the avoidance lapses.
+    assert renewals([], record=record, now=now, ttl=ttl, interval=interval)[0] == []
+    later = now + dt.timedelta(seconds=ttl)
+    [again] = plan(
+        [pod("web-2")], nodes=NODES, record=record, budgets=[], criteria=CRITERIA, now=later
+    ).decisions
+    assert again.action == "evict"
+
+
+def test_renewals_come_at_least_two_rounds_early_and_only_for_owners_with_nowhere_left() -> None:
+    owner = avoidance.controller_of(pod())
+    assert owner is not None
+    record = avoidance.with_avoidance(
+        None, owner=owner, nodes=["vn-b", "vn-c"], until=NOW + dt.timedelta(seconds=50), now=NOW
+    )
+    nodes = [*NODES, node("vn-c")]
+    [exhausted] = plan(
+        [pod()], nodes=nodes, record=record, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert exhausted.action == "exhausted"
+    # A short --avoid-ttl (60 s) with rounds every 30 s: renewed 60 s ahead, for 120 s.
+    kept, until = renewals([exhausted], record=record, now=NOW, ttl=60, interval=30)
+    assert kept == [(owner, "vn-b"), (owner, "vn-c")]
+    assert until == NOW + dt.timedelta(seconds=120)
+    assert renewals([exhausted], record=record, now=NOW, ttl=60, interval=10)[0] == []
+    # A pod that moves, or is blocked, renews nothing; nor does a bare pod.
+    for other in (
+        dataclasses.replace(exhausted, action="evict"),
+        dataclasses.replace(exhausted, action="blocked"),
+        dataclasses.replace(exhausted, owner=None),
+    ):
+        assert renewals([other], record=record, now=NOW, ttl=60, interval=30)[0] == []
 
 
 def test_a_pod_whose_own_placement_admits_no_other_virtual_node_stays() -> None:
@@ -365,12 +421,14 @@ def test_a_pod_whose_own_placement_admits_no_other_virtual_node_stays() -> None:
 
 
 def test_an_owned_pods_earlier_avoidance_does_not_rule_its_node_out_once_expired() -> None:
-    """A replacement carries the NotIn of the move that made it; once that avoidance has
-    expired, the owner's next replacement (made from its template, through the webhook)
-    no longer has it: the node it names may be tried again."""
+    """A replacement carries the NotIn of the move that made it (and the webhook's note that
+    it added it); once that avoidance has expired, the owner's next replacement (made from
+    its template, through the webhook) no longer has it: the node it names may be tried
+    again."""
     nodes = [node(n, **{"kubernetes.io/hostname": n}) for n in ("vn-a", "vn-b")]
     moved_before = pod(on="vn-b")
     moved_before["spec"]["affinity"] = avoidance.avoiding(None, ["vn-a"])
+    moved_before["metadata"]["annotations"] = {avoidance.ADDED_ANNOTATION: "vn-a"}
     [decision] = plan(
         [moved_before], nodes=nodes, record=None, budgets=[], criteria=CRITERIA, now=NOW
     ).decisions
@@ -591,11 +649,11 @@ def test_bad_label_selectors_are_refused(text: str) -> None:
 # -- what a move writes ------------------------------------------------------------------------
 
 
-def test_the_count_patch_names_one_annotation_and_the_judged_version() -> None:
+def test_the_count_patch_names_one_annotation_and_the_pod_s_uid() -> None:
     counted = pod()
     counted["metadata"]["annotations"] = {"keep": "me", moves.DESCHEDULE_COUNT_ANNOTATION: "2"}
     assert moves.count_patch(counted) == {
-        "metadata": {"resourceVersion": "42", "annotations": {"sigs.k8s.io/deschedule-count": "3"}}
+        "metadata": {"uid": "uid-web-1", "annotations": {"sigs.k8s.io/deschedule-count": "3"}}
     }
     garbled = _with(pod(), "metadata.annotations", {moves.DESCHEDULE_COUNT_ANNOTATION: "many"})
     assert moves.count_patch(garbled)["metadata"]["annotations"] == {
@@ -740,3 +798,53 @@ def test_a_pod_whose_volume_only_its_virtual_node_reaches_stays(ephemeral: bool)
             volumes=found_volumes,
         ).decisions
         assert moved.action == "evict"
+
+
+def test_a_hostname_notin_of_the_template_is_kept_when_judging_the_owner_s_next_pod() -> None:
+    """The template itself keeps the pods off vn-b (`kubernetes.io/hostname NotIn [vn-b]`,
+    written by the user): evicting the pod from vn-a would leave its replacement, which
+    carries that NotIn plus the avoidance of vn-a, fitting no virtual node -- Pending
+    upstairs, bound nowhere, never looked at again. It stays on vn-a instead. Only what
+    the webhook added (its annotation names those nodes) is taken out."""
+    nodes = [node(n, **{"kubernetes.io/hostname": n}) for n in ("vn-a", "vn-b")]
+    user_wrote = pod()
+    user_wrote["spec"]["affinity"] = avoidance.avoiding(None, ["vn-b"])
+    [decision] = plan(
+        [user_wrote], nodes=nodes, record=None, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert decision.action == "exhausted"
+    assert decision.message == (
+        "no other virtual node admits it (vn-b: its required node affinity does not select "
+        "it); it stays Pending on vn-a"
+    )
+    # The webhook merged a later avoidance of vn-c into that NotIn and noted it: vn-c is
+    # taken out again (its avoidance expired), the user's vn-b stays.
+    nodes.append(node("vn-c", **{"kubernetes.io/hostname": "vn-c"}))
+    user_wrote["spec"]["affinity"] = avoidance.avoiding(
+        avoidance.avoiding(None, ["vn-b"]), ["vn-c"]
+    )
+    user_wrote["metadata"]["annotations"] = {avoidance.ADDED_ANNOTATION: "vn-c"}
+    [decision] = plan(
+        [user_wrote], nodes=nodes, record=None, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert decision.action == "evict"
+    assert decision.message == "may go to vn-c"
+
+
+def test_a_replacement_the_webhook_admitted_without_the_avoidance_is_moved_again() -> None:
+    """The webhook's watch of the record may lag the descheduler's write: the owner's
+    replacement then carries no NotIn and can land on the very node its pod left. Once
+    unschedulable there it is due, and the record (not the pod) says to avoid that node:
+    it is evicted again, towards the other one."""
+    owner = avoidance.controller_of(pod())
+    assert owner is not None
+    record = avoidance.with_avoidance(
+        None, owner=owner, nodes=["vn-a"], until=NOW + dt.timedelta(minutes=5), now=NOW
+    )
+    [decision] = plan(
+        [pod("web-2", on="vn-a")], nodes=NODES, record=record, budgets=[], criteria=CRITERIA,
+        now=NOW,
+    ).decisions  # fmt: skip
+    assert decision.action == "evict"
+    assert decision.avoid == {"vn-a"}
+    assert decision.message == "may go to vn-b"

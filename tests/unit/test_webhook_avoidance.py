@@ -149,6 +149,48 @@ def test_an_avoided_node_the_informer_does_not_know_is_not_moved_on_reinvocation
     assert decision.patch == ()
 
 
+def test_the_nodes_it_added_are_noted_and_a_notin_of_the_pod_s_own_is_not() -> None:
+    """The descheduler judges where the controller's next pod could go by this pod less
+    what the webhook added: it must be able to tell a NotIn the template has (here vn-b,
+    which the record names too) from the webhook's."""
+    own = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["vn-b"]}
+    template = replacement(
+        {
+            "affinity": {
+                "nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [own]}]}}
+            }
+        }
+    )
+    found = lookups({OWNER_UID: frozenset({"vn-a", "vn-b"})})
+    once = converted(template, found=found)
+    assert terms(once) == [{"matchExpressions": [{**own, "values": ["vn-b", "vn-a"]}]}]
+    annotations = once["metadata"]["annotations"]
+    # One patch made both annotations (the pod had none): neither replaced the other.
+    assert annotations[avoidance.ADDED_ANNOTATION] == "vn-a"
+    assert clusterselector.ANNOTATION in annotations
+    # Taking out what was noted gives the template's affinity back.
+    assert (
+        avoidance.without_avoidances(once["spec"]["affinity"], avoidance.added_nodes(once))
+        == template["spec"]["affinity"]
+    )
+    # Converting again (reinvocation) keeps the note as it is.
+    again = mutate(
+        PodAdmission(operation="CREATE", namespace="shop", pod=once),
+        settings=MutationSettings(),
+        lookups=found,
+    )
+    assert again.patch == ()
+
+
+def test_a_note_the_pod_came_with_counts_only_for_nodes_avoided_now() -> None:
+    copied = replacement({"affinity": avoidance.avoiding(None, ["vn-b"])})
+    copied["metadata"]["annotations"] = {avoidance.ADDED_ANNOTATION: "vn-b"}
+    upper = converted(copied)  # the record avoids vn-a only
+    assert upper["metadata"]["annotations"][avoidance.ADDED_ANNOTATION] == "vn-a"
+    unowned = converted(copied, found=lookups())
+    assert avoidance.ADDED_ANNOTATION not in unowned["metadata"]["annotations"]
+
+
 def test_the_lower_pod_does_not_carry_it() -> None:
     disk = {"key": "disk", "operator": "In", "values": ["ssd"]}
     upper = converted(

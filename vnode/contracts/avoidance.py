@@ -22,6 +22,10 @@ owners moved within one expiry period. The writer refuses to grow it past `MAX_R
 (`RecordFull`) instead of failing the write or dropping other owners' avoidances, so moves
 wait until older entries expire.
 
+The webhook notes on each pod which of the nodes it put into the NotIn were its own
+(`ADDED_ANNOTATION`): judging where an owner's next pod could go, the descheduler takes out
+only those (`without_avoidances`) and keeps a NotIn the user wrote in the template.
+
 Pure: no I/O, inputs never mutated; it imports only its sibling `labels`.
 """
 
@@ -44,6 +48,12 @@ DEFAULT_CONFIGMAP = "/".join(DEFAULT_LOCATION)
 MAX_RECORD_BYTES = 1_000_000
 """Largest record (keys + values, bytes) the writer produces: under the 1 MiB ConfigMap
 limit with room for the object's metadata."""
+
+ADDED_ANNOTATION = "tensile.io/avoided-nodes"
+"""On a controller's pod: the virtual nodes whose `kubernetes.io/hostname NotIn` the webhook
+added to its required node affinity (`render_added`: sorted, comma-separated), those its own
+affinity did not exclude already. The descheduler takes out exactly these when it judges
+the controller's next pod (`without_avoidances`), never a NotIn the user wrote."""
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 _KEY = re.compile(r"[-._a-zA-Z0-9]+")
@@ -268,26 +278,60 @@ def avoided_by_affinity(affinity: Mapping[str, Any] | None) -> frozenset[str]:
     return found or frozenset()
 
 
-def without_avoidances(affinity: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Return `affinity` (a pod's spec.affinity, or None) without the
-    `kubernetes.io/hostname NotIn` requirements of its required node-selector terms (what
-    `avoiding` adds): the affinity a controller's next pod has before the webhook applies
-    the avoidances in force then. A term that held nothing else admitted every node but
-    those, and with it the whole required affinity, which is then dropped; a term that
-    selects nothing is left as it is. A copy; None stays None."""
+def excluded_by_name(affinity: Mapping[str, Any] | None) -> frozenset[str]:
+    """Return every node named by a `kubernetes.io/hostname NotIn` expression of any required
+    node-selector term of `affinity` (a pod's spec.affinity, or None)."""
+    required = _mapping(_mapping(_mapping(affinity).get("nodeAffinity")).get(REQUIRED))
+    return frozenset(
+        str(v)
+        for t in _list(required.get("nodeSelectorTerms"))
+        for e in _list(_mapping(t).get("matchExpressions"))
+        if _is_avoidance(e)
+        for v in _list(_mapping(e).get("values"))
+    )
+
+
+def added_nodes(pod: Mapping[str, Any]) -> frozenset[str]:
+    """Return the virtual nodes the webhook's `ADDED_ANNOTATION` on `pod` names (empty when
+    it has none)."""
+    annotations = _mapping(_mapping(pod.get("metadata")).get("annotations"))
+    value = annotations.get(ADDED_ANNOTATION)
+    if not isinstance(value, str):
+        return frozenset()
+    return frozenset(n for n in (part.strip() for part in value.split(",")) if n)
+
+
+def render_added(nodes: Iterable[str]) -> str:
+    """Return the value of `ADDED_ANNOTATION` for `nodes`: sorted, comma-separated."""
+    return ",".join(sorted(set(nodes)))
+
+
+def without_avoidances(
+    affinity: Mapping[str, Any] | None, nodes: Iterable[str]
+) -> dict[str, Any] | None:
+    """Return `affinity` (a pod's spec.affinity, or None) without `nodes` in the
+    `kubernetes.io/hostname NotIn` expressions of its required node-selector terms: given
+    the nodes `avoiding` added (the pod's `ADDED_ANNOTATION`), the affinity a controller's
+    next pod has before the webhook applies the avoidances in force then. Values not in
+    `nodes` stay, so a NotIn the user wrote keeps its nodes out. An expression left without
+    values is dropped; a term left with nothing held only what `avoiding` made (it admitted
+    every node but those), and with it the whole required affinity, which is then dropped;
+    a term that selects nothing is left as it is. A copy; None stays None."""
     if affinity is None:
         return None
     result = copy.deepcopy(dict(affinity))
+    strip = frozenset(nodes)
     node_affinity = result.get("nodeAffinity")
-    if not isinstance(node_affinity, dict) or REQUIRED not in node_affinity:
+    if not strip or not isinstance(node_affinity, dict) or REQUIRED not in node_affinity:
         return result
     required = _mapping(node_affinity[REQUIRED])
     terms: list[Any] = []
     for item in _list(required.get("nodeSelectorTerms")):
         term = dict(_mapping(item))
         expressions = _list(term.get("matchExpressions"))
-        kept = [e for e in expressions if not _is_avoidance(e)]
-        if len(kept) == len(expressions):
+        kept = [_without_values(e, strip) for e in expressions]
+        kept = [e for e in kept if e is not None]
+        if kept == expressions:
             terms.append(item)
         elif kept or _list(term.get("matchFields")):
             term["matchExpressions"] = kept
@@ -297,6 +341,19 @@ def without_avoidances(affinity: Mapping[str, Any] | None) -> dict[str, Any] | N
             return result
     node_affinity[REQUIRED] = {**required, "nodeSelectorTerms": terms}
     return result
+
+
+def _without_values(expression: object, strip: frozenset[str]) -> object | None:
+    """`expression` less the `strip` values if it is a hostname NotIn (None when none is
+    left), else `expression` itself."""
+    if not _is_avoidance(expression):
+        return expression
+    e = _mapping(expression)
+    values = _list(e.get("values"))
+    left = [v for v in values if v not in strip]
+    if len(left) == len(values):
+        return expression
+    return {**e, "values": left} if left else None
 
 
 def _is_avoidance(expression: object) -> bool:

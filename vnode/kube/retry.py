@@ -13,7 +13,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    wait_exponential,
+    wait_random,
+)
 
 from vnode.kube import errors
 
@@ -23,6 +29,8 @@ T = TypeVar("T")
 
 API_ERRORS: tuple[type[Exception], ...] = (errors.ApiError, errors.ApiUnavailable)
 """Any answer or outage of an apiserver."""
+JITTER = 1.0
+"""Most seconds added at random to each delay."""
 
 
 async def until_done(
@@ -34,7 +42,7 @@ async def until_done(
     cap: float = 30.0,
 ) -> T:
     """Run `step()` until it returns, retrying after the exceptions in `retried` (delays in
-    seconds: `initial` doubling up to `cap`, with jitter); return its result. Other
+    seconds: `initial` doubling up to `cap`, plus up to JITTER at random); return its result. Other
     exceptions, cancellation included, propagate at once. `what` names the step in the log
     ("<what> failed (attempt N): <error>; retrying in S s")."""
 
@@ -51,7 +59,9 @@ async def until_done(
 
     retrying = AsyncRetrying(
         retry=retry_if_exception_type(retried),
-        wait=wait_exponential_jitter(initial=initial, max=cap),
+        # Not wait_exponential_jitter: its `initial` warns (DeprecationWarning) from
+        # tenacity 9.2 on, and the `multiplier` replacing it does not exist in 9.1.
+        wait=wait_exponential(multiplier=initial, max=cap) + wait_random(0, JITTER),
         before_sleep=warn,
         reraise=True,
     )
