@@ -26,7 +26,7 @@ from vnode.kube.client import ApiClient
 from vnode.kube.informers import InformerFactory
 from vnode.node import StartupError, UpperClients, VirtualNode
 from vnode.provider import Provider
-from vnode.providers.k2k.provider import K2KProvider
+from vnode.providers.k2k.provider import PING_TIMEOUT, K2KProvider
 from vnode.providers.k2k.scrape import (
     BearerTokenFile,
     KubeletAccess,
@@ -138,11 +138,19 @@ async def _run(
             lower_server = "none (mock provider)"
         else:
             lower = await stack.enter_async_context(client(lower_info, "lower", settings.lower))
+            # The pings that gate Lease renewals, apart from pods, logs, exec and mirrors
+            # (which share --client-qps and the request pool), as the upper heartbeat client.
+            lower_heartbeat = await stack.enter_async_context(
+                lower.sibling(
+                    name="lower-heartbeat", qps=0, burst=1, timeout=PING_TIMEOUT, connections=2
+                )
+            )
             provider = await _k2k_provider(
                 settings,
                 upper=upper,
                 events=events,
                 lower=lower,
+                lower_heartbeat=lower_heartbeat,
                 informers=informers,
                 stack=stack,
                 cluster_id=cluster_id,
@@ -175,6 +183,7 @@ async def _k2k_provider(
     upper: ApiClient,
     events: ApiClient,
     lower: ApiClient,
+    lower_heartbeat: ApiClient,
     informers: InformerFactory,
     stack: contextlib.AsyncExitStack,
     cluster_id: str,
@@ -193,6 +202,7 @@ async def _k2k_provider(
         upper=upper,
         upper_events=events,
         lower=lower,
+        lower_heartbeat=lower_heartbeat,
         informers=informers,
         translation=Translation(
             node_name=settings.node.name,
