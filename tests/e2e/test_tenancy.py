@@ -6,7 +6,9 @@ Pod Security Standards, on the session fleet's two upper clusters over one lower
 from __future__ import annotations
 
 import base64
+import contextlib
 import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ from vnode.providers.k2k import naming
 from vnode.testing.cluster import Cluster
 from vnode.testing.fixtures import create_namespace, delete_namespace
 from vnode.testing.fleet import Fleet
-from vnode.testing.rest import RestClient
+from vnode.testing.rest import ApiStatusError, RestClient
 from vnode.testing.vnodes import VirtualNodeProcess
 
 
@@ -299,6 +301,70 @@ def test_a_lower_namespace_deleted_under_a_running_node_is_made_again(
     finally:
         delete_namespace((upper,), above)
         delete_namespaces(lower, prefix + above)
+
+
+def test_a_pod_whose_lower_namespace_is_still_being_deleted_waits_for_it_then_runs(
+    fleet: Fleet, nodes: list[VirtualNodeProcess], tmp_path: Path
+) -> None:
+    # The lower apiserver refuses the pod (403 NamespaceTerminating) while its namespace is
+    # being deleted: a wait, not a refusal of the pod (restartPolicy Never would end it).
+    upper, lower = fleet.upper, fleet.lower
+    above = create_namespace((upper,), prefix="terminating")
+    prefix = f"d{secrets.token_hex(2)}-"
+    below = prefix + above
+    held = f"/api/v1/namespaces/{below}/configmaps/held"
+    try:
+        node = start(fleet, nodes, tmp_path, upper="upper", args=(f"--namespace-prefix={prefix}",))
+        create(upper.rest(), above, pod_manifest("first", node=node.name))
+        wait_for("first Running", lambda: phase(upper.rest(), above, "first") == "Running")
+        # An object with a finalizer keeps the lower namespace Terminating until it goes.
+        holder = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "held", "finalizers": ["tensile.test/hold"]},
+        }
+        lower.rest().request("POST", f"/api/v1/namespaces/{below}/configmaps", body=holder)
+        delete_namespaces(lower, below)
+        wait_for(
+            "the lower namespace Terminating",
+            lambda: (
+                (get(lower.rest(), f"/api/v1/namespaces/{below}") or {})
+                .get("status", {})
+                .get("phase")
+                == "Terminating"
+            ),
+        )
+        once = pod_manifest("second", node=node.name, spec={"restartPolicy": "Never"})
+        create(upper.rest(), above, once)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            assert provider_failure(upper.rest(), above, "second") is None
+            assert phase(upper.rest(), above, "second") == "Pending"
+            time.sleep(0.5)
+        lower.rest().request(
+            "PATCH",
+            held,
+            body={"metadata": {"finalizers": None}},
+            content_type="application/merge-patch+json",
+        )
+        wait_for(
+            "second Running", lambda: phase(upper.rest(), above, "second") == "Running", timeout=60
+        )
+        made = lower.rest().request("GET", f"/api/v1/namespaces/{below}")
+        annotations = made["metadata"]["annotations"]
+        assert annotations[naming.CLUSTER_ANNOTATION] == node.owner.cluster_id
+        assert annotations[naming.UPPER_NAMESPACE_ANNOTATION] == above
+        assert pod(lower.rest(), below, "second") is not None
+    finally:
+        with contextlib.suppress(ApiStatusError):
+            lower.rest().request(
+                "PATCH",
+                held,
+                body={"metadata": {"finalizers": None}},
+                content_type="application/merge-patch+json",
+            )
+        delete_namespace((upper,), above)
+        delete_namespaces(lower, below)
 
 
 # -- helpers -------------------------------------------------------------------------------

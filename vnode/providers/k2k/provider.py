@@ -300,7 +300,9 @@ class K2KProvider:
         tenant, or a lower pod or dependency of the same name is not ours (the message names
         the conflicting object; nothing of someone else's is ever adopted or changed).
         Raises MissingDependency, BackendUnavailable, or ProviderError when a stale lower
-        pod of the same name is still going away.
+        pod of the same name is still going away; Requeue while the pod's namespace is
+        being deleted, above or below (`LowerNamespaces.going`: below, the pod waits until
+        the namespace is gone and makes it again).
         """
         upper_ns = str(pod["metadata"]["namespace"])
         problem = naming.namespace_problem(upper_ns, prefix=self.t.namespace_prefix)
@@ -371,6 +373,11 @@ class K2KProvider:
             except errors.AlreadyExists:
                 return []  # our earlier attempt got through; the informer will show it
             except _REFUSALS as exc:
+                if exc.namespace_terminating:
+                    # The namespace is going (deleted below, maybe by hand): the pod waits
+                    # for it to be gone and made again, it is not refused.
+                    logger.info("lower pod %s waits: %s", lower_key, exc.message)
+                    raise self.namespaces.going(lower_ns) from exc
                 await self.dependencies.rollback(pod, ensured.created)
                 raise provider_errors.InvalidPod(
                     f"lower cluster refused the pod: {exc.message}"
