@@ -36,15 +36,21 @@ def shared(fleet: Fleet) -> Iterator[str]:
 
 
 def twins(
-    fleet: Fleet, nodes: list[VirtualNodeProcess], tmp_path: Path, *, args: tuple[str, ...] = ()
+    fleet: Fleet,
+    nodes: list[VirtualNodeProcess],
+    tmp_path: Path,
+    *,
+    args: tuple[str, ...] = (),
+    first_args: tuple[str, ...] = (),
 ) -> tuple[VirtualNodeProcess, VirtualNodeProcess]:
     """Two virtual nodes of the same name, one in each upper cluster, over `fleet.lower`
-    (as two teams that both kept the default --nodename would run them)."""
+    (as two teams that both kept the default --nodename would run them); `first_args` go
+    to the first one only."""
     name = f"vk-{secrets.token_hex(3)}"
     pair = []
-    for upper in ("upper", "upper-2"):
+    for upper, extra in (("upper", first_args), ("upper-2", ())):
         node = VirtualNodeProcess(
-            fleet, name=name, log_dir=tmp_path / upper, upper=upper, args=args
+            fleet, name=name, log_dir=tmp_path / upper, upper=upper, args=(*args, *extra)
         )
         nodes.append(node)
         pair.append(node.start())
@@ -69,7 +75,10 @@ def test_same_node_name_in_two_upper_clusters_never_touches_the_others_pods(
 ) -> None:
     # The reproduction of the review's finding: B's node restarts after one of its pods was
     # deleted upstairs; its clean-up must delete that one lower pod and nothing of A's.
-    node_a, node_b = twins(fleet, nodes, tmp_path)
+    # A names its upper cluster with --cluster-id: that identity is what its lower pods
+    # carry, and what keeps B's hands off them.
+    cluster_a = f"team-a.{secrets.token_hex(3)}"
+    node_a, node_b = twins(fleet, nodes, tmp_path, first_args=(f"--cluster-id={cluster_a}",))
     first, second, lower = fleet.upper.rest(), fleet.cluster("upper-2").rest(), fleet.lower
     a_pods, b_pods = [f"a-{i}" for i in range(3)], [f"b-{i}" for i in range(3)]
     for client, node, names in ((first, node_a, a_pods), (second, node_b, b_pods)):
@@ -80,6 +89,11 @@ def test_same_node_name_in_two_upper_clusters_never_touches_the_others_pods(
             wait_for(f"{name} Running", lambda c=client, n=name: phase(c, shared, n) == "Running")
     before = lower_uids(lower, shared, a_pods)
     assert all(before.values())
+    for name in a_pods:
+        marks = (pod(lower.rest(), shared, name) or {}).get("metadata") or {}
+        assert marks["labels"][naming.CLUSTER_LABEL] == cluster_a
+        assert marks["annotations"][naming.CLUSTER_ANNOTATION] == cluster_a
+    assert node_a.owner.cluster_id == cluster_a
     assert node_a.owner != node_b.owner
     assert node_a.owner.node_name == node_b.owner.node_name
 
