@@ -270,6 +270,71 @@ def test_a_pod_never_runs_with_a_lower_object_that_was_not_copied_for_it(
     assert not below["spec"]["containers"][0].get("envFrom")
 
 
+def test_a_service_account_token_secret_is_never_copied_below(
+    fleet: Fleet, nodes: list[VirtualNodeProcess], tmp_path: Path, shared: str
+) -> None:
+    # An upper ServiceAccount token is an upper credential: copied below it would leak it
+    # to the lower cluster (and its token controller owns such Secrets there). A pod that
+    # must have it is refused; one for which it is optional runs without it, and never
+    # with a same-named lower Secret in its place.
+    [node] = [start(fleet, nodes, tmp_path, upper="upper")]
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    create(
+        upper,
+        shared,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": "token",
+                "annotations": {"kubernetes.io/service-account.name": "default"},
+            },
+            "type": "kubernetes.io/service-account-token",
+        },
+    )
+    lower_only = base64.b64encode(b"lower").decode()
+    create(
+        lower,
+        shared,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "token"},
+            "data": {"token": lower_only},
+        },
+    )
+    mandatory = pod_manifest(
+        "mandatory",
+        node=node.name,
+        spec={"volumes": [{"name": "t", "secret": {"secretName": "token"}}]},
+    )
+    create(upper, shared, mandatory)
+    message = wait_for("mandatory refused", lambda: provider_failure(upper, shared, "mandatory"))
+    assert f"Secret {shared}/token holds a ServiceAccount token of the upper cluster" in message
+    assert pod(lower, shared, "mandatory") is None
+    optional = pod_manifest(
+        "optional",
+        node=node.name,
+        spec={"volumes": [{"name": "t", "secret": {"secretName": "token", "optional": True}}]},
+    )
+    optional["spec"]["containers"][0]["env"] = [
+        {
+            "name": "TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": "token", "key": "token", "optional": True}},
+        }
+    ]
+    create(upper, shared, optional)
+    wait_for("optional Running", lambda: phase(upper, shared, "optional") == "Running")
+    below = pod(lower, shared, "optional")
+    assert below is not None
+    [volume] = [v for v in below["spec"]["volumes"] if v["name"] == "t"]
+    assert volume == {"name": "t", "emptyDir": {}}
+    assert not [v for v in below["spec"]["containers"][0].get("env") or [] if v["name"] == "TOKEN"]
+    theirs = lower.request("GET", f"/api/v1/namespaces/{shared}/secrets/token")
+    assert theirs["data"] == {"token": lower_only}
+    assert not naming.is_owned(theirs, owner=node.owner)
+
+
 def test_pods_above_the_pod_security_level_are_refused_even_in_adopted_namespaces(
     fleet: Fleet, nodes: list[VirtualNodeProcess], tmp_path: Path, shared: str
 ) -> None:
