@@ -13,13 +13,22 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    wait_exponential,
+    wait_random,
+)
 
 from vnode.kube import errors
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+_JITTER = 1.0
+"""Seconds of random delay added to each backoff (spreads retries of many processes)."""
 
 API_ERRORS: tuple[type[Exception], ...] = (errors.ApiError, errors.ApiUnavailable)
 """Any answer or outage of an apiserver."""
@@ -34,7 +43,7 @@ async def until_done(
     cap: float = 30.0,
 ) -> T:
     """Run `step()` until it returns, retrying after the exceptions in `retried` (delays in
-    seconds: `initial` doubling up to `cap`, with jitter); return its result. Other
+    seconds: `initial` doubling up to `cap`, plus up to 1 s of jitter); return its result. Other
     exceptions, cancellation included, propagate at once. `what` names the step in the log
     ("<what> failed (attempt N): <error>; retrying in S s")."""
 
@@ -51,7 +60,9 @@ async def until_done(
 
     retrying = AsyncRetrying(
         retry=retry_if_exception_type(retried),
-        wait=wait_exponential_jitter(initial=initial, max=cap),
+        # wait_exponential_jitter's way to say `initial` changed in tenacity 9.2 (the old
+        # one warns, the new one is unknown to 9.1): the same delays, from parts both know.
+        wait=wait_exponential(multiplier=initial, max=cap) + wait_random(0, _JITTER),
         before_sleep=warn,
         reraise=True,
     )
