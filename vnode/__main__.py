@@ -21,12 +21,12 @@ from vnode import cli
 from vnode.api import auth
 from vnode.contracts.labels import DEFAULT_TAINT_KEY
 from vnode.controllers.status import node_labels
-from vnode.kube import config, errors
+from vnode.kube import config, errors, retry
 from vnode.kube.client import ApiClient
 from vnode.kube.informers import InformerFactory
 from vnode.node import StartupError, UpperClients, VirtualNode
 from vnode.provider import Provider
-from vnode.providers.k2k.provider import K2KProvider
+from vnode.providers.k2k.provider import PING_TIMEOUT, K2KProvider
 from vnode.providers.k2k.scrape import (
     BearerTokenFile,
     KubeletAccess,
@@ -138,11 +138,19 @@ async def _run(
             lower_server = "none (mock provider)"
         else:
             lower = await stack.enter_async_context(client(lower_info, "lower", settings.lower))
+            # The pings that gate Lease renewals, apart from pods, logs, exec and mirrors
+            # (which share --client-qps and the request pool), as the upper heartbeat client.
+            lower_heartbeat = await stack.enter_async_context(
+                lower.sibling(
+                    name="lower-heartbeat", qps=0, burst=1, timeout=PING_TIMEOUT, connections=2
+                )
+            )
             provider = await _k2k_provider(
                 settings,
                 upper=upper,
                 events=events,
                 lower=lower,
+                lower_heartbeat=lower_heartbeat,
                 informers=informers,
                 stack=stack,
                 cluster_id=cluster_id,
@@ -175,6 +183,7 @@ async def _k2k_provider(
     upper: ApiClient,
     events: ApiClient,
     lower: ApiClient,
+    lower_heartbeat: ApiClient,
     informers: InformerFactory,
     stack: contextlib.AsyncExitStack,
     cluster_id: str,
@@ -193,6 +202,7 @@ async def _k2k_provider(
         upper=upper,
         upper_events=events,
         lower=lower,
+        lower_heartbeat=lower_heartbeat,
         informers=informers,
         translation=Translation(
             node_name=settings.node.name,
@@ -212,19 +222,35 @@ async def _k2k_provider(
     )
 
 
+_TRANSIENT = (errors.ApiUnavailable, errors.ServerError, errors.TooManyRequests)
+"""Failures of a start-up read that a later attempt may not have (`errors.is_transient`)."""
+
+
 async def _upper_cluster_id(upper: ApiClient) -> str:
     """Return the upper cluster's identity: the UID of its kube-system namespace, the common
     cluster-ID convention (a namespace that exists in every cluster and is never re-made).
-    Raises ApiError with what to do when it cannot be read."""
-    try:
+
+    A transient failure (unreachable, 429, 5xx) is retried with backoff (0.5 s doubling to
+    30 s, `vnode.kube.retry.until_done`, as the node's registration), never a crash. A
+    refusal (401, 403, 404) is not: it raises ApiError saying what to grant, since no retry
+    would succeed without a change of RBAC or --cluster-id."""
+
+    async def read() -> str:
         namespace = await upper.request("GET", "/api/v1/namespaces/kube-system")
+        return str(namespace["metadata"]["uid"])
+
+    try:
+        return await retry.until_done(
+            "reading the upper cluster's identity (namespace kube-system)",
+            read,
+            retried=_TRANSIENT,
+        )
     except errors.ApiError as exc:
         message = (
             f"cannot read the upper cluster's identity (namespace kube-system: {exc.message}); "
             "grant get on it (manifests/vnode/upper-rbac.yaml does) or set --cluster-id"
         )
         raise type(exc)(code=exc.code, status={**exc.status, "message": message}) from exc
-    return str(namespace["metadata"]["uid"])
 
 
 def _reachable_address(server: str) -> str:

@@ -196,9 +196,11 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     a(
         "--namespace-prefix",
         default="",
-        help="lower namespace = prefix + upper namespace (a DNS label of at most "
-        f"{MAX_NAMESPACE_PREFIX} characters; with a prefix, pods go only into lower namespaces "
-        "tensile created for their upper namespace and cluster)",
+        help=f"lower namespace = prefix + upper namespace (1 to {MAX_NAMESPACE_PREFIX} "
+        "characters of a-z, 0-9 and '-', starting with a letter or digit, e.g. 't1-'; a pod "
+        "whose lower namespace name would be longer than 63 characters is refused; with a "
+        "prefix, pods go only into lower namespaces tensile created for their upper namespace "
+        "and cluster)",
     )
     a(
         "--cluster-id",

@@ -75,7 +75,9 @@ class PodLifecycleHandler(Protocol):
 
         Returns the events the node should record about the pod (e.g. an optional ConfigMap
         it starts without); raises `MissingDependency` while something mandatory is missing
-        (the node shows it on the pod and retries).
+        (the node shows it on the pod and retries), `vnode.kube.workqueue.Requeue` to have
+        the pod handed back after a delay without a failure (the backend is not ready for
+        it yet, e.g. its namespace is being deleted there).
         """
 
     async def update_pod(self, pod: Obj) -> None:

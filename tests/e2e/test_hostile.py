@@ -213,6 +213,61 @@ def test_a_flood_of_random_tokens_leaves_the_node_ready_with_every_renewal_on_ti
     virtual_node.check()
 
 
+# -- heartbeats while the node's lower budget is used up ----------------------------------------
+
+
+def test_renewals_stay_on_time_while_log_readers_use_up_the_lower_client_budget(
+    fleet: Fleet, nodes: list[VirtualNodeProcess], namespace: str, tmp_path: Path
+) -> None:
+    """Every log request through the kubelet API takes a slot of the lower client's rate
+    budget (--client-qps); the Lease is renewed only after the lower cluster answered a
+    ping. Callers reading logs as fast as the node serves them keep that budget queued, so
+    a ping that waits its turn among them comes late and the renewal with it. The budget is
+    scaled down (5/s) so that 2 cores can keep it busy; at the default 500/s a busier
+    cluster does the same."""
+    qps = 5
+    node = VirtualNodeProcess(
+        fleet,
+        name=f"vn-{secrets.token_hex(3)}",
+        log_dir=tmp_path,
+        args=(f"--client-qps={qps}", f"--client-burst={qps}"),
+    )
+    nodes.append(node)
+    node.start()
+    upper = fleet.upper.rest()
+    create(upper, namespace, pod_manifest("web", node=node.name))
+    wait_for("web Running", lambda: phase(upper, namespace, "web") == "Running", timeout=60)
+    readers, seconds = 64, 3 * LEASE_RENEW_INTERVAL + LATE
+    path = f"/containerLogs/{namespace}/web/main?tailLines=1"
+    stop = time.monotonic() + seconds
+
+    def read_logs(_: int) -> int:
+        served = 0
+        while time.monotonic() < stop:
+            with contextlib.suppress(OSError):
+                status, _body = kubelet_request(fleet, node.kubelet_port, path, cert=True)
+                served += status == 200
+        return served
+
+    with HeartbeatWatch(upper, node.name) as watch:
+        started = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=readers) as pool:
+            served = sum(pool.map(read_logs, range(readers)))
+        elapsed = time.monotonic() - started
+    gaps = watch.gaps()
+    print(
+        f"hostile: {readers} log readers for {elapsed:.0f}s on a lower budget of {qps}/s: "
+        f"{served} logs served; renewals seen {len(watch.renewals)}, longest gap "
+        f"{max(gaps, default=0):.1f}s (interval {LEASE_RENEW_INTERVAL:.0f}s); peak RSS "
+        f"{_peak_rss_mib(node):.0f} MiB"
+    )
+    assert served >= qps * seconds / 2, "the readers did not keep the budget busy"
+    assert not watch.not_ready, f"the node was not Ready: {watch.not_ready}"
+    assert len(watch.renewals) >= elapsed / LEASE_RENEW_INTERVAL - 1, watch.renewals
+    assert max(gaps) <= LEASE_RENEW_INTERVAL + LATE, gaps
+    node.check()
+
+
 # -- a lower cluster flooding Events ---------------------------------------------------------
 
 

@@ -6,7 +6,9 @@ Pod Security Standards, on the session fleet's two upper clusters over one lower
 from __future__ import annotations
 
 import base64
+import contextlib
 import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ from vnode.providers.k2k import naming
 from vnode.testing.cluster import Cluster
 from vnode.testing.fixtures import create_namespace, delete_namespace
 from vnode.testing.fleet import Fleet
-from vnode.testing.rest import RestClient
+from vnode.testing.rest import ApiStatusError, RestClient
 from vnode.testing.vnodes import VirtualNodeProcess
 
 
@@ -34,15 +36,21 @@ def shared(fleet: Fleet) -> Iterator[str]:
 
 
 def twins(
-    fleet: Fleet, nodes: list[VirtualNodeProcess], tmp_path: Path, *, args: tuple[str, ...] = ()
+    fleet: Fleet,
+    nodes: list[VirtualNodeProcess],
+    tmp_path: Path,
+    *,
+    args: tuple[str, ...] = (),
+    first_args: tuple[str, ...] = (),
 ) -> tuple[VirtualNodeProcess, VirtualNodeProcess]:
     """Two virtual nodes of the same name, one in each upper cluster, over `fleet.lower`
-    (as two teams that both kept the default --nodename would run them)."""
+    (as two teams that both kept the default --nodename would run them); `first_args` go
+    to the first one only."""
     name = f"vk-{secrets.token_hex(3)}"
     pair = []
-    for upper in ("upper", "upper-2"):
+    for upper, extra in (("upper", first_args), ("upper-2", ())):
         node = VirtualNodeProcess(
-            fleet, name=name, log_dir=tmp_path / upper, upper=upper, args=args
+            fleet, name=name, log_dir=tmp_path / upper, upper=upper, args=(*args, *extra)
         )
         nodes.append(node)
         pair.append(node.start())
@@ -67,7 +75,10 @@ def test_same_node_name_in_two_upper_clusters_never_touches_the_others_pods(
 ) -> None:
     # The reproduction of the review's finding: B's node restarts after one of its pods was
     # deleted upstairs; its clean-up must delete that one lower pod and nothing of A's.
-    node_a, node_b = twins(fleet, nodes, tmp_path)
+    # A names its upper cluster with --cluster-id: that identity is what its lower pods
+    # carry, and what keeps B's hands off them.
+    cluster_a = f"team-a.{secrets.token_hex(3)}"
+    node_a, node_b = twins(fleet, nodes, tmp_path, first_args=(f"--cluster-id={cluster_a}",))
     first, second, lower = fleet.upper.rest(), fleet.cluster("upper-2").rest(), fleet.lower
     a_pods, b_pods = [f"a-{i}" for i in range(3)], [f"b-{i}" for i in range(3)]
     for client, node, names in ((first, node_a, a_pods), (second, node_b, b_pods)):
@@ -78,6 +89,11 @@ def test_same_node_name_in_two_upper_clusters_never_touches_the_others_pods(
             wait_for(f"{name} Running", lambda c=client, n=name: phase(c, shared, n) == "Running")
     before = lower_uids(lower, shared, a_pods)
     assert all(before.values())
+    for name in a_pods:
+        marks = (pod(lower.rest(), shared, name) or {}).get("metadata") or {}
+        assert marks["labels"][naming.CLUSTER_LABEL] == cluster_a
+        assert marks["annotations"][naming.CLUSTER_ANNOTATION] == cluster_a
+    assert node_a.owner.cluster_id == cluster_a
     assert node_a.owner != node_b.owner
     assert node_a.owner.node_name == node_b.owner.node_name
 
@@ -254,6 +270,71 @@ def test_a_pod_never_runs_with_a_lower_object_that_was_not_copied_for_it(
     assert not below["spec"]["containers"][0].get("envFrom")
 
 
+def test_a_service_account_token_secret_is_never_copied_below(
+    fleet: Fleet, nodes: list[VirtualNodeProcess], tmp_path: Path, shared: str
+) -> None:
+    # An upper ServiceAccount token is an upper credential: copied below it would leak it
+    # to the lower cluster (and its token controller owns such Secrets there). A pod that
+    # must have it is refused; one for which it is optional runs without it, and never
+    # with a same-named lower Secret in its place.
+    [node] = [start(fleet, nodes, tmp_path, upper="upper")]
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    create(
+        upper,
+        shared,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": "token",
+                "annotations": {"kubernetes.io/service-account.name": "default"},
+            },
+            "type": "kubernetes.io/service-account-token",
+        },
+    )
+    lower_only = base64.b64encode(b"lower").decode()
+    create(
+        lower,
+        shared,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "token"},
+            "data": {"token": lower_only},
+        },
+    )
+    mandatory = pod_manifest(
+        "mandatory",
+        node=node.name,
+        spec={"volumes": [{"name": "t", "secret": {"secretName": "token"}}]},
+    )
+    create(upper, shared, mandatory)
+    message = wait_for("mandatory refused", lambda: provider_failure(upper, shared, "mandatory"))
+    assert f"Secret {shared}/token holds a ServiceAccount token of the upper cluster" in message
+    assert pod(lower, shared, "mandatory") is None
+    optional = pod_manifest(
+        "optional",
+        node=node.name,
+        spec={"volumes": [{"name": "t", "secret": {"secretName": "token", "optional": True}}]},
+    )
+    optional["spec"]["containers"][0]["env"] = [
+        {
+            "name": "TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": "token", "key": "token", "optional": True}},
+        }
+    ]
+    create(upper, shared, optional)
+    wait_for("optional Running", lambda: phase(upper, shared, "optional") == "Running")
+    below = pod(lower, shared, "optional")
+    assert below is not None
+    [volume] = [v for v in below["spec"]["volumes"] if v["name"] == "t"]
+    assert volume == {"name": "t", "emptyDir": {}}
+    assert not [v for v in below["spec"]["containers"][0].get("env") or [] if v["name"] == "TOKEN"]
+    theirs = lower.request("GET", f"/api/v1/namespaces/{shared}/secrets/token")
+    assert theirs["data"] == {"token": lower_only}
+    assert not naming.is_owned(theirs, owner=node.owner)
+
+
 def test_pods_above_the_pod_security_level_are_refused_even_in_adopted_namespaces(
     fleet: Fleet, nodes: list[VirtualNodeProcess], tmp_path: Path, shared: str
 ) -> None:
@@ -299,6 +380,70 @@ def test_a_lower_namespace_deleted_under_a_running_node_is_made_again(
     finally:
         delete_namespace((upper,), above)
         delete_namespaces(lower, prefix + above)
+
+
+def test_a_pod_whose_lower_namespace_is_still_being_deleted_waits_for_it_then_runs(
+    fleet: Fleet, nodes: list[VirtualNodeProcess], tmp_path: Path
+) -> None:
+    # The lower apiserver refuses the pod (403 NamespaceTerminating) while its namespace is
+    # being deleted: a wait, not a refusal of the pod (restartPolicy Never would end it).
+    upper, lower = fleet.upper, fleet.lower
+    above = create_namespace((upper,), prefix="terminating")
+    prefix = f"d{secrets.token_hex(2)}-"
+    below = prefix + above
+    held = f"/api/v1/namespaces/{below}/configmaps/held"
+    try:
+        node = start(fleet, nodes, tmp_path, upper="upper", args=(f"--namespace-prefix={prefix}",))
+        create(upper.rest(), above, pod_manifest("first", node=node.name))
+        wait_for("first Running", lambda: phase(upper.rest(), above, "first") == "Running")
+        # An object with a finalizer keeps the lower namespace Terminating until it goes.
+        holder = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "held", "finalizers": ["tensile.test/hold"]},
+        }
+        lower.rest().request("POST", f"/api/v1/namespaces/{below}/configmaps", body=holder)
+        delete_namespaces(lower, below)
+        wait_for(
+            "the lower namespace Terminating",
+            lambda: (
+                (get(lower.rest(), f"/api/v1/namespaces/{below}") or {})
+                .get("status", {})
+                .get("phase")
+                == "Terminating"
+            ),
+        )
+        once = pod_manifest("second", node=node.name, spec={"restartPolicy": "Never"})
+        create(upper.rest(), above, once)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            assert provider_failure(upper.rest(), above, "second") is None
+            assert phase(upper.rest(), above, "second") == "Pending"
+            time.sleep(0.5)
+        lower.rest().request(
+            "PATCH",
+            held,
+            body={"metadata": {"finalizers": None}},
+            content_type="application/merge-patch+json",
+        )
+        wait_for(
+            "second Running", lambda: phase(upper.rest(), above, "second") == "Running", timeout=60
+        )
+        made = lower.rest().request("GET", f"/api/v1/namespaces/{below}")
+        annotations = made["metadata"]["annotations"]
+        assert annotations[naming.CLUSTER_ANNOTATION] == node.owner.cluster_id
+        assert annotations[naming.UPPER_NAMESPACE_ANNOTATION] == above
+        assert pod(lower.rest(), below, "second") is not None
+    finally:
+        with contextlib.suppress(ApiStatusError):
+            lower.rest().request(
+                "PATCH",
+                held,
+                body={"metadata": {"finalizers": None}},
+                content_type="application/merge-patch+json",
+            )
+        delete_namespace((upper,), above)
+        delete_namespaces(lower, below)
 
 
 # -- helpers -------------------------------------------------------------------------------

@@ -1,10 +1,54 @@
-"""vnode.kube.retry: a step retried after the errors it names, with the delays it says."""
+"""Steps retried until done (vnode.kube.retry): which failures, which delays, and no warning
+from building the backoff."""
 
 from __future__ import annotations
+
+import asyncio
+from typing import Any
 
 import pytest
 
 from vnode.kube import errors, retry
+
+
+@pytest.fixture
+def slept(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The backoff delays asked for (seconds); nothing actually waits."""
+    delays: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def no_wait(seconds: float, *args: Any, **kwargs: Any) -> None:
+        delays.append(seconds)
+        await real_sleep(0)
+
+    monkeypatch.setattr(asyncio, "sleep", no_wait)
+    return delays
+
+
+async def test_listed_failures_are_retried_with_doubling_jittered_delays(
+    slept: list[float],
+) -> None:
+    failures = [errors.ApiUnavailable("connection refused")] * 7
+
+    async def step() -> str:
+        if failures:
+            raise failures.pop()
+        return "done"
+
+    assert await retry.until_done("a step", step, initial=0.5, cap=8.0) == "done"
+    lows = [0.5, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
+    assert len(slept) == len(lows)
+    for delay, low in zip(slept, lows, strict=True):
+        assert low <= delay <= low + 1.0, slept
+
+
+async def test_other_failures_propagate_at_once(slept: list[float]) -> None:
+    async def step() -> None:
+        raise errors.Forbidden(code=403, status={"message": "no"})
+
+    with pytest.raises(errors.Forbidden):
+        await retry.until_done("a step", step, retried=(errors.ApiUnavailable,))
+    assert slept == []
 
 
 async def test_a_step_is_retried_after_an_api_error_until_it_succeeds(

@@ -1,14 +1,19 @@
-"""Start-up recovers only from what it should, and never signals a stranger's process."""
+"""Start-up recovers only from what it should, and never signals a stranger's process: the
+test harness's components, and the virtual node's read of the upper cluster's identity."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from vnode import __main__ as main
+from vnode.kube import errors
 from vnode.testing import netns, ports, processes
 from vnode.testing.cluster import FleetSettings
 from vnode.testing.startup import Startup
@@ -88,3 +93,65 @@ def test_a_plain_child_is_stopped_even_though_it_leads_no_group(tmp_path: Path) 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     processes.stop_group(child.pid, timeout=2)
     assert child.wait(timeout=5) is not None
+
+
+# -- the upper cluster's identity, read at the node's start ---------------------------------
+
+
+class _Upper:
+    """An upper apiserver (a fake: these faults cannot be had on demand from a real one)
+    answering GET kube-system with each of `answers` in turn (an exception is raised)."""
+
+    def __init__(self, *answers: object) -> None:
+        self.answers = list(answers)
+        self.calls = 0
+
+    async def request(self, method: str, path: str, **_: Any) -> dict[str, Any]:
+        assert (method, path) == ("GET", "/api/v1/namespaces/kube-system")
+        self.calls += 1
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        assert isinstance(answer, dict)
+        return answer
+
+
+@pytest.fixture
+def slept(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The backoff delays asked for (seconds); nothing actually waits."""
+    delays: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def no_wait(seconds: float, *args: Any, **kwargs: Any) -> None:
+        delays.append(seconds)
+        await real_sleep(0)
+
+    monkeypatch.setattr(asyncio, "sleep", no_wait)
+    return delays
+
+
+async def test_transient_failures_of_the_cluster_identity_read_are_retried(
+    slept: list[float],
+) -> None:
+    upper = _Upper(
+        errors.ServerError(code=500, status={"message": "etcdserver: leader changed"}),
+        errors.ApiUnavailable("connection reset by peer"),
+        errors.TooManyRequests(code=429, status={"message": "too many requests"}),
+        {"metadata": {"name": "kube-system", "uid": "0f0e0d0c-0000-4000-8000-000000000001"}},
+    )
+    cluster_id = await main._upper_cluster_id(upper)
+    assert cluster_id == "0f0e0d0c-0000-4000-8000-000000000001"
+    assert upper.calls == 4
+    assert len(slept) == 3
+    assert 0.5 <= slept[0] <= 1.5  # the registration's backoff: 0.5 s doubling (+ jitter)
+
+
+async def test_a_refused_cluster_identity_read_stops_the_start_saying_what_to_grant(
+    slept: list[float],
+) -> None:
+    upper = _Upper(errors.Forbidden(code=403, status={"message": "cannot get namespaces"}))
+    with pytest.raises(errors.Forbidden) as refused:
+        await main._upper_cluster_id(upper)
+    assert "grant get on it" in refused.value.message
+    assert "--cluster-id" in refused.value.message
+    assert (upper.calls, slept) == (1, [])

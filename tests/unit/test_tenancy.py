@@ -1,4 +1,5 @@
-"""Ownership marks, lower namespaces of tenants and the Pod Security Standards (pure)."""
+"""Ownership marks, lower namespaces of tenants and the Pod Security Standards (pure, and
+LowerNamespaces against a fake lower apiserver)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ from typing import Any
 
 import pytest
 
+from vnode.kube import errors
+from vnode.kube.workqueue import Requeue
 from vnode.providers.k2k import naming, podsecurity
+from vnode.providers.k2k.namespaces import LowerNamespaces, terminating
 
 A = naming.Owner(node_name="virtual-kubelet", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")
 B = naming.Owner(node_name="virtual-kubelet", cluster_id="bbbbbbbb-0000-4000-8000-000000000002")
@@ -182,3 +186,70 @@ def test_malformed_pods_do_not_crash_the_check() -> None:
     for spec in ({"containers": "x"}, {"securityContext": []}, {"volumes": [1, None]}):
         podsecurity.violations({"spec": spec}, level="restricted")
     podsecurity.violations({}, level="restricted")
+
+
+# -- lower namespaces being deleted ------------------------------------------------------------
+
+
+class _LowerApi:
+    """A lower apiserver whose namespace "ns" is being deleted until `gone` (a fake: the
+    e2e test in test_tenancy holds a real one; this one checks the timing of the looks)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.gone = False
+
+    async def request(self, method: str, path: str, *, body: Any = None) -> dict[str, Any]:
+        self.calls.append(method)
+        if method == "POST":
+            if self.gone:
+                return dict(body)
+            raise errors.AlreadyExists(code=409, status={"reason": "AlreadyExists"})
+        return {
+            "metadata": {"name": "ns", "deletionTimestamp": "2030-01-01T00:00:00Z"},
+            "status": {"phase": "Terminating"},
+        }
+
+
+async def test_objects_of_a_lower_namespace_being_deleted_wait_with_doubling_looks() -> None:
+    now = [100.0]
+    lower = _LowerApi()
+    namespaces = LowerNamespaces(
+        lower=lower,
+        owner=A,
+        prefix="",
+        pod_security_level="baseline",
+        clock=lambda: now[0],
+    )
+
+    async def requeued() -> float:
+        with pytest.raises(Requeue) as waited:
+            await namespaces.ensure("ns", source_namespace="ns")
+        return waited.value.after
+
+    assert await requeued() == 1.0
+    assert lower.calls == ["POST", "GET"]
+    now[0] += 0.25
+    assert await requeued() == 0.75  # not due: no request
+    assert namespaces.going("ns").after == 0.75  # a refusal meanwhile is the same look
+    assert lower.calls == ["POST", "GET"]
+    for expected in (2.0, 4.0, 8.0, 16.0, 30.0, 30.0):
+        now[0] += 30.0
+        assert await requeued() == expected
+    lower.gone = True
+    now[0] += 30.0
+    await namespaces.ensure("ns", source_namespace="ns")  # made again
+    calls = len(lower.calls)
+    await namespaces.ensure("ns", source_namespace="ns")
+    assert len(lower.calls) == calls  # known now
+    # A create refused later (NamespaceTerminating): forgotten, and looked at from 1 s again.
+    assert namespaces.going("ns").after == 1.0
+    lower.gone = False
+    now[0] += 1.0
+    assert await requeued() == 2.0
+
+
+def test_a_namespace_is_terminating_by_its_phase_or_deletion_timestamp() -> None:
+    assert terminating({"status": {"phase": "Terminating"}})
+    assert terminating({"metadata": {"deletionTimestamp": "2030-01-01T00:00:00Z"}})
+    assert not terminating({"metadata": {"name": "ns"}, "status": {"phase": "Active"}})

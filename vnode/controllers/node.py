@@ -11,7 +11,8 @@
   recovery both resume at once (Ready again within one ping interval).
 
 Registration, status and Lease go through a client of their own (`heartbeat`), so they
-never queue behind pod traffic, Events or kubelet API reviews.
+never queue behind pod traffic, Events or kubelet API reviews; the provider answers its
+ping the same way (the Kubernetes provider through a lower client of its own).
 """
 
 from __future__ import annotations

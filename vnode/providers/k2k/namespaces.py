@@ -7,7 +7,13 @@ so every object follows the same tenancy rules (see the README, "Tenants below")
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
 from vnode.kube import errors
+from vnode.kube.backoff import ExponentialBackoff
 from vnode.kube.client import ApiClient
 from vnode.kube.mirror import Refused
 from vnode.kube.resources import NAMESPACES
@@ -17,6 +23,26 @@ from vnode.settings import PodSecurityLevel
 
 _GOING_RETRY = 5.0
 """Seconds before an object of an upper namespace being deleted is looked at again."""
+GOING_BELOW = ExponentialBackoff(base=1.0, cap=30.0)
+"""Seconds between looks at a lower namespace being deleted, doubling per look that finds
+it still there: deletions usually take seconds, but a finalizer can hold one for hours."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Going:
+    """A lower namespace last seen being deleted."""
+
+    looks: int
+    """Looks that found it still being deleted, minus one."""
+    next_look: float
+    """Time (the clock's seconds) before which nobody looks again."""
+
+
+def terminating(namespace: Mapping[str, Any]) -> bool:
+    """Tell whether a Namespace object is being deleted (pure)."""
+    meta = namespace.get("metadata") or {}
+    status = namespace.get("status") or {}
+    return bool(meta.get("deletionTimestamp")) or status.get("phase") == "Terminating"
 
 
 class LowerNamespaces:
@@ -30,28 +56,37 @@ class LowerNamespaces:
         owner: naming.Owner,
         prefix: str,
         pod_security_level: PodSecurityLevel,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Namespaces it creates are labelled with `owner`'s marks and the upper namespace
         they were made for, and `pod-security.kubernetes.io/enforce=<pod_security_level>`.
         With `upper`, a namespace is made only while its upper namespace lives: objects of
-        an upper namespace being deleted must not bring its lower one back."""
+        an upper namespace being deleted must not bring its lower one back. `clock` (in
+        seconds) times the looks at lower namespaces being deleted."""
         self._lower = lower
         self._upper = upper
         self._owner = owner
         self._prefix = prefix
         self._level = pod_security_level
+        self._clock = clock
         self._known: set[str] = set()
         """Lower namespaces known to exist and to be usable."""
+        self._going: dict[str, _Going] = {}
+        """Lower namespaces seen being deleted, until one is made again (see `going`)."""
 
     async def ensure(self, namespace: str, *, source_namespace: str) -> None:
         """Create the lower `namespace` for upper `source_namespace`, or check that the
         existing one may take its objects. Raises Refused naming the conflict (another
-        tenant's namespace, an invalid mapped name), kube errors for API failures."""
+        tenant's namespace, an invalid mapped name), Requeue while the upper namespace or
+        the lower one is being deleted (see `going`), kube errors for API failures."""
         if namespace in self._known:
             return
         problem = naming.namespace_problem(source_namespace, prefix=self._prefix)
         if problem is not None:
             raise Refused(problem)
+        going = self._going.get(namespace)
+        if going is not None and (wait := going.next_look - self._clock()) > 0:
+            raise Requeue(wait, f"lower namespace {namespace} is being deleted")
         await self._check_upper(source_namespace)
         labels, annotations = naming.namespace_marks(
             owner=self._owner, upper_namespace=source_namespace
@@ -66,6 +101,8 @@ class LowerNamespaces:
             await self._lower.request("POST", NAMESPACES.path(), body=body)
         except errors.AlreadyExists:
             existing = await self._lower.request("GET", NAMESPACES.path(name=namespace))
+            if terminating(existing):
+                raise self.going(namespace) from None
             conflict = naming.namespace_conflict(
                 existing,
                 owner=self._owner,
@@ -74,7 +111,28 @@ class LowerNamespaces:
             )
             if conflict is not None:
                 raise Refused(conflict) from None
+        self._going.pop(namespace, None)
         self._known.add(namespace)
+
+    def going(self, namespace: str) -> Requeue:
+        """Note that the lower `namespace` is being deleted (seen so, or it refused an object
+        with NamespaceTerminating) and return the Requeue its object's key should raise.
+
+        Objects for it wait instead of being refused: `ensure` answers Requeue without a
+        request until the next look is due, then looks once; the delay doubles per look
+        that finds the namespace still there (`GOING_BELOW`, 1 s to 30 s), and once it is
+        gone `ensure` makes it again. Looks due at once for many keys count as one."""
+        self._known.discard(namespace)
+        now = self._clock()
+        going = self._going.get(namespace)
+        if going is not None and going.next_look > now:
+            return Requeue(going.next_look - now, f"lower namespace {namespace} is being deleted")
+        looks = 0 if going is None else going.looks + 1
+        delay = GOING_BELOW.delay(looks)
+        self._going[namespace] = _Going(looks=looks, next_look=now + delay)
+        return Requeue(
+            delay, f"lower namespace {namespace} is being deleted; looking again in {delay:g}s"
+        )
 
     async def _check_upper(self, namespace: str) -> None:
         """Raise Requeue while the upper `namespace` is being deleted (or gone)."""

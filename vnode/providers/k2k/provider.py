@@ -7,6 +7,7 @@ pure modules `translate`, `capacity` and `naming` decide; this module does the I
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import (
@@ -49,6 +50,8 @@ from vnode.settings import PV_CONTROLLERS, SERVICE_CONTROLLERS, ControllerSettin
 
 logger = logging.getLogger(__name__)
 
+PING_TIMEOUT = 5.0
+"""Seconds the lower apiserver has to answer a ping (`/readyz`), all of the call included."""
 _REFUSALS = (errors.Invalid, errors.Forbidden, errors.BadRequest)
 _LOG_CHUNK = 256 * 1024
 """Bytes of log joined into one downstream write at most."""
@@ -74,6 +77,7 @@ class K2KProvider:
         translation: translate.Translation,
         node_ip: str,
         upper_events: ApiClient | None = None,
+        lower_heartbeat: ApiClient | None = None,
         upper_namespace: str | None = None,
         kubelets: KubeletAccess | None = None,
         workers: int = 50,
@@ -82,7 +86,10 @@ class K2KProvider:
         """`informers` shares informers with the node's other components; `node_ip` is the
         virtual node's InternalIP, shown as the pods' hostIP upstairs; `upper_events`
         writes the Events mirrored from below (default `upper`; a client of their own keeps
-        a flood of them from delaying statuses); `kubelets` how the lower kubelets'
+        a flood of them from delaying statuses); `lower_heartbeat` answers `ping` (default
+        `lower`; a client of its own, with its own connections and no rate limit, keeps
+        busy pod, log and exec traffic from delaying the node's heartbeats, which wait for
+        the ping); `kubelets` how the lower kubelets'
         resource metrics are read (default: through the lower apiserver's node proxy);
         `workers` bounds concurrent copy updates per kind (--pod-sync-workers);
         `controllers` chooses the mirrors of Services and volumes that run beside the
@@ -92,6 +99,7 @@ class K2KProvider:
         self._owner = translation.owner
         self._upper = upper
         self._lower = lower
+        self._heartbeat = lower_heartbeat or lower
         self.t = translation
         self._started = False
         self.namespaces = LowerNamespaces(
@@ -292,7 +300,9 @@ class K2KProvider:
         tenant, or a lower pod or dependency of the same name is not ours (the message names
         the conflicting object; nothing of someone else's is ever adopted or changed).
         Raises MissingDependency, BackendUnavailable, or ProviderError when a stale lower
-        pod of the same name is still going away.
+        pod of the same name is still going away; Requeue while the pod's namespace is
+        being deleted, above or below (`LowerNamespaces.going`: below, the pod waits until
+        the namespace is gone and makes it again).
         """
         upper_ns = str(pod["metadata"]["namespace"])
         problem = naming.namespace_problem(upper_ns, prefix=self.t.namespace_prefix)
@@ -363,6 +373,11 @@ class K2KProvider:
             except errors.AlreadyExists:
                 return []  # our earlier attempt got through; the informer will show it
             except _REFUSALS as exc:
+                if exc.namespace_terminating:
+                    # The namespace is going (deleted below, maybe by hand): the pod waits
+                    # for it to be gone and made again, it is not refused.
+                    logger.info("lower pod %s waits: %s", lower_key, exc.message)
+                    raise self.namespaces.going(lower_ns) from exc
                 await self.dependencies.rollback(pod, ensured.created)
                 raise provider_errors.InvalidPod(
                     f"lower cluster refused the pod: {exc.message}"
@@ -576,9 +591,17 @@ class K2KProvider:
     # -- NodeProvider -----------------------------------------------------------------------
 
     async def ping(self) -> None:
-        """Return if the lower apiserver is ready; raise BackendUnavailable otherwise."""
+        """Return if the lower apiserver answers `/readyz` within PING_TIMEOUT seconds;
+        raise BackendUnavailable otherwise. The bound covers the whole call (a wait for a
+        rate slot or a connection, retries): a ping that comes late delays the node's
+        Lease renewal by as much."""
         try:
-            await self._lower.request("GET", "/readyz", timeout=5.0)
+            async with asyncio.timeout(PING_TIMEOUT):
+                await self._heartbeat.request("GET", "/readyz")
+        except TimeoutError as exc:
+            raise provider_errors.BackendUnavailable(
+                f"lower cluster: /readyz did not answer within {PING_TIMEOUT:g}s"
+            ) from exc
         except (errors.ApiError, errors.ApiUnavailable) as exc:
             raise provider_errors.BackendUnavailable(f"lower cluster: {exc}") from exc
 
