@@ -6,7 +6,8 @@ rule is seen against real list+watch, real conflicts and real deletions: creatio
 updates, repair of copies someone else changed or deleted, conflicts with objects that are
 not ours, garbage collection (also of leftovers at start), on-request copies kept while in
 use, the race of a delete right after a create the cache has not shown yet, and copies a
-sibling made (another writer of the same copies) kept like our own after it is gone.
+sibling made (another writer of the same copies) kept like our own after it is gone; and
+the same engine mirroring from the lower cluster up.
 """
 
 from __future__ import annotations
@@ -204,6 +205,27 @@ async def test_copies_follow_their_source_are_repaired_and_collected(
         await upper.request("DELETE", a)
         await until("the copy deleted", lambda: _absent(lower, namespace, "a"))
         assert await get(lower, namespace, "unlabelled") is None
+
+
+async def test_the_engine_mirrors_from_the_lower_cluster_up_as_well(
+    fleet: Fleet, namespace: str
+) -> None:
+    """Direction is only which informers and clients a mirror gets: the same spec with the
+    lower cluster as source copies, follows and collects upstairs."""
+    async with clients(fleet) as (upper, lower), running(lower, upper, namespace):
+        await lower.request(
+            "POST", CONFIG_MAPS.path(namespace=namespace), body=cm("up", {"v": "1"})
+        )
+        await until("the copy upstairs", lambda: _data_is(upper, namespace, "up", {"v": "1"}))
+        copy = await get(upper, namespace, "up")
+        assert copy is not None
+        assert naming.is_owned(copy, owner=OWNER)
+        up = CONFIG_MAPS.path(namespace=namespace, name="up")
+        merge = "application/merge-patch+json"
+        await lower.request("PATCH", up, body={"data": {"v": "2"}}, content_type=merge)
+        await until("the update upstairs", lambda: _data_is(upper, namespace, "up", {"v": "2"}))
+        await lower.request("DELETE", up)
+        await until("the copy gone upstairs", lambda: _absent(upper, namespace, "up"))
 
 
 async def test_an_object_that_is_not_ours_is_a_conflict_and_never_touched(
