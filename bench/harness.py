@@ -293,5 +293,8 @@ def relists(node: VirtualNodeProcess, informer: str) -> float:
 
 
 def pct(values: list[float], q: float) -> float:
+    """Return the nearest-rank percentile `q` (0 < q <= 1) of `values`: the smallest value
+    with at least q * n of the n values at or below it (p99 of 100 samples is the 99th
+    smallest, not the largest; p50 of an even count is the lower middle)."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]

@@ -7,7 +7,8 @@ watches: the scale request, the upper cluster's EndpointSlice showing the new se
 endpoints (the upper controllers' own work, from pod start to slice: the baseline), and
 the lower cluster's mirrored EndpointSlice showing the same set. Printed: p50/p99 of the
 mirror's delay (upper slice -> lower slice), of the baseline (scale -> upper slice) and
-their ratio, and of the whole path (scale -> lower slice).
+their ratio, and of the whole path (scale -> lower slice). Percentiles are nearest-rank
+(`harness.pct`): p99 of 100 events is the 99th smallest, so one outlier does not set it.
 
     .venv/bin/python bench/services.py [--events 100]
 
@@ -24,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from harness import pct
 
 from vnode.kube import config
 from vnode.kube.client import MERGE_PATCH, ApiClient
@@ -171,11 +174,6 @@ async def run(fleet: Fleet, node: str, *, events: int) -> list[tuple[float, floa
             await asyncio.gather(*tasks, return_exceptions=True)
             await upper.request("DELETE", NAMESPACES.path(name=namespace))
     return results
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def main() -> None:

@@ -73,26 +73,29 @@ def storage(fleet: Fleet) -> Iterator[Storage]:
     classes = "/apis/storage.k8s.io/v1/storageclasses"
     made = Storage(
         upper_class=f"tensile-{suffix}",
+        retain_class=f"retain-{suffix}",
         legacy_class=f"legacy-{suffix}",
         lower_class=f"local-{suffix}",
         volumes={f"local-{suffix}-{i}": f"lower-node-{i}" for i in range(3)},
     )
-    upper.request(
-        "POST",
-        classes,
-        body={
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": made.upper_class},
-            "provisioner": volumes.PROVISIONER,
-            "volumeBindingMode": "WaitForFirstConsumer",
-            "allowVolumeExpansion": True,
-            # Only virtual nodes can provision it: the scheduler checks this per node.
-            "allowedTopologies": [
-                {"matchLabelExpressions": [{"key": "type", "values": ["virtual-kubelet"]}]}
-            ],
-        },
-    )
+    for name, policy in ((made.upper_class, "Delete"), (made.retain_class, "Retain")):
+        upper.request(
+            "POST",
+            classes,
+            body={
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": name},
+                "provisioner": volumes.PROVISIONER,
+                "volumeBindingMode": "WaitForFirstConsumer",
+                "reclaimPolicy": policy,
+                "allowVolumeExpansion": True,
+                # Only virtual nodes can provision it: the scheduler checks this per node.
+                "allowedTopologies": [
+                    {"matchLabelExpressions": [{"key": "type", "values": ["virtual-kubelet"]}]}
+                ],
+            },
+        )
     upper.request(
         "POST",
         classes,
@@ -153,6 +156,6 @@ def storage(fleet: Fleet) -> Iterator[Storage]:
     finally:
         for name in made.volumes:
             delete_if_present(lower, f"/api/v1/persistentvolumes/{name}")
-        for name in (made.upper_class, made.legacy_class):
+        for name in (made.upper_class, made.retain_class, made.legacy_class):
             delete_if_present(upper, f"{classes}/{name}")
         delete_if_present(lower, f"{classes}/{made.lower_class}")

@@ -172,6 +172,8 @@ class Storage:
 
     upper_class: str
     """Provisioned by the virtual nodes (tensile.io/virtual-node, WaitForFirstConsumer)."""
+    retain_class: str
+    """The same with reclaimPolicy Retain."""
     legacy_class: str
     """An ordinary WaitForFirstConsumer class upstairs (tensile-kube's migration path)."""
     lower_class: str

@@ -5,7 +5,9 @@ labelled mirror=yes in the test namespace, copied below with ownership marks), s
 rule is seen against real list+watch, real conflicts and real deletions: creation,
 updates, repair of copies someone else changed or deleted, conflicts with objects that are
 not ours, garbage collection (also of leftovers at start), on-request copies kept while in
-use, and the race of a delete right after a create the cache has not shown yet.
+use, the race of a delete right after a create the cache has not shown yet, and copies a
+sibling made (another writer of the same copies) kept like our own after it is gone; and
+the same engine mirroring from the lower cluster up.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from vnode.testing.fleet import Fleet
 
 OWNER = naming.Owner(node_name="mirror-test", cluster_id="mirror-test-cluster")
 OTHER = naming.Owner(node_name="mirror-test", cluster_id="someone-else")
+SIBLING = naming.Owner(node_name="mirror-sibling", cluster_id=OWNER.cluster_id)
+"""Another node of OWNER's cluster: its copies are shared."""
 
 
 def spec(*, creation: Creation = "always") -> MirrorSpec:
@@ -73,6 +77,8 @@ def spec(*, creation: Creation = "always") -> MirrorSpec:
         source_key=lambda lower: f"{lower['metadata']['namespace']}/{lower['metadata']['name']}",
         creation=creation,
         report=report if creation == "always" else None,
+        shared=lambda lower: naming.same_cluster(lower, owner=OWNER),
+        as_shared=naming.in_name_of,
         stands_for=lambda lower, upper: (
             (lower["metadata"].get("annotations") or {}).get("test/source-uid")
             == upper["metadata"]["uid"]
@@ -101,8 +107,9 @@ async def running(
 ) -> AsyncIterator[Mirror]:
     factory = InformerFactory()
     source = factory.informer(upper, CONFIG_MAPS, namespace=namespace)
+    # The copies of OWNER's whole cluster: its siblings' too, as the virtual node's are.
     target = factory.informer(
-        lower, CONFIG_MAPS, namespace=namespace, label_selector=naming.owner_selector(OWNER)
+        lower, CONFIG_MAPS, namespace=namespace, label_selector=naming.cluster_selector(OWNER)
     )
 
     async def on_problem(_source: Obj, message: str) -> None:
@@ -198,6 +205,27 @@ async def test_copies_follow_their_source_are_repaired_and_collected(
         await upper.request("DELETE", a)
         await until("the copy deleted", lambda: _absent(lower, namespace, "a"))
         assert await get(lower, namespace, "unlabelled") is None
+
+
+async def test_the_engine_mirrors_from_the_lower_cluster_up_as_well(
+    fleet: Fleet, namespace: str
+) -> None:
+    """Direction is only which informers and clients a mirror gets: the same spec with the
+    lower cluster as source copies, follows and collects upstairs."""
+    async with clients(fleet) as (upper, lower), running(lower, upper, namespace):
+        await lower.request(
+            "POST", CONFIG_MAPS.path(namespace=namespace), body=cm("up", {"v": "1"})
+        )
+        await until("the copy upstairs", lambda: _data_is(upper, namespace, "up", {"v": "1"}))
+        copy = await get(upper, namespace, "up")
+        assert copy is not None
+        assert naming.is_owned(copy, owner=OWNER)
+        up = CONFIG_MAPS.path(namespace=namespace, name="up")
+        merge = "application/merge-patch+json"
+        await lower.request("PATCH", up, body={"data": {"v": "2"}}, content_type=merge)
+        await until("the update upstairs", lambda: _data_is(upper, namespace, "up", {"v": "2"}))
+        await lower.request("DELETE", up)
+        await until("the copy gone upstairs", lambda: _absent(upper, namespace, "up"))
 
 
 async def test_an_object_that_is_not_ours_is_a_conflict_and_never_touched(
@@ -311,6 +339,63 @@ async def test_on_request_copies_are_made_when_asked_and_kept_while_in_use(
             await mirror.ensure(f"{namespace}/theirs")
         with pytest.raises(KeyError):
             await mirror.ensure(f"{namespace}/missing")
+
+
+async def test_a_siblings_copy_is_kept_like_our_own_after_the_sibling_is_gone(
+    fleet: Fleet, namespace: str
+) -> None:
+    """A copy another writer of the same copies made (a virtual node of the same upper
+    cluster over the same lower cluster), whose maker no longer runs: followed, repaired
+    and collected like our own, and left in its maker's name throughout."""
+    merge = "application/merge-patch+json"
+    async with clients(fleet) as (upper, lower):
+        path = CONFIG_MAPS.path(namespace=namespace)
+        made = {}
+        for name in ("always", "asked"):
+            source = await upper.request("POST", path, body=cm(name, {"v": "1"}))
+            labels, annotations = naming.owner_marks(SIBLING)
+            copy = cm(name, {"v": "1"}, labels=labels)
+            copy["metadata"]["annotations"] = {
+                **annotations,
+                "test/source-uid": source["metadata"]["uid"],
+            }
+            made[name] = await lower.request("POST", path, body=copy)
+
+        async def theirs_with(name: str, data: dict[str, str]) -> bool:
+            found = await get(lower, namespace, name)
+            return (
+                found is not None
+                and found.get("data") == data
+                and found["metadata"]["uid"] == made[name]["metadata"]["uid"]
+                and naming.is_owned(found, owner=SIBLING)
+            )
+
+        always = CONFIG_MAPS.path(namespace=namespace, name="always")
+        async with running(upper, lower, namespace):
+            await upper.request("PATCH", always, body={"data": {"v": "2"}}, content_type=merge)
+            await until("the sibling's copy updated", lambda: theirs_with("always", {"v": "2"}))
+            await lower.request("PATCH", always, body={"data": {"v": "x"}}, content_type=merge)
+            await until("the edit undone", lambda: theirs_with("always", {"v": "2"}))
+            await upper.request("DELETE", always)
+            await until("the sibling's copy collected", lambda: _absent(lower, namespace, "always"))
+
+        asked = CONFIG_MAPS.path(namespace=namespace, name="asked")
+        async with running(upper, lower, namespace, creation="on_request") as mirror:
+            # Used by our pods as it is, brought up to date when asked and when its source
+            # changes, and never collected by us (the sibling's pods are what use it).
+            await upper.request("PATCH", asked, body={"data": {"v": "2"}}, content_type=merge)
+            await until("the source change cached", lambda: _source_is(mirror, namespace))
+            assert await mirror.ensure(f"{namespace}/asked") == "shared"
+            assert await theirs_with("asked", {"v": "2"})
+            await upper.request("PATCH", asked, body={"data": {"v": "3"}}, content_type=merge)
+            await until("the sibling's copy updated", lambda: theirs_with("asked", {"v": "3"}))
+            await mirror.collect(f"{namespace}/asked")
+            assert await theirs_with("asked", {"v": "3"})
+
+
+def _source_is(mirror: Mirror, namespace: str) -> bool:
+    found = mirror.source.store.get(f"{namespace}/asked")
+    return found is not None and found.get("data") == {"v": "2"}
 
 
 async def _annotated(client: ApiClient, namespace: str, name: str, uid: str) -> Obj | None:

@@ -8,6 +8,7 @@ lower scheduler and the lower PV controller put each pod where its volume is.
 from __future__ import annotations
 
 import secrets
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +24,27 @@ MERGE = "application/merge-patch+json"
 TOLERATE = [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}]
 
 
-@pytest.fixture
-def node(
-    fleet: Fleet, storage: Storage, nodes: list[VirtualNodeProcess], tmp_path: Path
-) -> VirtualNodeProcess:
-    started = VirtualNodeProcess(
+def storage_node(fleet: Fleet, storage: Storage, tmp_path: Path) -> VirtualNodeProcess:
+    """A virtual node over `lower` mapping every upper class of `storage` to its lower one,
+    with PVControllers only (no Service mirrors)."""
+    return VirtualNodeProcess(
         fleet,
         name=f"vn-{secrets.token_hex(3)}",
         log_dir=tmp_path,
         args=[
+            "--enable-controllers=PVControllers",
             f"--lower-storage-class={storage.upper_class}={storage.lower_class},"
-            f"{storage.legacy_class}={storage.lower_class}"
+            f"{storage.retain_class}={storage.lower_class},"
+            f"{storage.legacy_class}={storage.lower_class}",
         ],
     )
+
+
+@pytest.fixture
+def node(
+    fleet: Fleet, storage: Storage, nodes: list[VirtualNodeProcess], tmp_path: Path
+) -> VirtualNodeProcess:
+    started = storage_node(fleet, storage, tmp_path)
     nodes.append(started)
     return started.start()
 
@@ -56,9 +65,33 @@ def affinity_node(volume: dict[str, Any]) -> str:
 
 
 def test_a_stateful_set_gets_volumes_on_the_virtual_node_and_keeps_them(
-    fleet: Fleet, node: VirtualNodeProcess, storage: Storage, namespace: str
+    fleet: Fleet,
+    node: VirtualNodeProcess,
+    storage: Storage,
+    nodes: list[VirtualNodeProcess],
+    tmp_path: Path,
+    namespace: str,
 ) -> None:
+    """Nothing pins the pods to a node but their volumes: when db-0 is replaced, a second
+    virtual node is available and emptier (the scheduler's spreading prefers it), and the
+    replacement still goes to the node its volume's affinity names. The node runs
+    PVControllers only: the StatefulSet's Service is not mirrored."""
     upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    code, readiness = node.get("/readyz?verbose")
+    assert code == 200
+    assert "volume-provisioner" in readiness
+    assert "claims_to_lower" in readiness
+    assert "services_to_lower" not in readiness
+    upper.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/services",
+        body={
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "db"},
+            "spec": {"clusterIP": "None", "selector": {"app": "db"}, "ports": [{"port": 5432}]},
+        },
+    )
     upper.request(
         "POST",
         f"/apis/apps/v1/namespaces/{namespace}/statefulsets",
@@ -74,7 +107,6 @@ def test_a_stateful_set_gets_volumes_on_the_virtual_node_and_keeps_them(
                     "metadata": {"labels": {"app": "db"}},
                     "spec": {
                         "tolerations": TOLERATE,
-                        "nodeSelector": {"kubernetes.io/hostname": node.name},
                         "containers": [
                             {
                                 "name": "db",
@@ -130,10 +162,28 @@ def test_a_stateful_set_gets_volumes_on_the_virtual_node_and_keeps_them(
                 == "Bound"
             ),
         )
+        # The lower claim's capacity flows back: the lower volume is 5Gi, 1Gi was asked.
+        wait_for(
+            f"{data} shows the lower capacity",
+            lambda data=data: (
+                (claim(upper, namespace, data) or {}).get("status", {}).get("capacity", {})
+                == {"storage": "5Gi"}
+            ),
+        )
+        pv = upper.request("GET", f"/api/v1/persistentvolumes/{above['spec']['volumeName']}")
+        assert pv["spec"]["capacity"] == {"storage": "5Gi"}
         placement[pod] = (below["metadata"]["uid"], lower_pv, lower_pod["spec"]["nodeName"])
     assert len({lower_pv for _, lower_pv, _ in placement.values()}) == 2
+    assert (
+        upper.request("GET", f"/api/v1/namespaces/{namespace}/pods/db-0")["spec"]["nodeName"]
+        == node.name
+    )
 
-    # A replacement comes back to the same volume and node.
+    # A replacement comes back to the same volume and node, though another virtual node,
+    # with no pod of the StatefulSet on it, is there now.
+    other = storage_node(fleet, storage, tmp_path)
+    nodes.append(other)
+    other.start()
     old = upper.request("GET", f"/api/v1/namespaces/{namespace}/pods/db-0")["metadata"]["uid"]
     upper.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/db-0")
 
@@ -146,6 +196,10 @@ def test_a_stateful_set_gets_volumes_on_the_virtual_node_and_keeps_them(
         )
 
     wait_for("db-0 replaced and Running", replaced, timeout=90)
+    assert (
+        upper.request("GET", f"/api/v1/namespaces/{namespace}/pods/db-0")["spec"]["nodeName"]
+        == node.name
+    )
     lower_pod = get(lower, f"/api/v1/namespaces/{namespace}/pods/db-0")
     assert lower_pod is not None
     below = bound(lower, namespace, "data-db-0")
@@ -174,6 +228,9 @@ def test_a_stateful_set_gets_volumes_on_the_virtual_node_and_keeps_them(
             == "2Gi"
         ),
     )
+
+    # Without ServiceControllers the StatefulSet's Service stayed upstairs.
+    assert get(lower, f"/api/v1/namespaces/{namespace}/services/db") is None
 
     # Reclaim policy Delete: the claims go, then their lower claims and upper volumes.
     upper.request("DELETE", f"/apis/apps/v1/namespaces/{namespace}/statefulsets/db")
@@ -284,6 +341,132 @@ def test_lower_provisioning_problems_show_on_the_upper_claim(
             == "Pending"
         ),
     )
+
+
+def provisioning_failures(client: RestClient, namespace: str, name: str) -> list[dict[str, Any]]:
+    """The ProvisioningFailed Events on upper claim `name` (repeats counted in `count`)."""
+    events = client.request(
+        "GET",
+        f"/api/v1/namespaces/{namespace}/events",
+        query={
+            "fieldSelector": (
+                f"involvedObject.kind=PersistentVolumeClaim,involvedObject.name={name},"
+                "reason=ProvisioningFailed"
+            )
+        },
+    )
+    return list(events.get("items") or [])
+
+
+def test_a_claim_the_lower_cluster_refuses_is_tried_again_and_a_retained_one_stays_below(
+    fleet: Fleet, node: VirtualNodeProcess, storage: Storage, namespace: str
+) -> None:
+    """A lower ResourceQuota refuses the lower claim: the upper claim gets ProvisioningFailed
+    and loses `selected-node`, so the upper scheduler schedules the pod again (another
+    refusal, the same Event counted again) and, once the quota is gone, the claim is
+    provisioned without anyone touching the pod. Its class has reclaimPolicy Retain:
+    deleting the upper claim keeps the lower one."""
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    quotas = f"/api/v1/namespaces/{namespace}/resourcequotas"
+    lower.request(
+        "POST",
+        quotas,
+        body={
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "no-claims"},
+            "spec": {"hard": {"persistentvolumeclaims": "0"}},
+        },
+    )
+    wait_for(
+        "the quota in force",
+        lambda: (get(lower, f"{quotas}/no-claims") or {}).get("status", {}).get("hard"),
+    )
+    upper.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/persistentvolumeclaims",
+        body={
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": storage.retain_class,
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    )
+    upper.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/pods",
+        body={
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "app"},
+            "spec": {
+                "tolerations": TOLERATE,
+                "nodeSelector": {"kubernetes.io/hostname": node.name},
+                "containers": [{"name": "app", "image": "busybox"}],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+            },
+        },
+    )
+    failures = wait_for(
+        "ProvisioningFailed twice (the scheduler tried again)",
+        lambda: (
+            (found := provisioning_failures(upper, namespace, "data"))
+            and sum(int(e.get("count") or 1) for e in found) >= 2
+            and found
+        ),
+        timeout=60,
+    )
+    assert all(e["type"] == "Warning" for e in failures)
+    assert "exceeded quota" in failures[0]["message"]
+    assert claim(lower, namespace, "data") is None
+    assert phase(upper, namespace, "app") == "Pending"
+
+    lower.request("DELETE", f"{quotas}/no-claims")
+    wait_for("the pod Running", lambda: phase(upper, namespace, "app") == "Running", timeout=90)
+    above = wait_for("the claim Bound upstairs", lambda: bound(upper, namespace, "data"))
+    assert above["metadata"]["annotations"][volumes.SELECTED_NODE] == node.name
+    below = wait_for("the claim Bound below", lambda: bound(lower, namespace, "data"))
+    pv = upper.request("GET", f"/api/v1/persistentvolumes/{above['spec']['volumeName']}")
+    assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+    wait_for(
+        "the policy recorded on the lower claim",
+        lambda: (
+            (claim(lower, namespace, "data") or {})
+            .get("metadata", {})
+            .get("annotations", {})
+            .get(volumes.RECLAIM_ANNOTATION)
+            == "Retain"
+        ),
+    )
+
+    # Reclaim policy Retain: the upper claim goes, the lower claim and the upper PV stay.
+    upper.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/app")
+    wait_for(
+        "the pod gone below",
+        lambda: get(lower, f"/api/v1/namespaces/{namespace}/pods/app") is None,
+        timeout=60,
+    )
+    upper.request("DELETE", f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/data")
+    pv_path = f"/api/v1/persistentvolumes/{pv['metadata']['name']}"
+    wait_for(
+        "the upper PV Released",
+        lambda: (get(upper, pv_path) or {}).get("status", {}).get("phase") == "Released",
+        timeout=60,
+    )
+    # A Delete policy removes the lower claim about a second after the PV is Released
+    # (the StatefulSet test): 3 s of it still there is a wide margin.
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        kept = claim(lower, namespace, "data")
+        assert kept is not None
+        assert kept["metadata"]["uid"] == below["metadata"]["uid"]
+        time.sleep(0.2)
+    assert get(upper, pv_path) is not None
+    delete_if_present(upper, pv_path)
 
 
 def test_claims_of_other_classes_follow_their_pod_down_as_tensile_kube_did(

@@ -71,17 +71,41 @@ def test_service_account_token_secrets_are_never_selected() -> None:
     assert spec.selects({"metadata": {"name": "s", "namespace": "app"}, "type": "Opaque"})
 
 
-def test_an_identical_copy_of_the_same_upper_cluster_is_shared_not_another_clusters() -> None:
+def test_a_sibling_copy_of_the_same_upper_cluster_is_shared_and_kept_not_another_clusters() -> None:
+    """A copy another virtual node of the same upper cluster made serves our pods too and is
+    brought up to date in its maker's name (that node may be gone); another cluster's is
+    a conflict."""
     upper = config_map({"k": "v"})
     mine = dependencies.copy_spec(kind="ConfigMap", owner=A, prefix="")
     sibling = dependencies.copy_spec(kind="ConfigMap", owner=A2, prefix="").translate(upper)
     stranger = dependencies.copy_spec(kind="ConfigMap", owner=B, prefix="").translate(upper)
-    desired = mine.translate(upper)
     assert not mine.owned(sibling)
-    assert mine.shared(sibling, desired)
-    assert not mine.shared(stranger, desired)
-    changed = mine.translate(config_map({"k": "other"}))
-    assert not mine.shared(sibling, changed)
+    assert mine.shared(sibling)
+    assert not mine.shared(stranger)
+    changed = mine.as_shared(mine.translate(config_map({"k": "other"})), sibling)
+    assert naming.is_owned(changed, owner=A2)
+    assert mine.compare(sibling, changed) == Patch(
+        {"data": {"k": "other"}, "binaryData": None, "immutable": None}
+    )
+
+
+def test_a_copy_in_its_owners_name_changes_only_the_owner_marks() -> None:
+    ours = dependencies.copy_spec(kind="ConfigMap", owner=A, prefix="").translate(
+        config_map({"k": "v"})
+    )
+    theirs = dependencies.copy_spec(kind="ConfigMap", owner=A2, prefix="").translate(
+        config_map({"k": "old"})
+    )
+    before = copy.deepcopy(ours)
+    renamed = naming.in_name_of(ours, theirs)
+    assert ours == before
+    assert renamed["data"] == {"k": "v"}
+    assert renamed["metadata"]["labels"] == theirs["metadata"]["labels"]
+    assert renamed["metadata"]["annotations"] == {
+        **ours["metadata"]["annotations"],
+        naming.NODE_ANNOTATION: "vn-a2",
+    }
+    assert naming.cluster_selector(A) == f"{naming.CLUSTER_LABEL}={A.cluster_id}"
 
 
 def test_upper_keys_come_from_the_annotation_or_the_prefix() -> None:

@@ -211,13 +211,40 @@ def test_a_lower_slice_is_managed_by_us_and_names_no_upper_node_or_pod() -> None
     assert isinstance(services.compare_slice(lower, v6), Replace)
 
 
-def test_a_sibling_nodes_copy_is_shared_not_a_conflict() -> None:
+def test_a_sibling_nodes_copy_is_kept_like_our_own_in_its_name() -> None:
+    """Two virtual nodes of one upper cluster over one lower cluster make one copy between
+    them, whichever comes first. Each keeps it (compare and patch, in its maker's name),
+    so the copy stays up to date after its maker is gone; the mirror engine's handling of
+    `shared` targets is exercised against real apiservers in tests/e2e/test_mirror.py.
+    Outside a node's --service-namespaces the siblings' copies are not its to keep."""
     spec = services.service_spec(owner=OWNER, prefix="", selection=ALL)
     theirs = services.lower_service(upper_service(), owner=SIBLING, prefix="")
     assert not spec.owned(theirs)
-    assert spec.shared(theirs, spec.translate(upper_service()))
-    stranger = {"metadata": {"labels": {}, "annotations": {}}}
-    assert not spec.shared(stranger, spec.translate(upper_service()))
+    assert spec.shared(theirs)
+    stranger = {"metadata": {"name": "web", "namespace": "app", "labels": {}, "annotations": {}}}
+    assert not spec.shared(stranger)
+    other_cluster = naming.Owner(node_name="vn-a", cluster_id="another-cluster")
+    assert not spec.shared(services.lower_service(upper_service(), owner=other_cluster, prefix=""))
+    narrower = services.service_spec(
+        owner=OWNER, prefix="", selection=services.ServiceSelection(namespaces=frozenset({"x"}))
+    )
+    assert not narrower.shared(theirs)
+
+    changed = upper_service(ports=[{"name": "http", "protocol": "TCP", "port": 81}])
+    desired = spec.as_shared(spec.translate(changed), theirs)
+    assert naming.is_owned(desired, owner=SIBLING)
+    assert not naming.is_owned(desired, owner=OWNER)
+    change = spec.compare(theirs, desired)
+    assert isinstance(change, Patch)
+    assert "metadata" not in change.body  # the copy stays its maker's
+    assert [p["port"] for p in change.body["spec"]["ports"]] == [81]
+
+    slices = services.slice_spec(owner=OWNER, prefix="", selection=ALL)
+    their_slice = services.lower_slice(upper_slice(), owner=SIBLING, prefix="")
+    assert slices.shared(their_slice)
+    assert not slices.shared(services.lower_slice(upper_slice(), owner=other_cluster, prefix=""))
+    fewer = slices.as_shared(slices.translate(upper_slice(endpoints=[])), their_slice)
+    assert slices.compare(their_slice, fewer) == Patch({"endpoints": []})
 
 
 # -- volumes ------------------------------------------------------------------------------

@@ -11,8 +11,16 @@ VirtualCluster's syncers are built:
   at a time handles a key, comparing the translation of the source object with the target
   object, then creating, patching, replacing or deleting the target; failures come back
   with per-key backoff;
-- a target the spec does not call owned is never changed or deleted: a mirror that finds
-  one where its copy belongs reports a conflict (`on_problem`) and leaves it alone;
+- a target the spec calls neither owned nor shared is never changed or deleted: a mirror
+  that finds one where its copy belongs reports a conflict (`on_problem`) and leaves it
+  alone;
+- a shared target (a sibling's copy: made by another writer of the same copies, e.g.
+  another virtual node of the same upper cluster over the same lower cluster) serves as
+  the copy and is kept like an owned one, in its owner's name (`as_shared`): compared,
+  patched or replaced, and, by a mirror with `creation="always"`, deleted when its source
+  goes. So a copy whose maker died is still kept up to date; two live siblings write the
+  same content (the second write changes nothing). On-request copies of a sibling are
+  updated but left to their owner to collect (its pods are what use them);
 - targets changed or deleted by someone else are repaired (their events enqueue the key);
 - `creation="always"` mirrors every selected source object; `creation="on_request"` only
   creates a target when `ensure` asks (the ConfigMaps a pod needs), keeps existing ones up
@@ -69,8 +77,12 @@ Change = Patch | Replace | None
 Creation = Literal["always", "on_request"]
 
 
-def _never(_current: Obj, _desired: Obj) -> bool:
+def _never(_target: Obj) -> bool:
     return False
+
+
+def _as_is(desired: Obj, _target: Obj) -> Obj:
+    return desired
 
 
 def _always(_target: Obj, _source: Obj) -> bool:
@@ -104,9 +116,15 @@ class MirrorSpec:
     source_key: Callable[[Obj], str | None]
     """An owned target -> the key of the source it stands for (None: unknown)."""
     creation: Creation = "always"
-    shared: Callable[[Obj, Obj], bool] = _never
-    """(target that is not owned, translation) -> whether it may serve as the copy as it is
-    (e.g. made identically by another virtual node of the same upper cluster)."""
+    shared: Callable[[Obj], bool] = _never
+    """A target that is not owned -> whether it is a sibling's copy of a source this mirror
+    mirrors too (e.g. made by another virtual node of the same upper cluster, within this
+    mirror's selection): kept like an owned one (see the module docstring). The engine also
+    checks that it stands for the same source key (`source_key`)."""
+    as_shared: Callable[[Obj, Obj], Obj] = _as_is
+    """(translation, a shared target) -> the translation in the target's owner's name (its
+    ownership marks), so keeping a sibling's copy never takes it over (two live siblings
+    would otherwise take it back and forth)."""
     report: Callable[[Obj, Obj], Obj | None] | None = None
     """(source, its target) -> a merge patch that records something of the target on the
     source (e.g. the lower ClusterIP), or None when the source already shows it."""
@@ -165,7 +183,9 @@ class Mirror:
         collect_delay: float = 2.0,
     ) -> None:
         """`source` and `target` may be shared informers; `target` must select at least
-        this mirror's own objects. `in_use(target)` (on-request mirrors) tells whether
+        this mirror's own objects, and the siblings' ones too for shared copies to be
+        repaired and collected (a narrower one keeps a sibling's copy up to date only when
+        a create meets it). `in_use(target)` (on-request mirrors) tells whether
         something still needs an owned target. `namespaces` makes target namespaces exist
         before creates. `on_problem(source, message)` is told about conflicts and targets
         the target cluster refuses. `collect_delay` (seconds) is how long
@@ -240,7 +260,7 @@ class Mirror:
         self._enqueue_target(obj)
 
     def _enqueue_target(self, target: Obj) -> None:
-        if not self.spec.owned(target):
+        if not (self.spec.owned(target) or self.spec.shared(target)):
             return
         key = self.spec.source_key(target)
         if key is not None:
@@ -281,6 +301,26 @@ class Mirror:
             else:
                 self._locks[key] = (lock, users - 1)
 
+    # -- rules -----------------------------------------------------------------------------
+
+    def _keeps(self, key: str, target: Obj) -> bool:
+        """Whether `target`, found where source `key`'s copy belongs, is kept by this mirror:
+        its own, or a sibling's copy of this very source key."""
+        spec = self.spec
+        return spec.owned(target) or (spec.shared(target) and spec.source_key(target) == key)
+
+    def _collectable(self, target: Obj, source: Obj | None) -> bool:
+        """Whether a kept `target` is deleted now: garbage by the spec, needed by nothing,
+        and ours, or a sibling's copy in a mirror of every selected source (`creation
+        "always"`; a sibling's on-request copy is there for the sibling's pods, so its
+        collection is the sibling's)."""
+        spec = self.spec
+        return (
+            spec.collectable(target, source)
+            and not self._needed(target)
+            and (spec.owned(target) or spec.creation == "always")
+        )
+
     # -- work ------------------------------------------------------------------------------
 
     async def sync(self, key: str) -> None:
@@ -294,15 +334,13 @@ class Mirror:
         if source is not None and not spec.selects(source):
             source = None
         current = self.current(key)
-        if current is not None and not spec.owned(current):
+        if current is not None and not self._keeps(key, current):
             if source is not None and spec.creation == "always":
-                desired = spec.translate(source)
-                if not spec.shared(current, desired):
-                    await self._conflict(key, source, current)
+                await self._conflict(key, source, current)
             return
         if current is not None:
             mine = source if source is None or spec.stands_for(current, source) else None
-            if spec.collectable(current, mine) and not self._needed(current):
+            if self._collectable(current, mine):
                 logger.info("%s: deleting %s (no longer mirrored)", self.name, _key(current))
                 await self._delete(current)
                 if source is not None and mine is None and spec.creation == "always":
@@ -325,7 +363,7 @@ class Mirror:
         """Make the target of source `key` exist and equal its translation now.
 
         Returns "created" (made now), "present" (it existed; brought up to date) or
-        "shared" (a same-named object the spec accepts serves as it is). Raises KeyError
+        "shared" (a sibling's copy serves; brought up to date in its owner's name). Raises KeyError
         when the source is missing or not selected, MirrorConflict when an object that is
         not the mirror's own is in the way, and kube errors for API failures.
         """
@@ -336,10 +374,10 @@ class Mirror:
             current = self.current(key)
             if (
                 current is not None
-                and self.spec.owned(current)
+                and self._keeps(key, current)
                 and not self.spec.stands_for(current, source)
             ):
-                if not self.spec.collectable(current, None) or self._needed(current):
+                if not self._collectable(current, None):
                     raise MirrorConflict(
                         f"{self.spec.target.kind} {_key(current)} is kept for an earlier "
                         f"{self.spec.kind} of the same name",
@@ -353,15 +391,13 @@ class Mirror:
                     return "created"
                 except _Existed as existed:
                     current = existed.current
-            if not self.spec.owned(current):
-                if self.spec.shared(current, self.spec.translate(source)):
-                    return "shared"
+            if not self._keeps(key, current):
                 raise MirrorConflict(
                     f"{self.spec.target.kind} {_key(current)} is not this mirror's",
                     target=current,
                 )
             await self._apply(key, source, current)
-            return "present"
+            return "present" if self.spec.owned(current) else "shared"
 
     async def collect(self, key: str) -> None:
         """Delete the target of source `key` now if the spec and `in_use` allow it."""
@@ -393,9 +429,7 @@ class Mirror:
                     "GET",
                     self.spec.target.path(namespace=namespace, name=desired["metadata"]["name"]),
                 )
-                return await self._existing(
-                    key, source, desired, existing, raise_conflict=raise_conflict
-                )
+                return await self._existing(key, source, existing, raise_conflict=raise_conflict)
             except errors.NotFound:
                 # The only NotFound a create gets: the namespace went under us. Make it
                 # again, once.
@@ -423,7 +457,7 @@ class Mirror:
             raise
 
     async def _existing(
-        self, key: str, source: Obj, desired: Obj, existing: Obj, *, raise_conflict: bool
+        self, key: str, source: Obj, existing: Obj, *, raise_conflict: bool
     ) -> Obj | None:
         """What a create that found `existing` in the way does with it."""
         if existing.get("metadata", {}).get("deletionTimestamp"):
@@ -432,9 +466,8 @@ class Mirror:
             raise Requeue(1.0, f"{_key(existing)} is still being deleted")
         if raise_conflict:
             raise _Existed(existing)
-        if not self.spec.owned(existing):
-            if not self.spec.shared(existing, desired):
-                await self._conflict(key, source, existing)
+        if not self._keeps(key, existing):
+            await self._conflict(key, source, existing)
             return None
         if not self.spec.stands_for(existing, source):
             await self._conflict(key, source, existing)
@@ -453,6 +486,8 @@ class Mirror:
 
     async def _apply(self, key: str, source: Obj, current: Obj) -> Obj:
         desired = self.spec.translate(source)
+        if not self.spec.owned(current):
+            desired = self.spec.as_shared(desired, current)
         change = self.spec.compare(current, desired)
         if change is None:
             return current
@@ -510,7 +545,7 @@ class Mirror:
     async def _conflict(self, key: str, source: Obj, current: Obj) -> None:
         whose = (
             "kept for an earlier object of the same name"
-            if self.spec.owned(current)
+            if self._keeps(key, current)
             else self.spec.describe(current)
         )
         message = (

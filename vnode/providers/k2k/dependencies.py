@@ -99,8 +99,9 @@ def copy_spec(*, kind: str, owner: naming.Owner, prefix: str) -> MirrorSpec:
 
     Copies are made when a pod needs them (`Mirror.ensure`), follow their upper object,
     and are garbage once nothing uses them (the mirror's `in_use`), even while their upper
-    object still exists; an identical copy another virtual node of the same upper cluster
-    made serves as it is.
+    object still exists. A copy another virtual node of the same upper cluster made serves
+    as ours and is kept up to date like ours (in its name: that node may be gone while our
+    pods use the copy); its collection stays with its owner.
     """
     resource = KINDS[kind]
 
@@ -110,13 +111,6 @@ def copy_spec(*, kind: str, owner: naming.Owner, prefix: str) -> MirrorSpec:
 
     def compare(lower: Obj, desired: Obj) -> Change:
         return compare_copy(lower, desired, kind=kind)
-
-    def shared(lower: Obj, desired: Obj) -> bool:
-        # Another virtual node of this upper cluster copied the same upper object into
-        # this lower namespace: identical by construction, and kept so by it.
-        return naming.same_cluster(lower, owner=owner) and not needs_update(
-            lower, desired, kind=kind
-        )
 
     return MirrorSpec(
         name=f"{resource.plural}_to_lower",
@@ -132,7 +126,8 @@ def copy_spec(*, kind: str, owner: naming.Owner, prefix: str) -> MirrorSpec:
         target_key=lambda key: naming.lower_key(key, prefix=prefix),
         source_key=lambda lower: naming.upper_key_of(lower, prefix=prefix),
         creation="on_request",
-        shared=shared,
+        shared=lambda lower: naming.same_cluster(lower, owner=owner),
+        as_shared=naming.in_name_of,
     )
 
 
@@ -221,11 +216,13 @@ class DependencySync:
                 namespace=upper_namespace,
                 encoded=True,  # every ConfigMap and Secret upstairs; read when a pod needs one
             )
+            # Every copy of this upper cluster's (ours and sibling nodes'), so a copy our
+            # pods use is kept up to date even when the node that made it is gone.
             target = informers.informer(
                 lower,
                 resource,
-                name=f"lower-owned-{resource.plural}",
-                label_selector=naming.owner_selector(owner),
+                name=f"lower-copies-{resource.plural}",
+                label_selector=naming.cluster_selector(owner),
             )
             self.mirrors[kind] = Mirror(
                 spec=copy_spec(kind=kind, owner=owner, prefix=namespace_prefix),

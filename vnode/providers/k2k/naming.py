@@ -164,6 +164,32 @@ def same_cluster(obj: Mapping[str, Any], *, owner: Owner) -> bool:
     )
 
 
+def cluster_selector(owner: Owner) -> str:
+    """Return the label selector matching the lower objects of every virtual node of
+    `owner`'s upper cluster (its own and its siblings')."""
+    return f"{CLUSTER_LABEL}={label_value(owner.cluster_id)}"
+
+
+def in_name_of(obj: Mapping[str, Any], target: Mapping[str, Any]) -> dict[str, Any]:
+    """Return `obj` (a copy carrying some owner's marks) with `target`'s owner marks instead:
+    what a sibling's copy should be, in its owner's name. Pure: `obj` is not changed."""
+    meta = dict(obj.get("metadata") or {})
+    target_meta = target.get("metadata") or {}
+    labels = dict(meta.get("labels") or {})
+    annotations = dict(meta.get("annotations") or {})
+    for marks, theirs, keys in (
+        (labels, target_meta.get("labels") or {}, (NODE_LABEL, CLUSTER_LABEL)),
+        (annotations, target_meta.get("annotations") or {}, (NODE_ANNOTATION, CLUSTER_ANNOTATION)),
+    ):
+        for key in keys:
+            if key in theirs:
+                marks[key] = theirs[key]
+            else:
+                marks.pop(key, None)
+    meta["labels"], meta["annotations"] = labels, annotations
+    return {**obj, "metadata": meta}
+
+
 def owner_marks(owner: Owner) -> tuple[dict[str, str], dict[str, str]]:
     """Return the (labels, annotations) that mark an object as owned by `owner`."""
     labels = {

@@ -240,11 +240,13 @@ class K2KProvider:
                     source=informers.informer(
                         upper, resource, name=f"upper-{resource.plural}", namespace=namespace
                     ),
+                    # Every copy of this upper cluster's (ours and sibling nodes'), so a
+                    # copy whose maker is gone is still kept (see `Mirror`).
                     target=informers.informer(
                         lower,
                         resource,
-                        name=f"lower-owned-{resource.plural}",
-                        label_selector=naming.owner_selector(self._owner),
+                        name=f"lower-copies-{resource.plural}",
+                        label_selector=naming.cluster_selector(self._owner),
                     ),
                     source_client=upper,
                     target_client=lower,

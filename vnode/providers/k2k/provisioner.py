@@ -337,7 +337,10 @@ class VolumeProvisioner:
 
     async def _show_migrated(self, key: str, claim: Obj, lower: Obj) -> None:
         """A claim of another class copied down with its pod: once bound below, show the
-        lower PV upstairs, pinned to this node and pre-bound to the upper claim."""
+        lower PV upstairs, pinned to this node and pre-bound to the upper claim. Made once,
+        not by a lower -> upper mirror (README, "What crosses without a mirror"): the PV is
+        named after the upper claim, made from three objects of two clusters, and then
+        bound and released by the upper cluster, not kept equal to a source."""
         lower_volume_name = (lower.get("spec") or {}).get("volumeName")
         if (lower.get("status") or {}).get("phase") != "Bound" or not lower_volume_name:
             return

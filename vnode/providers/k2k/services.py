@@ -226,10 +226,32 @@ def _owned_by(owner: naming.Owner) -> Callable[[Obj], bool]:
     return owned
 
 
+def _sibling_copy(
+    *,
+    owner: naming.Owner,
+    prefix: str,
+    selection: ServiceSelection,
+    service_of: Callable[[Obj], Any],
+) -> Callable[[Obj], bool]:
+    """Return `MirrorSpec.shared` of the Service and slice mirrors: a lower copy another
+    virtual node of the same upper cluster made, of a Service this node's selection covers
+    too. That node may be gone: the copy is kept like our own (in its name), and a node
+    with a narrower --service-namespaces leaves the others' copies outside it alone."""
+
+    def shared(lower: Obj) -> bool:
+        key = naming.upper_key_of(lower, prefix=prefix)
+        if key is None or not naming.same_cluster(lower, owner=owner):
+            return False
+        namespace = key.partition("/")[0]
+        return selection.covers(namespace, str(service_of(lower)))
+
+    return shared
+
+
 def service_spec(*, owner: naming.Owner, prefix: str, selection: ServiceSelection) -> MirrorSpec:
     """Return the mirror of upper Services into the lower cluster (pure; see the module
     docstring). A lower Service of the same name that another virtual node of the same
-    upper cluster made serves as it is."""
+    upper cluster made serves as the copy and is kept like our own (`_sibling_copy`)."""
 
     def selects(upper: Obj) -> bool:
         # A Service being deleted (held by a finalizer, e.g. a load balancer's cleanup, or
@@ -252,7 +274,13 @@ def service_spec(*, owner: naming.Owner, prefix: str, selection: ServiceSelectio
         describe=naming.owner_of,
         target_key=lambda key: naming.lower_key(key, prefix=prefix),
         source_key=lambda lower: naming.upper_key_of(lower, prefix=prefix),
-        shared=lambda lower, _desired: naming.same_cluster(lower, owner=owner),
+        shared=_sibling_copy(
+            owner=owner,
+            prefix=prefix,
+            selection=selection,
+            service_of=lambda lower: (lower.get("metadata") or {}).get("name"),
+        ),
+        as_shared=naming.in_name_of,
         report=report_cluster_ip(owner.node_name),
     )
 
@@ -309,7 +337,8 @@ def compare_slice(lower: Mapping[str, Any], desired: Mapping[str, Any]) -> Chang
 
 def slice_spec(*, owner: naming.Owner, prefix: str, selection: ServiceSelection) -> MirrorSpec:
     """Return the mirror of upper EndpointSlices into the lower cluster (pure): the slices
-    of every mirrored Service, whoever manages them upstairs."""
+    of every mirrored Service, whoever manages them upstairs; a sibling's copy is kept like
+    our own (`_sibling_copy`)."""
 
     def selects(upper: Obj) -> bool:
         meta = upper.get("metadata") or {}
@@ -329,5 +358,13 @@ def slice_spec(*, owner: naming.Owner, prefix: str, selection: ServiceSelection)
         describe=naming.owner_of,
         target_key=lambda key: naming.lower_key(key, prefix=prefix),
         source_key=lambda lower: naming.upper_key_of(lower, prefix=prefix),
-        shared=lambda lower, _desired: naming.same_cluster(lower, owner=owner),
+        shared=_sibling_copy(
+            owner=owner,
+            prefix=prefix,
+            selection=selection,
+            service_of=lambda lower: ((lower.get("metadata") or {}).get("labels") or {}).get(
+                SERVICE_NAME_LABEL
+            ),
+        ),
+        as_shared=naming.in_name_of,
     )
