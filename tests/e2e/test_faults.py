@@ -75,8 +75,10 @@ def test_a_lower_outage_makes_the_node_not_ready_and_loses_nothing(
         fleet.stop_component(component)
     fleet.stop_component("lower-apiserver")
     stopped = time.monotonic()
-    # Created during the outage: it must run once the lower cluster is back.
+    # Created during the outage: they must run once the lower cluster is back, the one that
+    # may never restart too (an unreachable lower cluster fails no pod).
     create(upper, ns, pod_manifest("during", node=node.name))
+    create(upper, ns, pod_manifest("once", node=node.name, spec={"restartPolicy": "Never"}))
     # No lease renewals: the upper node lifecycle controller gives up on the node after
     # its grace period.
     wait_for("NotReady", lambda: _ready(fleet, node.name) != "True", timeout=NODE_GRACE + 40)
@@ -97,6 +99,7 @@ def test_a_lower_outage_makes_the_node_not_ready_and_loses_nothing(
     assert time.monotonic() - running_below < 5
     assert phase(upper, ns, "before") == "Running"
     assert (pod(lower, ns, "before") or {})["metadata"]["uid"] == lower_uid
+    wait_for("once Running upstairs", lambda: phase(upper, ns, "once") == "Running", timeout=30)
     node.check()
     # Not before the grace period counted from the last renewal (at most one interval
     # before the outage): the node itself does not give up sooner.

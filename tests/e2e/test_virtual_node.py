@@ -288,7 +288,7 @@ def test_a_pod_the_lower_cluster_refuses_fails_with_the_reason_and_leaves_nothin
             "apiVersion": "v1",
             "kind": "ResourceQuota",
             "metadata": {"name": "none"},
-            "spec": {"hard": {"pods": "0"}},
+            "spec": {"hard": {"pods": "0", "secrets": "0"}},
         },
     )
     create(
@@ -314,6 +314,24 @@ def test_a_pod_the_lower_cluster_refuses_fails_with_the_reason_and_leaves_nothin
     before = _attempts(virtual_node)
     time.sleep(4.0)
     assert _attempts(virtual_node) - before <= 4
+
+    # A copy the lower cluster refuses (its Secret over the quota) is the pod's failure
+    # too, naming the object, and the copies made before it are removed again.
+    create(upper, namespace, {"apiVersion": "v1", "kind": "Secret",
+                              "metadata": {"name": "sec"}, "stringData": {"k": "v"}})  # fmt: skip
+    manifest = pod_manifest("app", node=virtual_node.name, spec={"restartPolicy": "Never"})
+    manifest["spec"]["volumes"] = [
+        {"name": "c", "configMap": {"name": "cfg"}},
+        {"name": "s", "secret": {"secretName": "sec"}},
+    ]
+    create(upper, namespace, manifest)
+    wait_for("app Failed", lambda: phase(upper, namespace, "app") == "Failed")
+    status = (pod(upper, namespace, "app") or {})["status"]
+    assert status["reason"] == "ProviderFailed"
+    assert f"copy of Secret {namespace}/sec" in status["message"]
+    assert "exceeded quota" in status["message"]
+    assert get(lower, f"/api/v1/namespaces/{namespace}/configmaps/cfg") is None
+    assert get(lower, f"/api/v1/namespaces/{namespace}/secrets/sec") is None
 
 
 def _attempts(node: VirtualNodeProcess) -> float:

@@ -89,6 +89,22 @@ def test_provider_failure_fails_a_never_restarting_pod() -> None:
     assert provider_failed_status(upper, message="again", now=NOW) == upper["status"]
 
 
+def test_a_transient_provider_failure_fails_no_pod() -> None:
+    """An unreachable backend: the pod has not run and will, so even restartPolicy Never
+    stays Pending, with the reason shown."""
+    upper = deployment_pod()
+    upper["spec"]["restartPolicy"] = "Never"
+    status = unchanged(
+        provider_failed_status, upper, message="lower cluster: refused", now=NOW, transient=True
+    )
+    assert status == {
+        **upper["status"],
+        "phase": "Pending",
+        "reason": "ProviderFailed",
+        "message": "lower cluster: refused",
+    }
+
+
 # -- which backend statuses are worth a write ------------------------------------------------
 
 _SCHEDULED = {"type": "PodScheduled", "status": "True", "lastTransitionTime": NOW}

@@ -232,9 +232,13 @@ class PodController:
             await self._recorder.record(
                 pod, type="Warning", reason="ProviderCreateFailed", message=str(exc)
             )
-            await self._write_status(
-                pod, decide.provider_failed_status(pod, message=str(exc), now=decide.now_rfc3339())
+            # An unreachable backend fails nothing: the pod waits, retried with backoff and
+            # at once when the backend answers again (`resync`).
+            transient = isinstance(exc, provider_errors.BackendUnavailable)
+            status = decide.provider_failed_status(
+                pod, message=str(exc), now=decide.now_rfc3339(), transient=transient
             )
+            await self._write_status(pod, status)
             raise
         for event in events:
             await self._recorder.record(

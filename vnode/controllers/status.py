@@ -254,17 +254,22 @@ def lease_object(*, settings: NodeSettings, node_uid: str, now: str) -> dict[str
     }
 
 
-def provider_failed_status(pod: Mapping[str, Any], *, message: str, now: str) -> dict[str, Any]:
+def provider_failed_status(
+    pod: Mapping[str, Any], *, message: str, now: str, transient: bool = False
+) -> dict[str, Any]:
     """Return the status of a pod the provider could not start (virtual-kubelet's behaviour).
 
     Pending (retried), or Failed with Ready/ContainersReady False when it may not restart
-    (restartPolicy Never); reason ProviderFailed, the provider's message. A terminal pod's
-    status is returned unchanged.
+    (restartPolicy Never); reason ProviderFailed, the provider's message. A `transient`
+    failure (the backend unreachable or overloaded, nothing wrong with the pod) leaves it
+    Pending whatever its restartPolicy: it has not run, and it will once the backend
+    answers (virtual-kubelet fails such a pod; a kubelet whose runtime is down does not).
+    A terminal pod's status is returned unchanged.
     """
     status = dict(pod.get("status") or {})
     if status.get("phase") in TERMINAL_PHASES:
         return status
-    never = (pod.get("spec") or {}).get("restartPolicy") == "Never"
+    never = not transient and (pod.get("spec") or {}).get("restartPolicy") == "Never"
     status.update(phase="Failed" if never else "Pending", reason="ProviderFailed", message=message)
     if never:
         status["conditions"] = _not_ready(list(status.get("conditions") or []), now=now)

@@ -21,10 +21,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from vnode import errors as provider_errors
+from vnode.kube import errors
 from vnode.kube.client import ApiClient
 from vnode.kube.informer import Handlers, Informer
 from vnode.kube.informers import InformerFactory
-from vnode.kube.mirror import Change, Mirror, MirrorConflict, MirrorSpec, Patch, Replace
+from vnode.kube.mirror import (
+    Change,
+    EnsureResult,
+    Mirror,
+    MirrorConflict,
+    MirrorSpec,
+    Patch,
+    Replace,
+)
 from vnode.kube.resources import CONFIG_MAPS, SECRETS, SERVICE_ACCOUNTS, Resource
 from vnode.kube.store import Obj
 from vnode.provider import PodEvent
@@ -305,7 +314,8 @@ class DependencySync:
         Returns the copies created and the events about optional references skipped.
         Raises MissingDependency for a mandatory object or key missing upstairs (the pod is
         then announced to `on_resolved` once that object is added or changed), InvalidPod
-        for a same-named lower object that is not ours, and kube errors for API failures.
+        for a same-named lower object that is not ours or a copy the lower cluster refuses
+        (the copies made so far are removed again), and kube errors for API failures.
         """
         upper_ns = str(pod["metadata"]["namespace"])
         pod_key = f"{upper_ns}/{pod['metadata']['name']}"
@@ -353,24 +363,45 @@ class DependencySync:
                     )
                 absent.add((kind, name))
                 continue
-            try:
-                result = await self.mirrors[kind].ensure(f"{upper_ns}/{name}")
-            except KeyError:
+            result = await self._copy(pod, kind=kind, name=name, created=created)
+            if result is None:
                 absent.add((kind, name))  # deleted upstairs this very moment
-                continue
-            except MirrorConflict as exc:
-                raise provider_errors.InvalidPod(
-                    f"{kind} {lower_ns}/{name} exists in the lower cluster and is "
-                    f"{naming.owner_of(exc.target)}; refusing to use or overwrite it (the pod "
-                    "would run with another tenant's object)"
-                ) from exc
-            if result == "created":
+            elif result == "created":
                 created.append((kind, lower_ns, name))
         return Ensured(
             created=created,
             events=missing.skipped_events(gaps, namespace=upper_ns),
             absent=frozenset(absent),
         )
+
+    async def _copy(
+        self, pod: Mapping[str, Any], *, kind: str, name: str, created: list[tuple[str, str, str]]
+    ) -> EnsureResult | None:
+        """Make or update the lower copy of `kind` `name` (in `pod`'s namespace) for `pod`;
+        return the mirror's result, None when the object was deleted upstairs just now.
+        Raises InvalidPod when a same-named lower object is not ours or the lower cluster
+        refuses the copy (then the copies in `created`, made for `pod` so far, go again)."""
+        upper_ns = str(pod["metadata"]["namespace"])
+        lower_ns = naming.lower_namespace(upper_ns, prefix=self._prefix)
+        try:
+            return await self.mirrors[kind].ensure(f"{upper_ns}/{name}")
+        except KeyError:
+            return None
+        except MirrorConflict as exc:
+            raise provider_errors.InvalidPod(
+                f"{kind} {lower_ns}/{name} exists in the lower cluster and is "
+                f"{naming.owner_of(exc.target)}; refusing to use or overwrite it (the pod "
+                "would run with another tenant's object)"
+            ) from exc
+        except (errors.Invalid, errors.Forbidden, errors.BadRequest) as exc:
+            # The lower cluster refuses the copy (a quota, an admission policy): the pod
+            # cannot start as things are. (A namespace being deleted is waited out by the
+            # mirror, never seen here.)
+            await self.rollback(pod, created)
+            raise provider_errors.InvalidPod(
+                f"lower cluster refused the copy of {kind} {upper_ns}/{name} "
+                f"({lower_ns}/{name} below): {exc.message}"
+            ) from exc
 
     def forget_waiting(self, pod_key: str) -> None:
         """Stop announcing upper pod `pod_key` (namespace/name) when a dependency appears,

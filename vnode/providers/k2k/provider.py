@@ -345,8 +345,10 @@ class K2KProvider:
                     self.namespaces.forget(lower_ns)
                     if attempt == 2:
                         raise
-        except errors.ApiUnavailable as exc:
-            raise provider_errors.BackendUnavailable(str(exc)) from exc
+        except (errors.ApiUnavailable, errors.ServerError, errors.TooManyRequests) as exc:
+            # Down, failing or overloaded (429s the client's own retries did not outlast):
+            # nothing is wrong with the pod, it waits.
+            raise provider_errors.BackendUnavailable(f"lower cluster: {exc}") from exc
         except errors.NotFound as exc:
             raise provider_errors.ProviderError(
                 f"lower namespace {lower_ns} keeps disappearing: {exc.message}"
