@@ -24,6 +24,45 @@ MERGE = "application/merge-patch+json"
 TOLERATE = [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}]
 
 
+def create_claim(upper: RestClient, namespace: str, name: str, *, storage_class: str) -> None:
+    """Create a 1Gi ReadWriteOnce claim of `storage_class` upstairs."""
+    upper.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/persistentvolumeclaims",
+        body={
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": storage_class,
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    )
+
+
+def create_pod_with_claim(
+    upper: RestClient, namespace: str, name: str, *, claim: str, node: str
+) -> None:
+    """Create a pod upstairs that mounts `claim`, pinned to virtual node `node`."""
+    upper.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/pods",
+        body={
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "tolerations": TOLERATE,
+                "nodeSelector": {"kubernetes.io/hostname": node},
+                "containers": [{"name": "app", "image": "busybox"}],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+            },
+        },
+    )
+
+
 def storage_node(fleet: Fleet, storage: Storage, tmp_path: Path) -> VirtualNodeProcess:
     """A virtual node over `lower` mapping every upper class of `storage` to its lower one,
     with PVControllers only (no Service mirrors)."""
@@ -276,35 +315,8 @@ def test_lower_provisioning_problems_show_on_the_upper_claim(
         args=[f"--lower-storage-class={storage.upper_class}=no-such-class"],
     )
     nodes.append(node.start())
-    upper.request(
-        "POST",
-        f"/api/v1/namespaces/{namespace}/persistentvolumeclaims",
-        body={
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "data"},
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": storage.upper_class,
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        },
-    )
-    upper.request(
-        "POST",
-        f"/api/v1/namespaces/{namespace}/pods",
-        body={
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "app"},
-            "spec": {
-                "tolerations": TOLERATE,
-                "nodeSelector": {"kubernetes.io/hostname": node.name},
-                "containers": [{"name": "app", "image": "busybox"}],
-                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
-            },
-        },
-    )
+    create_claim(upper, namespace, "data", storage_class=storage.upper_class)
+    create_pod_with_claim(upper, namespace, "app", claim="data", node=node.name)
 
     def lower_warning() -> dict[str, Any] | None:
         events = upper.request(
@@ -382,35 +394,8 @@ def test_a_claim_the_lower_cluster_refuses_is_tried_again_and_a_retained_one_sta
         "the quota in force",
         lambda: (get(lower, f"{quotas}/no-claims") or {}).get("status", {}).get("hard"),
     )
-    upper.request(
-        "POST",
-        f"/api/v1/namespaces/{namespace}/persistentvolumeclaims",
-        body={
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "data"},
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": storage.retain_class,
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        },
-    )
-    upper.request(
-        "POST",
-        f"/api/v1/namespaces/{namespace}/pods",
-        body={
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "app"},
-            "spec": {
-                "tolerations": TOLERATE,
-                "nodeSelector": {"kubernetes.io/hostname": node.name},
-                "containers": [{"name": "app", "image": "busybox"}],
-                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
-            },
-        },
-    )
+    create_claim(upper, namespace, "data", storage_class=storage.retain_class)
+    create_pod_with_claim(upper, namespace, "app", claim="data", node=node.name)
     failures = wait_for(
         "ProvisioningFailed twice (the scheduler tried again)",
         lambda: (
@@ -473,20 +458,7 @@ def test_claims_of_other_classes_follow_their_pod_down_as_tensile_kube_did(
     fleet: Fleet, node: VirtualNodeProcess, storage: Storage, namespace: str
 ) -> None:
     upper, lower = fleet.upper.rest(), fleet.lower.rest()
-    upper.request(
-        "POST",
-        f"/api/v1/namespaces/{namespace}/persistentvolumeclaims",
-        body={
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "legacy"},
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": storage.legacy_class,
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        },
-    )
+    create_claim(upper, namespace, "legacy", storage_class=storage.legacy_class)
     # The upper scheduler cannot place a pod on a claim nothing provisions upstairs:
     # tensile-kube's users pinned such pods to the virtual node.
     upper.request(

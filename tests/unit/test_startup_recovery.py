@@ -3,7 +3,6 @@ test harness's components, and the virtual node's read of the upper cluster's id
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -114,20 +113,6 @@ class _Upper:
             raise answer
         assert isinstance(answer, dict)
         return answer
-
-
-@pytest.fixture
-def slept(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """The backoff delays asked for (seconds); nothing actually waits."""
-    delays: list[float] = []
-    real_sleep = asyncio.sleep
-
-    async def no_wait(seconds: float, *args: Any, **kwargs: Any) -> None:
-        delays.append(seconds)
-        await real_sleep(0)
-
-    monkeypatch.setattr(asyncio, "sleep", no_wait)
-    return delays
 
 
 async def test_transient_failures_of_the_cluster_identity_read_are_retried(
