@@ -222,10 +222,6 @@ async def _k2k_provider(
     )
 
 
-_TRANSIENT = (errors.ApiUnavailable, errors.ServerError, errors.TooManyRequests)
-"""Failures of a start-up read that a later attempt may not have (`errors.is_transient`)."""
-
-
 async def _upper_cluster_id(upper: ApiClient) -> str:
     """Return the upper cluster's identity: the UID of its kube-system namespace, the common
     cluster-ID convention (a namespace that exists in every cluster and is never re-made).
@@ -243,7 +239,7 @@ async def _upper_cluster_id(upper: ApiClient) -> str:
         return await retry.until_done(
             "reading the upper cluster's identity (namespace kube-system)",
             read,
-            retried=_TRANSIENT,
+            retried=errors.TRANSIENT,
         )
     except errors.ApiError as exc:
         message = (

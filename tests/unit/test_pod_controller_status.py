@@ -15,13 +15,14 @@ from typing import Any
 
 import pytest
 
+from vnode import errors as provider_errors
 from vnode.controllers import pods
 from vnode.controllers.pods import PodController
 from vnode.kube import errors
 from vnode.kube.events import EventRecorder
 from vnode.kube.informers import InformerFactory
 from vnode.kube.store import Obj
-from vnode.kube.workqueue import Requeue
+from vnode.kube.workqueue import Requeue, Transient
 
 FAILED = {"phase": "Failed", "reason": "Error", "message": "exit code 3"}
 
@@ -95,3 +96,53 @@ async def test_a_status_the_upper_cluster_cannot_take_is_requeued_every_time(
     await controller._sync_status("ns/job")
     assert upper.requests[-1] == ("PATCH", "/api/v1/namespaces/ns/pods/job/status")
     assert len(upper.requests) == 101
+
+
+class Unreachable:
+    """A provider whose backend does not answer: no pod below yet, and creates fail."""
+
+    def backend_pod(self, pod: Obj) -> Obj | None:
+        return None
+
+    def vanished(self, pod: Obj) -> bool:
+        return False
+
+    async def create_pod(self, pod: Obj) -> list[Any]:
+        raise provider_errors.BackendUnavailable("lower cluster: 429 too many requests")
+
+    def notify_pods(self, callback: Callable[[str], None]) -> None:
+        pass
+
+
+async def test_a_pod_the_backend_cannot_take_now_waits_and_is_never_given_up() -> None:
+    """An unreachable or overloaded backend fails no pod (even restartPolicy Never: it has
+    not run) and its key is handed back as Transient: retried with backoff for as long as
+    that lasts, never dropped after the queue's retry budget (tests/unit/test_workqueue.py)."""
+    upper = FailingUpper(None)
+    controller = PodController(
+        upper=upper,  # type: ignore[arg-type]
+        informers=InformerFactory(),
+        provider=Unreachable(),  # type: ignore[arg-type]
+        node_name="vn",
+        namespace=None,
+        workers=1,
+        recorder=EventRecorder(upper, component="vn/pod-controller", host="vn"),  # type: ignore[arg-type]
+    )
+    controller.informer.store.upsert(
+        {
+            "metadata": {"namespace": "ns", "name": "job", "uid": "u1", "resourceVersion": "1"},
+            "spec": {"nodeName": "vn", "restartPolicy": "Never"},
+            "status": {"phase": "Pending"},
+        }
+    )
+    written: list[dict[str, Any]] = []
+
+    async def write_status(pod: Obj, status: dict[str, Any]) -> None:
+        written.append(status)
+
+    controller._write_status = write_status  # type: ignore[method-assign]
+    with pytest.raises(Transient):
+        await controller._sync_pod_now("ns/job")
+    [status] = written
+    assert (status["phase"], status["reason"]) == ("Pending", "ProviderFailed")
+    assert "429" in status["message"]

@@ -18,7 +18,14 @@ from prometheus_client import REGISTRY
 
 from vnode.kube import metrics
 from vnode.kube.backoff import ExponentialBackoff
-from vnode.kube.workqueue import FairQueuing, QueueSettings, Requeue, WorkQueue, namespace_of
+from vnode.kube.workqueue import (
+    FairQueuing,
+    QueueSettings,
+    Requeue,
+    Transient,
+    WorkQueue,
+    namespace_of,
+)
 
 _names = itertools.count()
 
@@ -269,6 +276,26 @@ async def test_a_failing_key_is_retried_max_retries_times_then_dropped(
     q.add("k")
     await wait_until(lambda: len(seen) == 8 and not q.busy())
     assert seen[4:] == [0, 1, 2, 3]
+
+
+async def test_a_transient_failure_is_retried_with_backoff_and_never_dropped(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    q = harness.queue(backoff=ExponentialBackoff(base=0.001, cap=0.004), max_retries=3)
+    seen: list[int] = []
+
+    async def handler(key: str) -> None:
+        seen.append(q.num_requeues(key))
+        if len(seen) <= 10:
+            raise Transient("the backend does not answer")
+
+    harness.run(q, workers=1, handler=handler)
+    q.add("k")
+    await wait_until(lambda: len(seen) == 11 and not q.busy())
+    # Counted (so the backoff grows), far beyond max_retries, and done in the end.
+    assert seen == list(range(11))
+    assert q.num_requeues("k") == 0
+    assert not [r for r in caplog.records if r.levelno == logging.ERROR]
 
 
 async def test_a_success_forgets_earlier_failures(harness: Harness) -> None:

@@ -28,7 +28,7 @@ from vnode.kube.informer import Handlers, Informer
 from vnode.kube.informers import InformerFactory
 from vnode.kube.resources import PODS, object_key, pod_is_terminal, split_key
 from vnode.kube.store import Obj
-from vnode.kube.workqueue import FairQueuing, QueueSettings, Requeue, WorkQueue
+from vnode.kube.workqueue import FairQueuing, QueueSettings, Requeue, Transient, WorkQueue
 from vnode.provider import PodProvider
 
 logger = logging.getLogger(__name__)
@@ -232,13 +232,17 @@ class PodController:
             await self._recorder.record(
                 pod, type="Warning", reason="ProviderCreateFailed", message=str(exc)
             )
-            # An unreachable backend fails nothing: the pod waits, retried with backoff and
-            # at once when the backend answers again (`resync`).
+            # An unreachable or overloaded backend fails nothing: the pod waits, retried with
+            # backoff for as long as that lasts (its /readyz may well answer meanwhile: 429s
+            # of a lower priority level, 500s of a failing admission webhook) and at once
+            # when a failed ping recovers (`resync`).
             transient = isinstance(exc, provider_errors.BackendUnavailable)
             status = decide.provider_failed_status(
                 pod, message=str(exc), now=decide.now_rfc3339(), transient=transient
             )
             await self._write_status(pod, status)
+            if transient:
+                raise Transient(str(exc)) from exc
             raise
         for event in events:
             await self._recorder.record(
@@ -280,7 +284,7 @@ class PodController:
         if desired is not None and not decide.nothing_to_tell(desired):
             try:
                 await self._write_status(pod, desired)
-            except (errors.ApiUnavailable, errors.ServerError, errors.TooManyRequests) as exc:
+            except errors.TRANSIENT as exc:
                 # The upper cluster is down or overloaded: a status must never be dropped
                 # (a completed pod's exit code exists only below), so this key is retried
                 # for as long as the outage lasts, outside the queue's retry budget.

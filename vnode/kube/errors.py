@@ -132,6 +132,11 @@ def from_response(*, code: int, body: bytes | str, retry_after: str | None = Non
     return cls(code=code, status=status, retry_after=after)
 
 
+TRANSIENT: tuple[type[Exception], ...] = (ApiUnavailable, TooManyRequests, ServerError)
+"""Failures that retrying the same request later may not have (unreachable, 429, 5xx): for
+`except` clauses; `is_transient` tells of one."""
+
+
 def is_transient(exc: BaseException) -> bool:
     """Tell whether retrying the same request later may succeed (unreachable, 429, 5xx)."""
-    return isinstance(exc, ApiUnavailable | TooManyRequests | ServerError)
+    return isinstance(exc, TRANSIENT)

@@ -36,6 +36,12 @@ class Requeue(Exception):
         super().__init__(reason or f"requeue after {after}s")
 
 
+class Transient(Exception):
+    """Raised by a handler whose key failed for a reason that passes by itself (its backend
+    unreachable or overloaded): retried with the key's backoff like any failure, but never
+    dropped after `max_retries`, since giving up would lose the work for good."""
+
+
 def namespace_of(key: str) -> str:
     """Return the namespace of a "namespace/name" key ("" for a cluster-scoped "name")."""
     namespace, sep, _name = key.partition("/")
@@ -272,7 +278,8 @@ class WorkQueue:
         """Process keys with `workers` concurrent workers until the queue is shut down.
 
         A handler that returns forgets the key's failures; one that raises Requeue has it
-        back after the given delay; any other exception requeues it with backoff, up to
+        back after the given delay; one that raises Transient has it back with backoff for
+        as long as that lasts; any other exception requeues it with backoff, up to
         `max_retries`, then drops it with an error log.
         """
         async with asyncio.TaskGroup() as group:
@@ -290,6 +297,9 @@ class WorkQueue:
                 self.forget(key)
             except Requeue as again:
                 self.add_after(key, again.after)
+            except Transient as exc:
+                logger.info("queue %s: %s failed, will retry: %s", self.name, key, exc)
+                self.add_rate_limited(key)
             except Exception as exc:  # noqa: BLE001 - any handler failure is retried
                 if self.num_requeues(key) < self._settings.max_retries:
                     logger.info("queue %s: %s failed, will retry: %s", self.name, key, exc)

@@ -345,7 +345,7 @@ class K2KProvider:
                     self.namespaces.forget(lower_ns)
                     if attempt == 2:
                         raise
-        except (errors.ApiUnavailable, errors.ServerError, errors.TooManyRequests) as exc:
+        except errors.TRANSIENT as exc:
             # Down, failing or overloaded (429s the client's own retries did not outlast):
             # nothing is wrong with the pod, it waits.
             raise provider_errors.BackendUnavailable(f"lower cluster: {exc}") from exc
