@@ -160,8 +160,8 @@ def _relists(node: VirtualNodeProcess, informer: str) -> float:
 
 # The status is retried on its own short interval for as long as an outage lasts, outside
 # the work queue's retry budget; that the retries are unlimited is shown without waiting in
-# tests/unit/test_pod_controller_status.py. Here: an outage of many retries, end to end.
-_OUTAGE = 40.0
+# tests/unit/test_pod_controller_status.py. Here: an outage of ten retries, end to end.
+_OUTAGE = 20.0
 
 
 @pytest.mark.timeout(300)
