@@ -1,5 +1,5 @@
 """The mirror engine and a sibling's copy (made by another virtual node of the same upper
-cluster): when it writes one.
+cluster): when it writes one, and in whose name.
 
 The engine's worker runs on informers whose stores the test fills and a fake target
 apiserver that records the writes: the fake is for what a real server cannot show on
@@ -192,6 +192,39 @@ async def test_a_pod_asking_for_a_siblings_copy_gets_it_current_at_once() -> Non
     engine.target.store.upsert(copy({"v": "1"}, owner=SIBLING, version="10"))
     assert await engine.mirror.ensure(KEY) == "shared"
     assert engine.lower.writes == [("PATCH", PATH, {"data": {"v": "2"}})]
+
+
+async def test_a_replaced_siblings_copy_is_made_again_in_its_makers_name() -> None:
+    engine = Engine()
+    engine.source.store.upsert(upper({"v": "2"}))
+    engine.target.store.upsert(copy({"v": "1"}, owner=SIBLING, version="10", immutable=True))
+    assert await engine.waits() == SIBLING_GRACE
+    engine.now += SIBLING_GRACE
+    # The old copy is held a while by a finalizer: the copy is made once it is gone.
+    engine.lower.being_deleted = True
+    assert await engine.waits() == 1.0
+    engine.lower.being_deleted = False
+    await engine.mirror.sync(KEY)
+    methods = [method for method, _path, _body in engine.lower.writes]
+    assert methods == ["DELETE", "POST", "POST"]
+    made = engine.lower.writes[-1][2]
+    assert made["data"] == {"v": "2"}
+    assert naming.is_owned(made, owner=SIBLING)
+    assert not naming.is_owned(made, owner=US)
+
+
+async def test_a_siblings_copy_of_an_earlier_object_is_made_again_in_its_makers_name() -> None:
+    engine = Engine()
+    engine.source.store.upsert(upper({"v": "2"}, uid="u2"))
+    engine.target.store.upsert(copy({"v": "1"}, owner=SIBLING, version="10", source_uid="u1"))
+    assert await engine.waits() == SIBLING_GRACE
+    engine.now += SIBLING_GRACE
+    await engine.mirror.sync(KEY)
+    methods = [method for method, _path, _body in engine.lower.writes]
+    assert methods == ["DELETE", "POST"]
+    made = engine.lower.writes[-1][2]
+    assert made["metadata"]["annotations"]["test/source-uid"] == "u2"
+    assert naming.is_owned(made, owner=SIBLING)
 
 
 async def test_a_siblings_copy_whose_source_went_is_left_to_its_maker_then_deleted() -> None:

@@ -16,9 +16,9 @@ VirtualCluster's syncers are built:
   alone;
 - a shared target (a sibling's copy: made by another writer of the same copies, e.g.
   another virtual node of the same upper cluster over the same lower cluster) serves as
-  the copy and is kept like an owned one, in its owner's name (`as_shared`): compared,
-  patched or replaced, and, by a mirror with `creation="always"`, deleted when its source
-  goes. So a copy whose maker died is still
+  the copy and is kept like an owned one, in its owner's name (`as_shared`, also when it
+  is replaced or made again): compared, patched or replaced, and, by a mirror with
+  `creation="always"`, deleted when its source goes. So a copy whose maker died is still
   kept up to date. The worker gives the maker the first go: every sibling sees the same
   change at the same moment, so it writes a sibling's copy only once the copy has
   differed, unchanged, for `sibling_grace` seconds (a live maker has updated it by then,
@@ -245,6 +245,9 @@ class Mirror:
         """Source key -> its sibling's copy the worker waits to write (`_wait_for_maker`),
         until the key settles; stale entries are dropped as new ones come."""
         self._prune_waiting_at = _PRUNE_MIN
+        self._remake_as: dict[str, Obj] = {}
+        """Source key -> the sibling's copy deleted to be made again, whose owner's name the
+        new copy takes, until it is made or the key settles otherwise."""
         source.add_handlers(
             Handlers(
                 on_add=self._source_changed,
@@ -366,8 +369,9 @@ class Mirror:
         its namespace is going, kube errors for API failures (retried by the queue)."""
         async with self._locked(key):
             await self._sync(key)
-            # Settled: a wait for this key's sibling's copy is moot now.
+            # Settled: what was waited for or remembered for this key is moot now.
             self._waiting.pop(key, None)
+            self._remake_as.pop(key, None)
 
     async def _sync(self, key: str) -> None:
         spec = self.spec
@@ -384,7 +388,7 @@ class Mirror:
             if self._collectable(current, mine):
                 self._wait_for_maker(key, current)
                 logger.info("%s: deleting %s (no longer mirrored)", self.name, _key(current))
-                await self._delete(current)
+                await self._delete(current, remade_for=key)
                 if source is not None and mine is None and spec.creation == "always":
                     await self._create(key, source)
                 return
@@ -425,7 +429,7 @@ class Mirror:
                         f"{self.spec.kind} of the same name",
                         target=current,
                     )
-                await self._delete(current)
+                await self._delete(current, remade_for=key)
                 current = None
             if current is None:
                 try:
@@ -457,9 +461,13 @@ class Mirror:
                 await self._delete(current)
 
     async def _create(self, key: str, source: Obj, *, raise_conflict: bool = False) -> Obj | None:
-        """POST the translation; on AlreadyExists hand the existing object to the caller
+        """POST the translation (in the name of the sibling whose copy of `key` was deleted
+        to be made again, if so); on AlreadyExists hand the existing object to the caller
         (`_Existed` with `raise_conflict`, else handled here as a conflict or an update)."""
         desired = self.spec.translate(source)
+        remade = self._remake_as.get(key)
+        if remade is not None:
+            desired = self.spec.as_shared(desired, remade)
         namespace = desired.get("metadata", {}).get("namespace")
         await self._prepare_namespace(namespace, source)
         path = self.spec.target.path(namespace=namespace)
@@ -485,6 +493,7 @@ class Mirror:
         target_key = self.spec.target_key(key)
         self._created[target_key] = created
         self._deleted.pop(target_key, None)
+        self._remake_as.pop(key, None)
         logger.info("%s: created %s", self.name, _key(created))
         return created
 
@@ -544,7 +553,7 @@ class Mirror:
         try:
             if isinstance(change, Replace):
                 logger.info("%s: replacing %s (%s)", self.name, _key(current), change.reason)
-                await self._delete(current)
+                await self._delete(current, remade_for=key)
                 created = await self._create(key, source)
                 return created or current
             logger.info("%s: updating %s", self.name, _key(current))
@@ -596,7 +605,11 @@ class Mirror:
         self._waiting = {k: w for k, w in self._waiting.items() if now <= w.due + grace}
         self._prune_waiting_at = max(_PRUNE_MIN, 2 * len(self._waiting))
 
-    async def _delete(self, current: Obj) -> None:
+    async def _delete(self, current: Obj, *, remade_for: str | None = None) -> None:
+        """Delete `current` (UID precondition). `remade_for`: the source key whose copy it
+        is, when it may be made again: a sibling's copy is then made in its owner's name."""
+        if remade_for is not None and not self.spec.owned(current):
+            self._remake_as[remade_for] = current
         meta = current["metadata"]
         path = self.spec.target.path(namespace=meta.get("namespace"), name=meta["name"])
         body = {
