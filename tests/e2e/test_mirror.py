@@ -23,7 +23,7 @@ import pytest
 from vnode.kube import config, errors
 from vnode.kube.client import ApiClient
 from vnode.kube.informers import InformerFactory
-from vnode.kube.mirror import Change, Creation, Mirror, MirrorConflict, MirrorSpec, Patch
+from vnode.kube.mirror import Change, Creation, Mirror, MirrorConflict, MirrorSpec, Patch, Replace
 from vnode.kube.resources import CONFIG_MAPS
 from vnode.kube.store import Obj
 from vnode.providers.k2k import naming
@@ -55,6 +55,8 @@ def spec(*, creation: Creation = "always") -> MirrorSpec:
     def compare(lower: Obj, desired: Obj) -> Change:
         if (lower.get("data") or {}) == desired["data"]:
             return None
+        if lower.get("immutable"):
+            return Replace("immutable")
         return Patch({"data": desired["data"]})
 
     def report(upper: Obj, lower: Obj) -> Obj | None:
@@ -345,13 +347,14 @@ async def test_a_siblings_copy_is_kept_like_our_own_after_the_sibling_is_gone(
     fleet: Fleet, namespace: str
 ) -> None:
     """A copy another writer of the same copies made (a virtual node of the same upper
-    cluster over the same lower cluster), whose maker no longer runs: followed, repaired
-    and collected like our own, and left in its maker's name throughout."""
+    cluster over the same lower cluster), whose maker no longer runs: followed, repaired,
+    replaced and collected like our own, and left in its maker's name throughout (also
+    the copy made again in place of an immutable one)."""
     merge = "application/merge-patch+json"
     async with clients(fleet) as (upper, lower):
         path = CONFIG_MAPS.path(namespace=namespace)
         made = {}
-        for name in ("always", "asked"):
+        for name in ("always", "asked", "frozen"):
             source = await upper.request("POST", path, body=cm(name, {"v": "1"}))
             labels, annotations = naming.owner_marks(SIBLING)
             copy = cm(name, {"v": "1"}, labels=labels)
@@ -359,6 +362,8 @@ async def test_a_siblings_copy_is_kept_like_our_own_after_the_sibling_is_gone(
                 **annotations,
                 "test/source-uid": source["metadata"]["uid"],
             }
+            if name == "frozen":
+                copy["immutable"] = True  # a change replaces it
             made[name] = await lower.request("POST", path, body=copy)
 
         async def theirs_with(name: str, data: dict[str, str]) -> bool:
@@ -370,10 +375,23 @@ async def test_a_siblings_copy_is_kept_like_our_own_after_the_sibling_is_gone(
                 and naming.is_owned(found, owner=SIBLING)
             )
 
+        async def remade_theirs(name: str, data: dict[str, str]) -> bool:
+            found = await get(lower, namespace, name)
+            return (
+                found is not None
+                and found.get("data") == data
+                and found["metadata"]["uid"] != made[name]["metadata"]["uid"]
+                and naming.is_owned(found, owner=SIBLING)
+                and not naming.is_owned(found, owner=OWNER)
+            )
+
         always = CONFIG_MAPS.path(namespace=namespace, name="always")
+        frozen = CONFIG_MAPS.path(namespace=namespace, name="frozen")
         async with running(upper, lower, namespace):
             await upper.request("PATCH", always, body={"data": {"v": "2"}}, content_type=merge)
+            await upper.request("PATCH", frozen, body={"data": {"v": "2"}}, content_type=merge)
             await until("the sibling's copy updated", lambda: theirs_with("always", {"v": "2"}))
+            await until("the sibling's copy replaced", lambda: remade_theirs("frozen", {"v": "2"}))
             await lower.request("PATCH", always, body={"data": {"v": "x"}}, content_type=merge)
             await until("the edit undone", lambda: theirs_with("always", {"v": "2"}))
             await upper.request("DELETE", always)

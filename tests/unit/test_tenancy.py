@@ -3,6 +3,7 @@ LowerNamespaces against a fake lower apiserver)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -193,14 +194,20 @@ def test_malformed_pods_do_not_crash_the_check() -> None:
 
 class _LowerApi:
     """A lower apiserver whose namespace "ns" is being deleted until `gone` (a fake: the
-    e2e test in test_tenancy holds a real one; this one checks the timing of the looks)."""
+    e2e test in test_tenancy holds a real one; this one checks the timing of the looks,
+    and how many requests keys that come together send). Each answer waits for `answer`,
+    so requests are in flight while other keys come."""
 
     def __init__(self) -> None:
         self.calls: list[str] = []
         self.gone = False
+        self.answer = asyncio.Event()
+        self.answer.set()
 
     async def request(self, method: str, path: str, *, body: Any = None) -> dict[str, Any]:
         self.calls.append(method)
+        await asyncio.sleep(0)  # in flight: every other ready key runs now
+        await self.answer.wait()
         if method == "POST":
             if self.gone:
                 return dict(body)
@@ -247,6 +254,85 @@ async def test_objects_of_a_lower_namespace_being_deleted_wait_with_doubling_loo
     lower.gone = False
     now[0] += 1.0
     assert await requeued() == 2.0
+
+
+async def test_keys_waiting_for_a_lower_namespace_being_deleted_share_each_look() -> None:
+    """500 pods of a namespace being deleted below, due at the same moment: one look
+    (POST + GET) per look time, not one per pod, and all get its answer."""
+    now = [100.0]
+    lower = _LowerApi()
+    namespaces = LowerNamespaces(
+        lower=lower,
+        owner=A,
+        prefix="",
+        pod_security_level="baseline",
+        clock=lambda: now[0],
+    )
+
+    async def burst() -> list[BaseException | None]:
+        return await asyncio.gather(
+            *(namespaces.ensure("ns", source_namespace="ns") for _ in range(500)),
+            return_exceptions=True,
+        )
+
+    def waits(results: list[BaseException | None]) -> set[float]:
+        assert all(isinstance(result, Requeue) for result in results), results[:3]
+        return {result.after for result in results if isinstance(result, Requeue)}
+
+    assert waits(await burst()) == {1.0}
+    assert lower.calls == ["POST", "GET"]
+    now[0] += 1.0
+    assert waits(await burst()) == {2.0}  # all due together: still one look
+    assert lower.calls == ["POST", "GET"] * 2
+    lower.gone = True
+    now[0] += 2.0
+    assert await burst() == [None] * 500  # made again, once
+    assert lower.calls == ["POST", "GET"] * 2 + ["POST"]
+
+
+async def test_a_look_cut_short_leaves_the_keys_that_waited_for_it_to_look_again() -> None:
+    lower = _LowerApi()
+    lower.gone = True
+    namespaces = LowerNamespaces(lower=lower, owner=A, prefix="", pod_security_level="baseline")
+    lower.answer.clear()
+    first = asyncio.create_task(namespaces.ensure("ns", source_namespace="ns"), name="first")
+    await asyncio.sleep(0)
+    second = asyncio.create_task(namespaces.ensure("ns", source_namespace="ns"), name="second")
+    try:
+        await asyncio.sleep(0)
+        assert lower.calls == ["POST"]
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        lower.answer.set()
+        await second  # not cancelled with the look it waited for: looked itself
+        assert lower.calls == ["POST", "POST"]
+    finally:
+        lower.answer.set()
+        for task in (first, second):
+            task.cancel()
+        await asyncio.gather(first, second, return_exceptions=True)
+
+
+def test_what_looks_found_is_forgotten_once_nothing_waits_for_the_namespace() -> None:
+    now = [100.0]
+    namespaces = LowerNamespaces(
+        lower=_LowerApi(),
+        owner=A,
+        prefix="",
+        pod_security_level="baseline",
+        clock=lambda: now[0],
+    )
+    for name in ("kept", "left"):
+        assert namespaces.going(name).after == 1.0
+    now[0] += 1.0
+    assert namespaces.going("kept").after == 2.0  # its keys came back: the delay doubles
+    now[0] += 61.0
+    assert namespaces.going("kept").after == 4.0
+    # Nobody came back for "left" for a minute past its look: forgotten, not kept for ever,
+    assert set(namespaces._going) == {"kept"}
+    # and a pod that comes for it later starts from the first delay.
+    assert namespaces.going("left").after == 1.0
 
 
 def test_a_namespace_is_terminating_by_its_phase_or_deletion_timestamp() -> None:

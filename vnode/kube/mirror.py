@@ -16,11 +16,17 @@ VirtualCluster's syncers are built:
   alone;
 - a shared target (a sibling's copy: made by another writer of the same copies, e.g.
   another virtual node of the same upper cluster over the same lower cluster) serves as
-  the copy and is kept like an owned one, in its owner's name (`as_shared`): compared,
-  patched or replaced, and, by a mirror with `creation="always"`, deleted when its source
-  goes. So a copy whose maker died is still kept up to date; two live siblings write the
-  same content (the second write changes nothing). On-request copies of a sibling are
-  updated but left to their owner to collect (its pods are what use them);
+  the copy and is kept like an owned one, in its owner's name (`as_shared`, also when it
+  is replaced or made again): compared, patched or replaced, and, by a mirror with
+  `creation="always"`, deleted when its source goes. So a copy whose maker died is still
+  kept up to date. The worker gives the maker the first go: every sibling sees the same
+  change at the same moment, so it writes a sibling's copy only once the copy has
+  differed, unchanged, for `sibling_grace` seconds (a live maker has updated it by then,
+  and one change costs one write, not one per sibling); siblings that translate a little
+  differently (a rolling upgrade) thus write a copy at most once per grace each instead of
+  back and forth without pause. `ensure` does not wait: a pod being made needs its copy
+  current. On-request copies of a sibling are updated but left to their owner to collect
+  (its pods are what use them);
 - targets changed or deleted by someone else are repaired (their events enqueue the key);
 - `creation="always"` mirrors every selected source object; `creation="on_request"` only
   creates a target when `ensure` asks (the ConfigMaps a pod needs), keeps existing ones up
@@ -38,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NoReturn, Protocol
@@ -53,6 +60,25 @@ logger = logging.getLogger(__name__)
 
 _TERMINATING_RETRY = 5.0
 """Seconds before a key whose target namespace is being deleted is looked at again."""
+SIBLING_GRACE = 3.0
+"""Default seconds a sibling's copy must have differed from our translation, unchanged,
+before the worker writes it (see the module docstring): longer than a live maker takes to
+follow a change (its watch event and one write, well under a second on a healthy cluster),
+short enough that a dead maker's copies lag by a few seconds only."""
+
+_PRUNE_MIN = 64
+"""Waits for siblings' makers held before stale ones are looked for (see `_prune_waiting`)."""
+
+
+@dataclass(frozen=True)
+class _Waiting:
+    """A sibling's copy seen differing from our translation, left to its maker a while."""
+
+    resource_version: str
+    """The copy's resourceVersion when first seen differing: if it moves, someone (its
+    maker) is keeping it, and the wait starts again."""
+    due: float
+    """Clock time (seconds) from which the worker writes it, if it still differs."""
 
 
 @dataclass(frozen=True)
@@ -181,6 +207,8 @@ class Mirror:
         on_problem: Callable[[Obj, str], Awaitable[None]] | None = None,
         queue_settings: QueueSettings | None = None,
         collect_delay: float = 2.0,
+        sibling_grace: float = SIBLING_GRACE,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`source` and `target` may be shared informers; `target` must select at least
         this mirror's own objects, and the siblings' ones too for shared copies to be
@@ -189,7 +217,9 @@ class Mirror:
         something still needs an owned target. `namespaces` makes target namespaces exist
         before creates. `on_problem(source, message)` is told about conflicts and targets
         the target cluster refuses. `collect_delay` (seconds) is how long
-        `schedule_collection` waits, so a burst of pod deletions is collected once."""
+        `schedule_collection` waits, so a burst of pod deletions is collected once.
+        `sibling_grace` (seconds, default `SIBLING_GRACE`) is how long a sibling's copy must
+        have differed, unchanged, before the worker writes it; `clock` (seconds) times it."""
         self.spec = spec
         self.name = spec.name
         self.source = source
@@ -201,6 +231,8 @@ class Mirror:
         self._namespaces = namespaces
         self._on_problem = on_problem
         self._collect_delay = collect_delay
+        self._sibling_grace = sibling_grace
+        self._clock = clock
         self.queue = WorkQueue(name=spec.name, settings=queue_settings)
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._created: dict[str, Obj] = {}
@@ -209,6 +241,13 @@ class Mirror:
         """Target key -> UID this mirror deleted there, until the target informer drops it."""
         self._reported: set[tuple[str, str]] = set()
         """(source key, target UID) conflicts already logged."""
+        self._waiting: dict[str, _Waiting] = {}
+        """Source key -> its sibling's copy the worker waits to write (`_wait_for_maker`),
+        until the key settles; stale entries are dropped as new ones come."""
+        self._prune_waiting_at = _PRUNE_MIN
+        self._remake_as: dict[str, Obj] = {}
+        """Source key -> the sibling's copy deleted to be made again, whose owner's name the
+        new copy takes, until it is made or the key settles otherwise."""
         source.add_handlers(
             Handlers(
                 on_add=self._source_changed,
@@ -324,9 +363,15 @@ class Mirror:
     # -- work ------------------------------------------------------------------------------
 
     async def sync(self, key: str) -> None:
-        """Bring the target of source `key` to what the spec says (the queue's handler)."""
+        """Bring the target of source `key` to what the spec says (the queue's handler).
+
+        Raises Requeue while a sibling's copy is left to its maker (`_wait_for_maker`) or
+        its namespace is going, kube errors for API failures (retried by the queue)."""
         async with self._locked(key):
             await self._sync(key)
+            # Settled: what was waited for or remembered for this key is moot now.
+            self._waiting.pop(key, None)
+            self._remake_as.pop(key, None)
 
     async def _sync(self, key: str) -> None:
         spec = self.spec
@@ -341,8 +386,9 @@ class Mirror:
         if current is not None:
             mine = source if source is None or spec.stands_for(current, source) else None
             if self._collectable(current, mine):
+                self._wait_for_maker(key, current)
                 logger.info("%s: deleting %s (no longer mirrored)", self.name, _key(current))
-                await self._delete(current)
+                await self._delete(current, remade_for=key)
                 if source is not None and mine is None and spec.creation == "always":
                     await self._create(key, source)
                 return
@@ -350,7 +396,7 @@ class Mirror:
                 if source is not None and spec.creation == "always":
                     await self._conflict(key, source, current)
                 return  # kept while something needs it
-            current = await self._apply(key, mine, current)
+            current = await self._apply(key, mine, current, wait=True)
         elif source is not None and spec.creation == "always":
             current = await self._create(key, source)
         if current is not None and source is not None:
@@ -383,7 +429,7 @@ class Mirror:
                         f"{self.spec.kind} of the same name",
                         target=current,
                     )
-                await self._delete(current)
+                await self._delete(current, remade_for=key)
                 current = None
             if current is None:
                 try:
@@ -396,7 +442,8 @@ class Mirror:
                     f"{self.spec.target.kind} {_key(current)} is not this mirror's",
                     target=current,
                 )
-            await self._apply(key, source, current)
+            # No wait for a sibling's copy here: the pod being made needs it current now.
+            await self._apply(key, source, current, wait=False)
             return "present" if self.spec.owned(current) else "shared"
 
     async def collect(self, key: str) -> None:
@@ -414,9 +461,13 @@ class Mirror:
                 await self._delete(current)
 
     async def _create(self, key: str, source: Obj, *, raise_conflict: bool = False) -> Obj | None:
-        """POST the translation; on AlreadyExists hand the existing object to the caller
+        """POST the translation (in the name of the sibling whose copy of `key` was deleted
+        to be made again, if so); on AlreadyExists hand the existing object to the caller
         (`_Existed` with `raise_conflict`, else handled here as a conflict or an update)."""
         desired = self.spec.translate(source)
+        remade = self._remake_as.get(key)
+        if remade is not None:
+            desired = self.spec.as_shared(desired, remade)
         namespace = desired.get("metadata", {}).get("namespace")
         await self._prepare_namespace(namespace, source)
         path = self.spec.target.path(namespace=namespace)
@@ -442,6 +493,7 @@ class Mirror:
         target_key = self.spec.target_key(key)
         self._created[target_key] = created
         self._deleted.pop(target_key, None)
+        self._remake_as.pop(key, None)
         logger.info("%s: created %s", self.name, _key(created))
         return created
 
@@ -472,7 +524,7 @@ class Mirror:
         if not self.spec.stands_for(existing, source):
             await self._conflict(key, source, existing)
             return None
-        return await self._apply(key, source, existing)
+        return await self._apply(key, source, existing, wait=True)
 
     async def _refused(self, source: Obj, what: str, exc: errors.ApiError) -> NoReturn:
         """Report the target cluster's refusal (write `what` it refused) and re-raise it;
@@ -484,19 +536,24 @@ class Mirror:
         await self._problem(source, f"the target cluster refused {what}: {exc.message}")
         raise exc
 
-    async def _apply(self, key: str, source: Obj, current: Obj) -> Obj:
+    async def _apply(self, key: str, source: Obj, current: Obj, *, wait: bool) -> Obj:
+        """Bring the kept `current` to the translation of `source` (in its owner's name);
+        return it as written. With `wait`, a sibling's copy is left to its maker a while
+        first (`_wait_for_maker` raises Requeue)."""
         desired = self.spec.translate(source)
         if not self.spec.owned(current):
             desired = self.spec.as_shared(desired, current)
         change = self.spec.compare(current, desired)
         if change is None:
             return current
+        if wait:
+            self._wait_for_maker(key, current)
         meta = current["metadata"]
         path = self.spec.target.path(namespace=meta.get("namespace"), name=meta["name"])
         try:
             if isinstance(change, Replace):
                 logger.info("%s: replacing %s (%s)", self.name, _key(current), change.reason)
-                await self._delete(current)
+                await self._delete(current, remade_for=key)
                 created = await self._create(key, source)
                 return created or current
             logger.info("%s: updating %s", self.name, _key(current))
@@ -509,7 +566,50 @@ class Mirror:
             )
         return updated
 
-    async def _delete(self, current: Obj) -> None:
+    def _wait_for_maker(self, key: str, current: Obj) -> None:
+        """Raise Requeue unless the worker may write `current`, the copy of source `key`,
+        now: always for our own copy; for a sibling's, once it has differed from our
+        translation, with the same resourceVersion, for `sibling_grace` seconds (its maker,
+        if alive, sees the same change and writes it meanwhile; it moving restarts the wait,
+        and a write settles the key, so the next difference waits again)."""
+        if self.spec.owned(current):
+            return
+        now = self._clock()
+        version = str(current.get("metadata", {}).get("resourceVersion") or "")
+        waiting = self._waiting.get(key)
+        if (
+            waiting is None
+            or waiting.resource_version != version
+            or now > waiting.due + self._sibling_grace  # not back when due: look afresh
+        ):
+            waiting = self._waiting[key] = _Waiting(
+                resource_version=version, due=now + self._sibling_grace
+            )
+            if len(self._waiting) >= self._prune_waiting_at:
+                self._prune_waiting(now)
+        if now < waiting.due:
+            wait = waiting.due - now
+            logger.debug(
+                "%s: %s is a sibling's copy; leaving it to its maker for %.1fs",
+                self.name,
+                _key(current),
+                wait,
+            )
+            raise Requeue(wait, f"{_key(current)} is a sibling's copy, left to its maker")
+
+    def _prune_waiting(self, now: float) -> None:
+        """Drop the waits nobody came back for (their keys failed for good, or were handled
+        outside the worker), so the entries stay as many as the keys waiting now: pruned
+        when they have doubled since the last time, O(1) per wait on average."""
+        grace = self._sibling_grace
+        self._waiting = {k: w for k, w in self._waiting.items() if now <= w.due + grace}
+        self._prune_waiting_at = max(_PRUNE_MIN, 2 * len(self._waiting))
+
+    async def _delete(self, current: Obj, *, remade_for: str | None = None) -> None:
+        """Delete `current` (UID precondition). `remade_for`: the source key whose copy it
+        is, when it may be made again: a sibling's copy is then made in its owner's name."""
+        if remade_for is not None and not self.spec.owned(current):
+            self._remake_as[remade_for] = current
         meta = current["metadata"]
         path = self.spec.target.path(namespace=meta.get("namespace"), name=meta["name"])
         body = {

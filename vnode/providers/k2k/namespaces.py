@@ -7,6 +7,7 @@ so every object follows the same tenancy rules (see the README, "Tenants below")
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -26,6 +27,9 @@ _GOING_RETRY = 5.0
 GOING_BELOW = ExponentialBackoff(base=1.0, cap=30.0)
 """Seconds between looks at a lower namespace being deleted, doubling per look that finds
 it still there: deletions usually take seconds, but a finalizer can hold one for hours."""
+_GOING_FORGOTTEN = 2 * GOING_BELOW.cap
+"""Seconds after a look was due with nobody looking (no object waits for that namespace
+any more) before what the looks found is forgotten: the next object starts from 1 s."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,21 +76,52 @@ class LowerNamespaces:
         self._known: set[str] = set()
         """Lower namespaces known to exist and to be usable."""
         self._going: dict[str, _Going] = {}
-        """Lower namespaces seen being deleted, until one is made again (see `going`)."""
+        """Lower namespaces seen being deleted, until one is made again or nobody comes back
+        for it (see `going`)."""
+        self._looks: dict[str, asyncio.Future[None]] = {}
+        """Lower namespace -> the look at it under way; callers meanwhile share its outcome."""
 
     async def ensure(self, namespace: str, *, source_namespace: str) -> None:
         """Create the lower `namespace` for upper `source_namespace`, or check that the
         existing one may take its objects. Raises Refused naming the conflict (another
         tenant's namespace, an invalid mapped name), Requeue while the upper namespace or
-        the lower one is being deleted (see `going`), kube errors for API failures."""
+        the lower one is being deleted (see `going`), kube errors for API failures.
+
+        One look (its requests) per namespace at a time: callers that come while one is
+        under way wait for it and get its outcome (its error too), so a burst of pods of
+        one namespace costs one look, not one per pod."""
         if namespace in self._known:
             return
         problem = naming.namespace_problem(source_namespace, prefix=self._prefix)
         if problem is not None:
             raise Refused(problem)
-        going = self._going.get(namespace)
-        if going is not None and (wait := going.next_look - self._clock()) > 0:
-            raise Requeue(wait, f"lower namespace {namespace} is being deleted")
+        while True:
+            if namespace in self._known:
+                return  # made by the look waited for
+            going = self._going.get(namespace)
+            if going is not None and (wait := going.next_look - self._clock()) > 0:
+                raise Requeue(wait, f"lower namespace {namespace} is being deleted")
+            look = self._looks.get(namespace)
+            if look is None:
+                break
+            # Its error is raised here too; a look cut short (its caller cancelled) ends
+            # without one, and the loop looks again. Shielded: this caller's cancellation
+            # must not cancel the look others wait for.
+            await asyncio.shield(look)
+        look = self._looks[namespace] = asyncio.get_running_loop().create_future()
+        try:
+            await self._look(namespace, source_namespace=source_namespace)
+        except Exception as exc:
+            look.set_exception(exc)
+            look.exception()  # retrieved: nobody need have waited for it
+            raise
+        finally:
+            del self._looks[namespace]
+            if not look.done():
+                look.set_result(None)  # made, or cancelled: the waiters look at the state
+
+    async def _look(self, namespace: str, *, source_namespace: str) -> None:
+        """Make the lower `namespace` or check the existing one (see `ensure`)."""
         await self._check_upper(source_namespace)
         labels, annotations = naming.namespace_marks(
             owner=self._owner, upper_namespace=source_namespace
@@ -119,11 +154,19 @@ class LowerNamespaces:
         with NamespaceTerminating) and return the Requeue its object's key should raise.
 
         Objects for it wait instead of being refused: `ensure` answers Requeue without a
-        request until the next look is due, then looks once; the delay doubles per look
-        that finds the namespace still there (`GOING_BELOW`, 1 s to 30 s), and once it is
-        gone `ensure` makes it again. Looks due at once for many keys count as one."""
+        request until the next look is due, then looks once (keys due together share that
+        one look: its two requests); the delay doubles per look that finds the namespace
+        still there (`GOING_BELOW`, 1 s to 30 s), and once it is gone `ensure` makes it
+        again. What the looks found is forgotten once a look has been due for
+        `_GOING_FORGOTTEN` seconds with nobody looking, so namespaces nothing waits for any
+        more are not remembered for ever."""
         self._known.discard(namespace)
         now = self._clock()
+        self._going = {
+            name: going
+            for name, going in self._going.items()
+            if now <= going.next_look + _GOING_FORGOTTEN
+        }
         going = self._going.get(namespace)
         if going is not None and going.next_look > now:
             return Requeue(going.next_look - now, f"lower namespace {namespace} is being deleted")
