@@ -240,11 +240,11 @@ async def test_objects_of_a_lower_namespace_being_deleted_wait_with_doubling_loo
     assert await requeued() == 0.75  # not due: no request
     assert namespaces.going("ns").after == 0.75  # a refusal meanwhile is the same look
     assert lower.calls == ["POST", "GET"]
-    for expected in (2.0, 4.0, 8.0, 16.0, 30.0, 30.0):
-        now[0] += 30.0
+    for expected in (2.0, 4.0, 8.0, 10.0, 10.0):
+        now[0] += 10.0
         assert await requeued() == expected
     lower.gone = True
-    now[0] += 30.0
+    now[0] += 10.0
     await namespaces.ensure("ns", source_namespace="ns")  # made again
     calls = len(lower.calls)
     await namespaces.ensure("ns", source_namespace="ns")
@@ -327,9 +327,9 @@ def test_what_looks_found_is_forgotten_once_nothing_waits_for_the_namespace() ->
         assert namespaces.going(name).after == 1.0
     now[0] += 1.0
     assert namespaces.going("kept").after == 2.0  # its keys came back: the delay doubles
-    now[0] += 61.0
+    now[0] += 21.0
     assert namespaces.going("kept").after == 4.0
-    # Nobody came back for "left" for a minute past its look: forgotten, not kept for ever,
+    # Nobody came back for "left" for 20 s past its look: forgotten, not kept for ever,
     assert set(namespaces._going) == {"kept"}
     # and a pod that comes for it later starts from the first delay.
     assert namespaces.going("left").after == 1.0

@@ -24,9 +24,10 @@ from vnode.settings import PodSecurityLevel
 
 _GOING_RETRY = 5.0
 """Seconds before an object of an upper namespace being deleted is looked at again."""
-GOING_BELOW = ExponentialBackoff(base=1.0, cap=30.0)
+GOING_BELOW = ExponentialBackoff(base=1.0, cap=10.0)
 """Seconds between looks at a lower namespace being deleted, doubling per look that finds
-it still there: deletions usually take seconds, but a finalizer can hold one for hours."""
+it still there: deletions usually take seconds, but a finalizer can hold one for hours (one
+look, a POST and a GET, every 10 s then; a pod waits at most that long once it is gone)."""
 _GOING_FORGOTTEN = 2 * GOING_BELOW.cap
 """Seconds after a look was due with nobody looking (no object waits for that namespace
 any more) before what the looks found is forgotten: the next object starts from 1 s."""
