@@ -685,9 +685,9 @@ def test_a_pod_no_lower_cluster_can_place_stays_pending_with_an_event(
     topology: Topology, ns: str, deschedulers: Callable[..., DeschedulerProcess]
 ) -> None:
     """A lower-node selector that no lower node matches (written as the webhook writes it):
-    the pod moves from vn-a to vn-b once, then stays Pending there, saying why. A pod pinned
-    to vn-a by its own nodeSelector is not moved at all: its replacement could go nowhere,
-    and where it is it runs once lower cluster A has room."""
+    the pod moves from vn-a to vn-b once, then stays Pending there, marked as left alone and
+    saying why (once). A pod pinned to vn-a by its own nodeSelector is not moved at all: its
+    replacement could go nowhere, and where it is it runs once lower cluster A has room."""
     upper = topology.upper
     nowhere = bare_pod("nowhere", prefer="vn-a")
     nowhere["metadata"]["annotations"] = {"clusterSelector": '{"nodeSelector":{"disk":"nvme"}}'}
@@ -705,15 +705,22 @@ def test_a_pod_no_lower_cluster_can_place_stays_pending_with_an_event(
     )
     [event] = [e for e in events_for(upper, ns, "nowhere-d1") if e["reason"] == "NoVirtualNodeLeft"]
     assert (
-        "every virtual node has been tried (vn-a, vn-b); it stays Pending on vn-b"
-        in event["message"]
+        "every virtual node has been tried (vn-a, vn-b); it stays on vn-b for good (annotation "
+        "tensile.io/no-virtual-node-left), Pending until that lower cluster has room. Removing "
+        "the annotation has it judged again." in event["message"]
     )
     assert "didn't match Pod's node affinity/selector" in event["message"]
-    time.sleep(3)  # rounds go by: it stays
+    time.sleep(3)  # rounds go by: it stays, told once
     [stays] = pods_of(upper, ns, "nowhere")
     assert stays["metadata"]["name"] == "nowhere-d1"
     assert stays["spec"]["nodeName"] == "vn-b"
     assert stays["status"]["phase"] == "Pending"
+    assert moves.LEFT_ALONE_ANNOTATION in stays["metadata"]["annotations"]
+    assert [
+        e["count"]
+        for e in events_for(upper, ns, "nowhere-d1")
+        if e["reason"] == "NoVirtualNodeLeft"
+    ] == [1]
     assert (
         descheduler.metric("tensile_descheduler_moves_total", kind="recreate", outcome="moved") == 1
     )
@@ -725,12 +732,13 @@ def test_a_pod_no_lower_cluster_can_place_stays_pending_with_an_event(
     )
     assert (
         "no other virtual node admits it (vn-b: its nodeSelector kubernetes.io/hostname=vn-a "
-        "does not match); it stays Pending on vn-a" in event["message"]
+        "does not match); it stays on vn-a for good" in event["message"]
     )
     [stays] = pods_of(upper, ns, "pinned")
     assert stays["metadata"]["name"] == "pinned"
     assert stays["metadata"].get("deletionTimestamp") is None
     assert stays["spec"]["nodeName"] == "vn-a"
+    assert moves.LEFT_ALONE_ANNOTATION in stays["metadata"]["annotations"]
 
 
 def test_the_leader_stops_while_the_upper_apiserver_is_down_and_leads_again_after(
