@@ -83,8 +83,9 @@ class Decision:
     - recreate: a bare pod: create its replacement avoiding `avoid`, then delete it;
     - exhausted: every considered virtual node has been tried, or the pod's own node
       selection (nodeSelector, required node affinity, tolerations) or the node affinity
-      of its volumes admits none of the others; the pod stays where it is, for good
-      (`for_good`);
+      of its volumes admits none of the others; the pod stays where it is -- for good
+      (`for_good`) unless a considered virtual node it has not tried is merely not usable
+      now;
     - blocked: a PodDisruptionBudget does not allow it now (`message` says which).
     """
 
@@ -100,7 +101,8 @@ class Decision:
     message: str = ""
     for_good: bool = False
     """exhausted only: no virtual node is left for it whatever the avoidances' expiry, so it
-    is marked (`moves.LEFT_ALONE_ANNOTATION`) and never judged again."""
+    is marked (`moves.LEFT_ALONE_ANNOTATION`) and never judged again. False while an
+    untried considered virtual node is not Ready or cordoned: judged again every round."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -276,8 +278,15 @@ def plan(
     its pods is still going away, so an owner never has more than one pod beyond its
     replicas (tensile-kube's re-creations left one surplus pod per move).
     """
-    pods = list(pods)
+    pods, nodes = list(pods), list(nodes)
     usable = considered_nodes(nodes, criteria=criteria)
+    # Selected but not Ready, or cordoned: a pod that has not tried one of these is not
+    # given up on for good (a lower cluster's outage must not pin pods elsewhere forever).
+    unusable = frozenset(
+        str(_mapping(n.get("metadata")).get("name"))
+        for n in nodes
+        if is_virtual_node(n) and criteria.node_selector.matches(_labels(n))
+    ) - set(usable)
     leaving = {
         controller.uid
         for pod in pods
@@ -308,6 +317,7 @@ def plan(
             owner=owner,
             avoid=avoid,
             usable=usable,
+            unusable=unusable,
             budgets=budgets,
             pins=pinned_volumes(pod, claims=claims or _NOTHING, volumes=volumes or _NOTHING),
         )
@@ -340,14 +350,18 @@ def _decide(
     owner: avoidance.Owner | None,
     avoid: frozenset[str],
     usable: Mapping[str, Mapping[str, Any]],
+    unusable: frozenset[str],
     budgets: Sequence[Mapping[str, Any]],
     pins: Sequence[tuple[str, Mapping[str, Any]]],
 ) -> Decision:
     base = Decision(action="evict", pod=pod, node=node, reason=why, owner=owner, avoid=avoid)
     others = sorted(set(usable) - avoid)
+    untried = sorted(unusable - avoid)
+    which = "usable " if untried else ""  # untried ones are down: said so, not for good
     if not others:
         tried = ", ".join(sorted(avoid))
-        return _exhausted(base, message=f"every virtual node has been tried ({tried})")
+        message = f"every {which}virtual node has been tried ({tried})"
+        return _exhausted(base, untried=untried, message=message)
     # The replacement keeps the pod's own node selection (plus the NotIn): where that rules
     # out every other virtual node, moving it would leave it unschedulable for good, while
     # left where it is it runs once its lower cluster has room.
@@ -368,7 +382,8 @@ def _decide(
     left = [name for name in others if unfit[name] is None]
     if not left:
         why_not = "; ".join(f"{name}: {unfit[name]}" for name in others)
-        return _exhausted(base, message=f"no other virtual node admits it ({why_not})")
+        message = f"no other {which}virtual node admits it ({why_not})"
+        return _exhausted(base, untried=untried, message=message)
     blocker = disruption_blocker(pod, budgets)
     if blocker is not None:
         return dataclasses.replace(base, action="blocked", message=blocker)
@@ -379,8 +394,17 @@ def _decide(
     )
 
 
-def _exhausted(base: Decision, *, message: str) -> Decision:
-    """`base` as an exhausted decision, for good, `message` saying why."""
+def _exhausted(base: Decision, *, untried: Sequence[str], message: str) -> Decision:
+    """`base` as an exhausted decision: for good, unless `untried` names considered virtual
+    nodes that are not usable now (not Ready, cordoned) -- the pod may go there once they
+    are, so it is judged again each round meanwhile."""
+    if untried:
+        names = ", ".join(untried)
+        message = (
+            f"{message}; it stays Pending on {base.node} while {names} "
+            f"{'is' if len(untried) == 1 else 'are'} not Ready or cordoned"
+        )
+        return dataclasses.replace(base, action="exhausted", message=message)
     message = f"{message}; it stays on {base.node} for good"
     return dataclasses.replace(base, action="exhausted", message=message, for_good=True)
 

@@ -329,6 +329,56 @@ def test_when_every_virtual_node_was_tried_the_pod_stays_for_good() -> None:
     assert bare.for_good
 
 
+@pytest.mark.parametrize("state", ["not ready", "cordoned"])
+def test_a_pod_that_has_not_tried_a_virtual_node_unusable_now_is_not_given_up_on(
+    state: str,
+) -> None:
+    """vn-c is selected but not Ready (its lower cluster unreachable) or cordoned: a pod
+    that tried vn-a and vn-b stays, but not for good -- it is judged again each round and
+    goes to vn-c once vn-c is back, rather than being pinned to a full cluster by an outage
+    elsewhere. A node --node-selector leaves out does not count."""
+    down = node("vn-c", ready=state != "not ready")
+    if state == "cordoned":
+        down["spec"]["unschedulable"] = True
+    owner = avoidance.controller_of(pod())
+    assert owner is not None
+    record = avoidance.with_avoidance(
+        None, owner=owner, nodes=["vn-b"], until=NOW + dt.timedelta(minutes=5), now=NOW
+    )
+    [decision] = plan(
+        [pod()], nodes=[*NODES, down], record=record, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert decision.action == "exhausted"
+    assert not decision.for_good
+    assert decision.message == (
+        "every usable virtual node has been tried (vn-a, vn-b); it stays Pending on vn-a "
+        "while vn-c is not Ready or cordoned"
+    )
+    # Its own placement rules vn-b out, and vn-c cannot be judged now: the same.
+    pinned = pod(spec__nodeSelector={"clusterID": "a"})
+    nodes = [node("vn-a", clusterID="a"), node("vn-b", clusterID="b"), down]
+    [decision] = plan(
+        [pinned], nodes=nodes, record=None, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert (decision.action, decision.for_good) == ("exhausted", False)
+    assert decision.message.startswith("no other usable virtual node admits it (vn-b: ")
+    # Back: the pod may go there.
+    [decision] = plan(
+        [pod()], nodes=[*NODES, node("vn-c")], record=record, budgets=[], criteria=CRITERIA,
+        now=NOW,
+    ).decisions  # fmt: skip
+    assert (decision.action, decision.message) == ("evict", "may go to vn-c")
+    # Outside --node-selector it is not a place to go at all: for good.
+    selected = dataclasses.replace(
+        CRITERIA, node_selector=selectors.parse("type=virtual-kubelet,!off")
+    )
+    down["metadata"]["labels"]["off"] = "yes"
+    [decision] = plan(
+        [pod()], nodes=[*NODES, down], record=record, budgets=[], criteria=selected, now=NOW
+    ).decisions
+    assert (decision.action, decision.for_good) == ("exhausted", True)
+
+
 def left_alone(found: dict[str, Any], *, now: dt.datetime) -> dict[str, Any]:
     """`found` as the mover's merge patch leaves it (the mark added, the rest untouched)."""
     patch = moves.left_alone_patch(found, now=now)
