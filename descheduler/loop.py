@@ -8,12 +8,11 @@
 
 Every replica keeps its caches warm; only the one holding the Lease runs rounds, so a
 replica that takes over acts at its first round. A round first finishes bare-pod moves left
-half done, then plans from the caches, renews the avoidances of owners whose pods have
-nowhere left to go, reports pods that cannot move (blocked by a budget, every virtual node
-tried), and moves the rest within the global rate (a token bucket: at
-most `eviction_burst` at once, `eviction_rate` per second after that). Nothing here ends the
-process on a failed list, an unreachable apiserver or too few nodes (tensile-kube exited):
-the next round tries again.
+half done, then plans from the caches, reports pods that cannot move (blocked by a budget;
+no virtual node left: marked so, never judged again), and moves the rest within the global
+rate (a token bucket: at most `eviction_burst` at once, `eviction_rate` per second after
+that). Nothing here ends the process on a failed list, an unreachable apiserver or too few
+nodes (tensile-kube exited): the next round tries again.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from collections.abc import Callable
 
 from descheduler import metrics, moves
 from descheduler.mover import Mover, NotLeading
-from descheduler.policy import plan, renewals
+from descheduler.policy import plan
 from descheduler.record import AvoidanceRecord, RecordConflict
 from descheduler.settings import Settings
 from vnode.contracts import labels
@@ -154,11 +153,10 @@ class Descheduler:
         now = self._now()
         pods = list(self.pods.store)
         await self.mover.recover(p for p in pods if moves.is_gated(p))
-        record = self.record.data()
         decided = plan(
             pods,
             nodes=list(self.nodes.store),
-            record=record,
+            record=self.record.data(),
             budgets=list(self.budgets.store),
             criteria=self._settings.criteria,
             now=now,
@@ -166,19 +164,11 @@ class Descheduler:
             volumes=self.volumes.store,
         )
         metrics.PODS_CONSIDERED.inc(decided.considered)
-        kept, until = renewals(
-            decided.decisions,
-            record=record,
-            now=now,
-            ttl=self._settings.moves.avoid_ttl,
-            interval=self._settings.interval,
-        )
-        await self.mover.renew(kept, until=until, now=now)
         chosen = []
         limited = False
         for decision in decided.decisions:
             if decision.action in ("blocked", "exhausted"):
-                await self.mover.report(decision)
+                await self.mover.report(decision, now=now)
             elif not self.mover.waiting(decision):
                 if limited or not self._take_token():
                     limited = True

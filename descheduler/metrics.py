@@ -24,7 +24,7 @@ BLOCKED_BY_PDB = Counter(
 MOVES = Counter(
     "tensile_descheduler_moves",
     "Moves by kind (evict, recreate) and outcome: moved, dry_run, blocked, refused (429), "
-    "exhausted (every virtual node tried), conflict (the pod changed), gone, rate_limited, "
+    "exhausted (no virtual node left), conflict (the pod changed), gone, rate_limited, "
     "record_full, failed.",
     ["kind", "outcome"],
 )

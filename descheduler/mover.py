@@ -18,6 +18,10 @@ lifted. A crash anywhere leaves a state `recover` finishes at the next round: a 
 replacement whose old pod is gone is released, one whose old pod is still there (not being
 deleted) is removed. So a bare pod is never lost and never runs twice.
 
+Pods with no virtual node left for good are marked so (a merge patch of one annotation,
+`moves.left_alone_patch`) before their Event, which then may say they are left alone: the
+policy never judges a marked pod again.
+
 With `dry_run` nothing is written at all (no record, no patch, no eviction, no Event): the
 decisions are logged and counted.
 """
@@ -35,7 +39,6 @@ from typing import Any, Literal
 from descheduler import metrics, moves
 from descheduler.policy import Decision
 from descheduler.record import AvoidanceRecord, RecordConflict
-from vnode.contracts import avoidance
 from vnode.kube import errors
 from vnode.kube.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiClient
 from vnode.kube.events import EventRecorder
@@ -108,8 +111,15 @@ class Mover:
             return False
         return until is not None
 
-    async def report(self, decision: Decision) -> Outcome:
-        """Report a pod that does not move (blocked, exhausted): log, count, Event."""
+    async def report(self, decision: Decision, *, now: dt.datetime) -> Outcome:
+        """Report a pod that does not move (blocked, exhausted): log, count, Event.
+
+        A pod with no virtual node left for good (`decision.for_good`) is first marked so,
+        at `now` (`moves.left_alone_patch`), then its Event says where it waits and how to
+        have it tried again. A mark that cannot be written is a DeschedulingFailed Warning
+        (outcome failed; the pod is judged again next round); a pod gone or replaced
+        meanwhile is outcome gone, with no Event. Raises NotLeading.
+        """
         kind = _kind(decision)
         if decision.action == "blocked":
             metrics.BLOCKED_BY_PDB.inc()
@@ -125,9 +135,43 @@ class Mover:
                 f"The lower cluster behind virtual node {decision.node} cannot place it "
                 f"({decision.reason}), and {decision.message}"
             )
+            if decision.for_good:
+                outcome = await self._leave_alone(decision, now=now)
+                if outcome != "exhausted":
+                    metrics.MOVES.labels(kind, outcome).inc()
+                    return outcome
+                text += _left_alone_text(decision)
         metrics.MOVES.labels(kind, outcome).inc()
         await self._warn_once(decision.pod, reason=reason, message=text)
         return outcome
+
+    async def _leave_alone(self, decision: Decision, *, now: dt.datetime) -> Outcome:
+        """Mark the pod of `decision` as left alone (one merge patch); return exhausted
+        when it is (or, in a dry run, would be), gone or failed otherwise."""
+        pod = decision.pod
+        if self._settings.dry_run:
+            logger.info("dry run: would mark %s as left alone (no virtual node left)", _name(pod))
+            return "exhausted"
+        meta = pod.get("metadata") or {}
+        self._check_leading()
+        try:
+            await self._client.request(
+                "PATCH",
+                PODS.path(namespace=str(meta.get("namespace")), name=str(meta.get("name"))),
+                body=moves.left_alone_patch(pod, now=now),
+                content_type=MERGE_PATCH,
+            )
+        except (errors.NotFound, errors.Conflict, errors.Invalid) as exc:
+            # Gone, or another pod of that name: nothing to mark; no Event on a stranger.
+            logger.debug("%s: not marked as left alone: %s", _name(pod), exc)
+            return "gone"
+        except (errors.ApiError, errors.ApiUnavailable) as exc:
+            return await self._failed(
+                decision,
+                f"no virtual node is left for it, but it could not be marked so ({exc}); "
+                "judged again next round",
+            )
+        return "exhausted"
 
     async def prepare(self, decisions: Sequence[Decision], *, now: dt.datetime) -> list[Decision]:
         """Write the avoidances of the owned pods about to be evicted (one record write),
@@ -163,38 +207,6 @@ class Mover:
         if len(ready) > len([d for d in ready if d.owner is None]):
             await asyncio.sleep(self._settings.settle)
         return ready
-
-    async def renew(
-        self,
-        entries: Sequence[tuple[avoidance.Owner, str]],
-        *,
-        until: dt.datetime,
-        now: dt.datetime,
-    ) -> None:
-        """Extend each (owner, virtual node) avoidance of `entries` to `until`, in one
-        record write (`policy.renewals` chose them). A failed write is logged and left to
-        the next round (the avoidances still have time left). Raises NotLeading."""
-        if not entries or self._settings.dry_run:
-            return
-        self._check_leading()
-        try:
-            full = await self._record.avoid(entries, until=until, now=now)
-        except (RecordConflict, errors.ApiError, errors.ApiUnavailable) as exc:
-            logger.warning("could not renew the avoidances of owners with nowhere to go: %s", exc)
-            return
-        owners = sorted(
-            {f"{o.kind} {o.namespace}/{o.name}" for o, _ in entries if o.uid not in full}
-        )
-        if owners:
-            logger.info(
-                "nowhere else to go: the avoidances of %s kept until %s",
-                ", ".join(owners),
-                rfc3339(until),
-            )
-        if full:
-            logger.warning(
-                "the avoidance record is full: %d owners' avoidances not renewed", len(full)
-            )
 
     async def move(self, decision: Decision, *, now: dt.datetime) -> Outcome:
         """Evict an owned pod or re-create a bare one (after `prepare`). Raises NotLeading."""
@@ -442,6 +454,27 @@ def _uid(pod: Mapping[str, Any]) -> str:
 def _name(pod: Mapping[str, Any]) -> str:
     meta = pod.get("metadata") or {}
     return f"pod {meta.get('namespace')}/{meta.get('name')}"
+
+
+def _left_alone_text(decision: Decision) -> str:
+    """What the Event of a pod left alone adds: where it waits, and how to have it tried
+    again (a new pod from its controller; for a bare pod, removing the mark)."""
+    text = (
+        f" (annotation {moves.LEFT_ALONE_ANNOTATION}), Pending until that lower cluster has room."
+    )
+    owner = decision.owner
+    if owner is None:
+        return f"{text} Removing the annotation has it judged again."
+    avoided = sorted(decision.avoid - {decision.node})
+    later = (
+        f" ({', '.join(avoided)} once {'its' if len(avoided) == 1 else 'their'} avoidance expires)"
+        if avoided
+        else ""
+    )
+    return (
+        f"{text} Deleting it lets {owner.kind} {owner.name} try the virtual nodes again "
+        f"with a new pod{later}."
+    )
 
 
 def _kind(decision: Decision) -> str:

@@ -1,5 +1,5 @@
-"""The objects a move writes (pure): the Eviction, the deschedule-count patch, and a bare
-pod's replacement.
+"""The objects a move writes (pure): the Eviction, the deschedule-count patch, a bare pod's
+replacement, and the mark on a pod left where it is because no virtual node is left for it.
 
 A bare pod (no controller) cannot be evicted and replaced by its owner: the descheduler
 re-creates it. The replacement is the same pod -- labels, annotations, spec -- plus label
@@ -14,11 +14,13 @@ run, until the old pod is gone: never two of them running.
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from vnode.contracts import avoidance, labels
+from vnode.kube.timestamps import rfc3339
 
 _DROPPED_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
                  "deletionGracePeriodSeconds", "generation", "managedFields", "selfLink",
@@ -36,6 +38,12 @@ REPLACES_ANNOTATION = "tensile.io/replaces"
 """On a bare pod's replacement: the name of the pod it replaces."""
 REPLACES_UID_ANNOTATION = "tensile.io/replaces-uid"
 """On a bare pod's replacement: the UID of the pod it replaces."""
+LEFT_ALONE_ANNOTATION = "tensile.io/no-virtual-node-left"
+"""On an upper pod the descheduler found with no virtual node left to go to: when it found
+so (RFC 3339). Whatever its value, the descheduler never judges that pod again: kept on the
+pod, the verdict outlives restarts and leader changes, and unlike an avoidance it never
+expires -- which is what stops an owner's pods from cycling between full lower clusters.
+Removing it has the pod judged again."""
 
 
 def deschedule_count(pod: Mapping[str, Any]) -> int:
@@ -61,6 +69,21 @@ def count_patch(pod: Mapping[str, Any]) -> dict[str, Any]:
             "annotations": {DESCHEDULE_COUNT_ANNOTATION: str(deschedule_count(pod) + 1)},
         }
     }
+
+
+def left_alone_patch(pod: Mapping[str, Any], *, now: dt.datetime) -> dict[str, Any]:
+    """Return the JSON merge patch that marks `pod` as left alone (LEFT_ALONE_ANNOTATION,
+    `now` as its value): that one annotation and the pod's UID, as `count_patch` (another
+    pod that took its name meanwhile is refused by the apiserver, not marked)."""
+    meta = _mapping(pod.get("metadata"))
+    return {
+        "metadata": {"uid": meta.get("uid"), "annotations": {LEFT_ALONE_ANNOTATION: rfc3339(now)}}
+    }
+
+
+def is_left_alone(pod: Mapping[str, Any]) -> bool:
+    """Tell whether `pod` carries LEFT_ALONE_ANNOTATION (any value)."""
+    return LEFT_ALONE_ANNOTATION in _mapping(_mapping(pod.get("metadata")).get("annotations"))
 
 
 def eviction(pod: Mapping[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,13 @@ strategy). It never moves when it is in kube-system, a mirror or static pod, or 
 `descheduler.alpha.kubernetes.io/evict` forces it, when its priority is system-critical or
 above, or it has local storage (emptyDir, hostPath) and `evict_local_storage_pods` is off
 (the rules of sigs.k8s.io/descheduler's IsEvictable).
+
+A pod found with no virtual node left (every one tried, or ruled out by its own placement)
+is marked so by the mover and never judged again (`moves.LEFT_ALONE_ANNOTATION`): it waits
+on its virtual node for its lower cluster to have room. The mark is per pod, not per owner,
+so the owner's avoidances expire as always and its other pods may use every virtual node
+again; judged again instead, the pod would go back to a full lower cluster each time an
+avoidance expired, and the next pod on to the other, forever.
 """
 
 from __future__ import annotations
@@ -76,8 +83,9 @@ class Decision:
     - recreate: a bare pod: create its replacement avoiding `avoid`, then delete it;
     - exhausted: every considered virtual node has been tried, or the pod's own node
       selection (nodeSelector, required node affinity, tolerations) or the node affinity
-      of its volumes admits none of the others; the pod stays where it is, and its
-      owner's avoidances are kept (`renewals`);
+      of its volumes admits none of the others; the pod stays where it is -- for good
+      (`for_good`) unless a considered virtual node it has not tried is merely not usable
+      now;
     - blocked: a PodDisruptionBudget does not allow it now (`message` says which).
     """
 
@@ -91,6 +99,10 @@ class Decision:
     avoid: frozenset[str]
     """Virtual nodes the pod (or its owner) is kept off after the move, `node` included."""
     message: str = ""
+    for_good: bool = False
+    """exhausted only: no virtual node is left for it whatever the avoidances' expiry, so it
+    is marked (`moves.LEFT_ALONE_ANNOTATION`) and never judged again. False while an
+    untried considered virtual node is not Ready or cordoned: judged again every round."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -178,6 +190,9 @@ def _exclusions(pod: Mapping[str, Any], *, criteria: Criteria) -> Iterator[str]:
         yield "a DaemonSet's pod"
     if moves.is_gated(pod):
         yield "a replacement waiting for the pod it replaces to go"
+    if moves.is_left_alone(pod):
+        # Not overridden by the evict annotation: removing this mark is how to undo it.
+        yield f"no virtual node was left for it ({moves.LEFT_ALONE_ANNOTATION})"
     pod_labels = {str(k): str(v) for k, v in _mapping(meta.get("labels")).items()}
     if avoidance.controller_of(pod) is not None and not criteria.pod_selector.matches(pod_labels):
         yield (
@@ -263,8 +278,15 @@ def plan(
     its pods is still going away, so an owner never has more than one pod beyond its
     replicas (tensile-kube's re-creations left one surplus pod per move).
     """
-    pods = list(pods)
+    pods, nodes = list(pods), list(nodes)
     usable = considered_nodes(nodes, criteria=criteria)
+    # Selected but not Ready, or cordoned: a pod that has not tried one of these is not
+    # given up on for good (a lower cluster's outage must not pin pods elsewhere forever).
+    unusable = frozenset(
+        str(_mapping(n.get("metadata")).get("name"))
+        for n in nodes
+        if is_virtual_node(n) and criteria.node_selector.matches(_labels(n))
+    ) - set(usable)
     leaving = {
         controller.uid
         for pod in pods
@@ -295,6 +317,7 @@ def plan(
             owner=owner,
             avoid=avoid,
             usable=usable,
+            unusable=unusable,
             budgets=budgets,
             pins=pinned_volumes(pod, claims=claims or _NOTHING, volumes=volumes or _NOTHING),
         )
@@ -319,41 +342,6 @@ def plan(
     return Round(decisions=tuple(decisions), considered=considered, deferred=deferred)
 
 
-def renewals(
-    decisions: Iterable[Decision],
-    *,
-    record: Mapping[str, str] | None,
-    now: dt.datetime,
-    ttl: float,
-    interval: float,
-) -> tuple[list[tuple[avoidance.Owner, str]], dt.datetime]:
-    """Return the avoidances to renew now, as (owner, virtual node), and until when: every
-    live one of an owner that has a pod with nowhere left to go (an `exhausted` decision),
-    once any of them has less than half of `ttl` (the --avoid-ttl, seconds) left, or less
-    than two rounds (`interval` seconds apart) -- so a round never comes too late. They are
-    renewed for `ttl`, or four rounds if that is longer, so not at every round.
-
-    Kept while the owner waits, they stop its pods from cycling back, one expiry after the
-    other, to the virtual nodes whose lower clusters could not place them: the pod stays
-    where it is, and runs once that lower cluster has room. When no pod of the owner is
-    exhausted any more (they run, or went), nothing renews them and they lapse.
-    """
-    within = max(ttl / 2, 2 * interval)
-    horizon = now + dt.timedelta(seconds=within)
-    found: list[tuple[avoidance.Owner, str]] = []
-    seen: set[str] = set()
-    for decision in decisions:
-        owner = decision.owner
-        if decision.action != "exhausted" or owner is None or owner.uid in seen:
-            continue
-        seen.add(owner.uid)
-        entry = avoidance.parse_entry(owner.uid, (record or {}).get(owner.uid))
-        live = sorted(n for n, until in (entry.nodes if entry else {}).items() if until > now)
-        if entry is not None and any(entry.nodes[n] <= horizon for n in live):
-            found += [(owner, n) for n in live]
-    return found, now + dt.timedelta(seconds=max(ttl, 2 * within))
-
-
 def _decide(
     pod: Mapping[str, Any],
     *,
@@ -362,15 +350,18 @@ def _decide(
     owner: avoidance.Owner | None,
     avoid: frozenset[str],
     usable: Mapping[str, Mapping[str, Any]],
+    unusable: frozenset[str],
     budgets: Sequence[Mapping[str, Any]],
     pins: Sequence[tuple[str, Mapping[str, Any]]],
 ) -> Decision:
     base = Decision(action="evict", pod=pod, node=node, reason=why, owner=owner, avoid=avoid)
     others = sorted(set(usable) - avoid)
+    untried = sorted(unusable - avoid)
+    which = "usable " if untried else ""  # untried ones are down: said so, not for good
     if not others:
         tried = ", ".join(sorted(avoid))
-        message = f"every virtual node has been tried ({tried}); it stays Pending on {node}"
-        return dataclasses.replace(base, action="exhausted", message=message)
+        message = f"every {which}virtual node has been tried ({tried})"
+        return _exhausted(base, untried=untried, message=message)
     # The replacement keeps the pod's own node selection (plus the NotIn): where that rules
     # out every other virtual node, moving it would leave it unschedulable for good, while
     # left where it is it runs once its lower cluster has room.
@@ -391,8 +382,8 @@ def _decide(
     left = [name for name in others if unfit[name] is None]
     if not left:
         why_not = "; ".join(f"{name}: {unfit[name]}" for name in others)
-        message = f"no other virtual node admits it ({why_not}); it stays Pending on {node}"
-        return dataclasses.replace(base, action="exhausted", message=message)
+        message = f"no other {which}virtual node admits it ({why_not})"
+        return _exhausted(base, untried=untried, message=message)
     blocker = disruption_blocker(pod, budgets)
     if blocker is not None:
         return dataclasses.replace(base, action="blocked", message=blocker)
@@ -401,6 +392,21 @@ def _decide(
         action="evict" if owner is not None else "recreate",
         message=f"may go to {', '.join(left)}",
     )
+
+
+def _exhausted(base: Decision, *, untried: Sequence[str], message: str) -> Decision:
+    """`base` as an exhausted decision: for good, unless `untried` names considered virtual
+    nodes that are not usable now (not Ready, cordoned) -- the pod may go there once they
+    are, so it is judged again each round meanwhile."""
+    if untried:
+        names = ", ".join(untried)
+        message = (
+            f"{message}; it stays Pending on {base.node} while {names} "
+            f"{'is' if len(untried) == 1 else 'are'} not Ready or cordoned"
+        )
+        return dataclasses.replace(base, action="exhausted", message=message)
+    message = f"{message}; it stays on {base.node} for good"
+    return dataclasses.replace(base, action="exhausted", message=message, for_good=True)
 
 
 def pinned_volumes(

@@ -8,12 +8,14 @@ write, and a Lease lost in the middle of a move. The moves themselves, end to en
 tests/e2e/test_descheduler.py.
 
 Also one round of `Descheduler` as a whole, its caches filled by hand: the global eviction
-rate needs a clock the test moves (a real server cannot be made to wait), and the record
-writes of its prune and renewal steps are checked on the requests made.
+rate needs a clock the test moves (a real server cannot be made to wait), and the writes of
+rounds minutes apart (the record's prune, a pod's mark, an eviction once an avoidance has
+expired) are checked on the requests made.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import time
@@ -329,34 +331,76 @@ async def test_a_bare_move_whose_last_step_fails_is_a_move_finished_later(
     assert not api.made("PATCH", "/api/v1/namespaces/shop/pods/solo-d1")  # still gated
 
 
-async def test_renewing_extends_the_owners_avoidances_in_one_write(
+def exhausted(pod: dict[str, Any], *, for_good: bool = True) -> Decision:
+    """The policy's verdict on `pod` (on vn-a) when its owner avoids vn-b, the other one."""
+    return dataclasses.replace(
+        decision(pod),
+        action="exhausted",
+        avoid=frozenset({"vn-a", "vn-b"}),
+        message="every virtual node has been tried (vn-a, vn-b); it stays on vn-a for good",
+        for_good=for_good,
+    )
+
+
+async def test_a_pod_with_no_virtual_node_left_is_marked_then_told_so(
     api: FakeApi, client: ApiClient
 ) -> None:
-    """The write of `policy.renewals`' choice (the choice itself is tests/unit); a dry run
-    writes nothing."""
-    path = "/api/v1/namespaces/tensile-system/configmaps/tensile-avoid"
-    soon = avoidance.with_avoidance(
-        None, owner=OWNER, nodes=["vn-a", "vn-b"], until=NOW + dt.timedelta(seconds=60), now=NOW
-    )
-    current = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
+    """One merge patch of the mark (and the UID) before the Event, which says where the pod
+    waits and how to have its owner try again; a bare pod is told how to undo the mark."""
+    pod = a_pod("web-1-x", owned=True)
+    path = "/api/v1/namespaces/shop/pods/web-1-x"
+    api.routes[("PATCH", path)] = lambda r: web.json_response(pod)
+    assert await mover(client).report(exhausted(pod), now=NOW) == "exhausted"
+    assert [(m, p) for m, p, _ in api.requests] == [
+        ("PATCH", path),
+        ("POST", "/api/v1/namespaces/shop/events"),
+    ]
+    [patch] = api.made("PATCH", path)
+    assert patch == {
         "metadata": {
-            "name": "tensile-avoid",
-            "namespace": "tensile-system",
-            "resourceVersion": "3",
-        },
-        "data": soon,
+            "uid": "uid-web-1-x",
+            "annotations": {"tensile.io/no-virtual-node-left": "2026-03-01T12:00:00Z"},
+        }
     }
-    api.routes[("GET", path)] = lambda r: web.json_response(current)
-    api.routes[("PUT", path)] = lambda r: web.json_response(current)
-    later = NOW + dt.timedelta(minutes=5)
-    entries = [(OWNER, "vn-a"), (OWNER, "vn-b")]
-    await mover(client).renew(entries, until=later, now=NOW)
-    [put] = api.made("PUT", path)
-    entry = avoidance.parse_entry(OWNER.uid, put["data"][OWNER.uid])
-    assert entry is not None
-    assert entry.nodes == {"vn-a": later, "vn-b": later}
+    [event] = api.events()
+    assert (event["type"], event["reason"]) == ("Warning", "NoVirtualNodeLeft")
+    assert event["message"] == (
+        "The lower cluster behind virtual node vn-a cannot place it (Unschedulable: 0/2 "
+        "nodes are available: 2 Insufficient cpu.), and every virtual node has been tried "
+        "(vn-a, vn-b); it stays on vn-a for good (annotation tensile.io/no-virtual-node-left), "
+        "Pending until that lower cluster has room. Deleting it lets ReplicaSet web-1 try "
+        "the virtual nodes again with a new pod (vn-b once its avoidance expires)."
+    )
+    api.requests.clear()
+    bare = a_pod("solo", owned=False)
+    api.routes[("PATCH", "/api/v1/namespaces/shop/pods/solo")] = lambda r: web.json_response(bare)
+    assert await mover(client).report(exhausted(bare), now=NOW) == "exhausted"
+    [event] = api.events()
+    assert event["message"].endswith(
+        "Pending until that lower cluster has room. Removing the annotation has it judged again."
+    )
+    # Not for good (a virtual node it has not tried is down): told, not marked.
+    api.requests.clear()
+    assert await mover(client).report(exhausted(pod, for_good=False), now=NOW) == "exhausted"
+    assert [m for m, _, _ in api.requests] == ["POST"]
+
+
+async def test_a_mark_that_cannot_be_written_is_a_failure_and_a_dry_run_writes_none(
+    api: FakeApi, client: ApiClient
+) -> None:
+    pod = a_pod("web-1-x", owned=True)
+    path = "/api/v1/namespaces/shop/pods/web-1-x"
+    api.routes[("PATCH", path)] = lambda r: status(403, "Forbidden", "pods is forbidden")
+    assert await mover(client).report(exhausted(pod), now=NOW) == "failed"
+    [event] = api.events()
+    assert event["reason"] == "DeschedulingFailed"
+    assert "could not be marked so" in event["message"]
+    assert "judged again next round" in event["message"]
+    # Gone meanwhile (unscripted: 404): nothing to tell.
+    api.requests.clear()
+    del api.routes[("PATCH", path)]
+    assert await mover(client).report(exhausted(pod), now=NOW) == "gone"
+    assert api.events() == []
     api.requests.clear()
     dry = Mover(
         client=client,
@@ -364,7 +408,7 @@ async def test_renewing_extends_the_owners_avoidances_in_one_write(
         record=AvoidanceRecord(client, namespace="tensile-system", name="tensile-avoid"),
         settings=MoveSettings(dry_run=True),
     )
-    await dry.renew(entries, until=later, now=NOW)
+    assert await dry.report(exhausted(pod), now=NOW) == "exhausted"
     assert api.requests == []
 
 
@@ -430,10 +474,12 @@ def a_round(
     pods: list[dict[str, Any]],
     record: dict[str, str] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    now: dt.datetime = NOW,
 ) -> Descheduler:
-    """A Descheduler whose caches hold `pods`, virtual nodes vn-a and vn-b, and `record`."""
+    """A Descheduler whose caches hold `pods`, virtual nodes vn-a and vn-b, and `record`;
+    its rounds judge at `now`."""
     made = Descheduler(
-        client=client, events=client, settings=settings, identity="me", now=lambda: NOW,
+        client=client, events=client, settings=settings, identity="me", now=lambda: now,
         clock=clock,
     )  # fmt: skip
     for obj in (a_node("vn-a"), a_node("vn-b")):
@@ -492,14 +538,16 @@ async def test_a_round_moves_within_the_global_eviction_rate(client: ApiClient) 
     assert moved("dry_run") - before == 5
 
 
-async def test_a_round_prunes_expired_avoidances_and_renews_those_of_owners_stuck(
+async def test_rounds_leave_a_pod_with_nowhere_left_alone_and_let_its_owners_avoidance_lapse(
     api: FakeApi, client: ApiClient
 ) -> None:
-    """The record holds an expired entry, and an avoidance of vn-b a minute from its end.
-    A round with no pod due prunes the expired entry (one write); with a pod of that
-    owner with nowhere left (vn-b avoided, the pod unplaceable on vn-a) the round keeps
-    vn-b for --avoid-ttl, and the pod stays. Only pods on virtual nodes are counted as
-    considered; a round with nothing to prune or renew writes nothing."""
+    """The record holds an expired entry, and the owner's avoidance of vn-b a minute from
+    its end. A round with no pod due prunes the expired entry (one write; only pods on
+    virtual nodes are counted as considered). At the next, web-1-x (unplaceable on vn-a,
+    vn-b avoided) has nowhere left: it is marked and told so, not evicted, and the record is
+    not written -- nothing keeps the owner's avoidance alive. Two minutes later that
+    avoidance has expired: the marked pod is left alone, and web-1-y, another pod of the
+    owner unplaceable on vn-a, is evicted towards vn-b, which lower cluster B may fit now."""
     gone = avoidance.Owner(uid="old", api_version="v1", kind="ReplicaSet", namespace="x", name="o")
     expired = avoidance.Avoidance(owner=gone, nodes={"vn-a": NOW - dt.timedelta(minutes=30)})
     ending = avoidance.Avoidance(owner=OWNER, nodes={"vn-b": NOW + dt.timedelta(minutes=1)})
@@ -525,7 +573,7 @@ async def test_a_round_prunes_expired_avoidances_and_renews_those_of_owners_stuc
     api.routes[("GET", RECORD_PATH)] = lambda r: web.json_response(stored)
     api.routes[("PUT", RECORD_PATH)] = put
     elsewhere = unplaceable("elsewhere", owned=False, on="real-node")
-    settings = Settings(moves=MoveSettings(avoid_ttl=300.0))
+    settings = Settings(moves=MoveSettings(avoid_ttl=300.0, settle=0.0))
     descheduler = a_round(client, settings=settings, pods=[elsewhere], record=record)
     before = considered()
     await descheduler.round()
@@ -535,20 +583,38 @@ async def test_a_round_prunes_expired_avoidances_and_renews_those_of_owners_stuc
 
     api.requests.clear()
     stuck = unplaceable("web-1-x", owned=True)
+    stuck_path = "/api/v1/namespaces/shop/pods/web-1-x"
+    api.routes[("PATCH", stuck_path)] = lambda r: web.json_response(stuck)
     descheduler = a_round(
         client, settings=settings, pods=[stuck, elsewhere], record=dict(stored["data"])
     )
     before = considered()
     await descheduler.round()
     assert considered() - before == 1
-    [renewed] = api.made("PUT", RECORD_PATH)
-    assert avoidance.parse_entry(OWNER.uid, renewed["data"][OWNER.uid]) == avoidance.Avoidance(
-        owner=OWNER, nodes={"vn-b": NOW + dt.timedelta(minutes=5)}
-    )
-    assert not api.made("POST", "/api/v1/namespaces/shop/pods/web-1-x/eviction")
+    [mark] = api.made("PATCH", stuck_path)
+    assert mark == moves.left_alone_patch(stuck, now=NOW)
+    assert not api.made("POST", f"{stuck_path}/eviction")
+    assert not api.made("PUT", RECORD_PATH)
     assert [e["reason"] for e in api.events()] == ["NoVirtualNodeLeft"]
 
     api.requests.clear()
-    descheduler.record.informer.store.upsert({**stored, "data": dict(stored["data"])})
+    later = NOW + dt.timedelta(minutes=2)
+    marked = {
+        **stuck,
+        "metadata": {**stuck["metadata"], "annotations": mark["metadata"]["annotations"]},
+    }
+    sibling = unplaceable("web-1-y", owned=True)
+    sibling_path = "/api/v1/namespaces/shop/pods/web-1-y"
+    api.routes[("POST", f"{sibling_path}/eviction")] = lambda r: web.json_response({}, status=201)
+    api.routes[("PATCH", sibling_path)] = lambda r: web.json_response(sibling)
+    descheduler = a_round(
+        client, settings=settings, pods=[marked, sibling], record=dict(stored["data"]), now=later
+    )
     await descheduler.round()
-    assert not api.made("PUT", RECORD_PATH)
+    assert [(m, p) for m, p, _ in api.requests if p.startswith(stuck_path)] == []
+    assert api.made("POST", f"{sibling_path}/eviction")
+    [avoided] = api.made("PUT", RECORD_PATH)
+    assert avoidance.parse_entry(OWNER.uid, avoided["data"][OWNER.uid]) == avoidance.Avoidance(
+        owner=OWNER, nodes={"vn-a": later + dt.timedelta(minutes=5)}
+    )
+    assert [e["reason"] for e in api.events()] == ["Descheduled"]

@@ -348,6 +348,99 @@ def test_a_deployments_pods_move_to_the_virtual_node_whose_cluster_fits_them(
     )
 
 
+def test_a_deployments_pod_with_nowhere_left_stays_while_its_new_pods_use_a_cluster_with_room(
+    topology: Topology,
+    ns: str,
+    webhook: WebhookProcess,
+    deschedulers: Callable[..., DeschedulerProcess],
+) -> None:
+    """A Deployment whose pods want a lower node labelled disk=nvme, which neither lower
+    cluster has: its pod is evicted from vn-a (the owner avoids vn-a for --avoid-ttl), its
+    replacement is unplaceable on vn-b as well and is marked as left alone. Then lower
+    cluster A gets such a node. The owner's avoidance of vn-a lapses after --avoid-ttl
+    (nothing renews it), so a new replica goes to vn-a and runs there; the marked pod stays
+    Pending on vn-b, moved back neither before nor after."""
+    upper, ttl = topology.upper, 15.0
+    spec = workload_spec("picky", prefer="vn-a")
+    spec["nodeSelector"] = {"disk": "nvme"}  # the webhook moves it below (clusterSelector)
+    spec["containers"][0]["resources"]["requests"]["cpu"] = "500m"  # fits A's 1-CPU nodes
+    made = deployment("picky", replicas=1, prefer="vn-a")
+    made["spec"]["template"]["spec"] = spec
+    upper.request("POST", f"/apis/apps/v1/namespaces/{ns}/deployments", body=made)
+    descheduler = deschedulers(f"--avoid-ttl={ttl:g}s")
+
+    def marked() -> dict[str, Any] | None:
+        return next(
+            (
+                p
+                for p in pods_of(upper, ns, "picky")
+                if moves.LEFT_ALONE_ANNOTATION in (p["metadata"].get("annotations") or {})
+            ),
+            None,
+        )
+
+    stuck = wait_for("a replacement left alone", marked, timeout=TIMEOUT * 2 + 60)
+    name, uid = stuck["metadata"]["name"], stuck["metadata"]["uid"]
+    assert stuck["spec"]["nodeName"] == "vn-b"
+    owner = stuck["metadata"]["ownerReferences"][0]
+    [event] = wait_for(
+        "its NoVirtualNodeLeft Event",
+        lambda: [e for e in events_for(upper, ns, name) if e["reason"] == "NoVirtualNodeLeft"],
+    )
+    assert (
+        "every virtual node has been tried (vn-a, vn-b); it stays on vn-b for good "
+        "(annotation tensile.io/no-virtual-node-left), Pending until that lower cluster has "
+        f"room. Deleting it lets ReplicaSet {owner['name']} try the virtual nodes again with "
+        "a new pod (vn-a once its avoidance expires)." in event["message"]
+    )
+    lower_a = topology.fleet.lowers[0].rest()
+    nvme = lower_a.request("GET", "/api/v1/nodes")["items"][0]["metadata"]["name"]
+    merge = "application/merge-patch+json"
+    lower_a.request(
+        "PATCH", f"/api/v1/nodes/{nvme}", body={"metadata": {"labels": {"disk": "nvme"}}},
+        content_type=merge,
+    )  # fmt: skip
+    try:
+        wait_for(
+            "the owner's avoidance of vn-a to lapse",
+            lambda: (
+                not avoidance.avoided_nodes(
+                    avoidance_record(upper), owner_uid=owner["uid"], now=dt.datetime.now(dt.UTC)
+                )
+            ),
+            timeout=ttl + 30,
+        )
+        upper.request(
+            "PATCH", f"/apis/apps/v1/namespaces/{ns}/deployments/picky",
+            body={"spec": {"replicas": 2}}, content_type=merge,
+        )  # fmt: skip
+        [runs] = wait_for(
+            "a new replica running on vn-a",
+            lambda: [
+                p
+                for p in pods_of(upper, ns, "picky")
+                if p["spec"].get("nodeName") == "vn-a" and p["status"].get("phase") == "Running"
+            ],
+            timeout=60,
+        )
+        assert runs["metadata"]["uid"] != uid
+        time.sleep(3)  # rounds go by, vn-a has room and is not avoided: the marked one stays
+        [still] = [p for p in pods_of(upper, ns, "picky") if p["metadata"]["uid"] == uid]
+        assert still["spec"]["nodeName"] == "vn-b"
+        assert still["status"]["phase"] == "Pending"
+        assert still["metadata"].get("deletionTimestamp") is None
+        assert len(pods_of(upper, ns, "picky")) == 2
+        assert (
+            descheduler.metric("tensile_descheduler_moves_total", kind="evict", outcome="moved")
+            == 1
+        )
+    finally:
+        lower_a.request(
+            "PATCH", f"/api/v1/nodes/{nvme}", body={"metadata": {"labels": {"disk": None}}},
+            content_type=merge,
+        )  # fmt: skip
+
+
 # -- bare pods ------------------------------------------------------------------------------
 
 
@@ -685,9 +778,9 @@ def test_a_pod_no_lower_cluster_can_place_stays_pending_with_an_event(
     topology: Topology, ns: str, deschedulers: Callable[..., DeschedulerProcess]
 ) -> None:
     """A lower-node selector that no lower node matches (written as the webhook writes it):
-    the pod moves from vn-a to vn-b once, then stays Pending there, saying why. A pod pinned
-    to vn-a by its own nodeSelector is not moved at all: its replacement could go nowhere,
-    and where it is it runs once lower cluster A has room."""
+    the pod moves from vn-a to vn-b once, then stays Pending there, marked as left alone and
+    saying why (once). A pod pinned to vn-a by its own nodeSelector is not moved at all: its
+    replacement could go nowhere, and where it is it runs once lower cluster A has room."""
     upper = topology.upper
     nowhere = bare_pod("nowhere", prefer="vn-a")
     nowhere["metadata"]["annotations"] = {"clusterSelector": '{"nodeSelector":{"disk":"nvme"}}'}
@@ -705,15 +798,22 @@ def test_a_pod_no_lower_cluster_can_place_stays_pending_with_an_event(
     )
     [event] = [e for e in events_for(upper, ns, "nowhere-d1") if e["reason"] == "NoVirtualNodeLeft"]
     assert (
-        "every virtual node has been tried (vn-a, vn-b); it stays Pending on vn-b"
-        in event["message"]
+        "every virtual node has been tried (vn-a, vn-b); it stays on vn-b for good (annotation "
+        "tensile.io/no-virtual-node-left), Pending until that lower cluster has room. Removing "
+        "the annotation has it judged again." in event["message"]
     )
     assert "didn't match Pod's node affinity/selector" in event["message"]
-    time.sleep(3)  # rounds go by: it stays
+    time.sleep(3)  # rounds go by: it stays, told once
     [stays] = pods_of(upper, ns, "nowhere")
     assert stays["metadata"]["name"] == "nowhere-d1"
     assert stays["spec"]["nodeName"] == "vn-b"
     assert stays["status"]["phase"] == "Pending"
+    assert moves.LEFT_ALONE_ANNOTATION in stays["metadata"]["annotations"]
+    assert [
+        e["count"]
+        for e in events_for(upper, ns, "nowhere-d1")
+        if e["reason"] == "NoVirtualNodeLeft"
+    ] == [1]
     assert (
         descheduler.metric("tensile_descheduler_moves_total", kind="recreate", outcome="moved") == 1
     )
@@ -725,12 +825,13 @@ def test_a_pod_no_lower_cluster_can_place_stays_pending_with_an_event(
     )
     assert (
         "no other virtual node admits it (vn-b: its nodeSelector kubernetes.io/hostname=vn-a "
-        "does not match); it stays Pending on vn-a" in event["message"]
+        "does not match); it stays on vn-a for good" in event["message"]
     )
     [stays] = pods_of(upper, ns, "pinned")
     assert stays["metadata"]["name"] == "pinned"
     assert stays["metadata"].get("deletionTimestamp") is None
     assert stays["spec"]["nodeName"] == "vn-a"
+    assert moves.LEFT_ALONE_ANNOTATION in stays["metadata"]["annotations"]
 
 
 def test_the_leader_stops_while_the_upper_apiserver_is_down_and_leads_again_after(

@@ -18,7 +18,6 @@ from descheduler.policy import (
     due,
     exclusion,
     plan,
-    renewals,
 )
 from vnode.contracts import avoidance, selectors
 
@@ -161,6 +160,12 @@ DAEMONSET = [
         ("metadata.annotations", {"kubernetes.io/config.source": "file"}, False),
         ("metadata.ownerReferences", DAEMONSET, False),
         ("spec.schedulingGates", [{"name": "tensile.io/descheduler"}], False),
+        # Found with no virtual node left: never judged again (removing the mark undoes it).
+        (
+            "metadata.annotations",
+            {"tensile.io/no-virtual-node-left": "2026-03-01T11:00:00Z"},
+            False,
+        ),
         ("spec.priority", 2_000_000_000, True),
         ("spec.volumes", [{"name": "scratch", "emptyDir": {}}], True),
         ("spec.volumes", [{"name": "host", "hostPath": {"path": "/x"}}], True),
@@ -298,7 +303,7 @@ def test_a_bare_pod_is_recreated() -> None:
     assert decision.owner is None
 
 
-def test_when_every_virtual_node_was_tried_the_pod_stays() -> None:
+def test_when_every_virtual_node_was_tried_the_pod_stays_for_good() -> None:
     record = avoidance.with_avoidance(
         None,
         owner=avoidance.controller_of(pod()),  # type: ignore[arg-type]
@@ -310,9 +315,9 @@ def test_when_every_virtual_node_was_tried_the_pod_stays() -> None:
         [pod()], nodes=NODES, record=record, budgets=[], criteria=CRITERIA, now=NOW
     ).decisions
     assert decision.action == "exhausted"
-    assert (
-        decision.message
-        == "every virtual node has been tried (vn-a, vn-b); it stays Pending on vn-a"
+    assert decision.for_good
+    assert decision.message == (
+        "every virtual node has been tried (vn-a, vn-b); it stays on vn-a for good"
     )
     # A bare pod's tried nodes are the ones its affinity already avoids.
     tried = pod(owner=False)
@@ -321,67 +326,116 @@ def test_when_every_virtual_node_was_tried_the_pod_stays() -> None:
         [tried], nodes=NODES, record=None, budgets=[], criteria=CRITERIA, now=NOW
     ).decisions
     assert bare.action == "exhausted"
+    assert bare.for_good
 
 
-def test_an_owner_with_nowhere_left_keeps_its_avoidances_instead_of_cycling() -> None:
-    """Rounds every 10 s over three --avoid-ttl: the owner's avoidance of vn-b is renewed
-    while its pod has nowhere to go, so the pod stays on vn-a (it runs once lower cluster
-    A has room) instead of going back to vn-b each time the avoidance would have expired.
-    Once the pod runs, nothing renews it: it lapses, and vn-b may be tried again."""
+@pytest.mark.parametrize("state", ["not ready", "cordoned"])
+def test_a_pod_that_has_not_tried_a_virtual_node_unusable_now_is_not_given_up_on(
+    state: str,
+) -> None:
+    """vn-c is selected but not Ready (its lower cluster unreachable) or cordoned: a pod
+    that tried vn-a and vn-b stays, but not for good -- it is judged again each round and
+    goes to vn-c once vn-c is back, rather than being pinned to a full cluster by an outage
+    elsewhere. A node --node-selector leaves out does not count."""
+    down = node("vn-c", ready=state != "not ready")
+    if state == "cordoned":
+        down["spec"]["unschedulable"] = True
+    owner = avoidance.controller_of(pod())
+    assert owner is not None
+    record = avoidance.with_avoidance(
+        None, owner=owner, nodes=["vn-b"], until=NOW + dt.timedelta(minutes=5), now=NOW
+    )
+    [decision] = plan(
+        [pod()], nodes=[*NODES, down], record=record, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert decision.action == "exhausted"
+    assert not decision.for_good
+    assert decision.message == (
+        "every usable virtual node has been tried (vn-a, vn-b); it stays Pending on vn-a "
+        "while vn-c is not Ready or cordoned"
+    )
+    # Its own placement rules vn-b out, and vn-c cannot be judged now: the same.
+    pinned = pod(spec__nodeSelector={"clusterID": "a"})
+    nodes = [node("vn-a", clusterID="a"), node("vn-b", clusterID="b"), down]
+    [decision] = plan(
+        [pinned], nodes=nodes, record=None, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert (decision.action, decision.for_good) == ("exhausted", False)
+    assert decision.message.startswith("no other usable virtual node admits it (vn-b: ")
+    # Back: the pod may go there.
+    [decision] = plan(
+        [pod()], nodes=[*NODES, node("vn-c")], record=record, budgets=[], criteria=CRITERIA,
+        now=NOW,
+    ).decisions  # fmt: skip
+    assert (decision.action, decision.message) == ("evict", "may go to vn-c")
+    # Outside --node-selector it is not a place to go at all: for good.
+    selected = dataclasses.replace(
+        CRITERIA, node_selector=selectors.parse("type=virtual-kubelet,!off")
+    )
+    down["metadata"]["labels"]["off"] = "yes"
+    [decision] = plan(
+        [pod()], nodes=[*NODES, down], record=record, budgets=[], criteria=selected, now=NOW
+    ).decisions
+    assert (decision.action, decision.for_good) == ("exhausted", True)
+
+
+def left_alone(found: dict[str, Any], *, now: dt.datetime) -> dict[str, Any]:
+    """`found` as the mover's merge patch leaves it (the mark added, the rest untouched)."""
+    patch = moves.left_alone_patch(found, now=now)
+    marked = copy.deepcopy(found)
+    marked["metadata"].setdefault("annotations", {}).update(patch["metadata"]["annotations"])
+    return marked
+
+
+def test_a_pod_with_nowhere_left_is_left_alone_for_good_instead_of_cycling() -> None:
+    """web-2, evicted from vn-a (its owner avoids vn-a), is unplaceable on vn-b too.
+    Rounds every 10 s over three --avoid-ttl, the mover marking what the plan gives up on:
+    web-2 gets one decision, exhausted for good, and none after -- in particular no
+    eviction back to vn-a once the avoidance of vn-a has expired (which, repeated from
+    cluster to cluster, was the cycling)."""
     ttl, interval = 300.0, 10.0
     owner = avoidance.controller_of(pod())
     assert owner is not None
     record = avoidance.with_avoidance(
-        None, owner=owner, nodes=["vn-b"], until=NOW + dt.timedelta(seconds=ttl), now=NOW
+        None, owner=owner, nodes=["vn-a"], until=NOW + dt.timedelta(seconds=ttl), now=NOW
     )
-    now, writes = NOW, 0
+    stuck = pod("web-2", on="vn-b")
+    now, decided = NOW, []
     while now < NOW + dt.timedelta(seconds=3 * ttl):
-        decided = plan([pod()], nodes=NODES, record=record, budgets=[], criteria=CRITERIA, now=now)
-        assert [d.action for d in decided.decisions] == ["exhausted"], now
-        kept, until = renewals(
-            decided.decisions, record=record, now=now, ttl=ttl, interval=interval
-        )
-        if kept:
-            assert kept == [(owner, "vn-b")]
-            assert until == now + dt.timedelta(seconds=ttl)
-            record = avoidance.with_avoidance(
-                record, owner=owner, nodes=["vn-b"], until=until, now=now
-            )
-            writes += 1
+        for d in plan(
+            [stuck], nodes=NODES, record=record, budgets=[], criteria=CRITERIA, now=now
+        ).decisions:
+            decided.append((now, d.action, d.for_good))
+            if d.action == "exhausted" and d.for_good:
+                stuck = left_alone(stuck, now=now)
         now += dt.timedelta(seconds=interval)
-    assert writes == 5  # at 150, 300, ... 750 s: every half --avoid-ttl, not every round
-    # The pod runs: no decision, no renewal; the avoidance lapses.
-    assert renewals([], record=record, now=now, ttl=ttl, interval=interval)[0] == []
-    later = now + dt.timedelta(seconds=ttl)
-    [again] = plan(
-        [pod("web-2")], nodes=NODES, record=record, budgets=[], criteria=CRITERIA, now=later
-    ).decisions
-    assert again.action == "evict"
+    assert decided == [(NOW, "exhausted", True)]
+    assert stuck["metadata"]["annotations"] == {moves.LEFT_ALONE_ANNOTATION: "2026-03-01T12:00:00Z"}
 
 
-def test_renewals_come_at_least_two_rounds_early_and_only_for_owners_with_nowhere_left() -> None:
+def test_the_owners_avoidance_lapses_after_the_ttl_while_the_pod_left_alone_stays() -> None:
+    """The same owner: web-2, left alone on vn-b, and web-3 (a scale-up, or another
+    replacement) that landed on vn-b later. While vn-a is avoided web-3 has nowhere to go
+    either; once the avoidance of vn-a expires (nothing renews it) web-3 may go back to
+    vn-a -- lower cluster A may well have room again -- while web-2 stays where it is."""
+    ttl = 300.0
     owner = avoidance.controller_of(pod())
     assert owner is not None
-    record = avoidance.with_avoidance(
-        None, owner=owner, nodes=["vn-b", "vn-c"], until=NOW + dt.timedelta(seconds=50), now=NOW
-    )
-    nodes = [*NODES, node("vn-c")]
-    [exhausted] = plan(
-        [pod()], nodes=nodes, record=record, budgets=[], criteria=CRITERIA, now=NOW
+    until = NOW + dt.timedelta(seconds=ttl)
+    record = avoidance.with_avoidance(None, owner=owner, nodes=["vn-a"], until=until, now=NOW)
+    stuck = left_alone(pod("web-2", on="vn-b"), now=NOW)
+    before = until - dt.timedelta(seconds=1)
+    later = pod("web-3", on="vn-b", created=120)
+    [decision] = plan(
+        [stuck, later], nodes=NODES, record=record, budgets=[], criteria=CRITERIA, now=before
     ).decisions
-    assert exhausted.action == "exhausted"
-    # A short --avoid-ttl (60 s) with rounds every 30 s: renewed 60 s ahead, for 120 s.
-    kept, until = renewals([exhausted], record=record, now=NOW, ttl=60, interval=30)
-    assert kept == [(owner, "vn-b"), (owner, "vn-c")]
-    assert until == NOW + dt.timedelta(seconds=120)
-    assert renewals([exhausted], record=record, now=NOW, ttl=60, interval=10)[0] == []
-    # A pod that moves, or is blocked, renews nothing; nor does a bare pod.
-    for other in (
-        dataclasses.replace(exhausted, action="evict"),
-        dataclasses.replace(exhausted, action="blocked"),
-        dataclasses.replace(exhausted, owner=None),
-    ):
-        assert renewals([other], record=record, now=NOW, ttl=60, interval=30)[0] == []
+    assert (decision.pod["metadata"]["name"], decision.action) == ("web-3", "exhausted")
+    assert avoidance.avoided_nodes(record, owner_uid=owner.uid, now=until) == frozenset()
+    [decision] = plan(
+        [stuck, later], nodes=NODES, record=record, budgets=[], criteria=CRITERIA, now=until
+    ).decisions
+    assert (decision.pod["metadata"]["name"], decision.action) == ("web-3", "evict")
+    assert decision.message == "may go to vn-a"
 
 
 def test_a_pod_whose_own_placement_admits_no_other_virtual_node_stays() -> None:
@@ -397,7 +451,7 @@ def test_a_pod_whose_own_placement_admits_no_other_virtual_node_stays() -> None:
     assert decision.action == "exhausted"
     assert decision.message == (
         "no other virtual node admits it (vn-b: its nodeSelector clusterID=a does not "
-        "match); it stays Pending on vn-a"
+        "match); it stays on vn-a for good"
     )
     by_name = pod(owner=False)
     by_name["spec"]["affinity"] = {
@@ -661,6 +715,22 @@ def test_the_count_patch_names_one_annotation_and_the_pod_s_uid() -> None:
     }
 
 
+def test_the_left_alone_patch_names_one_annotation_and_the_pod_s_uid() -> None:
+    marked = pod()
+    marked["metadata"]["annotations"] = {"keep": "me"}
+    assert moves.left_alone_patch(marked, now=NOW + dt.timedelta(microseconds=5)) == {
+        "metadata": {
+            "uid": "uid-web-1",
+            "annotations": {"tensile.io/no-virtual-node-left": "2026-03-01T12:00:00Z"},
+        }
+    }
+    assert not moves.is_left_alone(marked)
+    assert moves.is_left_alone(left_alone(marked, now=NOW))
+    assert moves.is_left_alone(
+        _with(pod(), "metadata.annotations", {moves.LEFT_ALONE_ANNOTATION: ""})
+    )
+
+
 def test_the_eviction_is_preconditioned_on_uid_and_version() -> None:
     assert moves.eviction(pod()) == {
         "apiVersion": "policy/v1",
@@ -782,7 +852,7 @@ def test_a_pod_whose_volume_only_its_virtual_node_reaches_stays(ephemeral: bool)
     assert decision.action == "exhausted"
     assert decision.message == (
         f"no other virtual node admits it (vn-b: its volume pvc-1 (claim {claim_name}) is "
-        "not reachable from it (the volume's node affinity)); it stays Pending on vn-a"
+        "not reachable from it (the volume's node affinity)); it stays on vn-a for good"
     )
     unbound = {f"shop/{claim_name}": {"spec": {}}}
     anywhere = {"pvc-1": {"metadata": {"name": "pvc-1"}, "spec": {}}}
@@ -815,7 +885,7 @@ def test_a_hostname_notin_of_the_template_is_kept_when_judging_the_owner_s_next_
     assert decision.action == "exhausted"
     assert decision.message == (
         "no other virtual node admits it (vn-b: its required node affinity does not select "
-        "it); it stays Pending on vn-a"
+        "it); it stays on vn-a for good"
     )
     # The webhook merged a later avoidance of vn-c into that NotIn and noted it: vn-c is
     # taken out again (its avoidance expired), the user's vn-b stays.
