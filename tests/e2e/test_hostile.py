@@ -237,7 +237,7 @@ def test_renewals_stay_on_time_while_log_readers_use_up_the_lower_client_budget(
     upper = fleet.upper.rest()
     create(upper, namespace, pod_manifest("web", node=node.name))
     wait_for("web Running", lambda: phase(upper, namespace, "web") == "Running", timeout=60)
-    readers, seconds = 64, 3 * LEASE_RENEW_INTERVAL + LATE
+    readers, seconds = 64, 2 * LEASE_RENEW_INTERVAL + LATE
     path = f"/containerLogs/{namespace}/web/main?tailLines=1"
     stop = time.monotonic() + seconds
 
