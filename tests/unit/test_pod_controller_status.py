@@ -54,11 +54,15 @@ class OneStatus:
         pass
 
 
-def _controller(upper: FailingUpper) -> PodController:
+def _controller(
+    upper: FailingUpper, *, provider: object | None = None, phase: str = "Running"
+) -> PodController:
+    """A pod controller over `upper` and `provider` (OneStatus by default) whose cache holds
+    one restartPolicy Never pod ns/job in `phase`."""
     controller = PodController(
         upper=upper,  # type: ignore[arg-type]
         informers=InformerFactory(),
-        provider=OneStatus(),  # type: ignore[arg-type]
+        provider=provider or OneStatus(),  # type: ignore[arg-type]
         node_name="vn",
         namespace=None,
         workers=1,
@@ -68,7 +72,7 @@ def _controller(upper: FailingUpper) -> PodController:
         {
             "metadata": {"namespace": "ns", "name": "job", "uid": "u1", "resourceVersion": "1"},
             "spec": {"nodeName": "vn", "restartPolicy": "Never"},
-            "status": {"phase": "Running"},
+            "status": {"phase": phase},
         }
     )
     return controller
@@ -119,22 +123,7 @@ async def test_a_pod_the_backend_cannot_take_now_waits_and_is_never_given_up() -
     not run) and its key is handed back as Transient: retried with backoff for as long as
     that lasts, never dropped after the queue's retry budget (tests/unit/test_workqueue.py)."""
     upper = FailingUpper(None)
-    controller = PodController(
-        upper=upper,  # type: ignore[arg-type]
-        informers=InformerFactory(),
-        provider=Unreachable(),  # type: ignore[arg-type]
-        node_name="vn",
-        namespace=None,
-        workers=1,
-        recorder=EventRecorder(upper, component="vn/pod-controller", host="vn"),  # type: ignore[arg-type]
-    )
-    controller.informer.store.upsert(
-        {
-            "metadata": {"namespace": "ns", "name": "job", "uid": "u1", "resourceVersion": "1"},
-            "spec": {"nodeName": "vn", "restartPolicy": "Never"},
-            "status": {"phase": "Pending"},
-        }
-    )
+    controller = _controller(upper, provider=Unreachable(), phase="Pending")
     written: list[dict[str, Any]] = []
 
     async def write_status(pod: Obj, status: dict[str, Any]) -> None:
