@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import ssl
 import time
@@ -189,3 +190,18 @@ def delete_if_present(client: RestClient, path: str) -> None:
     except ApiStatusError as exc:
         if exc.code != 404:
             raise
+
+
+async def until(what: str, condition: Callable[[], Any], *, timeout: float = 20.0) -> Any:
+    """Wait (asynchronously) until `condition()` (or the coroutine it returns) is truthy;
+    return that value; fail the test after `timeout` seconds, naming `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.1)

@@ -14,12 +14,11 @@ import asyncio
 import base64
 import contextlib
 import secrets
-import time
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
 import pytest
 
+from tests.e2e.helpers import until
 from vnode.kube import config, errors
 from vnode.kube.client import ApiClient
 from vnode.kube.informer import Informer
@@ -83,19 +82,6 @@ async def running(
                 await mirror.shut_down()
             for task in tasks:
                 task.cancel()
-
-
-async def until(what: str, condition: Callable[[], Any], *, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 def upper_pod(name: str, namespace: str, *, secret: str) -> Obj:

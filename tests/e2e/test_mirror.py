@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 import pytest
 
+from tests.e2e.helpers import until
 from vnode.kube import config, errors
 from vnode.kube.client import ApiClient
 from vnode.kube.informers import InformerFactory
@@ -140,19 +139,6 @@ async def running(
             await mirror.shut_down()
             for task in tasks:
                 task.cancel()
-
-
-async def until(what: str, condition: Callable[[], Any], *, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 async def get(client: ApiClient, namespace: str, name: str) -> Obj | None:
