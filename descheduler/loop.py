@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from descheduler import metrics, moves
+from descheduler import metrics, move_objects
 from descheduler.mover import Mover, NotLeading
 from descheduler.policy import plan
 from descheduler.record import AvoidanceRecord, RecordConflict
@@ -152,7 +152,7 @@ class Descheduler:
         metrics.ROUNDS.inc()
         now = self._now()
         pods = list(self.pods.store)
-        await self.mover.recover(p for p in pods if moves.is_gated(p))
+        await self.mover.recover(p for p in pods if move_objects.is_gated(p))
         decided = plan(
             pods,
             nodes=list(self.nodes.store),

@@ -11,7 +11,7 @@ decision was made on, and once the eviction is accepted its `sigs.k8s.io/desched
 is incremented (a merge patch of that annotation alone): the count counts moves, not
 attempts. A 429 is reported (Event) and that pod waits its Retry-After.
 
-Bare pods: the replacement (see `moves`) is created behind a scheduling gate; the old pod is
+Bare pods: the replacement (see `move_objects`) is created behind a scheduling gate; the old pod is
 deleted with UID and resourceVersion preconditions (if it changed -- scheduled after all --
 the replacement is deleted instead and nothing moved); once the old pod is gone the gate is
 lifted. A crash anywhere leaves a state `recover` finishes at the next round: a gated
@@ -19,7 +19,7 @@ replacement whose old pod is gone is released, one whose old pod is still there 
 deleted) is removed. So a bare pod is never lost and never runs twice.
 
 Pods with no virtual node left for good are marked so (a merge patch of one annotation,
-`moves.left_alone_patch`) before their Event, which then may say they are left alone: the
+`move_objects.left_alone_patch`) before their Event, which then may say they are left alone: the
 policy never judges a marked pod again.
 
 With `dry_run` nothing is written at all (no record, no patch, no eviction, no Event): the
@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from descheduler import metrics, moves
+from descheduler import metrics, move_objects
 from descheduler.policy import Decision
 from descheduler.record import AvoidanceRecord, RecordConflict
 from vnode.kube import errors
@@ -115,7 +115,7 @@ class Mover:
         """Report a pod that does not move (blocked, exhausted): log, count, Event.
 
         A pod with no virtual node left for good (`decision.for_good`) is first marked so,
-        at `now` (`moves.left_alone_patch`), then its Event says where it waits and how to
+        at `now` (`move_objects.left_alone_patch`), then its Event says where it waits and how to
         have it tried again. A mark that cannot be written is a DeschedulingFailed Warning
         (outcome failed; the pod is judged again next round); a pod gone or replaced
         meanwhile is outcome gone, with no Event. Raises NotLeading.
@@ -158,7 +158,7 @@ class Mover:
             await self._client.request(
                 "PATCH",
                 PODS.path(namespace=str(meta.get("namespace")), name=str(meta.get("name"))),
-                body=moves.left_alone_patch(pod, now=now),
+                body=move_objects.left_alone_patch(pod, now=now),
                 content_type=MERGE_PATCH,
             )
         except (errors.NotFound, errors.Conflict, errors.Invalid) as exc:
@@ -237,8 +237,8 @@ class Mover:
         replacement whose old pod is gone is released; one whose old pod is still there and
         not being deleted is removed. Raises NotLeading."""
         for pod in pods:
-            replaced = moves.replaces(pod)
-            if not moves.is_gated(pod) or replaced is None or self._settings.dry_run:
+            replaced = move_objects.replaces(pod)
+            if not move_objects.is_gated(pod) or replaced is None or self._settings.dry_run:
                 continue
             self._check_leading()
             meta = pod.get("metadata") or {}
@@ -268,7 +268,7 @@ class Mover:
             await self._client.request(
                 "POST",
                 PODS.path(namespace=namespace, name=name, subresource="eviction"),
-                body=moves.eviction(pod),
+                body=move_objects.eviction(pod),
                 retry_throttled=False,
             )
         except errors.TooManyRequests as exc:
@@ -302,7 +302,7 @@ class Mover:
             await self._client.request(
                 "PATCH",
                 PODS.path(namespace=str(meta.get("namespace")), name=str(meta.get("name"))),
-                body=moves.count_patch(pod),
+                body=move_objects.count_patch(pod),
                 content_type=MERGE_PATCH,
             )
         except (errors.NotFound, errors.Conflict, errors.Invalid) as exc:
@@ -335,14 +335,14 @@ class Mover:
         old = decision.pod
         meta = old.get("metadata") or {}
         namespace = str(meta.get("namespace"))
-        wanted = moves.replacement(old, avoid=decision.avoid)
+        wanted = move_objects.replacement(old, avoid=decision.avoid)
         name = str(wanted["metadata"]["name"])
         self._check_leading()
         try:
             made = await self._client.request("POST", PODS.path(namespace=namespace), body=wanted)
         except errors.AlreadyExists:
             made = await self._current(namespace, name) or {}
-            if moves.replaces(made) != (meta.get("name"), _uid(old)):
+            if move_objects.replaces(made) != (meta.get("name"), _uid(old)):
                 return await self._failed(decision, f"a pod named {name} exists already")
         self._check_leading()
         try:
@@ -393,7 +393,7 @@ class Mover:
             await self._client.request(
                 "PATCH",
                 PODS.path(namespace=str(meta.get("namespace")), name=str(meta.get("name"))),
-                body=moves.ungate_patch(),
+                body=move_objects.ungate_patch(),
                 content_type=STRATEGIC_MERGE_PATCH,
             )
         except errors.NotFound:
@@ -460,7 +460,8 @@ def _left_alone_text(decision: Decision) -> str:
     """What the Event of a pod left alone adds: where it waits, and how to have it tried
     again (a new pod from its controller; for a bare pod, removing the mark)."""
     text = (
-        f" (annotation {moves.LEFT_ALONE_ANNOTATION}), Pending until that lower cluster has room."
+        f" (annotation {move_objects.LEFT_ALONE_ANNOTATION}),"
+        " Pending until that lower cluster has room."
     )
     owner = decision.owner
     if owner is None:

@@ -15,7 +15,7 @@ above, or it has local storage (emptyDir, hostPath) and `evict_local_storage_pod
 (the rules of sigs.k8s.io/descheduler's IsEvictable).
 
 A pod found with no virtual node left (every one tried, or ruled out by its own placement)
-is marked so by the mover and never judged again (`moves.LEFT_ALONE_ANNOTATION`): it waits
+is marked so by the mover and never judged again (`move_objects.LEFT_ALONE_ANNOTATION`): it waits
 on its virtual node for its lower cluster to have room. The mark is per pod, not per owner,
 so the owner's avoidances expire as always and its other pods may use every virtual node
 again; judged again instead, the pod would go back to a full lower cluster each time an
@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from descheduler import moves
+from descheduler import move_objects
 from vnode.contracts import avoidance, labels, scheduling, selectors
 from vnode.kube.timestamps import parse_rfc3339
 
@@ -101,7 +101,7 @@ class Decision:
     message: str = ""
     for_good: bool = False
     """exhausted only: no virtual node is left for it whatever the avoidances' expiry, so it
-    is marked (`moves.LEFT_ALONE_ANNOTATION`) and never judged again. False while an
+    is marked (`move_objects.LEFT_ALONE_ANNOTATION`) and never judged again. False while an
     untried considered virtual node is not Ready or cordoned: judged again every round."""
 
 
@@ -188,11 +188,11 @@ def _exclusions(pod: Mapping[str, Any], *, criteria: Criteria) -> Iterator[str]:
         yield "a static pod"
     if any(_mapping(r).get("kind") == "DaemonSet" for r in _list(meta.get("ownerReferences"))):
         yield "a DaemonSet's pod"
-    if moves.is_gated(pod):
+    if move_objects.is_gated(pod):
         yield "a replacement waiting for the pod it replaces to go"
-    if moves.is_left_alone(pod):
+    if move_objects.is_left_alone(pod):
         # Not overridden by the evict annotation: removing this mark is how to undo it.
-        yield f"no virtual node was left for it ({moves.LEFT_ALONE_ANNOTATION})"
+        yield f"no virtual node was left for it ({move_objects.LEFT_ALONE_ANNOTATION})"
     pod_labels = {str(k): str(v) for k, v in _mapping(meta.get("labels")).items()}
     if avoidance.controller_of(pod) is not None and not criteria.pod_selector.matches(pod_labels):
         yield (

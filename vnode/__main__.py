@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from vnode import cli
 from vnode.api import auth
 from vnode.contracts.labels import DEFAULT_TAINT_KEY
-from vnode.controllers.status import node_labels
+from vnode.controllers.node_objects import node_labels
 from vnode.kube import config, errors, retry
 from vnode.kube.client import ApiClient
-from vnode.kube.informers import InformerFactory
-from vnode.node import StartupError, UpperClients, VirtualNode
+from vnode.kube.informer_factory import InformerFactory
+from vnode.node import UpperClients, VirtualNode
 from vnode.provider import Provider
 from vnode.providers.k2k.provider import PING_TIMEOUT, K2KProvider
 from vnode.providers.k2k.scrape import (
@@ -34,9 +34,10 @@ from vnode.providers.k2k.scrape import (
     ToKubelets,
     access_warnings,
 )
-from vnode.providers.k2k.translate import Translation
+from vnode.providers.k2k.translate import TranslationPolicy
 from vnode.providers.mock import MockProvider, MockSettings, load_config
 from vnode.serving import flags, logs, shutdown
+from vnode.serving.lifecycle import StartupError
 from vnode.settings import ClientSettings, Settings
 
 logger = logging.getLogger("vnode")
@@ -204,7 +205,7 @@ async def _k2k_provider(
         lower=lower,
         lower_heartbeat=lower_heartbeat,
         informers=informers,
-        translation=Translation(
+        policy=TranslationPolicy(
             node_name=settings.node.name,
             cluster_id=cluster_id,
             node_labels=node_labels(settings.node),

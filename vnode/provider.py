@@ -66,7 +66,7 @@ class PodLifecycleHandler(Protocol):
     """Runs upper pods on the backend.
 
     Contracts: calls for one pod never overlap (the pod controller's queue guarantees it);
-    `create_pod` and `delete_pod` are idempotent; errors are `vnode.errors.ProviderError`s
+    `create_pod` and `delete_pod` are idempotent; errors are `vnode.provider_errors.ProviderError`s
     (others are treated as transient and retried).
     """
 
@@ -165,7 +165,7 @@ class LogsProvider(Protocol):
     ) -> AsyncGenerator[bytes, None]:
         """Yield the log's bytes as they come (`options` as pods/log query parameters).
 
-        Raises vnode.errors.NotFound or ProviderError before the first chunk.
+        Raises vnode.provider_errors.PodNotFound or ProviderError before the first chunk.
         """
 
 
@@ -175,7 +175,7 @@ class ExecProvider(Protocol):
     async def open_exec(
         self, pod: Obj, *, container: str, options: RemoteCommand, attach: bool
     ) -> RemoteSession:
-        """Start the session. Raises vnode.errors.NotFound or ProviderError."""
+        """Start the session. Raises vnode.provider_errors.PodNotFound or ProviderError."""
 
 
 class PortSession(Protocol):
@@ -198,7 +198,8 @@ class PortForwardProvider(Protocol):
     """Connects to a pod's ports (kubelet `/portForward`)."""
 
     async def open_port_forward(self, pod: Obj, *, port: int) -> PortSession:
-        """Connect to `port` of the pod. Raises vnode.errors.NotFound or ProviderError."""
+        """Connect to `port` of the pod. Raises vnode.provider_errors.PodNotFound or
+        ProviderError."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -27,7 +27,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from prometheus_client import REGISTRY
 
-from descheduler import moves
+from descheduler import move_objects
 from descheduler.loop import Descheduler
 from descheduler.mover import Mover, MoveSettings, NotLeading
 from descheduler.policy import Decision
@@ -199,7 +199,7 @@ async def test_a_bare_pod_that_changed_before_its_deletion_keeps_its_place(
     api: FakeApi, client: ApiClient
 ) -> None:
     pod = a_pod("solo", owned=False)
-    made = moves.replacement(pod, avoid=["vn-a"])
+    made = move_objects.replacement(pod, avoid=["vn-a"])
     made["metadata"]["uid"] = "uid-solo-d1"
     api.routes[("POST", "/api/v1/namespaces/shop/pods")] = lambda r: web.json_response(
         made, status=201
@@ -273,7 +273,7 @@ async def test_a_lost_lease_stops_a_move_before_its_next_write(
 ) -> None:
     leading = [True]
     pod = a_pod("solo", owned=False)
-    made = moves.replacement(pod, avoid=["vn-a"])
+    made = move_objects.replacement(pod, avoid=["vn-a"])
 
     def create(_request: web.Request) -> web.Response:
         leading[0] = False  # the Lease is lost while the replacement is being created
@@ -293,8 +293,8 @@ async def test_a_failed_look_at_one_half_done_move_does_not_stop_the_others(
     """Recovery reads each replaced pod; one read refused (403 here; an apiserver in
     trouble in general) leaves that move for the next round, and the others still finish:
     the round is not aborted as if the descheduler had a bug."""
-    first = moves.replacement(a_pod("one", owned=False), avoid=["vn-a"])
-    second = moves.replacement(a_pod("two", owned=False), avoid=["vn-a"])
+    first = move_objects.replacement(a_pod("one", owned=False), avoid=["vn-a"])
+    second = move_objects.replacement(a_pod("two", owned=False), avoid=["vn-a"])
     api.routes[("GET", "/api/v1/namespaces/shop/pods/one")] = lambda r: status(
         403, "Forbidden", 'pods "one" is forbidden'
     )
@@ -304,7 +304,7 @@ async def test_a_failed_look_at_one_half_done_move_does_not_stop_the_others(
     )
     await mover(client).recover([first, second])
     [ungate] = api.made("PATCH", "/api/v1/namespaces/shop/pods/two-d1")
-    assert ungate == moves.ungate_patch()
+    assert ungate == move_objects.ungate_patch()
     assert not api.made("PATCH", "/api/v1/namespaces/shop/pods/one-d1")
     assert not api.made("DELETE", "/api/v1/namespaces/shop/pods/one-d1")
 
@@ -316,7 +316,7 @@ async def test_a_bare_move_whose_last_step_fails_is_a_move_finished_later(
     gone fails. The move happened: it is counted and told as one, and lifting the gate is
     left to the next round's recovery -- not a Warning that the pod was not moved."""
     pod = a_pod("solo", owned=False)
-    made = moves.replacement(pod, avoid=["vn-a"])
+    made = move_objects.replacement(pod, avoid=["vn-a"])
     made["metadata"]["uid"] = "uid-solo-d1"
     api.routes[("POST", "/api/v1/namespaces/shop/pods")] = lambda r: web.json_response(
         made, status=201
@@ -416,7 +416,7 @@ async def test_the_count_is_incremented_once_the_eviction_is_accepted(
     api: FakeApi, client: ApiClient
 ) -> None:
     pod = a_pod("web-1-x", owned=True)
-    pod["metadata"]["annotations"] = {"keep": "me", moves.DESCHEDULE_COUNT_ANNOTATION: "1"}
+    pod["metadata"]["annotations"] = {"keep": "me", move_objects.DESCHEDULE_COUNT_ANNOTATION: "1"}
     path = "/api/v1/namespaces/shop/pods/web-1-x"
     api.routes[("POST", path + "/eviction")] = lambda r: web.json_response({}, status=201)
     api.routes[("PATCH", path)] = lambda r: web.json_response(pod)
@@ -592,7 +592,7 @@ async def test_rounds_leave_a_pod_with_nowhere_left_alone_and_let_its_owners_avo
     await descheduler.round()
     assert considered() - before == 1
     [mark] = api.made("PATCH", stuck_path)
-    assert mark == moves.left_alone_patch(stuck, now=NOW)
+    assert mark == move_objects.left_alone_patch(stuck, now=NOW)
     assert not api.made("POST", f"{stuck_path}/eviction")
     assert not api.made("PUT", RECORD_PATH)
     assert [e["reason"] for e in api.events()] == ["NoVirtualNodeLeft"]

@@ -23,7 +23,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from vnode import errors as provider_errors
+from vnode import provider_errors
 from vnode.api import run, stats
 from vnode.api.server import ApiContext, make_app
 from vnode.kube import errors
@@ -31,7 +31,7 @@ from vnode.kube.client import ApiClient
 from vnode.kube.config import ConnectionInfo
 from vnode.kube.store import Store
 from vnode.provider import ContainerUsage, NodeUsage, PodUsage, RemoteCommand, Usage
-from vnode.providers.k2k import metrics, naming
+from vnode.providers.k2k import naming, resource_usage
 from vnode.providers.k2k.scrape import (
     BODY_LIMIT,
     BearerTokenFile,
@@ -220,7 +220,9 @@ async def test_a_failing_command_is_a_500_with_the_kubelets_words(
     response = await client.post("/run/team/web/main?cmd=false")
     assert response.status == 500
     assert await response.text() == "command 'false' exited with 2: bad thing\n"
-    provider.exec_error = provider_errors.NotFound("pod team/web has no pod in the lower cluster")
+    provider.exec_error = provider_errors.PodNotFound(
+        "pod team/web has no pod in the lower cluster"
+    )
     assert (await client.post("/run/team/web/main?cmd=false")).status == 404
     provider.exec_error = provider_errors.BackendUnavailable("lower cluster down")
     assert (await client.post("/run/team/web/main?cmd=false")).status == 503
@@ -394,18 +396,18 @@ async def test_the_first_answer_already_has_cpu_rates() -> None:
     assert "usageNanoCores" in summary["pods"][0]["containers"][0]["cpu"]
     usage = await usage_source.resource_usage()
     assert len(kubelets.calls) == 3
-    assert not metrics.lacks_rates(usage)
+    assert not resource_usage.lacks_rates(usage)
 
 
 async def test_answers_are_parsed_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     threads: list[int] = []
-    parse = metrics.parse
+    parse = resource_usage.parse
 
-    def spy(text: str) -> list[metrics.Sample]:
+    def spy(text: str) -> list[resource_usage.Sample]:
         threads.append(threading.get_ident())
         return parse(text)
 
-    monkeypatch.setattr(metrics, "parse", spy)
+    monkeypatch.setattr(resource_usage, "parse", spy)
     kubelets = FakeKubelets()
     kubelets.answers = {"n1": kubelet_text("p0", 1.0), "n2": kubelet_text("p1", 1.0)}
     usage = await scraper(kubelets).resource_usage()

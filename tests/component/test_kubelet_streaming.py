@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from vnode import errors as provider_errors
+from vnode import provider_errors
 from vnode.api import portforward, spdy, spdy_session
 from vnode.api.server import ApiContext, make_app
 from vnode.provider import RemoteCommand
@@ -262,7 +262,7 @@ async def test_refusals_come_before_the_upgrade_and_start_nothing() -> None:
 
 async def test_a_provider_error_after_the_upgrade_is_a_status_on_the_error_channel() -> None:
     provider = FakeProvider()
-    provider.fail = provider_errors.NotFound('container "main" not found (from below)')
+    provider.fail = provider_errors.PodNotFound('container "main" not found (from below)')
     async with _api(provider) as server:
         async with _ws(server, EXEC, "v4.channel.k8s.io") as ws:
             messages = await _messages(ws)

@@ -22,15 +22,15 @@ from tests.e2e.helpers import until
 from vnode.kube import config, errors
 from vnode.kube.client import ApiClient
 from vnode.kube.informer import Informer
-from vnode.kube.informers import InformerFactory
+from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.resources import PODS, SECRETS
 from vnode.kube.store import Obj
 from vnode.providers.k2k import naming
 from vnode.providers.k2k.dependencies import DependencySync
-from vnode.providers.k2k.translate import Translation, lower_pod
+from vnode.providers.k2k.translate import TranslationPolicy, lower_pod
 from vnode.testing.fleet import Fleet
 
-T = Translation(
+T = TranslationPolicy(
     node_name="copies-test",
     cluster_id="copies-test-cluster",
     node_labels={},
@@ -140,7 +140,7 @@ async def test_a_copy_that_a_pod_creation_in_flight_needs_is_not_collected(
         with sync.creating(first):
             ensured = await sync.ensure(first)
             assert ensured.created == [("Secret", namespace, "s")]
-            await lower.request("POST", pods, body=lower_pod(first, t=T))
+            await lower.request("POST", pods, body=lower_pod(first, policy=T))
         await until("first in the lower cache", lambda: lower_pods.store.get(f"{namespace}/first"))
         # The copy was made before the pod's POST, and seen by the mirror before the pod was
         # seen below: only the creation in flight kept it meanwhile.
@@ -158,7 +158,7 @@ async def test_a_copy_that_a_pod_creation_in_flight_needs_is_not_collected(
             await asyncio.sleep(COLLECT_DELAY + 1.0)  # the scheduled collection ran too
             kept = await copy_of(lower, namespace, "s")
             assert kept is not None, "the copy the pod on its way needs was collected"
-            await lower.request("POST", pods, body=lower_pod(second, t=T))
+            await lower.request("POST", pods, body=lower_pod(second, policy=T))
         await until(
             "second in the lower cache", lambda: lower_pods.store.get(f"{namespace}/second")
         )

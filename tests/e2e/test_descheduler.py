@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from descheduler import moves
+from descheduler import move_objects
 from tests.e2e.helpers import events_for, get, pod, token_kubeconfig, wait_for
 from vnode.contracts import avoidance
 from vnode.testing import webhooks
@@ -374,7 +374,7 @@ def test_a_deployments_pod_with_nowhere_left_stays_while_its_new_pods_use_a_clus
             (
                 p
                 for p in pods_of(upper, ns, "picky")
-                if moves.LEFT_ALONE_ANNOTATION in (p["metadata"].get("annotations") or {})
+                if move_objects.LEFT_ALONE_ANNOTATION in (p["metadata"].get("annotations") or {})
             ),
             None,
         )
@@ -562,7 +562,9 @@ def test_dry_run_moves_no_pod_with_a_controller(
     assert after["metadata"]["uid"] == before["metadata"]["uid"]
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
     assert after["metadata"].get("deletionTimestamp") is None
-    assert moves.DESCHEDULE_COUNT_ANNOTATION not in (after["metadata"].get("annotations") or {})
+    assert move_objects.DESCHEDULE_COUNT_ANNOTATION not in (
+        after["metadata"].get("annotations") or {}
+    )
     assert [p["metadata"]["name"] for p in pods_of(upper, ns, "dry")] == [name]
     assert avoidance_record(upper) == record
     assert descheduler_events(upper, ns) == []
@@ -714,7 +716,7 @@ def test_a_bare_pods_move_left_half_done_by_a_crash_is_finished_or_undone(
         wait_for(
             f"{name} unschedulable", lambda n=name: unschedulable_below(upper, ns, n), timeout=60
         )
-        replacement = moves.replacement(pod(upper, ns, name) or {}, avoid=["vn-a"])
+        replacement = move_objects.replacement(pod(upper, ns, name) or {}, avoid=["vn-a"])
         upper.request("POST", f"/api/v1/namespaces/{ns}/pods", body=replacement)
         if name == "gone":
             upper.request("DELETE", f"/api/v1/namespaces/{ns}/pods/gone")
@@ -808,7 +810,7 @@ def test_a_pod_no_lower_cluster_can_place_stays_pending_with_an_event(
     assert stays["metadata"]["name"] == "nowhere-d1"
     assert stays["spec"]["nodeName"] == "vn-b"
     assert stays["status"]["phase"] == "Pending"
-    assert moves.LEFT_ALONE_ANNOTATION in stays["metadata"]["annotations"]
+    assert move_objects.LEFT_ALONE_ANNOTATION in stays["metadata"]["annotations"]
     assert [
         e["count"]
         for e in events_for(upper, ns, "nowhere-d1")
@@ -831,7 +833,7 @@ def test_a_pod_no_lower_cluster_can_place_stays_pending_with_an_event(
     assert stays["metadata"]["name"] == "pinned"
     assert stays["metadata"].get("deletionTimestamp") is None
     assert stays["spec"]["nodeName"] == "vn-a"
-    assert moves.LEFT_ALONE_ANNOTATION in stays["metadata"]["annotations"]
+    assert move_objects.LEFT_ALONE_ANNOTATION in stays["metadata"]["annotations"]
 
 
 def test_the_leader_stops_while_the_upper_apiserver_is_down_and_leads_again_after(

@@ -21,7 +21,7 @@ import pytest
 from tests.e2e.helpers import until
 from vnode.kube import config, errors
 from vnode.kube.client import ApiClient
-from vnode.kube.informers import InformerFactory
+from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.mirror import Change, Creation, Mirror, MirrorConflict, MirrorSpec, Patch, Replace
 from vnode.kube.resources import CONFIG_MAPS
 from vnode.kube.store import Obj

@@ -7,14 +7,13 @@ from typing import Any
 import pytest
 
 from tests.unit.test_translate import NOW, deployment_pod, running_upper, unchanged
-from vnode.controllers.status import (
+from vnode.controllers.node_objects import node_status, node_status_news
+from vnode.controllers.pod_decisions import (
     GONE_CONTAINER_MESSAGE,
-    node_status,
-    node_status_news,
     nothing_to_tell,
     provider_failed_status,
 )
-from vnode.controllers.status import vanished_status as lower_pod_gone_status
+from vnode.controllers.pod_decisions import vanished_status as lower_pod_gone_status
 from vnode.kube import codec
 from vnode.settings import NodeSettings
 

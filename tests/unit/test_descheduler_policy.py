@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from descheduler import moves, policyfile
+from descheduler import move_objects, policyfile
 from descheduler.policy import (
     Criteria,
     considered_nodes,
@@ -381,7 +381,7 @@ def test_a_pod_that_has_not_tried_a_virtual_node_unusable_now_is_not_given_up_on
 
 def left_alone(found: dict[str, Any], *, now: dt.datetime) -> dict[str, Any]:
     """`found` as the mover's merge patch leaves it (the mark added, the rest untouched)."""
-    patch = moves.left_alone_patch(found, now=now)
+    patch = move_objects.left_alone_patch(found, now=now)
     marked = copy.deepcopy(found)
     marked["metadata"].setdefault("annotations", {}).update(patch["metadata"]["annotations"])
     return marked
@@ -410,7 +410,9 @@ def test_a_pod_with_nowhere_left_is_left_alone_for_good_instead_of_cycling() -> 
                 stuck = left_alone(stuck, now=now)
         now += dt.timedelta(seconds=interval)
     assert decided == [(NOW, "exhausted", True)]
-    assert stuck["metadata"]["annotations"] == {moves.LEFT_ALONE_ANNOTATION: "2026-03-01T12:00:00Z"}
+    assert stuck["metadata"]["annotations"] == {
+        move_objects.LEFT_ALONE_ANNOTATION: "2026-03-01T12:00:00Z"
+    }
 
 
 def test_the_owners_avoidance_lapses_after_the_ttl_while_the_pod_left_alone_stays() -> None:
@@ -705,12 +707,17 @@ def test_bad_label_selectors_are_refused(text: str) -> None:
 
 def test_the_count_patch_names_one_annotation_and_the_pod_s_uid() -> None:
     counted = pod()
-    counted["metadata"]["annotations"] = {"keep": "me", moves.DESCHEDULE_COUNT_ANNOTATION: "2"}
-    assert moves.count_patch(counted) == {
+    counted["metadata"]["annotations"] = {
+        "keep": "me",
+        move_objects.DESCHEDULE_COUNT_ANNOTATION: "2",
+    }
+    assert move_objects.count_patch(counted) == {
         "metadata": {"uid": "uid-web-1", "annotations": {"sigs.k8s.io/deschedule-count": "3"}}
     }
-    garbled = _with(pod(), "metadata.annotations", {moves.DESCHEDULE_COUNT_ANNOTATION: "many"})
-    assert moves.count_patch(garbled)["metadata"]["annotations"] == {
+    garbled = _with(
+        pod(), "metadata.annotations", {move_objects.DESCHEDULE_COUNT_ANNOTATION: "many"}
+    )
+    assert move_objects.count_patch(garbled)["metadata"]["annotations"] == {
         "sigs.k8s.io/deschedule-count": "1"
     }
 
@@ -718,21 +725,21 @@ def test_the_count_patch_names_one_annotation_and_the_pod_s_uid() -> None:
 def test_the_left_alone_patch_names_one_annotation_and_the_pod_s_uid() -> None:
     marked = pod()
     marked["metadata"]["annotations"] = {"keep": "me"}
-    assert moves.left_alone_patch(marked, now=NOW + dt.timedelta(microseconds=5)) == {
+    assert move_objects.left_alone_patch(marked, now=NOW + dt.timedelta(microseconds=5)) == {
         "metadata": {
             "uid": "uid-web-1",
             "annotations": {"tensile.io/no-virtual-node-left": "2026-03-01T12:00:00Z"},
         }
     }
-    assert not moves.is_left_alone(marked)
-    assert moves.is_left_alone(left_alone(marked, now=NOW))
-    assert moves.is_left_alone(
-        _with(pod(), "metadata.annotations", {moves.LEFT_ALONE_ANNOTATION: ""})
+    assert not move_objects.is_left_alone(marked)
+    assert move_objects.is_left_alone(left_alone(marked, now=NOW))
+    assert move_objects.is_left_alone(
+        _with(pod(), "metadata.annotations", {move_objects.LEFT_ALONE_ANNOTATION: ""})
     )
 
 
 def test_the_eviction_is_preconditioned_on_uid_and_version() -> None:
-    assert moves.eviction(pod()) == {
+    assert move_objects.eviction(pod()) == {
         "apiVersion": "policy/v1",
         "kind": "Eviction",
         "metadata": {"name": "web-1", "namespace": "shop"},
@@ -747,7 +754,7 @@ def test_a_bare_pods_replacement() -> None:
     original["spec"].update(priority=5, overhead={"cpu": "1"}, schedulingGates=[{"name": "other"}])
     original["spec"]["affinity"] = {"podAntiAffinity": {"x": 1}}
     before = copy.deepcopy(original)
-    made = moves.replacement(original, avoid=["vn-a"])
+    made = move_objects.replacement(original, avoid=["vn-a"])
     assert original == before
     assert made["metadata"] == {
         "name": "web-d1",
@@ -773,24 +780,26 @@ def test_a_bare_pods_replacement() -> None:
         **avoidance.avoiding(None, ["vn-a"]),
     }  # type: ignore[dict-item]
     assert "status" not in made
-    assert moves.is_gated(made)
-    assert moves.replaces(made) == ("web", "uid-web")
+    assert move_objects.is_gated(made)
+    assert move_objects.replaces(made) == ("web", "uid-web")
     # Moved again: the count grows, the name keeps its stem.
     again = copy.deepcopy(made)
     again["metadata"]["uid"] = "uid-web-d1"
     again["spec"]["schedulingGates"] = []
-    second = moves.replacement(again, avoid=["vn-a", "vn-b"])
+    second = move_objects.replacement(again, avoid=["vn-a", "vn-b"])
     assert second["metadata"]["name"] == "web-d2"
     assert second["metadata"]["annotations"]["sigs.k8s.io/deschedule-count"] == "2"
     assert avoidance.avoided_by_affinity(second["spec"]["affinity"]) == {"vn-a", "vn-b"}
     assert (
-        moves.replacement_name(_with(pod("x" * 253, owner=False), "metadata.annotations", {}))
+        move_objects.replacement_name(
+            _with(pod("x" * 253, owner=False), "metadata.annotations", {})
+        )
         == "x" * 250 + "-d1"
     )
 
 
 def test_ungating_removes_only_our_gate() -> None:
-    assert moves.ungate_patch() == {
+    assert move_objects.ungate_patch() == {
         "spec": {"schedulingGates": [{"$patch": "delete", "name": "tensile.io/descheduler"}]}
     }
 

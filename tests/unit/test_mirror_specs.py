@@ -12,7 +12,7 @@ import pytest
 from vnode.kube.client import ApiClient
 from vnode.kube.config import ConnectionInfo
 from vnode.kube.informer import compact
-from vnode.kube.informers import InformerFactory
+from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.mirror import Patch, Replace
 from vnode.kube.resources import CONFIG_MAPS, PODS
 from vnode.kube.store import Store

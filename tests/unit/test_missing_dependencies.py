@@ -1,6 +1,6 @@
 """What a pod waiting for a ConfigMap or Secret shows, and how repeated events are counted.
 
-Pure decisions (vnode.providers.k2k.missing, vnode.controllers.status.waiting_status) and the
+Pure decisions (vnode.providers.k2k.missing, vnode.controllers.pod_decisions.waiting_status) and the
 EventRecorder's aggregation against a recording fake ApiClient: the recorder's own logic in
 isolation (a real apiserver accepts any count; tests/e2e/test_missing_dependencies.py shows
 the result in a real cluster).
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vnode.controllers.status import waiting_status
+from vnode.controllers.pod_decisions import waiting_status
 from vnode.kube import errors
 from vnode.kube.events import EventRecorder
 from vnode.providers.k2k import missing

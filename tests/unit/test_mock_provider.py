@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from vnode import errors as provider_errors
+from vnode import provider_errors
 from vnode.provider import RemoteCommand
 from vnode.providers.mock import DEFAULT_CAPACITY, MockProvider, load_config, running_status
 
@@ -137,7 +137,7 @@ async def test_the_provider_runs_forgets_and_adopts_pods() -> None:
 async def test_nothing_runs_so_exec_and_port_forward_are_refused() -> None:
     provider = MockProvider(node_ip="192.0.2.1")
     pod = upper_pod()
-    with pytest.raises(provider_errors.NotFound):
+    with pytest.raises(provider_errors.PodNotFound):
         [c async for c in provider.container_logs(pod, container="main", options={})]
     await provider.create_pod(pod)
     assert [c async for c in provider.container_logs(pod, container="main", options={})] == []

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from vnode import errors as provider_errors
+from vnode import provider_errors
 from vnode.controllers import pods
 from vnode.controllers.pods import PodController
 from vnode.kube import errors
 from vnode.kube.events import EventRecorder
-from vnode.kube.informers import InformerFactory
+from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.store import Obj
 from vnode.kube.workqueue import Requeue, Transient
 

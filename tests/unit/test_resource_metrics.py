@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from vnode.api import stats
 from vnode.provider import ContainerUsage, NodeUsage, PodUsage, Usage
-from vnode.providers.k2k import metrics, naming
+from vnode.providers.k2k import naming, resource_usage
 
 NODE = "vn-1"
 CLUSTER_ID = "0f3c2a9e-7b1d-4c55-8e2f-5a6b7c8d9e01"
@@ -76,21 +76,23 @@ def lower_pod(
 
 
 def test_parse_keeps_the_series_it_reads_with_millisecond_timestamps() -> None:
-    samples = metrics.parse(KUBELET_TEXT)
+    samples = resource_usage.parse(KUBELET_TEXT)
     names = {s.name for s in samples}
     assert names == {
-        metrics.CONTAINER_CPU,
-        metrics.CONTAINER_MEMORY,
-        metrics.CONTAINER_START,
-        metrics.POD_CPU,
+        resource_usage.CONTAINER_CPU,
+        resource_usage.CONTAINER_MEMORY,
+        resource_usage.CONTAINER_START,
+        resource_usage.POD_CPU,
     }
     main_cpu = next(
-        s for s in samples if s.name == metrics.CONTAINER_CPU and s.labels["container"] == "main"
+        s
+        for s in samples
+        if s.name == resource_usage.CONTAINER_CPU and s.labels["container"] == "main"
     )
     assert main_cpu.value == 2.5
     assert main_cpu.time_ms == 1700000000123
     assert main_cpu.labels == {"container": "main", "namespace": "lo-team", "pod": "web"}
-    memory = next(s for s in samples if s.name == metrics.CONTAINER_MEMORY)
+    memory = next(s for s in samples if s.name == resource_usage.CONTAINER_MEMORY)
     assert memory.time_ms is None
     assert memory.value == 16777216
 
@@ -101,14 +103,14 @@ def test_parse_keeps_the_series_it_reads_with_millisecond_timestamps() -> None:
 )
 def test_parse_refuses_what_is_not_the_text_format(text: str) -> None:
     with pytest.raises(ValueError, match="not Prometheus text"):
-        metrics.parse(text)
+        resource_usage.parse(text)
 
 
 @settings(max_examples=300)
 @given(st.text(alphabet=st.sampled_from('container_cpu{}=", 1.e+-#\n\\TYPEHELP'), max_size=80))
 def test_parse_raises_only_value_error_on_any_text(text: str) -> None:
     try:
-        metrics.parse(text)
+        resource_usage.parse(text)
     except ValueError:
         pass
 
@@ -129,8 +131,8 @@ def test_parse_raises_only_value_error_on_any_text(text: str) -> None:
 def test_the_metrics_path_annotation_is_honoured_when_it_is_a_plain_path(
     annotation: str | None, path: str
 ) -> None:
-    annotations = {} if annotation is None else {metrics.PATH_ANNOTATION: annotation}
-    assert metrics.metrics_path({"metadata": {"annotations": annotations}}) == path
+    annotations = {} if annotation is None else {resource_usage.PATH_ANNOTATION: annotation}
+    assert resource_usage.metrics_path({"metadata": {"annotations": annotations}}) == path
 
 
 def test_kubelet_url_prefers_the_internal_ip_and_the_published_port() -> None:
@@ -146,14 +148,15 @@ def test_kubelet_url_prefers_the_internal_ip_and_the_published_port() -> None:
         },
     }
     assert (
-        metrics.kubelet_url(node, "/metrics/resource") == "https://10.0.0.7:4321/metrics/resource"
+        resource_usage.kubelet_url(node, "/metrics/resource")
+        == "https://10.0.0.7:4321/metrics/resource"
     )
     v6 = {"status": {"addresses": [{"type": "InternalIP", "address": "fd00::1"}]}}
-    assert metrics.kubelet_url(v6, "/m") == "https://[fd00::1]:10250/m"
+    assert resource_usage.kubelet_url(v6, "/m") == "https://[fd00::1]:10250/m"
     named = {"status": {"addresses": [{"type": "Hostname", "address": "n1.example"}]}}
-    assert metrics.kubelet_url(named, "/m") == "https://n1.example:10250/m"
+    assert resource_usage.kubelet_url(named, "/m") == "https://n1.example:10250/m"
     with pytest.raises(ValueError, match="no address"):
-        metrics.kubelet_url({"metadata": {"name": "n1"}, "status": {}}, "/m")
+        resource_usage.kubelet_url({"metadata": {"name": "n1"}, "status": {}}, "/m")
 
 
 def test_owned_pods_are_ours_placed_and_named_as_upstairs() -> None:
@@ -165,24 +168,24 @@ def test_owned_pods_are_ours_placed_and_named_as_upstairs() -> None:
         lower_pod("no-uid", uid=None),
         lower_pod("no-start", uid="uid-ns", start=None),
     ]
-    owned = metrics.owned_pods(pods, owner=OWNER)
+    owned = resource_usage.owned_pods(pods, owner=OWNER)
     assert set(owned) == {("lo-team", "web"), ("lo-team", "no-start")}
     web = owned[("lo-team", "web")]
-    assert web == metrics.OwnedPod(
+    assert web == resource_usage.OwnedPod(
         node="lower-0", namespace="team", name="web", uid="uid-web", start_time=1700000000.0
     )
     assert owned[("lo-team", "no-start")].start_time is None
 
 
-def owned() -> dict[metrics.LowerKey, metrics.OwnedPod]:
-    return metrics.owned_pods(
+def owned() -> dict[resource_usage.LowerKey, resource_usage.OwnedPod]:
+    return resource_usage.owned_pods(
         [lower_pod("web"), lower_pod("other-vn", owner="vn-2", uid="uid-other")], owner=OWNER
     )
 
 
 def test_measure_keeps_only_our_pods_on_that_node_under_upper_names() -> None:
-    samples = metrics.parse(KUBELET_TEXT)
-    [web] = metrics.measure(samples, node="lower-0", pods=owned(), fetched_ms=1700000000999)
+    samples = resource_usage.parse(KUBELET_TEXT)
+    [web] = resource_usage.measure(samples, node="lower-0", pods=owned(), fetched_ms=1700000000999)
     assert (web.namespace, web.name, web.uid) == ("team", "web", "uid-web")
     assert [c.name for c in web.containers] == ["main", "side"]
     main, side = web.containers
@@ -194,14 +197,16 @@ def test_measure_keeps_only_our_pods_on_that_node_under_upper_names() -> None:
     assert web.usage.cpu_seconds == 3.25
     assert web.usage.memory_bytes == 16777216 + 1048576
     # The same samples read from another node are not our pod's.
-    assert metrics.measure(samples, node="lower-1", pods=owned(), fetched_ms=1) == []
+    assert resource_usage.measure(samples, node="lower-1", pods=owned(), fetched_ms=1) == []
 
 
 def test_measure_defaults_times_to_the_fetch_and_missing_values_to_zero() -> None:
     text = 'container_memory_working_set_bytes{container="main",namespace="lo-team",pod="web"} 5\n'
-    [web] = metrics.measure(metrics.parse(text), node="lower-0", pods=owned(), fetched_ms=42)
+    [web] = resource_usage.measure(
+        resource_usage.parse(text), node="lower-0", pods=owned(), fetched_ms=42
+    )
     assert web.containers[0].usage == Usage(time_ms=42, cpu_seconds=0.0, memory_bytes=5)
-    assert not metrics.complete(web)
+    assert not resource_usage.complete(web)
 
 
 def pod_usage(
@@ -241,37 +246,37 @@ def pod_usage(
     ids=["complete", "zero-cpu", "zero-memory", "no-start", "no-time", "no-containers"],
 )
 def test_pods_metrics_server_would_drop_are_left_out(pod: PodUsage, kept: bool) -> None:
-    usage, _ = metrics.snapshot(
-        [pod], history=metrics.History(), alive={pod.uid}, complete_scrape=True, now_ms=5
+    usage, _ = resource_usage.snapshot(
+        [pod], history=resource_usage.History(), alive={pod.uid}, complete_scrape=True, now_ms=5
     )
     assert (usage.pods == (pod,)) is kept
 
 
 def test_the_node_is_the_sum_of_its_pods_and_absent_when_zero() -> None:
     a, b = pod_usage("a", cpu=1.0, memory=10.0), pod_usage("b", cpu=0.0, memory=5.0, time_ms=2000)
-    usage, _ = metrics.snapshot(
-        [a, b], history=metrics.History(), alive={"a", "b"}, complete_scrape=False, now_ms=9
+    usage, _ = resource_usage.snapshot(
+        [a, b], history=resource_usage.History(), alive={"a", "b"}, complete_scrape=False, now_ms=9
     )
     assert [p.uid for p in usage.pods] == ["a"]
     assert usage.node == Usage(time_ms=2000, cpu_seconds=1.0, memory_bytes=15.0)
     assert usage.complete is False
-    empty, _ = metrics.snapshot(
-        [], history=metrics.History(), alive=set(), complete_scrape=True, now_ms=9
+    empty, _ = resource_usage.snapshot(
+        [], history=resource_usage.History(), alive=set(), complete_scrape=True, now_ms=9
     )
     assert empty.node is None
     assert empty.pods == ()
 
 
 def test_rates_come_from_the_previous_measurement_even_a_zero_one() -> None:
-    first, history = metrics.snapshot(
+    first, history = resource_usage.snapshot(
         [pod_usage(cpu=0.0, time_ms=1000)],
-        history=metrics.History(),
+        history=resource_usage.History(),
         alive={"u1"},
         complete_scrape=True,
         now_ms=1000,
     )
     assert first.pods == ()
-    second, history = metrics.snapshot(
+    second, history = resource_usage.snapshot(
         [pod_usage(cpu=0.5, time_ms=3000)],
         history=history,
         alive={"u1"},
@@ -284,7 +289,7 @@ def test_rates_come_from_the_previous_measurement_even_a_zero_one() -> None:
     assert second.node is not None
     assert second.node.cpu_nano_cores is None  # the node had no value before
     # Same time again (a cached answer read twice), or a counter that went back: no rate.
-    third, _ = metrics.snapshot(
+    third, _ = resource_usage.snapshot(
         [pod_usage(cpu=0.4, time_ms=3000)],
         history=history,
         alive={"u1"},
@@ -295,7 +300,7 @@ def test_rates_come_from_the_previous_measurement_even_a_zero_one() -> None:
 
 
 def test_the_node_counter_keeps_what_departed_and_unmeasured_pods_used() -> None:
-    history = metrics.History()
+    history = resource_usage.History()
     rounds = [
         ([pod_usage("a", cpu=5.0), pod_usage("b", cpu=3.0)], {"a", "b"}, 8.0),
         ([pod_usage("a", cpu=6.0)], {"a", "b"}, 9.0),  # b not measured: keeps its 3
@@ -303,7 +308,7 @@ def test_the_node_counter_keeps_what_departed_and_unmeasured_pods_used() -> None
         ([pod_usage("a", cpu=1.0)], {"a"}, 11.0),  # a restarted: its 7 stay, plus 1
     ]
     for measured, alive, expected in rounds:
-        usage, history = metrics.snapshot(
+        usage, history = resource_usage.snapshot(
             measured, history=history, alive=alive, complete_scrape=True, now_ms=1
         )
         assert usage.node is not None
@@ -335,11 +340,11 @@ def rounds(draw: st.DrawFn) -> list[tuple[dict[str, float], set[str]]]:
 def test_the_node_counter_never_goes_backwards(
     sequence: list[tuple[dict[str, float], set[str]]],
 ) -> None:
-    history = metrics.History()
+    history = resource_usage.History()
     last = 0.0
     for measured, alive in sequence:
         pods = [pod_usage(uid, cpu=value) for uid, value in measured.items()]
-        _, history = metrics.snapshot(
+        _, history = resource_usage.snapshot(
             pods, history=history, alive=alive, complete_scrape=True, now_ms=1
         )
         total = history.carried + sum(history.counted.values())
@@ -366,13 +371,16 @@ def container_text(values: dict[str, float], *, pod_cpu: float | None = None) ->
 
 def run_rounds(texts: list[str]) -> list[tuple[float, float | None]]:
     """(node CPU, pod CPU or None when the pod is left out) after each round of `texts`."""
-    history = metrics.History()
+    history = resource_usage.History()
     out = []
     for i, text in enumerate(texts):
-        measured = metrics.measure(
-            metrics.parse(text), node="lower-0", pods=owned(), fetched_ms=1_700_000_000_000 + i
+        measured = resource_usage.measure(
+            resource_usage.parse(text),
+            node="lower-0",
+            pods=owned(),
+            fetched_ms=1_700_000_000_000 + i,
         )
-        usage, history = metrics.snapshot(
+        usage, history = resource_usage.snapshot(
             measured, history=history, alive={"uid-web"}, complete_scrape=True, now_ms=1
         )
         assert usage.node is not None
@@ -474,7 +482,7 @@ def test_the_node_counter_is_exactly_the_cpu_its_containers_used(
 ) -> None:
     """Summed pods (no pod-level series): whatever restarts, the node counter is the CPU
     every container ever used, gone pods included: nothing counted twice, nothing lost."""
-    history = metrics.History()
+    history = resource_usage.History()
     used: dict[tuple[str, str], float] = {}  # CPU of earlier runs, by container
     last: dict[tuple[str, str], float] = {}
     for pods in sequence:
@@ -485,7 +493,7 @@ def test_the_node_counter_is_exactly_the_cpu_its_containers_used(
                     used[key] = used.get(key, 0.0) + last[key]
                 last[key] = value
         truth = sum(used.values()) + sum(last.values())
-        usage, history = metrics.snapshot(
+        usage, history = resource_usage.snapshot(
             [multi_pod(uid, c) for uid, c in pods.items()],
             history=history,
             alive=set(pods),
@@ -509,7 +517,7 @@ def test_parse_drops_values_no_kubelet_can_mean() -> None:
         'container_cpu_usage_seconds_total{container="f",namespace="n",pod="p"} 1e400\n'
         'container_cpu_usage_seconds_total{container="ok",namespace="n",pod="p"} 0 5\n'
     )
-    assert [(s.labels["container"], s.value, s.time_ms) for s in metrics.parse(text)] == [
+    assert [(s.labels["container"], s.value, s.time_ms) for s in resource_usage.parse(text)] == [
         ("ok", 0.0, 5)
     ]
 
@@ -553,15 +561,15 @@ def test_a_container_with_an_impossible_value_leaves_its_pod_out(line: str, why:
     }
     bad = line % labels
     good[bad.partition("{")[0]] = bad
-    [web] = metrics.measure(
-        metrics.parse("\n".join(good.values()) + "\n"),
+    [web] = resource_usage.measure(
+        resource_usage.parse("\n".join(good.values()) + "\n"),
         node="lower-0",
         pods=owned(),
         fetched_ms=1_700_000_000_000,
     )
-    assert not metrics.complete(web), why
-    usage, _ = metrics.snapshot(
-        [web], history=metrics.History(), alive={"uid-web"}, complete_scrape=True, now_ms=1
+    assert not resource_usage.complete(web), why
+    usage, _ = resource_usage.snapshot(
+        [web], history=resource_usage.History(), alive={"uid-web"}, complete_scrape=True, now_ms=1
     )
     assert usage.pods == ()
     stats.summary(usage, node_name=NODE)
@@ -569,7 +577,9 @@ def test_a_container_with_an_impossible_value_leaves_its_pod_out(line: str, why:
 
 
 def test_a_pod_start_time_no_timestamp_can_hold_is_unknown() -> None:
-    owned_pods = metrics.owned_pods([lower_pod("web", start="0001-01-01T00:00:00Z")], owner=OWNER)
+    owned_pods = resource_usage.owned_pods(
+        [lower_pod("web", start="0001-01-01T00:00:00Z")], owner=OWNER
+    )
     assert owned_pods[("lo-team", "web")].start_time is None
 
 
@@ -587,11 +597,11 @@ def kubelet_answers(draw: st.DrawFn) -> str:
     values and sample timestamps."""
     lines = []
     for name in (
-        metrics.CONTAINER_CPU,
-        metrics.CONTAINER_MEMORY,
-        metrics.CONTAINER_START,
-        metrics.POD_CPU,
-        metrics.POD_MEMORY,
+        resource_usage.CONTAINER_CPU,
+        resource_usage.CONTAINER_MEMORY,
+        resource_usage.CONTAINER_START,
+        resource_usage.POD_CPU,
+        resource_usage.POD_MEMORY,
     ):
         for container in ("main", "side"):
             if not draw(st.booleans()):
@@ -611,12 +621,15 @@ def kubelet_answers(draw: st.DrawFn) -> str:
 def test_whatever_a_kubelet_serves_the_node_renders_without_failing(answers: list[str]) -> None:
     """Arbitrary floats for every value and time, over several rounds: /metrics/resource
     and /stats/summary never raise (a 500), and render only finite numbers."""
-    history = metrics.History()
+    history = resource_usage.History()
     for i, text in enumerate(answers):
-        measured = metrics.measure(
-            metrics.parse(text), node="lower-0", pods=owned(), fetched_ms=1_700_000_000_000 + i
+        measured = resource_usage.measure(
+            resource_usage.parse(text),
+            node="lower-0",
+            pods=owned(),
+            fetched_ms=1_700_000_000_000 + i,
         )
-        usage, history = metrics.snapshot(
+        usage, history = resource_usage.snapshot(
             measured, history=history, alive={"uid-web"}, complete_scrape=True, now_ms=1
         )
         body = json.dumps(stats.summary(usage, node_name=NODE), allow_nan=False)
@@ -627,20 +640,20 @@ def test_whatever_a_kubelet_serves_the_node_renders_without_failing(answers: lis
 
 
 def test_lacks_rates_tells_whether_any_reported_cpu_has_no_rate() -> None:
-    first, history = metrics.snapshot(
+    first, history = resource_usage.snapshot(
         [pod_usage(time_ms=1000)],
-        history=metrics.History(),
+        history=resource_usage.History(),
         alive={"u1"},
         complete_scrape=True,
         now_ms=1000,
     )
-    assert metrics.lacks_rates(first)
-    second, _ = metrics.snapshot(
+    assert resource_usage.lacks_rates(first)
+    second, _ = resource_usage.snapshot(
         [pod_usage(cpu=2.0, time_ms=2000)],
         history=history,
         alive={"u1"},
         complete_scrape=True,
         now_ms=2000,
     )
-    assert not metrics.lacks_rates(second)
-    assert not metrics.lacks_rates(NodeUsage(pods=(), node=None, complete=True))
+    assert not resource_usage.lacks_rates(second)
+    assert not resource_usage.lacks_rates(NodeUsage(pods=(), node=None, complete=True))

@@ -22,7 +22,7 @@ from vnode import cli
 from vnode.__main__ import main
 from vnode.api import certificates as certs
 from vnode.api.certstore import CertificateStore
-from vnode.controllers.status import node_addresses
+from vnode.controllers.node_objects import node_addresses
 from vnode.serving import flags
 from vnode.settings import NodeSettings
 

@@ -19,7 +19,7 @@ from vnode.providers.k2k import naming
 from vnode.providers.k2k.placement import MAX_MERGED_TERMS, and_terms, lower_placement
 from vnode.providers.k2k.translate import (
     Dependencies,
-    Translation,
+    TranslationPolicy,
     dependencies,
     lower_pod,
     optional_references,
@@ -40,7 +40,7 @@ NODE_LABELS = {
 }
 CLUSTER_ID = "0f3c2a9e-7b1d-4c55-8e2f-5a6b7c8d9e01"
 OWNER = naming.Owner(node_name=NODE, cluster_id=CLUSTER_ID)
-T = Translation(cluster_id=CLUSTER_ID, node_name=NODE, node_labels=NODE_LABELS)
+T = TranslationPolicy(cluster_id=CLUSTER_ID, node_name=NODE, node_labels=NODE_LABELS)
 UID = "5b0e9c1a-3f7d-4e2b-9a61-0c8d2f4b7e11"
 NOW = "2025-01-02T03:04:05Z"
 TOKEN_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -213,7 +213,7 @@ def annotated(pod: dict[str, Any], selector: object) -> dict[str, Any]:
 def test_translation_settings_are_keyword_only_frozen_with_defaults() -> None:
     assert (T.namespace_prefix, T.ignore_labels, T.enable_service_account) == ("", (), True)
     with pytest.raises(TypeError):
-        Translation(NODE, NODE_LABELS)  # type: ignore[call-arg]
+        TranslationPolicy(NODE, NODE_LABELS)  # type: ignore[call-arg]
     with pytest.raises(dataclasses.FrozenInstanceError):
         T.node_name = "other"  # type: ignore[misc]
 
@@ -222,7 +222,7 @@ def test_translation_settings_are_keyword_only_frozen_with_defaults() -> None:
 
 
 def test_lower_pod_keeps_identity_and_drops_server_set_metadata() -> None:
-    lower = unchanged(lower_pod, deployment_pod(), t=T)
+    lower = unchanged(lower_pod, deployment_pod(), policy=T)
     meta = lower["metadata"]
     assert lower["apiVersion"] == "v1"
     assert lower["kind"] == "Pod"
@@ -263,7 +263,7 @@ def test_lower_pod_drops_a_terminating_pods_deletion_fields() -> None:
     pod = deployment_pod()
     pod["metadata"]["deletionTimestamp"] = NOW
     pod["metadata"]["deletionGracePeriodSeconds"] = 30
-    meta = lower_pod(pod, t=T)["metadata"]
+    meta = lower_pod(pod, policy=T)["metadata"]
     assert "deletionTimestamp" not in meta
     assert "deletionGracePeriodSeconds" not in meta
 
@@ -271,10 +271,10 @@ def test_lower_pod_drops_a_terminating_pods_deletion_fields() -> None:
 def test_prefixed_namespace_and_long_node_name() -> None:
     long_name = "virtual-node-for-the-lower-cluster-in-region-eu-west-with-a-long-name-01"
     assert len(long_name) > 63
-    t = Translation(
+    policy = TranslationPolicy(
         cluster_id=CLUSTER_ID, node_name=long_name, node_labels={}, namespace_prefix="up1-"
     )
-    lower = unchanged(lower_pod, deployment_pod(), t=t)
+    lower = unchanged(lower_pod, deployment_pod(), policy=policy)
     meta = lower["metadata"]
     assert meta["namespace"] == "up1-shop"
     assert meta["annotations"][naming.UPPER_NAMESPACE_ANNOTATION] == "shop"
@@ -293,14 +293,14 @@ def test_upper_marks_cannot_claim_another_node() -> None:
     pod["metadata"]["annotations"][naming.NODE_ANNOTATION] = "someone-else"
     pod["metadata"]["labels"][naming.CLUSTER_LABEL] = "another-cluster"
     pod["metadata"]["annotations"][naming.CLUSTER_ANNOTATION] = "another-cluster"
-    lower = lower_pod(pod, t=T)
+    lower = lower_pod(pod, policy=T)
     assert naming.is_owned(lower, owner=OWNER)
     assert lower["metadata"]["labels"][naming.CLUSTER_LABEL] == CLUSTER_ID
 
 
 def test_the_same_node_name_of_another_upper_cluster_owns_nothing_of_ours() -> None:
     # Two upper clusters, both with the default node name, sharing one lower cluster.
-    lower = lower_pod(deployment_pod(), t=T)
+    lower = lower_pod(deployment_pod(), policy=T)
     twin = naming.Owner(node_name=NODE, cluster_id="6d1e0b7a-0000-4000-8000-000000000002")
     assert not naming.is_owned(lower, owner=twin)
     assert naming.owner_selector(twin) != naming.owner_selector(OWNER)
@@ -338,7 +338,7 @@ def test_references_that_are_not_copied_are_removed_below() -> None:
     container["envFrom"] = [{"secretRef": {"name": "gone-s"}}, {"configMapRef": {"name": "here"}}]
     spec["imagePullSecrets"] = [{"name": "gone-s"}]
     absent = frozenset({("ConfigMap", "gone-cm"), ("Secret", "gone-s")})
-    lower = unchanged(lower_pod, pod, t=T, absent=absent)["spec"]
+    lower = unchanged(lower_pod, pod, policy=T, absent=absent)["spec"]
     volumes = {v["name"]: v for v in lower["volumes"]}
     assert volumes["opt-cm"] == {"name": "opt-cm", "emptyDir": {}}
     assert volumes["opt-secret"] == {"name": "opt-secret", "emptyDir": {}}
@@ -350,19 +350,19 @@ def test_references_that_are_not_copied_are_removed_below() -> None:
     assert lower_container["envFrom"] == [{"configMapRef": {"name": "here"}}]
     assert "imagePullSecrets" not in lower
     # Nothing absent: the references stay as they are.
-    assert lower_pod(pod, t=T)["spec"]["imagePullSecrets"] == [{"name": "gone-s"}]
+    assert lower_pod(pod, policy=T)["spec"]["imagePullSecrets"] == [{"name": "gone-s"}]
 
 
 def test_ignore_labels_move_into_tripped_labels() -> None:
     pod = deployment_pod()
     pod["metadata"]["labels"].update({"pod-group.scheduling.sigs.k8s.io": "g1", "team": ""})
-    t = Translation(
+    policy = TranslationPolicy(
         cluster_id=CLUSTER_ID,
         node_name=NODE,
         node_labels=NODE_LABELS,
         ignore_labels=("pod-group.scheduling.sigs.k8s.io", "team", "absent", "app"),
     )
-    meta = unchanged(lower_pod, pod, t=t)["metadata"]
+    meta = unchanged(lower_pod, pod, policy=policy)["metadata"]
     assert "pod-group.scheduling.sigs.k8s.io" not in meta["labels"]
     assert "app" not in meta["labels"]
     assert meta["labels"]["team"] == ""  # an empty value is not moved
@@ -374,10 +374,10 @@ def test_tripped_labels_only_written_when_something_moved() -> None:
     pod = deployment_pod()
     # One arriving from above is not ours and would forge labels on the way back.
     pod["metadata"]["annotations"][naming.TRIPPED_LABELS_ANNOTATION] = '{"forged":"1"}'
-    t = Translation(
+    policy = TranslationPolicy(
         cluster_id=CLUSTER_ID, node_name=NODE, node_labels=NODE_LABELS, ignore_labels=("absent",)
     )
-    lower = lower_pod(pod, t=t)
+    lower = lower_pod(pod, policy=policy)
     assert naming.TRIPPED_LABELS_ANNOTATION not in lower["metadata"]["annotations"]
     assert "forged" not in restored_labels(lower)
 
@@ -385,7 +385,7 @@ def test_tripped_labels_only_written_when_something_moved() -> None:
 def test_missing_uid_writes_no_uid_annotation() -> None:
     pod = deployment_pod()
     del pod["metadata"]["uid"]
-    lower = lower_pod(pod, t=T)
+    lower = lower_pod(pod, policy=T)
     assert naming.UPPER_UID_ANNOTATION not in lower["metadata"]["annotations"]
     env = {e["name"]: e for e in lower["spec"]["containers"][0]["env"]}
     assert env["POD_UID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
@@ -405,7 +405,7 @@ def test_lower_pod_drops_fields_the_lower_cluster_computes_or_refuses() -> None:
         activeDeadlineSeconds=600,
         hostname="web-0",
     )
-    spec = unchanged(lower_pod, pod, t=T)["spec"]
+    spec = unchanged(lower_pod, pod, policy=T)["spec"]
     for key in (
         "nodeName",
         "priority",
@@ -424,7 +424,7 @@ def test_lower_pod_drops_fields_the_lower_cluster_computes_or_refuses() -> None:
 
 
 def test_modern_service_account_volume_is_removed() -> None:
-    spec = lower_pod(deployment_pod(), t=T)["spec"]
+    spec = lower_pod(deployment_pod(), policy=T)["spec"]
     assert spec["volumes"] == [
         {"name": "config", "configMap": {"name": "web-config", "defaultMode": 420}}
     ]
@@ -447,7 +447,7 @@ def test_legacy_token_volume_and_mounts_are_removed_everywhere() -> None:
             "volumeMounts": [token, {"name": "x", "mountPath": "/x"}],
         }
     ]
-    spec = unchanged(lower_pod, pod, t=T)["spec"]
+    spec = unchanged(lower_pod, pod, policy=T)["spec"]
     assert "volumes" not in spec
     assert "volumeMounts" not in spec["containers"][0]
     assert spec["initContainers"][0]["volumeMounts"] == [{"name": "x", "mountPath": "/x"}]
@@ -461,14 +461,14 @@ def test_only_admission_injected_token_volumes_are_removed() -> None:
     }
     look_alike = {"name": "kube-api-access-mine", "configMap": {"name": "mine"}}
     pod["spec"]["volumes"] = [own_token, look_alike]
-    assert lower_pod(pod, t=T)["spec"]["volumes"] == [own_token, look_alike]
+    assert lower_pod(pod, policy=T)["spec"]["volumes"] == [own_token, look_alike]
 
 
 def test_disabled_service_accounts_run_as_default() -> None:
-    t = Translation(
+    policy = TranslationPolicy(
         cluster_id=CLUSTER_ID, node_name=NODE, node_labels=NODE_LABELS, enable_service_account=False
     )
-    spec = lower_pod(deployment_pod(), t=t)["spec"]
+    spec = lower_pod(deployment_pod(), policy=policy)["spec"]
     assert spec["serviceAccountName"] == "default"
     assert spec["serviceAccount"] == "default"
 
@@ -480,7 +480,7 @@ def env_of(lower: dict[str, Any], group: str = "containers") -> dict[str, dict[s
 def test_env_field_refs_without_prefix() -> None:
     pod = deployment_pod()
     pod["spec"]["initContainers"] = [copy.deepcopy(pod["spec"]["containers"][0])]
-    lower = unchanged(lower_pod, pod, t=T)
+    lower = unchanged(lower_pod, pod, policy=T)
     for group in ("containers", "initContainers"):
         env = env_of(lower, group)
         original = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
@@ -492,10 +492,10 @@ def test_env_field_refs_without_prefix() -> None:
 
 
 def test_env_namespace_becomes_the_upper_one_with_a_prefix() -> None:
-    t = Translation(
+    policy = TranslationPolicy(
         cluster_id=CLUSTER_ID, node_name=NODE, node_labels=NODE_LABELS, namespace_prefix="up1-"
     )
-    env = env_of(lower_pod(deployment_pod(), t=t))
+    env = env_of(lower_pod(deployment_pod(), policy=policy))
     assert env["NS"] == {"name": "NS", "value": "shop"}
     assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
 
@@ -814,7 +814,7 @@ def test_pod_with_cluster_selector() -> None:
     pod["spec"]["tolerations"] = [NOT_READY_FOREVER, UNREACHABLE_FOREVER]
     value = json.dumps(webhook_selector(), separators=(",", ":"))
     pod = annotated(pod, value)
-    lower = unchanged(lower_pod, pod, t=T)
+    lower = unchanged(lower_pod, pod, policy=T)
     spec = lower["spec"]
     assert spec["nodeSelector"] == {"disk": "ssd"}
     assert spec["affinity"] == webhook_selector()["affinity"]
@@ -856,8 +856,8 @@ def test_unusable_cluster_selector_counts_as_absent(value: str) -> None:
     assert parse_cluster_selector(value) is None
     pod = deployment_pod()
     pod["spec"]["nodeSelector"] = {"clusterID": "lower-1", "disk": "ssd"}
-    plain = lower_pod(pod, t=T)
-    lower = lower_pod(annotated(pod, value), t=T)
+    plain = lower_pod(pod, policy=T)
+    lower = lower_pod(annotated(pod, value), policy=T)
     assert lower["spec"] == plain["spec"]
     assert lower["metadata"]["annotations"][naming.CLUSTER_SELECTOR_ANNOTATION] == value
 
@@ -1108,13 +1108,13 @@ def test_upper_status_of_a_status_less_lower_pod() -> None:
 def test_restored_labels_round_trip() -> None:
     pod = deployment_pod()
     pod["metadata"]["labels"]["pod-group.scheduling.sigs.k8s.io"] = "g1"
-    t = Translation(
+    policy = TranslationPolicy(
         cluster_id=CLUSTER_ID,
         node_name=NODE,
         node_labels=NODE_LABELS,
         ignore_labels=("pod-group.scheduling.sigs.k8s.io",),
     )
-    lower = lower_pod(pod, t=t)
+    lower = lower_pod(pod, policy=policy)
     expected = {k: v for k, v in pod["metadata"]["labels"].items() if k != "virtual-pod"}
     assert unchanged(restored_labels, lower) == expected
 
@@ -1137,23 +1137,23 @@ def test_restored_labels_ignore_a_broken_tripped_annotation() -> None:
 
 def test_no_update_when_nothing_changed() -> None:
     pod = annotated(deployment_pod(), webhook_selector())
-    t = Translation(
+    policy = TranslationPolicy(
         cluster_id=CLUSTER_ID, node_name=NODE, node_labels=NODE_LABELS, ignore_labels=("app",)
     )
-    assert unchanged(spec_update, pod, lower_pod(pod, t=t), t=t) is None
+    assert unchanged(spec_update, pod, lower_pod(pod, policy=policy), policy=policy) is None
 
 
 def test_images_are_matched_by_name() -> None:
     pod = deployment_pod()
     pod["spec"]["containers"].append({"name": "sidecar", "image": "envoy:1"})
     pod["spec"]["initContainers"] = [{"name": "init", "image": "busybox:1"}]
-    lower = lower_pod(pod, t=T)
+    lower = lower_pod(pod, policy=T)
     # The lower cluster injected a container in front: by-index copying would break it.
     lower["spec"]["containers"].insert(0, {"name": "injected", "image": "mesh:9"})
     pod["spec"]["containers"][1]["image"] = "envoy:2"
     pod["spec"]["containers"].append({"name": "new", "image": "cannot-be-added"})
     pod["spec"]["initContainers"][0]["image"] = "busybox:2"
-    assert unchanged(spec_update, pod, lower, t=T) == {
+    assert unchanged(spec_update, pod, lower, policy=T) == {
         "spec": {
             "containers": [{"name": "sidecar", "image": "envoy:2"}],
             "initContainers": [{"name": "init", "image": "busybox:2"}],
@@ -1163,25 +1163,25 @@ def test_images_are_matched_by_name() -> None:
 
 def test_active_deadline_may_be_set_or_shortened_only() -> None:
     pod = deployment_pod()
-    lower = lower_pod(pod, t=T)
+    lower = lower_pod(pod, policy=T)
     pod["spec"]["activeDeadlineSeconds"] = 300
-    assert spec_update(pod, lower, t=T) == {"spec": {"activeDeadlineSeconds": 300}}
+    assert spec_update(pod, lower, policy=T) == {"spec": {"activeDeadlineSeconds": 300}}
     lower["spec"]["activeDeadlineSeconds"] = 600
-    assert spec_update(pod, lower, t=T) == {"spec": {"activeDeadlineSeconds": 300}}
+    assert spec_update(pod, lower, policy=T) == {"spec": {"activeDeadlineSeconds": 300}}
     lower["spec"]["activeDeadlineSeconds"] = 100
-    assert spec_update(pod, lower, t=T) is None  # extending is illegal
+    assert spec_update(pod, lower, policy=T) is None  # extending is illegal
     del pod["spec"]["activeDeadlineSeconds"]
-    assert spec_update(pod, lower, t=T) is None  # so is removing
+    assert spec_update(pod, lower, policy=T) is None  # so is removing
 
 
 def test_added_tolerations_are_appended_to_the_existing_list() -> None:
     pod = annotated(deployment_pod(), webhook_selector())
-    lower = lower_pod(pod, t=T)
+    lower = lower_pod(pod, policy=T)
     lower["spec"]["tolerations"].append({"key": "lower-admission", "operator": "Exists"})
     selector = webhook_selector()
     gpu = {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
     selector["tolerations"].append(gpu)
-    patch = unchanged(spec_update, annotated(pod, selector), lower, t=T)
+    patch = unchanged(spec_update, annotated(pod, selector), lower, policy=T)
     assert patch is not None
     assert patch["spec"] == {"tolerations": [*lower["spec"]["tolerations"], gpu]}
     assert patch["metadata"] == {
@@ -1192,18 +1192,18 @@ def test_added_tolerations_are_appended_to_the_existing_list() -> None:
 def test_label_and_annotation_changes_keep_ownership_and_tripped_labels() -> None:
     pod = deployment_pod()
     pod["metadata"]["labels"]["pod-group.scheduling.sigs.k8s.io"] = "g1"
-    t = Translation(
+    policy = TranslationPolicy(
         cluster_id=CLUSTER_ID,
         node_name=NODE,
         node_labels=NODE_LABELS,
         ignore_labels=("pod-group.scheduling.sigs.k8s.io",),
     )
-    lower = lower_pod(pod, t=t)
+    lower = lower_pod(pod, policy=policy)
     pod["metadata"]["labels"]["tier"] = "front"
     del pod["metadata"]["labels"]["pod-template-hash"]
     pod["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"] = NOW
     pod["metadata"]["annotations"]["note"] = "x"
-    patch = spec_update(pod, lower, t=t)
+    patch = spec_update(pod, lower, policy=policy)
     assert patch == {
         "metadata": {
             # Keys are never removed below: they may be the lower cluster's own.
@@ -1219,7 +1219,7 @@ def test_label_and_annotation_changes_keep_ownership_and_tripped_labels() -> Non
                 merged[key].pop(k)
             else:
                 merged[key][k] = v
-    wanted = lower_pod(pod, t=t)["metadata"]
+    wanted = lower_pod(pod, policy=policy)["metadata"]
     assert merged["labels"] == {**wanted["labels"], "pod-template-hash": "7d9f8b6c5"}
     assert merged["annotations"] == wanted["annotations"]
     assert naming.is_owned(
@@ -1229,10 +1229,10 @@ def test_label_and_annotation_changes_keep_ownership_and_tripped_labels() -> Non
 
 def test_marks_removed_below_are_restored() -> None:
     pod = deployment_pod()
-    lower = lower_pod(pod, t=T)
+    lower = lower_pod(pod, policy=T)
     del lower["metadata"]["labels"][naming.NODE_LABEL]
     lower["metadata"]["annotations"][naming.NODE_ANNOTATION] = "other"
-    assert spec_update(pod, lower, t=T) == {
+    assert spec_update(pod, lower, policy=T) == {
         "metadata": {
             "labels": {naming.NODE_LABEL: NODE},
             "annotations": {naming.NODE_ANNOTATION: NODE},
@@ -1319,20 +1319,20 @@ def test_lower_pod_never_raises_nor_leaks_upper_identity(
     labels = {k: v for k, v in labels.items() if k not in ownership}
     pod["metadata"]["labels"] = labels
     pod["metadata"]["annotations"] = {**annotations, naming.CLUSTER_SELECTOR_ANNOTATION: selector}
-    t = Translation(
+    policy = TranslationPolicy(
         cluster_id=CLUSTER_ID,
         node_name=NODE,
         node_labels=NODE_LABELS,
         namespace_prefix=prefix,
         ignore_labels=(*ignored, *list(labels)[:2]),
     )
-    lower = unchanged(lower_pod, pod, t=t)
+    lower = unchanged(lower_pod, pod, policy=policy)
     assert "nodeName" not in lower["spec"]
     assert "uid" not in lower["metadata"]
     assert "resourceVersion" not in lower["metadata"]
     assert naming.is_owned(lower, owner=naming.Owner(node_name=NODE, cluster_id=CLUSTER_ID))
     assert restored_labels(lower) == labels
-    assert spec_update(pod, lower, t=t) is None
+    assert spec_update(pod, lower, policy=policy) is None
 
 
 @settings(max_examples=200, deadline=None)
@@ -1365,10 +1365,11 @@ def test_spec_update_wants_what_lower_pod_would_make() -> None:
     pod = annotated(pod, selector)
     pod["spec"]["activeDeadlineSeconds"] = 600
     pod["spec"]["initContainers"] = [{"name": "setup", "image": "busybox:1"}]
-    for t in (T, Translation(cluster_id=CLUSTER_ID, node_name=NODE, node_labels=NODE_LABELS,
-                             ignore_labels=("app",), namespace_prefix="p-")):  # fmt: skip
-        assert spec_update(pod, lower_pod(pod, t=t), t=t) is None
-        older = lower_pod(pod, t=t)
+    for policy in (T, TranslationPolicy(cluster_id=CLUSTER_ID, node_name=NODE,
+                                        node_labels=NODE_LABELS, ignore_labels=("app",),
+                                        namespace_prefix="p-")):  # fmt: skip
+        assert spec_update(pod, lower_pod(pod, policy=policy), policy=policy) is None
+        older = lower_pod(pod, policy=policy)
         older["spec"]["tolerations"] = []
         older["spec"]["activeDeadlineSeconds"] = 900
         for group in ("containers", "initContainers"):
@@ -1376,8 +1377,8 @@ def test_spec_update_wants_what_lower_pod_would_make() -> None:
                 container["image"] = "old"
         older["metadata"]["labels"] = {}
         older["metadata"]["annotations"] = {}
-        wanted = lower_pod(pod, t=t)
-        patch = spec_update(pod, older, t=t)
+        wanted = lower_pod(pod, policy=policy)
+        patch = spec_update(pod, older, policy=policy)
         assert patch == {
             "metadata": {
                 "labels": wanted["metadata"]["labels"],

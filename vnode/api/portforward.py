@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from vnode import errors as provider_errors
+from vnode import provider_errors
 from vnode.api import channels, streaming
 from vnode.api.streaming import STREAM_CREATION_TIMEOUT, ChannelStream, Connection
 from vnode.provider import PortSession

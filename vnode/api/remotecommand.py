@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from aiohttp import web
 
-from vnode import errors as provider_errors
+from vnode import provider_errors
 from vnode.api import channels, streaming
 from vnode.api.channels import ERROR, RESIZE, STDERR, STDIN, STDOUT
 from vnode.api.streaming import STREAM_CREATION_TIMEOUT, ChannelStream, Connection

@@ -20,7 +20,7 @@ from typing import Any, Final, NoReturn, Protocol
 
 from aiohttp import typedefs, web
 
-from vnode import errors as provider_errors
+from vnode import provider_errors
 from vnode.api import auth, channels, logs, portforward, remotecommand, run, stats, streaming
 from vnode.api.spdy_session import SpdyTransport
 from vnode.api.streaming import DEFAULT_IDLE_TIMEOUT, STREAM_CREATION_TIMEOUT
@@ -406,7 +406,7 @@ def _refuse(status: int, text: str, *, headers: Mapping[str, str] | None = None)
 def _provider_failure(exc: provider_errors.ProviderError) -> NoReturn:
     """Raise the kubelet's answer to a provider error: 404 missing, 503 backend down, else
     400."""
-    if isinstance(exc, provider_errors.NotFound):
+    if isinstance(exc, provider_errors.PodNotFound):
         raise web.HTTPNotFound(text=str(exc))
     if isinstance(exc, provider_errors.BackendUnavailable):
         raise web.HTTPServiceUnavailable(text=str(exc))

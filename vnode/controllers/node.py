@@ -22,12 +22,12 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from vnode.controllers import status as decide
+from vnode.controllers import node_objects
 from vnode.controllers.retry import until_done
-from vnode.kube import errors
+from vnode.kube import errors, timestamps
 from vnode.kube.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiClient
 from vnode.kube.informer import Handlers, Informer
-from vnode.kube.informers import InformerFactory
+from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.resources import LEASES, NODES
 from vnode.provider import NodeProvider
 from vnode.settings import NodeSettings
@@ -165,7 +165,7 @@ class NodeController:
         except errors.NotFound:
             try:
                 created = await self._upper.request(
-                    "POST", NODES.path(), body=decide.node_object(self._settings)
+                    "POST", NODES.path(), body=node_objects.node_object(self._settings)
                 )
                 logger.info("registered node %s", self._settings.name)
                 return created
@@ -173,9 +173,9 @@ class NodeController:
                 current = await self._upper.request("GET", path)
         # Adopt: merge our labels in, put our taint in place of an older one of ours.
         patch = {
-            "metadata": {"labels": decide.node_labels(self._settings)},
+            "metadata": {"labels": node_objects.node_labels(self._settings)},
             "spec": {
-                "taints": decide.node_taints(
+                "taints": node_objects.node_taints(
                     (current.get("spec") or {}).get("taints") or [], settings=self._settings
                 )
             },
@@ -184,25 +184,25 @@ class NodeController:
 
     async def _update_status(self, *, only_news: bool = False) -> None:
         """Write the node status; with `only_news`, only if it changed (see
-        `decide.node_status_news`): a lower cluster whose nodes heartbeat every few seconds
+        `node_objects.node_status_news`): a lower cluster whose nodes heartbeat every few seconds
         then costs no upper write while its room stays the same."""
         current = self.informer.store.get(self._settings.name)
         if current is None:
             current = await self._ensure_node()
-        body = decide.node_status(
+        body = node_objects.node_status(
             current,
             settings=self._settings,
             capacity=self._provider.capacity(),
             node_info=self._provider.node_info(),
-            now=decide.now_rfc3339(),
+            now=timestamps.now_rfc3339(),
         )
         if (
             only_news
             and self._written is not None
             # Both what we last wrote and what the cache shows (which may not show that
             # write yet, or show the node lifecycle controller's Unknown) must be current.
-            and not decide.node_status_news({"status": self._written}, body)
-            and not decide.node_status_news(current, body)
+            and not node_objects.node_status_news({"status": self._written}, body)
+            and not node_objects.node_status_news(current, body)
         ):
             return
         try:
@@ -222,7 +222,7 @@ class NodeController:
     async def _renew_lease(self) -> None:
         name = self._settings.name
         path = LEASES.path(namespace="kube-node-lease", name=name)
-        now = decide.now_micro()
+        now = timestamps.now_micro()
         if self._lease is not None:
             lease = {**self._lease, "spec": {**self._lease["spec"], "renewTime": now}}
             try:
@@ -241,7 +241,7 @@ class NodeController:
             self._lease = await self._upper.request("PUT", path, body=current)
         except errors.NotFound:
             node = self.informer.store.get(name) or await self._ensure_node()
-            body = decide.lease_object(
+            body = node_objects.lease_object(
                 settings=self._settings, node_uid=str(node["metadata"]["uid"]), now=now
             )
             self._lease = await self._upper.request(

@@ -17,15 +17,15 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from vnode import errors as provider_errors
-from vnode.controllers import status as decide
+from vnode import provider_errors
+from vnode.controllers import pod_decisions
 from vnode.controllers.retry import until_done
-from vnode.kube import errors
+from vnode.kube import errors, timestamps
 from vnode.kube.backoff import ExponentialBackoff
 from vnode.kube.client import MERGE_PATCH, ApiClient
 from vnode.kube.events import EventRecorder
 from vnode.kube.informer import Handlers, Informer
-from vnode.kube.informers import InformerFactory
+from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.resources import PODS, object_key, pod_is_terminal, split_key
 from vnode.kube.store import Obj
 from vnode.kube.workqueue import FairQueuing, QueueSettings, Requeue, Transient, WorkQueue
@@ -103,7 +103,7 @@ class PodController:
         self.status_from_lower.add(key)
 
     def _updated(self, old: Obj, new: Obj) -> None:
-        if decide.spec_changed(old, new):
+        if pod_decisions.spec_changed(old, new):
             self.pods_from_upper.add(object_key(new))
 
     def _deleted(self, pod: Obj) -> None:
@@ -180,10 +180,10 @@ class PodController:
                 await self._provider.delete_pod(gone, grace_period=grace)
             return
         self._gone.pop(key, None)
-        refusal = decide.rejection(pod)
+        refusal = pod_decisions.rejection(pod)
         if refusal is not None:
             if not pod_is_terminal(pod):
-                await self._write_status(pod, decide.rejected_status(pod, message=refusal))
+                await self._write_status(pod, pod_decisions.rejected_status(pod, message=refusal))
                 await self._recorder.record(
                     pod, type="Warning", reason="UnsupportedPod", message=refusal
                 )
@@ -198,7 +198,9 @@ class PodController:
             return
         if self._provider.backend_pod(pod) is None:
             if self._provider.vanished(pod):
-                await self._write_status(pod, decide.vanished_status(pod, now=decide.now_rfc3339()))
+                await self._write_status(
+                    pod, pod_decisions.vanished_status(pod, now=timestamps.now_rfc3339())
+                )
                 return
             await self._create(pod)
         else:
@@ -220,11 +222,11 @@ class PodController:
             await self._recorder.record(
                 pod, type="Warning", reason="FailedMount" if mount else exc.reason, message=str(exc)
             )
-            status = decide.waiting_status(
+            status = pod_decisions.waiting_status(
                 pod,
                 reason="ContainerCreating" if mount else "CreateContainerConfigError",
                 message=None if mount else str(exc),
-                now=decide.now_rfc3339(),
+                now=timestamps.now_rfc3339(),
             )
             await self._write_status(pod, status)
             raise Requeue(_DEPENDENCY_RETRY, str(exc)) from exc
@@ -237,8 +239,8 @@ class PodController:
             # of a lower priority level, 500s of a failing admission webhook) and at once
             # when a failed ping recovers (`resync`).
             transient = isinstance(exc, provider_errors.BackendUnavailable)
-            status = decide.provider_failed_status(
-                pod, message=str(exc), now=decide.now_rfc3339(), transient=transient
+            status = pod_decisions.provider_failed_status(
+                pod, message=str(exc), now=timestamps.now_rfc3339(), transient=transient
             )
             await self._write_status(pod, status)
             if transient:
@@ -281,7 +283,7 @@ class PodController:
         if pod is None or pod_is_terminal(pod):
             return
         desired = self._provider.pod_status(pod)
-        if desired is not None and not decide.nothing_to_tell(desired):
+        if desired is not None and not pod_decisions.nothing_to_tell(desired):
             try:
                 await self._write_status(pod, desired)
             except errors.TRANSIENT as exc:
@@ -291,7 +293,7 @@ class PodController:
                 raise Requeue(_STATUS_RETRY, str(exc)) from exc
 
     async def _write_status(self, pod: Obj, desired: dict[str, Any]) -> None:
-        patch = decide.status_patch(pod.get("status") or {}, desired)
+        patch = pod_decisions.status_patch(pod.get("status") or {}, desired)
         if patch is None:
             return
         namespace, name = split_key(object_key(pod))

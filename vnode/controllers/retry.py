@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from vnode.errors import ProviderError
 from vnode.kube import retry
+from vnode.provider_errors import ProviderError
 
 T = TypeVar("T")
 

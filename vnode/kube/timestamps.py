@@ -32,3 +32,14 @@ def parse_rfc3339(text: object) -> dt.datetime | None:
     if moment.tzinfo is None:
         return None  # RFC 3339 always names its offset; a bare time is not one
     return moment.astimezone(dt.UTC)
+
+
+def now_rfc3339(now: dt.datetime | None = None) -> str:
+    """Return `now` (default: the current UTC time) as a `metav1.Time` (see `rfc3339`)."""
+    return rfc3339(now or dt.datetime.now(dt.UTC))
+
+
+def now_micro(now: dt.datetime | None = None) -> str:
+    """Return `now` (default: the current UTC time) as a `metav1.MicroTime` (a Lease's
+    renewTime; see `rfc3339_micro`)."""
+    return rfc3339_micro(now or dt.datetime.now(dt.UTC))

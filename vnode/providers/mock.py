@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vnode import errors as provider_errors
+from vnode import provider_errors
 from vnode.kube.informer import Informer
 from vnode.kube.quantity import parse_quantity
 from vnode.kube.resources import object_key
@@ -281,7 +281,7 @@ class MockProvider:
     ) -> AsyncGenerator[bytes, None]:
         """An empty log (virtual-kubelet's mock answers the same)."""
         if self.backend_pod(pod) is None:
-            raise provider_errors.NotFound(f"pod {object_key(pod)} is not running here")
+            raise provider_errors.PodNotFound(f"pod {object_key(pod)} is not running here")
         empty: tuple[bytes, ...] = ()
         for chunk in empty:
             yield chunk

@@ -20,11 +20,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vnode import errors as provider_errors
+from vnode import provider_errors
 from vnode.kube import errors
 from vnode.kube.client import ApiClient
 from vnode.kube.informer import Handlers, Informer
-from vnode.kube.informers import InformerFactory
+from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.mirror import (
     Change,
     EnsureResult,

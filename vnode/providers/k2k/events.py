@@ -14,7 +14,7 @@ from typing import Any
 from vnode.kube import errors
 from vnode.kube.client import MERGE_PATCH, ApiClient
 from vnode.kube.informer import Handlers, Informer
-from vnode.kube.informers import InformerFactory
+from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.resources import EVENTS
 from vnode.kube.store import Obj
 from vnode.kube.workqueue import WorkQueue

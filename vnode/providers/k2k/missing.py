@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from vnode import errors
+from vnode import provider_errors
 from vnode.provider import PodEvent
 from vnode.providers.k2k.translate import CONFIG_MAP, Reference, references
 
@@ -47,7 +47,9 @@ def unresolved(pod: Mapping[str, Any], *, lookup: Lookup) -> list[Reference]:
     return result
 
 
-def first_mandatory(gaps: list[Reference], *, namespace: str) -> errors.MissingDependency | None:
+def first_mandatory(
+    gaps: list[Reference], *, namespace: str
+) -> provider_errors.MissingDependency | None:
     """Return the error for the first mandatory gap in `gaps`, or None if all are optional.
 
     Messages are a kubelet's: `configmap "app" not found`, `couldn't find key k in Secret
@@ -63,7 +65,7 @@ def first_mandatory(gaps: list[Reference], *, namespace: str) -> errors.MissingD
             message = f'{gap.kind.lower()} "{gap.name}" not found'
         if gap.volume is not None:
             message = f'MountVolume.SetUp failed for volume "{gap.volume}" : {message}'
-        return errors.MissingDependency(
+        return provider_errors.MissingDependency(
             message,
             kind=gap.kind,
             namespace=namespace,

@@ -23,12 +23,12 @@ from typing import Any
 
 import aiohttp
 
-from vnode import errors as provider_errors
+from vnode import provider_errors
 from vnode.kube import errors
 from vnode.kube.client import STRATEGIC_MERGE_PATCH, ApiClient
 from vnode.kube.events import EventRecorder
 from vnode.kube.informer import Handlers, Informer
-from vnode.kube.informers import InformerFactory
+from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.mirror import Mirror, MirrorSpec, Refused
 from vnode.kube.resources import NODES, PODS, object_key
 from vnode.kube.store import Obj
@@ -74,7 +74,7 @@ class K2KProvider:
         upper: ApiClient,
         lower: ApiClient,
         informers: InformerFactory,
-        translation: translate.Translation,
+        policy: translate.TranslationPolicy,
         node_ip: str,
         upper_events: ApiClient | None = None,
         lower_heartbeat: ApiClient | None = None,
@@ -95,19 +95,19 @@ class K2KProvider:
         `controllers` chooses the mirrors of Services and volumes that run beside the
         dependency copies (default: both, as tensile-kube's --enable-controllers)."""
         self._node_ip = node_ip
-        self._node = translation.node_name
-        self._owner = translation.owner
+        self._node = policy.node_name
+        self._owner = policy.owner
         self._upper = upper
         self._lower = lower
         self._heartbeat = lower_heartbeat or lower
-        self.t = translation
+        self.policy = policy
         self._started = False
         self.namespaces = LowerNamespaces(
             lower=lower,
             upper=upper,
             owner=self._owner,
-            prefix=translation.namespace_prefix,
-            pod_security_level=translation.pod_security_level,
+            prefix=policy.namespace_prefix,
+            pod_security_level=policy.pod_security_level,
         )
         self.pods = informers.informer(
             lower,
@@ -125,9 +125,9 @@ class K2KProvider:
             upper=upper,
             lower=lower,
             owner=self._owner,
-            namespace_prefix=translation.namespace_prefix,
+            namespace_prefix=policy.namespace_prefix,
             upper_namespace=upper_namespace,
-            enable_service_account=translation.enable_service_account,
+            enable_service_account=policy.enable_service_account,
             lower_pods=self.pods,
             informers=informers,
             on_resolved=self._notify_key,
@@ -159,7 +159,7 @@ class K2KProvider:
                 lower=lower,
                 informers=informers,
                 owner=self._owner,
-                prefix=translation.namespace_prefix,
+                prefix=policy.namespace_prefix,
                 namespaces=self.namespaces,
                 classes=volumes.StorageClassMap(
                     classes=controllers.lower_storage_classes,
@@ -226,7 +226,7 @@ class K2KProvider:
         # One namespace: watch only it (and need only a Role there upstairs).
         only = controllers.service_namespaces
         namespace = only[0] if len(only) == 1 else None
-        prefix = self.t.namespace_prefix
+        prefix = self.policy.namespace_prefix
         recorder = EventRecorder(
             upper_events, component=f"{self._node}/service-mirror", host=self._node
         )
@@ -279,7 +279,7 @@ class K2KProvider:
 
     def _lower_key(self, pod: Mapping[str, Any]) -> str:
         meta = pod["metadata"]
-        ns = naming.lower_namespace(str(meta["namespace"]), prefix=self.t.namespace_prefix)
+        ns = naming.lower_namespace(str(meta["namespace"]), prefix=self.policy.namespace_prefix)
         return f"{ns}/{meta['name']}"
 
     def _ours(self, lower: Mapping[str, Any] | None) -> bool:
@@ -307,10 +307,10 @@ class K2KProvider:
         the namespace is gone and makes it again).
         """
         upper_ns = str(pod["metadata"]["namespace"])
-        problem = naming.namespace_problem(upper_ns, prefix=self.t.namespace_prefix)
+        problem = naming.namespace_problem(upper_ns, prefix=self.policy.namespace_prefix)
         if problem is not None:
             raise provider_errors.InvalidPod(problem)
-        level = self.t.pod_security_level
+        level = self.policy.pod_security_level
         if reasons := podsecurity.violations(pod, level=level):
             raise provider_errors.InvalidPod(
                 f'violates PodSecurity "{level}" (--pod-security-level): {"; ".join(reasons)}'
@@ -371,7 +371,7 @@ class K2KProvider:
             ensured = await self.dependencies.ensure(pod)
             if self.volumes is not None:
                 await self.volumes.ensure_for_pod(pod)
-            body = translate.lower_pod(pod, t=self.t, absent=ensured.absent)
+            body = translate.lower_pod(pod, policy=self.policy, absent=ensured.absent)
             try:
                 await self._lower.request("POST", PODS.path(namespace=lower_ns), body=body)
             except errors.AlreadyExists:
@@ -395,7 +395,7 @@ class K2KProvider:
         lower = self.backend_pod(pod)
         if lower is None:
             return
-        patch = translate.spec_update(pod, lower, t=self.t)
+        patch = translate.spec_update(pod, lower, policy=self.policy)
         if patch is None:
             return
         meta = lower["metadata"]
@@ -510,7 +510,9 @@ class K2KProvider:
     def _lower_of(self, pod: Obj) -> Obj:
         lower = self.backend_pod(pod)
         if lower is None:
-            raise provider_errors.NotFound(f"pod {_key(pod)} has no pod in the lower cluster yet")
+            raise provider_errors.PodNotFound(
+                f"pod {_key(pod)} has no pod in the lower cluster yet"
+            )
         return lower
 
     def pod_status(self, pod: Obj) -> dict[str, Any] | None:
@@ -639,7 +641,7 @@ def _as_provider_errors() -> Iterator[None]:
     try:
         yield
     except errors.NotFound as exc:
-        raise provider_errors.NotFound(exc.message) from exc
+        raise provider_errors.PodNotFound(exc.message) from exc
     except errors.ApiUnavailable as exc:
         raise provider_errors.BackendUnavailable(str(exc)) from exc
     except errors.ApiError as exc:

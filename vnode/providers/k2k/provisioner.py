@@ -23,12 +23,12 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from vnode import errors as provider_errors
+from vnode import provider_errors
 from vnode.kube import errors
 from vnode.kube.client import MERGE_PATCH, ApiClient
 from vnode.kube.events import EventRecorder
 from vnode.kube.informer import Handlers, Informer
-from vnode.kube.informers import InformerFactory
+from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.mirror import Mirror, MirrorConflict, Refused
 from vnode.kube.resources import (
     PERSISTENT_VOLUME_CLAIMS,

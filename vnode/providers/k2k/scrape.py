@@ -31,7 +31,8 @@ from vnode.kube.client import ApiClient, read_bounded
 from vnode.kube.config import ConnectionInfo
 from vnode.kube.store import Store
 from vnode.provider import NodeUsage, PodUsage
-from vnode.providers.k2k import metrics, naming
+from vnode.providers.k2k import naming, resource_usage
+from vnode.providers.k2k.resource_usage import LowerKey, OwnedPod
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ than tenfold, and parses in ~0.7 s (parsing runs ~0.16-0.2 s/MB)."""
 ERROR_BODY_LIMIT = 4096
 """Bytes of a kubelet's error answer read at most (for the message)."""
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
-"""The text format first (never OpenMetrics, which `metrics.parse` does not read); the
+"""The text format first (never OpenMetrics, which `resource_usage.parse` does not read); the
 `*/*` because some servers (go-restful routes without `Produces`, as kwok's) refuse
 requests that accept only text/plain."""
 
@@ -158,7 +159,7 @@ class ToKubelets:
     async def fetch(self, node: Obj, path: str, *, limit: int) -> str:
         if self._session is None:
             raise errors.ApiUnavailable("the kubelet client is not open (use `async with`)")
-        url = metrics.kubelet_url(node, path)
+        url = resource_usage.kubelet_url(node, path)
         async with self._session.get(url, headers=self._headers()) as response:
             if response.status != 200:
                 body = await read_bounded(response, limit=ERROR_BODY_LIMIT)
@@ -282,7 +283,7 @@ class ResourceScraper:
         """The placed pods (and start times) the cached answer was measured for: a pod that
         started since is in no cached answer, so its arrival ends the cache's life early (a
         kubelet lists a pod as soon as it runs)."""
-        self._history = metrics.History()
+        self._history = resource_usage.History()
         self._failing: set[str] = set()
 
     async def resource_usage(self) -> NodeUsage:
@@ -313,7 +314,7 @@ class ResourceScraper:
             time_left = deadline_at - loop.time()
             if (
                 self._warmup > 0
-                and (metrics.lacks_rates(answer) or _unmeasured(placed, answer))
+                and (resource_usage.lacks_rates(answer) or _unmeasured(placed, answer))
                 and time_left >= self._warmup + self._timeout
             ):
                 await asyncio.sleep(self._warmup)
@@ -327,7 +328,7 @@ class ResourceScraper:
             return self._answer
 
     async def _round(self, *, deadline_at: float) -> NodeUsage:
-        owned = metrics.owned_pods(self._pods, owner=self._owner)
+        owned = resource_usage.owned_pods(self._pods, owner=self._owner)
         nodes = sorted({p.node for p in owned.values()})
         self._failing &= set(nodes)
         results: dict[str, list[PodUsage]] = {}
@@ -343,7 +344,7 @@ class ResourceScraper:
                 if name not in results:
                     self._failed(name, f"no answer within {self._deadline:.0f}s")
         measured = [p for name in nodes for p in results.get(name, [])]
-        usage, self._history = metrics.snapshot(
+        usage, self._history = resource_usage.snapshot(
             measured,
             history=self._history,
             alive={p.uid for p in owned.values()},
@@ -356,14 +357,14 @@ class ResourceScraper:
         self,
         name: str,
         *,
-        owned: dict[metrics.LowerKey, metrics.OwnedPod],
+        owned: dict[LowerKey, OwnedPod],
         results: dict[str, list[PodUsage]],
     ) -> None:
         node = self._nodes.get(name)
         if node is None:
             self._failed(name, "the node is not in the lower cluster's node cache")
             return
-        path = metrics.metrics_path(node)
+        path = resource_usage.metrics_path(node)
         async with self._parallel:
             fetched_ms = round(self._clock() * 1000)
             try:
@@ -414,17 +415,19 @@ def _measure(
     text: str,
     *,
     node: str,
-    owned: Mapping[metrics.LowerKey, metrics.OwnedPod],
+    owned: Mapping[LowerKey, OwnedPod],
     fetched_ms: int,
 ) -> list[PodUsage]:
     """Parse one kubelet's answer and measure this node's pods in it (runs in a thread).
     Raises ValueError when `text` is not Prometheus text."""
-    return metrics.measure(metrics.parse(text), node=node, pods=owned, fetched_ms=fetched_ms)
+    return resource_usage.measure(
+        resource_usage.parse(text), node=node, pods=owned, fetched_ms=fetched_ms
+    )
 
 
 def _placement(pods: Store, *, owner: naming.Owner) -> frozenset[tuple[str, float | None]]:
     # What decides whether a cached answer still covers the node's pods: (upper UID, start).
-    owned = metrics.owned_pods(pods, owner=owner)
+    owned = resource_usage.owned_pods(pods, owner=owner)
     return frozenset((pod.uid, pod.start_time) for pod in owned.values())
 
 

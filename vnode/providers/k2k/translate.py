@@ -58,7 +58,7 @@ SECRET = "Secret"  # noqa: S105 (a kind name)
 
 
 @dataclass(frozen=True, kw_only=True)
-class Translation:
+class TranslationPolicy:
     """Settings of one virtual node that the translation depends on."""
 
     node_name: str
@@ -91,18 +91,18 @@ class Dependencies:
 def lower_pod(
     upper: Mapping[str, Any],
     *,
-    t: Translation,
+    policy: TranslationPolicy,
     absent: frozenset[tuple[str, str]] = frozenset(),
 ) -> dict[str, Any]:
     """Return the pod to create in the lower cluster for the upper pod `upper`.
 
     Mirrors tensile-kube's TrimPod, fixed: same name, namespace `prefix + namespace`; labels
-    in `t.ignore_labels` move to the `tripped-labels` annotation; ownership marks, the upper
+    in `policy.ignore_labels` move to the `tripped-labels` annotation; ownership marks, the upper
     UID and namespace are added; server-set metadata and spec fields the lower admission
     recomputes are dropped; placement follows `placement.lower_placement`; the volumes the
     upper ServiceAccount admission injected are removed so the lower one injects its own
     token; env fieldRefs that would resolve differently below become literals. With
-    `t.enable_service_account` False the pod runs as the lower namespace's `default`
+    `policy.enable_service_account` False the pod runs as the lower namespace's `default`
     ServiceAccount, which always exists, so no ServiceAccount has to be copied.
 
     `absent` are the ("ConfigMap"|"Secret", name) pairs that are not copied below (optional
@@ -116,9 +116,9 @@ def lower_pod(
     spec = lower_placement(
         _spec(upper),
         cluster_selector=clusterselector.parse(annotation),
-        node_name=t.node_name,
-        node_labels=t.node_labels,
-        taint_key=t.taint_key,
+        node_name=policy.node_name,
+        node_labels=policy.node_labels,
+        taint_key=policy.taint_key,
     )
     for key in _DROPPED_SPEC:
         spec.pop(key, None)
@@ -129,16 +129,16 @@ def lower_pod(
         spec["volumes"] = [v for v in _maps(spec["volumes"]) if v.get("name") not in token_volumes]
         if not spec["volumes"]:
             del spec["volumes"]
-    if not t.enable_service_account:
+    if not policy.enable_service_account:
         spec["serviceAccountName"] = spec["serviceAccount"] = "default"
     if absent:
         _remove_references(spec, absent)
     for group in _CONTAINER_GROUPS:
         for container in _maps(spec.get(group)):
-            _lower_container(container, upper_meta=meta, token_volumes=token_volumes, t=t)
+            _lower_container(container, upper_meta=meta, token_volumes=token_volumes, policy=policy)
     metadata = codec.deep_copy({k: v for k, v in meta.items() if k not in _DROPPED_METADATA})
-    metadata["namespace"] = naming.lower_namespace(namespace, prefix=t.namespace_prefix)
-    metadata["labels"], metadata["annotations"] = _lower_marks(meta, t=t)
+    metadata["namespace"] = naming.lower_namespace(namespace, prefix=policy.namespace_prefix)
+    metadata["labels"], metadata["annotations"] = _lower_marks(meta, policy=policy)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
@@ -225,7 +225,7 @@ def restored_labels(lower: Mapping[str, Any]) -> dict[str, str]:
 
 
 def spec_update(
-    upper: Mapping[str, Any], lower: Mapping[str, Any], *, t: Translation
+    upper: Mapping[str, Any], lower: Mapping[str, Any], *, policy: TranslationPolicy
 ) -> dict[str, Any] | None:
     """Return the patch that brings the lower pod `lower` in line with the upper pod `upper`.
 
@@ -243,12 +243,14 @@ def spec_update(
     # What `lower_pod` would make of these fields, worked out without the rest of the pod:
     # every pod of the node is compared at each start, most of them to find nothing.
     upper_meta, upper_spec = _mapping(upper.get("metadata")), _spec(upper)
-    marks = dict(zip(("labels", "annotations"), _lower_marks(upper_meta, t=t), strict=True))
+    marks = dict(
+        zip(("labels", "annotations"), _lower_marks(upper_meta, policy=policy), strict=True)
+    )
     selector = clusterselector.parse(
         _mapping(upper_meta.get("annotations")).get(naming.CLUSTER_SELECTOR_ANNOTATION)
     )
     wanted_tolerations = lower_tolerations(
-        upper_spec, cluster_selector=selector, taint_key=t.taint_key
+        upper_spec, cluster_selector=selector, taint_key=policy.taint_key
     )
     have_meta, have_spec = _mapping(lower.get("metadata")), _spec(lower)
     meta_patch: dict[str, Any] = {}
@@ -284,19 +286,19 @@ def spec_update(
 
 
 def _lower_marks(
-    meta: Mapping[str, Any], *, t: Translation
+    meta: Mapping[str, Any], *, policy: TranslationPolicy
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     labels = dict(_mapping(meta.get("labels")))
     annotations = dict(_mapping(meta.get("annotations")))
     # Only lower_pod writes tripped-labels; one arriving from above would inject labels the
     # upper pod never had when restored_labels merges it back.
     annotations.pop(naming.TRIPPED_LABELS_ANNOTATION, None)
-    moved = {key: labels.pop(key) for key in t.ignore_labels if labels.get(key)}
+    moved = {key: labels.pop(key) for key in policy.ignore_labels if labels.get(key)}
     if moved:
         annotations[naming.TRIPPED_LABELS_ANNOTATION] = json.dumps(
             moved, separators=(",", ":"), sort_keys=True, ensure_ascii=False
         )
-    owner_labels, owner_annotations = naming.owner_marks(t.owner)
+    owner_labels, owner_annotations = naming.owner_marks(policy.owner)
     labels.update(owner_labels)
     annotations.update(owner_annotations)
     if meta.get("uid"):
@@ -310,7 +312,7 @@ def _lower_container(
     *,
     upper_meta: Mapping[str, Any],
     token_volumes: set[str],
-    t: Translation,
+    policy: TranslationPolicy,
 ) -> None:
     # `container` belongs to lower_pod's own deep copy, so it is changed in place.
     mounts = [m for m in _maps(container.get("volumeMounts")) if m.get("name") not in token_volumes]
@@ -320,10 +322,10 @@ def _lower_container(
         container.pop("volumeMounts", None)
     # Literals for what the lower kubelet would resolve differently; everything else
     # (metadata.name, labels, status.podIP, resourceFieldRef, ...) it resolves correctly.
-    literals = {"spec.nodeName": t.node_name}
+    literals = {"spec.nodeName": policy.node_name}
     if upper_meta.get("uid"):
         literals["metadata.uid"] = str(upper_meta["uid"])
-    if t.namespace_prefix:
+    if policy.namespace_prefix:
         literals["metadata.namespace"] = str(upper_meta.get("namespace") or "default")
     for var in _maps(container.get("env")):
         path = _mapping(_mapping(var.get("valueFrom")).get("fieldRef")).get("fieldPath")

@@ -54,5 +54,5 @@ class BackendUnavailable(ProviderError):
     """The backend (the lower cluster) cannot be reached right now."""
 
 
-class NotFound(ProviderError):
+class PodNotFound(ProviderError):
     """The provider has no such pod or container (answered as 404)."""

@@ -1,30 +1,17 @@
-"""Pure decisions of the pod and node controllers: what to enqueue, reject, patch, publish.
+"""Pure decisions of the pod controller: what to enqueue, reject, and patch on an upper pod's
+status (virtual-kubelet's node/pod.go behaviour, in our words).
 
-No I/O and no mutation of inputs; the controllers in `pods.py` and `node.py` act on these.
+No I/O and no mutation of inputs; `pods.py` acts on these.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from vnode.contracts import labels as contract_labels
 from vnode.kube.resources import TERMINAL_PHASES
-from vnode.kube.timestamps import rfc3339, rfc3339_micro
-from vnode.settings import NodeSettings
 
 _MUTABLE_SPEC = ("containers", "initContainers", "activeDeadlineSeconds", "tolerations")
-
-
-def now_rfc3339(now: dt.datetime | None = None) -> str:
-    """Return `now` (default: the current UTC time) as Kubernetes' second-precision RFC 3339."""
-    return rfc3339(now or dt.datetime.now(dt.UTC))
-
-
-def now_micro(now: dt.datetime | None = None) -> str:
-    """Return `now` as a Kubernetes MicroTime (Lease renewTime)."""
-    return rfc3339_micro(now or dt.datetime.now(dt.UTC))
 
 
 def spec_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
@@ -93,165 +80,6 @@ def status_patch(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict
     body: dict[str, Any] = {k: v for k, v in desired.items() if current.get(k) != v}
     body.update({k: None for k in current if k not in desired})
     return {"status": body}
-
-
-# -- the Node ---------------------------------------------------------------------------------
-
-
-def node_labels(settings: NodeSettings) -> dict[str, str]:
-    """Return the labels of the virtual node (virtual-kubelet's and tensile-kube's set)."""
-    labels = {
-        contract_labels.NODE_TYPE_LABEL: contract_labels.VIRTUAL_NODE_TYPE,
-        "kubernetes.io/role": "agent",
-        contract_labels.HOSTNAME_LABEL: settings.name,
-        "kubernetes.io/os": settings.operating_system,
-        "beta.kubernetes.io/os": settings.operating_system,
-        "kubernetes.io/arch": "amd64",
-        "node.kubernetes.io/exclude-from-external-load-balancers": "true",
-    }
-    labels.update(dict(settings.extra_labels))
-    return labels
-
-
-def node_taints(
-    existing: Iterable[Mapping[str, Any]], *, settings: NodeSettings
-) -> list[dict[str, Any]]:
-    """Return the Node's taints: others' kept, ours (by key) replaced or removed."""
-    key = settings.taint.key if settings.taint else contract_labels.DEFAULT_TAINT_KEY
-    taints = [dict(t) for t in existing if t.get("key") != key]
-    if settings.taint is not None:
-        taints.append(
-            {
-                "key": settings.taint.key,
-                "value": settings.taint.value,
-                "effect": settings.taint.effect,
-            }
-        )
-    return taints
-
-
-def node_object(settings: NodeSettings) -> dict[str, Any]:
-    """Return the Node to create (status follows in a separate status update)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": settings.name, "labels": node_labels(settings)},
-        "spec": {"taints": node_taints([], settings=settings)},
-    }
-
-
-_CONDITIONS = (
-    ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
-    (
-        "MemoryPressure",
-        "False",
-        "KubeletHasSufficientMemory",
-        "kubelet has sufficient memory available",
-    ),
-    ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-    ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-)
-
-
-def node_status(
-    current: Mapping[str, Any] | None,
-    *,
-    settings: NodeSettings,
-    capacity: Mapping[str, str],
-    node_info: Mapping[str, str],
-    now: str,
-) -> dict[str, Any]:
-    """Return the strategic merge patch body for `nodes/<name>/status`.
-
-    Conditions keep their lastTransitionTime while their status is unchanged and carry a
-    fresh heartbeat; addresses are InternalIP (and ExternalIP if set), never a Hostname
-    (which would win over InternalIP on apiservers with the default address order and
-    need to resolve).
-    """
-    previous = {
-        c.get("type"): c for c in ((current or {}).get("status") or {}).get("conditions") or []
-    }
-    conditions = []
-    for ctype, status, reason, message in _CONDITIONS:
-        old = previous.get(ctype) or {}
-        transition = old.get("lastTransitionTime") if old.get("status") == status else None
-        conditions.append(
-            {
-                "type": ctype,
-                "status": status,
-                "reason": reason,
-                "message": message,
-                "lastHeartbeatTime": now,
-                "lastTransitionTime": transition or now,
-            }
-        )
-    return {
-        "status": {
-            "capacity": dict(capacity),
-            "allocatable": dict(capacity),
-            "conditions": conditions,
-            "addresses": node_addresses(settings),
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": settings.kubelet_port}},
-            "nodeInfo": {**dict(node_info), "operatingSystem": settings.operating_system},
-            "phase": "Running",
-        }
-    }
-
-
-def node_status_news(current: Mapping[str, Any] | None, body: Mapping[str, Any]) -> bool:
-    """Tell whether the status patch `body` (from `node_status`) changes more than the
-    heartbeat times of `current` (the Node as last seen). The kubelet likewise patches its
-    Node only when the status changed or once its report interval has passed (the Lease is
-    the heartbeat)."""
-    have = (current or {}).get("status") or {}
-    for field, wanted in (body.get("status") or {}).items():
-        want, got = wanted, have.get(field)
-        if field == "conditions":
-            want, got = _without_heartbeats(want), _without_heartbeats(got)
-        elif field == "nodeInfo" and isinstance(got, Mapping):
-            got = {k: got.get(k) for k in want}  # the apiserver keeps fields we do not set
-        if want != got:
-            return True
-    return False
-
-
-def _without_heartbeats(conditions: object) -> list[dict[str, Any]]:
-    if not isinstance(conditions, list):
-        return []
-    return [
-        {k: v for k, v in c.items() if k != "lastHeartbeatTime"}
-        for c in conditions
-        if isinstance(c, Mapping)
-    ]
-
-
-def node_addresses(settings: NodeSettings) -> list[dict[str, str]]:
-    """Return the Node's `status.addresses`: InternalIP, and ExternalIP if set, never a
-    Hostname (see `node_status`). The serving certificate names exactly these."""
-    addresses = [{"type": "InternalIP", "address": settings.internal_ip}]
-    if settings.external_ip:
-        addresses.append({"type": "ExternalIP", "address": settings.external_ip})
-    return addresses
-
-
-def lease_object(*, settings: NodeSettings, node_uid: str, now: str) -> dict[str, Any]:
-    """Return the node's Lease in kube-node-lease, owned by the Node (deleted with it)."""
-    return {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {
-            "name": settings.name,
-            "namespace": "kube-node-lease",
-            "ownerReferences": [
-                {"apiVersion": "v1", "kind": "Node", "name": settings.name, "uid": node_uid}
-            ],
-        },
-        "spec": {
-            "holderIdentity": settings.name,
-            "leaseDurationSeconds": settings.lease_duration,
-            "renewTime": now,
-        },
-    }
 
 
 def provider_failed_status(
