@@ -22,7 +22,7 @@ def _devcluster(
     *args: str, env: dict[str, str] | None = None, timeout: float = 240.0
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "devcluster.__main__", *args],
+        [sys.executable, "-m", "devcluster", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
