@@ -46,10 +46,10 @@ from typing import Any
 import harness
 from harness import CpuMeter, Timed, pct
 
+from devcluster.cluster import FleetSettings, LowerClusterSettings
+from devcluster.fleet import Fleet
+from devcluster.vnodes import VirtualNodeProcess
 from vnode.kube.client import ApiClient
-from vnode.testing.cluster import FleetSettings, LowerClusterSettings
-from vnode.testing.fleet import Fleet
-from vnode.testing.vnodes import VirtualNodeProcess
 
 TARGETS = {
     "via / limit": 0.9,

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devcluster.fleet import Fleet
+from devcluster.vnodes import VirtualNodeProcess
 from vnode.kube import config, errors
 from vnode.kube.client import ApiClient
 from vnode.kube.informer import Handlers, Informer
 from vnode.kube.resources import NAMESPACES, PODS
-from vnode.testing.fleet import Fleet
-from vnode.testing.vnodes import VirtualNodeProcess
 
 NAMESPACE_PREFIX = "bench-"
 

@@ -33,9 +33,9 @@ from pathlib import Path
 import harness
 from harness import pct
 
-from vnode.testing.cluster import FleetSettings, LowerClusterSettings
-from vnode.testing.fleet import Fleet
-from vnode.testing.vnodes import VirtualNodeProcess
+from devcluster.cluster import FleetSettings, LowerClusterSettings
+from devcluster.fleet import Fleet
+from devcluster.vnodes import VirtualNodeProcess
 
 RECONCILE_TARGET = 10.0
 WRITES = ("POST", "PUT", "PATCH", "DELETE")

@@ -28,14 +28,14 @@ from typing import Any
 
 from harness import pct
 
+from devcluster.cluster import FleetSettings, LowerClusterSettings
+from devcluster.fleet import Fleet
+from devcluster.vnodes import VirtualNodeProcess
 from vnode.kube import config
 from vnode.kube.client import MERGE_PATCH, ApiClient
 from vnode.kube.informer import Handlers, Informer
 from vnode.kube.resources import ENDPOINT_SLICES, NAMESPACES
 from vnode.providers.k2k import services
-from vnode.testing.cluster import FleetSettings, LowerClusterSettings
-from vnode.testing.fleet import Fleet
-from vnode.testing.vnodes import VirtualNodeProcess
 
 History = list[tuple[float, frozenset[str]]]
 

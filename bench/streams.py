@@ -34,11 +34,11 @@ from typing import Any
 
 import aiohttp
 
+from devcluster.cluster import FleetSettings, LowerClusterSettings, kubectl_binary
+from devcluster.fleet import Fleet
+from devcluster.vnodes import VirtualNodeProcess
 from vnode.kube import config
 from vnode.kube.client import ApiClient
-from vnode.testing.cluster import FleetSettings, LowerClusterSettings, kubectl_binary
-from vnode.testing.fleet import Fleet
-from vnode.testing.vnodes import VirtualNodeProcess
 
 LINE = "x" * 99  # 100 bytes a line with its newline, as the client receives it
 STDIN, STDOUT = 0, 1

@@ -34,12 +34,12 @@ from typing import Any
 
 import aiohttp
 
+from devcluster import webhooks
+from devcluster.cluster import FleetSettings, LowerClusterSettings
+from devcluster.fleet import Fleet
+from devcluster.webhooks import WebhookProcess
 from vnode.kube import config, errors
 from vnode.kube.client import ApiClient
-from vnode.testing import webhooks
-from vnode.testing.cluster import FleetSettings, LowerClusterSettings
-from vnode.testing.fleet import Fleet
-from vnode.testing.webhooks import WebhookProcess
 
 TARGET_P99_ADDED = 0.005  # seconds
 

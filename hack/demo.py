@@ -22,12 +22,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from vnode.testing import devcluster, netns, processes, webhooks
-from vnode.testing.cluster import Cluster
-from vnode.testing.deschedulers import DeschedulerProcess
-from vnode.testing.fleet import ENV_FILE, Fleet
-from vnode.testing.vnodes import VirtualNodeProcess
-from vnode.testing.webhooks import WebhookProcess
+from devcluster import __main__ as devcluster
+from devcluster import netns, webhooks
+from devcluster.cluster import Cluster
+from devcluster.deschedulers import DeschedulerProcess
+from devcluster.fleet import ENV_FILE, Fleet
+from devcluster.vnodes import VirtualNodeProcess
+from devcluster.webhooks import WebhookProcess
+from vnode.testing import processes
 
 NODE = "tensile"
 FLEET = [

@@ -10,11 +10,17 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from vnode.testing import processes
-from vnode.testing.fixtures import long_lived_pids
+
+# The fleet's fixtures; also the hook that enters its private network before any test runs.
+pytest_plugins = ["tests.fixtures"]
 
 
 @pytest.fixture(autouse=True)
 def _no_leaked_child_processes(request: pytest.FixtureRequest) -> Iterator[None]:
+    # Imported here, not above: pytest rewrites the asserts of a plugin only if it is the
+    # first to import it (`pytest_plugins`).
+    from tests.fixtures import long_lived_pids  # noqa: PLC0415
+
     before = processes.children_of(os.getpid())
     yield
     deadline = time.monotonic() + 3.0

@@ -40,6 +40,7 @@ from vnode.providers.k2k.scrape import (
     ThroughApiserver,
     ToKubelets,
 )
+from vnode.testing.fakeprovider import FakeProvider, FakeSession
 from vnode.testing.pki import CertificateAuthority
 
 NODE = "vn-1"
@@ -49,64 +50,12 @@ NOW = 1_700_000_000.0
 
 # -- the API routes, with a fake provider ------------------------------------------------
 
-
-class FakeSession:
-    """A command's channels, as scripted: (channel, bytes) messages, then the end."""
-
-    def __init__(self, messages: list[tuple[int, bytes]], *, hang: bool = False) -> None:
-        self._messages = list(messages)
-        self._hang = hang
-        self.closed = False
-
-    async def send(self, channel: int, data: bytes) -> None:
-        raise AssertionError("/run sends no input")
-
-    async def close_stdin(self) -> None:
-        raise AssertionError("/run sends no input")
-
-    async def receive(self) -> tuple[int, bytes] | None:
-        if self._messages:
-            return self._messages.pop(0)
-        if self._hang:
-            await asyncio.Event().wait()
-        return None
-
-    async def close(self) -> None:
-        self.closed = True
-
-
 SUCCESS = (3, b'{"metadata":{},"status":"Success"}')
 EXIT_2 = (
     3,
     b'{"metadata":{},"status":"Failure","reason":"NonZeroExitCode",'
     b'"details":{"causes":[{"reason":"ExitCode","message":"2"}]}}',
 )
-
-
-class FakeProvider:
-    def __init__(self) -> None:
-        self.usage = NodeUsage(pods=(), node=None, complete=True)
-        self.session = FakeSession([(1, b"out\n"), (2, b"err\n"), SUCCESS])
-        self.commands: list[RemoteCommand] = []
-        self.exec_error: Exception | None = None
-
-    async def resource_usage(self) -> NodeUsage:
-        return self.usage
-
-    async def open_exec(
-        self, pod: dict[str, Any], *, container: str, options: RemoteCommand, attach: bool
-    ) -> FakeSession:
-        assert not attach
-        if self.exec_error is not None:
-            raise self.exec_error
-        self.commands.append(options)
-        return self.session
-
-    def container_logs(self, *args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("not used")
-
-    async def open_port_forward(self, *args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("not used")
 
 
 def upper_pod(name: str, *, running: bool = True) -> dict[str, Any]:
@@ -120,13 +69,13 @@ def upper_pod(name: str, *, running: bool = True) -> dict[str, Any]:
 
 @pytest.fixture
 async def api() -> AsyncIterator[tuple[TestClient[web.Request, web.Application], FakeProvider]]:
-    provider = FakeProvider()
+    provider = FakeProvider(script=[(1, b"out\n"), (2, b"err\n"), SUCCESS])
     pods = {("team", "web"): upper_pod("web"), ("team", "idle"): upper_pod("idle", running=False)}
     context = ApiContext(
         node_name=NODE,
         pod=lambda ns, name: pods.get((ns, name)),
         pods=lambda: list(pods.values()),
-        provider=provider,  # type: ignore[arg-type]
+        provider=provider,
         authenticator=None,
         authorizer=None,
     )
@@ -186,8 +135,12 @@ async def test_run_answers_stdout_then_stderr(
     assert response.status == 200
     assert await response.read() == b"out\nerr\n"
     assert response.headers["Content-Type"] == "application/json"
-    assert provider.commands[0].command == ("sh", "-c", "hi")
-    assert provider.session.closed
+    assert provider.execs[0].options.command == ("sh", "-c", "hi")
+    assert not provider.execs[0].attach
+    session = provider.sessions[0]
+    assert session.closed
+    assert session.sent == [], "/run sends no input"
+    assert not session.stdin_closed, "/run sends no input"
 
 
 @pytest.mark.parametrize(
@@ -216,7 +169,7 @@ async def test_a_failing_command_is_a_500_with_the_kubelets_words(
     api: tuple[TestClient[web.Request, web.Application], FakeProvider],
 ) -> None:
     client, provider = api
-    provider.session = FakeSession([(1, b"partial"), (2, b"bad thing\n"), EXIT_2])
+    provider.script = [(1, b"partial"), (2, b"bad thing\n"), EXIT_2]
     response = await client.post("/run/team/web/main?cmd=false")
     assert response.status == 500
     assert await response.text() == "command 'false' exited with 2: bad thing\n"
@@ -226,19 +179,22 @@ async def test_a_failing_command_is_a_500_with_the_kubelets_words(
     assert (await client.post("/run/team/web/main?cmd=false")).status == 404
     provider.exec_error = provider_errors.BackendUnavailable("lower cluster down")
     assert (await client.post("/run/team/web/main?cmd=false")).status == 503
+    assert not any(call.attach for call in provider.execs)
+    assert provider.sessions[0].sent == [], "/run sends no input"
+    assert not provider.sessions[0].stdin_closed, "/run sends no input"
 
 
 async def test_run_is_bounded_in_time_and_output() -> None:
     options = RemoteCommand(command=("yes",), stdin=False, stdout=True, stderr=True, tty=False)
-    hanging = FakeSession([(1, b"y\n")], hang=True)
+    hanging = FakeSession([(1, b"y\n")])  # never ends
     with pytest.raises(run.RunError, match=r"timed out after 0\.1s"):
         await run.collect(hanging, options=options, timeout=0.1)
     assert hanging.closed
-    flood = FakeSession([(1, b"y" * 600), (2, b"n" * 600), SUCCESS])
+    flood = FakeSession([(1, b"y" * 600), (2, b"n" * 600), SUCCESS], ended=True)
     with pytest.raises(run.RunError, match="wrote more than 1000 bytes"):
         await run.collect(flood, options=options, limit=1000)
     assert flood.closed
-    silent = FakeSession([(1, b"y")])
+    silent = FakeSession([(1, b"y")], ended=True)
     with pytest.raises(run.RunError, match="without a status"):
         await run.collect(silent, options=options)
 

@@ -24,7 +24,7 @@ from aiohttp.test_utils import TestServer
 from vnode import provider_errors
 from vnode.api import portforward, spdy, spdy_session
 from vnode.api.server import ApiContext, make_app
-from vnode.provider import RemoteCommand
+from vnode.testing.fakeprovider import FakePort, FakeProvider, FakeSession
 
 POD = {
     "metadata": {"name": "web", "namespace": "ns", "uid": "u1"},
@@ -32,76 +32,6 @@ POD = {
 }
 EXEC = "/exec/ns/web/main?command=sh&output=1&error=1"
 SUCCESS = json.dumps({"metadata": {}, "status": "Success"}).encode()
-
-
-class FakeSession:
-    """A command below: what it was sent, and what the test makes it say."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[int, bytes]] = []
-        self.stdin_closed = False
-        self.closed = False
-        self.output: asyncio.Queue[tuple[int, bytes] | None] = asyncio.Queue()
-
-    async def send(self, channel: int, data: bytes) -> None:
-        self.sent.append((channel, data))
-
-    async def close_stdin(self) -> None:
-        self.stdin_closed = True
-
-    async def receive(self) -> tuple[int, bytes] | None:
-        return await self.output.get()
-
-    async def close(self) -> None:
-        self.closed = True
-        self.output.put_nowait(None)
-
-
-class FakePort:
-    """A forwarded connection that echoes what it gets, upper-cased, once."""
-
-    def __init__(self) -> None:
-        self._echo: asyncio.Queue[bytes | None] = asyncio.Queue()
-
-    async def send(self, data: bytes) -> None:
-        self._echo.put_nowait(data.upper())
-        self._echo.put_nowait(None)
-
-    async def receive(self) -> bytes | None:
-        return await self._echo.get()
-
-    def error(self) -> str:
-        return ""
-
-    async def close(self) -> None:
-        self._echo.put_nowait(None)
-
-
-class FakeProvider:
-    def __init__(self) -> None:
-        self.sessions: list[FakeSession] = []
-        self.opened = asyncio.Event()
-        self.fail: Exception | None = None
-        self.options: RemoteCommand | None = None
-
-    async def open_exec(
-        self, pod: dict[str, Any], *, container: str, options: RemoteCommand, attach: bool
-    ) -> FakeSession:
-        self.options = options
-        self.opened.set()
-        if self.fail is not None:
-            raise self.fail
-        session = FakeSession()
-        self.sessions.append(session)
-        return session
-
-    async def open_port_forward(self, pod: dict[str, Any], *, port: int) -> FakePort:
-        if port == 81:
-            raise provider_errors.ProviderError("nothing listens on 81")
-        return FakePort()
-
-    def container_logs(self, *_: Any, **__: Any) -> Any:
-        raise NotImplementedError
 
 
 @contextlib.asynccontextmanager
@@ -112,7 +42,7 @@ async def _api(
         node_name="n1",
         pod=lambda ns, name: POD if (ns, name) == ("ns", "web") else None,
         pods=lambda: [POD],
-        provider=provider,  # type: ignore[arg-type]
+        provider=provider,
         authenticator=None,
         authorizer=None,
         idle_timeout=idle_timeout,
@@ -262,7 +192,7 @@ async def test_refusals_come_before_the_upgrade_and_start_nothing() -> None:
 
 async def test_a_provider_error_after_the_upgrade_is_a_status_on_the_error_channel() -> None:
     provider = FakeProvider()
-    provider.fail = provider_errors.PodNotFound('container "main" not found (from below)')
+    provider.exec_error = provider_errors.PodNotFound('container "main" not found (from below)')
     async with _api(provider) as server:
         async with _ws(server, EXEC, "v4.channel.k8s.io") as ws:
             messages = await _messages(ws)
@@ -354,7 +284,7 @@ async def test_websocket_backpressure_both_ways() -> None:
 
 
 async def test_websocket_port_forward_pairs_channels_per_port() -> None:
-    provider = FakeProvider()
+    provider = FakeProvider(refused_ports=(81,))
     path = "/portForward/ns/web?port=80,81"
     async with _api(provider) as server, _ws(server, path, "v4.channel.k8s.io") as ws:
         await ws.send_bytes(b"\x00hello")
@@ -429,7 +359,7 @@ async def test_resize_data_that_never_completes_a_size_is_cut_off_at_4_kib() -> 
 
 async def test_spdy_provider_errors_after_the_upgrade_go_to_the_error_stream() -> None:
     provider = FakeProvider()
-    provider.fail = provider_errors.BackendUnavailable("lower cluster unreachable")
+    provider.exec_error = provider_errors.BackendUnavailable("lower cluster unreachable")
     async with _api(provider) as server:
         for protocol in ("v4.channel.k8s.io", "v2.channel.k8s.io"):
             client = await SpdyClient.connect(server, EXEC, protocol)

@@ -1,4 +1,4 @@
-"""The harness's child programs (`vnode.testing.programs`): started, waited for, checked,
+"""The harness's child programs (`devcluster.programs`): started, waited for, checked,
 killed, restarted and stopped, on a real child process serving HTTP on 127.0.0.1 (a small
 stand-in for tensile's commands, which the e2e suite runs the same way)."""
 
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from vnode.testing import ports, processes, programs
+from devcluster import programs
+from vnode.testing import ports, processes
 
 # Answers /readyz 503 until it has been asked three times, then 200; /metrics in the
 # Prometheus text format.

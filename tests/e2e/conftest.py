@@ -17,10 +17,10 @@ import secrets  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from devcluster.fleet import Fleet  # noqa: E402
+from devcluster.vnodes import VirtualNodeProcess  # noqa: E402
 from tests.e2e.helpers import Storage, delete_if_present  # noqa: E402
 from vnode.providers.k2k import volumes  # noqa: E402
-from vnode.testing.fleet import Fleet  # noqa: E402
-from vnode.testing.vnodes import VirtualNodeProcess  # noqa: E402
 
 
 @pytest.fixture

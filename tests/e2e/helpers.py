@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from vnode.testing.cluster import Cluster
-from vnode.testing.fleet import Fleet
-from vnode.testing.rest import ApiStatusError, RestClient
+from devcluster.cluster import Cluster
+from devcluster.fleet import Fleet
+from devcluster.rest import ApiStatusError, RestClient
 
 T = TypeVar("T")
 

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
+from devcluster import cluster
+from devcluster.fleet import Fleet
 from tests.e2e.helpers import wait_for
-from vnode.testing import binaries, cluster
-from vnode.testing.fleet import Fleet
+from vnode.testing import binaries
 
 
 def _pod_manifest(name: str, namespace: str) -> dict[str, Any]:

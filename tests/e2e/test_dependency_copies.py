@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from devcluster.fleet import Fleet
 from tests.e2e.helpers import until
 from vnode.kube import config, errors
 from vnode.kube.client import ApiClient
@@ -28,7 +29,6 @@ from vnode.kube.store import Obj
 from vnode.providers.k2k import naming
 from vnode.providers.k2k.dependencies import DependencySync
 from vnode.providers.k2k.translate import TranslationPolicy, lower_pod
-from vnode.testing.fleet import Fleet
 
 T = TranslationPolicy(
     node_name="copies-test",

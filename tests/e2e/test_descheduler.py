@@ -23,16 +23,16 @@ from typing import Any
 import pytest
 
 from descheduler import move_objects
+from devcluster import webhooks
+from devcluster.cluster import FleetSettings, LowerClusterSettings
+from devcluster.deschedulers import DeschedulerProcess
+from devcluster.fleet import Fleet
+from devcluster.rest import RestClient
+from devcluster.vnodes import VirtualNodeProcess
+from devcluster.webhooks import WebhookProcess
 from tests.e2e.helpers import events_for, get, pod, token_kubeconfig, wait_for
+from tests.fixtures import create_namespace, delete_namespace, long_lived_pids
 from vnode.contracts import avoidance
-from vnode.testing import webhooks
-from vnode.testing.cluster import FleetSettings, LowerClusterSettings
-from vnode.testing.deschedulers import DeschedulerProcess
-from vnode.testing.fixtures import create_namespace, delete_namespace, long_lived_pids
-from vnode.testing.fleet import Fleet
-from vnode.testing.rest import RestClient
-from vnode.testing.vnodes import VirtualNodeProcess
-from vnode.testing.webhooks import WebhookProcess
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests" / "descheduler"
 TOPOLOGY = FleetSettings(

@@ -13,15 +13,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vnode.testing import netns, ports, processes
-from vnode.testing.cluster import STATE_FILE, kubectl_binary
+from devcluster import netns
+from devcluster.cluster import STATE_FILE, kubectl_binary
+from vnode.testing import ports, processes
 
 
 def _devcluster(
     *args: str, env: dict[str, str] | None = None, timeout: float = 240.0
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "vnode.testing.devcluster", *args],
+        [sys.executable, "-m", "devcluster", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

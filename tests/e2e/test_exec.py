@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from vnode.testing.cluster import kubectl_binary
-from vnode.testing.fleet import Fleet
-from vnode.testing.vnodes import VirtualNodeProcess
+from devcluster.cluster import kubectl_binary
+from devcluster.fleet import Fleet
+from devcluster.vnodes import VirtualNodeProcess
 
 MODES = pytest.mark.parametrize("websockets", ["true", "false"], ids=["websocket", "spdy"])
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from devcluster.cluster import FleetSettings, LowerClusterSettings
+from devcluster.fleet import Fleet
+from devcluster.vnodes import VirtualNodeProcess
 from tests.e2e.helpers import create, get, phase, pod, pod_manifest, wait_for
-from vnode.testing.cluster import FleetSettings, LowerClusterSettings
-from vnode.testing.fixtures import create_namespace
-from vnode.testing.fleet import Fleet
-from vnode.testing.vnodes import VirtualNodeProcess
+from tests.fixtures import create_namespace
 
 NODE_GRACE = 20.0
 """Seconds the upper node lifecycle controller waits for a heartbeat before NotReady."""

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
+from devcluster import kwok, netns
+from devcluster.cluster import Cluster, host_node_name
+from devcluster.fleet import Fleet
+from devcluster.vnodes import VirtualNodeProcess
 from tests.e2e.helpers import create, get, phase, pod, pod_manifest, wait_for
+from tests.fixtures import create_namespace, delete_namespace
 from vnode.kube.quantity import parse_quantity
-from vnode.testing import kwok, netns
-from vnode.testing.cluster import Cluster, host_node_name
-from vnode.testing.fixtures import create_namespace, delete_namespace
-from vnode.testing.fleet import Fleet
-from vnode.testing.vnodes import VirtualNodeProcess
 
 
 def _allocatable(cluster: Cluster, node: str) -> dict[str, str]:

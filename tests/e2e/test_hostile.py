@@ -24,13 +24,13 @@ from typing import Any
 
 import pytest
 
+from devcluster.fleet import Fleet
+from devcluster.rest import RestClient
+from devcluster.vnodes import VirtualNodeProcess
 from tests.e2e.helpers import create, kubelet_request, phase, pod_manifest, wait_for
 from vnode.api import spdy
 from vnode.providers.k2k import naming
-from vnode.testing.fleet import Fleet
 from vnode.testing.pki import CertificateAuthority, KeyPair
-from vnode.testing.rest import RestClient
-from vnode.testing.vnodes import VirtualNodeProcess
 
 LEASE_RENEW_INTERVAL = 10.0  # the node's, seconds
 LATE = 4.0  # seconds a renewal may come after its interval on 2 busy cores

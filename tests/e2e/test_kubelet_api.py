@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from devcluster import cluster, kwok
+from devcluster.fleet import Fleet
+from devcluster.vnodes import VirtualNodeProcess
 from tests.e2e.helpers import kubelet_request
-from vnode.testing import cluster, kwok
-from vnode.testing.fleet import Fleet
-from vnode.testing.vnodes import VirtualNodeProcess
 
 
 @pytest.mark.parametrize(

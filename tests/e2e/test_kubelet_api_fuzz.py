@@ -21,9 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from devcluster.fleet import Fleet
+from devcluster.vnodes import VirtualNodeProcess
 from vnode.api import spdy
-from vnode.testing.fleet import Fleet
-from vnode.testing.vnodes import VirtualNodeProcess
 
 ANSWER_WITHIN = 10.0  # seconds for the status line of any request
 FUZZ = settings(

@@ -25,6 +25,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from devcluster import kwok
+from devcluster.fleet import Fleet
+from devcluster.vnodes import VirtualNodeProcess
 from tests.e2e.helpers import (
     create,
     get,
@@ -36,9 +39,6 @@ from tests.e2e.helpers import (
     wait_for,
 )
 from vnode.providers.k2k import naming
-from vnode.testing import kwok
-from vnode.testing.fleet import Fleet
-from vnode.testing.vnodes import VirtualNodeProcess
 
 MEMORY = 48 * 1024 * 1024  # the usage the pod's kwok annotations ask for, per container
 CPU_CORES = 0.2

@@ -21,10 +21,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from devcluster import cluster
+from devcluster.fleet import Fleet
+from devcluster.vnodes import VirtualNodeProcess
 from tests.e2e.helpers import create, phase, pod_manifest, wait_for
-from vnode.testing import cluster
-from vnode.testing.fleet import Fleet
-from vnode.testing.vnodes import VirtualNodeProcess
 
 BINARY = ("v5.channel.k8s.io", "v4.channel.k8s.io", "channel.k8s.io")
 BASE64 = ("v4.base64.channel.k8s.io", "base64.channel.k8s.io")

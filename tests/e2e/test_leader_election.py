@@ -20,11 +20,11 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from devcluster.fleet import Fleet
 from vnode.kube import config
 from vnode.kube.client import ApiClient
 from vnode.kube.leaderelection import LeaderElectionSettings, LeaderElector
 from vnode.kube.resources import LEASES
-from vnode.testing.fleet import Fleet
 
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 6.0, 4.0, 0.5
 MICRO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")

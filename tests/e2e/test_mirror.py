@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from devcluster.fleet import Fleet
 from tests.e2e.helpers import until
 from vnode.kube import config, errors
 from vnode.kube.client import ApiClient
@@ -26,7 +27,6 @@ from vnode.kube.mirror import Change, Creation, Mirror, MirrorConflict, MirrorSp
 from vnode.kube.resources import CONFIG_MAPS
 from vnode.kube.store import Obj
 from vnode.providers.k2k import naming
-from vnode.testing.fleet import Fleet
 
 OWNER = naming.Owner(node_name="mirror-test", cluster_id="mirror-test-cluster")
 OTHER = naming.Owner(node_name="mirror-test", cluster_id="someone-else")

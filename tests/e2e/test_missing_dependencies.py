@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from devcluster.fleet import Fleet
+from devcluster.vnodes import VirtualNodeProcess
 from tests.e2e.helpers import create, events_for, get, phase, pod, pod_manifest, wait_for
-from vnode.testing.fleet import Fleet
-from vnode.testing.vnodes import VirtualNodeProcess
 
 # Below the pod controller's 20 s backstop retry: a pod that starts within this started
 # because the node noticed the ConfigMap, not because it polled.

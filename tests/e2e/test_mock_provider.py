@@ -7,9 +7,9 @@ import json
 import secrets
 from pathlib import Path
 
+from devcluster.fleet import Fleet
+from devcluster.vnodes import VirtualNodeProcess
 from tests.e2e.helpers import create, pod, pod_manifest, wait_for
-from vnode.testing.fleet import Fleet
-from vnode.testing.vnodes import VirtualNodeProcess
 
 
 def mock_node(fleet: Fleet, tmp_path: Path, nodes: list[VirtualNodeProcess]) -> VirtualNodeProcess:

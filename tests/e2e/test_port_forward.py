@@ -13,10 +13,10 @@ import urllib.request
 
 import pytest
 
+from devcluster import cluster
+from devcluster.fleet import Fleet
+from devcluster.vnodes import VirtualNodeProcess
 from tests.e2e.helpers import create, phase, pod_manifest, wait_for
-from vnode.testing import cluster
-from vnode.testing.fleet import Fleet
-from vnode.testing.vnodes import VirtualNodeProcess
 
 
 @pytest.mark.parametrize("websockets", ["true", "false"], ids=["websocket", "spdy"])

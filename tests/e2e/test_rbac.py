@@ -6,6 +6,9 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
+from devcluster.fleet import Fleet
+from devcluster.rest import ApiStatusError
+from devcluster.vnodes import VirtualNodeProcess
 from tests.e2e.helpers import (
     create,
     get,
@@ -16,9 +19,6 @@ from tests.e2e.helpers import (
     wait_for,
 )
 from vnode.providers.k2k import services, volumes
-from vnode.testing.fleet import Fleet
-from vnode.testing.rest import ApiStatusError
-from vnode.testing.vnodes import VirtualNodeProcess
 
 MANIFESTS = Path(__file__).parents[2] / "manifests" / "vnode"
 

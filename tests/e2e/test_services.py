@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
+from devcluster.fleet import Fleet
+from devcluster.rest import ApiStatusError, RestClient
+from devcluster.vnodes import VirtualNodeProcess
 from tests.e2e.helpers import get, wait_for
 from vnode.providers.k2k import naming, services
-from vnode.testing.fleet import Fleet
-from vnode.testing.rest import ApiStatusError, RestClient
-from vnode.testing.vnodes import VirtualNodeProcess
 
 SLICES = "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices"
 MERGE = "application/merge-patch+json"

@@ -23,6 +23,10 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
+from devcluster import cluster
+from devcluster.fleet import Fleet
+from devcluster.rest import RestClient
+from devcluster.vnodes import VirtualNodeProcess
 from tests.e2e.helpers import create, phase, pod_manifest, token_kubeconfig, wait_for
 from vnode.api.certificates import identity_from_addresses, load_chain
 from vnode.api.certmanager import (
@@ -35,10 +39,6 @@ from vnode.kube import config
 from vnode.kube.backoff import ExponentialBackoff
 from vnode.kube.client import ApiClient
 from vnode.serving.tls import RotatingTls
-from vnode.testing import cluster
-from vnode.testing.fleet import Fleet
-from vnode.testing.rest import RestClient
-from vnode.testing.vnodes import VirtualNodeProcess
 
 MANIFESTS = Path(__file__).parents[2] / "manifests" / "vnode"
 SERVICE_ACCOUNT = "system:serviceaccount:tensile-system:tensile-virtual-node"

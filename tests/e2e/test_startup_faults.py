@@ -13,12 +13,12 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from devcluster.cluster import Cluster
+from devcluster.fleet import Fleet
+from devcluster.rest import ApiStatusError
+from devcluster.vnodes import VirtualNodeProcess
 from tests.e2e.helpers import create, get, phase, pod, pod_manifest, wait_for
 from vnode.providers.k2k import naming
-from vnode.testing.cluster import Cluster
-from vnode.testing.fleet import Fleet
-from vnode.testing.rest import ApiStatusError
-from vnode.testing.vnodes import VirtualNodeProcess
 
 _WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 

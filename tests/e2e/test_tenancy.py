@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
+from devcluster.cluster import Cluster
+from devcluster.fleet import Fleet
+from devcluster.rest import ApiStatusError, RestClient
+from devcluster.vnodes import VirtualNodeProcess
 from tests.e2e.helpers import create, get, phase, pod, pod_manifest, wait_for
+from tests.fixtures import create_namespace, delete_namespace
 from vnode.providers.k2k import naming
-from vnode.testing.cluster import Cluster
-from vnode.testing.fixtures import create_namespace, delete_namespace
-from vnode.testing.fleet import Fleet
-from vnode.testing.rest import ApiStatusError, RestClient
-from vnode.testing.vnodes import VirtualNodeProcess
 
 
 @pytest.fixture

@@ -24,9 +24,9 @@ from contextlib import contextmanager
 
 import pytest
 
-from vnode.testing import kwok
-from vnode.testing.cluster import kubectl_binary
-from vnode.testing.fleet import Fleet
+from devcluster import kwok
+from devcluster.cluster import kubectl_binary
+from devcluster.fleet import Fleet
 
 MODES = pytest.mark.parametrize("websockets", ["true", "false"], ids=["websocket", "spdy"])
 

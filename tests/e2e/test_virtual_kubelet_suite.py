@@ -6,7 +6,7 @@ serving on 10250 (it reads /stats/summary and /metrics/resource through
 `pods/https:<node>:10250/proxy`). So `manifests/vnode/virtual-node.yaml` is applied to the
 upper cluster with its RBAC, the upper scheduler puts the pod on the upper cluster's host
 Node (a kwok Node at its own routable address), and its container runs here as a local
-process (`vnode.testing.podrun`) with the pod's ServiceAccount, arguments and volumes. Its
+process (`devcluster.podrun`) with the pod's ServiceAccount, arguments and volumes. Its
 lower credentials are a token of `lower-rbac.yaml`'s ServiceAccount, which may also use the
 lower apiserver's node proxy (`--lower-kubelet-access=proxy`, the command's default).
 """
@@ -20,10 +20,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from devcluster import netns
+from devcluster.fleet import Fleet
+from devcluster.podrun import LocalPod
 from tests.e2e.helpers import get, token_kubeconfig, wait_for
-from vnode.testing import binaries, netns
-from vnode.testing.fleet import Fleet
-from vnode.testing.podrun import LocalPod
+from vnode.testing import binaries
 
 MANIFESTS = Path(__file__).parents[2] / "manifests" / "vnode"
 NAMESPACE = "tensile-system"
@@ -75,7 +76,7 @@ def test_virtual_kubelets_provider_suite_passes(
         wait_for("the deployed node to be Ready", lambda: _ready(fleet), timeout=90)
         result = subprocess.run(
             [
-                str(binaries.ensure()["virtual-kubelet-e2e"]),
+                str(binaries.ensure(preexec_fn=netns.in_host_network())["virtual-kubelet-e2e"]),
                 f"-kubeconfig={upper.kubeconfig}",
                 f"-namespace={NAMESPACE}",
                 f"-node-name={NODE}",

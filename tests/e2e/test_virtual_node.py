@@ -7,10 +7,10 @@ import time
 import urllib.request
 from typing import Any
 
+from devcluster.fleet import Fleet
+from devcluster.vnodes import VirtualNodeProcess
 from tests.e2e.helpers import create, events_for, get, phase, pod, pod_manifest, wait_for
 from vnode.providers.k2k import naming
-from vnode.testing.fleet import Fleet
-from vnode.testing.vnodes import VirtualNodeProcess
 
 
 def _node(fleet: Fleet, name: str) -> dict[str, Any]:

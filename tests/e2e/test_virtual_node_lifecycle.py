@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
+from devcluster.fleet import Fleet
+from devcluster.kwok import FakeNode
+from devcluster.vnodes import VirtualNodeProcess
 from tests.e2e.helpers import create, get, phase, pod, pod_manifest, wait_for
 from vnode.kube.quantity import parse_quantity
 from vnode.providers.k2k import naming
-from vnode.testing.fleet import Fleet
-from vnode.testing.kwok import FakeNode
-from vnode.testing.vnodes import VirtualNodeProcess
 
 
 def _lower_pods(fleet: Fleet, namespace: str) -> dict[str, str]:

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from devcluster.fleet import Fleet
+from devcluster.rest import RestClient
+from devcluster.vnodes import VirtualNodeProcess
 from tests.e2e.helpers import Storage, delete_if_present, get, phase, wait_for
 from vnode.providers.k2k import naming, volumes
-from vnode.testing.fleet import Fleet
-from vnode.testing.rest import RestClient
-from vnode.testing.vnodes import VirtualNodeProcess
 
 MERGE = "application/merge-patch+json"
 TOLERATE = [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}]

@@ -22,14 +22,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from devcluster import kwok, webhooks
+from devcluster.fleet import Fleet
+from devcluster.rest import ApiStatusError
+from devcluster.vnodes import VirtualNodeProcess
+from devcluster.webhooks import WebhookProcess
 from tests.e2e.helpers import Storage, create, get, phase, token_kubeconfig, wait_for
 from vnode.contracts import clusterselector
 from vnode.contracts.labels import SELECTED_NODE_ANNOTATION as SELECTED_NODE
-from vnode.testing import kwok, webhooks
-from vnode.testing.fleet import Fleet
-from vnode.testing.rest import ApiStatusError
-from vnode.testing.vnodes import VirtualNodeProcess
-from vnode.testing.webhooks import WebhookProcess
 
 MANIFESTS = Path(__file__).parents[2] / "manifests" / "webhook"
 VNODE_TOLERATION = {"key": "virtual-kubelet.io/provider", "operator": "Exists"}

@@ -14,11 +14,11 @@ import tempfile
 
 import pytest
 
+from devcluster.fleet import Fleet
 from vnode.kube import config
 from vnode.kube.client import ApiClient
 from vnode.serving import certsecret, selfsigned
 from vnode.serving.selfsigned import SubjectNames
-from vnode.testing.fleet import Fleet
 
 NAMES = SubjectNames.of(["hook.shop.svc", "192.0.2.1"])
 NOW = dt.datetime.now(dt.UTC)

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from vnode.testing import cluster, metricsserver, netns, podrun
-from vnode.testing.devcluster import _parser, _Usage, env_values, fleet_settings
+from devcluster import cluster, metricsserver, netns, podrun
+from devcluster.__main__ import _parser, _Usage, env_values, fleet_settings
 
 
 def _up(*flags: str) -> argparse.Namespace:

@@ -6,7 +6,7 @@ import datetime as dt
 import re
 from pathlib import Path
 
-from vnode.testing import kwok
+from devcluster import kwok
 from vnode.testing.pki import KeyPair
 
 

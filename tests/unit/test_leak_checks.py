@@ -8,7 +8,14 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
-_CONFTEST = (Path(__file__).parents[1] / "conftest.py").read_text()
+_ROOT = Path(__file__).parents[2]
+_CONFTEST = (_ROOT / "tests" / "conftest.py").read_text()
+
+
+@pytest.fixture(autouse=True)
+def _suite_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The copied conftest loads `tests.fixtures`: the inner run imports it from this checkout.
+    monkeypatch.setenv("PYTHONPATH", str(_ROOT))
 
 
 def _run(pytester: pytest.Pytester, body: str) -> pytest.RunResult:
@@ -17,7 +24,7 @@ def _run(pytester: pytest.Pytester, body: str) -> pytest.RunResult:
         "[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n"
     )
     pytester.makepyfile(test_inner=body)
-    return pytester.runpytest_subprocess("-p", "vnode.testing.fixtures", "-q")
+    return pytester.runpytest_subprocess("-q")
 
 
 def test_a_leaked_task_fails_the_test(pytester: pytest.Pytester) -> None:

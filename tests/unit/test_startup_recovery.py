@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
+from devcluster import netns
+from devcluster.cluster import FleetSettings
+from devcluster.startup import Startup
 from vnode import __main__ as main
 from vnode.kube import errors
-from vnode.testing import netns, ports, processes
-from vnode.testing.cluster import FleetSettings
-from vnode.testing.startup import Startup
+from vnode.testing import ports, processes
 
 
 def _startup(tmp_path: Path) -> Startup:

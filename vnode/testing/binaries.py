@@ -12,10 +12,8 @@ import hashlib
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-
-from vnode.testing import netns
 
 COMPONENTS = (
     "etcd",
@@ -127,8 +125,17 @@ def _stamp(binary: Path) -> str | None:
         return None
 
 
-def ensure(*, build: bool = True, env: Mapping[str, str] | None = None) -> dict[str, Path]:
+def ensure(
+    *,
+    build: bool = True,
+    env: Mapping[str, str] | None = None,
+    preexec_fn: Callable[[], None] | None = None,
+) -> dict[str, Path]:
     """Return the path of every component, building the missing ones with `go` if allowed.
+
+    `preexec_fn` runs in the build's child process before it executes the build script: a
+    caller inside a private network namespace passes one that leaves it, as the build needs
+    the Go module proxy (the fleet passes `devcluster.netns.in_host_network()`).
 
     Raises MissingBinaries (naming what is missing, what to install or which variable to
     set) when a binary is absent and cannot be built.
@@ -144,8 +151,7 @@ def ensure(*, build: bool = True, env: Mapping[str, str] | None = None) -> dict[
         ["bash", str(BUILD_SCRIPT), str(cache_dir(env=env))],
         env=dict(env),
         check=False,
-        # From inside a private network, the build still needs the Go module proxy.
-        preexec_fn=netns.in_host_network(),
+        preexec_fn=preexec_fn,
     )
     found, missing = locate(env=env)
     if result.returncode != 0 or missing:

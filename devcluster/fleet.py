@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from vnode.testing import binaries, kwok, netns, processes
-from vnode.testing.cluster import (
+from devcluster import kwok, netns
+from devcluster.cluster import (
     ATTACH_LOG,
     PROCESSES_FILE,
     STATE_FILE,
@@ -28,8 +28,9 @@ from vnode.testing.cluster import (
     VirtualNodeMaterial,
     wait_nodes_ready,
 )
+from devcluster.startup import Startup
+from vnode.testing import binaries, processes
 from vnode.testing.pki import KeyPair
-from vnode.testing.startup import Startup
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +155,12 @@ class Fleet:
         error propagates.
         """
         settings = settings or FleetSettings()
-        paths = dict(binary_paths) if binary_paths is not None else binaries.ensure()
+        paths = (
+            dict(binary_paths)
+            if binary_paths is not None
+            # From inside a private network, a build still needs the Go module proxy.
+            else binaries.ensure(preexec_fn=netns.in_host_network())
+        )
         network = resolve_network(settings.network)
         startup = Startup(directory=directory, settings=settings, paths=paths, network=network)
         try:

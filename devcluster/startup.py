@@ -26,8 +26,8 @@ from typing import Any
 
 import yaml
 
-from vnode.testing import binaries, components, kwok, metricsserver, ports, processes
-from vnode.testing.cluster import (
+from devcluster import kwok, metricsserver
+from devcluster.cluster import (
     ATTACH_LOG,
     FORWARD_TARGET_TEXT,
     LOG_LINES,
@@ -39,10 +39,11 @@ from vnode.testing.cluster import (
     lower_node_name,
     wait_nodes_ready,
 )
+from devcluster.netns import Network
+from devcluster.rest import ApiStatusError, RestClient
+from vnode.testing import binaries, components, ports, processes
 from vnode.testing.kubeconfig import write_kubeconfig
-from vnode.testing.netns import Network
 from vnode.testing.pki import CertificateAuthority, KeyPair, write_signing_key
-from vnode.testing.rest import ApiStatusError, RestClient
 
 _METRICS_TOKEN_SECONDS = 30 * 24 * 3600
 HOST_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}

@@ -14,10 +14,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from devcluster import programs
+from devcluster.fleet import Fleet
+from devcluster.rest import ApiStatusError, RestClient
 from vnode.providers.k2k.naming import Owner
-from vnode.testing import ports, programs
-from vnode.testing.fleet import Fleet
-from vnode.testing.rest import ApiStatusError, RestClient
+from vnode.testing import ports
 
 _SERVING_FILES = ("APISERVER_CERT_LOCATION", "APISERVER_KEY_LOCATION")
 

@@ -29,10 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vnode.testing import processes, programs
-from vnode.testing.cluster import Cluster
+from devcluster import programs
+from devcluster.cluster import Cluster
+from devcluster.rest import ApiStatusError, RestClient
+from vnode.testing import processes
 from vnode.testing.kubeconfig import write_kubeconfig
-from vnode.testing.rest import ApiStatusError, RestClient
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 _TOKEN_SECONDS = 24 * 3600

@@ -1,11 +1,11 @@
-"""pytest fixtures for the local fleet of clusters.
+"""pytest fixtures for the local fleet of clusters (`devcluster`).
 
-Load them with `pytest_plugins = ["vnode.testing.fixtures"]` (this repository's pytest
-configuration does, with `-p`).
+`tests/conftest.py` loads them for the whole suite (`pytest_plugins`); they live with the
+tests so that no module of the shipped packages imports pytest.
 
 - The session enters a private network namespace before the first test, where that is
   possible (root on Linux), so the fleet's nodes publish routable 192.0.2.x addresses;
-  see `vnode.testing.netns`. With `TENSILE_DEVCLUSTER_DIR` set, it joins the network of
+  see `devcluster.netns`. With `TENSILE_DEVCLUSTER_DIR` set, it joins the network of
   the fleet that `tensile-devcluster up --dir` left running there instead.
 - `fleet` (session): a started `Fleet` of two upper and two lower clusters (`upper`,
   `upper-2`, `lower` with 3 nodes, `lower-2` with 2), stopped at the end of the session;
@@ -30,10 +30,10 @@ from pathlib import Path
 
 import pytest
 
-from vnode.testing import netns
-from vnode.testing.cluster import Cluster, FleetSettings, LowerClusterSettings
-from vnode.testing.fleet import Fleet
-from vnode.testing.rest import ApiStatusError, RestClient
+from devcluster import netns
+from devcluster.cluster import Cluster, FleetSettings, LowerClusterSettings
+from devcluster.fleet import Fleet
+from devcluster.rest import ApiStatusError, RestClient
 
 _LONG_LIVED = pytest.StashKey[set[int]]()
 SESSION_FLEET = FleetSettings(

@@ -1,8 +1,8 @@
 """What a local fleet (upper and lower clusters on one etcd) is made of, as its users see
 it: settings, clusters, and the material a virtual node joins two of its clusters with.
 
-The fleet itself is `vnode.testing.fleet.Fleet`; its start-up sequence is
-`vnode.testing.startup`.
+The fleet itself is `devcluster.fleet.Fleet`; its start-up sequence is
+`devcluster.startup`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devcluster.rest import RestClient
 from vnode.testing import binaries
 from vnode.testing.pki import KeyPair
-from vnode.testing.rest import RestClient
 
 STATE_FILE = "devcluster.json"
 PROCESSES_FILE = "processes.json"
@@ -137,7 +137,7 @@ class Cluster:
         return self.name.startswith("upper")
 
     def rest(self) -> RestClient:
-        """Return a synchronous admin client (see `vnode.testing.rest`)."""
+        """Return a synchronous admin client (see `devcluster.rest`)."""
         return RestClient(server=self.server, ca=self.ca, cert=self.admin.cert, key=self.admin.key)
 
     def kubectl(

@@ -17,10 +17,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from vnode.testing import ports, programs
-from vnode.testing.cluster import Cluster
-from vnode.testing.fleet import Fleet
-from vnode.testing.rest import ApiStatusError
+from devcluster import programs
+from devcluster.cluster import Cluster
+from devcluster.fleet import Fleet
+from devcluster.rest import ApiStatusError
+from vnode.testing import ports
 
 CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 

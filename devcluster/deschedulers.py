@@ -11,8 +11,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from vnode.testing import ports, programs
-from vnode.testing.fleet import Fleet
+from devcluster import programs
+from devcluster.fleet import Fleet
+from vnode.testing import ports
 
 
 class DeschedulerProcess(programs.Program):
