@@ -16,7 +16,9 @@ import pytest
 
 from vnode.kube import errors
 from vnode.kube.informer import Informer
-from vnode.kube.mirror import SIBLING_GRACE, Change, Creation, Mirror, MirrorSpec, Patch, Replace
+from vnode.kube.mirror.engine import Mirror
+from vnode.kube.mirror.siblings import SIBLING_GRACE
+from vnode.kube.mirror.spec import Change, Creation, KindSpec, Patch, Replace
 from vnode.kube.resources import CONFIG_MAPS
 from vnode.kube.store import Obj
 from vnode.kube.workqueue import Requeue
@@ -24,11 +26,13 @@ from vnode.providers.k2k import naming
 
 US = naming.Owner(node_name="vn-us", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")
 SIBLING = naming.Owner(node_name="vn-sibling", cluster_id=US.cluster_id)
+TENANCY = naming.NodeTenancy(owner=US, prefix="")
+"""Our copies and our siblings' (no prefix: a copy's key is its source's)."""
 KEY = "ns/cfg"
 PATH = CONFIG_MAPS.path(namespace="ns", name="cfg")
 
 
-def spec(*, creation: Creation = "always") -> MirrorSpec:
+def spec(*, creation: Creation = "always") -> KindSpec:
     """ConfigMaps copied as they are; an immutable copy is replaced."""
     labels, annotations = naming.owner_marks(US)
 
@@ -51,7 +55,7 @@ def spec(*, creation: Creation = "always") -> MirrorSpec:
             return None
         return Replace("immutable") if lower.get("immutable") else Patch({"data": desired["data"]})
 
-    return MirrorSpec(
+    return KindSpec(
         name="test_siblings",
         kind="ConfigMap",
         source=CONFIG_MAPS,
@@ -60,12 +64,8 @@ def spec(*, creation: Creation = "always") -> MirrorSpec:
         translate=translate,
         compare=compare,
         collectable=lambda _lower, upper: upper is None,
-        owned=lambda lower: naming.is_owned(lower, owner=US),
-        target_key=lambda key: key,
-        source_key=lambda lower: f"{lower['metadata']['namespace']}/{lower['metadata']['name']}",
         creation=creation,
-        shared=lambda lower: naming.same_cluster(lower, owner=US),
-        as_shared=naming.in_name_of,
+        keeps_siblings=lambda _key, _lower: True,
         stands_for=lambda lower, upper: (
             (lower["metadata"].get("annotations") or {}).get("test/source-uid")
             == upper["metadata"]["uid"]
@@ -126,6 +126,7 @@ class Engine:
         self.target = Informer(self.lower, CONFIG_MAPS, name="test-lower")
         self.mirror = Mirror(
             spec=spec(creation=creation),
+            tenancy=TENANCY,
             source=self.source,
             target=self.target,
             source_client=self.lower,
