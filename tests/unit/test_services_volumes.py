@@ -216,8 +216,9 @@ def test_a_lower_slice_is_managed_by_us_and_names_no_upper_node_or_pod() -> None
 def test_a_sibling_nodes_copy_is_kept_like_our_own_in_its_name() -> None:
     """Two virtual nodes of one upper cluster over one lower cluster make one copy between
     them, whichever comes first. Each keeps it (compare and patch, in its maker's name),
-    so the copy stays up to date after its maker is gone; the mirror engine's handling of
-    `shared` targets is exercised against real apiservers in tests/e2e/test_mirror.py.
+    so the copy stays up to date after its maker is gone; what the mirror does with a
+    sibling's copy is in tests/unit/test_mirror_decide.py, and against real apiservers in
+    tests/e2e/test_mirror.py.
     Outside a node's --service-namespaces the siblings' copies are not its to keep."""
     spec = services.service_spec(tenancy=TENANCY, selection=ALL)
     shared = SiblingPolicy.of(spec, tenancy=TENANCY)
