@@ -23,7 +23,8 @@ from tests.e2e.helpers import until
 from vnode.kube import config, errors
 from vnode.kube.client import ApiClient
 from vnode.kube.informer_factory import InformerFactory
-from vnode.kube.mirror import Change, Creation, Mirror, MirrorConflict, MirrorSpec, Patch, Replace
+from vnode.kube.mirror.engine import Mirror, MirrorConflict
+from vnode.kube.mirror.spec import Change, Creation, KindSpec, Patch, Replace
 from vnode.kube.resources import CONFIG_MAPS
 from vnode.kube.store import Obj
 from vnode.providers.k2k import naming
@@ -32,9 +33,11 @@ OWNER = naming.Owner(node_name="mirror-test", cluster_id="mirror-test-cluster")
 OTHER = naming.Owner(node_name="mirror-test", cluster_id="someone-else")
 SIBLING = naming.Owner(node_name="mirror-sibling", cluster_id=OWNER.cluster_id)
 """Another node of OWNER's cluster: its copies are shared."""
+TENANCY = naming.NodeTenancy(owner=OWNER, prefix="")
+"""OWNER's copies and its siblings' (no prefix: a copy's key is its source's)."""
 
 
-def spec(*, creation: Creation = "always") -> MirrorSpec:
+def spec(*, creation: Creation = "always") -> KindSpec:
     labels, annotations = naming.owner_marks(OWNER)
 
     def translate(upper: Obj) -> Obj:
@@ -64,7 +67,7 @@ def spec(*, creation: Creation = "always") -> MirrorSpec:
             return None
         return {"metadata": {"annotations": {"test/copy": uid}}}
 
-    return MirrorSpec(
+    return KindSpec(
         name=f"test_configmaps_{creation}",
         kind="ConfigMap",
         source=CONFIG_MAPS,
@@ -73,13 +76,9 @@ def spec(*, creation: Creation = "always") -> MirrorSpec:
         translate=translate,
         compare=compare,
         collectable=lambda _lower, upper: upper is None or creation == "on_request",
-        owned=lambda lower: naming.is_owned(lower, owner=OWNER),
-        target_key=lambda key: key,
-        source_key=lambda lower: f"{lower['metadata']['namespace']}/{lower['metadata']['name']}",
         creation=creation,
         report=report if creation == "always" else None,
-        shared=lambda lower: naming.same_cluster(lower, owner=OWNER),
-        as_shared=naming.in_name_of,
+        keeps_siblings=lambda _key, _lower: True,
         stands_for=lambda lower, upper: (
             (lower["metadata"].get("annotations") or {}).get("test/source-uid")
             == upper["metadata"]["uid"]
@@ -119,6 +118,7 @@ async def running(
 
     mirror = Mirror(
         spec=spec(creation=creation),
+        tenancy=TENANCY,
         source=source,
         target=target,
         source_client=upper,

@@ -1,7 +1,8 @@
-"""The mirror engine and a sibling's copy (made by another virtual node of the same upper
-cluster): when it writes one, and in whose name.
+"""A sibling's copy (made by another virtual node of the same upper cluster): which ones a
+mirror keeps, when it writes one, and in whose name.
 
-The engine's worker runs on informers whose stores the test fills and a fake target
+The rules first, as `SiblingPolicy` states them (pure); then the engine applying them: its
+worker runs on informers whose stores the test fills and a fake target
 apiserver that records the writes: the fake is for what a real server cannot show on
 demand, the moment of each write against a test clock (a live maker and a sibling reacting
 to the same change within milliseconds). The same rules on the real apiservers:
@@ -16,7 +17,9 @@ import pytest
 
 from vnode.kube import errors
 from vnode.kube.informer import Informer
-from vnode.kube.mirror import SIBLING_GRACE, Change, Creation, Mirror, MirrorSpec, Patch, Replace
+from vnode.kube.mirror.engine import Mirror
+from vnode.kube.mirror.siblings import SIBLING_GRACE, MakerWaits, SiblingPolicy, Waiting
+from vnode.kube.mirror.spec import Change, Creation, KindSpec, Patch, Replace
 from vnode.kube.resources import CONFIG_MAPS
 from vnode.kube.store import Obj
 from vnode.kube.workqueue import Requeue
@@ -24,11 +27,13 @@ from vnode.providers.k2k import naming
 
 US = naming.Owner(node_name="vn-us", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")
 SIBLING = naming.Owner(node_name="vn-sibling", cluster_id=US.cluster_id)
+TENANCY = naming.NodeTenancy(owner=US, prefix="")
+"""Our copies and our siblings' (no prefix: a copy's key is its source's)."""
 KEY = "ns/cfg"
 PATH = CONFIG_MAPS.path(namespace="ns", name="cfg")
 
 
-def spec(*, creation: Creation = "always") -> MirrorSpec:
+def spec(*, creation: Creation = "always") -> KindSpec:
     """ConfigMaps copied as they are; an immutable copy is replaced."""
     labels, annotations = naming.owner_marks(US)
 
@@ -51,7 +56,7 @@ def spec(*, creation: Creation = "always") -> MirrorSpec:
             return None
         return Replace("immutable") if lower.get("immutable") else Patch({"data": desired["data"]})
 
-    return MirrorSpec(
+    return KindSpec(
         name="test_siblings",
         kind="ConfigMap",
         source=CONFIG_MAPS,
@@ -60,12 +65,8 @@ def spec(*, creation: Creation = "always") -> MirrorSpec:
         translate=translate,
         compare=compare,
         collectable=lambda _lower, upper: upper is None,
-        owned=lambda lower: naming.is_owned(lower, owner=US),
-        target_key=lambda key: key,
-        source_key=lambda lower: f"{lower['metadata']['namespace']}/{lower['metadata']['name']}",
         creation=creation,
-        shared=lambda lower: naming.same_cluster(lower, owner=US),
-        as_shared=naming.in_name_of,
+        keeps_siblings=lambda _key, _lower: True,
         stands_for=lambda lower, upper: (
             (lower["metadata"].get("annotations") or {}).get("test/source-uid")
             == upper["metadata"]["uid"]
@@ -93,6 +94,109 @@ def copy(
         "data": data,
         **extra,
     }
+
+
+STRANGER = naming.Owner(node_name="vn-us", cluster_id="bbbbbbbb-0000-4000-8000-000000000002")
+
+
+def policy(*, creation: Creation = "always", siblings: bool = True) -> SiblingPolicy:
+    return SiblingPolicy(
+        tenancy=TENANCY,
+        keeps_siblings=lambda _key, _lower: siblings,
+        creation=creation,
+        grace=SIBLING_GRACE,
+    )
+
+
+@pytest.mark.parametrize(
+    ("target", "key", "siblings", "kept"),
+    [
+        pytest.param(copy({}, owner=US, version="1"), KEY, False, True, id="ours"),
+        pytest.param(copy({}, owner=SIBLING, version="1"), KEY, True, True, id="sibling's"),
+        pytest.param(
+            copy({}, owner=SIBLING, version="1"), "ns/other", True, False, id="sibling's, other key"
+        ),
+        pytest.param(
+            copy({}, owner=SIBLING, version="1"), KEY, False, False, id="sibling's, kind keeps none"
+        ),
+        pytest.param(
+            copy({}, owner=STRANGER, version="1"), KEY, True, False, id="another tenant's"
+        ),
+        pytest.param(
+            {"metadata": {"name": "cfg", "namespace": "ns"}}, KEY, True, False, id="unmarked"
+        ),
+    ],
+)
+def test_which_copies_are_kept(target: Obj, key: str, siblings: bool, kept: bool) -> None:
+    assert policy(siblings=siblings).keeps(key, target) is kept
+
+
+def test_a_siblings_on_request_copy_is_collected_by_its_maker_only() -> None:
+    theirs, ours = copy({}, owner=SIBLING, version="1"), copy({}, owner=US, version="1")
+    assert policy(creation="always").collects(theirs)
+    assert not policy(creation="on_request").collects(theirs)
+    assert policy(creation="on_request").collects(ours)
+
+
+def test_a_copy_made_in_place_of_a_siblings_keeps_its_makers_marks() -> None:
+    desired = copy({"v": "2"}, owner=US, version="")
+    theirs = copy({"v": "1"}, owner=SIBLING, version="1")
+    assert policy().in_makers_name(desired, None) is desired
+    assert policy().in_makers_name(desired, copy({}, owner=US, version="1")) is desired
+    made = policy().in_makers_name(desired, theirs)
+    assert naming.is_owned(made, owner=SIBLING)
+    assert not naming.is_owned(made, owner=US)
+    assert made["data"] == {"v": "2"}
+    assert naming.is_owned(desired, owner=US)  # unchanged
+
+
+@pytest.mark.parametrize(
+    ("owner", "version", "waited", "now", "turn"),
+    [
+        pytest.param(US, "10", None, 0.0, None, id="ours: at once"),
+        pytest.param(SIBLING, "10", None, 0.0, Waiting("10", SIBLING_GRACE), id="first seen"),
+        pytest.param(
+            SIBLING, "10", Waiting("10", 3.0), 1.0, Waiting("10", 3.0), id="within the wait"
+        ),
+        pytest.param(SIBLING, "10", Waiting("10", 3.0), 3.0, None, id="due: write"),
+        pytest.param(
+            SIBLING,
+            "11",
+            Waiting("10", 3.0),
+            3.0,
+            Waiting("11", 3.0 + SIBLING_GRACE),
+            id="moved meanwhile: wait again",
+        ),
+        pytest.param(SIBLING, "10", Waiting("10", 3.0), 3.0 + SIBLING_GRACE, None, id="late"),
+        pytest.param(
+            SIBLING,
+            "10",
+            Waiting("10", 3.0),
+            3.1 + SIBLING_GRACE,
+            Waiting("10", 3.1 + 2 * SIBLING_GRACE),
+            id="nobody came back: afresh",
+        ),
+    ],
+)
+def test_the_maker_goes_first(
+    owner: naming.Owner, version: str, waited: Waiting | None, now: float, turn: Waiting | None
+) -> None:
+    assert policy().turn(copy({}, owner=owner, version=version), waited, now=now) == turn
+
+
+def test_waits_nobody_came_back_for_are_dropped_as_new_ones_come() -> None:
+    waits = MakerWaits(policy())
+    for n in range(63):
+        waits.hold(f"ns/{n}", Waiting("1", 0.0), now=0.0)
+    assert len(waits) == 63
+    waits.settle("ns/0")
+    assert waits.get("ns/0") is None
+    waits.hold("ns/0", Waiting("1", 0.0), now=0.0)
+    assert waits.get("ns/0") == Waiting("1", 0.0)
+    late = SIBLING_GRACE + 1.0
+    waits.hold("ns/new", Waiting("1", late + SIBLING_GRACE), now=late)  # the 64th: prune
+    assert len(waits) == 1
+    assert waits.get("ns/new") is not None
 
 
 class _Lower:
@@ -126,6 +230,7 @@ class Engine:
         self.target = Informer(self.lower, CONFIG_MAPS, name="test-lower")
         self.mirror = Mirror(
             spec=spec(creation=creation),
+            tenancy=TENANCY,
             source=self.source,
             target=self.target,
             source_client=self.lower,

@@ -13,7 +13,8 @@ from vnode.kube.client import ApiClient
 from vnode.kube.config import ConnectionInfo
 from vnode.kube.informer import compact
 from vnode.kube.informer_factory import InformerFactory
-from vnode.kube.mirror import Patch, Replace
+from vnode.kube.mirror.siblings import SiblingPolicy
+from vnode.kube.mirror.spec import KindSpec, Patch, Replace
 from vnode.kube.resources import CONFIG_MAPS, PODS
 from vnode.kube.store import Store
 from vnode.providers.k2k import dependencies, naming, slim
@@ -33,8 +34,15 @@ def config_map(data: dict[str, str], **extra: Any) -> dict[str, Any]:
     }
 
 
+def copy_by(owner: naming.Owner) -> KindSpec:
+    return dependencies.copy_spec(
+        kind="ConfigMap", tenancy=naming.NodeTenancy(owner=owner, prefix="")
+    )
+
+
 def test_a_copy_carries_the_owner_and_its_upper_namespace_and_nothing_server_set() -> None:
-    spec = dependencies.copy_spec(kind="ConfigMap", owner=A, prefix="t1-")
+    tenancy = naming.NodeTenancy(owner=A, prefix="t1-")
+    spec = dependencies.copy_spec(kind="ConfigMap", tenancy=tenancy)
     upper = config_map({"k": "v"})
     before = copy.deepcopy(upper)
     lower = spec.translate(upper)
@@ -43,14 +51,14 @@ def test_a_copy_carries_the_owner_and_its_upper_namespace_and_nothing_server_set
     assert "uid" not in lower["metadata"]
     assert lower["metadata"]["labels"]["l"] == "1"
     assert naming.is_owned(lower, owner=A)
-    assert spec.owned(lower)
-    assert spec.source_key(lower) == "app/cfg"
-    assert spec.target_key("app/cfg") == "t1-app/cfg"
+    assert tenancy.owned(lower)
+    assert tenancy.source_key(lower) == "app/cfg"
+    assert tenancy.target_key("app/cfg") == "t1-app/cfg"
     assert lower["data"] == {"k": "v"}
 
 
 def test_copies_are_patched_replaced_when_immutable_or_left_alone() -> None:
-    spec = dependencies.copy_spec(kind="ConfigMap", owner=A, prefix="")
+    spec = copy_by(A)
     current = spec.translate(config_map({"k": "v"}))
     assert spec.compare(current, spec.translate(config_map({"k": "v"}))) is None
     change = spec.compare(current, spec.translate(config_map({"k": "w"})))
@@ -62,7 +70,7 @@ def test_copies_are_patched_replaced_when_immutable_or_left_alone() -> None:
 
 
 def test_service_account_token_secrets_are_never_selected() -> None:
-    spec = dependencies.copy_spec(kind="Secret", owner=A, prefix="")
+    spec = dependencies.copy_spec(kind="Secret", tenancy=naming.NodeTenancy(owner=A, prefix=""))
     token = {
         "metadata": {"name": "t", "namespace": "app"},
         "type": "kubernetes.io/service-account-token",
@@ -76,13 +84,15 @@ def test_a_sibling_copy_of_the_same_upper_cluster_is_shared_and_kept_not_another
     brought up to date in its maker's name (that node may be gone); another cluster's is
     a conflict."""
     upper = config_map({"k": "v"})
-    mine = dependencies.copy_spec(kind="ConfigMap", owner=A, prefix="")
-    sibling = dependencies.copy_spec(kind="ConfigMap", owner=A2, prefix="").translate(upper)
-    stranger = dependencies.copy_spec(kind="ConfigMap", owner=B, prefix="").translate(upper)
-    assert not mine.owned(sibling)
-    assert mine.shared(sibling)
-    assert not mine.shared(stranger)
-    changed = mine.as_shared(mine.translate(config_map({"k": "other"})), sibling)
+    tenancy = naming.NodeTenancy(owner=A, prefix="")
+    mine = dependencies.copy_spec(kind="ConfigMap", tenancy=tenancy)
+    siblings = SiblingPolicy.of(mine, tenancy=tenancy)
+    sibling = copy_by(A2).translate(upper)
+    stranger = copy_by(B).translate(upper)
+    assert not tenancy.owned(sibling)
+    assert siblings.keeps("app/cfg", sibling)
+    assert not siblings.keeps("app/cfg", stranger)
+    changed = siblings.in_makers_name(mine.translate(config_map({"k": "other"})), sibling)
     assert naming.is_owned(changed, owner=A2)
     assert mine.compare(sibling, changed) == Patch(
         {"data": {"k": "other"}, "binaryData": None, "immutable": None}
@@ -90,12 +100,8 @@ def test_a_sibling_copy_of_the_same_upper_cluster_is_shared_and_kept_not_another
 
 
 def test_a_copy_in_its_owners_name_changes_only_the_owner_marks() -> None:
-    ours = dependencies.copy_spec(kind="ConfigMap", owner=A, prefix="").translate(
-        config_map({"k": "v"})
-    )
-    theirs = dependencies.copy_spec(kind="ConfigMap", owner=A2, prefix="").translate(
-        config_map({"k": "old"})
-    )
+    ours = copy_by(A).translate(config_map({"k": "v"}))
+    theirs = copy_by(A2).translate(config_map({"k": "old"}))
     before = copy.deepcopy(ours)
     renamed = naming.in_name_of(ours, theirs)
     assert ours == before

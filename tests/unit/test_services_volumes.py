@@ -9,12 +9,14 @@ from typing import Any
 import pytest
 
 from vnode import cli
-from vnode.kube.mirror import Patch, Replace
+from vnode.kube.mirror.siblings import SiblingPolicy
+from vnode.kube.mirror.spec import Patch, Replace
 from vnode.providers.k2k import naming, services, volumes
 from vnode.settings import ControllerSettings
 
 OWNER = naming.Owner(node_name="vn-a", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")
 SIBLING = naming.Owner(node_name="vn-b", cluster_id=OWNER.cluster_id)
+TENANCY = naming.NodeTenancy(owner=OWNER, prefix="")
 ALL = services.ServiceSelection()
 BASE = ["--client-kubeconfig=lower.kubeconfig"]
 
@@ -137,7 +139,7 @@ def test_which_services_are_mirrored() -> None:
     only = services.ServiceSelection(namespaces=frozenset({"app"}))
     assert only.covers("app", "web")
     assert not only.covers("other", "web")
-    spec = services.slice_spec(owner=OWNER, prefix="", selection=only)
+    spec = services.slice_spec(tenancy=TENANCY, selection=only)
     assert spec.selects(
         {"metadata": {"namespace": "app", "labels": {services.SERVICE_NAME_LABEL: "web"}}}
     )
@@ -145,7 +147,7 @@ def test_which_services_are_mirrored() -> None:
 
 
 def test_a_service_being_deleted_is_not_mirrored() -> None:
-    spec = services.service_spec(owner=OWNER, prefix="", selection=ALL)
+    spec = services.service_spec(tenancy=TENANCY, selection=ALL)
     going = upper_service()
     assert spec.selects(going)
     going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
@@ -214,24 +216,28 @@ def test_a_lower_slice_is_managed_by_us_and_names_no_upper_node_or_pod() -> None
 def test_a_sibling_nodes_copy_is_kept_like_our_own_in_its_name() -> None:
     """Two virtual nodes of one upper cluster over one lower cluster make one copy between
     them, whichever comes first. Each keeps it (compare and patch, in its maker's name),
-    so the copy stays up to date after its maker is gone; the mirror engine's handling of
-    `shared` targets is exercised against real apiservers in tests/e2e/test_mirror.py.
+    so the copy stays up to date after its maker is gone; what the mirror does with a
+    sibling's copy is in tests/unit/test_mirror_decide.py, and against real apiservers in
+    tests/e2e/test_mirror.py.
     Outside a node's --service-namespaces the siblings' copies are not its to keep."""
-    spec = services.service_spec(owner=OWNER, prefix="", selection=ALL)
+    spec = services.service_spec(tenancy=TENANCY, selection=ALL)
+    shared = SiblingPolicy.of(spec, tenancy=TENANCY)
     theirs = services.lower_service(upper_service(), owner=SIBLING, prefix="")
-    assert not spec.owned(theirs)
-    assert spec.shared(theirs)
+    assert not TENANCY.owned(theirs)
+    assert shared.keeps("app/web", theirs)
     stranger = {"metadata": {"name": "web", "namespace": "app", "labels": {}, "annotations": {}}}
-    assert not spec.shared(stranger)
+    assert not shared.keeps("app/web", stranger)
     other_cluster = naming.Owner(node_name="vn-a", cluster_id="another-cluster")
-    assert not spec.shared(services.lower_service(upper_service(), owner=other_cluster, prefix=""))
-    narrower = services.service_spec(
-        owner=OWNER, prefix="", selection=services.ServiceSelection(namespaces=frozenset({"x"}))
+    assert not shared.keeps(
+        "app/web", services.lower_service(upper_service(), owner=other_cluster, prefix="")
     )
-    assert not narrower.shared(theirs)
+    narrower = services.service_spec(
+        tenancy=TENANCY, selection=services.ServiceSelection(namespaces=frozenset({"x"}))
+    )
+    assert not SiblingPolicy.of(narrower, tenancy=TENANCY).keeps("app/web", theirs)
 
     changed = upper_service(ports=[{"name": "http", "protocol": "TCP", "port": 81}])
-    desired = spec.as_shared(spec.translate(changed), theirs)
+    desired = shared.in_makers_name(spec.translate(changed), theirs)
     assert naming.is_owned(desired, owner=SIBLING)
     assert not naming.is_owned(desired, owner=OWNER)
     change = spec.compare(theirs, desired)
@@ -239,11 +245,14 @@ def test_a_sibling_nodes_copy_is_kept_like_our_own_in_its_name() -> None:
     assert "metadata" not in change.body  # the copy stays its maker's
     assert [p["port"] for p in change.body["spec"]["ports"]] == [81]
 
-    slices = services.slice_spec(owner=OWNER, prefix="", selection=ALL)
+    slices = services.slice_spec(tenancy=TENANCY, selection=ALL)
+    shared_slices = SiblingPolicy.of(slices, tenancy=TENANCY)
     their_slice = services.lower_slice(upper_slice(), owner=SIBLING, prefix="")
-    assert slices.shared(their_slice)
-    assert not slices.shared(services.lower_slice(upper_slice(), owner=other_cluster, prefix=""))
-    fewer = slices.as_shared(slices.translate(upper_slice(endpoints=[])), their_slice)
+    assert shared_slices.keeps("app/web-abcde", their_slice)
+    assert not shared_slices.keeps(
+        "app/web-abcde", services.lower_slice(upper_slice(), owner=other_cluster, prefix="")
+    )
+    fewer = shared_slices.in_makers_name(slices.translate(upper_slice(endpoints=[])), their_slice)
     assert slices.compare(their_slice, fewer) == Patch({"endpoints": []})
 
 

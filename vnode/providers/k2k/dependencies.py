@@ -1,6 +1,6 @@
 """Copies of what forwarded pods need in the lower cluster: ConfigMaps, Secrets, ServiceAccounts.
 
-Three on-request mirrors (`vnode.kube.mirror`), one per kind, upper -> lower:
+Three on-request mirrors (`vnode.kube.mirror`) in the node's tenancy, one per kind, upper -> lower:
 
 - Before a pod is created below, every object it references is copied from the upper
   cluster (created, or brought up to date); a missing mandatory one is an error, not a pod
@@ -25,15 +25,8 @@ from vnode.kube import errors
 from vnode.kube.client import ApiClient
 from vnode.kube.informer import Handlers, Informer
 from vnode.kube.informer_factory import InformerFactory
-from vnode.kube.mirror import (
-    Change,
-    EnsureResult,
-    Mirror,
-    MirrorConflict,
-    MirrorSpec,
-    Patch,
-    Replace,
-)
+from vnode.kube.mirror.engine import EnsureResult, Mirror, MirrorConflict
+from vnode.kube.mirror.spec import Change, KindSpec, Patch, Replace
 from vnode.kube.resources import CONFIG_MAPS, SECRETS, SERVICE_ACCOUNTS, Resource
 from vnode.kube.store import Obj
 from vnode.provider import PodEvent
@@ -103,7 +96,7 @@ def copyable(upper: Mapping[str, Any], *, kind: str) -> bool:
     return not (kind == "Secret" and upper.get("type") in _SKIPPED_SECRET_TYPES)
 
 
-def copy_spec(*, kind: str, owner: naming.Owner, prefix: str) -> MirrorSpec:
+def copy_spec(*, kind: str, tenancy: naming.NodeTenancy) -> KindSpec:
     """Return the on-request mirror of one dependency kind, upper -> lower (pure).
 
     Copies are made when a pod needs them (`Mirror.ensure`), follow their upper object,
@@ -113,6 +106,7 @@ def copy_spec(*, kind: str, owner: naming.Owner, prefix: str) -> MirrorSpec:
     pods use the copy); its collection stays with its owner.
     """
     resource = KINDS[kind]
+    owner, prefix = tenancy.owner, tenancy.prefix
 
     def translate_one(upper: Obj) -> Obj:
         namespace = naming.lower_namespace(str(upper["metadata"]["namespace"]), prefix=prefix)
@@ -121,7 +115,7 @@ def copy_spec(*, kind: str, owner: naming.Owner, prefix: str) -> MirrorSpec:
     def compare(lower: Obj, desired: Obj) -> Change:
         return compare_copy(lower, desired, kind=kind)
 
-    return MirrorSpec(
+    return KindSpec(
         name=f"{resource.plural}_to_lower",
         kind=kind,
         source=resource,
@@ -130,13 +124,8 @@ def copy_spec(*, kind: str, owner: naming.Owner, prefix: str) -> MirrorSpec:
         translate=translate_one,
         compare=compare,
         collectable=lambda _lower, _upper: True,
-        owned=lambda lower: naming.is_owned(lower, owner=owner),
-        describe=naming.owner_of,
-        target_key=lambda key: naming.lower_key(key, prefix=prefix),
-        source_key=lambda lower: naming.upper_key_of(lower, prefix=prefix),
         creation="on_request",
-        shared=lambda lower: naming.same_cluster(lower, owner=owner),
-        as_shared=naming.in_name_of,
+        keeps_siblings=lambda _key, _lower: True,
     )
 
 
@@ -217,6 +206,7 @@ class DependencySync:
             )
         )
         self.mirrors: dict[str, Mirror] = {}
+        tenancy = naming.NodeTenancy(owner=owner, prefix=namespace_prefix)
         for kind, resource in KINDS.items():
             source = informers.informer(
                 upper,
@@ -234,7 +224,8 @@ class DependencySync:
                 label_selector=naming.cluster_selector(owner),
             )
             self.mirrors[kind] = Mirror(
-                spec=copy_spec(kind=kind, owner=owner, prefix=namespace_prefix),
+                spec=copy_spec(kind=kind, tenancy=tenancy),
+                tenancy=tenancy,
                 source=source,
                 target=target,
                 source_client=upper,

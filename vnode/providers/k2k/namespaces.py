@@ -16,7 +16,7 @@ from typing import Any
 from vnode.kube import errors
 from vnode.kube.backoff import ExponentialBackoff
 from vnode.kube.client import ApiClient
-from vnode.kube.mirror import Refused
+from vnode.kube.mirror.engine import Refused
 from vnode.kube.resources import NAMESPACES
 from vnode.kube.workqueue import Requeue
 from vnode.providers.k2k import naming, podsecurity
@@ -51,7 +51,7 @@ def terminating(namespace: Mapping[str, Any]) -> bool:
 
 
 class LowerNamespaces:
-    """Makes and checks lower namespaces (implements `vnode.kube.mirror.Namespaces`)."""
+    """Makes and checks lower namespaces (implements `vnode.kube.mirror.engine.Namespaces`)."""
 
     def __init__(
         self,

@@ -190,6 +190,42 @@ def in_name_of(obj: Mapping[str, Any], target: Mapping[str, Any]) -> dict[str, A
     return {**obj, "metadata": meta}
 
 
+@dataclass(frozen=True, kw_only=True)
+class NodeTenancy:
+    """The tenancy of one virtual node's copies (a `vnode.kube.mirror.spec.Tenancy`): its
+    ownership marks, its siblings' (the other virtual nodes of its upper cluster), and the
+    namespace prefix that maps an upper key to a lower one. Built once from the node's
+    identity and shared by every kind it mirrors."""
+
+    owner: Owner
+    prefix: str
+    """--namespace-prefix ("" keeps the names)."""
+
+    def owned(self, target: Mapping[str, Any]) -> bool:
+        """Whether `target` is this node's (`is_owned`)."""
+        return is_owned(target, owner=self.owner)
+
+    def same_tenant(self, target: Mapping[str, Any]) -> bool:
+        """Whether `target` was made for this node's upper cluster (`same_cluster`)."""
+        return same_cluster(target, owner=self.owner)
+
+    def target_key(self, source_key: str) -> str:
+        """The lower key of upper `source_key` (`lower_key`)."""
+        return lower_key(source_key, prefix=self.prefix)
+
+    def source_key(self, target: Mapping[str, Any]) -> str | None:
+        """The upper key a lower copy stands for (`upper_key_of`)."""
+        return upper_key_of(target, prefix=self.prefix)
+
+    def in_name_of(self, desired: Mapping[str, Any], target: Mapping[str, Any]) -> dict[str, Any]:
+        """`desired` with `target`'s owner marks (`in_name_of`)."""
+        return in_name_of(desired, target)
+
+    def describe(self, target: Mapping[str, Any]) -> str:
+        """Whose `target` is (`owner_of`)."""
+        return owner_of(target)
+
+
 def owner_marks(owner: Owner) -> tuple[dict[str, str], dict[str, str]]:
     """Return the (labels, annotations) that mark an object as owned by `owner`."""
     labels = {

@@ -29,7 +29,8 @@ from vnode.kube.client import STRATEGIC_MERGE_PATCH, ApiClient
 from vnode.kube.events import EventRecorder
 from vnode.kube.informer import Handlers, Informer
 from vnode.kube.informer_factory import InformerFactory
-from vnode.kube.mirror import Mirror, MirrorSpec, Refused
+from vnode.kube.mirror.engine import Mirror, Refused
+from vnode.kube.mirror.spec import KindSpec
 from vnode.kube.resources import NODES, PODS, object_key
 from vnode.kube.store import Obj
 from vnode.provider import (
@@ -230,13 +231,15 @@ class K2KProvider:
         recorder = EventRecorder(
             upper_events, component=f"{self._node}/service-mirror", host=self._node
         )
+        tenancy = naming.NodeTenancy(owner=self._owner, prefix=prefix)
         mirrors = []
         for make in (services.service_spec, services.slice_spec):
-            spec = make(owner=self._owner, prefix=prefix, selection=selection)
+            spec = make(tenancy=tenancy, selection=selection)
             resource = spec.source
             mirrors.append(
                 Mirror(
                     spec=spec,
+                    tenancy=tenancy,
                     source=informers.informer(
                         upper, resource, name=f"upper-{resource.plural}", namespace=namespace
                     ),
@@ -657,7 +660,7 @@ def _claims_of(pod: Mapping[str, Any]) -> list[str]:
 
 
 def _problem_recorder(
-    recorder: EventRecorder, spec: MirrorSpec
+    recorder: EventRecorder, spec: KindSpec
 ) -> Callable[[Obj, str], Awaitable[None]]:
     """Report a mirror's problems (conflicts, refusals) as Warning Events on the upper
     object, where `kubectl describe` shows them."""

@@ -29,7 +29,7 @@ from vnode.kube.client import MERGE_PATCH, ApiClient
 from vnode.kube.events import EventRecorder
 from vnode.kube.informer import Handlers, Informer
 from vnode.kube.informer_factory import InformerFactory
-from vnode.kube.mirror import Mirror, MirrorConflict, Refused
+from vnode.kube.mirror.engine import Mirror, MirrorConflict, Refused
 from vnode.kube.resources import (
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
@@ -108,7 +108,8 @@ class VolumeProvisioner:
             upper_events, component=f"{owner.node_name}/volume-provisioner", host=owner.node_name
         )
         self.mirror = Mirror(
-            spec=volumes.claim_spec(owner=owner, prefix=prefix, translate=self._lower_claim),
+            spec=volumes.claim_spec(translate=self._lower_claim),
+            tenancy=naming.NodeTenancy(owner=owner, prefix=prefix),
             source=self.claims,
             target=lower_claims,
             source_client=upper,

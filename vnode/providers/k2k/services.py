@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vnode.kube.mirror import Change, MirrorSpec, Patch, Replace
+from vnode.kube.mirror.spec import Change, KindSpec, Patch, Replace
 from vnode.kube.resources import ENDPOINT_SLICES, SERVICES
 from vnode.kube.store import Obj
 from vnode.providers.k2k import naming
@@ -204,7 +204,7 @@ def compare_service(lower: Mapping[str, Any], desired: Mapping[str, Any]) -> Cha
 
 
 def report_cluster_ip(node_name: str) -> Callable[[Obj, Obj], Obj | None]:
-    """Return the `MirrorSpec.report` function recording the lower ClusterIP on the upper
+    """Return the `KindSpec.report` function recording the lower ClusterIP on the upper
     Service under `cluster_ip_annotation(node_name)` (ExternalName Services have none)."""
     key = cluster_ip_annotation(node_name)
 
@@ -219,39 +219,25 @@ def report_cluster_ip(node_name: str) -> Callable[[Obj, Obj], Obj | None]:
     return report
 
 
-def _owned_by(owner: naming.Owner) -> Callable[[Obj], bool]:
-    def owned(lower: Obj) -> bool:
-        return naming.is_owned(lower, owner=owner)
+def _siblings_within(
+    selection: ServiceSelection, *, service_of: Callable[[Obj], Any]
+) -> Callable[[str, Obj], bool]:
+    """Return `KindSpec.keeps_siblings` of the Service and slice mirrors: a lower copy
+    another virtual node of the same upper cluster made is kept (in its name: that node may
+    be gone) when this node's selection covers its Service too; a node with a narrower
+    --service-namespaces leaves the others' copies outside it alone."""
 
-    return owned
+    def keeps(key: str, lower: Obj) -> bool:
+        return selection.covers(key.partition("/")[0], str(service_of(lower)))
 
-
-def _sibling_copy(
-    *,
-    owner: naming.Owner,
-    prefix: str,
-    selection: ServiceSelection,
-    service_of: Callable[[Obj], Any],
-) -> Callable[[Obj], bool]:
-    """Return `MirrorSpec.shared` of the Service and slice mirrors: a lower copy another
-    virtual node of the same upper cluster made, of a Service this node's selection covers
-    too. That node may be gone: the copy is kept like our own (in its name), and a node
-    with a narrower --service-namespaces leaves the others' copies outside it alone."""
-
-    def shared(lower: Obj) -> bool:
-        key = naming.upper_key_of(lower, prefix=prefix)
-        if key is None or not naming.same_cluster(lower, owner=owner):
-            return False
-        namespace = key.partition("/")[0]
-        return selection.covers(namespace, str(service_of(lower)))
-
-    return shared
+    return keeps
 
 
-def service_spec(*, owner: naming.Owner, prefix: str, selection: ServiceSelection) -> MirrorSpec:
+def service_spec(*, tenancy: naming.NodeTenancy, selection: ServiceSelection) -> KindSpec:
     """Return the mirror of upper Services into the lower cluster (pure; see the module
     docstring). A lower Service of the same name that another virtual node of the same
-    upper cluster made serves as the copy and is kept like our own (`_sibling_copy`)."""
+    upper cluster made serves as the copy and is kept like our own (`_siblings_within`)."""
+    owner, prefix = tenancy.owner, tenancy.prefix
 
     def selects(upper: Obj) -> bool:
         # A Service being deleted (held by a finalizer, e.g. a load balancer's cleanup, or
@@ -261,7 +247,7 @@ def service_spec(*, owner: naming.Owner, prefix: str, selection: ServiceSelectio
             str(meta.get("namespace")), str(meta.get("name"))
         )
 
-    return MirrorSpec(
+    return KindSpec(
         name="services_to_lower",
         kind="Service",
         source=SERVICES,
@@ -270,17 +256,9 @@ def service_spec(*, owner: naming.Owner, prefix: str, selection: ServiceSelectio
         translate=lambda upper: lower_service(upper, owner=owner, prefix=prefix),
         compare=compare_service,
         collectable=lambda _lower, upper: upper is None,
-        owned=_owned_by(owner),
-        describe=naming.owner_of,
-        target_key=lambda key: naming.lower_key(key, prefix=prefix),
-        source_key=lambda lower: naming.upper_key_of(lower, prefix=prefix),
-        shared=_sibling_copy(
-            owner=owner,
-            prefix=prefix,
-            selection=selection,
-            service_of=lambda lower: (lower.get("metadata") or {}).get("name"),
+        keeps_siblings=_siblings_within(
+            selection, service_of=lambda lower: (lower.get("metadata") or {}).get("name")
         ),
-        as_shared=naming.in_name_of,
         report=report_cluster_ip(owner.node_name),
     )
 
@@ -335,17 +313,18 @@ def compare_slice(lower: Mapping[str, Any], desired: Mapping[str, Any]) -> Chang
     return Patch(patch) if patch else None
 
 
-def slice_spec(*, owner: naming.Owner, prefix: str, selection: ServiceSelection) -> MirrorSpec:
+def slice_spec(*, tenancy: naming.NodeTenancy, selection: ServiceSelection) -> KindSpec:
     """Return the mirror of upper EndpointSlices into the lower cluster (pure): the slices
     of every mirrored Service, whoever manages them upstairs; a sibling's copy is kept like
-    our own (`_sibling_copy`)."""
+    our own (`_siblings_within`)."""
+    owner, prefix = tenancy.owner, tenancy.prefix
 
     def selects(upper: Obj) -> bool:
         meta = upper.get("metadata") or {}
         service = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
         return bool(service) and selection.covers(str(meta.get("namespace")), str(service))
 
-    return MirrorSpec(
+    return KindSpec(
         name="endpointslices_to_lower",
         kind="EndpointSlice",
         source=ENDPOINT_SLICES,
@@ -354,17 +333,10 @@ def slice_spec(*, owner: naming.Owner, prefix: str, selection: ServiceSelection)
         translate=lambda upper: lower_slice(upper, owner=owner, prefix=prefix),
         compare=compare_slice,
         collectable=lambda _lower, upper: upper is None,
-        owned=_owned_by(owner),
-        describe=naming.owner_of,
-        target_key=lambda key: naming.lower_key(key, prefix=prefix),
-        source_key=lambda lower: naming.upper_key_of(lower, prefix=prefix),
-        shared=_sibling_copy(
-            owner=owner,
-            prefix=prefix,
-            selection=selection,
+        keeps_siblings=_siblings_within(
+            selection,
             service_of=lambda lower: ((lower.get("metadata") or {}).get("labels") or {}).get(
                 SERVICE_NAME_LABEL
             ),
         ),
-        as_shared=naming.in_name_of,
     )

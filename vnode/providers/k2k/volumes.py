@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vnode.contracts import labels
-from vnode.kube.mirror import Change, MirrorSpec, Patch
+from vnode.kube.mirror.spec import Change, KindSpec, Patch
 from vnode.kube.quantity import parse_quantity
 from vnode.kube.resources import PERSISTENT_VOLUME_CLAIMS
 from vnode.kube.store import Obj
@@ -221,17 +221,12 @@ def claim_collectable(lower: Mapping[str, Any], upper: Mapping[str, Any] | None)
     return upper is None and annotations.get(RECLAIM_ANNOTATION) != "Retain"
 
 
-def claim_spec(
-    *,
-    owner: naming.Owner,
-    prefix: str,
-    translate: Callable[[Obj], Obj],
-) -> MirrorSpec:
+def claim_spec(*, translate: Callable[[Obj], Obj]) -> KindSpec:
     """Return the on-request mirror of upper claims into the lower cluster (pure):
     `translate` (a `lower_claim` with the class and origin the provisioner decided) makes
     the lower claim when the provisioner or a pod creation asks; resizes follow; the lower
     claim goes with its upper claim as `claim_collectable` says."""
-    return MirrorSpec(
+    return KindSpec(
         name="claims_to_lower",
         kind="PersistentVolumeClaim",
         source=PERSISTENT_VOLUME_CLAIMS,
@@ -240,10 +235,6 @@ def claim_spec(
         translate=translate,
         compare=compare_claim,
         collectable=claim_collectable,
-        owned=lambda lower: naming.is_owned(lower, owner=owner),
-        describe=naming.owner_of,
-        target_key=lambda key: naming.lower_key(key, prefix=prefix),
-        source_key=lambda lower: naming.upper_key_of(lower, prefix=prefix),
         creation="on_request",
         stands_for=stands_for,
     )
