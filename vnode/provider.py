@@ -15,9 +15,8 @@ from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequenc
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from vnode.contracts.objects import Obj
 from vnode.kube.informer import Informer
-
-Obj = dict[str, Any]
 
 
 class Component(Protocol):

@@ -19,12 +19,12 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from tests.e2e.helpers import until
+from vnode.contracts.objects import Obj
 from vnode.kube import config, errors
 from vnode.kube.client import ApiClient
 from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.mirror import Change, Creation, Mirror, MirrorConflict, MirrorSpec, Patch, Replace
 from vnode.kube.resources import CONFIG_MAPS
-from vnode.kube.store import Obj
 from vnode.providers.k2k import naming
 from vnode.testing.fleet import Fleet
 

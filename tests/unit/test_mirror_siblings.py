@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from vnode.contracts.objects import Obj
 from vnode.kube import errors
 from vnode.kube.informer import Informer
 from vnode.kube.mirror import SIBLING_GRACE, Change, Creation, Mirror, MirrorSpec, Patch, Replace
 from vnode.kube.resources import CONFIG_MAPS
-from vnode.kube.store import Obj
 from vnode.kube.workqueue import Requeue
 from vnode.providers.k2k import naming
 

@@ -49,11 +49,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NoReturn, Protocol
 
+from vnode.contracts.objects import Obj
 from vnode.kube import errors
 from vnode.kube.client import MERGE_PATCH, ApiClient
 from vnode.kube.informer import Handlers, Informer
 from vnode.kube.resources import Resource
-from vnode.kube.store import Obj
 from vnode.kube.workqueue import QueueSettings, Requeue, WorkQueue
 
 logger = logging.getLogger(__name__)

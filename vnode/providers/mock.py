@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from vnode import provider_errors
+from vnode.contracts.objects import Obj
 from vnode.kube.informer import Informer
 from vnode.kube.quantity import parse_quantity
 from vnode.kube.resources import object_key
@@ -39,8 +40,6 @@ from vnode.provider import (
     RemoteCommand,
     RemoteSession,
 )
-
-Obj = dict[str, Any]
 
 DEFAULT_CAPACITY: Mapping[str, str] = {"cpu": "20", "memory": "100Gi", "pods": "20"}
 """virtual-kubelet's mock defaults."""

@@ -24,6 +24,7 @@ from typing import Any
 import aiohttp
 
 from vnode import provider_errors
+from vnode.contracts.objects import Obj
 from vnode.kube import errors
 from vnode.kube.client import STRATEGIC_MERGE_PATCH, ApiClient
 from vnode.kube.events import EventRecorder
@@ -31,7 +32,6 @@ from vnode.kube.informer import Handlers, Informer
 from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.mirror import Mirror, MirrorSpec, Refused
 from vnode.kube.resources import NODES, PODS, object_key
-from vnode.kube.store import Obj
 from vnode.provider import (
     Component,
     NodeUsage,
