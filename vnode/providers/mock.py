@@ -33,13 +33,13 @@ from vnode.kube.quantity import parse_quantity
 from vnode.kube.resources import object_key
 from vnode.kube.timestamps import rfc3339
 from vnode.provider import (
-    Component,
     NodeUsage,
     PodEvent,
     PortSession,
     RemoteCommand,
     RemoteSession,
 )
+from vnode.serving.lifecycle import Component
 
 DEFAULT_CAPACITY: Mapping[str, str] = {"cpu": "20", "memory": "100Gi", "pods": "20"}
 """virtual-kubelet's mock defaults."""

@@ -33,7 +33,6 @@ from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.mirror import Mirror, MirrorSpec, Refused
 from vnode.kube.resources import NODES, PODS, object_key
 from vnode.provider import (
-    Component,
     NodeUsage,
     PodEvent,
     PortSession,
@@ -46,6 +45,7 @@ from vnode.providers.k2k.events import EventMirror
 from vnode.providers.k2k.namespaces import LowerNamespaces
 from vnode.providers.k2k.provisioner import VolumeProvisioner
 from vnode.providers.k2k.scrape import KubeletAccess, ResourceScraper, ThroughApiserver
+from vnode.serving.lifecycle import Component
 from vnode.settings import PV_CONTROLLERS, SERVICE_CONTROLLERS, ControllerSettings
 
 logger = logging.getLogger(__name__)
