@@ -20,6 +20,7 @@ from vnode.kube.client import ApiClient
 from vnode.serving import logs
 from vnode.serving.endpoints import Health, metrics_server
 from vnode.serving.flags import UsageError
+from vnode.serving.lifecycle import Runner
 from vnode.serving.shutdown import stop_on_signals
 
 logger = logging.getLogger("descheduler")
@@ -69,6 +70,8 @@ async def _run(settings: Settings, info: config.ConnectionInfo) -> None:
         descheduler = Descheduler(client=client, events=events, settings=settings, identity=holder)
         health = Health()
         health.add_check("informers", descheduler.not_synced)
+        # The one round of interval 0 ends the program; a signal ends any other.
+        runner = Runner(startup_timeout=0, shutdown_timeout=None, stop_when_done=True)
         async with metrics_server(settings.metrics_addr, health=health):
             logger.info(
                 "tensile-descheduler %s starting (upper %s, every %gs%s%s)",
@@ -78,18 +81,8 @@ async def _run(settings: Settings, info: config.ConnectionInfo) -> None:
                 ", dry run" if settings.moves.dry_run else "",
                 "" if settings.leader_election else ", without leader election",
             )
-            task = asyncio.create_task(descheduler.run(), name="descheduler")
-
-            def stop() -> None:
-                task.cancel()
-
-            with stop_on_signals(stop):
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    current = asyncio.current_task()
-                    if current is not None and current.cancelling():
-                        raise  # we are being cancelled, not stopped by a signal
+            with stop_on_signals(runner.stop):
+                await runner.run([descheduler])
     logger.info("tensile-descheduler %s stopped", holder)
 
 

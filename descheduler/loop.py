@@ -50,7 +50,10 @@ COMPONENT = "tensile-descheduler"
 
 
 class Descheduler:
-    """Caches, the mover, and the rounds; `run` until cancelled (or one round, interval 0)."""
+    """Caches, the mover, and the rounds: a `vnode.serving.lifecycle.Component`, `run` until
+    shut down (or one round, interval 0)."""
+
+    name = "descheduler"
 
     def __init__(
         self,
@@ -67,6 +70,7 @@ class Descheduler:
         is the time pods and avoidances are judged at, `clock` the seconds the eviction
         rate is measured in."""
         self._settings = settings
+        self._stop = asyncio.Event()
         self._now = now
         self._clock = clock
         self.pods = Informer(
@@ -116,21 +120,34 @@ class Descheduler:
         waiting = [i.name for i in self.informers() if not i.has_synced()]
         return f"caches not synced: {', '.join(waiting)}" if waiting else None
 
+    def ready(self) -> bool:
+        """Whether every cache has its first list (`Component`)."""
+        return self.not_synced() is None
+
+    async def start(self) -> None:
+        """Nothing to prepare (`Component`): the command checked the apiserver answers."""
+
     async def run(self) -> None:
-        """Fill the caches, then lead rounds (competing for the Lease if configured) until
-        cancelled; with interval 0, return after one round."""
-        tasks = [asyncio.create_task(i.run(), name=f"informer-{i.name}") for i in self.informers()]
-        try:
-            for informer in self.informers():
-                await informer.wait_synced()
-            if self.elector is not None:
-                await self.elector.run(self._rounds)
-            else:
-                await self._rounds()
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        """Lead rounds (competing for the Lease if configured) until `shut_down()`, which
+        cancels a round in progress (a leader then releases the Lease); with interval 0,
+        return after one round. Run by a `vnode.serving.lifecycle.Runner`, which fills the
+        caches first."""
+        async with asyncio.TaskGroup() as group:
+            rounds = group.create_task(self._lead(), name="descheduler-rounds")
+            asked = group.create_task(self._stop.wait(), name="descheduler-stop")
+            await asyncio.wait([rounds, asked], return_when=asyncio.FIRST_COMPLETED)
+            rounds.cancel()
+            asked.cancel()
+
+    async def shut_down(self) -> None:
+        """Stop the rounds (`Component`)."""
+        self._stop.set()
+
+    async def _lead(self) -> None:
+        if self.elector is not None:
+            await self.elector.run(self._rounds)
+        else:
+            await self._rounds()
 
     async def _rounds(self) -> None:
         while True:

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from vnode.contracts import avoidance, labels
+from vnode.contracts.objects import as_list, as_mapping
 from vnode.kube.timestamps import rfc3339
 
 _DROPPED_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
@@ -48,7 +49,7 @@ Removing it has the pod judged again."""
 
 def deschedule_count(pod: Mapping[str, Any]) -> int:
     """Return the pod's `sigs.k8s.io/deschedule-count` (0 when absent or not a number)."""
-    annotations = _mapping(_mapping(pod.get("metadata")).get("annotations"))
+    annotations = as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
     value = annotations.get(DESCHEDULE_COUNT_ANNOTATION)
     try:
         return max(0, int(str(value)))
@@ -62,7 +63,7 @@ def count_patch(pod: Mapping[str, Any]) -> dict[str, Any]:
     the pod's UID, so another pod that took its name meanwhile (a StatefulSet's next one) is
     not touched -- the apiserver refuses to change a UID. No resourceVersion: it is written
     once the pod is evicted, when the eviction has changed it already."""
-    meta = _mapping(pod.get("metadata"))
+    meta = as_mapping(pod.get("metadata"))
     return {
         "metadata": {
             "uid": meta.get("uid"),
@@ -75,7 +76,7 @@ def left_alone_patch(pod: Mapping[str, Any], *, now: dt.datetime) -> dict[str, A
     """Return the JSON merge patch that marks `pod` as left alone (LEFT_ALONE_ANNOTATION,
     `now` as its value): that one annotation and the pod's UID, as `count_patch` (another
     pod that took its name meanwhile is refused by the apiserver, not marked)."""
-    meta = _mapping(pod.get("metadata"))
+    meta = as_mapping(pod.get("metadata"))
     return {
         "metadata": {"uid": meta.get("uid"), "annotations": {LEFT_ALONE_ANNOTATION: rfc3339(now)}}
     }
@@ -83,13 +84,13 @@ def left_alone_patch(pod: Mapping[str, Any], *, now: dt.datetime) -> dict[str, A
 
 def is_left_alone(pod: Mapping[str, Any]) -> bool:
     """Tell whether `pod` carries LEFT_ALONE_ANNOTATION (any value)."""
-    return LEFT_ALONE_ANNOTATION in _mapping(_mapping(pod.get("metadata")).get("annotations"))
+    return LEFT_ALONE_ANNOTATION in as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
 
 
 def eviction(pod: Mapping[str, Any]) -> dict[str, Any]:
     """Return the policy/v1 Eviction of `pod`, with preconditions on its UID and
     resourceVersion: the eviction applies to the pod as judged, or fails with 409."""
-    meta = _mapping(pod.get("metadata"))
+    meta = as_mapping(pod.get("metadata"))
     return {
         "apiVersion": "policy/v1",
         "kind": "Eviction",
@@ -106,9 +107,9 @@ def eviction(pod: Mapping[str, Any]) -> dict[str, Any]:
 def replacement_name(pod: Mapping[str, Any]) -> str:
     """Return the name of the replacement of bare pod `pod`: its original name (a previous
     replacement's `-d<n>` removed) with `-d<count+1>`."""
-    meta = _mapping(pod.get("metadata"))
+    meta = as_mapping(pod.get("metadata"))
     name = str(meta.get("name") or "")
-    if _mapping(meta.get("labels")).get(labels.CREATED_BY_DESCHEDULER_LABEL) == "true":
+    if as_mapping(meta.get("labels")).get(labels.CREATED_BY_DESCHEDULER_LABEL) == "true":
         name = _SUFFIX.sub("", name)
     suffix = f"-d{deschedule_count(pod) + 1}"
     return name[: MAX_NAME - len(suffix)] + suffix
@@ -116,28 +117,30 @@ def replacement_name(pod: Mapping[str, Any]) -> str:
 
 def replacement(pod: Mapping[str, Any], *, avoid: Iterable[str]) -> dict[str, Any]:
     """Return the replacement of bare pod `pod` (see the module docstring), gated."""
-    meta = {k: copy.deepcopy(v) for k, v in _mapping(pod.get("metadata")).items()}
+    meta = {k: copy.deepcopy(v) for k, v in as_mapping(pod.get("metadata")).items()}
     for key in _DROPPED_META:
         meta.pop(key, None)
     meta["name"] = replacement_name(pod)
     meta["labels"] = {
-        **_mapping(meta.get("labels")),
+        **as_mapping(meta.get("labels")),
         labels.CREATED_BY_DESCHEDULER_LABEL: "true",
     }
     meta["annotations"] = {
-        **_mapping(meta.get("annotations")),
+        **as_mapping(meta.get("annotations")),
         DESCHEDULE_COUNT_ANNOTATION: str(deschedule_count(pod) + 1),
-        REPLACES_ANNOTATION: str(_mapping(pod.get("metadata")).get("name") or ""),
-        REPLACES_UID_ANNOTATION: str(_mapping(pod.get("metadata")).get("uid") or ""),
+        REPLACES_ANNOTATION: str(as_mapping(pod.get("metadata")).get("name") or ""),
+        REPLACES_UID_ANNOTATION: str(as_mapping(pod.get("metadata")).get("uid") or ""),
     }
-    spec = {k: copy.deepcopy(v) for k, v in _mapping(pod.get("spec")).items()}
+    spec = {k: copy.deepcopy(v) for k, v in as_mapping(pod.get("spec")).items()}
     for key in _DROPPED_SPEC:
         spec.pop(key, None)
-    affinity = avoidance.avoiding(_mapping(spec.get("affinity")) or None, avoid)
+    affinity = avoidance.avoiding(as_mapping(spec.get("affinity")) or None, avoid)
     if affinity is not None:
         spec["affinity"] = affinity
     gates = [
-        g for g in _list(spec.get("schedulingGates")) if _mapping(g).get("name") != SCHEDULING_GATE
+        g
+        for g in as_list(spec.get("schedulingGates"))
+        if as_mapping(g).get("name") != SCHEDULING_GATE
     ]
     spec["schedulingGates"] = [*gates, {"name": SCHEDULING_GATE}]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
@@ -151,7 +154,7 @@ def ungate_patch() -> dict[str, Any]:
 
 def replaces(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     """Return (name, UID) of the pod that `pod` replaces; None unless it is a replacement."""
-    annotations = _mapping(_mapping(pod.get("metadata")).get("annotations"))
+    annotations = as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
     name = annotations.get(REPLACES_ANNOTATION)
     uid = annotations.get(REPLACES_UID_ANNOTATION)
     if isinstance(name, str) and isinstance(uid, str) and name and uid:
@@ -161,13 +164,5 @@ def replaces(pod: Mapping[str, Any]) -> tuple[str, str] | None:
 
 def is_gated(pod: Mapping[str, Any]) -> bool:
     """Tell whether `pod` still carries the descheduler's scheduling gate."""
-    gates = _list(_mapping(pod.get("spec")).get("schedulingGates"))
-    return any(_mapping(g).get("name") == SCHEDULING_GATE for g in gates)
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
+    gates = as_list(as_mapping(pod.get("spec")).get("schedulingGates"))
+    return any(as_mapping(g).get("name") == SCHEDULING_GATE for g in gates)

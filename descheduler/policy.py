@@ -33,6 +33,7 @@ from typing import Any, Literal, Protocol
 
 from descheduler import move_objects
 from vnode.contracts import avoidance, labels, scheduling, selectors
+from vnode.contracts.objects import as_list, as_mapping
 from vnode.kube.timestamps import parse_rfc3339
 
 EVICT_ANNOTATION = "descheduler.alpha.kubernetes.io/evict"
@@ -123,11 +124,11 @@ def is_virtual_node(node: Mapping[str, Any]) -> bool:
 
 def node_usable(node: Mapping[str, Any]) -> bool:
     """Tell whether the upper scheduler may place pods on `node` now: Ready and not cordoned."""
-    if _mapping(node.get("spec")).get("unschedulable"):
+    if as_mapping(node.get("spec")).get("unschedulable"):
         return False
-    conditions = _list(_mapping(node.get("status")).get("conditions"))
+    conditions = as_list(as_mapping(node.get("status")).get("conditions"))
     return any(
-        _mapping(c).get("type") == "Ready" and _mapping(c).get("status") == "True"
+        as_mapping(c).get("type") == "Ready" and as_mapping(c).get("status") == "True"
         for c in conditions
     )
 
@@ -137,7 +138,7 @@ def considered_nodes(
 ) -> dict[str, Mapping[str, Any]]:
     """Return the usable virtual nodes that `criteria.node_selector` selects, by name."""
     return {
-        str(_mapping(n.get("metadata")).get("name")): n
+        str(as_mapping(n.get("metadata")).get("name")): n
         for n in nodes
         if is_virtual_node(n) and node_usable(n) and criteria.node_selector.matches(_labels(n))
     }
@@ -146,15 +147,15 @@ def considered_nodes(
 def due(pod: Mapping[str, Any], *, criteria: Criteria, now: dt.datetime) -> str | None:
     """Return why `pod` is due to move (the lower cluster's reason and message, or the
     lifetime it exceeded), or None when it is not (yet)."""
-    status = _mapping(pod.get("status"))
-    meta = _mapping(pod.get("metadata"))
+    status = as_mapping(pod.get("status"))
+    meta = as_mapping(pod.get("metadata"))
     if status.get("phase") != "Pending" or meta.get("deletionTimestamp"):
         return None
     scheduled = next(
         (
-            _mapping(c)
-            for c in _list(status.get("conditions"))
-            if _mapping(c).get("type") == "PodScheduled"
+            as_mapping(c)
+            for c in as_list(status.get("conditions"))
+            if as_mapping(c).get("type") == "PodScheduled"
         ),
         {},
     )
@@ -178,22 +179,22 @@ def exclusion(pod: Mapping[str, Any], *, criteria: Criteria) -> str | None:
 
 
 def _exclusions(pod: Mapping[str, Any], *, criteria: Criteria) -> Iterator[str]:
-    meta = _mapping(pod.get("metadata"))
-    annotations = _mapping(meta.get("annotations"))
+    meta = as_mapping(pod.get("metadata"))
+    annotations = as_mapping(meta.get("annotations"))
     if meta.get("namespace") == "kube-system":
         yield "in kube-system"
     if MIRROR_ANNOTATION in annotations:
         yield "a mirror pod"
     if annotations.get(SOURCE_ANNOTATION) in ("file", "http"):
         yield "a static pod"
-    if any(_mapping(r).get("kind") == "DaemonSet" for r in _list(meta.get("ownerReferences"))):
+    if any(as_mapping(r).get("kind") == "DaemonSet" for r in as_list(meta.get("ownerReferences"))):
         yield "a DaemonSet's pod"
     if move_objects.is_gated(pod):
         yield "a replacement waiting for the pod it replaces to go"
     if move_objects.is_left_alone(pod):
         # Not overridden by the evict annotation: removing this mark is how to undo it.
         yield f"no virtual node was left for it ({move_objects.LEFT_ALONE_ANNOTATION})"
-    pod_labels = {str(k): str(v) for k, v in _mapping(meta.get("labels")).items()}
+    pod_labels = {str(k): str(v) for k, v in as_mapping(meta.get("labels")).items()}
     if avoidance.controller_of(pod) is not None and not criteria.pod_selector.matches(pod_labels):
         yield (
             "its replacement would not pass the webhook, which keeps it off the virtual "
@@ -201,12 +202,13 @@ def _exclusions(pod: Mapping[str, Any], *, criteria: Criteria) -> Iterator[str]:
         )
     if EVICT_ANNOTATION in annotations:
         return  # forced past the rules below, as in sigs.k8s.io/descheduler
-    spec = _mapping(pod.get("spec"))
+    spec = as_mapping(pod.get("spec"))
     priority = spec.get("priority")
     if isinstance(priority, int) and priority >= SYSTEM_CRITICAL_PRIORITY:
         yield f"priority {priority} is system-critical"
     if not criteria.evict_local_storage_pods and any(
-        "emptyDir" in _mapping(v) or "hostPath" in _mapping(v) for v in _list(spec.get("volumes"))
+        "emptyDir" in as_mapping(v) or "hostPath" in as_mapping(v)
+        for v in as_list(spec.get("volumes"))
     ):
         yield "it has local storage (emptyDir/hostPath; see --evict-local-storage-pods)"
 
@@ -222,30 +224,30 @@ def disruption_blocker(pod: Mapping[str, Any], budgets: Iterable[Mapping[str, An
     desiredHealthy > 0), or it allows a disruption; refused when more than one budget
     selects the pod, or the budget's status is not up to date yet.
     """
-    meta = _mapping(pod.get("metadata"))
-    pod_labels = {str(k): str(v) for k, v in _mapping(meta.get("labels")).items()}
+    meta = as_mapping(pod.get("metadata"))
+    pod_labels = {str(k): str(v) for k, v in as_mapping(meta.get("labels")).items()}
     matching = []
     for budget in budgets:
-        bmeta = _mapping(budget.get("metadata"))
+        bmeta = as_mapping(budget.get("metadata"))
         if bmeta.get("namespace") != meta.get("namespace"):
             continue
-        selector = selectors.from_object(_mapping(budget.get("spec")).get("selector"))
+        selector = selectors.from_object(as_mapping(budget.get("spec")).get("selector"))
         if selector is not None and selector.matches(pod_labels):
             matching.append(budget)
     if not matching:
         return None
-    names = sorted(str(_mapping(b.get("metadata")).get("name")) for b in matching)
+    names = sorted(str(as_mapping(b.get("metadata")).get("name")) for b in matching)
     if len(matching) > 1:
         return f"more than one PodDisruptionBudget selects it ({', '.join(names)})"
     return _budget_blocker(matching[0], name=names[0])
 
 
 def _budget_blocker(budget: Mapping[str, Any], *, name: str) -> str | None:
-    spec, status = _mapping(budget.get("spec")), _mapping(budget.get("status"))
+    spec, status = as_mapping(budget.get("spec")), as_mapping(budget.get("status"))
     current, desired = _int(status.get("currentHealthy")), _int(status.get("desiredHealthy"))
     if spec.get("unhealthyPodEvictionPolicy") == "AlwaysAllow" or current >= desired > 0:
         return None
-    generation = _int(_mapping(budget.get("metadata")).get("generation"))
+    generation = _int(as_mapping(budget.get("metadata")).get("generation"))
     if _int(status.get("observedGeneration")) < generation:
         return f"PodDisruptionBudget {name} is still being processed"
     if _int(status.get("disruptionsAllowed")) > 0:
@@ -283,20 +285,20 @@ def plan(
     # Selected but not Ready, or cordoned: a pod that has not tried one of these is not
     # given up on for good (a lower cluster's outage must not pin pods elsewhere forever).
     unusable = frozenset(
-        str(_mapping(n.get("metadata")).get("name"))
+        str(as_mapping(n.get("metadata")).get("name"))
         for n in nodes
         if is_virtual_node(n) and criteria.node_selector.matches(_labels(n))
     ) - set(usable)
     leaving = {
         controller.uid
         for pod in pods
-        if _mapping(pod.get("metadata")).get("deletionTimestamp")
+        if as_mapping(pod.get("metadata")).get("deletionTimestamp")
         and (controller := avoidance.controller_of(pod)) is not None
     }
     considered = 0
     found: list[tuple[dt.datetime, Decision]] = []
     for pod in pods:
-        node = str(_mapping(pod.get("spec")).get("nodeName") or "")
+        node = str(as_mapping(pod.get("spec")).get("nodeName") or "")
         if node not in usable:
             continue
         considered += 1
@@ -307,9 +309,9 @@ def plan(
         if owner is not None:
             tried = avoidance.avoided_nodes(record, owner_uid=owner.uid, now=now)
         else:
-            tried = avoidance.avoided_by_affinity(_mapping(pod.get("spec")).get("affinity"))
+            tried = avoidance.avoided_by_affinity(as_mapping(pod.get("spec")).get("affinity"))
         avoid = frozenset({*tried, node})
-        created = parse_rfc3339(_mapping(pod.get("metadata")).get("creationTimestamp")) or now
+        created = parse_rfc3339(as_mapping(pod.get("metadata")).get("creationTimestamp")) or now
         decision = _decide(
             pod,
             node=node,
@@ -365,7 +367,7 @@ def _decide(
     # The replacement keeps the pod's own node selection (plus the NotIn): where that rules
     # out every other virtual node, moving it would leave it unschedulable for good, while
     # left where it is it runs once its lower cluster has room.
-    spec = _mapping(pod.get("spec"))
+    spec = as_mapping(pod.get("spec"))
     if owner is not None:
         # The controller's next pod is made from its template: the NotIn values the webhook
         # added at an earlier move are not in it (the avoidances in force are `avoid`, from
@@ -373,7 +375,7 @@ def _decide(
         # what it added (made before it kept one) is judged as it is: never a move whose
         # replacement fits nowhere, at worst a node left untried.
         added = avoidance.added_nodes(pod)
-        affinity = avoidance.without_avoidances(_mapping(spec.get("affinity")), added)
+        affinity = avoidance.without_avoidances(as_mapping(spec.get("affinity")), added)
         spec = {**spec, "affinity": affinity}
     unfit = {
         name: scheduling.unfit(spec, usable[name]) or _volume_unfit(pins, usable[name])
@@ -419,22 +421,22 @@ def pinned_volumes(
     pod off nodes such a volume's affinity does not select; a virtual node provisions its
     volumes pinned to itself, so a pod of such a claim can only ever run there.
     """
-    meta, spec = _mapping(pod.get("metadata")), _mapping(pod.get("spec"))
+    meta, spec = as_mapping(pod.get("metadata")), as_mapping(pod.get("spec"))
     namespace, pod_name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     found: list[tuple[str, Mapping[str, Any]]] = []
-    for item in _list(spec.get("volumes")):
-        volume = _mapping(item)
-        claim_name = _mapping(volume.get("persistentVolumeClaim")).get("claimName")
+    for item in as_list(spec.get("volumes")):
+        volume = as_mapping(item)
+        claim_name = as_mapping(volume.get("persistentVolumeClaim")).get("claimName")
         if claim_name is None and "ephemeral" in volume:
             claim_name = f"{pod_name}-{volume.get('name')}"
         if not isinstance(claim_name, str):
             continue
-        claim = _mapping(claims.get(f"{namespace}/{claim_name}"))
-        pv_name = _mapping(claim.get("spec")).get("volumeName")
+        claim = as_mapping(claims.get(f"{namespace}/{claim_name}"))
+        pv_name = as_mapping(claim.get("spec")).get("volumeName")
         if not isinstance(pv_name, str) or not pv_name:
             continue
-        affinity = _mapping(_mapping(volumes.get(pv_name)).get("spec")).get("nodeAffinity")
-        required = _mapping(_mapping(affinity).get("required"))
+        affinity = as_mapping(as_mapping(volumes.get(pv_name)).get("spec")).get("nodeAffinity")
+        required = as_mapping(as_mapping(affinity).get("required"))
         if required:
             found.append((f"its volume {pv_name} (claim {claim_name})", required))
     return found
@@ -446,9 +448,9 @@ _NOTHING: Mapping[str, Mapping[str, Any]] = {}
 def _volume_unfit(
     pins: Sequence[tuple[str, Mapping[str, Any]]], node: Mapping[str, Any]
 ) -> str | None:
-    meta = _mapping(node.get("metadata"))
+    meta = as_mapping(node.get("metadata"))
     name = str(meta.get("name") or "")
-    node_labels = {str(k): str(v) for k, v in _mapping(meta.get("labels")).items()}
+    node_labels = {str(k): str(v) for k, v in as_mapping(meta.get("labels")).items()}
     for what, required in pins:
         if not scheduling.selector_matches(required, node_name=name, node_labels=node_labels):
             return f"{what} is not reachable from it (the volume's node affinity)"
@@ -456,17 +458,9 @@ def _volume_unfit(
 
 
 def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
-    found = _mapping(_mapping(obj.get("metadata")).get("labels"))
+    found = as_mapping(as_mapping(obj.get("metadata")).get("labels"))
     return {str(k): str(v) for k, v in found.items()}
 
 
 def _int(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []

@@ -1,8 +1,9 @@
 """One virtual node: a list of components around a provider; start order; stop.
 
-The node is a list of components (`vnode.provider.Component`): the provider and what it
-brings (mirrors of pods' dependencies, of Services and volumes as --enable-controllers
-chose), the pod controller, the kubelet API server and the node controller. Start order
+The node is a list of components (`vnode.serving.lifecycle.Component`): the provider and
+what it brings (mirrors of pods' dependencies, of Services and volumes as
+--enable-controllers chose), the pod controller, the kubelet API server and the node
+controller, run by a `lifecycle.Runner` like every program's. Start order
 (virtual-kubelet's): each component's `start()` in list order; then every informer runs
 (one per selection, shared through an `InformerFactory`) and has synced before any
 component's `run()` begins, so the node controller registers the Node only once pods can
@@ -13,10 +14,7 @@ TaskGroup and awaited.
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import logging
-from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from vnode.api.certmanager import (
@@ -31,9 +29,9 @@ from vnode.kube.events import EventRecorder
 from vnode.kube.informer import Informer
 from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.workqueue import FairQueuing
-from vnode.provider import Component, Provider
-from vnode.serving import endpoints
-from vnode.serving.lifecycle import StartupError
+from vnode.provider import Provider
+from vnode.serving import endpoints, lifecycle
+from vnode.serving.lifecycle import Component
 from vnode.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -79,7 +77,9 @@ class VirtualNode:
         own components share them); `clock` (default: the system clock) times
         serving-certificate renewals."""
         self.settings = settings
-        self._stop = asyncio.Event()
+        self._runner = lifecycle.Runner(
+            startup_timeout=settings.startup_timeout, shutdown_timeout=settings.shutdown_timeout
+        )
         recorder = EventRecorder(
             upper.events, component=f"{settings.node.name}/pod-controller", host=settings.node.name
         )
@@ -120,23 +120,11 @@ class VirtualNode:
 
     def informers(self) -> list[Informer]:
         """Every informer of every component, each once."""
-        seen: dict[int, Informer] = {}
-        for component in self.components:
-            for informer in component.informers():
-                seen.setdefault(id(informer), informer)
-        return list(seen.values())
+        return lifecycle.informers_of(self.components)
 
     def ready(self) -> bool:
         """Whether every component does its work (the Node registered included)."""
         return all(component.ready() for component in self.components)
-
-    def _health(self) -> endpoints.Health:
-        """`/readyz` on --metrics-addr: one check per component (its caches synced, the
-        Node registered, ...), so a probe says which part is not ready."""
-        health = endpoints.Health()
-        for component in self.components:
-            health.add_check(component.name, functools.partial(_readiness, component))
-        return health
 
     def _backend_recovered(self) -> None:
         logger.info("the provider is reachable again: resuming watches and pending pods")
@@ -146,89 +134,13 @@ class VirtualNode:
 
     def stop(self) -> None:
         """Ask `run` to stop gracefully (safe to call from a signal handler)."""
-        self._stop.set()
+        self._runner.stop()
 
     async def run(self) -> None:
         """Run until `stop()`. Raises StartupError if the caches do not sync in time, and
-        whatever a component's `start()` raised."""
-        started: list[Component] = []
-        shut: set[int] = set()
-
-        async def shut_down(components: Sequence[Component]) -> None:
-            for component in reversed(components):
-                if id(component) not in shut:
-                    shut.add(id(component))
-                    await component.shut_down()
-
-        async with endpoints.metrics_server(self.settings.metrics_addr, health=self._health()):
-            try:
-                for component in self.components:
-                    if self._stop.is_set():
-                        return
-                    await component.start()
-                    started.append(component)
-                await self._run_started(shut_down)
-            finally:
-                await shut_down(started)
-
-    async def _run_started(
-        self, shut_down: Callable[[Sequence[Component]], Awaitable[None]]
-    ) -> None:
-        informers = self.informers()
-        async with asyncio.TaskGroup() as group:
-            background = [group.create_task(i.run(), name=f"informer-{i.name}") for i in informers]
-            stop = group.create_task(self._stop.wait(), name="stop-signal")
-            await self._wait_synced(informers, stop)
-            if stop.done():
-                for task in background:
-                    task.cancel()
-                return
-            logger.info("caches synced; starting workers")
-            work = [group.create_task(c.run(), name=c.name) for c in self.components]
-            await stop
-            await self._drain(work, shut_down)
-            for task in background + work:
-                task.cancel()
-
-    async def _wait_synced(self, informers: Sequence[Informer], stop: asyncio.Task[bool]) -> None:
-        timeout = self.settings.startup_timeout or None
-
-        async def all_synced() -> None:
-            for informer in informers:
-                await informer.wait_synced()
-
-        synced = asyncio.create_task(all_synced(), name="wait-synced")
-        try:
-            async with asyncio.timeout(timeout):
-                await asyncio.wait([synced, stop], return_when=asyncio.FIRST_COMPLETED)
-        except TimeoutError:
-            missing = [f"{i.name} ({i.last_sync_error})" for i in informers if not i.has_synced()]
-            self.stop()
-            raise StartupError(
-                f"caches not synced after {timeout}s: {', '.join(missing)}"
-            ) from None
-        finally:
-            synced.cancel()
-            # gather returns the child's cancellation instead of raising it, while a
-            # cancellation of this task itself still propagates (suppress would eat both).
-            await asyncio.gather(synced, return_exceptions=True)
-
-    async def _drain(
-        self,
-        work: list[asyncio.Task[None]],
-        shut_down: Callable[[Sequence[Component]], Awaitable[None]],
-    ) -> None:
-        logger.info(
-            "stopping: finishing in-flight work (up to %.0fs)", self.settings.shutdown_timeout
-        )
-        await shut_down(self.components)
-        _done, pending = await asyncio.wait(work, timeout=self.settings.shutdown_timeout)
-        if pending:
-            logger.warning(
-                "stopping: abandoning work still in flight after %.0fs",
-                self.settings.shutdown_timeout,
-            )
-
-
-def _readiness(component: Component) -> str | None:
-    return None if component.ready() else "not ready"
+        whatever a component's `start()` or `run()` raised. `/readyz` on --metrics-addr
+        has one check per component (its caches synced, the Node registered, ...), so a
+        probe says which part is not ready."""
+        health = lifecycle.health_of(self.components)
+        async with endpoints.metrics_server(self.settings.metrics_addr, health=health):
+            await self._runner.run(self.components)

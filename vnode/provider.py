@@ -5,8 +5,8 @@ PodNotifier and NodeProvider, reshaped for asyncio). All objects are Kubernetes 
 are read-only for both sides: never mutate what you are given or what you returned.
 
 Everything the node runs (its informers' users, controllers, mirrors, the kubelet API
-server, the provider itself) is a `Component`: `vnode.node.VirtualNode` composes a list of
-them and owns their life (start, sync, run, stop).
+server, the provider itself) is a `vnode.serving.lifecycle.Component`: `vnode.node.VirtualNode`
+composes a list of them and a `lifecycle.Runner` owns their life (start, sync, run, stop).
 """
 
 from __future__ import annotations
@@ -15,40 +15,8 @@ from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequenc
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from vnode.kube.informer import Informer
-
-Obj = dict[str, Any]
-
-
-class Component(Protocol):
-    """A part of a virtual node with a life of its own, run by `VirtualNode` from a list.
-
-    Life (virtual-kubelet's start order, Node.Run): `start()` once per component, in list
-    order, before any informer runs; then every informer of every component runs (an
-    informer shared by several components runs once), and once all have synced, `run()`
-    of each runs until `shut_down()`; in-flight work then has the node's shutdown timeout
-    to finish before the run task is cancelled. `shut_down()` is called once for every
-    component whose `start()` returned, also when the node stops before `run()` began.
-    """
-
-    name: str
-    """Names its task and its log lines ("pod-controller", "services_to_lower")."""
-
-    def informers(self) -> Sequence[Informer]:
-        """The informers that must have synced before `run` (shared ones included)."""
-
-    async def start(self) -> None:
-        """Do what must work before anything runs (bind a port, read the backend's
-        version); raise to stop the node's start (the message says what failed)."""
-
-    def ready(self) -> bool:
-        """Tell whether the component does its work now (started, its informers synced)."""
-
-    async def run(self) -> None:
-        """Work until `shut_down()`, then return once in-flight work is done."""
-
-    async def shut_down(self) -> None:
-        """Stop taking new work (queues stop handing out keys, servers stop listening)."""
+from vnode.contracts.objects import Obj
+from vnode.serving.lifecycle import Component
 
 
 @dataclass(frozen=True, kw_only=True)

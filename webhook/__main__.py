@@ -15,8 +15,9 @@ from collections.abc import Sequence
 
 from vnode.kube import config
 from vnode.serving import flags, logs, shutdown
+from vnode.serving.lifecycle import StartupError
 from webhook import cli
-from webhook.service import StartupError, Webhook
+from webhook.service import Webhook
 
 logger = logging.getLogger("webhook")
 

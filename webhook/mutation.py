@@ -47,18 +47,26 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from vnode.contracts import avoidance, clusterselector, selectors
 from vnode.contracts import labels as contract_labels
+from vnode.contracts.objects import as_list, as_mapping
 from webhook import patches
 
 SELECTED_NODE_ANNOTATION = contract_labels.SELECTED_NODE_ANNOTATION
 """On a PVC: the node its volume was (or is being) provisioned for."""
 METADATA_NAME = "metadata.name"
 """The one field node-affinity matchFields may select on."""
-MAX_ANNOTATION_TERMS = 64
-"""Most terms an annotation may get from ANDing the terms it had with newly moved ones."""
+TERM_RULES: Final[clusterselector.TermRules] = {
+    "max_terms": clusterselector.MAX_TERMS,
+    "overflow": "refuse",
+    "drop_empty": False,
+    "dedupe": True,
+}
+"""How the webhook ANDs the annotation's required terms (left) with newly moved ones
+(right): see `clusterselector.and_terms`, which says why these differ from the virtual
+node's."""
 CREATE = "CREATE"
 
 
@@ -161,7 +169,7 @@ def skip_reason(admission: PodAdmission, *, settings: MutationSettings) -> str |
         return f"operation {admission.operation or '(none)'}: only CREATE is converted"
     if admission.namespace in settings.excluded_namespaces:
         return f"namespace {admission.namespace} is excluded"
-    labels = _string_map(_mapping(admission.pod.get("metadata")).get("labels"))
+    labels = _string_map(as_mapping(admission.pod.get("metadata")).get("labels"))
     if (
         labels.get(contract_labels.CREATED_BY_DESCHEDULER_LABEL)
         == contract_labels.VIRTUAL_POD_VALUE
@@ -280,7 +288,7 @@ def convert_placement(draft: Draft, settings: MutationSettings, lookups: Lookups
 def pin_to_volume_node(draft: Draft, settings: MutationSettings, lookups: Lookups) -> None:
     """Require the node the pod's volumes were provisioned for (module docstring, step 2)."""
     del settings, lookups  # the volume nodes were looked up with the draft
-    spec = _mapping(draft.admission.pod.get("spec"))
+    spec = as_mapping(draft.admission.pod.get("spec"))
     if not draft.volume_nodes or spec.get("nodeName"):
         return  # a pod bound at creation is not scheduled: nothing to pin
     node = draft.volume_nodes[0]
@@ -293,7 +301,7 @@ def pin_to_volume_node(draft: Draft, settings: MutationSettings, lookups: Lookup
     requirement = {"key": contract_labels.HOSTNAME_LABEL, "operator": "In", "values": [node]}
     terms = clusterselector.required_terms(draft.affinity) or [{}]
     for term in terms:
-        expressions = _list(term.get("matchExpressions"))
+        expressions = as_list(term.get("matchExpressions"))
         if requirement not in expressions:
             term["matchExpressions"] = [*expressions, requirement]
     draft.affinity = clusterselector.with_required_terms(draft.affinity, terms)
@@ -354,8 +362,8 @@ last."""
 
 def _draft(admission: PodAdmission, *, lookups: Lookups) -> Draft:
     pod = admission.pod
-    spec = _mapping(pod.get("spec"))
-    annotations = _mapping(_mapping(pod.get("metadata")).get("annotations"))
+    spec = as_mapping(pod.get("spec"))
+    annotations = as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
     previous = clusterselector.parse(annotations.get(clusterselector.ANNOTATION))
     owner = avoidance.controller_of(pod)
     if clusterselector.ANNOTATION in annotations and previous is None:
@@ -368,8 +376,8 @@ def _draft(admission: PodAdmission, *, lookups: Lookups) -> Draft:
     return Draft(
         admission=admission,
         node_selector=_string_map(spec.get("nodeSelector")),
-        affinity=dict(_mapping(spec.get("affinity"))),
-        tolerations=list(_list(spec.get("tolerations"))),
+        affinity=dict(as_mapping(spec.get("affinity"))),
+        tolerations=list(as_list(spec.get("tolerations"))),
         lower_node_selector=dict((previous or {}).get("nodeSelector") or {}),
         lower_affinity=dict((previous or {}).get("affinity") or {}),
         lower_tolerations=list((previous or {}).get("tolerations") or []),
@@ -382,8 +390,8 @@ def _draft(admission: PodAdmission, *, lookups: Lookups) -> Draft:
 
 def _volume_nodes(spec: Mapping[str, Any], *, namespace: str, lookups: Lookups) -> tuple[str, ...]:
     nodes: list[str] = []
-    for volume in _list(spec.get("volumes")):
-        claim = _mapping(_mapping(volume).get("persistentVolumeClaim")).get("claimName")
+    for volume in as_list(spec.get("volumes")):
+        claim = as_mapping(as_mapping(volume).get("persistentVolumeClaim")).get("claimName")
         if isinstance(claim, str) and claim:
             node = lookups.pvc_selected_node(namespace, claim)
             if node and node not in nodes:
@@ -396,7 +404,7 @@ def _split_term(term: Mapping[str, Any], keeper: Keeper) -> tuple[dict[str, Any]
     kept: dict[str, Any] = {}
     lower: dict[str, Any] = {}
     for name, fields in (("matchExpressions", False), ("matchFields", True)):
-        for requirement in _list(term.get(name)):
+        for requirement in as_list(term.get(name)):
             side = kept if keeper.keeps_requirement(requirement, fields=fields) else lower
             side.setdefault(name, []).append(requirement)
     return kept, lower
@@ -405,25 +413,15 @@ def _split_term(term: Mapping[str, Any], keeper: Keeper) -> tuple[dict[str, Any]
 def _and_terms(
     existing: Sequence[Mapping[str, Any]], moved: Sequence[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
-    """Return the terms equal to (OR of `existing`) AND (OR of `moved`): the cross product,
-    or one side when the other is empty. Raises _Refused beyond MAX_ANNOTATION_TERMS."""
-    if not existing or not moved:
-        return [dict(t) for t in (existing or moved)]
-    if len(existing) * len(moved) > MAX_ANNOTATION_TERMS:
+    """Return the terms equal to (OR of `existing`) AND (OR of `moved`) (`TERM_RULES`).
+    Raises _Refused beyond `clusterselector.MAX_TERMS`."""
+    try:
+        return clusterselector.and_terms(existing, moved, **TERM_RULES)
+    except clusterselector.TooManyTerms as exc:
         raise _Refused(
-            f"its clusterSelector has {len(existing)} node-affinity terms and {len(moved)} more "
-            f"would be ANDed to them (over {MAX_ANNOTATION_TERMS} terms)"
-        )
-    joined: list[dict[str, Any]] = []
-    for left in existing:
-        for right in moved:
-            term: dict[str, Any] = {}
-            for name in ("matchExpressions", "matchFields"):
-                requirements = clusterselector.union(_list(left.get(name)), _list(right.get(name)))
-                if requirements:
-                    term[name] = requirements
-            joined.append(term)
-    return joined
+            f"its clusterSelector has {exc.left} node-affinity terms and {exc.right} more "
+            f"would be ANDed to them (over {exc.limit} terms)"
+        ) from None
 
 
 def _tolerates_node_problem_eviction(toleration: object) -> bool:
@@ -468,7 +466,7 @@ def _annotation_patch(
     """The operations that set (a string) or remove (None) each annotation of `changes`:
     one `add` of the whole map when the pod has no annotations yet (an `add` per key would
     each replace the map the one before made)."""
-    current = _mapping(pod.get("metadata")).get("annotations")
+    current = as_mapping(pod.get("metadata")).get("annotations")
     if not isinstance(current, Mapping):
         values = {k: v for k, v in changes.items() if v is not None}
         return patches.set_member(pod, ("metadata", "annotations"), values) if values else []
@@ -480,14 +478,6 @@ def _annotation_patch(
         else:
             operations += patches.set_member(pod, path, value)
     return operations
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
 def _string_map(value: object) -> dict[str, str]:

@@ -28,6 +28,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from prometheus_client import REGISTRY
 
+from vnode.contracts.objects import Obj
 from vnode.kube import errors, reflector
 from vnode.kube.backoff import ExponentialBackoff
 from vnode.kube.client import ApiClient
@@ -35,7 +36,7 @@ from vnode.kube.config import ConnectionInfo
 from vnode.kube.informer import Handlers, Informer, compact
 from vnode.kube.reflector import Event, Reflector, ReflectorSettings
 from vnode.kube.resources import PODS
-from vnode.kube.store import Obj, Store
+from vnode.kube.store import Store
 
 Answer = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -20,12 +20,12 @@ import pytest
 
 from devcluster.fleet import Fleet
 from tests.e2e.helpers import until
+from vnode.contracts.objects import Obj
 from vnode.kube import config, errors
 from vnode.kube.client import ApiClient
 from vnode.kube.informer import Informer
 from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.resources import PODS, SECRETS
-from vnode.kube.store import Obj
 from vnode.providers.k2k import naming
 from vnode.providers.k2k.dependencies import DependencySync
 from vnode.providers.k2k.translate import TranslationPolicy, lower_pod

@@ -20,13 +20,13 @@ import pytest
 
 from devcluster.fleet import Fleet
 from tests.e2e.helpers import until
+from vnode.contracts.objects import Obj
 from vnode.kube import config, errors
 from vnode.kube.client import ApiClient
 from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.mirror.engine import Mirror, MirrorConflict
 from vnode.kube.mirror.spec import Change, Creation, KindSpec, Patch, Replace
 from vnode.kube.resources import CONFIG_MAPS
-from vnode.kube.store import Obj
 from vnode.providers.k2k import naming
 
 OWNER = naming.Owner(node_name="mirror-test", cluster_id="mirror-test-cluster")

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from vnode.contracts.objects import Obj
 from vnode.kube.mirror.decide import (
     Action,
     Conflict,
@@ -35,7 +36,6 @@ from vnode.kube.mirror.inflight import known_target
 from vnode.kube.mirror.siblings import SIBLING_GRACE, SiblingPolicy, Waiting
 from vnode.kube.mirror.spec import Change, Creation, KindSpec, Patch, Replace
 from vnode.kube.resources import CONFIG_MAPS
-from vnode.kube.store import Obj
 from vnode.providers.k2k import naming
 
 US = naming.Owner(node_name="vn-us", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")

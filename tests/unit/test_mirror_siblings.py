@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
+from vnode.contracts.objects import Obj
 from vnode.kube import errors
 from vnode.kube.informer import Informer
 from vnode.kube.mirror.engine import Mirror
 from vnode.kube.mirror.siblings import SIBLING_GRACE, MakerWaits, SiblingPolicy, Waiting
 from vnode.kube.mirror.spec import Change, Creation, KindSpec, Patch, Replace
 from vnode.kube.resources import CONFIG_MAPS
-from vnode.kube.store import Obj
 from vnode.kube.workqueue import Requeue
 from vnode.providers.k2k import naming
 

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from vnode import provider_errors
+from vnode.contracts.objects import Obj
 from vnode.controllers import pods
 from vnode.controllers.pods import PodController
 from vnode.kube import errors
 from vnode.kube.events import EventRecorder
 from vnode.kube.informer_factory import InformerFactory
-from vnode.kube.store import Obj
 from vnode.kube.workqueue import Requeue, Transient
 
 FAILED = {"phase": "Failed", "reason": "Error", "message": "exit code 3"}

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from vnode.contracts.objects import Obj
 from vnode.kube import errors
 from vnode.kube.backoff import ExponentialBackoff, TokenBucket, jittered
 from vnode.kube.client import ApiClient
@@ -24,7 +25,7 @@ from vnode.kube.resources import (
     object_key,
     split_key,
 )
-from vnode.kube.store import Obj, Store
+from vnode.kube.store import Store
 
 # --- Store -------------------------------------------------------------------------------
 

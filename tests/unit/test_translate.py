@@ -13,10 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.bounds import within
+from vnode.contracts import clusterselector
 from vnode.contracts.clusterselector import parse as parse_cluster_selector
 from vnode.contracts.scheduling import selector_matches, term_matches
 from vnode.providers.k2k import naming
-from vnode.providers.k2k.placement import MAX_MERGED_TERMS, and_terms, lower_placement
+from vnode.providers.k2k.placement import lower_placement
 from vnode.providers.k2k.translate import (
     Dependencies,
     TranslationPolicy,
@@ -618,7 +619,7 @@ def test_kept_and_cluster_selector_affinity_are_anded_as_a_cross_product() -> No
 def test_cross_product_over_the_cap_keeps_the_cluster_selector_terms() -> None:
     kept = [{"matchExpressions": [expr("k", "In", str(i))]} for i in range(9)]
     extra = [{"matchExpressions": [expr("zone", "In", str(i))]} for i in range(8)]
-    assert len(kept) * len(extra) > MAX_MERGED_TERMS
+    assert len(kept) * len(extra) > clusterselector.MAX_TERMS
     spec = {
         "affinity": {
             "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required(*kept)}
@@ -638,16 +639,6 @@ def test_cross_product_over_the_cap_keeps_the_cluster_selector_terms() -> None:
     )
     node = placed(spec_8, selector)["affinity"]["nodeAffinity"]
     assert len(node["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]) == 64
-
-
-def test_and_terms_ignores_terms_that_select_nothing() -> None:
-    a = {"matchExpressions": [expr("a", "Exists")]}
-    b = {"matchExpressions": [expr("b", "Exists")]}
-    assert and_terms([{}, a], [b, {"matchExpressions": []}]) == [
-        {"matchExpressions": [expr("a", "Exists"), expr("b", "Exists")]}
-    ]
-    assert and_terms([{}], [b]) == [b]
-    assert and_terms([a], []) == [a]
 
 
 def test_cluster_selector_adds_to_preferred_and_pod_affinity() -> None:

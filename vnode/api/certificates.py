@@ -22,16 +22,16 @@ import ipaddress
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from vnode.contracts.objects import Obj
 from vnode.kube.timestamps import rfc3339
 
-Obj = dict[str, Any]
 PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 
 SIGNER = "kubernetes.io/kubelet-serving"

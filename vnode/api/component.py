@@ -1,4 +1,5 @@
-"""The kubelet HTTPS API as a component of the virtual node (`vnode.provider.Component`):
+"""The kubelet HTTPS API as a component of the virtual node
+(`vnode.serving.lifecycle.Component`):
 the listening socket, the serving certificate (files, reloaded when they change, or a CSR to
 the upper cluster, renewed before expiry) and the aiohttp application of `vnode.api.server`.
 """

@@ -16,7 +16,6 @@ import datetime as dt
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from vnode.api.certificates import (
     APPROVED_REASON,
@@ -26,6 +25,7 @@ from vnode.api.certificates import (
     csr_status,
     differences,
 )
+from vnode.contracts.objects import Obj
 from vnode.kube import errors
 from vnode.kube.backoff import ExponentialBackoff, jittered
 from vnode.kube.client import ApiClient
@@ -34,7 +34,6 @@ from vnode.kube.resources import CERTIFICATE_SIGNING_REQUESTS as CSRS
 from vnode.kube.store import Store
 
 logger = logging.getLogger(__name__)
-Obj = dict[str, Any]
 
 _APPROVE_RETRY = ExponentialBackoff(base=1.0, cap=30.0)
 

@@ -16,7 +16,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, NoReturn, Protocol
+from typing import Final, NoReturn, Protocol
 
 from aiohttp import typedefs, web
 
@@ -25,6 +25,7 @@ from vnode.api import auth, channels, logs, portforward, remotecommand, run, sta
 from vnode.api.spdy_session import SpdyTransport
 from vnode.api.streaming import DEFAULT_IDLE_TIMEOUT, STREAM_CREATION_TIMEOUT
 from vnode.api.websocket_session import WebSocketTransport
+from vnode.contracts.objects import Obj
 from vnode.provider import (
     ExecProvider,
     LogsProvider,
@@ -36,7 +37,6 @@ from vnode.provider import (
 )
 
 logger = logging.getLogger(__name__)
-Obj = dict[str, Any]
 
 
 class _ApiProvider(LogsProvider, ExecProvider, PortForwardProvider, MetricsProvider, Protocol):

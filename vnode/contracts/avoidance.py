@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from vnode.contracts import labels
+from vnode.contracts.objects import as_list, as_mapping
+from vnode.contracts.scheduling import REQUIRED
 
 DEFAULT_LOCATION: tuple[str, str] = ("tensile-system", "tensile-avoid")
 """(namespace, name) of the record's ConfigMap unless `--avoid-configmap` says otherwise."""
@@ -55,7 +57,6 @@ added to its required node affinity (`render_added`: sorted, comma-separated), t
 affinity did not exclude already. The descheduler takes out exactly these when it judges
 the controller's next pod (`without_avoidances`), never a NotIn the user wrote."""
 
-REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 _KEY = re.compile(r"[-._a-zA-Z0-9]+")
 _MAX_KEY = 253
 
@@ -90,9 +91,9 @@ class Avoidance:
 def controller_of(pod: Mapping[str, Any]) -> Owner | None:
     """Return the pod's controller (its ownerReference with `controller: true` and a UID
     usable as a ConfigMap key), or None for a bare pod."""
-    meta = _mapping(pod.get("metadata"))
-    for item in _list(meta.get("ownerReferences")):
-        ref = _mapping(item)
+    meta = as_mapping(pod.get("metadata"))
+    for item in as_list(meta.get("ownerReferences")):
+        ref = as_mapping(item)
         uid = ref.get("uid")
         if ref.get("controller") is True and isinstance(uid, str) and _valid_key(uid):
             return Owner(
@@ -110,7 +111,7 @@ def parse_entry(uid: str, value: object) -> Avoidance | None:
     JSON, wrong shapes, an expiry that is not RFC 3339)."""
     try:
         parsed = json.loads(value) if isinstance(value, str) else None
-        owner, nodes = _mapping(parsed).get("owner"), _mapping(parsed).get("nodes")
+        owner, nodes = as_mapping(parsed).get("owner"), as_mapping(parsed).get("nodes")
         if not isinstance(owner, dict) or not isinstance(nodes, dict):
             return None
         fields = [owner.get(k) for k in ("apiVersion", "kind", "namespace", "name")]
@@ -244,13 +245,13 @@ def avoiding(affinity: Mapping[str, Any] | None, nodes: Iterable[str]) -> dict[s
     node_affinity = result.get("nodeAffinity")
     node_affinity = dict(node_affinity) if isinstance(node_affinity, dict) else {}
     required = node_affinity.get(REQUIRED)
-    terms = _list(_mapping(required).get("nodeSelectorTerms"))
+    terms = as_list(as_mapping(required).get("nodeSelectorTerms"))
     if not terms:
         node_affinity[REQUIRED] = {"nodeSelectorTerms": [{"matchExpressions": [requirement]}]}
     else:
         node_affinity[REQUIRED] = {
-            **_mapping(required),
-            "nodeSelectorTerms": [_term_avoiding(_mapping(t), avoid) for t in terms],
+            **as_mapping(required),
+            "nodeSelectorTerms": [_term_avoiding(as_mapping(t), avoid) for t in terms],
         }
     result["nodeAffinity"] = node_affinity
     return result
@@ -260,19 +261,19 @@ def avoided_by_affinity(affinity: Mapping[str, Any] | None) -> frozenset[str]:
     """Return the nodes every required node-selector term of `affinity` excludes by a
     `kubernetes.io/hostname NotIn` expression (what `avoiding` added); empty when there is
     no required node affinity or a non-empty term excludes none."""
-    required = _mapping(_mapping(_mapping(affinity).get("nodeAffinity")).get(REQUIRED))
+    required = as_mapping(as_mapping(as_mapping(affinity).get("nodeAffinity")).get(REQUIRED))
     found: frozenset[str] | None = None
-    for item in _list(required.get("nodeSelectorTerms")):
-        term = _mapping(item)
-        expressions = _list(term.get("matchExpressions"))
-        if not expressions and not _list(term.get("matchFields")):
+    for item in as_list(required.get("nodeSelectorTerms")):
+        term = as_mapping(item)
+        expressions = as_list(term.get("matchExpressions"))
+        if not expressions and not as_list(term.get("matchFields")):
             continue  # selects nothing anyway
         excluded = frozenset(
             str(v)
             for e in expressions
-            if _mapping(e).get("key") == labels.HOSTNAME_LABEL
-            and _mapping(e).get("operator") == "NotIn"
-            for v in _list(_mapping(e).get("values"))
+            if as_mapping(e).get("key") == labels.HOSTNAME_LABEL
+            and as_mapping(e).get("operator") == "NotIn"
+            for v in as_list(as_mapping(e).get("values"))
         )
         found = excluded if found is None else found & excluded
     return found or frozenset()
@@ -281,20 +282,20 @@ def avoided_by_affinity(affinity: Mapping[str, Any] | None) -> frozenset[str]:
 def excluded_by_name(affinity: Mapping[str, Any] | None) -> frozenset[str]:
     """Return every node named by a `kubernetes.io/hostname NotIn` expression of any required
     node-selector term of `affinity` (a pod's spec.affinity, or None)."""
-    required = _mapping(_mapping(_mapping(affinity).get("nodeAffinity")).get(REQUIRED))
+    required = as_mapping(as_mapping(as_mapping(affinity).get("nodeAffinity")).get(REQUIRED))
     return frozenset(
         str(v)
-        for t in _list(required.get("nodeSelectorTerms"))
-        for e in _list(_mapping(t).get("matchExpressions"))
+        for t in as_list(required.get("nodeSelectorTerms"))
+        for e in as_list(as_mapping(t).get("matchExpressions"))
         if _is_avoidance(e)
-        for v in _list(_mapping(e).get("values"))
+        for v in as_list(as_mapping(e).get("values"))
     )
 
 
 def added_nodes(pod: Mapping[str, Any]) -> frozenset[str]:
     """Return the virtual nodes the webhook's `ADDED_ANNOTATION` on `pod` names (empty when
     it has none)."""
-    annotations = _mapping(_mapping(pod.get("metadata")).get("annotations"))
+    annotations = as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
     value = annotations.get(ADDED_ANNOTATION)
     if not isinstance(value, str):
         return frozenset()
@@ -324,16 +325,16 @@ def without_avoidances(
     node_affinity = result.get("nodeAffinity")
     if not strip or not isinstance(node_affinity, dict) or REQUIRED not in node_affinity:
         return result
-    required = _mapping(node_affinity[REQUIRED])
+    required = as_mapping(node_affinity[REQUIRED])
     terms: list[Any] = []
-    for item in _list(required.get("nodeSelectorTerms")):
-        term = dict(_mapping(item))
-        expressions = _list(term.get("matchExpressions"))
+    for item in as_list(required.get("nodeSelectorTerms")):
+        term = dict(as_mapping(item))
+        expressions = as_list(term.get("matchExpressions"))
         kept = [_without_values(e, strip) for e in expressions]
         kept = [e for e in kept if e is not None]
         if kept == expressions:
             terms.append(item)
-        elif kept or _list(term.get("matchFields")):
+        elif kept or as_list(term.get("matchFields")):
             term["matchExpressions"] = kept
             terms.append({k: v for k, v in term.items() if v != []})
         else:
@@ -348,8 +349,8 @@ def _without_values(expression: object, strip: frozenset[str]) -> object | None:
     left), else `expression` itself."""
     if not _is_avoidance(expression):
         return expression
-    e = _mapping(expression)
-    values = _list(e.get("values"))
+    e = as_mapping(expression)
+    values = as_list(e.get("values"))
     left = [v for v in values if v not in strip]
     if len(left) == len(values):
         return expression
@@ -357,18 +358,18 @@ def _without_values(expression: object, strip: frozenset[str]) -> object | None:
 
 
 def _is_avoidance(expression: object) -> bool:
-    e = _mapping(expression)
+    e = as_mapping(expression)
     return e.get("key") == labels.HOSTNAME_LABEL and e.get("operator") == "NotIn"
 
 
 def _term_avoiding(term: Mapping[str, Any], avoid: list[str]) -> dict[str, Any]:
     result = dict(term)
-    expressions = [dict(_mapping(e)) for e in _list(term.get("matchExpressions"))]
-    if not expressions and not _list(term.get("matchFields")):
+    expressions = [dict(as_mapping(e)) for e in as_list(term.get("matchExpressions"))]
+    if not expressions and not as_list(term.get("matchFields")):
         return result  # an empty term selects no node; keep it that way
     for expression in expressions:
         if expression.get("key") == labels.HOSTNAME_LABEL and expression.get("operator") == "NotIn":
-            values = [str(v) for v in _list(expression.get("values"))]
+            values = [str(v) for v in as_list(expression.get("values"))]
             expression["values"] = values + [n for n in avoid if n not in values]
             break
     else:
@@ -395,11 +396,3 @@ def _parse_time(value: object) -> dt.datetime | None:
 
 def _render_time(moment: dt.datetime) -> str:
     return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []

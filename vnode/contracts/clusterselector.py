@@ -12,19 +12,24 @@ node's taint, and node.kubernetes.io/not-ready and /unreachable (NoExecute) with
 configured tolerationSeconds in place of the pod's own, which went into the annotation.
 Those belong upstairs only; `is_added_toleration` is how the virtual node recognises them
 to leave them there. Pure: no I/O, inputs never mutated.
+
+Both sides AND two lists of required nodeSelectorTerms (`and_terms`): the webhook when it
+moves requirements into an annotation that has terms already, the virtual node when it puts
+the annotation's terms on the lower pod beside the pod's own. One function does both; each
+side states its rules (`TermRules`) where it calls it.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from vnode.contracts.labels import DEFAULT_TAINT_KEY
+from vnode.contracts.objects import as_list
+from vnode.contracts.scheduling import PREFERRED, REQUIRED
 
 ANNOTATION = "clusterSelector"
-REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
-PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 NODE_PROBLEM_TAINTS = (NOT_READY_TAINT, UNREACHABLE_TAINT)
@@ -35,7 +40,13 @@ DEFAULT_TOLERATION_SECONDS = 300
 kube-apiserver's DefaultTolerationSeconds admission gives every pod
 (--default-not-ready-toleration-seconds), so a pod on a virtual node that died is treated
 as one on a real node that died. README "The webhook" explains the trade-off."""
+MAX_TERMS = 64
+"""Most nodeSelectorTerms an AND of two term lists may produce (`and_terms`: the product of
+the lists' lengths). Our own bound, not the apiserver's: it validates at least one term and
+no most, but a cross product grows fast, and a pod with thousands of terms is unreadable
+and slow for every scheduler that filters nodes by it."""
 _POD_AFFINITIES = ("podAffinity", "podAntiAffinity")
+_REQUIREMENT_FIELDS = ("matchExpressions", "matchFields")
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr)
 
 
@@ -145,6 +156,91 @@ def with_required_terms(
     return {key: value for key, value in result.items() if value}
 
 
+Overflow = Literal["loosen", "refuse"]
+"""What `and_terms` does when the AND would pass its limit: keep the right-hand terms alone
+(a looser selection), or raise `TooManyTerms`."""
+
+
+class TooManyTerms(ValueError):
+    """An AND of `left` and `right` terms would pass `limit` terms (`and_terms`, refuse)."""
+
+    def __init__(self, *, left: int, right: int, limit: int) -> None:
+        super().__init__(f"{left} x {right} node-affinity terms is over {limit}")
+        self.left = left
+        self.right = right
+        self.limit = limit
+
+
+class TermRules(TypedDict):
+    """How one side ANDs term lists: the keyword arguments of `and_terms`."""
+
+    max_terms: int
+    overflow: Overflow
+    drop_empty: bool
+    dedupe: bool
+
+
+def and_terms(
+    left: Sequence[object],
+    right: Sequence[object],
+    *,
+    max_terms: int,
+    overflow: Overflow,
+    drop_empty: bool,
+    dedupe: bool,
+) -> list[dict[str, Any]]:
+    """Return nodeSelectorTerms equal to (OR of `left`) AND (OR of `right`).
+
+    Kubernetes semantics (core/v1 NodeSelector; kube-scheduler's NodeAffinity plugin through
+    component-helpers' nodeaffinity): the terms of a selector are ORed, the requirements of
+    one term (matchExpressions and matchFields) ANDed, and a term without any requirement
+    selects no node. So the AND is the cross product: one term per (left, right) pair,
+    carrying both terms' requirements.
+
+    In: two lists of terms (items that are not objects are left out); the rules, which each
+    side passes as its `TermRules`:
+    - `max_terms`: when len(left) * len(right), counted as given, is over it, `overflow`
+      decides: "refuse" raises `TooManyTerms`; "loosen" returns the right-hand terms alone
+      (shallow copies), a selection looser than the AND: the caller puts on the right the
+      terms it must keep.
+    - `drop_empty`: leave out terms without requirements before the product (they select
+      nothing, so this keeps the meaning, except that a side of only such terms then
+      counts as no constraint); else they join the product, where an empty term joined
+      with a right-hand one adds that one alone, a looser selection than Kubernetes'.
+    - `dedupe`: a requirement both terms of a pair carry appears once (`union`); else the
+      two lists are concatenated (the same selection, with repeats).
+    When one side has no term (left), the other side's terms are returned as they are
+    rather than an empty, invalid list.
+
+    Out: a new list of new term objects holding new requirement lists; the requirements
+    themselves are the inputs' (callers that hand the result on copy it deeply).
+    Raises `TooManyTerms` (refuse only).
+
+    The sides differ where they must: the webhook (writer) refuses, since a pod it cannot
+    convert without dropping a constraint is better left as it is, with a warning, than
+    placed wrongly; and dedupes, so converting a converted pod changes nothing. The virtual
+    node (reader) cannot refuse a pod the upper scheduler already bound, so it loosens: the
+    clusterSelector's terms (on the right) are the webhook's statement of where below the
+    pod belongs, the pod's kept terms are ones the virtual node itself did not satisfy. It
+    drops empty terms; the webhook keeps them (the only ones it can meet come from an
+    annotation written by hand), which is today's behaviour of each.
+    """
+    if len(left) * len(right) > max_terms:
+        if overflow == "refuse":
+            raise TooManyTerms(left=len(left), right=len(right), limit=max_terms)
+        return [dict(term) for term in right if isinstance(term, Mapping)]
+    lefts = _usable_terms(left, drop_empty=drop_empty)
+    rights = _usable_terms(right, drop_empty=drop_empty)
+    if not lefts or not rights:
+        return [dict(term) for term in (rights or lefts)]
+    return [_joined_term(a, b, dedupe=dedupe) for a in lefts for b in rights]
+
+
+def has_requirements(term: Mapping[str, Any]) -> bool:
+    """Tell whether a nodeSelectorTerm has a requirement (one without selects no node)."""
+    return any(as_list(term.get(field)) for field in _REQUIREMENT_FIELDS)
+
+
 def virtual_node_toleration(*, taint_key: str = DEFAULT_TAINT_KEY) -> dict[str, Any]:
     """Return the toleration of the virtual nodes' taint (any value, any effect)."""
     return {"key": taint_key, "operator": "Exists"}
@@ -198,6 +294,26 @@ def is_added_toleration(toleration: object, *, taint_key: str = DEFAULT_TAINT_KE
         and toleration.get("effect") == "NoExecute"
         and not toleration.get("value")
     )
+
+
+def _usable_terms(terms: Sequence[object], *, drop_empty: bool) -> list[Mapping[str, Any]]:
+    return [
+        term
+        for term in terms
+        if isinstance(term, Mapping) and (not drop_empty or has_requirements(term))
+    ]
+
+
+def _joined_term(
+    left: Mapping[str, Any], right: Mapping[str, Any], *, dedupe: bool
+) -> dict[str, Any]:
+    term: dict[str, Any] = {}
+    for field in _REQUIREMENT_FIELDS:
+        first, second = as_list(left.get(field)), as_list(right.get(field))
+        joined = union(first, second) if dedupe else first + second
+        if joined:
+            term[field] = joined
+    return term
 
 
 def _identity(item: object) -> object:

@@ -18,7 +18,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from vnode.contracts.objects import as_list, as_mapping
+
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+"""The affinity field the scheduler must satisfy (node, pod and pod anti-affinity)."""
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+"""The affinity field the scheduler only scores by."""
 METADATA_NAME = "metadata.name"
 FILTERED_EFFECTS = ("NoSchedule", "NoExecute")
 """Taint effects that keep a pod off a node unless tolerated (PreferNoSchedule only
@@ -37,8 +42,8 @@ def term_matches(
     Exists, DoesNotExist, Gt, Lt) and matchFields (`metadata.name` with In/NotIn) are ANDed; a
     term with no requirement, or with one Kubernetes cannot parse, selects no node.
     """
-    expressions = _list(term.get("matchExpressions"))
-    fields = _list(term.get("matchFields"))
+    expressions = as_list(term.get("matchExpressions"))
+    fields = as_list(term.get("matchFields"))
     if not expressions and not fields:
         return False
     return all(_label_requirement_holds(e, node_labels) for e in expressions) and all(
@@ -53,7 +58,7 @@ def selector_matches(
 
     Mirrors Kubernetes required node affinity: the terms are ORed (see `term_matches`).
     """
-    terms = _list(selector.get("nodeSelectorTerms"))
+    terms = as_list(selector.get("nodeSelectorTerms"))
     return any(
         isinstance(term, Mapping)
         and term_matches(term, node_name=node_name, node_labels=node_labels)
@@ -69,8 +74,8 @@ def tolerates(tolerations: object, taint: Mapping[str, Any]) -> bool:
     Equal (or none) only the taint's value. An operator Kubernetes does not know tolerates
     nothing.
     """
-    for item in _list(tolerations):
-        toleration = _mapping(item)
+    for item in as_list(tolerations):
+        toleration = as_mapping(item)
         effect, key = toleration.get("effect") or "", toleration.get("key") or ""
         if effect and effect != taint.get("effect"):
             continue
@@ -89,19 +94,21 @@ def unfit(spec: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
     Node object) for its node selection -- its nodeSelector, its required node affinity, a
     NoSchedule/NoExecute taint it does not tolerate -- or None when nothing of that rules
     the node out. Raises nothing for any JSON-shaped input."""
-    meta = _mapping(node.get("metadata"))
+    meta = as_mapping(node.get("metadata"))
     name = str(meta.get("name") or "")
-    labels = {str(k): str(v) for k, v in _mapping(meta.get("labels")).items()}
-    selector = _mapping(spec.get("nodeSelector"))
+    labels = {str(k): str(v) for k, v in as_mapping(meta.get("labels")).items()}
+    selector = as_mapping(spec.get("nodeSelector"))
     for key, value in selector.items():
         if labels.get(str(key)) != value:
             return f"its nodeSelector {key}={value} does not match"
-    required = _mapping(_mapping(_mapping(spec.get("affinity")).get("nodeAffinity")).get(REQUIRED))
+    required = as_mapping(
+        as_mapping(as_mapping(spec.get("affinity")).get("nodeAffinity")).get(REQUIRED)
+    )
     if required and not selector_matches(required, node_name=name, node_labels=labels):
         return "its required node affinity does not select it"
     tolerations = spec.get("tolerations")
-    for item in _list(_mapping(node.get("spec")).get("taints")):
-        taint = _mapping(item)
+    for item in as_list(as_mapping(node.get("spec")).get("taints")):
+        taint = as_mapping(item)
         if taint.get("effect") in FILTERED_EFFECTS and not tolerates(tolerations, taint):
             value = f"={taint.get('value')}" if taint.get("value") else ""
             shown = f"{taint.get('key')}{value}:{taint.get('effect')}"
@@ -110,7 +117,7 @@ def unfit(spec: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
 
 
 def _label_requirement_holds(requirement: object, labels: Mapping[str, str]) -> bool:
-    requirement = _mapping(requirement)
+    requirement = as_mapping(requirement)
     key, operator = requirement.get("key"), requirement.get("operator")
     values = requirement.get("values") or []
     if not isinstance(key, str) or not isinstance(values, list):
@@ -150,11 +157,3 @@ def _int64(value: object) -> int | None:
         return None
     number = int(value)
     return number if _INT64_MIN <= number <= _INT64_MAX else None
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from vnode import provider_errors
+from vnode.contracts.objects import Obj
 from vnode.controllers import pod_decisions
 from vnode.controllers.retry import until_done
 from vnode.kube import errors, timestamps
@@ -27,7 +28,6 @@ from vnode.kube.events import EventRecorder
 from vnode.kube.informer import Handlers, Informer
 from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.resources import PODS, object_key, pod_is_terminal, split_key
-from vnode.kube.store import Obj
 from vnode.kube.workqueue import FairQueuing, QueueSettings, Requeue, Transient, WorkQueue
 from vnode.provider import PodProvider
 

@@ -12,11 +12,12 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from vnode.contracts.objects import Obj
 from vnode.kube import metrics
 from vnode.kube.client import ApiClient
 from vnode.kube.reflector import Event, Reflector, ReflectorSettings
 from vnode.kube.resources import Resource
-from vnode.kube.store import IndexFunc, Obj, Store
+from vnode.kube.store import IndexFunc, Store
 
 logger = logging.getLogger(__name__)
 

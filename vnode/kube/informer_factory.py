@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from vnode.contracts.objects import Obj
 from vnode.kube.client import ApiClient
 from vnode.kube.informer import Informer, compact
 from vnode.kube.reflector import ReflectorSettings
 from vnode.kube.resources import Resource
-from vnode.kube.store import Obj
 
 Transform = Callable[[Obj], Obj]
 

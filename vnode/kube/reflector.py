@@ -25,11 +25,12 @@ from typing import Any, Literal
 
 import aiohttp
 
+from vnode.contracts.objects import Obj
 from vnode.kube import codec, errors, metrics
 from vnode.kube.backoff import ExponentialBackoff, jittered
 from vnode.kube.client import ApiClient
 from vnode.kube.resources import Resource, object_key
-from vnode.kube.store import Obj, Store, decoded
+from vnode.kube.store import Store, decoded
 
 logger = logging.getLogger(__name__)
 

@@ -58,7 +58,7 @@ def _quote(segment: str) -> str:
     return urllib.parse.quote(segment, safe="")
 
 
-def object_key(obj: dict[str, Any]) -> str:
+def object_key(obj: Mapping[str, Any]) -> str:
     """Return the cache key of an object: "namespace/name", or "name" for cluster objects."""
     meta = obj.get("metadata") or {}
     namespace = meta.get("namespace")

@@ -13,12 +13,11 @@ ConfigMap) are answered from indexes, which hold keys only and decode nothing.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
 
+from vnode.contracts.objects import Obj
 from vnode.kube import codec
 from vnode.kube.resources import object_key
 
-Obj = dict[str, Any]
 IndexFunc = Callable[[Obj], Iterable[str]]
 
 

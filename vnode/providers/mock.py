@@ -27,20 +27,19 @@ from pathlib import Path
 from typing import Any
 
 from vnode import provider_errors
+from vnode.contracts.objects import Obj
 from vnode.kube.informer import Informer
 from vnode.kube.quantity import parse_quantity
 from vnode.kube.resources import object_key
 from vnode.kube.timestamps import rfc3339
 from vnode.provider import (
-    Component,
     NodeUsage,
     PodEvent,
     PortSession,
     RemoteCommand,
     RemoteSession,
 )
-
-Obj = dict[str, Any]
+from vnode.serving.lifecycle import Component
 
 DEFAULT_CAPACITY: Mapping[str, str] = {"cpu": "20", "memory": "100Gi", "pods": "20"}
 """virtual-kubelet's mock defaults."""

@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from vnode import provider_errors
+from vnode.contracts.objects import Obj
 from vnode.provider import (
     ExecProvider,
     LogsProvider,
@@ -26,8 +26,6 @@ from vnode.provider import (
     RemoteCommand,
     RemoteSession,
 )
-
-Obj = dict[str, Any]
 
 
 class FakeSession(RemoteSession):

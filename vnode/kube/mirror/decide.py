@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from vnode.contracts.objects import Obj
 from vnode.kube.mirror.siblings import SiblingPolicy, Waiting
 from vnode.kube.mirror.spec import KindSpec, Patch, Replace
 from vnode.kube.resources import object_key
-from vnode.kube.store import Obj
 
 Occasion = Literal["sync", "ensure", "collect", "met", "met_ensure"]
 """Why a key is looked at: the worker (`sync`); a pod that needs the copy now (`ensure`:

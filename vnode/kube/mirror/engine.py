@@ -14,6 +14,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Literal, NoReturn, Protocol
 
+from vnode.contracts.objects import Obj
 from vnode.kube import errors
 from vnode.kube.client import MERGE_PATCH, ApiClient
 from vnode.kube.informer import Handlers, Informer
@@ -36,7 +37,6 @@ from vnode.kube.mirror.inflight import WritesInFlight, uid
 from vnode.kube.mirror.siblings import SIBLING_GRACE, MakerWaits, SiblingPolicy
 from vnode.kube.mirror.spec import KindSpec, Tenancy
 from vnode.kube.resources import object_key
-from vnode.kube.store import Obj
 from vnode.kube.workqueue import QueueSettings, Requeue, WorkQueue
 
 logger = logging.getLogger(__name__)

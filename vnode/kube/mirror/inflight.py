@@ -4,7 +4,7 @@ made is deleted by its UID if its source goes at once."""
 
 from __future__ import annotations
 
-from vnode.kube.store import Obj
+from vnode.contracts.objects import Obj
 
 
 def known_target(cached: Obj | None, *, created: Obj | None, deleted: str | None) -> Obj | None:

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from vnode.contracts.objects import Obj
 from vnode.kube.mirror.spec import Creation, KindSpec, Tenancy
-from vnode.kube.store import Obj
 
 SIBLING_GRACE = 3.0
 """Default seconds a sibling's copy must have differed from our translation, unchanged,

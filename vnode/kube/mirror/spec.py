@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from vnode.contracts.objects import Obj
 from vnode.kube.resources import Resource
-from vnode.kube.store import Obj
 
 
 @dataclass(frozen=True)

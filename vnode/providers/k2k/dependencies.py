@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vnode import provider_errors
+from vnode.contracts.objects import Obj
 from vnode.kube import errors
 from vnode.kube.client import ApiClient
 from vnode.kube.informer import Handlers, Informer
@@ -28,7 +29,6 @@ from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.mirror.engine import EnsureResult, Mirror, MirrorConflict
 from vnode.kube.mirror.spec import Change, KindSpec, Patch, Replace
 from vnode.kube.resources import CONFIG_MAPS, SECRETS, SERVICE_ACCOUNTS, Resource
-from vnode.kube.store import Obj
 from vnode.provider import PodEvent
 from vnode.providers.k2k import missing, naming, slim, translate
 

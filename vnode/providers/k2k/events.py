@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from vnode.contracts.objects import Obj
 from vnode.kube import errors
 from vnode.kube.client import MERGE_PATCH, ApiClient
 from vnode.kube.informer import Handlers, Informer
 from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.resources import EVENTS
-from vnode.kube.store import Obj
 from vnode.kube.workqueue import WorkQueue
 from vnode.providers.k2k import naming
 

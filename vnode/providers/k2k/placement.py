@@ -10,34 +10,25 @@ them when it was absent), nothing the pod keeps is ever lost. Pure functions onl
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Final
 
 from vnode.contracts import clusterselector
-from vnode.contracts.clusterselector import PREFERRED, REQUIRED
 from vnode.contracts.labels import DEFAULT_TAINT_KEY
-from vnode.contracts.scheduling import selector_matches
+from vnode.contracts.objects import as_list, as_mapping
+from vnode.contracts.scheduling import PREFERRED, REQUIRED, selector_matches
 from vnode.kube import codec
 
-MAX_MERGED_TERMS = 64
-"""Most nodeSelectorTerms an AND of two term lists may produce (it is their cross product)."""
+TERM_RULES: Final[clusterselector.TermRules] = {
+    "max_terms": clusterselector.MAX_TERMS,
+    "overflow": "loosen",
+    "drop_empty": True,
+    "dedupe": False,
+}
+"""How the virtual node ANDs the pod's kept required terms (left) with the clusterSelector's
+(right): see `clusterselector.and_terms`, which says why these differ from the webhook's."""
 
 _POD_AFFINITIES = ("podAffinity", "podAntiAffinity")
-
-
-def and_terms(left: Sequence[Any], right: Sequence[Any]) -> list[dict[str, Any]]:
-    """Return the nodeSelectorTerms equal to (OR of `left`) AND (OR of `right`).
-
-    In: two term lists. Out: their cross product, each term carrying both sides'
-    matchExpressions and matchFields (requirements in one term are ANDed). Terms without any
-    requirement select no node, so they add nothing to an OR and are left out; when a side
-    has no other term, the other side is returned as it is rather than an empty, invalid list.
-    """
-    lefts = [t for t in left if isinstance(t, Mapping) and _requirements(t)]
-    rights = [t for t in right if isinstance(t, Mapping) and _requirements(t)]
-    if not lefts or not rights:
-        return codec.deep_copy([dict(t) for t in (rights or lefts)])
-    return [_joined_term(a, b) for a in lefts for b in rights]
 
 
 def lower_placement(
@@ -56,7 +47,7 @@ def lower_placement(
     - nodeSelector = the upper entries the virtual node does not satisfy, updated with the
       clusterSelector's;
     - required node affinity = dropped if the virtual node satisfies it, then ANDed with the
-      clusterSelector's (see `and_terms`);
+      clusterSelector's (`clusterselector.and_terms` with `TERM_RULES`);
     - preferred node affinity, podAffinity and podAntiAffinity = the pod's, plus whatever
       the clusterSelector's affinity adds to them;
     - tolerations = the pod's plus the clusterSelector's not already present; with a
@@ -70,13 +61,13 @@ def lower_placement(
     chosen = cluster_selector or {}
     selector = {
         key: value
-        for key, value in _mapping(spec.get("nodeSelector")).items()
+        for key, value in as_mapping(spec.get("nodeSelector")).items()
         if node_labels.get(key) != value  # the upper scheduler already matched this entry
     }
-    selector.update(_mapping(chosen.get("nodeSelector")))
+    selector.update(as_mapping(chosen.get("nodeSelector")))
     affinity = _lower_affinity(
-        _mapping(spec.get("affinity")),
-        extra=_mapping(chosen.get("affinity")),
+        as_mapping(spec.get("affinity")),
+        extra=as_mapping(chosen.get("affinity")),
         node_name=node_name,
         node_labels=node_labels,
     )
@@ -94,10 +85,10 @@ def lower_tolerations(
     taint_key: str = DEFAULT_TAINT_KEY,
 ) -> list[Any]:
     """Return the tolerations `lower_placement` gives the lower pod (a new list; see there)."""
-    own = _list(spec.get("tolerations"))
+    own = as_list(spec.get("tolerations"))
     if cluster_selector is not None:
         own = [t for t in own if not clusterselector.is_added_toleration(t, taint_key=taint_key)]
-    return _union(own, _list((cluster_selector or {}).get("tolerations")))
+    return _union(own, as_list((cluster_selector or {}).get("tolerations")))
 
 
 def _lower_affinity(
@@ -108,21 +99,21 @@ def _lower_affinity(
     node_labels: Mapping[str, str],
 ) -> dict[str, Any]:
     merged = codec.deep_copy(dict(affinity))
-    node = dict(_mapping(merged.get("nodeAffinity")))
-    extra_node = _mapping(extra.get("nodeAffinity"))
+    node = dict(as_mapping(merged.get("nodeAffinity")))
+    extra_node = as_mapping(extra.get("nodeAffinity"))
     required = node.get(REQUIRED)
     if not isinstance(required, Mapping) or selector_matches(
         required, node_name=node_name, node_labels=node_labels
     ):
         required = None  # spent: the upper scheduler placed the pod on the virtual node by it
-    _put(node, REQUIRED, _and_selectors(required, _mapping(extra_node.get(REQUIRED)) or None))
-    _put(node, PREFERRED, _union(_list(node.get(PREFERRED)), _list(extra_node.get(PREFERRED))))
+    _put(node, REQUIRED, _and_selectors(required, as_mapping(extra_node.get(REQUIRED)) or None))
+    _put(node, PREFERRED, _union(as_list(node.get(PREFERRED)), as_list(extra_node.get(PREFERRED))))
     _put(merged, "nodeAffinity", node)
     for kind in _POD_AFFINITIES:
-        terms = dict(_mapping(merged.get(kind)))
-        extra_terms = _mapping(extra.get(kind))
+        terms = dict(as_mapping(merged.get(kind)))
+        extra_terms = as_mapping(extra.get(kind))
         for field in (REQUIRED, PREFERRED):
-            _put(terms, field, _union(_list(terms.get(field)), _list(extra_terms.get(field))))
+            _put(terms, field, _union(as_list(terms.get(field)), as_list(extra_terms.get(field))))
         _put(merged, kind, terms)
     return merged
 
@@ -133,28 +124,10 @@ def _and_selectors(
     if kept is None or extra is None:
         chosen = kept if kept is not None else extra
         return codec.deep_copy(dict(chosen)) if chosen is not None else None
-    kept_terms = _list(kept.get("nodeSelectorTerms"))
-    extra_terms = _list(extra.get("nodeSelectorTerms"))
-    if len(kept_terms) * len(extra_terms) > MAX_MERGED_TERMS:
-        # A cross product this large is unreadable and slow to schedule. The clusterSelector is
-        # the webhook's explicit statement of where in the lower cluster the pod belongs, while
-        # the kept upper terms are ones the virtual node itself did not satisfy; so keep the
-        # clusterSelector's terms and knowingly loosen the upper ones.
-        return codec.deep_copy(dict(extra))
-    return {"nodeSelectorTerms": and_terms(kept_terms, extra_terms)}
-
-
-def _joined_term(left: Mapping[str, Any], right: Mapping[str, Any]) -> dict[str, Any]:
-    term: dict[str, Any] = {}
-    for field in ("matchExpressions", "matchFields"):
-        joined = _list(left.get(field)) + _list(right.get(field))
-        if joined:
-            term[field] = codec.deep_copy(joined)
-    return term
-
-
-def _requirements(term: Mapping[str, Any]) -> bool:
-    return bool(_list(term.get("matchExpressions")) or _list(term.get("matchFields")))
+    kept_terms = as_list(kept.get("nodeSelectorTerms"))
+    extra_terms = as_list(extra.get("nodeSelectorTerms"))
+    terms = clusterselector.and_terms(kept_terms, extra_terms, **TERM_RULES)
+    return {"nodeSelectorTerms": codec.deep_copy(terms)}
 
 
 def _union(first: list[Any], second: list[Any]) -> list[Any]:
@@ -169,11 +142,3 @@ def _put(target: dict[str, Any], key: str, value: object) -> None:
         target[key] = value
     else:
         target.pop(key, None)
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from vnode.contracts.objects import as_list, as_mapping, dicts_in
 from vnode.settings import PodSecurityLevel
 
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
@@ -63,21 +64,21 @@ def violations(pod: Mapping[str, Any], *, level: PodSecurityLevel) -> list[str]:
 
 
 def _baseline(pod: Mapping[str, Any]) -> Iterator[str]:
-    spec = _map(pod.get("spec"))
-    pod_context = _map(spec.get("securityContext"))
+    spec = as_mapping(pod.get("spec"))
+    pod_context = as_mapping(spec.get("securityContext"))
     containers = _containers(spec)
     yield from _host_access(spec, pod_context, containers)
     if names := [_name(c) for c in containers if _context(c).get("privileged") is True]:
         yield f"privileged ({_containers_named(names)})"
     added: set[str] = set()
     for container in containers:
-        capabilities = _map(_context(container).get("capabilities"))
-        added |= {str(cap) for cap in _list(capabilities.get("add"))}
+        capabilities = as_mapping(_context(container).get("capabilities"))
+        added |= {str(cap) for cap in as_list(capabilities.get("add"))}
     if extra := sorted(added - _BASELINE_CAPABILITIES):
         yield f"non-default capabilities ({', '.join(extra)})"
     yield from _apparmor(pod, pod_context, containers)
     contexts = [pod_context, *(_context(c) for c in containers)]
-    for options in (_map(c.get("seLinuxOptions")) for c in contexts):
+    for options in (as_mapping(c.get("seLinuxOptions")) for c in contexts):
         if (
             str(options.get("type") or "") not in _SELINUX_TYPES
             or options.get("user")
@@ -89,11 +90,11 @@ def _baseline(pod: Mapping[str, Any]) -> Iterator[str]:
         _name(c) for c in containers if _context(c).get("procMount") not in (None, "Default")
     ]:
         yield f"procMount ({_containers_named(names)})"
-    if any(_map(c.get("seccompProfile")).get("type") == "Unconfined" for c in contexts):
+    if any(as_mapping(c.get("seccompProfile")).get("type") == "Unconfined" for c in contexts):
         yield "seccompProfile (type Unconfined)"
     unsafe = [
         str(s.get("name"))
-        for s in _maps(pod_context.get("sysctls"))
+        for s in dicts_in(pod_context.get("sysctls"))
         if str(s.get("name")) not in _SAFE_SYSCTLS
     ]
     if unsafe:
@@ -103,19 +104,19 @@ def _baseline(pod: Mapping[str, Any]) -> Iterator[str]:
 def _host_access(
     spec: Mapping[str, Any], pod_context: Mapping[str, Any], containers: list[dict[str, Any]]
 ) -> Iterator[str]:
-    if _map(pod_context.get("windowsOptions")).get("hostProcess") is True or any(
-        _map(_context(c).get("windowsOptions")).get("hostProcess") is True for c in containers
+    if as_mapping(pod_context.get("windowsOptions")).get("hostProcess") is True or any(
+        as_mapping(_context(c).get("windowsOptions")).get("hostProcess") is True for c in containers
     ):
         yield "hostProcess (Windows host-process containers)"
     for field in ("hostNetwork", "hostPID", "hostIPC"):
         if spec.get(field) is True:
             yield f"host namespaces ({field}=true)"
-    if names := [str(v.get("name")) for v in _maps(spec.get("volumes")) if "hostPath" in v]:
+    if names := [str(v.get("name")) for v in dicts_in(spec.get("volumes")) if "hostPath" in v]:
         yield f"hostPath volumes ({_quoted('volume', names)})"
     ports = [
         str(port.get("hostPort"))
         for container in containers
-        for port in _maps(container.get("ports"))
+        for port in dicts_in(container.get("ports"))
         if port.get("hostPort") not in (None, 0)
     ]
     if ports:
@@ -125,7 +126,7 @@ def _host_access(
 def _apparmor(
     pod: Mapping[str, Any], pod_context: Mapping[str, Any], containers: list[dict[str, Any]]
 ) -> Iterator[str]:
-    annotations = _map(_map(pod.get("metadata")).get("annotations"))
+    annotations = as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
     bad = [
         f"{key.removeprefix(_APPARMOR_ANNOTATION)}={value}"
         for key, value in annotations.items()
@@ -134,18 +135,20 @@ def _apparmor(
         and not str(value).startswith("localhost/")
     ]
     profiles = [pod_context, *(_context(c) for c in containers)]
-    if bad or any(_map(c.get("appArmorProfile")).get("type") == "Unconfined" for c in profiles):
+    if bad or any(
+        as_mapping(c.get("appArmorProfile")).get("type") == "Unconfined" for c in profiles
+    ):
         yield "AppArmor profile (Unconfined, or not runtime/default or localhost/*)"
 
 
 def _restricted(pod: Mapping[str, Any]) -> Iterator[str]:
-    spec = _map(pod.get("spec"))
-    pod_context = _map(spec.get("securityContext"))
+    spec = as_mapping(pod.get("spec"))
+    pod_context = as_mapping(spec.get("securityContext"))
     containers = _containers(spec)
     kinds = sorted(
         {
             kind
-            for volume in _maps(spec.get("volumes"))
+            for volume in dicts_in(spec.get("volumes"))
             for kind in volume
             if kind != "name" and kind not in _RESTRICTED_VOLUMES and kind != "hostPath"
         }
@@ -169,14 +172,14 @@ def _restricted(pod: Mapping[str, Any]) -> Iterator[str]:
         _context(c).get("runAsUser") == 0 for c in containers
     ):
         yield "runAsUser=0"
-    if _map(spec.get("os")).get("name") != "windows":
-        pod_seccomp = _map(pod_context.get("seccompProfile")).get("type")
+    if as_mapping(spec.get("os")).get("name") != "windows":
+        pod_seccomp = as_mapping(pod_context.get("seccompProfile")).get("type")
         unset = [
             _name(c)
             for c in containers
-            if _map(_context(c).get("seccompProfile")).get("type") not in _SECCOMP_OK
+            if as_mapping(_context(c).get("seccompProfile")).get("type") not in _SECCOMP_OK
             and not (
-                _map(_context(c).get("seccompProfile")).get("type") is None
+                as_mapping(_context(c).get("seccompProfile")).get("type") is None
                 and pod_seccomp in _SECCOMP_OK
             )
         ]
@@ -188,25 +191,25 @@ def _restricted(pod: Mapping[str, Any]) -> Iterator[str]:
         not_dropped = [
             _name(c)
             for c in containers
-            if "ALL" not in _list(_map(_context(c).get("capabilities")).get("drop"))
+            if "ALL" not in as_list(as_mapping(_context(c).get("capabilities")).get("drop"))
         ]
         if not_dropped:
             yield f"unrestricted capabilities (drop ALL: {_containers_named(not_dropped)})"
         added = {
             str(cap)
             for c in containers
-            for cap in _list(_map(_context(c).get("capabilities")).get("add"))
+            for cap in as_list(as_mapping(_context(c).get("capabilities")).get("add"))
         }
         if extra := sorted(added - {"NET_BIND_SERVICE"}):
             yield f"unrestricted capabilities (added: {', '.join(extra)})"
 
 
 def _containers(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [c for group in _CONTAINER_GROUPS for c in _maps(spec.get(group))]
+    return [c for group in _CONTAINER_GROUPS for c in dicts_in(spec.get(group))]
 
 
 def _context(container: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _map(container.get("securityContext"))
+    return as_mapping(container.get("securityContext"))
 
 
 def _name(container: Mapping[str, Any]) -> str:
@@ -220,15 +223,3 @@ def _containers_named(names: list[str]) -> str:
 def _quoted(what: str, names: list[str]) -> str:
     plural = "s" if len(names) > 1 else ""
     return f"{what}{plural} " + ", ".join(f'"{n}"' for n in names)
-
-
-def _map(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _maps(value: object) -> list[dict[str, Any]]:
-    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []

@@ -24,6 +24,7 @@ from typing import Any
 import aiohttp
 
 from vnode import provider_errors
+from vnode.contracts.objects import Obj
 from vnode.kube import errors
 from vnode.kube.client import STRATEGIC_MERGE_PATCH, ApiClient
 from vnode.kube.events import EventRecorder
@@ -32,9 +33,7 @@ from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.mirror.engine import Mirror, Refused
 from vnode.kube.mirror.spec import KindSpec
 from vnode.kube.resources import NODES, PODS, object_key
-from vnode.kube.store import Obj
 from vnode.provider import (
-    Component,
     NodeUsage,
     PodEvent,
     PortSession,
@@ -47,6 +46,7 @@ from vnode.providers.k2k.events import EventMirror
 from vnode.providers.k2k.namespaces import LowerNamespaces
 from vnode.providers.k2k.provisioner import VolumeProvisioner
 from vnode.providers.k2k.scrape import KubeletAccess, ResourceScraper, ThroughApiserver
+from vnode.serving.lifecycle import Component
 from vnode.settings import PV_CONTROLLERS, SERVICE_CONTROLLERS, ControllerSettings
 
 logger = logging.getLogger(__name__)

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from vnode import provider_errors
+from vnode.contracts.objects import Obj
 from vnode.kube import errors
 from vnode.kube.client import MERGE_PATCH, ApiClient
 from vnode.kube.events import EventRecorder
@@ -34,8 +35,8 @@ from vnode.kube.resources import (
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
     STORAGE_CLASSES,
+    object_key,
 )
-from vnode.kube.store import Obj
 from vnode.kube.workqueue import Requeue, WorkQueue
 from vnode.providers.k2k import naming, volumes
 from vnode.providers.k2k.events import EventMirror
@@ -192,7 +193,7 @@ class VolumeProvisioner:
     # -- events ----------------------------------------------------------------------------
 
     def _claim_changed(self, claim: Obj) -> None:
-        key = _key(claim)
+        key = object_key(claim)
         for pod_key in self._waiting.pop(key, ()):
             self._on_resolved(pod_key)
         meta = claim["metadata"]
@@ -281,7 +282,7 @@ class VolumeProvisioner:
         except MirrorConflict as exc:
             await self._failed(
                 claim,
-                f"claim {_key(exc.target)} exists in the lower cluster and is "
+                f"claim {object_key(exc.target)} exists in the lower cluster and is "
                 f"{_owner_of_claim(exc.target, self._owner)}; refusing to use or overwrite it",
                 reschedule=True,
             )
@@ -325,7 +326,7 @@ class VolumeProvisioner:
         )
 
     async def _failed(self, claim: Obj, message: str, *, reschedule: bool) -> None:
-        logger.warning("cannot provision claim %s: %s", _key(claim), message)
+        logger.warning("cannot provision claim %s: %s", object_key(claim), message)
         await self.recorder.record(
             claim, type="Warning", reason="ProvisioningFailed", message=message, **_CLAIM
         )
@@ -527,8 +528,3 @@ def _owner_of_claim(lower: Obj, owner: naming.Owner) -> str:
     if naming.is_owned(lower, owner=owner):
         return "the retained claim of an earlier claim of the same name (reclaim policy Retain)"
     return naming.owner_of(lower)
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace')}/{meta.get('name')}"

@@ -22,10 +22,11 @@ import os
 import ssl
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 import aiohttp
 
+from vnode.contracts.objects import Obj
 from vnode.kube import errors
 from vnode.kube.client import ApiClient, read_bounded
 from vnode.kube.config import ConnectionInfo
@@ -36,7 +37,6 @@ from vnode.providers.k2k.resource_usage import LowerKey, OwnedPod
 
 logger = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 BODY_LIMIT = 4 * 1024 * 1024
 """Bytes read at most from one kubelet's answer; a longer one fails that node's scrape. A

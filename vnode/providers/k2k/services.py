@@ -31,9 +31,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vnode.contracts.objects import Obj
 from vnode.kube.mirror.spec import Change, KindSpec, Patch, Replace
 from vnode.kube.resources import ENDPOINT_SLICES, SERVICES
-from vnode.kube.store import Obj
 from vnode.providers.k2k import naming
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"

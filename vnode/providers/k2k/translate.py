@@ -17,6 +17,7 @@ from typing import Any
 
 from vnode.contracts import clusterselector
 from vnode.contracts.labels import DEFAULT_TAINT_KEY
+from vnode.contracts.objects import as_list, as_mapping, dicts_in
 from vnode.kube import codec
 from vnode.providers.k2k import naming
 from vnode.providers.k2k.placement import lower_placement, lower_tolerations
@@ -110,9 +111,9 @@ def lower_pod(
     lower pod never resolves them to an object of the same name that belongs to someone
     else (see `without_references`).
     """
-    meta = _mapping(upper.get("metadata"))
+    meta = as_mapping(upper.get("metadata"))
     namespace = str(meta.get("namespace") or "default")
-    annotation = _mapping(meta.get("annotations")).get(naming.CLUSTER_SELECTOR_ANNOTATION)
+    annotation = as_mapping(meta.get("annotations")).get(naming.CLUSTER_SELECTOR_ANNOTATION)
     spec = lower_placement(
         _spec(upper),
         cluster_selector=clusterselector.parse(annotation),
@@ -123,10 +124,12 @@ def lower_pod(
     for key in _DROPPED_SPEC:
         spec.pop(key, None)
     token_volumes = {
-        str(v.get("name")) for v in _maps(spec.get("volumes")) if _is_injected_token_volume(v)
+        str(v.get("name")) for v in dicts_in(spec.get("volumes")) if _is_injected_token_volume(v)
     }
     if token_volumes:
-        spec["volumes"] = [v for v in _maps(spec["volumes"]) if v.get("name") not in token_volumes]
+        spec["volumes"] = [
+            v for v in dicts_in(spec["volumes"]) if v.get("name") not in token_volumes
+        ]
         if not spec["volumes"]:
             del spec["volumes"]
     if not policy.enable_service_account:
@@ -134,7 +137,7 @@ def lower_pod(
     if absent:
         _remove_references(spec, absent)
     for group in _CONTAINER_GROUPS:
-        for container in _maps(spec.get(group)):
+        for container in dicts_in(spec.get(group)):
             _lower_container(container, upper_meta=meta, token_volumes=token_volumes, policy=policy)
     metadata = codec.deep_copy({k: v for k, v in meta.items() if k not in _DROPPED_METADATA})
     metadata["namespace"] = naming.lower_namespace(namespace, prefix=policy.namespace_prefix)
@@ -152,7 +155,7 @@ def dependencies(upper: Mapping[str, Any]) -> Dependencies:
     `serviceAccountName` (or the deprecated `serviceAccount`), else `default` as in Kubernetes.
     """
     refs = list(_references(upper))
-    spec = _mapping(upper.get("spec"))
+    spec = as_mapping(upper.get("spec"))
     account = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
     return Dependencies(
         config_maps=frozenset(name for kind, name, _ in refs if kind == CONFIG_MAP),
@@ -184,15 +187,17 @@ def upper_status(
     pod does not report (e.g. set by upper controllers for readiness gates) are kept, and the
     upper pod's readinessGates gate Ready as a kubelet's would (reason ReadinessGatesNotReady).
     """
-    status = _mapping(lower.get("status"))
+    status = as_mapping(lower.get("status"))
     mirrored = codec.deep_copy({key: status[key] for key in _STATUS_COPIED if key in status})
     mirrored["hostIP"] = node_ip
     mirrored["hostIPs"] = [{"ip": node_ip}]
-    conditions = _maps(mirrored.get("conditions"))
+    conditions = dicts_in(mirrored.get("conditions"))
     reported = {c.get("type") for c in conditions}
-    upper_conditions = _maps(_mapping(upper.get("status")).get("conditions"))
+    upper_conditions = dicts_in(as_mapping(upper.get("status")).get("conditions"))
     conditions += [codec.deep_copy(c) for c in upper_conditions if c.get("type") not in reported]
-    gates = [_mapping(g).get("conditionType") for g in _list(_spec(upper).get("readinessGates"))]
+    gates = [
+        as_mapping(g).get("conditionType") for g in as_list(_spec(upper).get("readinessGates"))
+    ]
     for ready in conditions:
         if ready.get("type") == "Ready" and ready.get("status") == "True":
             unready = _unready_gates(gates, conditions)
@@ -210,11 +215,11 @@ def restored_labels(lower: Mapping[str, Any]) -> dict[str, str]:
     `lower_pod` moved into the `tripped-labels` annotation put back (tensile-kube's GetPod
     recovery). An unparseable `tripped-labels` is ignored.
     """
-    meta = _mapping(lower.get("metadata"))
+    meta = as_mapping(lower.get("metadata"))
     labels = {
-        k: v for k, v in _mapping(meta.get("labels")).items() if k not in naming.OWNERSHIP_LABELS
+        k: v for k, v in as_mapping(meta.get("labels")).items() if k not in naming.OWNERSHIP_LABELS
     }
-    tripped = _mapping(meta.get("annotations")).get(naming.TRIPPED_LABELS_ANNOTATION)
+    tripped = as_mapping(meta.get("annotations")).get(naming.TRIPPED_LABELS_ANNOTATION)
     try:
         moved = json.loads(tripped) if isinstance(tripped, str) else None
     except (ValueError, RecursionError):
@@ -242,29 +247,29 @@ def spec_update(
     """
     # What `lower_pod` would make of these fields, worked out without the rest of the pod:
     # every pod of the node is compared at each start, most of them to find nothing.
-    upper_meta, upper_spec = _mapping(upper.get("metadata")), _spec(upper)
+    upper_meta, upper_spec = as_mapping(upper.get("metadata")), _spec(upper)
     marks = dict(
         zip(("labels", "annotations"), _lower_marks(upper_meta, policy=policy), strict=True)
     )
     selector = clusterselector.parse(
-        _mapping(upper_meta.get("annotations")).get(naming.CLUSTER_SELECTOR_ANNOTATION)
+        as_mapping(upper_meta.get("annotations")).get(naming.CLUSTER_SELECTOR_ANNOTATION)
     )
     wanted_tolerations = lower_tolerations(
         upper_spec, cluster_selector=selector, taint_key=policy.taint_key
     )
-    have_meta, have_spec = _mapping(lower.get("metadata")), _spec(lower)
+    have_meta, have_spec = as_mapping(lower.get("metadata")), _spec(lower)
     meta_patch: dict[str, Any] = {}
     for key in ("labels", "annotations"):
-        want, have = marks[key], _mapping(have_meta.get(key))
+        want, have = marks[key], as_mapping(have_meta.get(key))
         diff = {k: v for k, v in want.items() if have.get(k) != v}
         if diff:
             meta_patch[key] = diff
     spec_patch: dict[str, Any] = {}
     for group in _CONTAINER_GROUPS:
-        images = {c.get("name"): c.get("image") for c in _maps(have_spec.get(group))}
+        images = {c.get("name"): c.get("image") for c in dicts_in(have_spec.get(group))}
         changed = [
             {"name": c["name"], "image": c["image"]}
-            for c in _maps(upper_spec.get(group))
+            for c in dicts_in(upper_spec.get(group))
             if isinstance(c.get("name"), str)
             and c["name"] in images
             and c.get("image") is not None
@@ -277,7 +282,7 @@ def spec_update(
     # Kubernetes lets a deadline be set or shortened, never removed or extended.
     if isinstance(deadline, int) and (not isinstance(current, int) or deadline < current):
         spec_patch["activeDeadlineSeconds"] = deadline
-    existing = _list(have_spec.get("tolerations"))
+    existing = as_list(have_spec.get("tolerations"))
     added = [tol for tol in wanted_tolerations if tol not in existing]
     if added:
         spec_patch["tolerations"] = codec.deep_copy(existing) + added
@@ -288,8 +293,8 @@ def spec_update(
 def _lower_marks(
     meta: Mapping[str, Any], *, policy: TranslationPolicy
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    labels = dict(_mapping(meta.get("labels")))
-    annotations = dict(_mapping(meta.get("annotations")))
+    labels = dict(as_mapping(meta.get("labels")))
+    annotations = dict(as_mapping(meta.get("annotations")))
     # Only lower_pod writes tripped-labels; one arriving from above would inject labels the
     # upper pod never had when restored_labels merges it back.
     annotations.pop(naming.TRIPPED_LABELS_ANNOTATION, None)
@@ -315,7 +320,9 @@ def _lower_container(
     policy: TranslationPolicy,
 ) -> None:
     # `container` belongs to lower_pod's own deep copy, so it is changed in place.
-    mounts = [m for m in _maps(container.get("volumeMounts")) if m.get("name") not in token_volumes]
+    mounts = [
+        m for m in dicts_in(container.get("volumeMounts")) if m.get("name") not in token_volumes
+    ]
     if mounts:
         container["volumeMounts"] = mounts
     else:
@@ -327,8 +334,8 @@ def _lower_container(
         literals["metadata.uid"] = str(upper_meta["uid"])
     if policy.namespace_prefix:
         literals["metadata.namespace"] = str(upper_meta.get("namespace") or "default")
-    for var in _maps(container.get("env")):
-        path = _mapping(_mapping(var.get("valueFrom")).get("fieldRef")).get("fieldPath")
+    for var in dicts_in(container.get("env")):
+        path = as_mapping(as_mapping(var.get("valueFrom")).get("fieldRef")).get("fieldPath")
         if isinstance(path, str) and path in literals:
             var.pop("valueFrom")
             var["value"] = literals[path]
@@ -340,10 +347,10 @@ def _remove_references(spec: dict[str, Any], absent: frozenset[tuple[str, str]])
     # a volume becomes an empty directory (the kubelet mounts an empty one), a projected
     # source is left out, an env var or envFrom entry is not set, a pull secret not used.
     def gone(kind: str, ref: object) -> bool:
-        return (kind, str(_mapping(ref).get("name"))) in absent
+        return (kind, str(as_mapping(ref).get("name"))) in absent
 
-    for volume in _maps(spec.get("volumes")):
-        config_map, secret = _mapping(volume.get("configMap")), _mapping(volume.get("secret"))
+    for volume in dicts_in(spec.get("volumes")):
+        config_map, secret = as_mapping(volume.get("configMap")), as_mapping(volume.get("secret"))
         emptied = (CONFIG_MAP, str(config_map.get("name"))) in absent or (
             SECRET,
             str(secret.get("secretName")),
@@ -368,7 +375,7 @@ def _remove_references(spec: dict[str, Any], absent: frozenset[tuple[str, str]])
                 volume.pop(source, None)
             volume["emptyDir"] = {}
     for group in ("initContainers", "containers"):
-        for container in _maps(spec.get(group)):
+        for container in dicts_in(spec.get(group)):
             if isinstance(container.get("env"), list):
                 container["env"] = [
                     var
@@ -376,8 +383,10 @@ def _remove_references(spec: dict[str, Any], absent: frozenset[tuple[str, str]])
                     if not (
                         isinstance(var, dict)
                         and (
-                            gone(CONFIG_MAP, _mapping(var.get("valueFrom")).get("configMapKeyRef"))
-                            or gone(SECRET, _mapping(var.get("valueFrom")).get("secretKeyRef"))
+                            gone(
+                                CONFIG_MAP, as_mapping(var.get("valueFrom")).get("configMapKeyRef")
+                            )
+                            or gone(SECRET, as_mapping(var.get("valueFrom")).get("secretKeyRef"))
                         )
                     )
                 ]
@@ -405,7 +414,7 @@ def _is_injected_token_volume(volume: Mapping[str, Any]) -> bool:
     # What the ServiceAccount admission adds: a projected token volume (Kubernetes >= 1.21),
     # or the legacy token Secret volume.
     name = str(volume.get("name") or "")
-    sources = _maps(_mapping(volume.get("projected")).get("sources"))
+    sources = dicts_in(as_mapping(volume.get("projected")).get("sources"))
     if name.startswith(_MODERN_TOKEN_PREFIX) and any("serviceAccountToken" in s for s in sources):
         return True
     return name.startswith(_LEGACY_TOKEN_PREFIX) and "secret" in volume
@@ -434,23 +443,23 @@ def references(upper: Mapping[str, Any]) -> Iterator[Reference]:
     lower cluster's own `kube-root-ca.crt`.
     """
     spec = _spec(upper)
-    refs = _volume_references(_maps(spec.get("volumes")))
+    refs = _volume_references(dicts_in(spec.get("volumes")))
     for group in ("initContainers", "containers", "ephemeralContainers"):
-        for container in _maps(spec.get(group)):
-            for env in _maps(container.get("env")):
-                source = _mapping(env.get("valueFrom"))
+        for container in dicts_in(spec.get(group)):
+            for env in dicts_in(container.get("env")):
+                source = as_mapping(env.get("valueFrom"))
                 for field, kind in (("configMapKeyRef", CONFIG_MAP), ("secretKeyRef", SECRET)):
-                    ref = _mapping(source.get(field))
+                    ref = as_mapping(source.get(field))
                     key = ref.get("key")
                     at = {"key": key} if isinstance(key, str) else {}
                     refs.append((kind, ref.get("name"), ref.get("optional"), at))
-            for env_from in _maps(container.get("envFrom")):
+            for env_from in dicts_in(container.get("envFrom")):
                 for field, kind in (("configMapRef", CONFIG_MAP), ("secretRef", SECRET)):
-                    ref = _mapping(env_from.get(field))
+                    ref = as_mapping(env_from.get(field))
                     refs.append((kind, ref.get("name"), ref.get("optional"), {}))
     refs += [
         (SECRET, p.get("name"), True, {"pull_secret": True})
-        for p in _maps(spec.get("imagePullSecrets"))
+        for p in dicts_in(spec.get("imagePullSecrets"))
     ]
     for kind, name, optional, extra in refs:
         if isinstance(name, str) and name and (kind, name) != (CONFIG_MAP, _ROOT_CA):
@@ -472,21 +481,21 @@ def _volume_references(volumes: list[dict[str, Any]]) -> list[_Ref]:
         if _is_injected_token_volume(volume):
             continue  # lower_pod removes it; the lower admission injects its own
         at = {"volume": str(volume.get("name") or "")}
-        config_map = _mapping(volume.get("configMap"))
+        config_map = as_mapping(volume.get("configMap"))
         refs.append((CONFIG_MAP, config_map.get("name"), config_map.get("optional"), at))
-        secret = _mapping(volume.get("secret"))
+        secret = as_mapping(volume.get("secret"))
         refs.append((SECRET, secret.get("secretName"), secret.get("optional"), at))
-        for source in _maps(_mapping(volume.get("projected")).get("sources")):
+        for source in dicts_in(as_mapping(volume.get("projected")).get("sources")):
             for field, kind in (("configMap", CONFIG_MAP), ("secret", SECRET)):
-                ref = _mapping(source.get(field))
+                ref = as_mapping(source.get(field))
                 refs.append((kind, ref.get("name"), ref.get("optional"), at))
         # Secret-backed volume plugins have no `optional`: the volume cannot mount without it.
-        csi_ref = _mapping(_mapping(volume.get("csi")).get("nodePublishSecretRef"))
+        csi_ref = as_mapping(as_mapping(volume.get("csi")).get("nodePublishSecretRef"))
         refs.append((SECRET, csi_ref.get("name"), False, at))
         for plugin in _SECRET_REF_SOURCES:
-            ref = _mapping(_mapping(volume.get(plugin)).get("secretRef"))
+            ref = as_mapping(as_mapping(volume.get(plugin)).get("secretRef"))
             refs.append((SECRET, ref.get("name"), False, at))
-        refs.append((SECRET, _mapping(volume.get("azureFile")).get("secretName"), False, at))
+        refs.append((SECRET, as_mapping(volume.get("azureFile")).get("secretName"), False, at))
     return refs
 
 
@@ -509,17 +518,4 @@ def _unready_gates(gates: list[Any], conditions: list[dict[str, Any]]) -> str:
 
 
 def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _mapping(pod.get("spec"))
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _maps(value: object) -> list[dict[str, Any]]:
-    # The dict items of a list; anything else a malformed object carries is ignored.
-    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
+    return as_mapping(pod.get("spec"))

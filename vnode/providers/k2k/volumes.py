@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from vnode.contracts import labels
+from vnode.contracts.objects import Obj
 from vnode.kube.mirror.spec import Change, KindSpec, Patch
 from vnode.kube.quantity import parse_quantity
 from vnode.kube.resources import PERSISTENT_VOLUME_CLAIMS
-from vnode.kube.store import Obj
 from vnode.providers.k2k import naming
 
 PROVISIONER = "tensile.io/virtual-node"
