@@ -109,7 +109,6 @@ class K2KProvider:
         ServiceControllers), `volumes` the provisioner (None without PVControllers);
         `pod_changes` is what `notify_pods` registers with."""
         self._node_ip = node_ip
-        self._owner = policy.owner
         self._lower = lower
         self._heartbeat = lower_heartbeat
         self.policy = policy
