@@ -26,6 +26,7 @@ from vnode.kube.client import ApiClient
 from vnode.kube.informer_factory import InformerFactory
 from vnode.node import UpperClients, VirtualNode
 from vnode.provider import Provider
+from vnode.providers.k2k import assembly
 from vnode.providers.k2k.provider import PING_TIMEOUT, K2KProvider
 from vnode.providers.k2k.scrape import (
     BearerTokenFile,
@@ -199,7 +200,7 @@ async def _k2k_provider(
         kubelets = await stack.enter_async_context(
             ToKubelets(lower, verify=verify, token=kubelet_token)
         )
-    return K2KProvider(
+    return assembly.build(
         upper=upper,
         upper_events=events,
         lower=lower,

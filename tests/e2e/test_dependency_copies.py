@@ -28,6 +28,7 @@ from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.resources import PODS, SECRETS
 from vnode.providers.k2k import naming
 from vnode.providers.k2k.dependencies import DependencySync
+from vnode.providers.k2k.naming import NodeTenancy
 from vnode.providers.k2k.translate import TranslationPolicy, lower_pod
 
 T = TranslationPolicy(
@@ -59,8 +60,7 @@ async def running(
     sync = DependencySync(
         upper=upper,
         lower=lower,
-        owner=T.owner,
-        namespace_prefix="",
+        tenancy=NodeTenancy(owner=T.owner, prefix=""),
         upper_namespace=namespace,
         enable_service_account=False,
         lower_pods=lower_pods,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from vnode.api import channels as ch
+from vnode.kube import channel_framing as framing
 
 
 @pytest.mark.parametrize(
@@ -50,30 +51,30 @@ def test_what_each_protocol_carries() -> None:
         "v4.channel.k8s.io",
         "v4.base64.channel.k8s.io",
     ]
-    assert [p for p in ch.EXEC_PROTOCOLS if ch.has_close_signal(p)] == ["v5.channel.k8s.io"]
-    assert [p for p in ch.EXEC_PROTOCOLS if ch.Codec.of(p).base64] == [
+    assert [p for p in ch.EXEC_PROTOCOLS if framing.has_close_signal(p)] == ["v5.channel.k8s.io"]
+    assert [p for p in ch.EXEC_PROTOCOLS if framing.Codec.of(p).base64] == [
         "v4.base64.channel.k8s.io",
         "base64.channel.k8s.io",
     ]
 
 
 def test_binary_framing_is_a_channel_byte_then_the_payload() -> None:
-    codec = ch.Codec.of("v5.channel.k8s.io")
-    assert codec.encode(ch.STDOUT, b"hi") == b"\x01hi"
-    assert codec.encode(ch.STDOUT, b"") == b"\x01"  # the "session is up" message
-    assert codec.decode(b"\x00foo") == (ch.STDIN, b"foo")
-    assert codec.decode(b"\xff\x00") == (ch.CLOSE, b"\x00")
-    assert codec.decode("\x04{}") == (ch.RESIZE, b"{}")  # text frames read as bytes
+    codec = framing.Codec.of("v5.channel.k8s.io")
+    assert codec.encode(framing.STDOUT, b"hi") == b"\x01hi"
+    assert codec.encode(framing.STDOUT, b"") == b"\x01"  # the "session is up" message
+    assert codec.decode(b"\x00foo") == (framing.STDIN, b"foo")
+    assert codec.decode(b"\xff\x00") == (framing.CLOSE, b"\x00")
+    assert codec.decode("\x04{}") == (framing.RESIZE, b"{}")  # text frames read as bytes
 
 
 def test_base64_framing_is_an_ascii_digit_then_base64() -> None:
-    codec = ch.Codec.of("v4.base64.channel.k8s.io")
-    assert codec.encode(ch.STDOUT, b"\n") == "1Cg=="
-    assert codec.encode(ch.ERROR, b"") == "3"
-    assert codec.decode("0Zm9vCg==") == (ch.STDIN, b"foo\n")
-    assert codec.decode(b"4e30=") == (ch.RESIZE, b"{}")
+    codec = framing.Codec.of("v4.base64.channel.k8s.io")
+    assert codec.encode(framing.STDOUT, b"\n") == "1Cg=="
+    assert codec.encode(framing.ERROR, b"") == "3"
+    assert codec.decode("0Zm9vCg==") == (framing.STDIN, b"foo\n")
+    assert codec.decode(b"4e30=") == (framing.RESIZE, b"{}")
     for data in (b"", b"\x00\xff binary \x80", bytes(range(256))):
-        assert codec.decode(codec.encode(ch.STDERR, data)) == (ch.STDERR, data)
+        assert codec.decode(codec.encode(framing.STDERR, data)) == (framing.STDERR, data)
 
 
 @pytest.mark.parametrize(
@@ -90,18 +91,18 @@ def test_undecodable_messages_are_value_errors(
     protocol: str, message: bytes | str, error: str
 ) -> None:
     with pytest.raises(ValueError, match=error):
-        ch.Codec.of(protocol).decode(message)
+        framing.Codec.of(protocol).decode(message)
 
 
 def test_the_close_signal_names_a_channel() -> None:
-    assert ch.close_signal_target(b"\x00") == ch.STDIN
-    assert ch.close_signal_target(b"") is None
+    assert framing.close_signal_target(b"\x00") == framing.STDIN
+    assert framing.close_signal_target(b"") is None
 
 
 def test_a_forwarded_port_opens_its_channels_little_endian() -> None:
-    assert ch.port_prefix(8080) == b"\x90\x1f"
-    assert ch.port_prefix(1) == b"\x01\x00"
-    assert ch.port_prefix(65535) == b"\xff\xff"
+    assert framing.port_prefix(8080) == b"\x90\x1f"
+    assert framing.port_prefix(1) == b"\x01\x00"
+    assert framing.port_prefix(65535) == b"\xff\xff"
 
 
 def test_ports_come_repeated_or_comma_separated() -> None:

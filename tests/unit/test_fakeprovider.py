@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vnode import errors as provider_errors
+from vnode import provider_errors
 from vnode.provider import NodeUsage, RemoteCommand
 from vnode.testing.fakeprovider import FakeProvider, FakeSession
 
@@ -47,7 +47,7 @@ async def test_exec_errors_ports_and_logs_fail_as_told() -> None:
     provider.logs["main"] = [b"a\n", b"b\n"]
     chunks = [c async for c in provider.container_logs(POD, container="main", options={})]
     assert chunks == [b"a\n", b"b\n"]
-    with pytest.raises(provider_errors.NotFound):
+    with pytest.raises(provider_errors.PodNotFound):
         async for _ in provider.container_logs(POD, container="other", options={}):
             pass
 

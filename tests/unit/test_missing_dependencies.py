@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from vnode.controllers.pod_decisions import waiting_status
-from vnode.kube import errors
 from vnode.kube.events import EventRecorder
+from vnode.kube.resources import EVENTS
 from vnode.providers.k2k import missing
+from vnode.testing.fakeapi import FakeApi
 
 NOW = "2026-11-24T10:00:00Z"
 
@@ -166,48 +167,35 @@ def test_a_terminal_pod_keeps_its_status() -> None:
     assert waiting_status(p, reason="ContainerCreating", message=None, now=NOW) == p["status"]
 
 
-class RecordingApi:
-    """Records requests; answers NotFound to PATCHes of Events named in `gone`."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str, Any]] = []
-        self.gone: set[str] = set()
-
-    async def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        self.calls.append((method, path, kwargs.get("body")))
-        if method == "PATCH" and path.rsplit("/", 1)[-1] in self.gone:
-            raise errors.NotFound(code=404, status={"reason": "NotFound", "message": "gone"})
-        return {}
-
-
 async def test_a_repeated_event_is_counted_not_recorded_again() -> None:
-    api = RecordingApi()
-    recorder = EventRecorder(api, component="vn/pod-controller", host="vn")  # type: ignore[arg-type]
+    api = FakeApi()
+    recorder = EventRecorder(api, component="vn/pod-controller", host="vn")
     p = pod()
     for _ in range(3):
         await recorder.record(p, type="Warning", reason="R", message="same")
     await recorder.record(p, type="Warning", reason="R", message="different")
-    methods = [(m, body.get("count")) for m, _, body in api.calls]
+    methods = [(r.method, r.body.get("count")) for r in api.requests]
     assert methods == [("POST", 1), ("PATCH", 2), ("PATCH", 3), ("POST", 1)]
-    first_name = api.calls[0][2]["metadata"]["name"]
-    assert api.calls[1][1].endswith(f"/namespaces/team/events/{first_name}")
+    first_name = api.requests[0].body["metadata"]["name"]
+    assert api.requests[1].path.endswith(f"/namespaces/team/events/{first_name}")
 
 
 async def test_an_expired_event_is_recorded_anew() -> None:
-    api = RecordingApi()
-    recorder = EventRecorder(api, component="vn/pod-controller", host="vn")  # type: ignore[arg-type]
+    api = FakeApi()
+    recorder = EventRecorder(api, component="vn/pod-controller", host="vn")
     p = pod()
     await recorder.record(p, type="Warning", reason="R", message="m")
-    api.gone.add(api.calls[0][2]["metadata"]["name"])
+    [expired] = api.objects(EVENTS)
+    await api.request("DELETE", api.requests[0].path + "/" + expired["metadata"]["name"])
     await recorder.record(p, type="Warning", reason="R", message="m")
-    assert [m for m, _, _ in api.calls] == ["POST", "PATCH", "POST"]
-    assert api.calls[2][2]["count"] == 1
+    assert [r.method for r in api.requests] == ["POST", "DELETE", "PATCH", "POST"]
+    assert api.requests[3].body["count"] == 1
 
 
 async def test_the_recorder_forgets_the_least_recent_events_first() -> None:
-    api = RecordingApi()
-    recorder = EventRecorder(api, component="c", host="h", remembered=2)  # type: ignore[arg-type]
+    api = FakeApi()
+    recorder = EventRecorder(api, component="c", host="h", remembered=2)
     p = pod()
     for message in ("a", "b", "c", "a"):
         await recorder.record(p, type="Normal", reason="R", message=message)
-    assert [m for m, _, _ in api.calls] == ["POST"] * 4
+    assert [r.method for r in api.requests] == ["POST"] * 4

@@ -1,6 +1,6 @@
 """When the node controller patches the Node's status: on news only, judged against what it
 last wrote and what its cache shows. Controller logic in isolation, with a fake upper
-client that records requests (the real apiserver path is tests/e2e/test_virtual_node*.py);
+API that records requests (FakeApi) (the real apiserver path is tests/e2e/test_virtual_node*.py);
 the cache is filled by hand to play a watch that lags behind."""
 
 from __future__ import annotations
@@ -10,19 +10,20 @@ from typing import Any
 
 from vnode.controllers.node import NodeController
 from vnode.kube.informer_factory import InformerFactory
+from vnode.kube.resources import NODES
 from vnode.settings import NodeSettings
+from vnode.testing.fakeapi import FakeApi
 
 
-class RecordingClient:
-    name = "fake-upper"
+def recording_client() -> FakeApi:
+    """An upper API holding Node vn, whose status PATCHes are read back (`patches`)."""
+    client = FakeApi(name="fake-upper")
+    client.put(NODES, {"metadata": {"name": "vn", "uid": "u"}})
+    return client
 
-    def __init__(self) -> None:
-        self.patches: list[dict[str, Any]] = []
 
-    async def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        if method == "PATCH" and path.endswith("/status"):
-            self.patches.append(kwargs["body"])
-        return {"metadata": {"name": "vn", "uid": "u"}}
+def patches(client: FakeApi) -> list[dict[str, Any]]:
+    return [r.body for r in client.requests_of("PATCH") if r.path.endswith("/status")]
 
 
 class Provider:
@@ -47,26 +48,26 @@ def cache_shows(controller: NodeController, patch: dict[str, Any]) -> None:
 
 
 async def test_a_change_back_is_written_though_the_cache_lags_one_write_behind() -> None:
-    client, provider = RecordingClient(), Provider()
+    client, provider = recording_client(), Provider()
     controller = NodeController(
-        upper=client,  # type: ignore[arg-type]
+        upper=client,
         informers=InformerFactory(),
-        heartbeat=client,  # type: ignore[arg-type]
+        heartbeat=client,
         provider=provider,
         settings=NodeSettings(name="vn", internal_ip="192.0.2.1"),
     )
     await controller._update_status()
-    first = client.patches[-1]
+    first = patches(client)[-1]
     cache_shows(controller, first)
     await controller._update_status(only_news=True)
-    assert len(client.patches) == 1, "nothing changed: no write"
+    assert len(patches(client)) == 1, "nothing changed: no write"
 
     provider.cpu = "12"
     await controller._update_status(only_news=True)
-    assert client.patches[-1]["status"]["capacity"]["cpu"] == "12"
+    assert patches(client)[-1]["status"]["capacity"]["cpu"] == "12"
     # The lower node goes again before the cache shows the write of 12: the cache says 8,
     # which is what the node must say now; the Node says 12 until it is told.
     provider.cpu = "8"
     await controller._update_status(only_news=True)
-    assert len(client.patches) == 3
-    assert client.patches[-1]["status"]["capacity"]["cpu"] == "8"
+    assert len(patches(client)) == 3
+    assert patches(client)[-1]["status"]["capacity"]["cpu"] == "8"

@@ -22,23 +22,21 @@ from vnode.controllers.pods import PodController
 from vnode.kube import errors
 from vnode.kube.events import EventRecorder
 from vnode.kube.informer_factory import InformerFactory
+from vnode.kube.resources import PODS
 from vnode.kube.workqueue import Requeue, Transient
+from vnode.testing.fakeapi import FakeApi
 
 FAILED = {"phase": "Failed", "reason": "Error", "message": "exit code 3"}
 
 
-class FailingUpper:
-    """An upper client whose every request fails with `fault` (then succeeds when None)."""
-
-    def __init__(self, fault: Exception | None) -> None:
-        self.fault = fault
-        self.requests: list[tuple[str, str]] = []
-
-    async def request(self, method: str, path: str, **_: Any) -> Obj:
-        self.requests.append((method, path))
-        if self.fault is not None:
-            raise self.fault
-        return {}
+def failing_upper(fault: Exception | None) -> FakeApi:
+    """An upper API holding pod ns/job whose every request fails with `fault` (until it
+    is healed)."""
+    upper = FakeApi(name="upper")
+    upper.put(PODS, {"metadata": {"namespace": "ns", "name": "job", "uid": "u1"}})
+    if fault is not None:
+        upper.fail(error=fault)
+    return upper
 
 
 class OneStatus:
@@ -55,18 +53,18 @@ class OneStatus:
 
 
 def _controller(
-    upper: FailingUpper, *, provider: object | None = None, phase: str = "Running"
+    upper: FakeApi, *, provider: object | None = None, phase: str = "Running"
 ) -> PodController:
     """A pod controller over `upper` and `provider` (OneStatus by default) whose cache holds
     one restartPolicy Never pod ns/job in `phase`."""
     controller = PodController(
-        upper=upper,  # type: ignore[arg-type]
+        upper=upper,
         informers=InformerFactory(),
         provider=provider or OneStatus(),  # type: ignore[arg-type]
         node_name="vn",
         namespace=None,
         workers=1,
-        recorder=EventRecorder(upper, component="vn/pod-controller", host="vn"),  # type: ignore[arg-type]
+        recorder=EventRecorder(upper, component="vn/pod-controller", host="vn"),
     )
     controller.informer.store.upsert(
         {
@@ -90,15 +88,18 @@ def _controller(
 async def test_a_status_the_upper_cluster_cannot_take_is_requeued_every_time(
     fault: Exception,
 ) -> None:
-    upper = FailingUpper(fault)
+    upper = failing_upper(fault)
     controller = _controller(upper)
     for _ in range(100):  # far beyond any retry budget
         with pytest.raises(Requeue) as raised:
             await controller._sync_status("ns/job")
         assert raised.value.after == pods._STATUS_RETRY
-    upper.fault = None
+    upper.heal()
     await controller._sync_status("ns/job")
-    assert upper.requests[-1] == ("PATCH", "/api/v1/namespaces/ns/pods/job/status")
+    assert (upper.requests[-1].method, upper.requests[-1].path) == (
+        "PATCH",
+        "/api/v1/namespaces/ns/pods/job/status",
+    )
     assert len(upper.requests) == 101
 
 
@@ -122,7 +123,7 @@ async def test_a_pod_the_backend_cannot_take_now_waits_and_is_never_given_up() -
     """An unreachable or overloaded backend fails no pod (even restartPolicy Never: it has
     not run) and its key is handed back as Transient: retried with backoff for as long as
     that lasts, never dropped after the queue's retry budget (tests/unit/test_workqueue.py)."""
-    upper = FailingUpper(None)
+    upper = failing_upper(None)
     controller = _controller(upper, provider=Unreachable(), phase="Pending")
     written: list[dict[str, Any]] = []
 

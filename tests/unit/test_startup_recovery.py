@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,7 +15,9 @@ from devcluster.cluster import FleetSettings
 from devcluster.startup import Startup
 from vnode import __main__ as main
 from vnode.kube import errors
+from vnode.kube.resources import NAMESPACES
 from vnode.testing import ports, processes
+from vnode.testing.fakeapi import FakeApi
 
 
 def _startup(tmp_path: Path) -> Startup:
@@ -98,36 +99,32 @@ def test_a_plain_child_is_stopped_even_though_it_leads_no_group(tmp_path: Path) 
 # -- the upper cluster's identity, read at the node's start ---------------------------------
 
 
-class _Upper:
+def upper_failing(*faults: Exception) -> FakeApi:
     """An upper apiserver (a fake: these faults cannot be had on demand from a real one)
-    answering GET kube-system with each of `answers` in turn (an exception is raised)."""
-
-    def __init__(self, *answers: object) -> None:
-        self.answers = list(answers)
-        self.calls = 0
-
-    async def request(self, method: str, path: str, **_: Any) -> dict[str, Any]:
-        assert (method, path) == ("GET", "/api/v1/namespaces/kube-system")
-        self.calls += 1
-        answer = self.answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        assert isinstance(answer, dict)
-        return answer
+    whose reads of namespaces fail with each of `faults` in turn, then answer."""
+    upper = FakeApi(name="upper")
+    for fault in faults:
+        upper.fail("GET", "namespaces", error=fault, times=1)
+    upper.put(
+        NAMESPACES,
+        {"metadata": {"name": "kube-system", "uid": "0f0e0d0c-0000-4000-8000-000000000001"}},
+    )
+    return upper
 
 
 async def test_transient_failures_of_the_cluster_identity_read_are_retried(
     slept: list[float],
 ) -> None:
-    upper = _Upper(
+    upper = upper_failing(
         errors.ServerError(code=500, status={"message": "etcdserver: leader changed"}),
         errors.ApiUnavailable("connection reset by peer"),
         errors.TooManyRequests(code=429, status={"message": "too many requests"}),
-        {"metadata": {"name": "kube-system", "uid": "0f0e0d0c-0000-4000-8000-000000000001"}},
     )
     cluster_id = await main._upper_cluster_id(upper)
     assert cluster_id == "0f0e0d0c-0000-4000-8000-000000000001"
-    assert upper.calls == 4
+    assert [(r.method, r.path) for r in upper.requests] == [
+        ("GET", "/api/v1/namespaces/kube-system")
+    ] * 4
     assert len(slept) == 3
     assert 0.5 <= slept[0] <= 1.5  # the registration's backoff: 0.5 s doubling (+ jitter)
 
@@ -135,9 +132,9 @@ async def test_transient_failures_of_the_cluster_identity_read_are_retried(
 async def test_a_refused_cluster_identity_read_stops_the_start_saying_what_to_grant(
     slept: list[float],
 ) -> None:
-    upper = _Upper(errors.Forbidden(code=403, status={"message": "cannot get namespaces"}))
+    upper = upper_failing(errors.Forbidden(code=403, status={"message": "cannot get namespaces"}))
     with pytest.raises(errors.Forbidden) as refused:
         await main._upper_cluster_id(upper)
     assert "grant get on it" in refused.value.message
     assert "--cluster-id" in refused.value.message
-    assert (upper.calls, slept) == (1, [])
+    assert (len(upper.requests), slept) == (1, [])

@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from vnode.kube import errors
+from vnode.kube.resources import NAMESPACES
 from vnode.kube.workqueue import Requeue
 from vnode.providers.k2k import naming, podsecurity
 from vnode.providers.k2k.namespaces import LowerNamespaces, terminating
+from vnode.testing.fakeapi import FakeApi
 
 A = naming.Owner(node_name="virtual-kubelet", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")
 B = naming.Owner(node_name="virtual-kubelet", cluster_id="bbbbbbbb-0000-4000-8000-000000000002")
@@ -192,35 +193,40 @@ def test_malformed_pods_do_not_crash_the_check() -> None:
 # -- lower namespaces being deleted ------------------------------------------------------------
 
 
-class _LowerApi:
-    """A lower apiserver whose namespace "ns" is being deleted until `gone` (a fake: the
-    e2e test in test_tenancy holds a real one; this one checks the timing of the looks,
-    and how many requests keys that come together send). Each answer waits for `answer`,
-    so requests are in flight while other keys come."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-        self.gone = False
-        self.answer = asyncio.Event()
-        self.answer.set()
-
-    async def request(self, method: str, path: str, *, body: Any = None) -> dict[str, Any]:
-        self.calls.append(method)
-        await asyncio.sleep(0)  # in flight: every other ready key runs now
-        await self.answer.wait()
-        if method == "POST":
-            if self.gone:
-                return dict(body)
-            raise errors.AlreadyExists(code=409, status={"reason": "AlreadyExists"})
-        return {
+def being_deleted(lower: FakeApi) -> None:
+    """Lower namespace "ns" is being deleted (until `gone`)."""
+    lower.put(
+        NAMESPACES,
+        {
             "metadata": {"name": "ns", "deletionTimestamp": "2030-01-01T00:00:00Z"},
             "status": {"phase": "Terminating"},
-        }
+        },
+    )
+
+
+def gone(lower: FakeApi) -> None:
+    """Lower namespace "ns" is gone at last."""
+    lower.remove(NAMESPACES, "ns")
+
+
+def lower_api(answer: asyncio.Event | None = None) -> FakeApi:
+    """A lower apiserver whose namespace "ns" is being deleted (the e2e test in test_tenancy
+    holds a real one; this one checks the timing of the looks, and how many requests keys
+    that come together send). Each answer waits a turn of the loop, then for `answer` if
+    given, so requests are in flight while other keys come."""
+    lower = FakeApi(name="lower")
+    lower.delay(seconds=0, until=answer)
+    being_deleted(lower)
+    return lower
+
+
+def methods(lower: FakeApi) -> list[str]:
+    return [r.method for r in lower.requests]
 
 
 async def test_objects_of_a_lower_namespace_being_deleted_wait_with_doubling_looks() -> None:
     now = [100.0]
-    lower = _LowerApi()
+    lower = lower_api()
     namespaces = LowerNamespaces(
         lower=lower,
         owner=A,
@@ -235,23 +241,23 @@ async def test_objects_of_a_lower_namespace_being_deleted_wait_with_doubling_loo
         return waited.value.after
 
     assert await requeued() == 1.0
-    assert lower.calls == ["POST", "GET"]
+    assert methods(lower) == ["POST", "GET"]
     now[0] += 0.25
     assert await requeued() == 0.75  # not due: no request
     assert namespaces.going("ns").after == 0.75  # a refusal meanwhile is the same look
-    assert lower.calls == ["POST", "GET"]
+    assert methods(lower) == ["POST", "GET"]
     for expected in (2.0, 4.0, 8.0, 10.0, 10.0):
         now[0] += 10.0
         assert await requeued() == expected
-    lower.gone = True
+    gone(lower)
     now[0] += 10.0
     await namespaces.ensure("ns", source_namespace="ns")  # made again
-    calls = len(lower.calls)
+    calls = len(methods(lower))
     await namespaces.ensure("ns", source_namespace="ns")
-    assert len(lower.calls) == calls  # known now
+    assert len(methods(lower)) == calls  # known now
     # A create refused later (NamespaceTerminating): forgotten, and looked at from 1 s again.
     assert namespaces.going("ns").after == 1.0
-    lower.gone = False
+    being_deleted(lower)
     now[0] += 1.0
     assert await requeued() == 2.0
 
@@ -260,7 +266,7 @@ async def test_keys_waiting_for_a_lower_namespace_being_deleted_share_each_look(
     """500 pods of a namespace being deleted below, due at the same moment: one look
     (POST + GET) per look time, not one per pod, and all get its answer."""
     now = [100.0]
-    lower = _LowerApi()
+    lower = lower_api()
     namespaces = LowerNamespaces(
         lower=lower,
         owner=A,
@@ -280,35 +286,35 @@ async def test_keys_waiting_for_a_lower_namespace_being_deleted_share_each_look(
         return {result.after for result in results if isinstance(result, Requeue)}
 
     assert waits(await burst()) == {1.0}
-    assert lower.calls == ["POST", "GET"]
+    assert methods(lower) == ["POST", "GET"]
     now[0] += 1.0
     assert waits(await burst()) == {2.0}  # all due together: still one look
-    assert lower.calls == ["POST", "GET"] * 2
-    lower.gone = True
+    assert methods(lower) == ["POST", "GET"] * 2
+    gone(lower)
     now[0] += 2.0
     assert await burst() == [None] * 500  # made again, once
-    assert lower.calls == ["POST", "GET"] * 2 + ["POST"]
+    assert methods(lower) == ["POST", "GET"] * 2 + ["POST"]
 
 
 async def test_a_look_cut_short_leaves_the_keys_that_waited_for_it_to_look_again() -> None:
-    lower = _LowerApi()
-    lower.gone = True
+    answer = asyncio.Event()
+    lower = lower_api(answer)
+    gone(lower)
     namespaces = LowerNamespaces(lower=lower, owner=A, prefix="", pod_security_level="baseline")
-    lower.answer.clear()
     first = asyncio.create_task(namespaces.ensure("ns", source_namespace="ns"), name="first")
     await asyncio.sleep(0)
     second = asyncio.create_task(namespaces.ensure("ns", source_namespace="ns"), name="second")
     try:
         await asyncio.sleep(0)
-        assert lower.calls == ["POST"]
+        assert methods(lower) == ["POST"]
         first.cancel()
         with pytest.raises(asyncio.CancelledError):
             await first
-        lower.answer.set()
+        answer.set()
         await second  # not cancelled with the look it waited for: looked itself
-        assert lower.calls == ["POST", "POST"]
+        assert methods(lower) == ["POST", "POST"]
     finally:
-        lower.answer.set()
+        answer.set()
         for task in (first, second):
             task.cancel()
         await asyncio.gather(first, second, return_exceptions=True)
@@ -317,7 +323,7 @@ async def test_a_look_cut_short_leaves_the_keys_that_waited_for_it_to_look_again
 def test_what_looks_found_is_forgotten_once_nothing_waits_for_the_namespace() -> None:
     now = [100.0]
     namespaces = LowerNamespaces(
-        lower=_LowerApi(),
+        lower=lower_api(),
         owner=A,
         prefix="",
         pod_security_level="baseline",

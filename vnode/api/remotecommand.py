@@ -26,16 +26,17 @@ from aiohttp import web
 
 from vnode import provider_errors
 from vnode.api import channels, streaming
-from vnode.api.channels import ERROR, RESIZE, STDERR, STDIN, STDOUT
 from vnode.api.streaming import STREAM_CREATION_TIMEOUT, ChannelStream, Connection
+from vnode.kube import channel_framing as framing
+from vnode.kube.channel_framing import ERROR, RESIZE, STDERR, STDIN, STDOUT
 from vnode.provider import RemoteCommand, RemoteSession
 
 logger = logging.getLogger(__name__)
 
 V3, V2 = "v3.channel.k8s.io", "v2.channel.k8s.io"  # SPDY only
-PROTOCOLS = (channels.V5, channels.V4, V3, V2, channels.V1)
+PROTOCOLS = (framing.V5, framing.V4, V3, V2, framing.V1)
 """The SPDY sub-protocols of exec/attach, ours first."""
-SPDY_WITHOUT_RESIZE = frozenset({V2, channels.V1})
+SPDY_WITHOUT_RESIZE = frozenset({V2, framing.V1})
 """SPDY sub-protocols that have no resize stream (it came with v3); every WebSocket
 channel protocol has a resize channel."""
 FIRST_SIZE_WAIT = 1.0

@@ -3,9 +3,9 @@ WebSocket transport of `streaming`.
 
 After the upgrade the server sends each channel's greeting (exec's empty "the session is
 up" message, port-forward's port prefixes), then one reader task takes the client's
-messages, decodes them with the negotiated codec (`channels.Codec`) and hands each payload
-to its channel; messages for channels the session does not read are dropped, as a kubelet
-drops them. The channels exist from the start; `accept` hands them to the session in
+messages, decodes them with the negotiated codec (`channel_framing.Codec`) and hands each
+payload to its channel; messages for channels the session does not read are dropped, as a
+kubelet drops them. The channels exist from the start; `accept` hands them to the session in
 channel order, as if the client had opened them, so a session runs the same over SPDY. A
 channel that holds more than `MAX_BUFFERED` unread bytes makes the reader wait, so the
 client is slowed down by TCP instead of making memory grow; writers wait while the client
@@ -25,9 +25,9 @@ from typing import ClassVar
 
 from aiohttp import WSMsgType, web
 
-from vnode.api import channels
 from vnode.api.channels import ChannelSpec
 from vnode.api.streaming import MAX_BUFFERED, IdleWatch
+from vnode.kube import channel_framing as framing
 
 logger = logging.getLogger(__name__)
 
@@ -123,8 +123,8 @@ class WebSocketChannels:
     ) -> None:
         self.response = ws
         """The 101 answer, for the handler to return."""
-        self._codec = channels.Codec.of(protocol)
-        self._close_signal = channels.has_close_signal(protocol)
+        self._codec = framing.Codec.of(protocol)
+        self._close_signal = framing.has_close_signal(protocol)
         self.channels = {n: Channel(self, number=n, spec=spec) for n, spec in layout.items()}
         self._unaccepted = collections.deque(self.channels[n] for n in sorted(self.channels))
         self.closed = asyncio.Event()
@@ -166,8 +166,8 @@ class WebSocketChannels:
                     # A kubelet logs and skips a message it cannot decode.
                     logger.debug("kubelet API: skipping a WebSocket message: %s", exc)
                     continue
-                if number == channels.CLOSE and self._close_signal:
-                    ended = channels.close_signal_target(payload)
+                if number == framing.CLOSE and self._close_signal:
+                    ended = framing.close_signal_target(payload)
                     if ended is not None and ended in self.channels:
                         self.channels[ended]._end()
                     continue

@@ -175,8 +175,7 @@ class DependencySync:
         *,
         upper: ApiClient,
         lower: ApiClient,
-        owner: naming.Owner,
-        namespace_prefix: str,
+        tenancy: naming.NodeTenancy,
         upper_namespace: str | None,
         enable_service_account: bool,
         lower_pods: Informer,
@@ -191,8 +190,9 @@ class DependencySync:
         self._on_resolved = on_resolved
         self._waiting: dict[tuple[str, str, str], set[str]] = {}
         """(kind, upper namespace, name) -> upper pods whose creation waits for it."""
+        owner = tenancy.owner
         self._owner = owner
-        self._prefix = namespace_prefix
+        self._prefix = tenancy.prefix
         self._enable_sa = enable_service_account
         self._lower_pods = lower_pods
         self._creations: dict[str, _Creation] = {}
@@ -206,7 +206,6 @@ class DependencySync:
             )
         )
         self.mirrors: dict[str, Mirror] = {}
-        tenancy = naming.NodeTenancy(owner=owner, prefix=namespace_prefix)
         for kind, resource in KINDS.items():
             source = informers.informer(
                 upper,

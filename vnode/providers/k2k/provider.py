@@ -12,7 +12,6 @@ import contextlib
 import logging
 from collections.abc import (
     AsyncGenerator,
-    Awaitable,
     Callable,
     Iterable,
     Iterator,
@@ -21,18 +20,13 @@ from collections.abc import (
 )
 from typing import Any
 
-import aiohttp
-
 from vnode import provider_errors
 from vnode.contracts.objects import Obj
 from vnode.kube import errors
 from vnode.kube.client import STRATEGIC_MERGE_PATCH, ApiClient
-from vnode.kube.events import EventRecorder
-from vnode.kube.informer import Handlers, Informer
-from vnode.kube.informer_factory import InformerFactory
+from vnode.kube.informer import Informer
 from vnode.kube.mirror.engine import Mirror, Refused
-from vnode.kube.mirror.spec import KindSpec
-from vnode.kube.resources import NODES, PODS, object_key
+from vnode.kube.resources import PODS
 from vnode.provider import (
     NodeUsage,
     PodEvent,
@@ -40,14 +34,15 @@ from vnode.provider import (
     RemoteCommand,
     RemoteSession,
 )
-from vnode.providers.k2k import capacity, naming, podsecurity, services, slim, translate, volumes
+from vnode.providers.k2k import capacity, naming, podsecurity, streams, translate
 from vnode.providers.k2k.dependencies import DependencySync
 from vnode.providers.k2k.events import EventMirror
+from vnode.providers.k2k.lowerpods import LowerPodBook, upper_uid_of
 from vnode.providers.k2k.namespaces import LowerNamespaces
 from vnode.providers.k2k.provisioner import VolumeProvisioner
-from vnode.providers.k2k.scrape import KubeletAccess, ResourceScraper, ThroughApiserver
+from vnode.providers.k2k.scrape import ResourceScraper
 from vnode.serving.lifecycle import Component
-from vnode.settings import PV_CONTROLLERS, SERVICE_CONTROLLERS, ControllerSettings
+from vnode.settings import PV_CONTROLLERS
 
 logger = logging.getLogger(__name__)
 
@@ -64,139 +59,72 @@ def _upper_key_of(pod: Obj) -> list[str]:
     return [f"{ns}/{pod['metadata']['name']}"] if ns else []
 
 
+class PodChanges:
+    """The callbacks registered with `K2KProvider.notify_pods`; calling it with an upper
+    pod's key ("namespace/name") calls each, in the order they came. The provider's
+    collaborators hold it too, to tell of a pod whose missing dependency appeared."""
+
+    def __init__(self) -> None:
+        self._callbacks: list[Callable[[str], None]] = []
+
+    def add(self, callback: Callable[[str], None]) -> None:
+        """Register `callback(upper key)`."""
+        self._callbacks.append(callback)
+
+    def __call__(self, key: str) -> None:
+        for callback in self._callbacks:
+            callback(key)
+
+
 class K2KProvider:
-    """Forwards the pods of one virtual node to a lower cluster."""
+    """Forwards the pods of one virtual node to a lower cluster (built by
+    `vnode.providers.k2k.assembly.build`)."""
 
     name = "k2k-provider"
 
     def __init__(
         self,
         *,
-        upper: ApiClient,
         lower: ApiClient,
-        informers: InformerFactory,
+        lower_heartbeat: ApiClient,
         policy: translate.TranslationPolicy,
         node_ip: str,
-        upper_events: ApiClient | None = None,
-        lower_heartbeat: ApiClient | None = None,
-        upper_namespace: str | None = None,
-        kubelets: KubeletAccess | None = None,
-        workers: int = 50,
-        controllers: ControllerSettings | None = None,
+        namespaces: LowerNamespaces,
+        pods: Informer,
+        nodes: Informer,
+        book: LowerPodBook,
+        dependencies: DependencySync,
+        events: EventMirror,
+        services: Sequence[Mirror],
+        volumes: VolumeProvisioner | None,
+        usage: ResourceScraper,
+        pod_changes: PodChanges,
     ) -> None:
-        """`informers` shares informers with the node's other components; `node_ip` is the
-        virtual node's InternalIP, shown as the pods' hostIP upstairs; `upper_events`
-        writes the Events mirrored from below (default `upper`; a client of their own keeps
-        a flood of them from delaying statuses); `lower_heartbeat` answers `ping` (default
-        `lower`; a client of its own, with its own connections and no rate limit, keeps
-        busy pod, log and exec traffic from delaying the node's heartbeats, which wait for
-        the ping); `kubelets` how the lower kubelets'
-        resource metrics are read (default: through the lower apiserver's node proxy);
-        `workers` bounds concurrent copy updates per kind (--pod-sync-workers);
-        `controllers` chooses the mirrors of Services and volumes that run beside the
-        dependency copies (default: both, as tensile-kube's --enable-controllers)."""
+        """Take the collaborators, ready-made and wired (`assembly.build`): `lower` carries
+        the pod, log, exec and port-forward traffic, `lower_heartbeat` answers `ping`;
+        `node_ip` is the virtual node's InternalIP (the pods' hostIP upstairs); `pods` and
+        `nodes` are the lower cluster's, and their handlers are to call
+        `lower_pod_changed`, `lower_pod_deleted` and `capacity_moved`; `book` keeps the
+        lower pods' bookkeeping; `services` are the Service mirrors (empty without
+        ServiceControllers), `volumes` the provisioner (None without PVControllers);
+        `pod_changes` is what `notify_pods` registers with."""
         self._node_ip = node_ip
-        self._node = policy.node_name
-        self._owner = policy.owner
-        self._upper = upper
         self._lower = lower
-        self._heartbeat = lower_heartbeat or lower
+        self._heartbeat = lower_heartbeat
         self.policy = policy
-        self._started = False
-        self.namespaces = LowerNamespaces(
-            lower=lower,
-            upper=upper,
-            owner=self._owner,
-            prefix=policy.namespace_prefix,
-            pod_security_level=policy.pod_security_level,
-        )
-        self.pods = informers.informer(
-            lower,
-            PODS,
-            name="lower-pods",
-            transform=slim.SlimLowerPods(self._owner),
-            # Every pod of the lower cluster, read a few times in a pod's life: encoded, a
-            # quarter of the memory (see Store); capacity reads `_others`, not this cache.
-            encoded=True,
-        )
-        self._others = capacity.Ledger()
-        """Requests of the lower pods that are not this node's (the capacity they take)."""
-        self.nodes = informers.informer(lower, NODES, name="lower-nodes")
-        self.dependencies = DependencySync(
-            upper=upper,
-            lower=lower,
-            owner=self._owner,
-            namespace_prefix=policy.namespace_prefix,
-            upper_namespace=upper_namespace,
-            enable_service_account=policy.enable_service_account,
-            lower_pods=self.pods,
-            informers=informers,
-            on_resolved=self._notify_key,
-            workers=workers,
-        )
-        self.events = EventMirror(
-            upper=upper_events or upper,
-            lower=lower,
-            owner=self._owner,
-            lower_objects=self.pods,
-            informers=informers,
-        )
-        controllers = controllers or ControllerSettings()
-        self.services = (
-            self._service_mirrors(
-                upper=upper,
-                upper_events=upper_events or upper,
-                lower=lower,
-                informers=informers,
-                controllers=controllers,
-            )
-            if SERVICE_CONTROLLERS in controllers.enabled
-            else []
-        )
-        self.volumes = (
-            VolumeProvisioner(
-                upper=upper,
-                upper_events=upper_events or upper,
-                lower=lower,
-                informers=informers,
-                owner=self._owner,
-                prefix=policy.namespace_prefix,
-                namespaces=self.namespaces,
-                classes=volumes.StorageClassMap(
-                    classes=controllers.lower_storage_classes,
-                    default=controllers.lower_storage_class_default,
-                ),
-                on_resolved=self._notify_key,
-                upper_namespace=upper_namespace,
-            )
-            if PV_CONTROLLERS in controllers.enabled
-            else None
-        )
-        self.usage = ResourceScraper(
-            access=kubelets or ThroughApiserver(lower),
-            pods=self.pods.store,
-            nodes=self.nodes.store,
-            owner=self._owner,
-        )
-        self._pod_callbacks: list[Callable[[str], None]] = []
+        self.namespaces = namespaces
+        self.pods = pods
+        self.nodes = nodes
+        self.book = book
+        self.dependencies = dependencies
+        self.events = events
+        self.services = list(services)
+        self.volumes = volumes
+        self.usage = usage
+        self._pod_changes = pod_changes
         self._node_callbacks: list[Callable[[], None]] = []
-        self._deleting: set[str] = set()
-        """Upper UIDs whose lower pod this node is deleting."""
-        self._vanished: set[str] = set()
-        """Upper UIDs whose lower pod was deleted by someone else."""
+        self._started = False
         self._kubelet_version = "v0.0.0"
-        self.pods.add_handlers(
-            Handlers(
-                on_add=self._pod_changed, on_modify=self._pod_changed, on_delete=self._pod_deleted
-            )
-        )
-        self.nodes.add_handlers(
-            Handlers(
-                on_add=lambda _n: self._node_changed(),
-                on_modify=lambda _n: self._node_changed(),
-                on_delete=lambda _n: self._node_changed(),
-            )
-        )
 
     # -- running -------------------------------------------------------------------------
 
@@ -213,51 +141,6 @@ class K2KProvider:
         if self.volumes is not None:
             chosen += [self.volumes, *self.volumes.components()]
         return chosen
-
-    def _service_mirrors(
-        self,
-        *,
-        upper: ApiClient,
-        upper_events: ApiClient,
-        lower: ApiClient,
-        informers: InformerFactory,
-        controllers: ControllerSettings,
-    ) -> list[Mirror]:
-        selection = services.ServiceSelection(namespaces=frozenset(controllers.service_namespaces))
-        # One namespace: watch only it (and need only a Role there upstairs).
-        only = controllers.service_namespaces
-        namespace = only[0] if len(only) == 1 else None
-        prefix = self.policy.namespace_prefix
-        recorder = EventRecorder(
-            upper_events, component=f"{self._node}/service-mirror", host=self._node
-        )
-        tenancy = naming.NodeTenancy(owner=self._owner, prefix=prefix)
-        mirrors = []
-        for make in (services.service_spec, services.slice_spec):
-            spec = make(tenancy=tenancy, selection=selection)
-            resource = spec.source
-            mirrors.append(
-                Mirror(
-                    spec=spec,
-                    tenancy=tenancy,
-                    source=informers.informer(
-                        upper, resource, name=f"upper-{resource.plural}", namespace=namespace
-                    ),
-                    # Every copy of this upper cluster's (ours and sibling nodes'), so a
-                    # copy whose maker is gone is still kept (see `Mirror`).
-                    target=informers.informer(
-                        lower,
-                        resource,
-                        name=f"lower-copies-{resource.plural}",
-                        label_selector=naming.cluster_selector(self._owner),
-                    ),
-                    source_client=upper,
-                    target_client=lower,
-                    namespaces=self.namespaces,
-                    on_problem=_problem_recorder(recorder, spec),
-                )
-            )
-        return mirrors
 
     async def start(self) -> None:
         """Read what must be known before the first pod: the lower cluster's version.
@@ -286,7 +169,7 @@ class K2KProvider:
         return f"{ns}/{meta['name']}"
 
     def _ours(self, lower: Mapping[str, Any] | None) -> bool:
-        return lower is not None and naming.is_owned(lower, owner=self._owner)
+        return self.book.ours(lower)
 
     def backend_pod(self, pod: Obj) -> Obj | None:
         """Return the lower pod standing for `pod` (same upper UID), or None."""
@@ -375,11 +258,18 @@ class K2KProvider:
             if self.volumes is not None:
                 await self.volumes.ensure_for_pod(pod)
             body = translate.lower_pod(pod, policy=self.policy, absent=ensured.absent)
+            uid = str(pod["metadata"].get("uid"))
+            self.book.create_sent(upper_uid=uid, lower_key=lower_key)
             try:
                 await self._lower.request("POST", PODS.path(namespace=lower_ns), body=body)
             except errors.AlreadyExists:
                 return []  # our earlier attempt got through; the informer will show it
-            except _REFUSALS as exc:
+            except errors.ApiError as exc:
+                if not errors.is_transient(exc):
+                    # An answer: nothing is on its way. (A 5xx or 429 may have got through.)
+                    self.book.create_refused(uid)
+                if not isinstance(exc, _REFUSALS):
+                    raise
                 if exc.namespace_terminating:
                     # The namespace is going (deleted below, maybe by hand): the pod waits
                     # for it to be gone and made again, it is not refused.
@@ -389,7 +279,7 @@ class K2KProvider:
                 raise provider_errors.InvalidPod(
                     f"lower cluster refused the pod: {exc.message}"
                 ) from exc
-        self._vanished.discard(str(pod["metadata"].get("uid")))
+        self.book.created(uid)
         logger.info("created lower pod %s for upper pod %s", lower_key, _key(pod))
         return ensured.events
 
@@ -424,11 +314,13 @@ class K2KProvider:
             return True
         if lower["metadata"].get("deletionTimestamp"):
             return False
-        self._deleting.add(str(pod["metadata"].get("uid")))
         return await self._delete_lower(lower, grace_period=grace_period)
 
     async def _delete_lower(self, lower: Obj, *, grace_period: int | None) -> bool:
+        """Delete `lower` (this UID only), recorded in flight in the book until the
+        informer shows it gone. True when it was gone already."""
         meta = lower["metadata"]
+        self.book.delete_sent(upper_uid=upper_uid_of(lower), lower_key=_key(lower))
         body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "DeleteOptions",
@@ -494,10 +386,8 @@ class K2KProvider:
             subresource="attach" if attach else "exec",
         )
         with _as_provider_errors():
-            ws = await self._lower.websocket(
-                path, params=params, protocols=("v5.channel.k8s.io", "v4.channel.k8s.io")
-            )
-        return _ChannelSession(ws)
+            ws = await self._lower.websocket(path, params=params, protocols=streams.EXEC_PROTOCOLS)
+        return streams.ChannelSession(ws)
 
     async def open_port_forward(self, pod: Obj, *, port: int) -> PortSession:
         """Connect to `port` of the lower pod through the lower apiserver (WebSocket
@@ -506,9 +396,9 @@ class K2KProvider:
         path = PODS.path(namespace=meta["namespace"], name=meta["name"], subresource="portforward")
         with _as_provider_errors():
             ws = await self._lower.websocket(
-                path, params=[("ports", str(port))], protocols=("v4.channel.k8s.io",)
+                path, params=[("ports", str(port))], protocols=streams.PORT_FORWARD_PROTOCOLS
             )
-        return _PortChannels(ws)
+        return streams.PortChannels(ws)
 
     def _lower_of(self, pod: Obj) -> Obj:
         lower = self.backend_pod(pod)
@@ -527,7 +417,7 @@ class K2KProvider:
 
     def vanished(self, pod: Obj) -> bool:
         """Tell whether the lower pod of `pod` was deleted by someone other than us."""
-        return str(pod["metadata"].get("uid")) in self._vanished
+        return self.book.vanished(str(pod["metadata"].get("uid")))
 
     async def cleanup_dangling(self, upper_pods: Iterable[Obj]) -> None:
         """Delete owned lower pods whose upper pod no longer exists (run once at start)."""
@@ -558,44 +448,25 @@ class K2KProvider:
 
     def notify_pods(self, callback: Callable[[str], None]) -> None:
         """Register `callback(upper key)` for every change of an owned lower pod."""
-        self._pod_callbacks.append(callback)
+        self._pod_changes.add(callback)
 
-    def _notify(self, lower: Obj) -> None:
-        for key in _upper_key_of(lower):
-            self._notify_key(key)
-
-    def _notify_key(self, key: str) -> None:
-        for callback in self._pod_callbacks:
-            callback(key)
-
-    def _count(self, pod: Obj) -> None:
-        """Keep `_others` up to date with a lower pod's new state; tell the node controller
-        when the capacity moved."""
-        key = object_key(pod)
-        try:
-            changed = self._others.remove(key) if self._ours(pod) else self._others.put(key, pod)
-        except ValueError as exc:  # the lower apiserver validates quantities: not expected
-            logger.warning("lower pod %s: not counted against the capacity: %s", key, exc)
-            changed = self._others.remove(key)
-        if changed:
-            self._node_changed()
-
-    def _pod_changed(self, pod: Obj) -> None:
-        self._count(pod)
+    def lower_pod_changed(self, pod: Obj) -> None:
+        """Take in a lower pod added or modified (the lower pods informer's handler)."""
+        if self.book.seen(pod):
+            self.capacity_moved()
         if self._ours(pod):
             self._notify(pod)
 
-    def _pod_deleted(self, pod: Obj) -> None:
-        if self._others.remove(object_key(pod)):
-            self._node_changed()
-        if not self._ours(pod):
-            return
-        uid = str((pod["metadata"].get("annotations") or {}).get(naming.UPPER_UID_ANNOTATION))
-        if uid in self._deleting:
-            self._deleting.discard(uid)
-        else:
-            self._vanished.add(uid)
-        self._notify(pod)
+    def lower_pod_deleted(self, pod: Obj) -> None:
+        """Take in a lower pod deleted (the lower pods informer's handler)."""
+        if self.book.gone(pod):
+            self.capacity_moved()
+        if self._ours(pod):
+            self._notify(pod)
+
+    def _notify(self, lower: Obj) -> None:
+        for key in _upper_key_of(lower):
+            self._pod_changes(key)
 
     # -- NodeProvider -----------------------------------------------------------------------
 
@@ -616,7 +487,7 @@ class K2KProvider:
 
     def capacity(self) -> Mapping[str, str]:
         """Return what the lower cluster can still take for this node's pods."""
-        return capacity.node_resources(self._others.free(self.nodes.store))
+        return capacity.node_resources(self.book.free(self.nodes.store))
 
     def node_info(self) -> Mapping[str, str]:
         """Return status.nodeInfo: the lower apiserver's version stands for the kubelet's."""
@@ -633,7 +504,9 @@ class K2KProvider:
         """Register `callback()` for changes that may change the capacity."""
         self._node_callbacks.append(callback)
 
-    def _node_changed(self) -> None:
+    def capacity_moved(self) -> None:
+        """Tell the registered callbacks that the capacity may have changed (a lower node
+        or another tenant's pod changed)."""
         for callback in self._node_callbacks:
             callback()
 
@@ -659,101 +532,6 @@ def _claims_of(pod: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def _problem_recorder(
-    recorder: EventRecorder, spec: KindSpec
-) -> Callable[[Obj, str], Awaitable[None]]:
-    """Report a mirror's problems (conflicts, refusals) as Warning Events on the upper
-    object, where `kubectl describe` shows them."""
-    api_version = spec.source.api_version
-
-    async def problem(source: Obj, message: str) -> None:
-        await recorder.record(
-            source,
-            type="Warning",
-            reason="MirrorFailed",
-            message=message,
-            kind=spec.kind,
-            api_version=api_version,
-        )
-
-    return problem
-
-
 def _key(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace')}/{meta.get('name')}"
-
-
-class _ChannelSession:
-    """A command running below, over the WebSocket channel protocol (v4 or v5)."""
-
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        self._ws = ws
-        self._v5 = ws.protocol == "v5.channel.k8s.io"
-
-    async def send(self, channel: int, data: bytes) -> None:
-        if not self._ws.closed:
-            with contextlib.suppress(aiohttp.ClientError, ConnectionError):
-                await self._ws.send_bytes(bytes([channel]) + data)
-
-    async def close_stdin(self) -> None:
-        # v5's CLOSE signal half-closes stdin; v4 cannot, as with kubectl itself.
-        if self._v5 and not self._ws.closed:
-            await self._ws.send_bytes(bytes([255, 0]))
-
-    async def receive(self) -> tuple[int, bytes] | None:
-        while True:
-            message = await self._ws.receive()
-            if message.type == aiohttp.WSMsgType.BINARY:
-                data = bytes(message.data)
-                if len(data) > 1:
-                    return data[0], data[1:]
-                continue  # an empty message only says the session is up
-            if message.type in (
-                aiohttp.WSMsgType.CLOSE,
-                aiohttp.WSMsgType.CLOSED,
-                aiohttp.WSMsgType.CLOSING,
-                aiohttp.WSMsgType.ERROR,
-            ):
-                return None
-
-    async def close(self) -> None:
-        await self._ws.close()
-
-
-class _PortChannels:
-    """One forwarded connection over the WebSocket port-forward protocol: channel 0 carries
-    the data, channel 1 the error; each channel first carries the port (2 bytes)."""
-
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        self._ws = ws
-        self._started: set[int] = set()
-        self._error = b""
-
-    async def send(self, data: bytes) -> None:
-        if not self._ws.closed:
-            with contextlib.suppress(aiohttp.ClientError, ConnectionError):
-                await self._ws.send_bytes(b"\x00" + data)
-
-    async def receive(self) -> bytes | None:
-        while True:
-            message = await self._ws.receive()
-            if message.type != aiohttp.WSMsgType.BINARY:
-                return None
-            data = bytes(message.data)
-            if not data:
-                continue
-            channel, payload = data[0], data[1:]
-            if channel not in self._started:
-                self._started.add(channel)
-                payload = payload[2:]  # the port, little-endian
-            if channel == 0 and payload:
-                return payload
-            if channel == 1:
-                self._error += payload
-
-    def error(self) -> str:
-        return self._error.decode("utf-8", errors="replace")
-
-    async def close(self) -> None:
-        await self._ws.close()

@@ -63,8 +63,7 @@ class VolumeProvisioner:
         upper_events: ApiClient,
         lower: ApiClient,
         informers: InformerFactory,
-        owner: naming.Owner,
-        prefix: str,
+        tenancy: naming.NodeTenancy,
         namespaces: LowerNamespaces,
         classes: volumes.StorageClassMap,
         on_resolved: Callable[[str], None],
@@ -76,6 +75,7 @@ class VolumeProvisioner:
         `upper_namespace` (--namespace) limits it to the claims of the pods it forwards."""
         self._upper = upper
         self._lower = lower
+        owner, prefix = tenancy.owner, tenancy.prefix
         self._node = owner.node_name
         self._owner = owner
         self._prefix = prefix
@@ -110,7 +110,7 @@ class VolumeProvisioner:
         )
         self.mirror = Mirror(
             spec=volumes.claim_spec(translate=self._lower_claim),
-            tenancy=naming.NodeTenancy(owner=owner, prefix=prefix),
+            tenancy=tenancy,
             source=self.claims,
             target=lower_claims,
             source_client=upper,

@@ -1,0 +1,245 @@
+"""The k2k provider's pod paths (create, delete, the dependencies and claims a pod needs)
+against a fake lower and upper API (`vnode.testing.fakeapi.FakeApi`): what is written
+below, in which order, and what a failing lower cluster makes of it. The informers do not
+run: their stores are filled here as the informers would fill them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from vnode import provider_errors
+from vnode.contracts.objects import Obj
+from vnode.kube.informer_factory import InformerFactory
+from vnode.kube.resources import (
+    CONFIG_MAPS,
+    NAMESPACES,
+    PERSISTENT_VOLUME_CLAIMS,
+    PODS,
+)
+from vnode.providers.k2k import assembly, naming, slim, translate
+from vnode.providers.k2k.provider import K2KProvider
+from vnode.settings import SERVICE_CONTROLLERS, ControllerSettings
+from vnode.testing.fakeapi import FakeApi, server_error, status_error, unreachable
+
+POLICY = translate.TranslationPolicy(node_name="vn-1", cluster_id="c-1", node_labels={})
+
+
+class Setup:
+    """A provider built as the node builds it, on fake upper and lower clusters."""
+
+    def __init__(self, *, controllers: ControllerSettings | None = None) -> None:
+        self.upper = FakeApi(name="upper")
+        self.lower = FakeApi(name="lower")
+        self.upper.put(NAMESPACES, {"metadata": {"name": "team"}, "status": {"phase": "Active"}})
+        self.provider: K2KProvider = assembly.build(
+            upper=self.upper,
+            lower=self.lower,
+            informers=InformerFactory(),
+            policy=POLICY,
+            node_ip="10.0.0.9",
+            controllers=controllers,
+        )
+
+    def upper_object(self, store_of: Any, obj: Obj) -> None:
+        """Put an upper object where the informer `store_of` would have it."""
+        store_of.store.update(obj)
+
+    def lower_pod_seen(self, lower: Obj) -> None:
+        """What the lower pods informer does with a lower pod it sees."""
+        stored = self.lower.put(PODS, lower)
+        self.provider.pods.store.update(slim.SlimLowerPods(POLICY.owner)(stored))
+        self.provider.lower_pod_changed(stored)
+
+
+def upper_pod(name: str = "web", *, uid: str = "uid-web", **spec: Any) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"namespace": "team", "name": name, "uid": uid},
+        "spec": {"nodeName": "vn-1", "containers": [{"name": "c", "image": "nginx"}], **spec},
+        "status": {},
+    }
+
+
+async def test_a_create_posts_the_translated_pod() -> None:
+    setup = Setup()
+    pod = upper_pod()
+    assert await setup.provider.create_pod(pod) == []
+    posts = setup.lower.requests_of("POST", "pods")
+    assert [p.path for p in posts] == ["/api/v1/namespaces/team/pods"]
+    assert posts[0].body == translate.lower_pod(pod, policy=POLICY)
+    assert setup.lower.get(PODS, "web", namespace="team") is not None
+    namespace = setup.lower.get(NAMESPACES, "team")
+    assert namespace is not None
+    conflict = naming.namespace_conflict(
+        namespace, owner=POLICY.owner, upper_namespace="team", prefix=""
+    )
+    assert conflict is None, "made for this cluster's namespace team"
+    write = setup.provider.book.in_flight(upper_uid="uid-web")
+    assert write is not None
+    assert (write.verb, write.lower_key) == ("create", "team/web")
+
+
+async def test_a_create_is_in_flight_until_the_informer_shows_the_pod() -> None:
+    setup = Setup()
+    await setup.provider.create_pod(upper_pod())
+    created = setup.lower.get(PODS, "web", namespace="team")
+    assert created is not None
+    setup.lower_pod_seen(created)
+    assert not setup.provider.book.writing(upper_uid="uid-web")
+    assert setup.provider.backend_pod(upper_pod()) is not None
+
+
+@pytest.mark.parametrize("fault", [server_error(503), unreachable()])
+async def test_a_create_whose_post_fails_transiently_waits(fault: Exception) -> None:
+    setup = Setup()
+    setup.lower.fail("POST", "pods", error=fault)
+    with pytest.raises(provider_errors.BackendUnavailable, match="lower cluster"):
+        await setup.provider.create_pod(upper_pod())
+    assert setup.lower.get(PODS, "web", namespace="team") is None
+    assert setup.provider.book.writing(upper_uid="uid-web"), "it may have got through"
+
+
+async def test_a_create_the_lower_cluster_refuses_is_refused_and_not_in_flight() -> None:
+    setup = Setup()
+    setup.lower.fail("POST", "pods", error=status_error(422, reason="Invalid", message="spec: bad"))
+    with pytest.raises(provider_errors.InvalidPod, match="refused the pod: spec: bad"):
+        await setup.provider.create_pod(upper_pod())
+    assert not setup.provider.book.writing(upper_uid="uid-web")
+
+
+async def test_a_create_of_a_pod_already_made_is_fine() -> None:
+    setup = Setup()
+    await setup.provider.create_pod(upper_pod())
+    assert await setup.provider.create_pod(upper_pod()) == []  # 409 AlreadyExists
+    assert len(setup.lower.requests_of("POST", "pods")) == 2
+
+
+async def test_a_delete_deletes_the_lower_pod_of_that_uid() -> None:
+    setup = Setup()
+    await setup.provider.create_pod(upper_pod())
+    created = setup.lower.get(PODS, "web", namespace="team")
+    assert created is not None
+    setup.lower_pod_seen(created)
+    assert await setup.provider.delete_pod(upper_pod(), grace_period=30) is False
+    [delete] = setup.lower.requests_of("DELETE", "pods")
+    assert delete.path == "/api/v1/namespaces/team/pods/web"
+    assert delete.body["preconditions"] == {"uid": created["metadata"]["uid"]}
+    assert delete.body["gracePeriodSeconds"] == 30
+    assert setup.lower.get(PODS, "web", namespace="team") is None
+    write = setup.provider.book.in_flight(lower_key="team/web")
+    assert write is not None
+    assert write.verb == "delete"
+    setup.provider.lower_pod_deleted(created)
+    assert not setup.provider.vanished(upper_pod()), "deleted by us"
+    assert setup.provider.book.writes() == []
+
+
+async def test_a_lower_pod_deleted_by_someone_else_vanished() -> None:
+    setup = Setup()
+    await setup.provider.create_pod(upper_pod())
+    created = setup.lower.get(PODS, "web", namespace="team")
+    assert created is not None
+    setup.lower_pod_seen(created)
+    setup.provider.lower_pod_deleted(created)
+    assert setup.provider.vanished(upper_pod())
+
+
+async def test_a_delete_of_a_pod_never_created_is_fine() -> None:
+    setup = Setup()
+    assert await setup.provider.delete_pod(upper_pod(), grace_period=None) is True
+    assert setup.lower.requests == []
+
+
+async def test_a_delete_that_finds_the_pod_gone_already_is_done() -> None:
+    setup = Setup()
+    await setup.provider.create_pod(upper_pod())
+    created = setup.lower.get(PODS, "web", namespace="team")
+    assert created is not None
+    setup.lower_pod_seen(created)
+    await setup.lower.request("DELETE", "/api/v1/namespaces/team/pods/web")  # by someone
+    assert await setup.provider.delete_pod(upper_pod(), grace_period=None) is True
+
+
+async def test_a_delete_against_an_unreachable_lower_cluster_raises_backend_unavailable() -> None:
+    setup = Setup()
+    await setup.provider.create_pod(upper_pod())
+    created = setup.lower.get(PODS, "web", namespace="team")
+    assert created is not None
+    setup.lower_pod_seen(created)
+    setup.lower.fail("DELETE", "pods", error=unreachable())
+    with pytest.raises(provider_errors.BackendUnavailable):
+        await setup.provider.delete_pod(upper_pod(), grace_period=None)
+
+
+async def test_dependencies_are_copied_before_the_pod() -> None:
+    setup = Setup()
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"namespace": "team", "name": "settings", "uid": "uid-cm"},
+        "data": {"a": "1"},
+    }
+    setup.upper_object(setup.provider.dependencies.mirrors["ConfigMap"].source, config)
+    pod = upper_pod(volumes=[{"name": "v", "configMap": {"name": "settings"}}])
+    await setup.provider.create_pod(pod)
+    writes = [(r.method, r.target.plural) for r in setup.lower.requests if r.method == "POST"]
+    assert writes == [("POST", "namespaces"), ("POST", "configmaps"), ("POST", "pods")]
+    copy = setup.lower.get(CONFIG_MAPS, "settings", namespace="team")
+    assert copy is not None
+    assert copy["data"] == {"a": "1"}
+
+
+async def test_a_missing_mandatory_dependency_waits_and_nothing_is_posted() -> None:
+    setup = Setup()
+    pod = upper_pod(volumes=[{"name": "v", "configMap": {"name": "settings"}}])
+    with pytest.raises(provider_errors.MissingDependency, match="settings"):
+        await setup.provider.create_pod(pod)
+    assert setup.lower.requests_of("POST", "pods") == []
+    assert not setup.provider.book.writing(upper_uid="uid-web")
+
+
+def claim(name: str = "data", **spec: Any) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"namespace": "team", "name": name, "uid": f"uid-{name}"},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+            **spec,
+        },
+    }
+
+
+async def test_a_claim_is_made_below_before_the_pod() -> None:
+    setup = Setup()
+    volumes = setup.provider.volumes
+    assert volumes is not None
+    setup.upper_object(volumes.claims, claim(storageClassName="standard"))
+    pod = upper_pod(volumes=[{"name": "v", "persistentVolumeClaim": {"claimName": "data"}}])
+    await setup.provider.create_pod(pod)
+    writes = [r.target.plural for r in setup.lower.requests if r.method == "POST"]
+    assert writes == ["namespaces", "persistentvolumeclaims", "pods"]
+    assert setup.lower.get(PERSISTENT_VOLUME_CLAIMS, "data", namespace="team") is not None
+
+
+async def test_a_missing_claim_waits() -> None:
+    setup = Setup()
+    pod = upper_pod(volumes=[{"name": "v", "persistentVolumeClaim": {"claimName": "data"}}])
+    with pytest.raises(provider_errors.MissingDependency, match='"data" not found'):
+        await setup.provider.create_pod(pod)
+    assert setup.lower.requests_of("POST", "pods") == []
+
+
+async def test_a_claim_without_pv_controllers_is_refused() -> None:
+    setup = Setup(controllers=ControllerSettings(enabled=(SERVICE_CONTROLLERS,)))
+    assert setup.provider.volumes is None
+    pod = upper_pod(volumes=[{"name": "v", "persistentVolumeClaim": {"claimName": "data"}}])
+    with pytest.raises(
+        provider_errors.InvalidPod, match=r"PersistentVolumeClaim data, .* without PVControllers"
+    ):
+        await setup.provider.create_pod(pod)
+    assert setup.lower.requests == []

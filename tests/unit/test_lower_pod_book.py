@@ -1,0 +1,185 @@
+"""The k2k provider's bookkeeping of lower pods (`LowerPodBook`): writes in flight,
+vanished pods, and the capacity the other pods take."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from vnode.providers.k2k import capacity, naming
+from vnode.providers.k2k.lowerpods import LowerPodBook, Write
+
+OWNER = naming.Owner(node_name="vn-1", cluster_id="c-1")
+OTHER = naming.Owner(node_name="vn-2", cluster_id="c-1")
+NODE = {
+    "metadata": {"name": "n1"},
+    "status": {
+        "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+        "conditions": [{"type": "Ready", "status": "True"}],
+    },
+}
+
+
+def lower_pod(
+    name: str = "p",
+    *,
+    uid: str = "u-1",
+    owner: naming.Owner | None = OWNER,
+    cpu: str = "1",
+    node: str | None = "n1",
+) -> dict[str, Any]:
+    labels, annotations = naming.owner_marks(owner) if owner else ({}, {})
+    if owner:
+        annotations = {**annotations, naming.UPPER_UID_ANNOTATION: uid}
+    return {
+        "metadata": {
+            "namespace": "ns",
+            "name": name,
+            "uid": f"lower-{name}",
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def cpu_free(book: LowerPodBook) -> str:
+    return capacity.node_resources(book.free([NODE]))["cpu"]
+
+
+def test_a_create_is_in_flight_until_the_informer_shows_the_pod() -> None:
+    book = LowerPodBook(owner=OWNER)
+    book.create_sent(upper_uid="u-1", lower_key="ns/p")
+    assert book.writing(upper_uid="u-1")
+    assert book.writing(lower_key="ns/p")
+    assert book.in_flight(upper_uid="u-1") == Write(
+        verb="create", upper_uid="u-1", lower_key="ns/p"
+    )
+    book.created("u-1")
+    assert book.writing(upper_uid="u-1"), "the POST's answer is not the informer's view"
+    book.seen(lower_pod())
+    assert not book.writing(upper_uid="u-1")
+    assert not book.writing(lower_key="ns/p")
+    assert book.writes() == []
+
+
+def test_a_refused_create_is_no_longer_in_flight() -> None:
+    book = LowerPodBook(owner=OWNER)
+    book.create_sent(upper_uid="u-1", lower_key="ns/p")
+    book.create_refused("u-1")
+    assert book.in_flight(upper_uid="u-1") is None
+
+
+def test_a_pod_of_another_name_does_not_end_a_create() -> None:
+    book = LowerPodBook(owner=OWNER)
+    book.create_sent(upper_uid="u-1", lower_key="ns/q")
+    book.seen(lower_pod("p", uid="u-1"))
+    assert book.writing(lower_key="ns/q")
+
+
+def test_another_tenants_pod_does_not_end_a_create() -> None:
+    book = LowerPodBook(owner=OWNER)
+    book.create_sent(upper_uid="u-1", lower_key="ns/p")
+    book.seen(lower_pod("p", uid="u-1", owner=OTHER))
+    assert book.writing(upper_uid="u-1")
+
+
+def test_a_delete_is_in_flight_until_the_pod_is_gone_and_then_it_did_not_vanish() -> None:
+    book = LowerPodBook(owner=OWNER)
+    book.delete_sent(upper_uid="u-1", lower_key="ns/p")
+    assert book.in_flight(lower_key="ns/p") == Write(
+        verb="delete", upper_uid="u-1", lower_key="ns/p"
+    )
+    book.seen(lower_pod())  # still terminating
+    assert book.writing(upper_uid="u-1")
+    book.gone(lower_pod())
+    assert not book.writing(upper_uid="u-1")
+    assert not book.vanished("u-1")
+
+
+def test_a_pod_of_ours_gone_without_our_delete_vanished_until_it_is_made_again() -> None:
+    book = LowerPodBook(owner=OWNER)
+    book.seen(lower_pod())
+    book.gone(lower_pod())
+    assert book.vanished("u-1")
+    assert not book.vanished("u-2")
+    book.create_sent(upper_uid="u-1", lower_key="ns/p")
+    assert book.vanished("u-1"), "only a create that got through makes it new"
+    book.created("u-1")
+    assert not book.vanished("u-1")
+
+
+def test_another_tenants_pod_never_vanishes() -> None:
+    book = LowerPodBook(owner=OWNER)
+    book.gone(lower_pod(owner=OTHER))
+    assert not book.vanished("u-1")
+
+
+def test_a_delete_is_answered_before_a_create_for_the_same_pod() -> None:
+    book = LowerPodBook(owner=OWNER)
+    book.create_sent(upper_uid="u-1", lower_key="ns/p")
+    book.delete_sent(upper_uid="u-1", lower_key="ns/p")
+    found = book.in_flight(upper_uid="u-1")
+    assert found is not None
+    assert found.verb == "delete"
+    assert [w.verb for w in book.writes()] == ["delete", "create"]
+
+
+def test_the_deletion_of_the_created_pod_ends_both_writes() -> None:
+    book = LowerPodBook(owner=OWNER)
+    book.create_sent(upper_uid="u-1", lower_key="ns/p")
+    book.delete_sent(upper_uid="u-1", lower_key="ns/p")
+    book.gone(lower_pod())
+    assert book.writes() == []
+
+
+@pytest.mark.parametrize(
+    ("pods", "free"),
+    [
+        ([], "4"),
+        ([lower_pod("a", owner=None)], "3"),
+        ([lower_pod("a", owner=OTHER), lower_pod("b", owner=None, cpu="500m")], "2500m"),
+        ([lower_pod("a")], "4"),  # ours: the upper node counts it, not the room below
+        ([lower_pod("a", owner=None, node=None)], "4"),  # not bound: holds nothing
+    ],
+)
+def test_the_capacity_counts_the_pods_that_are_not_ours(
+    pods: list[dict[str, Any]], free: str
+) -> None:
+    book = LowerPodBook(owner=OWNER)
+    for pod in pods:
+        book.seen(pod)
+    assert cpu_free(book) == free
+
+
+def test_seen_and_gone_tell_when_the_capacity_moved() -> None:
+    book = LowerPodBook(owner=OWNER)
+    other = lower_pod("a", owner=None)
+    assert book.seen(other)
+    assert not book.seen(other), "the same requests again: nothing moved"
+    assert book.seen(lower_pod("a", owner=None, cpu="2"))
+    assert cpu_free(book) == "2"
+    assert book.gone(other)
+    assert cpu_free(book) == "4"
+    assert not book.gone(other)
+    assert not book.seen(lower_pod("b"))
+    assert not book.gone(lower_pod("b"))
+
+
+def test_a_pod_that_becomes_ours_stops_counting() -> None:
+    book = LowerPodBook(owner=OWNER)
+    book.seen(lower_pod("a", owner=None))
+    assert book.seen(lower_pod("a"))
+    assert cpu_free(book) == "4"
+
+
+def test_a_malformed_quantity_is_not_counted() -> None:
+    book = LowerPodBook(owner=OWNER)
+    book.seen(lower_pod("a", owner=None))
+    assert book.seen(lower_pod("a", owner=None, cpu="lots"))
+    assert cpu_free(book) == "4"

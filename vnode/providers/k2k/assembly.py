@@ -1,0 +1,232 @@
+"""Assembly of the k2k provider: builds its collaborators from settings and clients and
+wires them together (informers shared with the node, the copies' mirrors, callbacks).
+
+`build` is the one place that knows how the pieces fit; `K2KProvider` only uses them, so a
+test can hand it collaborators of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from vnode.contracts.objects import Obj
+from vnode.kube.client import ApiClient
+from vnode.kube.events import EventRecorder
+from vnode.kube.informer import Handlers
+from vnode.kube.informer_factory import InformerFactory
+from vnode.kube.mirror.engine import Mirror
+from vnode.kube.mirror.spec import KindSpec
+from vnode.kube.resources import NODES, PODS
+from vnode.providers.k2k import naming, services, slim, translate, volumes
+from vnode.providers.k2k.dependencies import DependencySync
+from vnode.providers.k2k.events import EventMirror
+from vnode.providers.k2k.lowerpods import LowerPodBook
+from vnode.providers.k2k.namespaces import LowerNamespaces
+from vnode.providers.k2k.provider import K2KProvider, PodChanges
+from vnode.providers.k2k.provisioner import VolumeProvisioner
+from vnode.providers.k2k.scrape import KubeletAccess, ResourceScraper, ThroughApiserver
+from vnode.settings import PV_CONTROLLERS, SERVICE_CONTROLLERS, ControllerSettings
+
+
+def build(
+    *,
+    upper: ApiClient,
+    lower: ApiClient,
+    informers: InformerFactory,
+    policy: translate.TranslationPolicy,
+    node_ip: str,
+    upper_events: ApiClient | None = None,
+    lower_heartbeat: ApiClient | None = None,
+    upper_namespace: str | None = None,
+    kubelets: KubeletAccess | None = None,
+    workers: int = 50,
+    controllers: ControllerSettings | None = None,
+) -> K2KProvider:
+    """Return the provider that forwards the pods of node `policy.node_name` to `lower`.
+
+    `informers` shares informers with the node's other components; `node_ip` is the
+    virtual node's InternalIP, shown as the pods' hostIP upstairs; `upper_events` writes the
+    Events mirrored from below (default `upper`; a client of their own keeps a flood of them
+    from delaying statuses); `lower_heartbeat` answers `ping` (default `lower`; a client of
+    its own, with its own connections and no rate limit, keeps busy pod, log and exec
+    traffic from delaying the node's heartbeats, which wait for the ping); `kubelets` how
+    the lower kubelets' resource metrics are read (default: through the lower apiserver's
+    node proxy); `workers` bounds concurrent copy updates per kind (--pod-sync-workers);
+    `controllers` chooses the mirrors of Services and volumes that run beside the
+    dependency copies (default: both, as tensile-kube's --enable-controllers). Nothing is
+    started and no request is made: the node starts the provider and its informers.
+    """
+    owner = policy.owner
+    events_client = upper_events or upper
+    controllers = controllers or ControllerSettings()
+    changes = PodChanges()
+    namespaces = LowerNamespaces(
+        lower=lower,
+        upper=upper,
+        owner=owner,
+        prefix=policy.namespace_prefix,
+        pod_security_level=policy.pod_security_level,
+    )
+    pods = informers.informer(
+        lower,
+        PODS,
+        name="lower-pods",
+        transform=slim.SlimLowerPods(owner),
+        # Every pod of the lower cluster, read a few times in a pod's life: encoded, a
+        # quarter of the memory (see Store); capacity reads the book's ledger, not this.
+        encoded=True,
+    )
+    nodes = informers.informer(lower, NODES, name="lower-nodes")
+    # Every kind this node mirrors shares one tenancy: its marks, its siblings', its prefix.
+    tenancy = naming.NodeTenancy(owner=owner, prefix=policy.namespace_prefix)
+    dependencies = DependencySync(
+        upper=upper,
+        lower=lower,
+        tenancy=tenancy,
+        upper_namespace=upper_namespace,
+        enable_service_account=policy.enable_service_account,
+        lower_pods=pods,
+        informers=informers,
+        on_resolved=changes,
+        workers=workers,
+    )
+    events = EventMirror(
+        upper=events_client,
+        lower=lower,
+        owner=owner,
+        lower_objects=pods,
+        informers=informers,
+    )
+    service_mirrors = (
+        _service_mirrors(
+            upper=upper,
+            upper_events=events_client,
+            lower=lower,
+            informers=informers,
+            controllers=controllers,
+            tenancy=tenancy,
+            namespaces=namespaces,
+        )
+        if SERVICE_CONTROLLERS in controllers.enabled
+        else []
+    )
+    provisioner = (
+        VolumeProvisioner(
+            upper=upper,
+            upper_events=events_client,
+            lower=lower,
+            informers=informers,
+            tenancy=tenancy,
+            namespaces=namespaces,
+            classes=volumes.StorageClassMap(
+                classes=controllers.lower_storage_classes,
+                default=controllers.lower_storage_class_default,
+            ),
+            on_resolved=changes,
+            upper_namespace=upper_namespace,
+        )
+        if PV_CONTROLLERS in controllers.enabled
+        else None
+    )
+    usage = ResourceScraper(
+        access=kubelets or ThroughApiserver(lower),
+        pods=pods.store,
+        nodes=nodes.store,
+        owner=owner,
+    )
+    provider = K2KProvider(
+        lower=lower,
+        lower_heartbeat=lower_heartbeat or lower,
+        policy=policy,
+        node_ip=node_ip,
+        namespaces=namespaces,
+        pods=pods,
+        nodes=nodes,
+        book=LowerPodBook(owner=owner),
+        dependencies=dependencies,
+        events=events,
+        services=service_mirrors,
+        volumes=provisioner,
+        usage=usage,
+        pod_changes=changes,
+    )
+    pods.add_handlers(
+        Handlers(
+            on_add=provider.lower_pod_changed,
+            on_modify=provider.lower_pod_changed,
+            on_delete=provider.lower_pod_deleted,
+        )
+    )
+    nodes.add_handlers(
+        Handlers(
+            on_add=lambda _n: provider.capacity_moved(),
+            on_modify=lambda _n: provider.capacity_moved(),
+            on_delete=lambda _n: provider.capacity_moved(),
+        )
+    )
+    return provider
+
+
+def _service_mirrors(
+    *,
+    upper: ApiClient,
+    upper_events: ApiClient,
+    lower: ApiClient,
+    informers: InformerFactory,
+    controllers: ControllerSettings,
+    tenancy: naming.NodeTenancy,
+    namespaces: LowerNamespaces,
+) -> list[Mirror]:
+    """The mirrors of the upper Services and EndpointSlices (ServiceControllers)."""
+    selection = services.ServiceSelection(namespaces=frozenset(controllers.service_namespaces))
+    # One namespace: watch only it (and need only a Role there upstairs).
+    only = controllers.service_namespaces
+    namespace = only[0] if len(only) == 1 else None
+    node = tenancy.owner.node_name
+    recorder = EventRecorder(upper_events, component=f"{node}/service-mirror", host=node)
+    mirrors = []
+    for make in (services.service_spec, services.slice_spec):
+        spec = make(tenancy=tenancy, selection=selection)
+        resource = spec.source
+        mirrors.append(
+            Mirror(
+                spec=spec,
+                tenancy=tenancy,
+                source=informers.informer(
+                    upper, resource, name=f"upper-{resource.plural}", namespace=namespace
+                ),
+                # Every copy of this upper cluster's (ours and sibling nodes'), so a copy
+                # whose maker is gone is still kept (see `Mirror`).
+                target=informers.informer(
+                    lower,
+                    resource,
+                    name=f"lower-copies-{resource.plural}",
+                    label_selector=naming.cluster_selector(tenancy.owner),
+                ),
+                source_client=upper,
+                target_client=lower,
+                namespaces=namespaces,
+                on_problem=_problem_recorder(recorder, spec),
+            )
+        )
+    return mirrors
+
+
+def _problem_recorder(
+    recorder: EventRecorder, spec: KindSpec
+) -> Callable[[Obj, str], Awaitable[None]]:
+    """Report a mirror's problems (conflicts, refusals) as Warning Events on the upper
+    object, where `kubectl describe` shows them."""
+    api_version = spec.source.api_version
+
+    async def problem(source: Obj, message: str) -> None:
+        await recorder.record(
+            source,
+            type="Warning",
+            reason="MirrorFailed",
+            message=message,
+            kind=spec.kind,
+            api_version=api_version,
+        )
+
+    return problem

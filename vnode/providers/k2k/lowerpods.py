@@ -1,0 +1,160 @@
+"""What the provider knows of the lower pods beyond the informer's cache: the writes it has
+sent and not yet seen land, the pods someone else deleted, and the capacity the lower
+cluster's other pods take.
+
+`LowerPodBook` is fed by the provider's writes (`create_sent`, `delete_sent`, ...) and by
+the lower pods informer (`seen`, `gone`); the provider's decisions ask it (`vanished`,
+`in_flight`). It does no I/O and holds no lock: it is used from the event loop only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Literal
+
+from vnode.contracts.objects import Obj
+from vnode.kube.resources import object_key
+from vnode.providers.k2k import capacity, naming
+
+logger = logging.getLogger(__name__)
+
+Verb = Literal["create", "delete"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Write:
+    """A write to a lower pod that was sent and whose outcome the informer has not shown."""
+
+    verb: Verb
+    upper_uid: str
+    """The UID of the upper pod it is for ("None" for a lower pod without the annotation)."""
+    lower_key: str
+    """"namespace/name" of the lower pod."""
+
+
+def upper_uid_of(lower: Mapping[str, Any]) -> str:
+    """Return the upper UID a lower pod stands for, as text ("None" when unmarked)."""
+    annotations = (lower.get("metadata") or {}).get("annotations") or {}
+    return str(annotations.get(naming.UPPER_UID_ANNOTATION))
+
+
+class LowerPodBook:
+    """The provider's bookkeeping of lower pods: writes in flight, pods that vanished, and
+    the capacity ledger of the pods that are not this node's.
+
+    - A create is in flight from `create_sent` (just before the POST) until the informer
+      shows a lower pod of ours for that upper UID (`seen`) or its deletion (`gone`), or
+      the lower apiserver refused it (`create_refused`). A POST whose outcome is unknown
+      (unreachable, 5xx) stays in flight: it may have got through.
+    - A delete is in flight from `delete_sent` (just before the DELETE) until the informer
+      shows the lower pod gone (`gone`). A lower pod of ours that goes without a delete of
+      ours in flight has vanished: someone else deleted it (until a new create of it).
+    - Lower pods that are not ours are counted against the capacity (`free`).
+    """
+
+    def __init__(self, *, owner: naming.Owner) -> None:
+        """`owner` tells this node's lower pods from the others (`naming.is_owned`)."""
+        self._owner = owner
+        self._others = capacity.Ledger()
+        """Requests of the lower pods that are not this node's (the capacity they take)."""
+        self._creates: dict[str, Write] = {}
+        """Upper UID -> its create in flight."""
+        self._deletes: dict[str, Write] = {}
+        """Upper UID -> the delete in flight of its lower pod."""
+        self._vanished: set[str] = set()
+        """Upper UIDs whose lower pod was deleted by someone else."""
+
+    def ours(self, lower: Mapping[str, Any] | None) -> bool:
+        """Tell whether `lower` is a lower pod of this node."""
+        return lower is not None and naming.is_owned(lower, owner=self._owner)
+
+    # -- the provider's writes -------------------------------------------------------------
+
+    def create_sent(self, *, upper_uid: str, lower_key: str) -> None:
+        """Record that the POST of the lower pod `lower_key` for `upper_uid` is being sent."""
+        self._creates[upper_uid] = Write(verb="create", upper_uid=upper_uid, lower_key=lower_key)
+
+    def create_refused(self, upper_uid: str) -> None:
+        """Record that the lower apiserver answered the create of `upper_uid` with a
+        refusal: nothing of it is in flight any more."""
+        self._creates.pop(upper_uid, None)
+
+    def created(self, upper_uid: str) -> None:
+        """Record that the create of `upper_uid` got through (or had before): its lower pod
+        is new, not vanished. It stays in flight until the informer shows it."""
+        self._vanished.discard(upper_uid)
+
+    def delete_sent(self, *, upper_uid: str, lower_key: str) -> None:
+        """Record that the DELETE of lower pod `lower_key` (for `upper_uid`) is being
+        sent: when it goes, it did not vanish."""
+        self._deletes[upper_uid] = Write(verb="delete", upper_uid=upper_uid, lower_key=lower_key)
+
+    # -- what the informer shows -----------------------------------------------------------
+
+    def seen(self, lower: Obj) -> bool:
+        """Take in a lower pod's new state (added or modified). Returns whether the capacity
+        moved. A pod of ours ends its create in flight; others' are counted (a malformed
+        quantity, which the lower apiserver does not let through, is logged and not)."""
+        key = object_key(lower)
+        if self.ours(lower):
+            uid = upper_uid_of(lower)
+            if (write := self._creates.get(uid)) is not None and write.lower_key == key:
+                del self._creates[uid]
+            return self._others.remove(key)
+        try:
+            return self._others.put(key, lower)
+        except ValueError as exc:
+            logger.warning("lower pod %s: not counted against the capacity: %s", key, exc)
+            return self._others.remove(key)
+
+    def gone(self, lower: Obj) -> bool:
+        """Take in a lower pod's deletion. Returns whether the capacity moved. A pod of ours
+        ends the writes in flight for its upper UID; without a delete of ours in flight,
+        it has vanished."""
+        key = object_key(lower)
+        moved = self._others.remove(key)
+        if self.ours(lower):
+            uid = upper_uid_of(lower)
+            if (write := self._creates.get(uid)) is not None and write.lower_key == key:
+                del self._creates[uid]
+            if self._deletes.pop(uid, None) is None:
+                self._vanished.add(uid)
+        return moved
+
+    # -- questions -------------------------------------------------------------------------
+
+    def vanished(self, upper_uid: str) -> bool:
+        """Tell whether the lower pod of `upper_uid` was deleted by someone other than us."""
+        return upper_uid in self._vanished
+
+    def in_flight(
+        self, *, upper_uid: str | None = None, lower_key: str | None = None
+    ) -> Write | None:
+        """Return the write in flight for `upper_uid` or for lower pod `lower_key` (a
+        delete before a create: it was sent later, for a pod that exists), or None.
+        Looking up by `lower_key` reads every write in flight (a patrol's question, not
+        the pod path's)."""
+        for writes in (self._deletes, self._creates):
+            if upper_uid is not None and (write := writes.get(upper_uid)) is not None:
+                return write
+            if lower_key is not None:
+                for write in writes.values():
+                    if write.lower_key == lower_key:
+                        return write
+        return None
+
+    def writing(self, *, upper_uid: str | None = None, lower_key: str | None = None) -> bool:
+        """Tell whether a write is in flight for `upper_uid` or for lower pod `lower_key`."""
+        return self.in_flight(upper_uid=upper_uid, lower_key=lower_key) is not None
+
+    def writes(self) -> list[Write]:
+        """Every write in flight: deletes, then creates."""
+        return [*self._deletes.values(), *self._creates.values()]
+
+    def free(self, nodes: Iterable[Mapping[str, Any]]) -> dict[str, Fraction]:
+        """Return what the lower `nodes` can still take once the other pods are counted
+        (`capacity.Ledger.free`: resource name -> amount)."""
+        return self._others.free(nodes)
