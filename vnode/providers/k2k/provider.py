@@ -26,7 +26,7 @@ from vnode.kube import errors
 from vnode.kube.client import STRATEGIC_MERGE_PATCH, ApiClient
 from vnode.kube.informer import Informer
 from vnode.kube.mirror.engine import Mirror, Refused
-from vnode.kube.resources import PODS
+from vnode.kube.resources import PODS, object_key
 from vnode.provider import (
     NodeUsage,
     PodEvent,
@@ -280,7 +280,7 @@ class K2KProvider:
                     f"lower cluster refused the pod: {exc.message}"
                 ) from exc
         self.book.created(uid)
-        logger.info("created lower pod %s for upper pod %s", lower_key, _key(pod))
+        logger.info("created lower pod %s for upper pod %s", lower_key, object_key(pod))
         return ensured.events
 
     async def update_pod(self, pod: Obj) -> None:
@@ -306,9 +306,9 @@ class K2KProvider:
 
     async def delete_pod(self, pod: Obj, *, grace_period: int | None) -> bool:
         """Delete the lower pod gracefully; True once it is gone below."""
-        self.dependencies.pod_deleted(_key(pod))
+        self.dependencies.pod_deleted(object_key(pod))
         if self.volumes is not None:
-            self.volumes.forget_waiting(_key(pod))
+            self.volumes.forget_waiting(object_key(pod))
         lower = self.backend_pod(pod)
         if lower is None:
             return True
@@ -320,7 +320,7 @@ class K2KProvider:
         """Delete `lower` (this UID only), recorded in flight in the book until the
         informer shows it gone. True when it was gone already."""
         meta = lower["metadata"]
-        self.book.delete_sent(upper_uid=upper_uid_of(lower), lower_key=_key(lower))
+        self.book.delete_sent(upper_uid=upper_uid_of(lower), lower_key=object_key(lower))
         body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "DeleteOptions",
@@ -404,7 +404,7 @@ class K2KProvider:
         lower = self.backend_pod(pod)
         if lower is None:
             raise provider_errors.PodNotFound(
-                f"pod {_key(pod)} has no pod in the lower cluster yet"
+                f"pod {object_key(pod)} has no pod in the lower cluster yet"
             )
         return lower
 
@@ -427,7 +427,7 @@ class K2KProvider:
                 continue
             uid = (lower["metadata"].get("annotations") or {}).get(naming.UPPER_UID_ANNOTATION)
             if uid not in alive and not lower["metadata"].get("deletionTimestamp"):
-                logger.info("deleting lower pod %s: its upper pod is gone", _key(lower))
+                logger.info("deleting lower pod %s: its upper pod is gone", object_key(lower))
                 await self._delete_lower(lower, grace_period=None)
 
     async def _ensure_namespace(self, name: str, *, upper_namespace: str) -> None:
@@ -530,8 +530,3 @@ def _claims_of(pod: Mapping[str, Any]) -> list[str]:
         for v in (pod.get("spec") or {}).get("volumes") or []
         if v.get("persistentVolumeClaim")
     ]
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace')}/{meta.get('name')}"
