@@ -205,6 +205,28 @@ async def test_a_failed_run_ends_the_run_with_its_own_error_and_shuts_everything
     assert sorted(log[-2:]) == ["shut down broken", "shut down healthy"]
 
 
+async def test_of_two_failed_runs_the_first_is_raised_and_the_other_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log: list[str] = []
+    first = FakeComponent("first", log, fail_run=True)
+    second = FakeComponent("second", log, fail_run=True)
+    with pytest.raises(ValueError, match="first broke"):
+        async with asyncio.timeout(5):
+            await runner().run([first, second])
+    assert any("second broke" in r.getMessage() for r in caplog.records), caplog.text
+
+
+async def test_without_informers_no_caches_are_said_to_have_synced(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("INFO", logger="vnode.serving.lifecycle")
+    one = FakeComponent("once", [], done_at_once=True)
+    async with asyncio.timeout(5):
+        await runner(stop_when_done=True).run([one])
+    assert "caches synced" not in caplog.text
+
+
 async def test_work_that_is_done_ends_the_run_only_when_asked() -> None:
     log: list[str] = []
     once = FakeComponent("once", log, done_at_once=True)

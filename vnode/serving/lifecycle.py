@@ -125,7 +125,11 @@ class Runner:
             try:
                 await self._run_started(components, shut_down)
             except BaseExceptionGroup as group:
-                raise _first(group) from None
+                first, *others = _leaves(group)
+                for other in others:
+                    # Only the first is raised; the rest would otherwise leave no trace.
+                    logger.error("also failed while stopping: %r", other, exc_info=other)
+                raise first from None
         finally:
             await shut_down(started)
 
@@ -139,7 +143,8 @@ class Runner:
                 for task in background:
                     task.cancel()
                 return
-            logger.info("caches synced; starting workers")
+            if informers:
+                logger.info("caches synced; starting workers")
             work = [group.create_task(c.run(), name=c.name) for c in components]
             if self._stop_when_done:
                 background.append(group.create_task(self._stop_after(work), name="work-done"))
@@ -197,7 +202,10 @@ def _readiness(component: Component) -> str | None:
     return None if component.ready() else "not ready"
 
 
-def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The first exception of a task group's failure (the one that ended the run)."""
-    first = group.exceptions[0]
-    return _first(first) if isinstance(first, BaseExceptionGroup) else first
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    """The exceptions of a task group's failure, nested groups flattened, in order: the
+    first is the one that ended the run."""
+    leaves: list[BaseException] = []
+    for exc in group.exceptions:
+        leaves.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return leaves
