@@ -102,6 +102,15 @@ async def test_a_create_whose_post_fails_transiently_waits(fault: Exception) -> 
     assert setup.provider.book.writing(upper_uid="uid-web"), "it may have got through"
 
 
+async def test_a_create_in_doubt_is_forgotten_once_its_upper_pod_is_deleted() -> None:
+    setup = Setup()
+    setup.lower.fail("POST", "pods", error=server_error(503))
+    with pytest.raises(provider_errors.BackendUnavailable):
+        await setup.provider.create_pod(upper_pod())
+    assert await setup.provider.delete_pod(upper_pod(), grace_period=None) is True
+    assert setup.provider.book.writes() == []
+
+
 async def test_a_create_the_lower_cluster_refuses_is_refused_and_not_in_flight() -> None:
     setup = Setup()
     setup.lower.fail("POST", "pods", error=status_error(422, reason="Invalid", message="spec: bad"))
@@ -161,6 +170,7 @@ async def test_a_delete_that_finds_the_pod_gone_already_is_done() -> None:
     setup.lower_pod_seen(created)
     await setup.lower.request("DELETE", "/api/v1/namespaces/team/pods/web")  # by someone
     assert await setup.provider.delete_pod(upper_pod(), grace_period=None) is True
+    assert setup.provider.book.writes() == [], "a DELETE answered 404 is not in flight"
 
 
 async def test_a_delete_against_an_unreachable_lower_cluster_raises_backend_unavailable() -> None:

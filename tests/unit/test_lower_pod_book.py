@@ -138,6 +138,29 @@ def test_the_deletion_of_the_created_pod_ends_both_writes() -> None:
     assert book.writes() == []
 
 
+def test_a_delete_answered_gone_is_no_longer_in_flight() -> None:
+    # The informer showed the deletion before the DELETE was answered 404: no event will
+    # end the write, the answer does.
+    book = LowerPodBook(owner=OWNER)
+    book.delete_sent(upper_uid="u-1", lower_key="ns/p")
+    book.delete_answered_gone("u-1")
+    assert book.writes() == []
+
+
+def test_forgetting_a_deleted_upper_pod_drops_its_writes_and_its_vanished_mark() -> None:
+    # A create whose POST was answered 5xx stays in flight; the upper pod is then deleted
+    # with no lower pod cached: nothing of it may stay in the book for good.
+    book = LowerPodBook(owner=OWNER)
+    book.gone(lower_pod(uid="u-2", name="q"))
+    book.create_sent(upper_uid="u-1", lower_key="ns/p")
+    book.delete_sent(upper_uid="u-1", lower_key="ns/p")
+    assert book.vanished("u-2")
+    book.forget("u-1")
+    book.forget("u-2")
+    assert book.writes() == []
+    assert not book.vanished("u-2")
+
+
 @pytest.mark.parametrize(
     ("pods", "free"),
     [

@@ -92,6 +92,21 @@ class LowerPodBook:
         sent: when it goes, it did not vanish."""
         self._deletes[upper_uid] = Write(verb="delete", upper_uid=upper_uid, lower_key=lower_key)
 
+    def delete_answered_gone(self, upper_uid: str) -> None:
+        """Record that the lower apiserver answered the DELETE for `upper_uid` with 404 or
+        409 (gone already, or the name holds another pod now): the informer may already
+        have shown the deletion, so nothing of it is in flight any more."""
+        self._deletes.pop(upper_uid, None)
+
+    def forget(self, upper_uid: str) -> None:
+        """Forget every write and mark of `upper_uid`: its upper pod is deleted and no lower
+        pod of it is cached, so nothing of it can still be waited for. (A create whose
+        outcome was unknown and did land leaves a lower pod of ours with no upper pod: the
+        start-up clean-up, or the consistency patrol, deletes it.)"""
+        self._creates.pop(upper_uid, None)
+        self._deletes.pop(upper_uid, None)
+        self._vanished.discard(upper_uid)
+
     # -- what the informer shows -----------------------------------------------------------
 
     def seen(self, lower: Obj) -> bool:

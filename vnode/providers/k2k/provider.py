@@ -311,6 +311,7 @@ class K2KProvider:
             self.volumes.forget_waiting(object_key(pod))
         lower = self.backend_pod(pod)
         if lower is None:
+            self.book.forget(str(pod["metadata"].get("uid")))
             return True
         if lower["metadata"].get("deletionTimestamp"):
             return False
@@ -333,6 +334,7 @@ class K2KProvider:
                 "DELETE", PODS.path(namespace=meta["namespace"], name=meta["name"]), body=body
             )
         except (errors.NotFound, errors.Conflict):
+            self.book.delete_answered_gone(upper_uid_of(lower))
             return True  # gone already, or a different pod now has the name
         except errors.ApiUnavailable as exc:
             raise provider_errors.BackendUnavailable(str(exc)) from exc
