@@ -81,6 +81,12 @@ class PodProvider(PodLifecycleHandler, PodNotifier, Protocol):
         """Delete backend pods whose upper pod is not in `upper_pods` (run at start;
         `upper_pods` is walked once: every upper pod of the node)."""
 
+    async def delete_dangling(self, key: str) -> None:
+        """Delete the backend's pod for upper pod `key` ("namespace/name"), which the node
+        does not have (its upper pod was deleted and finalized, e.g. while a create of it
+        was in doubt); nothing when there is none. Raises `BackendUnavailable` while the
+        backend cannot take the delete."""
+
 
 class NodeProvider(Protocol):
     """Describes the virtual node and says whether the backend is healthy."""

@@ -65,7 +65,9 @@ def test_a_lower_outage_makes_the_node_not_ready_and_loses_nothing(
     upper, lower = fleet.upper.rest(), fleet.lower.rest()
     ns = _namespace(fleet)
     create(upper, ns, pod_manifest("before", node=node.name))
+    create(upper, ns, pod_manifest("doomed", node=node.name))
     wait_for("before Running", lambda: phase(upper, ns, "before") == "Running")
+    wait_for("doomed Running", lambda: phase(upper, ns, "doomed") == "Running")
     lower_uid = (pod(lower, ns, "before") or {})["metadata"]["uid"]
 
     # The whole lower control plane goes down and comes back: its scheduler and kwok start
@@ -79,6 +81,14 @@ def test_a_lower_outage_makes_the_node_not_ready_and_loses_nothing(
     # may never restart too (an unreachable lower cluster fails no pod).
     create(upper, ns, pod_manifest("during", node=node.name))
     create(upper, ns, pod_manifest("once", node=node.name, spec={"restartPolicy": "Never"}))
+    # Force-deleted (kubectl delete --force --grace-period=0): the upper pod is gone at once,
+    # while its lower pod cannot be deleted yet; that deletion must wait, not be forgotten.
+    upper.request(
+        "DELETE",
+        f"/api/v1/namespaces/{ns}/pods/doomed",
+        body={"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
+    )
+    assert pod(upper, ns, "doomed") is None
     # No lease renewals: the upper node lifecycle controller gives up on the node after
     # its grace period.
     wait_for("NotReady", lambda: _ready(fleet, node.name) != "True", timeout=NODE_GRACE + 40)
@@ -90,6 +100,8 @@ def test_a_lower_outage_makes_the_node_not_ready_and_loses_nothing(
         fleet.start_component(component)
     wait_for("Ready again", lambda: _ready(fleet, node.name) == "True", timeout=30)
     ready_after = time.monotonic() - back
+    # The lower pod of the deleted upper pod goes once the lower cluster answers again.
+    wait_for("doomed gone below", lambda: pod(lower, ns, "doomed") is None, timeout=15)
 
     # Ours: the pod exists below at once, and the upper pod follows it quickly.
     wait_for("during created below", lambda: pod(lower, ns, "during") is not None, timeout=15)

@@ -253,3 +253,87 @@ async def test_a_claim_without_pv_controllers_is_refused() -> None:
     ):
         await setup.provider.create_pod(pod)
     assert setup.lower.requests == []
+
+
+async def test_a_delete_answered_503_raises_backend_unavailable_and_is_sent_again() -> None:
+    setup = Setup()
+    await setup.provider.create_pod(upper_pod())
+    created = setup.lower.get(PODS, "web", namespace="team")
+    assert created is not None
+    setup.lower_pod_seen(created)
+    setup.lower.fail("DELETE", "pods", error=server_error(503), times=1)
+    with pytest.raises(provider_errors.BackendUnavailable, match="lower cluster"):
+        await setup.provider.delete_pod(upper_pod(), grace_period=None)
+    assert setup.lower.get(PODS, "web", namespace="team") is not None
+    assert await setup.provider.delete_pod(upper_pod(), grace_period=None) is False
+    assert setup.lower.get(PODS, "web", namespace="team") is None
+    assert len(setup.lower.requests_of("DELETE", "pods")) == 2
+
+
+def _post_in_doubt_that_landed(setup: Setup) -> Obj:
+    """A lower pod as the POST answered 503 made it: stored below, not in the cache."""
+    return setup.lower.put(PODS, translate.lower_pod(upper_pod(), policy=POLICY))
+
+
+async def test_a_delete_while_a_create_that_landed_is_in_doubt_deletes_the_lower_pod() -> None:
+    setup = Setup()
+    setup.lower.fail("POST", "pods", error=server_error(503), times=1)
+    with pytest.raises(provider_errors.BackendUnavailable):
+        await setup.provider.create_pod(upper_pod())
+    _post_in_doubt_that_landed(setup)
+    assert setup.provider.backend_pod(upper_pod()) is None, "the informer has not shown it"
+    assert await setup.provider.delete_pod(upper_pod(), grace_period=0) is False
+    assert setup.lower.get(PODS, "web", namespace="team") is None
+    [get] = setup.lower.requests_of("GET", "pods")
+    assert get.path == "/api/v1/namespaces/team/pods/web"
+    assert len(setup.lower.requests_of("DELETE", "pods")) == 1
+
+
+async def test_a_delete_while_a_create_is_in_doubt_waits_for_a_lower_cluster_that_cannot_tell() -> (
+    None
+):
+    setup = Setup()
+    setup.lower.fail("POST", "pods", error=unreachable(), times=1)
+    with pytest.raises(provider_errors.BackendUnavailable):
+        await setup.provider.create_pod(upper_pod())
+    setup.lower.fail("GET", "pods", error=unreachable())
+    with pytest.raises(provider_errors.BackendUnavailable):
+        await setup.provider.delete_pod(upper_pod(), grace_period=None)
+    assert setup.provider.book.creating("uid-web") is not None, "still in doubt"
+
+
+async def test_a_create_in_doubt_for_a_pod_of_another_uid_is_not_deleted() -> None:
+    setup = Setup()
+    setup.lower.fail("POST", "pods", error=server_error(503), times=1)
+    with pytest.raises(provider_errors.BackendUnavailable):
+        await setup.provider.create_pod(upper_pod())
+    setup.lower.put(PODS, translate.lower_pod(upper_pod(uid="uid-new"), policy=POLICY))
+    assert await setup.provider.delete_pod(upper_pod(), grace_period=None) is True
+    assert setup.lower.get(PODS, "web", namespace="team") is not None
+    assert setup.lower.requests_of("DELETE", "pods") == []
+
+
+async def test_a_dangling_lower_pod_of_ours_is_deleted_and_no_other() -> None:
+    setup = Setup()
+    setup.lower_pod_seen(translate.lower_pod(upper_pod(), policy=POLICY))
+    setup.lower_pod_seen(
+        {"metadata": {"namespace": "team", "name": "theirs"}, "spec": {"containers": []}}
+    )
+    await setup.provider.delete_dangling("team/theirs")
+    await setup.provider.delete_dangling("other/web")
+    assert setup.lower.requests_of("DELETE", "pods") == []
+    await setup.provider.delete_dangling("team/web")
+    assert setup.lower.get(PODS, "web", namespace="team") is None
+    assert setup.lower.get(PODS, "theirs", namespace="team") is not None
+
+
+async def test_the_start_up_clean_up_deletes_our_lower_pods_of_upper_pods_gone() -> None:
+    setup = Setup()
+    setup.lower_pod_seen(translate.lower_pod(upper_pod(), policy=POLICY))
+    setup.lower_pod_seen(translate.lower_pod(upper_pod("db", uid="uid-db"), policy=POLICY))
+    setup.lower_pod_seen(
+        {"metadata": {"namespace": "team", "name": "theirs"}, "spec": {"containers": []}}
+    )
+    await setup.provider.cleanup_dangling([upper_pod("db", uid="uid-db")])
+    names = [o["metadata"]["name"] for o in setup.lower.objects(PODS, namespace="team")]
+    assert sorted(names) == ["db", "theirs"]

@@ -206,3 +206,35 @@ def test_a_malformed_quantity_is_not_counted() -> None:
     book.seen(lower_pod("a", owner=None))
     assert book.seen(lower_pod("a", owner=None, cpu="lots"))
     assert cpu_free(book) == "4"
+
+
+@pytest.mark.parametrize(
+    ("events", "creating"),
+    [
+        ([], False),
+        (["create_sent"], True),
+        (["create_sent", "created"], True),  # answered, not shown yet: it exists below
+        (["create_sent", "create_refused"], False),
+        (["create_sent", "seen"], False),
+        (["create_sent", "gone"], False),
+        (["create_sent", "delete_sent"], True),  # a delete is not the create's outcome
+        (["create_sent", "forget"], False),
+    ],
+)
+def test_a_create_is_in_doubt_until_refused_shown_or_forgotten(
+    events: list[str], creating: bool
+) -> None:
+    book = LowerPodBook(owner=OWNER)
+    for event in events:
+        if event == "create_sent":
+            book.create_sent(upper_uid="u-1", lower_key="ns/p")
+        elif event == "delete_sent":
+            book.delete_sent(upper_uid="u-1", lower_key="ns/p")
+        elif event == "seen":
+            book.seen(lower_pod())
+        elif event == "gone":
+            book.gone(lower_pod())
+        else:
+            getattr(book, event)("u-1")
+    expected = Write(verb="create", upper_uid="u-1", lower_key="ns/p") if creating else None
+    assert book.creating("u-1") == expected

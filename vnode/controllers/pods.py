@@ -89,7 +89,8 @@ class PodController:
             name="status_from_lower", settings=QueueSettings(fairness=fairness)
         )
         self._gone: dict[str, Obj] = {}
-        """Last state of upper pods deleted from the API, until the provider deleted them."""
+        """Last state of upper pods deleted from the API, until the provider said their
+        backend pod is gone: a deletion is state until the backend confirms it."""
         self._moved: set[str] = set()
         """Pods whose backend pod changed since the status worker last looked at them."""
         self.informer.add_handlers(
@@ -125,6 +126,8 @@ class PodController:
         for key in self.informer.store.keys():
             self.pods_from_upper.add(key)
             self.status_from_lower.add(key)
+        for key in list(self._gone):  # deletions waiting for the backend
+            self.pods_from_upper.add(key)
 
     def informers(self) -> Sequence[Informer]:
         """The upper pods bound to the node."""
@@ -174,10 +177,7 @@ class PodController:
     async def _sync_pod_now(self, key: str) -> None:
         pod = self.informer.store.get(key)
         if pod is None:
-            gone = self._gone.pop(key, None)
-            if gone is not None:
-                grace = (gone.get("metadata") or {}).get("deletionGracePeriodSeconds")
-                await self._provider.delete_pod(gone, grace_period=grace)
+            await self._delete_gone(key)
             return
         self._gone.pop(key, None)
         refusal = pod_decisions.rejection(pod)
@@ -190,8 +190,7 @@ class PodController:
             return
         meta = pod["metadata"]
         if meta.get("deletionTimestamp"):
-            grace = meta.get("deletionGracePeriodSeconds")
-            if await self._provider.delete_pod(pod, grace_period=grace):
+            if await self._delete_below(pod):
                 await self._final_delete(pod)
             return  # otherwise the provider's deletion event brings the key back
         if pod_is_terminal(pod):
@@ -211,6 +210,32 @@ class PodController:
                     pod, type="Warning", reason="ProviderUpdateFailed", message=str(exc)
                 )
                 raise
+
+    async def _delete_gone(self, key: str) -> None:
+        """Delete below what stands for `key`, an upper pod the API no longer has. Its last
+        state is kept until the provider says its pod is gone (a failed delete is retried,
+        and `resync` queues it again); without one (a backend pod that showed up after the
+        upper pod was forgotten, e.g. a create in doubt that landed), the provider deletes
+        whatever of ours still stands for the key."""
+        gone = self._gone.get(key)
+        if gone is None:
+            try:
+                await self._provider.delete_dangling(key)
+            except provider_errors.BackendUnavailable as exc:
+                raise Transient(str(exc)) from exc
+            return
+        if await self._delete_below(gone) and self._gone.get(key) is gone:
+            del self._gone[key]
+        # Otherwise the provider's deletion event brings the key back.
+
+    async def _delete_below(self, pod: Obj) -> bool:
+        """Have the provider delete `pod` (its grace period); True once it is gone below.
+        Raises Transient while the backend is unavailable: a deletion is never given up."""
+        grace = (pod.get("metadata") or {}).get("deletionGracePeriodSeconds")
+        try:
+            return await self._provider.delete_pod(pod, grace_period=grace)
+        except provider_errors.BackendUnavailable as exc:
+            raise Transient(str(exc)) from exc
 
     async def _create(self, pod: Obj) -> None:
         try:

@@ -201,6 +201,10 @@ class MockProvider:
     async def cleanup_dangling(self, upper_pods: Iterable[Obj]) -> None:
         """Nothing to clean up: the mock keeps no state across restarts."""
 
+    async def delete_dangling(self, key: str) -> None:
+        """Forget the pod `key`, whatever its UID: the node no longer has it."""
+        self._pods.pop(key, None)
+
     # -- PodLifecycleHandler ---------------------------------------------------------------
 
     async def create_pod(self, pod: Obj) -> list[PodEvent]:

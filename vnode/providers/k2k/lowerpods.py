@@ -100,9 +100,9 @@ class LowerPodBook:
 
     def forget(self, upper_uid: str) -> None:
         """Forget every write and mark of `upper_uid`: its upper pod is deleted and no lower
-        pod of it is cached, so nothing of it can still be waited for. (A create whose
-        outcome was unknown and did land leaves a lower pod of ours with no upper pod: the
-        start-up clean-up, or the consistency patrol, deletes it.)"""
+        pod of it exists (the provider resolved a create in doubt first), so nothing of it
+        can still be waited for. (A POST that lands even later shows a lower pod of ours with
+        no upper pod: its informer event has it deleted, `K2KProvider.delete_dangling`.)"""
         self._creates.pop(upper_uid, None)
         self._deletes.pop(upper_uid, None)
         self._vanished.discard(upper_uid)
@@ -160,6 +160,11 @@ class LowerPodBook:
                     if write.lower_key == lower_key:
                         return write
         return None
+
+    def creating(self, upper_uid: str) -> Write | None:
+        """Return the create in flight (or in doubt) for `upper_uid`, or None: the lower pod
+        it stands for may exist while the informer does not show it yet."""
+        return self._creates.get(upper_uid)
 
     def writing(self, *, upper_uid: str | None = None, lower_key: str | None = None) -> bool:
         """Tell whether a write is in flight for `upper_uid` or for lower pod `lower_key`."""

@@ -37,7 +37,7 @@ from vnode.provider import (
 from vnode.providers.k2k import capacity, naming, podsecurity, streams, translate
 from vnode.providers.k2k.dependencies import DependencySync
 from vnode.providers.k2k.events import EventMirror
-from vnode.providers.k2k.lowerpods import LowerPodBook, upper_uid_of
+from vnode.providers.k2k.lowerpods import LowerPodBook, Write, upper_uid_of
 from vnode.providers.k2k.namespaces import LowerNamespaces
 from vnode.providers.k2k.provisioner import VolumeProvisioner
 from vnode.providers.k2k.scrape import ResourceScraper
@@ -165,8 +165,13 @@ class K2KProvider:
 
     def _lower_key(self, pod: Mapping[str, Any]) -> str:
         meta = pod["metadata"]
-        ns = naming.lower_namespace(str(meta["namespace"]), prefix=self.policy.namespace_prefix)
-        return f"{ns}/{meta['name']}"
+        return self._lower_key_of(f"{meta['namespace']}/{meta['name']}")
+
+    def _lower_key_of(self, key: str) -> str:
+        """The lower "namespace/name" of upper pod `key` ("namespace/name")."""
+        namespace, _, name = key.partition("/")
+        ns = naming.lower_namespace(namespace, prefix=self.policy.namespace_prefix)
+        return f"{ns}/{name}"
 
     def _ours(self, lower: Mapping[str, Any] | None) -> bool:
         return self.book.ours(lower)
@@ -305,17 +310,53 @@ class K2KProvider:
             ) from exc
 
     async def delete_pod(self, pod: Obj, *, grace_period: int | None) -> bool:
-        """Delete the lower pod gracefully; True once it is gone below."""
+        """Delete the lower pod gracefully; True once it is gone below.
+
+        A pod whose create is in flight or in doubt (`LowerPodBook.creating`) and whose lower
+        pod the cache does not show is looked up in the lower cluster first: "gone" is never
+        answered while its POST may have landed. Raises BackendUnavailable while the lower
+        cluster cannot tell or cannot take the DELETE (unreachable, 429, 5xx).
+        """
         self.dependencies.pod_deleted(object_key(pod))
         if self.volumes is not None:
             self.volumes.forget_waiting(object_key(pod))
+        uid = str(pod["metadata"].get("uid"))
         lower = self.backend_pod(pod)
+        if lower is None and (create := self.book.creating(uid)) is not None:
+            lower = await self._landed(create)
         if lower is None:
-            self.book.forget(str(pod["metadata"].get("uid")))
+            self.book.forget(uid)
             return True
         if lower["metadata"].get("deletionTimestamp"):
             return False
         return await self._delete_lower(lower, grace_period=grace_period)
+
+    async def _landed(self, create: Write) -> Obj | None:
+        """Read the lower pod a create in flight or in doubt was for; return it if it is ours
+        for that upper UID, None if there is none (or it is someone else's)."""
+        namespace, _, name = create.lower_key.partition("/")
+        try:
+            found = await self._lower.request("GET", PODS.path(namespace=namespace, name=name))
+        except errors.NotFound:
+            return None
+        except errors.TRANSIENT as exc:
+            raise provider_errors.BackendUnavailable(f"lower cluster: {exc}") from exc
+        if self._ours(found) and upper_uid_of(found) == create.upper_uid:
+            return found
+        return None
+
+    async def delete_dangling(self, key: str) -> None:
+        """Delete the lower pod of ours standing for upper pod `key` ("namespace/name"),
+        which the node does not have (any upper UID): e.g. a create in doubt that landed
+        after its upper pod was finalized. Raises BackendUnavailable while the lower
+        cluster cannot take the DELETE."""
+        lower = self.pods.store.get(self._lower_key_of(key))
+        if lower is None or not self._ours(lower) or _upper_key_of(lower) != [key]:
+            return
+        if lower["metadata"].get("deletionTimestamp"):
+            return
+        logger.info("deleting lower pod %s: its upper pod %s is gone", object_key(lower), key)
+        await self._delete_lower(lower, grace_period=None)
 
     async def _delete_lower(self, lower: Obj, *, grace_period: int | None) -> bool:
         """Delete `lower` (this UID only), recorded in flight in the book until the
@@ -336,8 +377,10 @@ class K2KProvider:
         except (errors.NotFound, errors.Conflict):
             self.book.delete_answered_gone(upper_uid_of(lower))
             return True  # gone already, or a different pod now has the name
-        except errors.ApiUnavailable as exc:
-            raise provider_errors.BackendUnavailable(str(exc)) from exc
+        except errors.TRANSIENT as exc:
+            # Unreachable, overloaded or failing: the DELETE may not have happened, and is
+            # sent again (its delete in flight stays recorded until the informer shows it).
+            raise provider_errors.BackendUnavailable(f"lower cluster: {exc}") from exc
         return False
 
     async def container_logs(
