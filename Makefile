@@ -33,7 +33,7 @@ lint: venv
 	$(BIN)/lint-imports
 
 test: venv controlplane lint
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest $(PYTEST_ARGS)
+	PATH="$(abspath $(BIN)):$$PATH" hack/run-tests.sh $(PYTEST_ARGS)
 
 test-unit: venv
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest tests/unit tests/component $(PYTEST_ARGS)
