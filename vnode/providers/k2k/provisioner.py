@@ -109,7 +109,7 @@ class VolumeProvisioner:
             upper_events, component=f"{owner.node_name}/volume-provisioner", host=owner.node_name
         )
         self.mirror = Mirror(
-            spec=volumes.claim_spec(translate=self._lower_claim),
+            spec=volumes.claim_spec(translate=self._lower_claim, policy_of=self._policy_in_force),
             tenancy=tenancy,
             source=self.claims,
             target=lower_claims,
@@ -152,8 +152,27 @@ class VolumeProvisioner:
             owner=self._owner,
             prefix=self._prefix,
             storage_class=self._classes.lower(volumes.claim_class(upper)),
-            reclaim_policy="Delete",  # until an upper PV says otherwise (see _sync_volume)
+            reclaim_policy="Delete",  # a record, until an upper PV says otherwise (_sync_volume)
         )
+
+    def _policy_in_force(self, lower: Obj) -> str | None:
+        """The reclaim policy of the upper PV standing for `lower` as cached now, or None
+        (unknown: the lower claim is kept, and this says why). The cache is complete for
+        the decision: it holds every PV labelled for this node and has synced before the
+        claims mirror runs; a PV it has not got (just made, or its label taken away) leaves
+        the policy unknown, which keeps the claim."""
+        name = volumes.upper_volume_name(lower)
+        volume = self.volumes.store.get(name) if name else None
+        policy = volumes.reclaim_policy(volume, lower=lower, node_name=self._node)
+        if policy is None:
+            logger.warning(
+                "keeping lower claim %s although its upper claim is gone: the reclaim policy "
+                "is unknown (no upper PersistentVolume %s of node %s stands for it)",
+                object_key(lower),
+                name,
+                self._node,
+            )
+        return policy
 
     # -- the Component contract ------------------------------------------------------------
 
