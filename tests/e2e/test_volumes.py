@@ -513,3 +513,66 @@ def test_claims_of_other_classes_follow_their_pod_down_as_tensile_kube_did(
     released = upper.request("GET", f"/api/v1/persistentvolumes/{pv['metadata']['name']}")
     assert released["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
     delete_if_present(upper, f"/api/v1/persistentvolumes/{pv['metadata']['name']}")
+
+
+def test_retain_set_while_the_node_was_down_keeps_the_lower_claim(
+    fleet: Fleet, node: VirtualNodeProcess, storage: Storage, namespace: str
+) -> None:
+    """Issue 21: the policy in force is the upper PV's when the decision is taken. A claim
+    provisioned with policy Delete; while the node is down an administrator patches its PV
+    to Retain and the claim is deleted upstairs; the node, started again, keeps the lower
+    claim although the mark it made on it still says Delete."""
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    create_claim(upper, namespace, "data", storage_class=storage.upper_class)
+    create_pod_with_claim(upper, namespace, "app", claim="data", node=node.name)
+    wait_for("the pod Running", lambda: phase(upper, namespace, "app") == "Running", timeout=60)
+    above = wait_for("the claim Bound upstairs", lambda: bound(upper, namespace, "data"))
+    below = wait_for("the claim Bound below", lambda: bound(lower, namespace, "data"))
+    assert below["metadata"]["annotations"][volumes.RECLAIM_ANNOTATION] == "Delete"
+    pv_path = f"/api/v1/persistentvolumes/{above['spec']['volumeName']}"
+
+    assert node.stop() == 0
+    upper.request(
+        "PATCH",
+        pv_path,
+        body={"spec": {"persistentVolumeReclaimPolicy": "Retain"}},
+        content_type=MERGE,
+    )
+    # No kubelet answers for the pod while the node is down: force it away, as
+    # `kubectl delete --force --grace-period=0` does, so the claim can go too.
+    upper.request(
+        "DELETE",
+        f"/api/v1/namespaces/{namespace}/pods/app",
+        body={"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
+    )
+    upper.request("DELETE", f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/data")
+    wait_for("the claim gone upstairs", lambda: claim(upper, namespace, "data") is None)
+
+    node.restart()
+    # The node deletes the lower pod of the deleted upper pod; the claims mirror looks at
+    # every lower claim it owns once started (before the fix it deleted this one then).
+    wait_for(
+        "the pod gone below",
+        lambda: get(lower, f"/api/v1/namespaces/{namespace}/pods/app") is None,
+        timeout=60,
+    )
+    wait_for(
+        "the claims mirror has looked at the claim",
+        lambda: (
+            node.metric("tensile_workqueue_work_duration_seconds_count", queue="claims_to_lower")
+            >= 1
+        ),
+    )
+    # The pod's deletion also asks for a collection of its claims 2 s later
+    # (Mirror.collect_delay): 3 s of the claim still there covers it.
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        kept = claim(lower, namespace, "data")
+        assert kept is not None, "the lower claim of a Retain PV was deleted"
+        assert kept["metadata"]["uid"] == below["metadata"]["uid"]
+        assert not kept["metadata"].get("deletionTimestamp"), "the lower claim is being deleted"
+        time.sleep(0.2)
+    assert (get(upper, pv_path) or {}).get("spec", {}).get(
+        "persistentVolumeReclaimPolicy"
+    ) == "Retain"
+    delete_if_present(upper, pv_path)

@@ -337,3 +337,49 @@ async def test_the_start_up_clean_up_deletes_our_lower_pods_of_upper_pods_gone()
     await setup.provider.cleanup_dangling([upper_pod("db", uid="uid-db")])
     names = [o["metadata"]["name"] for o in setup.lower.objects(PODS, namespace="team")]
     assert sorted(names) == ["db", "theirs"]
+
+
+async def test_a_long_run_of_pods_leaves_nothing_in_the_book() -> None:
+    """Issue 21 (memory that only grows): pods created, deleted by us, vanished below and
+    then deleted upstairs, or deleted below just as we delete them, in the orders the
+    informers and the pod controller call the provider in; afterwards the book remembers
+    nothing of any of them."""
+    setup = Setup()
+    provider, lower_api = setup.provider, setup.lower
+
+    def informer_deletes(lower: Obj) -> None:
+        provider.pods.store.delete(f"{lower['metadata']['namespace']}/{lower['metadata']['name']}")
+        provider.lower_pod_deleted(lower)
+
+    uids: list[str] = []
+    for i in range(200):
+        pod = upper_pod(f"p{i}", uid=f"uid-{i}")
+        uids.append(f"uid-{i}")
+        await provider.create_pod(pod)
+        made = lower_api.get(PODS, f"p{i}", namespace="team")
+        assert made is not None
+        setup.lower_pod_seen(made)
+        match i % 4:
+            case 0:  # deleted upstairs: we delete below, the informer shows it, done
+                assert await provider.delete_pod(pod, grace_period=None) is False
+                informer_deletes(made)
+                assert await provider.delete_pod(pod, grace_period=None) is True
+            case 1:  # deleted below by someone: vanished, then the upper pod is deleted
+                await lower_api.request("DELETE", f"/api/v1/namespaces/team/pods/p{i}")
+                informer_deletes(made)
+                assert provider.vanished(pod)
+                assert await provider.delete_pod(pod, grace_period=None) is True
+            case 2:  # deleted below just before our DELETE (404), the informer shows it
+                # before the upper pod's final deletion comes back (`_gone`)
+                await lower_api.request("DELETE", f"/api/v1/namespaces/team/pods/p{i}")
+                assert await provider.delete_pod(pod, grace_period=None) is True
+                informer_deletes(made)
+                assert await provider.delete_pod(pod, grace_period=None) is True
+            case _:  # the same, the lower informer showing it only after all that
+                await lower_api.request("DELETE", f"/api/v1/namespaces/team/pods/p{i}")
+                assert await provider.delete_pod(pod, grace_period=None) is True
+                assert await provider.delete_pod(pod, grace_period=None) is True
+                informer_deletes(made)
+    assert provider.book.writes() == []
+    assert [u for u in uids if provider.book.vanished(u)] == []
+    assert provider.book.remembered() == 0

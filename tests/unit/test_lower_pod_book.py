@@ -161,6 +161,21 @@ def test_forgetting_a_deleted_upper_pod_drops_its_writes_and_its_vanished_mark()
     assert not book.vanished("u-2")
 
 
+def test_a_pod_whose_delete_was_answered_gone_did_not_vanish_when_the_informer_shows_it() -> None:
+    # Someone deleted it just before our DELETE (404); the informer shows it only after the
+    # upper pod is gone for good: a vanished mark then would stay forever.
+    book = LowerPodBook(owner=OWNER)
+    book.delete_sent(upper_uid="u-1", lower_key="ns/p")
+    book.delete_answered_gone("u-1")
+    assert book.writes() == []
+    book.gone(lower_pod(uid="u-2", name="q"))  # another pod's deletion does not end it
+    assert book.vanished("u-2")
+    book.gone(lower_pod(uid="u-1", name="p"))
+    assert not book.vanished("u-1")
+    book.forget("u-2")
+    assert book.remembered() == 0
+
+
 @pytest.mark.parametrize(
     ("pods", "free"),
     [

@@ -344,15 +344,76 @@ def test_claims_grow_below_but_never_shrink() -> None:
     assert volumes.compare_claim(lower, lower) is None
 
 
-def test_lower_claims_go_with_their_upper_claim_unless_retained() -> None:
-    lower = volumes.lower_claim(
-        upper_claim(), owner=OWNER, prefix="", storage_class=None, reclaim_policy="Delete"
+def volume_for(claim: dict[str, Any], *, policy: str | None, node: str = "vn-a") -> Any:
+    """The upper PV of `node` standing for `claim`, with reclaim policy `policy`."""
+    pv = volumes.upper_volume(
+        claim, node_name=node, lower_claim_key="app/data-db-0", capacity="1Gi", reclaim_policy=""
     )
-    assert volumes.claim_collectable(lower, None)
-    assert not volumes.claim_collectable(lower, upper_claim())
-    retained = copy.deepcopy(lower)
-    retained["metadata"]["annotations"][volumes.RECLAIM_ANNOTATION] = "Retain"
-    assert not volumes.claim_collectable(retained, None)
+    if policy is not None:
+        pv["spec"]["persistentVolumeReclaimPolicy"] = policy
+    else:
+        del pv["spec"]["persistentVolumeReclaimPolicy"]
+    return pv
+
+
+def _reclaim_cases() -> dict[str, tuple[str, Any, bool, bool]]:
+    """id -> (the lower claim's mark, the upper PV as read, upper claim present, collectable)."""
+    claim = upper_claim()
+    other = volume_for(claim, policy="Delete")  # the right name, another claim's UID
+    other["spec"]["claimRef"]["uid"] = "c-2"
+    return {
+        "PV Delete, claim gone": ("Delete", volume_for(claim, policy="Delete"), False, True),
+        "PV Delete, claim there": ("Delete", volume_for(claim, policy="Delete"), True, False),
+        # The race of issue 21: the PV was patched to Retain, the mark not yet.
+        "PV Retain, marked Delete": ("Delete", volume_for(claim, policy="Retain"), False, False),
+        "PV Retain, marked Retain": ("Retain", volume_for(claim, policy="Retain"), False, False),
+        # Retain turned back into Delete: the PV is in force, not the old mark.
+        "PV Delete, marked Retain": ("Retain", volume_for(claim, policy="Delete"), False, True),
+        "no PV": ("Delete", None, False, False),
+        "PV of another node": (
+            "Delete",
+            volume_for(claim, policy="Delete", node="vn-b"),
+            False,
+            False,
+        ),
+        "PV bound to another claim": ("Delete", other, False, False),
+        "PV naming no policy": ("Delete", volume_for(claim, policy=None), False, False),
+        "PV Recycle": ("Delete", volume_for(claim, policy="Recycle"), False, False),
+    }
+
+
+@pytest.mark.parametrize(
+    ("mark", "volume", "upper_present", "collectable"),
+    list(_reclaim_cases().values()),
+    ids=list(_reclaim_cases()),
+)
+def test_a_lower_claim_goes_only_when_the_upper_pv_in_force_says_delete(
+    mark: str, volume: Any, upper_present: bool, collectable: bool
+) -> None:
+    lower = volumes.lower_claim(
+        upper_claim(), owner=OWNER, prefix="", storage_class=None, reclaim_policy=mark
+    )
+    asked: list[str | None] = []
+
+    def policy_of(claim: Any) -> str | None:
+        name = volumes.upper_volume_name(claim)
+        asked.append(name)
+        found = volume if volume is not None and volume["metadata"]["name"] == name else None
+        return volumes.reclaim_policy(found, lower=claim, node_name="vn-a")
+
+    spec = volumes.claim_spec(translate=lambda c: c, policy_of=policy_of)
+    upper = upper_claim() if upper_present else None
+    assert spec.collectable(lower, upper) is collectable
+    # The PV is read only when the upper claim is gone, and it is the one named for it.
+    assert asked == ([] if upper_present else ["pvc-c-1"])
+
+
+def test_the_reclaim_decision_is_the_upper_pvs_alone() -> None:
+    assert volumes.claim_collectable(None, policy="Delete")
+    assert not volumes.claim_collectable(upper_claim(), policy="Delete")
+    assert not volumes.claim_collectable(None, policy="Retain")
+    assert not volumes.claim_collectable(None, policy=None)
+    assert volumes.upper_volume_name({"metadata": {}}) is None
 
 
 def test_the_upper_volume_is_pinned_to_the_node_and_pre_bound_to_its_claim() -> None:

@@ -50,8 +50,10 @@ class LowerPodBook:
       the lower apiserver refused it (`create_refused`). A POST whose outcome is unknown
       (unreachable, 5xx) stays in flight: it may have got through.
     - A delete is in flight from `delete_sent` (just before the DELETE) until the informer
-      shows the lower pod gone (`gone`). A lower pod of ours that goes without a delete of
-      ours in flight has vanished: someone else deleted it (until a new create of it).
+      shows the lower pod gone (`gone`), or the DELETE is answered 404/409
+      (`delete_answered_gone`: that pod's deletion, shown later, is still not a vanishing).
+      A lower pod of ours that goes otherwise has vanished: someone else deleted it (until
+      a new create of it, or until its upper pod is deleted: `forget`).
     - Lower pods that are not ours are counted against the capacity (`free`).
     """
 
@@ -66,6 +68,10 @@ class LowerPodBook:
         """Upper UID -> the delete in flight of its lower pod."""
         self._vanished: set[str] = set()
         """Upper UIDs whose lower pod was deleted by someone else."""
+        self._answered: dict[str, str] = {}
+        """Upper UID -> the lower pod whose DELETE was answered 404/409 (no longer in
+        flight) and whose deletion the informer has not shown yet: when it does, that is
+        not a vanishing (the upper pod is being deleted; a mark would outlive it)."""
 
     def ours(self, lower: Mapping[str, Any] | None) -> bool:
         """Tell whether `lower` is a lower pod of this node."""
@@ -95,8 +101,11 @@ class LowerPodBook:
     def delete_answered_gone(self, upper_uid: str) -> None:
         """Record that the lower apiserver answered the DELETE for `upper_uid` with 404 or
         409 (gone already, or the name holds another pod now): the informer may already
-        have shown the deletion, so nothing of it is in flight any more."""
-        self._deletes.pop(upper_uid, None)
+        have shown the deletion, so nothing of it is in flight any more. If the informer
+        shows it later, it did not vanish."""
+        write = self._deletes.pop(upper_uid, None)
+        if write is not None:
+            self._answered[upper_uid] = write.lower_key
 
     def forget(self, upper_uid: str) -> None:
         """Forget every write and mark of `upper_uid`: its upper pod is deleted and no lower
@@ -105,6 +114,7 @@ class LowerPodBook:
         no upper pod: its informer event has it deleted, `K2KProvider.delete_dangling`.)"""
         self._creates.pop(upper_uid, None)
         self._deletes.pop(upper_uid, None)
+        self._answered.pop(upper_uid, None)
         self._vanished.discard(upper_uid)
 
     # -- what the informer shows -----------------------------------------------------------
@@ -127,15 +137,18 @@ class LowerPodBook:
 
     def gone(self, lower: Obj) -> bool:
         """Take in a lower pod's deletion. Returns whether the capacity moved. A pod of ours
-        ends the writes in flight for its upper UID; without a delete of ours in flight,
-        it has vanished."""
+        ends the writes in flight for its upper UID; without a delete of ours in flight or
+        answered gone, it has vanished."""
         key = object_key(lower)
         moved = self._others.remove(key)
         if self.ours(lower):
             uid = upper_uid_of(lower)
             if (write := self._creates.get(uid)) is not None and write.lower_key == key:
                 del self._creates[uid]
-            if self._deletes.pop(uid, None) is None:
+            answered = self._answered.get(uid) == key
+            if answered:
+                del self._answered[uid]
+            if self._deletes.pop(uid, None) is None and not answered:
                 self._vanished.add(uid)
         return moved
 
@@ -173,6 +186,12 @@ class LowerPodBook:
     def writes(self) -> list[Write]:
         """Every write in flight: deletes, then creates."""
         return [*self._deletes.values(), *self._creates.values()]
+
+    def remembered(self) -> int:
+        """How many marks it holds of upper pods (writes in flight, vanished marks, deletes
+        answered gone): each goes with its pod, so this is bounded by the pods the node
+        keeps. The capacity ledger is not counted (it follows the informer's cache)."""
+        return len(self._creates) + len(self._deletes) + len(self._vanished) + len(self._answered)
 
     def free(self, nodes: Iterable[Mapping[str, Any]]) -> dict[str, Fraction]:
         """Return what the lower `nodes` can still take once the other pods are counted

@@ -1,9 +1,10 @@
 """The virtual node as external provisioner and keeper of persistent volumes (`PVControllers`).
 
 Upper claims, upper PersistentVolumes of this node, upper StorageClasses and the lower
-claims it owns feed one work queue ("volumes"; keys "claim/<ns>/<name>" and
-"volume/<name>"); the lower claims themselves are an on-request mirror of the upper ones
-(`volumes.claim_spec`). What each key's worker does is in `volumes`' module docstring:
+claims it owns feed one work queue ("volumes"; keys "claim/<ns>/<name>", "volume/<name>",
+and "read/<PV name>/<ns>/<name>" for a PV the cache had not got when the reclaim policy
+of a lower claim was needed); the lower claims themselves are an on-request mirror of the
+upper ones (`volumes.claim_spec`). What each key's worker does is in `volumes`' module docstring:
 
 - a claim of our class selected for this node and marked for us by the upper PV controller
   is provisioned: the lower claim, then the upper PV pre-bound to it (a lower refusal is a
@@ -84,6 +85,9 @@ class VolumeProvisioner:
         self._workers = workers
         self._waiting: dict[str, set[str]] = {}
         """Upper claim key -> upper pods whose creation waits for it."""
+        self._read: dict[str, Obj | None] = {}
+        """Upper PV name -> that PV as a GET found it (None: not found) for the next
+        reclaim decision on its lower claim, which takes it (`_policy_in_force`)."""
         self.claims = informers.informer(
             upper,
             PERSISTENT_VOLUME_CLAIMS,
@@ -109,7 +113,7 @@ class VolumeProvisioner:
             upper_events, component=f"{owner.node_name}/volume-provisioner", host=owner.node_name
         )
         self.mirror = Mirror(
-            spec=volumes.claim_spec(translate=self._lower_claim),
+            spec=volumes.claim_spec(translate=self._lower_claim, policy_of=self._policy_in_force),
             tenancy=tenancy,
             source=self.claims,
             target=lower_claims,
@@ -143,6 +147,7 @@ class VolumeProvisioner:
             Handlers(
                 on_add=self._lower_claim_changed,
                 on_modify=self._lower_claim_changed,
+                on_delete=self._lower_claim_gone,
             )
         )
 
@@ -152,8 +157,50 @@ class VolumeProvisioner:
             owner=self._owner,
             prefix=self._prefix,
             storage_class=self._classes.lower(volumes.claim_class(upper)),
-            reclaim_policy="Delete",  # until an upper PV says otherwise (see _sync_volume)
+            reclaim_policy="Delete",  # a record, until an upper PV says otherwise (_sync_volume)
         )
+
+    def _policy_in_force(self, lower: Obj) -> str | None:
+        """The reclaim policy of the upper PV standing for `lower` as cached now, or as a GET
+        found it when the cache had not got it; None when it is unknown (the lower claim is
+        kept, and this says why). A cache miss answers None at once (kept for now) and
+        has the PV read on the volumes queue ("read/..."), which then looks at the claim
+        again with what the read found."""
+        name = volumes.upper_volume_name(lower)
+        volume = self.volumes.store.get(name) if name else None
+        if name is not None and volume is None:
+            if name not in self._read:
+                key = naming.upper_key_of(lower, prefix=self._prefix)
+                if key is not None:
+                    self.queue.add(f"read/{name}/{key}")
+                    return None  # kept until the read says more
+            volume = self._read.pop(name, None)
+        policy = volumes.reclaim_policy(volume, lower=lower, node_name=self._node)
+        if policy is None:
+            logger.warning(
+                "keeping lower claim %s although its upper claim is gone: the reclaim policy "
+                "is unknown (no upper PersistentVolume %s of node %s stands for it)",
+                object_key(lower),
+                name,
+                self._node,
+            )
+        return policy
+
+    async def _read_volume(self, name: str, key: str) -> None:
+        """Read upper PV `name`, which the cache had not got when the lower claim of upper
+        claim `key` was looked at, and have the claims mirror look at it again. Raises kube
+        errors but NotFound (the queue retries; the claim is kept meanwhile)."""
+        try:
+            volume = await self._upper.request("GET", PERSISTENT_VOLUMES.path(name=name))
+        except errors.NotFound:
+            volume = None
+        self._read[name] = volume
+        self.mirror.queue.add(key)
+
+    def _lower_claim_gone(self, lower: Obj) -> None:
+        name = volumes.upper_volume_name(lower)
+        if name is not None:
+            self._read.pop(name, None)  # a read no decision will take any more
 
     # -- the Component contract ------------------------------------------------------------
 
@@ -221,6 +268,9 @@ class VolumeProvisioner:
         what, _, rest = key.partition("/")
         if what == "claim":
             await self._sync_claim(rest)
+        elif what == "read":
+            name, _, claim_key = rest.partition("/")
+            await self._read_volume(name, claim_key)
         else:
             await self._sync_volume(rest)
 

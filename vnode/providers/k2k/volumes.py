@@ -20,9 +20,11 @@ that uses it; once bound below, the lower PersistentVolume is shown upstairs as 
 to the virtual node, and the claim gets `selected-node` = the virtual node (which the
 webhook reads to pin later pods).
 
-**Reclaim**: the upper PV's reclaim policy decides. `Delete`: once the upper claim is gone
-(the PV Released), the lower claim is deleted (the lower class's policy then decides for
-the lower volume) and then the upper PV. `Retain`: the lower claim stays, marked so.
+**Reclaim**: the upper PV's reclaim policy decides, read from the PV when the decision is
+taken (`reclaim_policy`; the copy marked on the lower claim may be stale). `Delete`: once
+the upper claim is gone (the PV Released), the lower claim is deleted (the lower class's
+policy then decides for the lower volume) and then the upper PV. `Retain`: the lower claim
+stays, marked so. No upper PV of ours standing for it (policy unknown): it stays too.
 
 The upper PV's volume source is a `local` path naming the lower claim: nothing upstairs
 mounts it (the virtual node is not a kubelet), `local` requires the node affinity it has
@@ -56,8 +58,8 @@ LOWER_PHASE_ANNOTATION = "tensile.io/lower-phase"
 LOWER_VOLUME_ANNOTATION = "tensile.io/lower-volume"
 """On an upper claim: the lower PersistentVolume its lower claim is bound to."""
 RECLAIM_ANNOTATION = "tensile.io/reclaim-policy"
-"""On a lower claim: the reclaim policy of the upper PV standing for it (Retain keeps it
-when the upper claim is deleted)."""
+"""On a lower claim: the reclaim policy of the upper PV standing for it, copied for people
+looking below. A record only: the decision reads the upper PV itself (`reclaim_policy`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,18 +216,57 @@ def stands_for(lower: Mapping[str, Any], upper: Mapping[str, Any]) -> bool:
     )
 
 
-def claim_collectable(lower: Mapping[str, Any], upper: Mapping[str, Any] | None) -> bool:
-    """A lower claim is garbage once its upper claim is gone, unless the upper PV's reclaim
-    policy was Retain (then it is kept for an administrator)."""
+def upper_volume_name(lower: Mapping[str, Any]) -> str | None:
+    """The name of the upper PV that stands for a lower claim (`pvc-<upper claim UID>`, as
+    `volume_name` names both provisioned and shown volumes), or None when the lower claim
+    names no upper claim."""
     annotations = (lower.get("metadata") or {}).get("annotations") or {}
-    return upper is None and annotations.get(RECLAIM_ANNOTATION) != "Retain"
+    upper_uid = annotations.get(naming.UPPER_UID_ANNOTATION)
+    return f"pvc-{upper_uid}" if upper_uid else None
 
 
-def claim_spec(*, translate: Callable[[Obj], Obj]) -> KindSpec:
+def reclaim_policy(
+    volume: Mapping[str, Any] | None, *, lower: Mapping[str, Any], node_name: str
+) -> str | None:
+    """Return the reclaim policy in force for `lower` (a lower claim of `node_name`): that of
+    `volume`, the upper PV named `upper_volume_name(lower)` as read now, or None when it is
+    unknown: no such PV, one that is not `node_name`'s, one bound to another claim than the
+    one `lower` was made for, or one naming no policy. The upper PV is where an
+    administrator sets the policy (kubectl patch pv), so it alone says; the lower claim's
+    `RECLAIM_ANNOTATION` is a copy for people below and may be stale."""
+    if volume is None or not is_our_volume(volume, node_name=node_name):
+        return None
+    annotations = (lower.get("metadata") or {}).get("annotations") or {}
+    spec = volume.get("spec") or {}
+    if (spec.get("claimRef") or {}).get("uid") != annotations.get(naming.UPPER_UID_ANNOTATION):
+        return None
+    return str(spec.get("persistentVolumeReclaimPolicy") or "") or None
+
+
+def claim_collectable(upper: Mapping[str, Any] | None, *, policy: str | None) -> bool:
+    """Tell whether a lower claim is garbage: its upper claim is gone (`upper` None) and the
+    reclaim policy in force (`policy`, from `reclaim_policy`) is Delete. Retain keeps it for
+    an administrator; so does an unknown policy (None), since deleting the claim may delete
+    its data and that is never done on a guess. The lower claim's own mark is not
+    consulted: it may be older than the policy."""
+    return upper is None and policy == "Delete"
+
+
+def claim_spec(
+    *, translate: Callable[[Obj], Obj], policy_of: Callable[[Obj], str | None]
+) -> KindSpec:
     """Return the on-request mirror of upper claims into the lower cluster (pure):
     `translate` (a `lower_claim` with the class and origin the provisioner decided) makes
     the lower claim when the provisioner or a pod creation asks; resizes follow; the lower
-    claim goes with its upper claim as `claim_collectable` says."""
+    claim goes with its upper claim as `claim_collectable` says, given the policy in force
+    that `policy_of(lower claim)` reads at that moment (only asked once the upper claim is
+    gone)."""
+
+    def collectable(lower: Obj, upper: Obj | None) -> bool:
+        if upper is not None:
+            return False
+        return claim_collectable(None, policy=policy_of(lower))
+
     return KindSpec(
         name="claims_to_lower",
         kind="PersistentVolumeClaim",
@@ -234,7 +275,7 @@ def claim_spec(*, translate: Callable[[Obj], Obj]) -> KindSpec:
         selects=lambda _upper: True,
         translate=translate,
         compare=compare_claim,
-        collectable=claim_collectable,
+        collectable=collectable,
         creation="on_request",
         stands_for=stands_for,
     )
