@@ -102,7 +102,7 @@ async def running(
     namespace: str,
     *,
     creation: Creation = "always",
-    in_use: Callable[[Obj], bool] | None = None,
+    in_use: Callable[[str], bool] | None = None,
     problems: list[str] | None = None,
 ) -> AsyncIterator[Mirror]:
     factory = InformerFactory()
@@ -289,7 +289,7 @@ async def test_on_request_copies_are_made_when_asked_and_kept_while_in_use(
             lower,
             namespace,
             creation="on_request",
-            in_use=lambda copy: copy["metadata"]["name"] in used,
+            in_use=lambda copy_key: copy_key.partition("/")[2] in used,
             problems=problems,
         ) as mirror,
     ):

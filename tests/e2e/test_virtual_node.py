@@ -241,6 +241,36 @@ def test_a_config_map_update_reaches_the_copy_and_unused_copies_are_collected(
     assert get(upper, copy_path) is not None
 
 
+def test_a_copy_deleted_below_is_made_again_while_a_pod_uses_it(
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str
+) -> None:
+    # Without it, the next start of a container of the pod fails for good.
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    create(
+        upper,
+        namespace,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"v": "1"}},
+    )
+    manifest = pod_manifest("web", node=virtual_node.name)
+    manifest["spec"]["volumes"] = [{"name": "c", "configMap": {"name": "cfg"}}]
+    create(upper, namespace, manifest)
+    wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
+    copy_path = f"/api/v1/namespaces/{namespace}/configmaps/cfg"
+    made = get(lower, copy_path)
+    assert made is not None
+    made_uid = made["metadata"]["uid"]
+
+    lower.request("DELETE", copy_path)  # someone below deletes the copy the pod uses
+
+    def made_again() -> dict[str, Any] | None:
+        copy = get(lower, copy_path)
+        return copy if copy and copy["metadata"]["uid"] != made_uid else None
+
+    again = wait_for("the copy made again below", made_again, timeout=5)
+    assert again["data"] == {"v": "1"}
+    assert naming.is_owned(again, owner=virtual_node.owner)
+
+
 def test_graceful_deletion_goes_down_then_finishes_upstairs(
     fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str
 ) -> None:

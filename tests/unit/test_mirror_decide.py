@@ -257,6 +257,57 @@ ROWS = [
         ),
         id="ensure, ours unused (the pod will use it): up to date",
     ),
+    # -- an on-request copy in use, gone ---------------------------------------------------
+    pytest.param(
+        Row(source=upper(), creation="on_request", in_use=True, expect=Create(translation("v1"))),
+        id="on request, no target, in use (deleted below, or collected by its sibling maker "
+        "while our pod on its way needs it): create again, in our name",
+    ),
+    pytest.param(
+        Row(creation="on_request", in_use=True, expect=Nothing()),
+        id="on request, no target, in use, source gone: nothing to make it from",
+    ),
+    pytest.param(
+        Row(source=upper(selected=False), creation="on_request", in_use=True, expect=Nothing()),
+        id="on request, no target, in use, source not selected: nothing",
+    ),
+    pytest.param(
+        Row(
+            source=upper(),
+            creation="on_request",
+            in_use=True,
+            created=OURS,
+            expect=UpToDate(OURS),
+        ),
+        id="on request, in use, made, not yet cached: up to date, not made twice",
+    ),
+    pytest.param(
+        Row(
+            source=upper(),
+            cached=OURS,
+            deleted=OURS["metadata"]["uid"],
+            creation="on_request",
+            in_use=True,
+            expect=Create(translation("v1")),
+        ),
+        id="on request, collected by us, still cached, in use again: create again",
+    ),
+    pytest.param(
+        Row(
+            source=upper(),
+            creation="on_request",
+            in_use=True,
+            remade=THEIRS_FROZEN,
+            expect=Create(translation("v1", owner=SIBLING)),
+        ),
+        id="on request, in use, a sibling's copy deleted to be made again: in its maker's name",
+    ),
+    pytest.param(
+        Row(
+            source=upper(), occasion="collect", creation="on_request", in_use=True, expect=Nothing()
+        ),
+        id="collect, no target, in use: nothing (a collection never makes one)",
+    ),
     # -- a copy of an earlier source object of the same name -----------------------------
     pytest.param(
         Row(

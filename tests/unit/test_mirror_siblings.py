@@ -11,6 +11,7 @@ tests/e2e/test_mirror.py::test_a_siblings_copy_is_kept_like_our_own_after_the_si
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -223,7 +224,9 @@ class _Lower:
 class Engine:
     """A mirror of `spec()` over stores the test fills, with a test clock."""
 
-    def __init__(self, *, creation: Creation = "always") -> None:
+    def __init__(
+        self, *, creation: Creation = "always", in_use: Callable[[str], bool] | None = None
+    ) -> None:
         self.now = 1000.0
         self.lower = _Lower()
         self.source = Informer(self.lower, CONFIG_MAPS, name="test-upper")
@@ -235,6 +238,7 @@ class Engine:
             target=self.target,
             source_client=self.lower,
             target_client=self.lower,
+            in_use=in_use,
             clock=lambda: self.now,
         )
 
@@ -340,3 +344,22 @@ async def test_a_siblings_copy_whose_source_went_is_left_to_its_maker_then_delet
     engine.now += SIBLING_GRACE
     await engine.mirror.sync(KEY)
     assert [method for method, _path, _body in engine.lower.writes] == ["DELETE"]
+
+
+async def test_a_siblings_copy_we_need_is_made_again_when_its_maker_collects_it() -> None:
+    # The sibling that made the copy cannot know our pod creations in flight: it collects the
+    # copy its own pods no longer use while ours is between its `ensure` and its POST.
+    ours_on_its_way: set[str] = set()
+    engine = Engine(creation="on_request", in_use=lambda key: key in ours_on_its_way)
+    engine.source.store.upsert(upper({"v": "1"}))
+    engine.target.store.upsert(copy({"v": "1"}, owner=SIBLING, version="10"))
+    ours_on_its_way.add(KEY)
+    assert await engine.mirror.ensure(KEY) == "shared"
+    assert engine.lower.writes == []
+
+    engine.target.store.delete(KEY)  # the maker's collection, as the informer shows it
+    await engine.mirror.sync(KEY)  # the key its deletion event brought back
+    [(method, path, made)] = engine.lower.writes
+    assert (method, path) == ("POST", CONFIG_MAPS.path(namespace="ns"))
+    assert made["data"] == {"v": "1"}
+    assert naming.is_owned(made, owner=US)  # ours now: our pods use it, we collect it

@@ -37,11 +37,16 @@ The rules, which `decide` states case by case:
   sibling are updated but left to their owner to collect (its pods are what use them);
 - targets changed or deleted by someone else are repaired (their events enqueue the key);
 - `creation="always"` mirrors every selected source object; `creation="on_request"` only
-  creates a target when `ensure` asks (the ConfigMaps a pod needs), keeps existing ones up
-  to date, and collects them once the spec allows it and `in_use` says nothing needs them;
+  creates a target when `ensure` asks (the ConfigMaps a pod needs) or when one `in_use`
+  says is needed is gone (deleted below, or collected by the sibling that made it while
+  our pod on its way needs it: its deletion event brings the key back), keeps existing
+  ones up to date, and collects them once the spec allows it and `in_use` says nothing
+  needs them;
 - a create or delete whose effect the target informer has not shown yet is remembered, so
   a worker never acts on a stale cache (a copy deleted a moment ago is made again, not
-  taken as present; one just made is deleted by its UID if its source goes at once).
+  taken as present; one just made is deleted by its UID if its source goes at once); it
+  is forgotten as soon as the informer shows the object or its deletion, so a copy made
+  and then deleted by someone else is not taken as present.
 
 `ensure` runs outside the queue (a pod creation waits for it) and takes the same per-key
 lock as the worker, so an ensure and a collection of one object never interleave.

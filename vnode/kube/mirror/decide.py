@@ -133,7 +133,8 @@ def decide(  # noqa: PLR0911 - a dispatch
 
     `source`: the source object as cached, or None; `current`: the target as known
     (`inflight.known_target`; for `met`/`met_ensure` the object the create found), or None;
-    `in_use`: whether something needs `current` (on-request mirrors); `waited`: the wait
+    `in_use`: whether something needs the target of `key`, present or not (on-request
+    mirrors: a copy in use that is gone is made again); `waited`: the wait
     held for `key` (`MakerWaits`); `remade`: the sibling's copy deleted to be made again,
     whose owner's name a new copy takes; `now`: clock seconds. Raises nothing; the spec's
     functions are called as the case needs them.
@@ -179,7 +180,10 @@ class _Rules:
     def sync(self, source: Obj | None, current: Obj | None) -> Action:  # noqa: PLR0911 - the cases
         always = self.spec.creation == "always"
         if current is None:
-            if source is not None and always:
+            # An on-request copy something still uses is made again when it went (deleted
+            # below by someone else, or collected by the sibling that made it): the next
+            # container start of a pod using it would fail for good without it.
+            if source is not None and (always or self.in_use):
                 return Create(self.desired(source, None))
             return Nothing()
         if not self.siblings.keeps(self.key, current):

@@ -98,7 +98,7 @@ class Mirror:
         source_client: ApiClient,
         target_client: ApiClient,
         workers: int = 4,
-        in_use: Callable[[Obj], bool] | None = None,
+        in_use: Callable[[str], bool] | None = None,
         namespaces: Namespaces | None = None,
         on_problem: Callable[[Obj, str], Awaitable[None]] | None = None,
         queue_settings: QueueSettings | None = None,
@@ -110,8 +110,9 @@ class Mirror:
         the writer). `source` and `target` may be shared informers; `target` must select
         at least this mirror's own objects, and the siblings' ones too for shared copies to
         be repaired and collected (a narrower one keeps a sibling's copy up to date only
-        when a create meets it). `in_use(target)` (on-request mirrors) tells whether
-        something still needs an owned target. `namespaces` makes target namespaces exist
+        when a create meets it). `in_use(target key)` (on-request mirrors; "namespace/name")
+        tells whether something still needs the target there: an owned one is not collected,
+        and one that is gone is made again. `namespaces` makes target namespaces exist
         before creates. `on_problem(source, message)` is told about conflicts and targets
         the target cluster refuses. `collect_delay` (seconds) is how long
         `schedule_collection` waits, so a burst of pod deletions is collected once.
@@ -141,8 +142,18 @@ class Mirror:
         self._remade: dict[str, Obj] = {}
         """Source key -> the sibling's copy deleted to be made again, whose owner's name the
         new copy takes, until it is made or the key settles otherwise."""
-        for informer, changed in ((source, self._source_changed), (target, self._enqueue_target)):
-            informer.add_handlers(Handlers(on_add=changed, on_modify=changed, on_delete=changed))
+        source.add_handlers(
+            Handlers(
+                on_add=self._source_changed,
+                on_modify=self._source_changed,
+                on_delete=self._source_changed,
+            )
+        )
+        target.add_handlers(
+            Handlers(
+                on_add=self._target_shown, on_modify=self._target_shown, on_delete=self._target_gone
+            )
+        )
 
     # -- the Component contract ------------------------------------------------------------
 
@@ -172,9 +183,19 @@ class Mirror:
 
     def _source_changed(self, obj: Obj) -> None:
         key = object_key(obj)
-        if self.spec.creation == "on_request" and self.current(key) is None:
+        if self.spec.creation == "on_request" and self.current(key) is None and not self._used(key):
             return  # nothing mirrored yet: a pod's `ensure` will make it when needed
         self.queue.add(key)
+
+    def _target_shown(self, target: Obj) -> None:
+        self._in_flight.shown(object_key(target), target)
+        self._enqueue_target(target)
+
+    def _target_gone(self, target: Obj) -> None:
+        # A copy deleted below by someone else: the key's decision makes it again if it is
+        # mirrored (or, on request, still in use).
+        self._in_flight.shown_gone(object_key(target), target)
+        self._enqueue_target(target)
 
     def _enqueue_target(self, target: Obj) -> None:
         key = self.tenancy.source_key(target)
@@ -193,6 +214,10 @@ class Mirror:
         cache, corrected by its own creates and deletes not yet seen there), or None."""
         target_key = self.tenancy.target_key(key)
         return self._in_flight.known(target_key, self.target.store.get(target_key))
+
+    def _used(self, key: str) -> bool:
+        """Whether something needs the target of source `key`, present or not (`in_use`)."""
+        return self._in_use is not None and self._in_use(self.tenancy.target_key(key))
 
     @contextlib.asynccontextmanager
     async def _locked(self, key: str) -> AsyncIterator[None]:
@@ -219,7 +244,7 @@ class Mirror:
             spec=self.spec,
             siblings=self.siblings,
             occasion=occasion,
-            in_use=current is not None and self._in_use is not None and self._in_use(current),
+            in_use=self._used(key),
             waited=self._waits.get(key),
             remade=self._remade.get(key),
             now=self._clock(),
@@ -358,28 +383,36 @@ class Mirror:
         namespace = desired.get("metadata", {}).get("namespace")
         await self._prepare_namespace(namespace, source)
         path = self.spec.target.path(namespace=namespace)
-        for attempt in (1, 2):
-            try:
-                created: Obj = await self._target_client.request("POST", path, body=desired)
-                break
-            except errors.AlreadyExists:
-                existing = await self._target_client.request(
-                    "GET",
-                    self.spec.target.path(namespace=namespace, name=desired["metadata"]["name"]),
-                )
-                if asked and not existing.get("metadata", {}).get("deletionTimestamp"):
-                    raise _Existed(existing) from None
-                return await self._perform(key, source, self._decide(key, source, existing, "met"))
-            except errors.NotFound:
-                # The only NotFound a create gets: the namespace went under us. Make it
-                # again, once.
-                if attempt == 2 or not namespace or self._namespaces is None:
-                    raise
-                self._namespaces.forget(namespace)
-                await self._prepare_namespace(namespace, source)
-            except _REFUSALS as exc:
-                await self._refused(source, f"{self.spec.target.kind} {object_key(desired)}", exc)
-        self._in_flight.created(self.tenancy.target_key(key), created)
+        target_key = self.tenancy.target_key(key)
+        self._in_flight.creating(target_key)
+        try:
+            for attempt in (1, 2):
+                try:
+                    created: Obj = await self._target_client.request("POST", path, body=desired)
+                    break
+                except errors.AlreadyExists:
+                    self._in_flight.abandoned(target_key)
+                    name = desired["metadata"]["name"]
+                    existing = await self._target_client.request(
+                        "GET", self.spec.target.path(namespace=namespace, name=name)
+                    )
+                    if asked and not existing.get("metadata", {}).get("deletionTimestamp"):
+                        raise _Existed(existing) from None
+                    met = self._decide(key, source, existing, "met")
+                    return await self._perform(key, source, met)
+                except errors.NotFound:
+                    # The only NotFound a create gets: the namespace went under us. Make it
+                    # again, once.
+                    if attempt == 2 or not namespace or self._namespaces is None:
+                        raise
+                    self._namespaces.forget(namespace)
+                    await self._prepare_namespace(namespace, source)
+                except _REFUSALS as exc:
+                    what = f"{self.spec.target.kind} {object_key(desired)}"
+                    await self._refused(source, what, exc)
+            self._in_flight.created(target_key, created)
+        finally:
+            self._in_flight.abandoned(target_key)  # a no-op after `created`
         self._remade.pop(key, None)
         logger.info("%s: created %s", self.name, object_key(created))
         return created

@@ -5,7 +5,9 @@ Three on-request mirrors (`vnode.kube.mirror`) in the node's tenancy, one per ki
 - Before a pod is created below, every object it references is copied from the upper
   cluster (created, or brought up to date); a missing mandatory one is an error, not a pod
   that starts without it (tensile-kube's fire-and-forget copies were a defect).
-- Later changes of an upper object reach its lower copy (event-driven).
+- Later changes of an upper object reach its lower copy (event-driven); a copy a lower
+  pod (or a pod creation of ours on its way below) uses is made again when it is deleted
+  below, by someone else or by the sibling node that made it.
 - A copy no lower pod references any more is deleted; copies a pod creation in flight
   needs stay until the lower pod shows in the cache (the in-flight create race).
 - Only copies this virtual node made are ever updated or deleted; a same-named lower
@@ -250,10 +252,10 @@ class DependencySync:
 
     # -- what is in use ------------------------------------------------------------------
 
-    def _in_use_checker(self, kind: str) -> Callable[[Obj], bool]:
-        def in_use(copy: Obj) -> bool:
-            meta = copy["metadata"]
-            namespace, name = meta.get("namespace"), meta.get("name")
+    def _in_use_checker(self, kind: str) -> Callable[[str], bool]:
+        def in_use(copy_key: str) -> bool:
+            # Asked of a copy present or gone: a gone one in use is made again.
+            namespace, _, name = copy_key.partition("/")
             # Keys only: nothing of the (encoded) lower pod cache is decoded to answer.
             if self._lower_pods.store.index_keys(REFS_INDEX, f"{namespace}/{kind}/{name}"):
                 return True
