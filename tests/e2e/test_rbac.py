@@ -7,7 +7,7 @@ import secrets
 from pathlib import Path
 
 from devcluster.fleet import Fleet
-from devcluster.rest import ApiStatusError
+from devcluster.rest import ApiStatusError, RestClient
 from devcluster.vnodes import VirtualNodeProcess
 from tests.e2e.helpers import (
     create,
@@ -27,6 +27,11 @@ def test_a_node_with_only_the_manifests_permissions_forwards_pods(
     fleet: Fleet, tmp_path: Path, namespace: str
 ) -> None:
     upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    # The node mirrors every upper namespace's Services. While an earlier test's namespace
+    # is still being deleted below, a copy made there is answered 403 by NamespaceLifecycle
+    # (content in a terminating namespace; the mirror waits it out, logging nothing): a 403
+    # that is no RBAC denial, so the count of 403s below starts once none is left.
+    wait_for("no namespace terminating below", lambda: not _terminating(lower), timeout=90)
     node = VirtualNodeProcess(
         fleet,
         name=f"vn-rbac-{secrets.token_hex(3)}",
@@ -154,3 +159,13 @@ def test_a_node_with_only_the_manifests_permissions_forwards_pods(
         except ApiStatusError as exc:
             if exc.code != 404:
                 raise
+
+
+def _terminating(client: RestClient) -> list[str]:
+    """The names of the namespaces being deleted in `client`'s cluster."""
+    found = client.request("GET", "/api/v1/namespaces")
+    return [
+        ns["metadata"]["name"]
+        for ns in found.get("items") or []
+        if (ns.get("status") or {}).get("phase") == "Terminating"
+    ]
