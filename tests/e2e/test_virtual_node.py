@@ -8,6 +8,7 @@ import urllib.request
 from typing import Any
 
 from devcluster.fleet import Fleet
+from devcluster.rest import RestClient
 from devcluster.vnodes import VirtualNodeProcess
 from tests.e2e.helpers import create, events_for, get, phase, pod, pod_manifest, wait_for
 from vnode.providers.k2k import naming
@@ -220,16 +221,7 @@ def test_a_config_map_update_reaches_the_copy_and_unused_copies_are_collected(
     fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str
 ) -> None:
     upper, lower = fleet.upper.rest(), fleet.lower.rest()
-    create(
-        upper,
-        namespace,
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"v": "1"}},
-    )
-    manifest = pod_manifest("web", node=virtual_node.name)
-    manifest["spec"]["volumes"] = [{"name": "c", "configMap": {"name": "cfg"}}]
-    create(upper, namespace, manifest)
-    wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
-    copy_path = f"/api/v1/namespaces/{namespace}/configmaps/cfg"
+    copy_path = _running_with_config_map(upper, namespace=namespace, node=virtual_node.name)
     upper.request(
         "PATCH", copy_path, body={"data": {"v": "2"}}, content_type="application/merge-patch+json"
     )
@@ -246,16 +238,7 @@ def test_a_copy_deleted_below_is_made_again_while_a_pod_uses_it(
 ) -> None:
     # Without it, the next start of a container of the pod fails for good.
     upper, lower = fleet.upper.rest(), fleet.lower.rest()
-    create(
-        upper,
-        namespace,
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"v": "1"}},
-    )
-    manifest = pod_manifest("web", node=virtual_node.name)
-    manifest["spec"]["volumes"] = [{"name": "c", "configMap": {"name": "cfg"}}]
-    create(upper, namespace, manifest)
-    wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
-    copy_path = f"/api/v1/namespaces/{namespace}/configmaps/cfg"
+    copy_path = _running_with_config_map(upper, namespace=namespace, node=virtual_node.name)
     made = get(lower, copy_path)
     assert made is not None
     made_uid = made["metadata"]["uid"]
@@ -463,3 +446,18 @@ def test_lower_events_are_mirrored_onto_the_upper_pod(
             )
         ),
     )
+
+
+def _running_with_config_map(upper: RestClient, *, namespace: str, node: str) -> str:
+    """Create ConfigMap `cfg` ({"v": "1"}) and pod `web` mounting it on `node`, wait until
+    the pod is Running, and return the ConfigMap's path (the same in both clusters)."""
+    create(
+        upper,
+        namespace,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"v": "1"}},
+    )
+    manifest = pod_manifest("web", node=node)
+    manifest["spec"]["volumes"] = [{"name": "c", "configMap": {"name": "cfg"}}]
+    create(upper, namespace, manifest)
+    wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
+    return f"/api/v1/namespaces/{namespace}/configmaps/cfg"
