@@ -2,7 +2,7 @@
 (copies are ClusterIP unless --lower-service-types allows more), priority classes (mapped or
 dropped, never `system-*`), and the lower cluster's own admission on the namespaces tensile
 makes (--lower-namespace-labels/-annotations with PodTolerationRestriction and
-PodNodeSelector enabled on a lower apiserver of the test's own fleet).
+PodNodeSelector enabled on the session fleet's lower-2).
 """
 
 from __future__ import annotations
@@ -15,12 +15,11 @@ from typing import Any
 
 import pytest
 
-from devcluster.cluster import FleetSettings, LowerClusterSettings
 from devcluster.fleet import Fleet
 from devcluster.rest import RestClient
 from devcluster.vnodes import VirtualNodeProcess
 from tests.e2e.helpers import create, delete_if_present, get, phase, pod, pod_manifest, wait_for
-from tests.fixtures import create_namespace
+from tests.fixtures import create_namespace, delete_namespace
 from vnode.providers.k2k import services
 
 WIDE = "--lower-service-types=ClusterIP,NodePort,LoadBalancer"
@@ -46,7 +45,6 @@ def _restart_with(node: VirtualNodeProcess, *args: str) -> None:
     base = [a for a in node.argv if not a.startswith(("--lower-service-types",))]
     node.argv = [*base, *args]
     node.start()  # a new process of the new command line (`restart` runs the old one)
-    wait_for(f"{node.name} Ready again", node.ready)
 
 
 def _exposed(name: str) -> dict[str, Any]:
@@ -245,32 +243,31 @@ WHITELIST = [
     {"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"},
     {"key": "dedicated", "operator": "Equal", "value": "tenants", "effect": "NoSchedule"},
 ]
-ADMISSION = ("PodTolerationRestriction", "PodNodeSelector")
+NODE_SELECTOR = "kubernetes.io/os=linux"
+"""The namespace's node selector (PodNodeSelector): every kwok node has it, so pods still
+run, and the lower pods show it merged in."""
 
 
-@pytest.fixture
-def admission_fleet(start_fleet: Callable[[FleetSettings], Fleet]) -> Fleet:
-    """One upper cluster over one lower cluster whose apiserver runs the admission plugins
-    a lower administrator uses to confine tenants; its one node is labelled for them."""
-    return start_fleet(
-        FleetSettings(
-            lowers=(
-                LowerClusterSettings(
-                    nodes=1, node_labels={0: {"pool": "tenants"}}, admission_plugins=ADMISSION
-                ),
-            ),
-            metrics_server=False,
-        )
+def _tolerating(name: str, *, node: str, value: str) -> dict[str, Any]:
+    manifest = pod_manifest(name, node=node)
+    manifest["spec"]["tolerations"].append(
+        {"key": "dedicated", "operator": "Equal", "value": value, "effect": "NoSchedule"}
     )
+    return manifest
 
 
 def test_the_lower_admission_governs_tenants_in_the_namespaces_tensile_makes(
-    admission_fleet: Fleet, tmp_path: Path
+    fleet: Fleet, nodes: list[VirtualNodeProcess], tmp_path: Path
 ) -> None:
-    fleet = admission_fleet
-    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    """On the session fleet's lower-2, whose apiserver runs PodTolerationRestriction and
+    PodNodeSelector (tests/fixtures.py SESSION_FLEET), as a lower administrator confining
+    tenants would; the lower namespace is made by the node, before the flags are given."""
+    upper, lower = fleet.upper.rest(), fleet.cluster("lower-2").rest()
     namespace = create_namespace((fleet.upper,), prefix="admitted")
-    node = VirtualNodeProcess(fleet, name=f"vn-{secrets.token_hex(3)}", log_dir=tmp_path)
+    node = VirtualNodeProcess(
+        fleet, name=f"vn-{secrets.token_hex(3)}", log_dir=tmp_path, lower="lower-2"
+    )
+    nodes.append(node)
     node.start()
     try:
         # Made before the administrator's flags: the lower namespace lacks their marks.
@@ -281,24 +278,11 @@ def test_the_lower_admission_governs_tenants_in_the_namespaces_tensile_makes(
             "--lower-namespace-labels=tenancy.example.com/tier=tenants",
             "--lower-namespace-annotations="
             f"scheduler.alpha.kubernetes.io/tolerationsWhitelist={json.dumps(WHITELIST)},"
-            "scheduler.alpha.kubernetes.io/node-selector=pool=tenants",
+            f"scheduler.alpha.kubernetes.io/node-selector={NODE_SELECTOR}",
         ]
-        node.start()  # a new process of the new command line
-        wait_for(f"{node.name} Ready again", node.ready)
-
-        def tolerating(name: str, value: str) -> dict[str, Any]:
-            toleration = {
-                "key": "dedicated",
-                "operator": "Equal",
-                "value": value,
-                "effect": "NoSchedule",
-            }
-            manifest = pod_manifest(name, node=node.name)
-            manifest["spec"]["tolerations"].append(toleration)
-            return manifest
-
-        create(upper, namespace, tolerating("allowed", "tenants"))
-        create(upper, namespace, tolerating("outside", "other-team"))
+        node.start()  # a new process of the new command line (`restart` runs the old one)
+        create(upper, namespace, _tolerating("allowed", node=node.name, value="tenants"))
+        create(upper, namespace, _tolerating("outside", node=node.name, value="other-team"))
 
         def refusal() -> str | None:
             status = (pod(upper, namespace, "outside") or {}).get("status") or {}
@@ -310,11 +294,10 @@ def test_the_lower_admission_governs_tenants_in_the_namespaces_tensile_makes(
         wait_for("allowed Running", lambda: phase(upper, namespace, "allowed") == "Running")
         allowed = pod(lower, namespace, "allowed") or {}
         # PodNodeSelector merged the namespace's selector into the tenant's pod.
-        assert allowed["spec"]["nodeSelector"].get("pool") == "tenants", allowed["spec"]
+        assert allowed["spec"]["nodeSelector"] == {"kubernetes.io/os": "linux"}, allowed["spec"]
         marks = lower.request("GET", f"/api/v1/namespaces/{namespace}")["metadata"]
         assert marks["labels"]["tenancy.example.com/tier"] == "tenants"
         whitelist = marks["annotations"]["scheduler.alpha.kubernetes.io/tolerationsWhitelist"]
         assert json.loads(whitelist) == WHITELIST
     finally:
-        code = node.stop()  # the fleet, this test's own, goes with its namespaces
-    assert code == 0, f"virtual-node exited {code}; log {node.log}"
+        delete_namespace((fleet.upper, fleet.cluster("lower-2")), namespace)
