@@ -47,6 +47,10 @@ class LowerClusterSettings:
     """Pod capacity of each Node."""
     node_labels: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
     """Extra labels by node index, so placement tests can target one node."""
+    admission_plugins: tuple[str, ...] = ()
+    """kube-apiserver --enable-admission-plugins beyond its defaults (e.g.
+    PodTolerationRestriction, PodNodeSelector), so tests meet a lower administrator's
+    admission."""
 
 
 @dataclass(frozen=True, kw_only=True)

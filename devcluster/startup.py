@@ -358,6 +358,11 @@ class Startup:
             service_cidr=_service_cidr(self.names.index(name)),
             files=files,
             compaction_interval=self.settings.compaction_interval,
+            admission_plugins=(
+                self.settings.lowers[self.lowers.index(name)].admission_plugins
+                if name in self.lowers
+                else ()
+            ),
         )
 
     def _server(self, port: int) -> str:

@@ -37,10 +37,18 @@ from devcluster.rest import ApiStatusError, RestClient
 
 _LONG_LIVED = pytest.StashKey[set[int]]()
 SESSION_FLEET = FleetSettings(
-    uppers=2, lowers=(LowerClusterSettings(nodes=3), LowerClusterSettings(nodes=2))
+    uppers=2,
+    lowers=(
+        LowerClusterSettings(nodes=3),
+        LowerClusterSettings(
+            nodes=2, admission_plugins=("PodTolerationRestriction", "PodNodeSelector")
+        ),
+    ),
 )
 """The session's fleet: enough for both multi-cluster topologies (one upper over two
-lowers, two uppers over one lower) while pair tests use `upper` and `lower`."""
+lowers, two uppers over one lower) while pair tests use `upper` and `lower`. lower-2 runs
+the admission plugins a lower administrator confines tenants with (they act only on
+namespaces annotated for them: tests/e2e/test_tenant_boundary.py)."""
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -215,12 +215,15 @@ async def _k2k_provider(
             enable_service_account=settings.pods.enable_service_account,
             pod_security_level=settings.pods.pod_security_level,
             taint_key=settings.node.taint.key if settings.node.taint else DEFAULT_TAINT_KEY,
+            priority_classes=settings.pods.priority_class_map,
         ),
         node_ip=node_ip,
         upper_namespace=settings.pods.namespace,
         kubelets=kubelets,
         workers=settings.pods.workers,
         controllers=settings.controllers,
+        namespace_labels=settings.pods.lower_namespace_labels,
+        namespace_annotations=settings.pods.lower_namespace_annotations,
     )
 
 

@@ -36,6 +36,14 @@ from vnode.settings import (
 
 PROVIDERS = ("k8s", "mock")
 POD_SECURITY_LEVELS = ("privileged", "baseline", "restricted")
+SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
+"""What --lower-service-types may name (ExternalName exposes nothing and always travels)."""
+SYSTEM_PRIORITY_PREFIX = "system-"
+"""Kubernetes reserves PriorityClass names with this prefix for its own critical pods."""
+# Keys of lower namespaces that tensile writes itself: a flag must not change them.
+_OWN_NAMESPACE_KEYS = ("tensile.io/", "pod-security.kubernetes.io/enforce")
+# A comma starts a new key=value item only when `key=` follows it and it is not escaped.
+_ITEM_SPLIT = re.compile(r"(?<!\\),(?=\s*[A-Za-z0-9][-A-Za-z0-9_./]*=)")
 MAX_NAMESPACE_PREFIX = 30
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?")
@@ -217,6 +225,38 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "namespaces it creates (default baseline: no host namespaces, hostPath or privileged "
         "containers)",
     )
+    a(
+        "--lower-service-types",
+        default="ClusterIP",
+        help="ServiceControllers: comma-separated Service types the lower cluster takes as "
+        f"they are ({', '.join(SERVICE_TYPES)}), with their exposure fields and annotations; "
+        "copies of other types are ClusterIP below (default ClusterIP: nothing is exposed "
+        "outside the lower cluster; ExternalName is always copied)",
+    )
+    a(
+        "--priority-class-map",
+        default="",
+        help="comma-separated UPPER=LOWER PriorityClass names: the lower pod's class for an "
+        "upper one; pods of other classes run at the lower default priority (no LOWER may "
+        "start with system-)",
+    )
+    a(
+        "--lower-namespace-labels",
+        action="append",
+        default=[],
+        help="key=value,... labels set on every lower namespace the node creates (and on those "
+        "it created before), e.g. for the lower cluster's Pod Security or quota tooling; "
+        "repeatable; a comma inside a value is written \\,",
+    )
+    a(
+        "--lower-namespace-annotations",
+        action="append",
+        default=[],
+        help="key=value,... annotations set like --lower-namespace-labels, e.g. "
+        "scheduler.alpha.kubernetes.io/tolerationsWhitelist or "
+        "scheduler.alpha.kubernetes.io/node-selector; repeatable; a comma inside a value is "
+        "written \\, (a comma not followed by key= is kept, so JSON values need no escape)",
+    )
     flags.add_logging_flags(p)
     a("--shutdown-timeout", type=duration, default=10.0, help="bound of a graceful stop")
     a(
@@ -299,6 +339,15 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
             enable_service_account=args.enable_serviceaccount,
             workers=args.pod_sync_workers,
             namespace_weights=_namespace_weights(args.namespace_weights),
+            priority_class_map=_priority_class_map(args.priority_class_map),
+            lower_namespace_labels=_namespace_marks(
+                args.lower_namespace_labels, flag="--lower-namespace-labels", labels=True
+            ),
+            lower_namespace_annotations=_namespace_marks(
+                args.lower_namespace_annotations,
+                flag="--lower-namespace-annotations",
+                labels=False,
+            ),
         ),
         upper=ClientSettings(
             kubeconfig=args.kubeconfig or None,
@@ -318,6 +367,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
         controllers=ControllerSettings(
             enabled=controllers,
             service_namespaces=_service_namespaces(args.service_namespaces),
+            lower_service_types=_service_types(args.lower_service_types),
             **_storage_classes(args.lower_storage_class),
         ),
         metrics_addr=flags.address(args.metrics_addr, "--metrics-addr")
@@ -567,3 +617,87 @@ def _kubelet_access(value: str) -> KubeletAccessMode:
     if value == "proxy":
         return "proxy"
     raise UsageError(f"--lower-kubelet-access must be proxy or direct, got {value!r}")
+
+
+def _service_types(text: str) -> tuple[str, ...]:
+    # ClusterIP is always taken: it is what every other type becomes below.
+    chosen = ["ClusterIP"]
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        if item == "ExternalName":
+            raise UsageError(
+                "--lower-service-types: ExternalName is always copied (a DNS alias exposes "
+                "nothing); name only " + ", ".join(SERVICE_TYPES)
+            )
+        if item not in SERVICE_TYPES:
+            raise UsageError(
+                f"--lower-service-types: unknown type {item!r} (known: {', '.join(SERVICE_TYPES)})"
+            )
+        if item not in chosen:
+            chosen.append(item)
+    return tuple(chosen)
+
+
+def _priority_class_map(text: str) -> tuple[tuple[str, str], ...]:
+    """--priority-class-map "UPPER=LOWER,..." -> pairs. Raises UsageError for a malformed
+    item, a name that is not a PriorityClass name, an UPPER mapped twice, or a LOWER class
+    of Kubernetes' own (`system-*`: a tenant must never get node- or cluster-critical
+    priority below; an administrator maps onto classes of theirs)."""
+    pairs: dict[str, str] = {}
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        upper, sep, lower = (part.strip() for part in item.partition("="))
+        if not sep:
+            raise UsageError(f"--priority-class-map: expected UPPER=LOWER, got {item!r}")
+        for name in (upper, lower):
+            if not names.is_dns1123_subdomain(name):
+                raise UsageError(
+                    f"--priority-class-map: {name!r} in {item!r} is not a PriorityClass name "
+                    "(a DNS-1123 subdomain)"
+                )
+        if lower.startswith(SYSTEM_PRIORITY_PREFIX):
+            raise UsageError(
+                f"--priority-class-map: {item!r} maps onto {lower}, a class Kubernetes reserves "
+                "for its own critical pods; map onto a class of the lower cluster's own"
+            )
+        if upper in pairs:
+            raise UsageError(f"--priority-class-map: {upper} is mapped twice")
+        pairs[upper] = lower
+    return tuple(pairs.items())
+
+
+def _namespace_marks(
+    texts: Sequence[str], *, flag: str, labels: bool
+) -> tuple[tuple[str, str], ...]:
+    """--lower-namespace-labels/-annotations occurrences "key=value,..." -> pairs, in order.
+
+    Keys must be qualified names, label values label values (apimachinery's validation, so
+    the lower apiserver never refuses a namespace for them); keys tensile writes itself
+    (`tensile.io/*`, `pod-security.kubernetes.io/enforce`, see --pod-security-level) are
+    refused, as is a key given twice. Raises UsageError naming the item and what is wrong."""
+    marks: dict[str, str] = {}
+    for text in texts:
+        for raw in _ITEM_SPLIT.split(text):
+            item = raw.strip()
+            if not item:
+                continue
+            key, sep, value = item.partition("=")
+            key, value = key.strip(), value.strip().replace("\\,", ",")
+            if not sep:
+                raise UsageError(f"{flag}: expected key=value, got {item!r}")
+            problem = names.qualified_name_problem(key)
+            if problem is not None:
+                raise UsageError(f"{flag}: key {key!r} is not a valid key: {problem}")
+            if labels and (problem := names.label_value_problem(value)) is not None:
+                raise UsageError(f"{flag}: the value of {key} is not a label value: {problem}")
+            if any(key.startswith(own) for own in _OWN_NAMESPACE_KEYS):
+                raise UsageError(
+                    f"{flag}: {key} is written by the virtual node itself (its ownership marks "
+                    "and --pod-security-level)"
+                )
+            if key in marks:
+                raise UsageError(f"{flag}: {key} is given twice")
+            marks[key] = value
+    return tuple(marks.items())

@@ -95,6 +95,15 @@ class PodSettings:
     """--namespace-weights: (namespace, weight >= 1) pairs. The pod queues serve namespaces
     in weighted round robin: per round a namespace gets up to its weight of pods handled;
     namespaces not named weigh 1 (all equal by default)."""
+    priority_class_map: tuple[tuple[str, str], ...] = ()
+    """--priority-class-map UPPER=LOWER pairs: the lower pod's priorityClassName for an
+    upper one; a class not mapped is dropped (the lower default priority applies). No
+    LOWER starts with `system-`."""
+    lower_namespace_labels: tuple[tuple[str, str], ...] = ()
+    """--lower-namespace-labels: labels set on every lower namespace tensile creates (and
+    on those it created before, when they lack or differ in one)."""
+    lower_namespace_annotations: tuple[tuple[str, str], ...] = ()
+    """--lower-namespace-annotations: the same for annotations."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,6 +166,10 @@ class ControllerSettings:
     lower_storage_class_default: str | None = None
     """--lower-storage-class LOWER (a bare name): the lower class for upper classes not
     paired; None: lower claims name no class, so the lower default StorageClass applies."""
+    lower_service_types: tuple[str, ...] = ("ClusterIP",)
+    """--lower-service-types: the Service types copied below as they are, with their
+    exposure fields; any other exposure type (NodePort, LoadBalancer) becomes ClusterIP
+    below. ExternalName always travels (it exposes nothing)."""
 
 
 KubeletAccessMode = Literal["proxy", "direct"]

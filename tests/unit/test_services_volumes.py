@@ -63,7 +63,7 @@ def test_a_lower_service_has_no_selector_no_node_ports_and_a_clusterip_of_its_ow
     assert "clusterIP" not in spec
     assert "externalTrafficPolicy" not in spec
     assert "ipFamilies" not in spec
-    assert spec["type"] == "NodePort"
+    assert spec["type"] == "ClusterIP"  # by default nothing is exposed below (issue 22)
     assert spec["ports"] == [{"name": "http", "protocol": "TCP", "port": 80, "targetPort": 8080}]
     assert spec["sessionAffinity"] == "ClientIP"
     assert lower["metadata"]["namespace"] == "t1-app"
@@ -95,8 +95,9 @@ def test_a_lower_service_defaulted_by_its_apiserver_is_equal_to_its_translation(
     assert services.compare_service(served, desired) is None
 
 
-def test_a_port_change_keeps_the_lower_node_port_and_a_type_change_replaces() -> None:
-    served = services.lower_service(upper_service(), owner=OWNER, prefix="")
+def test_a_port_change_keeps_the_lower_node_port_and_headlessness_replaces() -> None:
+    wide = services.ServiceExposure(types=frozenset({"ClusterIP", "NodePort"}))
+    served = services.lower_service(upper_service(), owner=OWNER, prefix="", exposure=wide)
     served["spec"]["ports"][0]["nodePort"] = 31000
     more = upper_service(
         ports=[
@@ -104,16 +105,14 @@ def test_a_port_change_keeps_the_lower_node_port_and_a_type_change_replaces() ->
             {"name": "admin", "protocol": "TCP", "port": 9000},
         ]
     )
-    change = services.compare_service(served, services.lower_service(more, owner=OWNER, prefix=""))
+    change = services.compare_service(
+        served, services.lower_service(more, owner=OWNER, prefix="", exposure=wide)
+    )
     assert isinstance(change, Patch)
     assert change.body["spec"]["ports"][0]["nodePort"] == 31000
     assert "nodePort" not in change.body["spec"]["ports"][1]
-    assert isinstance(
-        services.compare_service(
-            served, services.lower_service(upper_service(type="ClusterIP"), owner=OWNER, prefix="")
-        ),
-        Replace,
-    )
+    # Type changes between ClusterIP, NodePort and LoadBalancer are patched in place (see
+    # tests/unit/test_tenant_boundary.py); headlessness cannot change in place.
     assert isinstance(
         services.compare_service(
             served, services.lower_service(upper_service(clusterIP="None"), owner=OWNER, prefix="")

@@ -80,10 +80,14 @@ def apiserver_argv(
     service_cidr: str,
     files: ApiserverFiles,
     compaction_interval: str,
+    admission_plugins: tuple[str, ...] = (),
 ) -> list[str]:
-    """Return the argv of a kube-apiserver bound to loopback `port`, storing under `etcd_prefix`."""
+    """Return the argv of a kube-apiserver bound to loopback `port`, storing under
+    `etcd_prefix`, with `admission_plugins` enabled beyond the default ones."""
+    enabled = [f"--enable-admission-plugins={','.join(admission_plugins)}"]
     return [
         str(binary),
+        *(enabled if admission_plugins else []),
         f"--etcd-servers=https://{LOOPBACK}:{etcd_port}",
         f"--etcd-cafile={files.etcd_ca}",
         f"--etcd-certfile={files.etcd_client.cert}",

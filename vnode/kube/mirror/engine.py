@@ -101,6 +101,7 @@ class Mirror:
         in_use: Callable[[str], bool] | None = None,
         namespaces: Namespaces | None = None,
         on_problem: Callable[[Obj, str], Awaitable[None]] | None = None,
+        on_notice: Callable[[Obj, str], Awaitable[None]] | None = None,
         queue_settings: QueueSettings | None = None,
         collect_delay: float = 2.0,
         sibling_grace: float = SIBLING_GRACE,
@@ -114,8 +115,10 @@ class Mirror:
         tells whether something still needs the target there: an owned one is not collected,
         and one that is gone is made again. `namespaces` makes target namespaces exist
         before creates. `on_problem(source, message)` is told about conflicts and targets
-        the target cluster refuses. `collect_delay` (seconds) is how long
-        `schedule_collection` waits, so a burst of pod deletions is collected once.
+        the target cluster refuses; `on_notice(source, message)` of the spec's `notice`
+        once a target stands for the source (once per source UID and message).
+        `collect_delay` (seconds) is how long `schedule_collection` waits, so a burst of pod
+        deletions is collected once.
         `sibling_grace` (seconds, default `SIBLING_GRACE`) is how long a sibling's copy must
         have differed, unchanged, before the worker writes it; `clock` (seconds) times it."""
         self.spec = spec
@@ -129,6 +132,10 @@ class Mirror:
         self._in_use = in_use
         self._namespaces = namespaces
         self._on_problem = on_problem
+        self._on_notice = on_notice
+        self._noticed: dict[str, tuple[str, str]] = {}
+        """Source key -> (source UID, message) of the last notice told, so one is told once
+        (not at every sync) and again when the object or the message changes."""
         self._collect_delay = collect_delay
         self._clock = clock
         self.siblings = SiblingPolicy.of(spec, tenancy=tenancy, grace=sibling_grace)
@@ -264,6 +271,9 @@ class Mirror:
             reports = not (isinstance(action, Recreate) and action.leftover)
             if written is not None and source is not None and reports:
                 await self._report(source, written)
+                await self._notice(key, source)
+            elif source is None:
+                self._noticed.pop(key, None)
             # Settled: what was waited for or remembered for this key is moot now.
             self._waits.settle(key)
             self._remade.pop(key, None)
@@ -472,6 +482,19 @@ class Mirror:
             )
         except errors.NotFound:
             pass  # the source went meanwhile; its deletion brings the key back
+
+    async def _notice(self, key: str, source: Obj) -> None:
+        if self.spec.notice is None or self._on_notice is None:
+            return
+        message = self.spec.notice(source)
+        told = self._noticed.get(key)
+        if message is None:
+            self._noticed.pop(key, None)
+            return
+        if told == (uid(source), message):
+            return
+        self._noticed[key] = (uid(source), message)
+        await self._on_notice(source, message)
 
     async def _problem(self, source: Obj, message: str) -> None:
         if self._on_problem is not None:

@@ -97,6 +97,10 @@ class KindSpec:
     """(kept target, source of its key) -> whether the target was made for this very
     source object: False (e.g. another UID) makes it the leftover of an earlier object of
     the same name, collected as one whose source is gone, or in the way if it is kept."""
+    notice: Callable[[Obj], str | None] | None = None
+    """(source) -> what its user should know about how it was mirrored (e.g. a Service
+    type the target cluster does not take), told once per source object and message, or
+    None."""
     keeps_siblings: Callable[[str, Obj], bool] = _never
     """(source key, a sibling's copy of it) -> whether this kind keeps it like its own
     (e.g. within this node's --service-namespaces); default: never."""

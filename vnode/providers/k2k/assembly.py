@@ -41,6 +41,8 @@ def build(
     kubelets: KubeletAccess | None = None,
     workers: int = 50,
     controllers: ControllerSettings | None = None,
+    namespace_labels: tuple[tuple[str, str], ...] = (),
+    namespace_annotations: tuple[tuple[str, str], ...] = (),
 ) -> K2KProvider:
     """Return the provider that forwards the pods of node `policy.node_name` to `lower`.
 
@@ -53,7 +55,9 @@ def build(
     the lower kubelets' resource metrics are read (default: through the lower apiserver's
     node proxy); `workers` bounds concurrent copy updates per kind (--pod-sync-workers);
     `controllers` chooses the mirrors of Services and volumes that run beside the
-    dependency copies (default: both, as tensile-kube's --enable-controllers). Nothing is
+    dependency copies (default: both, as tensile-kube's --enable-controllers);
+    `namespace_labels`/`namespace_annotations` the lower administrator's marks for the lower
+    namespaces the node makes (--lower-namespace-labels/-annotations). Nothing is
     started and no request is made: the node starts the provider and its informers.
     """
     owner = policy.owner
@@ -66,6 +70,8 @@ def build(
         owner=owner,
         prefix=policy.namespace_prefix,
         pod_security_level=policy.pod_security_level,
+        extra_labels=dict(namespace_labels),
+        extra_annotations=dict(namespace_annotations),
     )
     pods = informers.informer(
         lower,
@@ -179,14 +185,18 @@ def _service_mirrors(
 ) -> list[Mirror]:
     """The mirrors of the upper Services and EndpointSlices (ServiceControllers)."""
     selection = services.ServiceSelection(namespaces=frozenset(controllers.service_namespaces))
+    exposure = services.ServiceExposure(types=frozenset(controllers.lower_service_types))
     # One namespace: watch only it (and need only a Role there upstairs).
     only = controllers.service_namespaces
     namespace = only[0] if len(only) == 1 else None
     node = tenancy.owner.node_name
     recorder = EventRecorder(upper_events, component=f"{node}/service-mirror", host=node)
     mirrors = []
-    for make in (services.service_spec, services.slice_spec):
-        spec = make(tenancy=tenancy, selection=selection)
+    specs = (
+        services.service_spec(tenancy=tenancy, selection=selection, exposure=exposure),
+        services.slice_spec(tenancy=tenancy, selection=selection),
+    )
+    for spec in specs:
         resource = spec.source
         mirrors.append(
             Mirror(
@@ -207,6 +217,7 @@ def _service_mirrors(
                 target_client=lower,
                 namespaces=namespaces,
                 on_problem=_problem_recorder(recorder, spec),
+                on_notice=_notice_recorder(recorder, spec),
             )
         )
     return mirrors
@@ -230,3 +241,27 @@ def _problem_recorder(
         )
 
     return problem
+
+
+NARROWED = "ServiceTypeNarrowed"
+"""Reason of the Event on an upper Service whose lower copy has a narrower type."""
+
+
+def _notice_recorder(
+    recorder: EventRecorder, spec: KindSpec
+) -> Callable[[Obj, str], Awaitable[None]]:
+    """Tell a mirror's notices (e.g. a Service copied as ClusterIP) as Warning Events on
+    the upper object."""
+    api_version = spec.source.api_version
+
+    async def notice(source: Obj, message: str) -> None:
+        await recorder.record(
+            source,
+            type="Warning",
+            reason=NARROWED,
+            message=message,
+            kind=spec.kind,
+            api_version=api_version,
+        )
+
+    return notice

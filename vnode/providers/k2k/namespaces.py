@@ -8,6 +8,7 @@ so every object follows the same tenancy rules (see the README, "Tenants below")
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -15,12 +16,14 @@ from typing import Any
 
 from vnode.kube import errors
 from vnode.kube.backoff import ExponentialBackoff
-from vnode.kube.client import ApiClient
+from vnode.kube.client import MERGE_PATCH, ApiClient
 from vnode.kube.mirror.engine import Refused
 from vnode.kube.resources import NAMESPACES
 from vnode.kube.workqueue import Requeue
 from vnode.providers.k2k import naming, podsecurity
 from vnode.settings import PodSecurityLevel
+
+logger = logging.getLogger(__name__)
 
 _GOING_RETRY = 5.0
 """Seconds before an object of an upper namespace being deleted is looked at again."""
@@ -43,6 +46,39 @@ class _Going:
     """Time (the clock's seconds) before which nobody looks again."""
 
 
+def marks_patch(
+    namespace: Mapping[str, Any],
+    *,
+    owner: naming.Owner,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+) -> dict[str, Any] | None:
+    """Return the merge patch that gives an existing lower namespace the administrator's
+    `labels` and `annotations` (--lower-namespace-labels/-annotations), or None (pure).
+
+    Only a namespace tensile made for `owner`'s upper cluster (`naming.namespace_marks`) is
+    patched, with the keys it lacks or holds another value of: the flags are the lower
+    administrator's word on the namespaces tensile makes, even those made before the flags
+    changed. A namespace someone else made (the administrator's own, another upper
+    cluster's) is theirs to label: None. Keys not named in the flags are never removed."""
+    meta = namespace.get("metadata") or {}
+    have_labels = meta.get("labels") or {}
+    if have_labels.get(naming.MANAGED_NAMESPACE_LABEL) != "true" or not naming.same_cluster(
+        namespace, owner=owner
+    ):
+        return None
+    have_annotations = meta.get("annotations") or {}
+    patch: dict[str, Any] = {}
+    for field, want, have in (
+        ("labels", labels, have_labels),
+        ("annotations", annotations, have_annotations),
+    ):
+        diff = {k: v for k, v in want.items() if have.get(k) != v}
+        if diff:
+            patch[field] = diff
+    return {"metadata": patch} if patch else None
+
+
 def terminating(namespace: Mapping[str, Any]) -> bool:
     """Tell whether a Namespace object is being deleted (pure)."""
     meta = namespace.get("metadata") or {}
@@ -61,10 +97,15 @@ class LowerNamespaces:
         owner: naming.Owner,
         prefix: str,
         pod_security_level: PodSecurityLevel,
+        extra_labels: Mapping[str, str] | None = None,
+        extra_annotations: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Namespaces it creates are labelled with `owner`'s marks and the upper namespace
-        they were made for, and `pod-security.kubernetes.io/enforce=<pod_security_level>`.
+        they were made for, and `pod-security.kubernetes.io/enforce=<pod_security_level>`,
+        and carry `extra_labels` and `extra_annotations` (the lower administrator's, for the
+        lower cluster's admission); a namespace it made earlier gets those it lacks when
+        first looked at (`marks_patch`).
         With `upper`, a namespace is made only while its upper namespace lives: objects of
         an upper namespace being deleted must not bring its lower one back. `clock` (in
         seconds) times the looks at lower namespaces being deleted."""
@@ -73,6 +114,8 @@ class LowerNamespaces:
         self._owner = owner
         self._prefix = prefix
         self._level = pod_security_level
+        self._extra_labels = dict(extra_labels or {})
+        self._extra_annotations = dict(extra_annotations or {})
         self._clock = clock
         self._known: set[str] = set()
         """Lower namespaces known to exist and to be usable."""
@@ -127,6 +170,8 @@ class LowerNamespaces:
         labels, annotations = naming.namespace_marks(
             owner=self._owner, upper_namespace=source_namespace
         )
+        labels.update(self._extra_labels)
+        annotations.update(self._extra_annotations)
         labels[podsecurity.ENFORCE_LABEL] = self._level
         body = {
             "apiVersion": "v1",
@@ -147,8 +192,31 @@ class LowerNamespaces:
             )
             if conflict is not None:
                 raise Refused(conflict) from None
+            await self._add_marks(existing)
         self._going.pop(namespace, None)
         self._known.add(namespace)
+
+    async def _add_marks(self, existing: Mapping[str, Any]) -> None:
+        """Give a namespace made before the administrator's marks what it lacks of them.
+        A refusal (RBAC without `patch` on namespaces) is logged: the objects still go in,
+        as before the flags existed."""
+        patch = marks_patch(
+            existing,
+            owner=self._owner,
+            labels=self._extra_labels,
+            annotations=self._extra_annotations,
+        )
+        if patch is None:
+            return
+        name = str(existing["metadata"]["name"])
+        try:
+            await self._lower.request(
+                "PATCH", NAMESPACES.path(name=name), body=patch, content_type=MERGE_PATCH
+            )
+        except (errors.Forbidden, errors.Invalid) as exc:
+            logger.warning("lower namespace %s keeps its old labels: %s", name, exc.message)
+        else:
+            logger.info("lower namespace %s: set %s", name, patch["metadata"])
 
     def going(self, namespace: str) -> Requeue:
         """Note that the lower `namespace` is being deleted (seen so, or it refused an object

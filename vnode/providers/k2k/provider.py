@@ -49,6 +49,8 @@ logger = logging.getLogger(__name__)
 PING_TIMEOUT = 5.0
 """Seconds the lower apiserver has to answer a ping (`/readyz`), all of the call included."""
 _REFUSALS = (errors.Invalid, errors.Forbidden, errors.BadRequest)
+PRIORITY_DROPPED = "PriorityClassNotMapped"
+"""Reason of the Event on an upper pod whose priority class does not go below."""
 _LOG_CHUNK = 256 * 1024
 """Bytes of log joined into one downstream write at most."""
 
@@ -286,7 +288,13 @@ class K2KProvider:
                 ) from exc
         self.book.created(uid)
         logger.info("created lower pod %s for upper pod %s", lower_key, object_key(pod))
-        return ensured.events
+        _, dropped = translate.lower_priority_class(
+            pod["spec"].get("priorityClassName"), policy=self.policy
+        )
+        if dropped is None:
+            return ensured.events
+        # Recorded once, with the create: later syncs patch the pod and say nothing.
+        return [*ensured.events, PodEvent(type="Warning", reason=PRIORITY_DROPPED, message=dropped)]
 
     async def update_pod(self, pod: Obj) -> None:
         """Apply image, activeDeadlineSeconds, toleration, label and annotation changes."""

@@ -10,16 +10,34 @@ any upper Service by its usual DNS name, and the addresses it gets are the pod I
 pods' clusters gave them: this works where pod networks are routable between the
 clusters (tensile-kube's flat-network assumption, see the README).
 
+Exposure is the lower administrator's call (issue 22): a copy exists so that pods below
+reach the Service, not to open it outside the lower cluster. So a copy is ClusterIP below
+unless --lower-service-types names its type (`ServiceExposure`); a Service whose type was
+narrowed gets one Event upstairs saying so (`narrowed`). ExternalName is always copied (a
+DNS alias inside the tenant's namespace exposes nothing). A NodePort or LoadBalancer copy
+the flag allows carries what restricts or places that exposure: `externalTrafficPolicy`,
+`loadBalancerSourceRanges`, `loadBalancerClass`, `allocateLoadBalancerNodePorts` and the
+upper Service's annotations (cloud load-balancer settings such as "internal"; their keys
+are listed in `COPIED_ANNOTATIONS` so they go again when the upper ones or the type go).
+When the flag changes, existing copies are patched in place (Kubernetes allows ClusterIP,
+NodePort and LoadBalancer to change into each other; the apiserver frees the node ports);
+only a changed `loadBalancerClass` (immutable) or a change to or from ExternalName or
+headless replaces the copy.
+
 What is left out below, and why:
 - `nodePort`/`healthCheckNodePort`: numbers of the upper cluster's nodes; copied they
-  collide below (tensile-kube §10.16); the lower cluster allocates its own.
+  collide below (tensile-kube §10.16), also between upper clusters sharing the lower one;
+  the lower cluster allocates its own.
+- `externalIPs` and `loadBalancerIP`: addresses of the upper cluster's network (and
+  `externalIPs` lets a Service capture any address's traffic, CVE-2020-8554).
 - the ClusterIP: the lower cluster's own is allocated (a headless Service stays headless);
   it is recorded on the upper Service, one annotation per virtual node.
-- `externalTrafficPolicy`/`internalTrafficPolicy`, `ipFamilies`/`ipFamilyPolicy`: `Local`
-  would route only to endpoints on the lower node itself (none are), and the families of
-  the upper cluster may not exist below: the lower defaults apply.
-- annotations of the upper Service (cloud load-balancer settings would configure real
-  load balancers in every lower cluster); its labels are kept.
+- `internalTrafficPolicy`, `ipFamilies`/`ipFamilyPolicy`: `Local` would route only to
+  endpoints on the lower node itself (mirrored endpoints name no lower node), and the
+  families of the upper cluster may not exist below: the lower defaults apply. The same
+  holds for an allowed `externalTrafficPolicy: Local`: external traffic then finds no
+  local endpoint (it is the tenant's choice, copied as given).
+- annotations of a ClusterIP copy; its labels are kept.
 - of each endpoint: `nodeName`, `targetRef`, `hints`: they name upper nodes and pods
   (a lower node or pod of the same name is another one); addresses, conditions, hostname
   and zone are kept, so readiness and headless DNS records work below.
@@ -45,6 +63,28 @@ MANAGED_BY = "endpointslice-mirror.tensile.io"
 CLUSTER_IP_ANNOTATION_PREFIX = "cluster-ip.tensile.io/"
 """+ `naming.label_value(<virtual node>)`: the lower ClusterIP of an upper Service as one
 virtual node mirrored it ("None" for a headless one)."""
+COPIED_ANNOTATIONS = "tensile.io/copied-annotations"
+"""On a lower Service: the comma-separated keys of the upper annotations copied with an
+allowed exposure type (so they are removed once they no longer travel)."""
+CLUSTER_IP = "ClusterIP"
+NODE_PORT = "NodePort"
+LOAD_BALANCER = "LoadBalancer"
+EXTERNAL_NAME = "ExternalName"
+_EXPOSING = frozenset({NODE_PORT, LOAD_BALANCER})
+_EXPOSURE_FIELDS = {
+    NODE_PORT: ("externalTrafficPolicy",),
+    LOAD_BALANCER: (
+        "externalTrafficPolicy",
+        "loadBalancerSourceRanges",
+        "loadBalancerClass",
+        "allocateLoadBalancerNodePorts",
+    ),
+}
+"""The exposure fields that travel with an allowed type."""
+_ALL_EXPOSURE_FIELDS = ("healthCheckNodePort", *_EXPOSURE_FIELDS[LOAD_BALANCER])
+# Annotations of the upper Service that are never copied: kubectl's record of the applied
+# object, and what virtual nodes write on it.
+_UNCOPIED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
 _SKIPPED_NAMESPACES = frozenset({"kube-system"})
 # The upper apiserver's own Service: below, `default/kubernetes` is the lower apiserver's.
 _SKIPPED_SERVICES = frozenset({("default", "kubernetes")})
@@ -66,6 +106,35 @@ class ServiceSelection:
         if namespace in _SKIPPED_NAMESPACES or (namespace, name) in _SKIPPED_SERVICES:
             return False
         return not self.namespaces or namespace in self.namespaces
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServiceExposure:
+    """Which Service types the lower cluster takes as they are (--lower-service-types)."""
+
+    types: frozenset[str] = frozenset({CLUSTER_IP})
+    """Types copied as they are, with their exposure fields; ClusterIP always."""
+
+    def lower_type(self, upper: Mapping[str, Any]) -> str:
+        """Return the type of the lower copy of the upper Service `upper`: its own when
+        allowed (or ExternalName), else ClusterIP."""
+        upper_type = str((upper.get("spec") or {}).get("type") or CLUSTER_IP)
+        if upper_type == EXTERNAL_NAME or upper_type in self.types:
+            return upper_type
+        return CLUSTER_IP
+
+    def narrowed(self, upper: Mapping[str, Any], *, node_name: str) -> str | None:
+        """Return the message of the Event telling that the copy of `upper` below is
+        ClusterIP although it asked for more, or None when its type travels."""
+        upper_type = str((upper.get("spec") or {}).get("type") or CLUSTER_IP)
+        if self.lower_type(upper) == upper_type:
+            return None
+        allowed = ",".join(sorted(self.types))
+        return (
+            f"the lower cluster of virtual node {node_name} takes Services of type "
+            f"{upper_type} as ClusterIP (--lower-service-types={allowed}): pods there reach "
+            "this Service, nothing outside that cluster does"
+        )
 
 
 def cluster_ip_annotation(node_name: str) -> str:
@@ -93,12 +162,18 @@ def is_headless(service: Mapping[str, Any]) -> bool:
     return (service.get("spec") or {}).get("clusterIP") == "None"
 
 
-def lower_service(upper: Mapping[str, Any], *, owner: naming.Owner, prefix: str) -> Obj:
+def lower_service(
+    upper: Mapping[str, Any],
+    *,
+    owner: naming.Owner,
+    prefix: str,
+    exposure: ServiceExposure = ServiceExposure(),
+) -> Obj:
     """Return the lower Service standing for an upper one (see the module docstring)."""
     meta = upper.get("metadata") or {}
     spec = upper.get("spec") or {}
     labels, annotations = _marks(upper, owner=owner)
-    lower_spec: dict[str, Any] = {"type": spec.get("type") or "ClusterIP"}
+    lower_spec: dict[str, Any] = {"type": exposure.lower_type(upper)}
     ports = _ports(spec.get("ports"), _PORT_FIELDS)
     if ports:
         lower_spec["ports"] = ports
@@ -107,8 +182,21 @@ def lower_service(upper: Mapping[str, Any], *, owner: naming.Owner, prefix: str)
     for field in ("sessionAffinity", "sessionAffinityConfig", "publishNotReadyAddresses"):
         if spec.get(field) is not None:
             lower_spec[field] = spec[field]
-    if lower_spec["type"] == "ExternalName":
+    if lower_spec["type"] == EXTERNAL_NAME:
         lower_spec["externalName"] = spec.get("externalName")
+    if lower_spec["type"] in _EXPOSING:
+        for field in _EXPOSURE_FIELDS[lower_spec["type"]]:
+            if spec.get(field) is not None:
+                lower_spec[field] = spec[field]
+        copied = {
+            k: v
+            for k, v in (meta.get("annotations") or {}).items()
+            if k not in annotations
+            and k not in _UNCOPIED_ANNOTATIONS
+            and not k.startswith(CLUSTER_IP_ANNOTATION_PREFIX)
+            and k != COPIED_ANNOTATIONS
+        }
+        annotations = {**copied, **annotations, COPIED_ANNOTATIONS: ",".join(sorted(copied))}
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -138,7 +226,20 @@ def _service_view(service: Mapping[str, Any]) -> dict[str, Any]:
             }
         )
     affinity = spec.get("sessionAffinity") or "None"
+    service_type = spec.get("type") or CLUSTER_IP
+    exposing = service_type in _EXPOSING
+    balancing = service_type == LOAD_BALANCER
     return {
+        "externalTrafficPolicy": (spec.get("externalTrafficPolicy") or "Cluster")
+        if exposing
+        else None,
+        "loadBalancerSourceRanges": sorted(spec.get("loadBalancerSourceRanges") or [])
+        if balancing
+        else [],
+        "loadBalancerClass": spec.get("loadBalancerClass") if balancing else None,
+        "allocateLoadBalancerNodePorts": spec.get("allocateLoadBalancerNodePorts", True)
+        if balancing
+        else None,
         "ports": ports,
         "sessionAffinity": affinity,
         "sessionAffinityConfig": spec.get("sessionAffinityConfig") if affinity != "None" else None,
@@ -161,28 +262,70 @@ def _metadata_patch(lower: Mapping[str, Any], desired: Mapping[str, Any]) -> dic
         }
     current_annotations = current_meta.get("annotations") or {}
     wanted = desired_meta.get("annotations") or {}
-    if any(current_annotations.get(k) != v for k, v in wanted.items()):
-        patch["annotations"] = wanted
+    # Upper annotations copied before and no longer wanted (their upper key went, or the
+    # type no longer travels) are removed; the lower cluster's own are left alone.
+    stale = {
+        k: None
+        for k in str(current_annotations.get(COPIED_ANNOTATIONS) or "").split(",")
+        if k and k in current_annotations and k not in wanted
+    }
+    if COPIED_ANNOTATIONS in current_annotations and COPIED_ANNOTATIONS not in wanted:
+        stale[COPIED_ANNOTATIONS] = None
+    if stale or any(current_annotations.get(k) != v for k, v in wanted.items()):
+        patch["annotations"] = {**stale, **wanted}
     return patch
 
 
 def compare_service(lower: Mapping[str, Any], desired: Mapping[str, Any]) -> Change:
-    """Return how to bring a lower Service to `desired` (pure): a replacement when its
-    type or headlessness changed (neither can be patched in place), else a merge patch of
-    what differs (node ports the lower cluster allocated are kept), or None."""
-    lower_type = (lower.get("spec") or {}).get("type") or "ClusterIP"
+    """Return how to bring a lower Service to `desired` (pure): a replacement when it
+    turns to or from ExternalName or headless, or its loadBalancerClass changes (none can
+    be patched in place), else a merge patch of what differs, or None. A change between
+    ClusterIP, NodePort and LoadBalancer is patched in place, with the exposure fields the
+    new type does not have set to null and the ports sent without node ports (the apiserver
+    releases them); otherwise node ports the lower cluster allocated are kept."""
+    lower_type = (lower.get("spec") or {}).get("type") or CLUSTER_IP
     desired_type = desired["spec"]["type"]
-    if lower_type != desired_type:
+    if lower_type != desired_type and EXTERNAL_NAME in (lower_type, desired_type):
         return Replace(f"type {lower_type} -> {desired_type}")
     if is_headless(lower) != is_headless(desired):
         return Replace("headless changed")
+    current, wanted = _service_view(lower), _service_view(desired)
+    if (
+        lower_type == desired_type == LOAD_BALANCER
+        and current["loadBalancerClass"] != wanted["loadBalancerClass"]
+    ):
+        return Replace("loadBalancerClass changed")
     patch: dict[str, Any] = {}
     meta = _metadata_patch(lower, desired)
     if meta:
         patch["metadata"] = meta
-    current, wanted = _service_view(lower), _service_view(desired)
+    spec = _spec_patch(lower, desired, current=current, wanted=wanted)
+    if spec:
+        patch["spec"] = spec
+    return Patch(patch) if patch else None
+
+
+def _spec_patch(
+    lower: Mapping[str, Any],
+    desired: Mapping[str, Any],
+    *,
+    current: Mapping[str, Any],
+    wanted: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The spec part of `compare_service`'s patch (`current`, `wanted`: their views)."""
+    lower_type = (lower.get("spec") or {}).get("type") or CLUSTER_IP
+    desired_type = desired["spec"]["type"]
     spec: dict[str, Any] = {}
-    if current["ports"] != wanted["ports"]:
+    if lower_type != desired_type:
+        spec["type"] = desired_type
+        spec.update({f: desired["spec"].get(f) for f in _ALL_EXPOSURE_FIELDS})
+        if desired_type == CLUSTER_IP:
+            spec["ports"] = [dict(p) for p in desired["spec"].get("ports") or []]
+    else:
+        for field in _ALL_EXPOSURE_FIELDS[1:]:
+            if current[field] != wanted[field]:
+                spec[field] = desired["spec"].get(field)
+    if "ports" not in spec and current["ports"] != wanted["ports"]:
         node_ports = {
             (p.get("port"), p.get("protocol") or "TCP"): p["nodePort"]
             for p in (lower.get("spec") or {}).get("ports") or []
@@ -198,9 +341,7 @@ def compare_service(lower: Mapping[str, Any], desired: Mapping[str, Any]) -> Cha
             spec[field] = desired["spec"].get(field)
     if current["externalName"] != wanted["externalName"]:
         spec["externalName"] = desired["spec"].get("externalName")
-    if spec:
-        patch["spec"] = spec
-    return Patch(patch) if patch else None
+    return spec
 
 
 def report_cluster_ip(node_name: str) -> Callable[[Obj, Obj], Obj | None]:
@@ -233,10 +374,16 @@ def _siblings_within(
     return keeps
 
 
-def service_spec(*, tenancy: naming.NodeTenancy, selection: ServiceSelection) -> KindSpec:
+def service_spec(
+    *,
+    tenancy: naming.NodeTenancy,
+    selection: ServiceSelection,
+    exposure: ServiceExposure = ServiceExposure(),
+) -> KindSpec:
     """Return the mirror of upper Services into the lower cluster (pure; see the module
     docstring). A lower Service of the same name that another virtual node of the same
-    upper cluster made serves as the copy and is kept like our own (`_siblings_within`)."""
+    upper cluster made serves as the copy and is kept like our own (`_siblings_within`).
+    A Service whose type `exposure` narrows gets one notice (`ServiceExposure.narrowed`)."""
     owner, prefix = tenancy.owner, tenancy.prefix
 
     def selects(upper: Obj) -> bool:
@@ -253,8 +400,9 @@ def service_spec(*, tenancy: naming.NodeTenancy, selection: ServiceSelection) ->
         source=SERVICES,
         target=SERVICES,
         selects=selects,
-        translate=lambda upper: lower_service(upper, owner=owner, prefix=prefix),
+        translate=lambda upper: lower_service(upper, owner=owner, prefix=prefix, exposure=exposure),
         compare=compare_service,
+        notice=lambda upper: exposure.narrowed(upper, node_name=owner.node_name),
         collectable=lambda _lower, upper: upper is None,
         keeps_siblings=_siblings_within(
             selection, service_of=lambda lower: (lower.get("metadata") or {}).get("name")

@@ -73,6 +73,8 @@ class TranslationPolicy:
     """The Pod Security Standard pods must meet to go below (see `podsecurity`)."""
     taint_key: str = DEFAULT_TAINT_KEY
     """Key of the virtual node's taint: the webhook's toleration of it stays upstairs."""
+    priority_classes: tuple[tuple[str, str], ...] = ()
+    """--priority-class-map (upper class, lower class) pairs; see `lower_priority_class`."""
 
     @property
     def owner(self) -> naming.Owner:
@@ -134,6 +136,11 @@ def lower_pod(
             del spec["volumes"]
     if not policy.enable_service_account:
         spec["serviceAccountName"] = spec["serviceAccount"] = "default"
+    priority_class, _ = lower_priority_class(spec.get("priorityClassName"), policy=policy)
+    if priority_class is None:
+        spec.pop("priorityClassName", None)
+    else:
+        spec["priorityClassName"] = priority_class
     if absent:
         _remove_references(spec, absent)
     for group in _CONTAINER_GROUPS:
@@ -143,6 +150,38 @@ def lower_pod(
     metadata["namespace"] = naming.lower_namespace(namespace, prefix=policy.namespace_prefix)
     metadata["labels"], metadata["annotations"] = _lower_marks(meta, policy=policy)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+SYSTEM_PRIORITY_PREFIX = "system-"
+"""Kubernetes' own PriorityClasses (system-node-critical, system-cluster-critical)."""
+
+
+def lower_priority_class(
+    upper_class: object, *, policy: TranslationPolicy
+) -> tuple[str | None, str | None]:
+    """Return (the lower pod's priorityClassName or None, why the class was dropped or None).
+
+    A class named in `policy.priority_classes` becomes its lower class; any other class is
+    dropped, so the lower Priority admission gives the pod the lower cluster's default (the
+    globalDefault PriorityClass, else 0) and derives preemptionPolicy from it (the upper
+    pod's `priority` and `preemptionPolicy` are dropped anyway: the admission refuses values
+    that disagree with the class, kubernetes.io/docs "Pod Priority and Preemption"). A
+    `system-*` class is never passed through: a tenant would preempt other tenants' pods
+    with node- or cluster-critical priority. No pod, no class: (None, None)."""
+    if not isinstance(upper_class, str) or not upper_class:
+        return None, None
+    lower = dict(policy.priority_classes).get(upper_class)
+    if lower is not None:
+        return lower, None
+    kind = (
+        "a class Kubernetes reserves for its own critical pods, never passed below"
+        if upper_class.startswith(SYSTEM_PRIORITY_PREFIX)
+        else "not mapped below (--priority-class-map)"
+    )
+    return None, (
+        f"priorityClassName {upper_class} is {kind}: the pod runs at the lower cluster's "
+        "default priority"
+    )
 
 
 def dependencies(upper: Mapping[str, Any]) -> Dependencies:

@@ -1,0 +1,303 @@
+"""What a tenant may do below (issue 22, sections 1 to 3), on real clusters: Service exposure
+(copies are ClusterIP unless --lower-service-types allows more), priority classes (mapped or
+dropped, never `system-*`), and the lower cluster's own admission on the namespaces tensile
+makes (--lower-namespace-labels/-annotations with PodTolerationRestriction and
+PodNodeSelector enabled on the session fleet's lower-2).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devcluster.fleet import Fleet
+from devcluster.rest import RestClient
+from devcluster.vnodes import VirtualNodeProcess
+from tests.e2e.helpers import create, delete_if_present, get, phase, pod, pod_manifest, wait_for
+from tests.fixtures import create_namespace, delete_namespace
+from vnode.providers.k2k import services
+
+WIDE = "--lower-service-types=ClusterIP,NodePort,LoadBalancer"
+PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
+
+
+def _events(client: RestClient, namespace: str, kind: str, name: str, reason: str) -> list[Any]:
+    found = client.request(
+        "GET",
+        f"/api/v1/namespaces/{namespace}/events",
+        query={
+            "fieldSelector": (
+                f"involvedObject.name={name},involvedObject.kind={kind},reason={reason}"
+            )
+        },
+    )
+    return list(found.get("items") or [])
+
+
+def _restart_with(node: VirtualNodeProcess, *args: str) -> None:
+    """Stop `node` and start it again with `args` in place of the ones it had."""
+    assert node.stop() == 0, f"virtual-node exited non-zero; log {node.log}"
+    base = [a for a in node.argv if not a.startswith(("--lower-service-types",))]
+    node.argv = [*base, *args]
+    node.start()  # a new process of the new command line (`restart` runs the old one)
+
+
+def _exposed(name: str) -> dict[str, Any]:
+    """An internal, source-restricted LoadBalancer, as a tenant on a cloud writes one."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": name,
+            "annotations": {"networking.example.com/load-balancer-internal": "true"},
+        },
+        "spec": {
+            "type": "LoadBalancer",
+            "selector": {"app": name},
+            "ports": [{"name": "http", "port": 80, "targetPort": 8080}],
+            "loadBalancerSourceRanges": ["10.0.0.0/8"],
+            "loadBalancerClass": "example.com/internal",
+            "externalTrafficPolicy": "Local",
+            "allocateLoadBalancerNodePorts": True,
+        },
+    }
+
+
+def test_service_copies_are_cluster_ip_unless_the_lower_cluster_takes_their_type(
+    fleet: Fleet, nodes: list[VirtualNodeProcess], tmp_path: Path, namespace: str
+) -> None:
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    node = VirtualNodeProcess(fleet, name=f"vn-{secrets.token_hex(3)}", log_dir=tmp_path)
+    nodes.append(node)
+    node.start()
+    base = f"/api/v1/namespaces/{namespace}/services"
+    upper.request("POST", base, body=_exposed("lb"))
+    node_port = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "np"},
+        "spec": {"type": "NodePort", "ports": [{"port": 81, "nodePort": 31081}]},
+    }
+    upper.request("POST", base, body=node_port)
+
+    # Default: ClusterIP below, nothing of the exposure, one Warning upstairs.
+    lb = wait_for("the LoadBalancer's copy below", lambda: get(lower, f"{base}/lb"))
+    np = wait_for("the NodePort's copy below", lambda: get(lower, f"{base}/np"))
+    for copy in (lb, np):
+        assert copy["spec"]["type"] == "ClusterIP", copy["spec"]
+        assert not any(p.get("nodePort") for p in copy["spec"]["ports"])
+    assert "loadBalancerSourceRanges" not in lb["spec"]
+    assert "networking.example.com/load-balancer-internal" not in lb["metadata"]["annotations"]
+    for name in ("lb", "np"):
+        event = wait_for(
+            f"the narrowing Warning on {name}",
+            lambda n=name: _events(upper, namespace, "Service", n, "ServiceTypeNarrowed"),
+        )[0]
+        assert event["type"] == "Warning"
+        assert "--lower-service-types=ClusterIP" in event["message"], event["message"]
+    # An edit makes the mirror look again: still one Event, counted once.
+    upper.request(
+        "PATCH",
+        f"{base}/lb",
+        body={"metadata": {"labels": {"edited": "yes"}}},
+        content_type="application/merge-patch+json",
+    )
+    wait_for(
+        "the edit below",
+        lambda: (get(lower, f"{base}/lb") or {})["metadata"]["labels"].get("edited") == "yes",
+    )
+    [event] = _events(upper, namespace, "Service", "lb", "ServiceTypeNarrowed")
+    assert event.get("count", 1) == 1
+
+    # The lower cluster takes every type: the same copies become them, in place, with
+    # what restricts the exposure; the node ports are the lower cluster's own.
+    _restart_with(node, WIDE)
+
+    def widened() -> dict[str, Any] | None:
+        found = get(lower, f"{base}/lb")
+        return found if found and found["spec"]["type"] == "LoadBalancer" else None
+
+    lb_wide = wait_for("the LoadBalancer below", widened)
+    assert lb_wide["metadata"]["uid"] == lb["metadata"]["uid"]
+    spec = lb_wide["spec"]
+    assert spec["loadBalancerSourceRanges"] == ["10.0.0.0/8"]
+    assert spec["loadBalancerClass"] == "example.com/internal"
+    assert spec["externalTrafficPolicy"] == "Local"
+    annotations = lb_wide["metadata"]["annotations"]
+    assert annotations["networking.example.com/load-balancer-internal"] == "true"
+    np_wide = wait_for(
+        "the NodePort below",
+        lambda: (f := get(lower, f"{base}/np")) and f["spec"]["type"] == "NodePort" and f,
+    )
+    assert np_wide["metadata"]["uid"] == np["metadata"]["uid"]
+    assert all(p.get("nodePort") for p in np_wide["spec"]["ports"])
+
+    # And back: narrowed in place, exposure fields and copied annotations gone.
+    _restart_with(node)
+    lb_back = wait_for(
+        "the LoadBalancer narrowed again",
+        lambda: (f := get(lower, f"{base}/lb")) and f["spec"]["type"] == "ClusterIP" and f,
+    )
+    assert lb_back["metadata"]["uid"] == lb["metadata"]["uid"]
+    assert "loadBalancerSourceRanges" not in lb_back["spec"]
+    assert "loadBalancerClass" not in lb_back["spec"]
+    assert not any(p.get("nodePort") for p in lb_back["spec"]["ports"])
+    kept = lb_back["metadata"]["annotations"]
+    assert "networking.example.com/load-balancer-internal" not in kept
+    assert services.COPIED_ANNOTATIONS not in kept
+
+
+@pytest.fixture
+def priority_classes(fleet: Fleet) -> Iterator[Callable[[RestClient, str, int], str]]:
+    """Make PriorityClasses (cluster-scoped; removed afterwards)."""
+    made: list[tuple[RestClient, str]] = []
+
+    def make(client: RestClient, name: str, value: int) -> str:
+        body = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": value,
+        }
+        client.request("POST", PRIORITY_CLASSES, body=body)
+        made.append((client, name))
+        return name
+
+    try:
+        yield make
+    finally:
+        for client, name in made:
+            delete_if_present(client, f"{PRIORITY_CLASSES}/{name}")
+
+
+def test_priority_classes_go_below_only_when_mapped_and_never_system_ones(
+    fleet: Fleet,
+    nodes: list[VirtualNodeProcess],
+    tmp_path: Path,
+    namespace: str,
+    priority_classes: Callable[[RestClient, str, int], str],
+) -> None:
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    tag = secrets.token_hex(3)
+    high = priority_classes(upper, f"tenant-high-{tag}", 1000)
+    low = priority_classes(upper, f"tenant-low-{tag}", 10)
+    gold = priority_classes(lower, f"lower-gold-{tag}", 500)
+    node = VirtualNodeProcess(
+        fleet,
+        name=f"vn-{tag}",
+        log_dir=tmp_path,
+        args=(f"--priority-class-map={high}={gold}",),
+    )
+    nodes.append(node)
+    node.start()
+    for name, cls in (("mapped", high), ("critical", "system-cluster-critical"), ("plain", low)):
+        create(
+            upper,
+            namespace,
+            pod_manifest(name, node=node.name, spec={"priorityClassName": cls}),
+        )
+    for name in ("mapped", "critical", "plain"):
+        wait_for(f"{name} Running", lambda n=name: phase(upper, namespace, n) == "Running")
+    below = {n: (pod(lower, namespace, n) or {})["spec"] for n in ("mapped", "critical", "plain")}
+    assert below["mapped"]["priorityClassName"] == gold
+    assert below["mapped"]["priority"] == 500
+    for name in ("critical", "plain"):
+        assert "priorityClassName" not in below[name], below[name]
+        assert below[name].get("priority", 0) == 0
+    for name, cls in (("critical", "system-cluster-critical"), ("plain", low)):
+        [event] = _events(upper, namespace, "Pod", name, "PriorityClassNotMapped")
+        assert cls in event["message"]
+        assert "default priority" in event["message"]
+    assert not _events(upper, namespace, "Pod", "mapped", "PriorityClassNotMapped")
+    # An update below (a label) is a sync of its own: still one Event.
+    upper.request(
+        "PATCH",
+        f"/api/v1/namespaces/{namespace}/pods/plain",
+        body={"metadata": {"labels": {"edited": "yes"}}},
+        content_type="application/merge-patch+json",
+    )
+    wait_for(
+        "the label below",
+        lambda: (
+            ((pod(lower, namespace, "plain") or {}).get("metadata") or {})
+            .get("labels", {})
+            .get("edited")
+            == "yes"
+        ),
+    )
+    [event] = _events(upper, namespace, "Pod", "plain", "PriorityClassNotMapped")
+    assert event.get("count", 1) == 1
+
+
+# What the lower administrator allows tenants: the virtual node's own toleration, the
+# NoExecute ones the apiserver adds (not-ready, unreachable), memory pressure (added by
+# PodTolerationRestriction itself to pods that are not BestEffort), and their own taint.
+WHITELIST = [
+    {"key": "virtual-kubelet.io/provider", "operator": "Exists"},
+    {"operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "dedicated", "operator": "Equal", "value": "tenants", "effect": "NoSchedule"},
+]
+NODE_SELECTOR = "kubernetes.io/os=linux"
+"""The namespace's node selector (PodNodeSelector): every kwok node has it, so pods still
+run, and the lower pods show it merged in."""
+
+
+def _tolerating(name: str, *, node: str, value: str) -> dict[str, Any]:
+    manifest = pod_manifest(name, node=node)
+    manifest["spec"]["tolerations"].append(
+        {"key": "dedicated", "operator": "Equal", "value": value, "effect": "NoSchedule"}
+    )
+    return manifest
+
+
+def test_the_lower_admission_governs_tenants_in_the_namespaces_tensile_makes(
+    fleet: Fleet, nodes: list[VirtualNodeProcess], tmp_path: Path
+) -> None:
+    """On the session fleet's lower-2, whose apiserver runs PodTolerationRestriction and
+    PodNodeSelector (tests/fixtures.py SESSION_FLEET), as a lower administrator confining
+    tenants would; the lower namespace is made by the node, before the flags are given."""
+    upper, lower = fleet.upper.rest(), fleet.cluster("lower-2").rest()
+    namespace = create_namespace((fleet.upper,), prefix="admitted")
+    node = VirtualNodeProcess(
+        fleet, name=f"vn-{secrets.token_hex(3)}", log_dir=tmp_path, lower="lower-2"
+    )
+    nodes.append(node)
+    node.start()
+    try:
+        # Made before the administrator's flags: the lower namespace lacks their marks.
+        create(upper, namespace, pod_manifest("early", node=node.name))
+        wait_for("early Running", lambda: phase(upper, namespace, "early") == "Running")
+        assert node.stop() == 0
+        node.argv += [
+            "--lower-namespace-labels=tenancy.example.com/tier=tenants",
+            "--lower-namespace-annotations="
+            f"scheduler.alpha.kubernetes.io/tolerationsWhitelist={json.dumps(WHITELIST)},"
+            f"scheduler.alpha.kubernetes.io/node-selector={NODE_SELECTOR}",
+        ]
+        node.start()  # a new process of the new command line (`restart` runs the old one)
+        create(upper, namespace, _tolerating("allowed", node=node.name, value="tenants"))
+        create(upper, namespace, _tolerating("outside", node=node.name, value="other-team"))
+
+        def refusal() -> str | None:
+            status = (pod(upper, namespace, "outside") or {}).get("status") or {}
+            return str(status.get("message")) if status.get("reason") == "ProviderFailed" else None
+
+        message = wait_for("the lower refusal on the upper pod", refusal)
+        assert "conflict with its namespace whitelist" in message, message
+        assert pod(lower, namespace, "outside") is None
+        wait_for("allowed Running", lambda: phase(upper, namespace, "allowed") == "Running")
+        allowed = pod(lower, namespace, "allowed") or {}
+        # PodNodeSelector merged the namespace's selector into the tenant's pod.
+        assert allowed["spec"]["nodeSelector"] == {"kubernetes.io/os": "linux"}, allowed["spec"]
+        marks = lower.request("GET", f"/api/v1/namespaces/{namespace}")["metadata"]
+        assert marks["labels"]["tenancy.example.com/tier"] == "tenants"
+        whitelist = marks["annotations"]["scheduler.alpha.kubernetes.io/tolerationsWhitelist"]
+        assert json.loads(whitelist) == WHITELIST
+    finally:
+        delete_namespace((fleet.upper, fleet.cluster("lower-2")), namespace)
