@@ -94,6 +94,7 @@ def lower_pod(
     *,
     policy: TranslationPolicy,
     absent: frozenset[tuple[str, str]] = frozenset(),
+    provisioned: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """Return the pod to create in the lower cluster for the upper pod `upper`.
 
@@ -110,6 +111,13 @@ def lower_pod(
     and missing upstairs, or not copyable): every reference to them is removed, so the
     lower pod never resolves them to an object of the same name that belongs to someone
     else (see `without_references`).
+
+    `provisioned` names the pod's generic ephemeral volumes whose claims the virtual node
+    provisions (their class is a virtual-node class): below, each mounts the lower claim the
+    node made, `<pod>-<volume>` (`persistentVolumeClaim`), instead of keeping the `ephemeral`
+    source, whose claim the lower ephemeral volume controller would insist on making for
+    the lower pod itself (it refuses a claim of that name it did not make). The others stay
+    `ephemeral`: the lower cluster makes their claims, owned by the lower pod.
     """
     meta = as_mapping(upper.get("metadata"))
     namespace = str(meta.get("namespace") or "default")
@@ -136,6 +144,8 @@ def lower_pod(
         spec["serviceAccountName"] = spec["serviceAccount"] = "default"
     if absent:
         _remove_references(spec, absent)
+    if provisioned:
+        _mount_provisioned_claims(spec, pod_name=str(meta.get("name") or ""), names=provisioned)
     for group in _CONTAINER_GROUPS:
         for container in dicts_in(spec.get(group)):
             _lower_container(container, upper_meta=meta, token_volumes=token_volumes, policy=policy)
@@ -408,6 +418,19 @@ def _remove_references(spec: dict[str, Any], absent: frozenset[tuple[str, str]])
         ]
         if not spec["imagePullSecrets"]:
             del spec["imagePullSecrets"]
+
+
+def _mount_provisioned_claims(
+    spec: dict[str, Any], *, pod_name: str, names: frozenset[str]
+) -> None:
+    """Make the generic ephemeral volumes `names` of `spec` (a copy) mount their claims,
+    `<pod>-<volume>` as the ephemeral volume controller names them (k8s.io/component-helpers
+    storage/ephemeral VolumeClaimName)."""
+    for volume in dicts_in(spec.get("volumes")):
+        name = volume.get("name")
+        if name in names and "ephemeral" in volume:
+            del volume["ephemeral"]
+            volume["persistentVolumeClaim"] = {"claimName": f"{pod_name}-{name}"}
 
 
 def _is_injected_token_volume(volume: Mapping[str, Any]) -> bool:
