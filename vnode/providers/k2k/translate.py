@@ -19,7 +19,7 @@ from vnode.contracts import clusterselector
 from vnode.contracts.labels import DEFAULT_TAINT_KEY
 from vnode.contracts.objects import as_list, as_mapping, dicts_in
 from vnode.kube import codec
-from vnode.providers.k2k import naming
+from vnode.providers.k2k import naming, volumes
 from vnode.providers.k2k.placement import lower_placement, lower_tolerations
 from vnode.settings import PodSecurityLevel
 
@@ -145,7 +145,7 @@ def lower_pod(
     if absent:
         _remove_references(spec, absent)
     if provisioned:
-        _mount_provisioned_claims(spec, pod_name=str(meta.get("name") or ""), names=provisioned)
+        _mount_provisioned_claims(spec, pod=upper, names=provisioned)
     for group in _CONTAINER_GROUPS:
         for container in dicts_in(spec.get(group)):
             _lower_container(container, upper_meta=meta, token_volumes=token_volumes, policy=policy)
@@ -421,16 +421,15 @@ def _remove_references(spec: dict[str, Any], absent: frozenset[tuple[str, str]])
 
 
 def _mount_provisioned_claims(
-    spec: dict[str, Any], *, pod_name: str, names: frozenset[str]
+    spec: dict[str, Any], *, pod: Mapping[str, Any], names: frozenset[str]
 ) -> None:
-    """Make the generic ephemeral volumes `names` of `spec` (a copy) mount their claims,
-    `<pod>-<volume>` as the ephemeral volume controller names them (k8s.io/component-helpers
-    storage/ephemeral VolumeClaimName)."""
+    """Make the generic ephemeral volumes `names` of `spec` (a copy of `pod`'s) mount their
+    claims, `<pod>-<volume>` (`volumes.ephemeral_claim_name`)."""
     for volume in dicts_in(spec.get("volumes")):
-        name = volume.get("name")
-        if name in names and "ephemeral" in volume:
+        claim = volumes.ephemeral_claim_name(pod, volume)
+        if claim is not None and volume.get("name") in names:
             del volume["ephemeral"]
-            volume["persistentVolumeClaim"] = {"claimName": f"{pod_name}-{name}"}
+            volume["persistentVolumeClaim"] = {"claimName": claim}
 
 
 def _is_injected_token_volume(volume: Mapping[str, Any]) -> bool:
