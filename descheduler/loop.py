@@ -28,6 +28,7 @@ from descheduler.mover import Mover, NotLeading
 from descheduler.policy import plan
 from descheduler.record import AvoidanceRecord, RecordConflict
 from descheduler.settings import Settings
+from descheduler.waits import Waits
 from vnode.contracts import labels
 from vnode.kube import errors
 from vnode.kube.backoff import TokenBucket
@@ -67,8 +68,8 @@ class Descheduler:
     ) -> None:
         """`client` reads and moves, `events` records Events (a budget of its own);
         `identity` names this replica (the Events' source host, the Lease holder); `now`
-        is the time pods and avoidances are judged at, `clock` the seconds the eviction
-        rate is measured in."""
+        is the time pods and avoidances are judged at, `clock` the monotonic seconds the
+        eviction rate and how long pods have been unplaceable are measured in."""
         self._settings = settings
         self._stop = asyncio.Event()
         self._now = now
@@ -76,6 +77,9 @@ class Descheduler:
         self.pods = Informer(
             client, PODS, name="upper-pending-pods", field_selector="status.phase=Pending"
         )
+        # Kept on every replica, so one that takes over has been counting too (waits.py).
+        self.waits = Waits(clock=clock)
+        self.pods.add_handlers(self.waits.handlers())
         self.nodes = Informer(
             client,
             NODES,
@@ -177,6 +181,7 @@ class Descheduler:
             budgets=list(self.budgets.store),
             criteria=self._settings.criteria,
             now=now,
+            waited=self.waits.waited().get,
             claims=self.claims.store,
             volumes=self.volumes.store,
         )

@@ -6,13 +6,15 @@ lower cluster could not place. The loop (`loop.py`) carries decisions out.
 
 A pod is *due* when it is Pending on a virtual node and either its PodScheduled condition has
 been False with reason Unschedulable or SchedulerError (the lower scheduler's verdict, which
-the virtual node mirrors onto the upper pod) for `unschedulable_timeout`, or it has been
-Pending longer than the policy's PodLifeTime `maxPodLifeTimeSeconds` (tensile-kube's
-strategy). It never moves when it is in kube-system, a mirror or static pod, or a DaemonSet's
-(their node or controller puts them straight back); nor, unless the annotation
-`descheduler.alpha.kubernetes.io/evict` forces it, when its priority is system-critical or
-above, or it has local storage (emptyDir, hostPath) and `evict_local_storage_pods` is off
-(the rules of sigs.k8s.io/descheduler's IsEvictable).
+the virtual node mirrors onto the upper pod) for `unschedulable_timeout`, as the
+descheduler's own clock measured it (`waits`; the condition's time is by the lower
+cluster's clock), or it has been Pending longer than the policy's PodLifeTime
+`maxPodLifeTimeSeconds` (tensile-kube's strategy). It never moves when it is in
+kube-system, a mirror or static pod, or a DaemonSet's (their node or controller puts them
+straight back); nor, unless the annotation `descheduler.alpha.kubernetes.io/evict` forces
+it, when its priority is system-critical or above, or it has local storage (emptyDir,
+hostPath) and `evict_local_storage_pods` is off (the rules of sigs.k8s.io/descheduler's
+IsEvictable).
 
 A pod found with no virtual node left (every one tried, or ruled out by its own placement)
 is marked so by the mover and never judged again (`move_objects.LEFT_ALONE_ANNOTATION`): it waits
@@ -27,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -51,7 +53,8 @@ class Criteria:
     """Which pods are due to move, and from which virtual nodes; durations in seconds."""
 
     unschedulable_timeout: float = 60.0
-    """How long PodScheduled must have been False (Unschedulable, SchedulerError)."""
+    """How long PodScheduled must have been False (Unschedulable, SchedulerError), as the
+    descheduler has seen it (`waits`)."""
     max_pod_lifetime: float | None = None
     """PodLifeTime's maxPodLifeTimeSeconds: move pods Pending longer than this (None: off)."""
     evict_local_storage_pods: bool = False
@@ -144,9 +147,10 @@ def considered_nodes(
     }
 
 
-def due(pod: Mapping[str, Any], *, criteria: Criteria, now: dt.datetime) -> str | None:
-    """Return why `pod` is due to move (the lower cluster's reason and message, or the
-    lifetime it exceeded), or None when it is not (yet)."""
+def unplaceable_condition(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """Return the PodScheduled condition of `pod` when it says the lower cluster cannot
+    place it (False, reason Unschedulable or SchedulerError) and the pod is Pending and not
+    going away; else None."""
     status = as_mapping(pod.get("status"))
     meta = as_mapping(pod.get("metadata"))
     if status.get("phase") != "Pending" or meta.get("deletionTimestamp"):
@@ -159,13 +163,30 @@ def due(pod: Mapping[str, Any], *, criteria: Criteria, now: dt.datetime) -> str 
         ),
         {},
     )
-    created = parse_rfc3339(meta.get("creationTimestamp"))
-    why = ""
     if scheduled.get("status") == "False" and scheduled.get("reason") in UNPLACEABLE_REASONS:
+        return scheduled
+    return None
+
+
+def due(
+    pod: Mapping[str, Any], *, criteria: Criteria, now: dt.datetime, waited: float | None
+) -> str | None:
+    """Return why `pod` is due to move (the lower cluster's reason and message, or the
+    lifetime it exceeded), or None when it is not (yet). `waited` is how long, in seconds,
+    the descheduler has seen the pod unplaceable by its own clock (`waits.Waits`; None: not
+    seen so); the condition's lastTransitionTime, by the lower cluster's clock, is never
+    compared with `now`. `now` (the descheduler's wall clock) is compared with the upper
+    pod's creationTimestamp for PodLifeTime only."""
+    meta = as_mapping(pod.get("metadata"))
+    if as_mapping(pod.get("status")).get("phase") != "Pending" or meta.get("deletionTimestamp"):
+        return None
+    scheduled = unplaceable_condition(pod)
+    why = ""
+    if scheduled is not None:
         why = f"{scheduled.get('reason')}: {scheduled.get('message') or 'no message'}"
-        since = parse_rfc3339(scheduled.get("lastTransitionTime")) or created
-        if since is not None and (now - since).total_seconds() >= criteria.unschedulable_timeout:
+        if waited is not None and waited >= criteria.unschedulable_timeout:
             return why
+    created = parse_rfc3339(meta.get("creationTimestamp"))
     limit = criteria.max_pod_lifetime
     if limit is not None and created is not None and (now - created).total_seconds() > limit:
         lifetime = f"Pending for more than {limit:.0f}s (PodLifeTime)"
@@ -266,12 +287,15 @@ def plan(
     budgets: Sequence[Mapping[str, Any]],
     criteria: Criteria,
     now: dt.datetime,
+    waited: Callable[[str], float | None],
     claims: Lookup | None = None,
     volumes: Lookup | None = None,
 ) -> Round:
     """Decide one round: every due, movable pod on a considered virtual node gets a
     Decision, oldest pods first, at most `criteria.max_pods_per_node` moves per node
-    (exhausted and blocked pods do not count against it). `claims` holds the upper
+    (exhausted and blocked pods do not count against it). `waited(pod UID)` is how long the
+    descheduler has seen that pod unplaceable, in seconds (None: not seen so; see `due`).
+    `claims` holds the upper
     PersistentVolumeClaims by "namespace/name" and `volumes` the upper PersistentVolumes
     by name (None: none), so that a pod whose volume only some nodes reach is not moved
     where its replacement could not follow (`pinned_volumes`).
@@ -302,7 +326,10 @@ def plan(
         if node not in usable:
             continue
         considered += 1
-        why = due(pod, criteria=criteria, now=now)
+        uid = as_mapping(pod.get("metadata")).get("uid")
+        why = due(
+            pod, criteria=criteria, now=now, waited=waited(uid) if isinstance(uid, str) else None
+        )
         if why is None or exclusion(pod, criteria=criteria) is not None:
             continue
         owner = avoidance.controller_of(pod)

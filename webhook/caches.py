@@ -1,10 +1,12 @@
 """What the webhook knows of the upper cluster, from informers (vnode.kube): the virtual
-nodes (by --virtual-node-selector), each PVC's `volume.kubernetes.io/selected-node`, and
+nodes (by --virtual-node-selector), each PVC's `volume.kubernetes.io/selected-node` and
+whether it is bound, and
 the descheduler's avoidance record (the one ConfigMap of --avoid-configmap, watched by
 name: no API call per admission).
 
-Objects are cached slimmed to what the lookups read (name, namespace, resourceVersion and
-that one annotation), so a cluster with many PVCs costs little memory.
+Objects are cached slimmed to what the lookups read (name, namespace, resourceVersion,
+that one annotation, and a claim's `spec.volumeName` and `status.phase`), so a cluster with
+many PVCs costs little memory.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ class Caches:
             transform=_slim,
         )
         self.claims = Informer(
-            client, PERSISTENT_VOLUME_CLAIMS, name="persistent-volume-claims", transform=_slim
+            client, PERSISTENT_VOLUME_CLAIMS, name="persistent-volume-claims", transform=_slim_claim
         )
         namespace, name = avoid_configmap
         self._record_key = f"{namespace}/{name}"
@@ -61,7 +63,7 @@ class Caches:
         )
         self.lookups = Lookups(
             is_virtual_node=lambda name: self.nodes.store.get(name) is not None,
-            pvc_selected_node=self._selected_node,
+            claim=lambda namespace, name: self.claims.store.get(f"{namespace}/{name}"),
             avoided_nodes=self._avoided_nodes,
         )
 
@@ -84,13 +86,6 @@ class Caches:
         for informer in self.informers:
             await informer.wait_synced()
 
-    def _selected_node(self, namespace: str, name: str) -> str | None:
-        claim = self.claims.store.get(f"{namespace}/{name}")
-        if claim is None:
-            return None
-        node = (claim["metadata"].get("annotations") or {}).get(SELECTED_NODE_ANNOTATION)
-        return node if isinstance(node, str) and node else None
-
     def _avoided_nodes(self, owner_uid: str) -> frozenset[str]:
         record = self.record.store.get(self._record_key)
         data = None if record is None else record.get("data")
@@ -104,3 +99,15 @@ def _slim(obj: dict[str, Any]) -> dict[str, Any]:
     if node:
         slim["annotations"] = {SELECTED_NODE_ANNOTATION: node}
     return {"metadata": slim}
+
+
+def _slim_claim(obj: dict[str, Any]) -> dict[str, Any]:
+    """`_slim`, and what `mutation.claim_node` reads besides: whether the claim is bound."""
+    found = _slim(obj)
+    volume = (obj.get("spec") or {}).get("volumeName")
+    if volume:
+        found["spec"] = {"volumeName": volume}
+    phase = (obj.get("status") or {}).get("phase")
+    if phase:
+        found["status"] = {"phase": phase}
+    return found

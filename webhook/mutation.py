@@ -14,11 +14,13 @@ already). Conversion runs `STEPS` in order on a `Draft`:
    matchFields `metadata.name`) requirements whose values all name virtual nodes.
    Per term, as tensile-kube: each term's moved requirements become one annotation term;
    terms left without requirements are dropped from the pod.
-2. `pin_to_volume_node`: a pod using a PVC whose upper object names a node
+2. `pin_to_volume_node`: a pod using a PVC that is bound (`claim_node`) and names a node
    (`volume.kubernetes.io/selected-node`) gets the required requirement
    `kubernetes.io/hostname In [<node>]` in every term, kept on the pod, so the upper
    scheduler (with its resource checks) places it there; tensile-kube set `spec.nodeName`,
-   which skips the scheduler and its checks altogether.
+   which skips the scheduler and its checks altogether. An unbound claim's node is only
+   the scheduler's choice so far: a provisioner that fails takes it back (the annotation
+   removed) so the scheduler may choose again, which a pin, immutable, would forbid.
 3. `keep_off_avoided_nodes`: a pod whose controller the descheduler's avoidance record
    names (the replacement of a pod evicted from a virtual node whose lower cluster could
    not place it) gets `kubernetes.io/hostname NotIn [<virtual nodes to avoid>]` in every
@@ -103,8 +105,9 @@ class Lookups:
 
     is_virtual_node: Callable[[str], bool] = lambda _name: False
     """Whether a Node of this name is a virtual node (matches --virtual-node-selector)."""
-    pvc_selected_node: Callable[[str, str], str | None] = lambda _namespace, _name: None
-    """The `volume.kubernetes.io/selected-node` of PVC (namespace, name), or None."""
+    claim: Callable[[str, str], Mapping[str, Any] | None] = lambda _namespace, _name: None
+    """PVC (namespace, name) as cached (at least its `selected-node` annotation,
+    `spec.volumeName` and `status.phase`), or None."""
     avoided_nodes: Callable[[str], frozenset[str]] = lambda _owner_uid: frozenset()
     """The virtual nodes the pods of the controller with this UID must avoid now (the
     descheduler's avoidance record; expired entries already left out)."""
@@ -151,7 +154,7 @@ class Draft:
     """The annotation the pod carried (parsed), when it had a usable one: the pod was
     converted before (or someone wrote it by hand)."""
     volume_nodes: tuple[str, ...]
-    """Nodes named by the `selected-node` of the PVCs the pod uses, in volume order."""
+    """Nodes of the bound PVCs the pod uses (`claim_node`), in volume order."""
     avoided_nodes: frozenset[str] = frozenset()
     """Virtual nodes the pod's controller must avoid (the descheduler's record)."""
     added_avoidances: frozenset[str] = frozenset()
@@ -197,6 +200,22 @@ def mutate(admission: PodAdmission, *, settings: MutationSettings, lookups: Look
     except _Refused as exc:
         return Mutation(warnings=(f"tensile-webhook: pod left unchanged: {exc}",))
     return Mutation(patch=tuple(_patch(draft)), warnings=tuple(draft.warnings))
+
+
+def claim_node(claim: Mapping[str, Any] | None) -> str | None:
+    """Return the node a PVC's volume is on for good: its `selected-node` once the claim is
+    bound (phase Bound, `spec.volumeName` set), else None. Before that the annotation is
+    the scheduler's choice in progress (volumebinding's AssumePodVolumes), which a failed
+    provisioning removes so the scheduler chooses again (pv_controller
+    rescheduleProvisioning; `vnode.providers.k2k.provisioner`)."""
+    if claim is None:
+        return None
+    meta = as_mapping(claim.get("metadata"))
+    node = as_mapping(meta.get("annotations")).get(SELECTED_NODE_ANNOTATION)
+    bound = as_mapping(claim.get("status")).get("phase") == "Bound" and bool(
+        as_mapping(claim.get("spec")).get("volumeName")
+    )
+    return node if bound and isinstance(node, str) and node else None
 
 
 # -- what stays upstairs ----------------------------------------------------------------------
@@ -393,7 +412,7 @@ def _volume_nodes(spec: Mapping[str, Any], *, namespace: str, lookups: Lookups) 
     for volume in as_list(spec.get("volumes")):
         claim = as_mapping(as_mapping(volume).get("persistentVolumeClaim")).get("claimName")
         if isinstance(claim, str) and claim:
-            node = lookups.pvc_selected_node(namespace, claim)
+            node = claim_node(lookups.claim(namespace, claim))
             if node and node not in nodes:
                 nodes.append(node)
     return tuple(nodes)

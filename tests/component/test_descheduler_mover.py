@@ -476,16 +476,20 @@ def a_round(
     clock: Callable[[], float] = time.monotonic,
     now: dt.datetime = NOW,
 ) -> Descheduler:
-    """A Descheduler whose caches hold `pods`, virtual nodes vn-a and vn-b, and `record`;
-    its rounds judge at `now`."""
+    """A Descheduler whose caches hold `pods` (seen unplaceable ten minutes before
+    `clock`'s first reading), virtual nodes vn-a and vn-b, and `record`; its rounds judge
+    at `now`."""
+    earlier = [600.0]  # by `clock`, while the pods are filled in: their first sight
     made = Descheduler(
         client=client, events=client, settings=settings, identity="me", now=lambda: now,
-        clock=clock,
+        clock=lambda: clock() - earlier[0],
     )  # fmt: skip
     for obj in (a_node("vn-a"), a_node("vn-b")):
         made.nodes.store.upsert(obj)
     for pod in pods:
         made.pods.store.upsert(pod)
+        made.waits.observe(pod)  # what the informer's handlers do for it
+    earlier[0] = 0.0
     if record is not None:
         made.record.informer.store.upsert(
             {

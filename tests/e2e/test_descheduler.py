@@ -455,7 +455,27 @@ def test_a_bare_pod_moves_once_and_never_runs_twice(
     )
     wait_for("solo unschedulable below", lambda: unschedulable_below(upper, ns, "solo"), timeout=60)
     original_uid = (pod(upper, ns, "solo") or {})["metadata"]["uid"]
+    # Issue 22: the timeout runs on the descheduler's clock from when it first saw the pod,
+    # not from the lower scheduler's lastTransitionTime (by a clock that may lag): a pod
+    # unschedulable for longer than the timeout before the descheduler starts (as after
+    # a restart, or with a lower clock that much behind) still waits the timeout.
+    condition = next(
+        c
+        for c in (pod(upper, ns, "solo") or {})["status"]["conditions"]
+        if c["type"] == "PodScheduled"
+    )
+    stamped = dt.datetime.fromisoformat(condition["lastTransitionTime"].replace("Z", "+00:00"))
+    aged = stamped + dt.timedelta(seconds=TIMEOUT + 1) - dt.datetime.now(dt.UTC)
+    time.sleep(max(0.0, aged.total_seconds()))  # no event says "older than": wait it out
     descheduler = deschedulers()
+    # The first round has seen it (it sees the caches it was ready with) and is over once a
+    # second one starts: by then the pod was judged at least once, after waiting ~1 s here.
+    wait_for("two rounds", lambda: descheduler.metric("tensile_descheduler_rounds_total") >= 2)
+    names = [
+        (p["metadata"]["name"], p["metadata"].get("deletionTimestamp"))
+        for p in pods_of(upper, ns, "solo")
+    ]
+    assert names == [("solo", None)], "moved at once: the lower scheduler's time was trusted"
     running_at_once, seen = 0, set()
     deadline = time.monotonic() + TIMEOUT + 30
     while True:

@@ -576,3 +576,64 @@ def test_retain_set_while_the_node_was_down_keeps_the_lower_claim(
         "persistentVolumeReclaimPolicy"
     ) == "Retain"
     delete_if_present(upper, pv_path)
+
+
+def test_a_generic_ephemeral_volume_of_the_virtual_nodes_class_runs_and_goes_with_its_pod(
+    fleet: Fleet, node: VirtualNodeProcess, storage: Storage, namespace: str
+) -> None:
+    """Issue 22: the upper ephemeral volume controller makes claim `scratch-cache` for the
+    pod; the node provisions it as any claim of its class, and the lower pod mounts the
+    lower claim the node made (keeping the `ephemeral` source, the lower cluster refused a
+    claim of that name it had not made for the lower pod, and the pod never started).
+    Deleting the pod deletes the upper claim, and so (reclaim policy Delete) the lower one."""
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    template = {
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": storage.upper_class,
+            "resources": {"requests": {"storage": "1Gi"}},
+        }
+    }
+    upper.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/pods",
+        body={
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "scratch"},
+            "spec": {
+                "tolerations": TOLERATE,
+                "nodeSelector": {"kubernetes.io/hostname": node.name},
+                "terminationGracePeriodSeconds": 1,
+                "containers": [
+                    {
+                        "name": "app",
+                        "image": "busybox",
+                        "volumeMounts": [{"name": "cache", "mountPath": "/cache"}],
+                    }
+                ],
+                "volumes": [{"name": "cache", "ephemeral": {"volumeClaimTemplate": template}}],
+            },
+        },
+    )
+    wait_for("the pod Running", lambda: phase(upper, namespace, "scratch") == "Running", timeout=90)
+    above = upper.request("GET", f"/api/v1/namespaces/{namespace}/pods/scratch")
+    upper_claim = bound(upper, namespace, "scratch-cache")
+    assert upper_claim is not None
+    assert upper_claim["metadata"]["ownerReferences"][0]["uid"] == above["metadata"]["uid"]
+    below = wait_for("the lower claim Bound", lambda: bound(lower, namespace, "scratch-cache"))
+    assert naming.is_owned(below, owner=node.owner)
+    lower_pod = lower.request("GET", f"/api/v1/namespaces/{namespace}/pods/scratch")
+    assert lower_pod["status"]["phase"] == "Running"
+    cache = [v for v in lower_pod["spec"]["volumes"] if v["name"] == "cache"]
+    assert cache == [{"name": "cache", "persistentVolumeClaim": {"claimName": "scratch-cache"}}]
+    pv_path = f"/api/v1/persistentvolumes/{upper_claim['spec']['volumeName']}"
+
+    upper.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/scratch")
+    wait_for(
+        "the lower claim gone with the pod",
+        lambda: claim(lower, namespace, "scratch-cache") is None,
+        timeout=60,
+    )
+    assert claim(upper, namespace, "scratch-cache") is None
+    wait_for("the upper PV gone", lambda: get(upper, pv_path) is None, timeout=30)

@@ -27,7 +27,15 @@ from devcluster.fleet import Fleet
 from devcluster.rest import ApiStatusError
 from devcluster.vnodes import VirtualNodeProcess
 from devcluster.webhooks import WebhookProcess
-from tests.e2e.helpers import Storage, create, get, phase, token_kubeconfig, wait_for
+from tests.e2e.helpers import (
+    Storage,
+    create,
+    delete_if_present,
+    get,
+    phase,
+    token_kubeconfig,
+    wait_for,
+)
 from vnode.contracts import clusterselector
 from vnode.contracts.labels import SELECTED_NODE_ANNOTATION as SELECTED_NODE
 
@@ -265,6 +273,154 @@ def test_a_pod_using_a_claim_provisioned_for_a_virtual_node_is_scheduled_there(
         wait_for("the claim gone", lambda: get(upper, f"{claims}/data") is None, timeout=60)
         # Shown from a Retain volume below: the upper volume is left Released; remove it.
         upper.request("DELETE", f"/api/v1/persistentvolumes/{volume}")
+
+
+def _selected_node(claim: dict[str, Any] | None) -> str | None:
+    annotations = ((claim or {}).get("metadata") or {}).get("annotations") or {}
+    return annotations.get(SELECTED_NODE)
+
+
+def test_a_claim_selected_but_not_bound_does_not_pin_a_new_pod(
+    fleet: Fleet,
+    namespace: str,
+    webhook: WebhookProcess,
+    storage: Storage,
+    nodes: list[VirtualNodeProcess],
+    tmp_path: Path,
+) -> None:
+    """Issue 22, section 4: the scheduler has selected virtual node `failing` for a claim
+    of the virtual nodes' class (for pod `first`, pinned there by its own nodeSelector),
+    and `failing` is down, so the claim stays selected and unbound. Pod `second` of the
+    claim is created in that window. `failing` comes back, its lower cluster refuses the
+    claim (a ResourceQuota below), and it takes `selected-node` away so the scheduler may
+    choose again: `second`, which prefers `working`, must be free to go there. Pinned by
+    the webhook to `failing` (immutable), it stayed Pending for good."""
+    upper, lower_2 = fleet.upper.rest(), fleet.cluster("lower-2").rest()
+    failing = VirtualNodeProcess(
+        fleet, name=f"vn-{secrets.token_hex(3)}", log_dir=tmp_path, lower="lower-2"
+    )
+    working = VirtualNodeProcess(
+        fleet,
+        name=f"vn-{secrets.token_hex(3)}",
+        log_dir=tmp_path,
+        args=[f"--lower-storage-class={storage.upper_class}={storage.lower_class}"],
+    )
+    for node in (failing, working):
+        nodes.append(node)
+        node.start(wait=False)  # both start at once
+    for node in (failing, working):
+        node.wait_ready()
+    lower_2.request(
+        "POST",
+        "/api/v1/namespaces",
+        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+    )
+    claims = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims"
+    try:
+        quotas = f"/api/v1/namespaces/{namespace}/resourcequotas"
+        lower_2.request(
+            "POST",
+            quotas,
+            body={
+                "apiVersion": "v1",
+                "kind": "ResourceQuota",
+                "metadata": {"name": "no-claims"},
+                "spec": {"hard": {"persistentvolumeclaims": "0"}},
+            },
+        )
+        wait_for(
+            "the quota in force",
+            lambda: (get(lower_2, f"{quotas}/no-claims") or {}).get("status", {}).get("hard"),
+        )
+        # Down for less than the node monitor's grace period: still Ready upstairs.
+        assert failing.stop() == 0
+        upper.request(
+            "POST",
+            claims,
+            body={
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "data"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": storage.upper_class,
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            },
+        )
+        data = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+        container = [{"name": "app", "image": "busybox"}]
+        first = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "first"},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": failing.name},
+                "tolerations": [VNODE_TOLERATION],
+                "containers": container,
+                "volumes": data,
+                "terminationGracePeriodSeconds": 0,
+            },
+        }
+        create(upper, namespace, first)
+        wait_for(
+            "the scheduler's selected-node on the unbound claim",
+            lambda: _selected_node(get(upper, f"{claims}/data")) == failing.name,
+        )
+        prefer = {
+            "weight": 100,
+            "preference": {
+                "matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [working.name]}
+                ]
+            },
+        }
+        second = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "second", "labels": {"virtual-pod": "true"}},
+            "spec": {
+                "affinity": {
+                    "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [prefer]}
+                },
+                "containers": container,
+                "volumes": data,
+            },
+        }
+        created = create(upper, namespace, second)
+        upper.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/first")
+        failing.restart()
+        wait_for(
+            "second Running", lambda: phase(upper, namespace, "second") == "Running", timeout=90
+        )
+        placed = upper.request("GET", f"/api/v1/namespaces/{namespace}/pods/second")
+        assert placed["spec"]["nodeName"] == working.name
+        assert clusterselector.required_terms(created["spec"].get("affinity") or {}) == []
+        bound = upper.request("GET", f"{claims}/data")
+        assert bound["metadata"]["annotations"][SELECTED_NODE] == working.name
+        refused = upper.request(
+            "GET",
+            f"/api/v1/namespaces/{namespace}/events",
+            query={"fieldSelector": "involvedObject.name=data,reason=ProvisioningFailed"},
+        )
+        assert any("exceeded quota" in e["message"] for e in refused["items"])
+    finally:
+        for name in ("second", "first"):
+            try:
+                upper.request(
+                    "DELETE",
+                    f"/api/v1/namespaces/{namespace}/pods/{name}",
+                    body={"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
+                )
+            except ApiStatusError as exc:
+                if exc.code != 404:
+                    raise
+        volume = ((get(upper, f"{claims}/data") or {}).get("spec") or {}).get("volumeName")
+        delete_if_present(upper, f"{claims}/data")
+        if volume:
+            wait_for("the claim gone", lambda: get(upper, f"{claims}/data") is None, timeout=60)
+            delete_if_present(upper, f"/api/v1/persistentvolumes/{volume}")
+        delete_if_present(lower_2, f"/api/v1/namespaces/{namespace}")
 
 
 def test_with_the_webhook_down_ignore_admits_pods_and_fail_refuses_them(

@@ -17,8 +17,8 @@ from descheduler.policy import (
     disruption_blocker,
     due,
     exclusion,
-    plan,
 )
+from descheduler.policy import plan as plan_with_waits
 from vnode.contracts import avoidance, selectors
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
@@ -95,43 +95,85 @@ def pod(
 NODES = [node("vn-a"), node("vn-b"), node("real-1", virtual=False)]
 
 
+def plan(pods: Any, **kwargs: Any) -> Any:
+    """`policy.plan`, the descheduler having seen every pod unplaceable for 120 s unless the
+    test says otherwise (`waited`)."""
+    return plan_with_waits(pods, waited=kwargs.pop("waited", lambda _uid: 120.0), **kwargs)
+
+
 # -- due ------------------------------------------------------------------------------------
 
 
 def test_a_pod_unschedulable_below_for_the_timeout_is_due_with_the_lower_reason() -> None:
-    assert due(pod(since=60), criteria=CRITERIA, now=NOW) == f"Unschedulable: {LOWER_MESSAGE}"
-    assert due(pod(since=59), criteria=CRITERIA, now=NOW) is None
-    assert due(pod(reason="SchedulerError"), criteria=CRITERIA, now=NOW) is not None
-    assert due(pod(reason="SchedulingGated"), criteria=CRITERIA, now=NOW) is None
+    why = f"Unschedulable: {LOWER_MESSAGE}"
+    assert due(pod(), criteria=CRITERIA, now=NOW, waited=60.0) == why
+    assert due(pod(), criteria=CRITERIA, now=NOW, waited=59.9) is None
+    assert due(pod(), criteria=CRITERIA, now=NOW, waited=None) is None
+    assert due(pod(reason="SchedulerError"), criteria=CRITERIA, now=NOW, waited=60.0) is not None
+    assert due(pod(reason="SchedulingGated"), criteria=CRITERIA, now=NOW, waited=60.0) is None
+
+
+@pytest.mark.parametrize(
+    ("skew", "waited", "is_due"),
+    [
+        # The lower cluster's clock behind ours (its lastTransitionTime looks old): before,
+        # a 60 s lag made a pod due the moment it became unschedulable.
+        (-60.0, 0.0, False),
+        (-60.0, 1.0, False),
+        (-3600.0, 59.0, False),
+        (-60.0, 60.0, True),
+        # Ahead (the time looks in the future): before, every move came that much late.
+        (60.0, 60.0, True),
+        (3600.0, 61.0, True),
+        (0.0, 59.0, False),
+        (0.0, 60.0, True),
+        (-60.0, None, False),  # not seen unplaceable (yet) by this replica
+    ],
+)
+def test_the_timeout_is_measured_on_the_descheduler_clock_whatever_the_lower_clock(
+    skew: float, waited: float | None, is_due: bool
+) -> None:
+    """`skew`: the lower clock minus ours, in seconds; the lower scheduler stamped the
+    transition `waited` seconds ago by its clock (or now, when not seen)."""
+    lower_now = NOW + dt.timedelta(seconds=skew)
+    stamped = lower_now - dt.timedelta(seconds=waited or 0.0)
+    found = pod()
+    found["status"]["conditions"][0]["lastTransitionTime"] = stamped.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert (due(found, criteria=CRITERIA, now=NOW, waited=waited) is not None) == is_due
 
 
 def test_only_pending_pods_that_are_not_going_away_are_due() -> None:
     running = pod()
     running["status"]["phase"] = "Running"
-    assert due(running, criteria=CRITERIA, now=NOW) is None
+    assert due(running, criteria=CRITERIA, now=NOW, waited=600.0) is None
     leaving = pod()
     leaving["metadata"]["deletionTimestamp"] = ago(1)
-    assert due(leaving, criteria=CRITERIA, now=NOW) is None
+    assert due(leaving, criteria=CRITERIA, now=NOW, waited=600.0) is None
     scheduled = pod()
     scheduled["status"]["conditions"][0]["status"] = "True"
-    assert due(scheduled, criteria=CRITERIA, now=NOW) is None
+    assert due(scheduled, criteria=CRITERIA, now=NOW, waited=600.0) is None
 
 
 def test_pod_lifetime_moves_pods_pending_too_long_whatever_their_condition() -> None:
     lifetime = dataclasses.replace(CRITERIA, max_pod_lifetime=180)
-    young = pod(since=5, created=100)
-    old = pod(since=5, created=200)
+    young = pod(created=100)
+    old = pod(created=200)
     old["status"]["conditions"] = []
-    assert due(young, criteria=lifetime, now=NOW) is None
-    assert due(old, criteria=lifetime, now=NOW) == "Pending for more than 180s (PodLifeTime)"
-    assert due(old, criteria=CRITERIA, now=NOW) is None
+    assert due(young, criteria=lifetime, now=NOW, waited=5.0) is None
+    assert due(old, criteria=lifetime, now=NOW, waited=None) == (
+        "Pending for more than 180s (PodLifeTime)"
+    )
+    assert due(old, criteria=CRITERIA, now=NOW, waited=None) is None
 
 
-def test_a_condition_without_transition_time_counts_from_creation() -> None:
-    undated = pod(created=30)
-    del undated["status"]["conditions"][0]["lastTransitionTime"]
-    assert due(undated, criteria=CRITERIA, now=NOW) is None
-    assert due(pod(created=61) | {}, criteria=CRITERIA, now=NOW) is not None
+def test_a_round_judges_each_pod_by_how_long_the_descheduler_saw_it() -> None:
+    pods = [pod("seen-long", since=1), pod("seen-now", since=3600)]
+    waited = {"uid-seen-long": 60.0, "uid-seen-now": 0.5}.get
+    result = plan(
+        pods, nodes=NODES, record=None, budgets=[], criteria=CRITERIA, now=NOW, waited=waited
+    )
+    assert [d.pod["metadata"]["name"] for d in result.decisions] == ["seen-long"]
+    assert result.considered == 2
 
 
 # -- exclusions -----------------------------------------------------------------------------

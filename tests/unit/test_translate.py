@@ -455,6 +455,29 @@ def test_legacy_token_volume_and_mounts_are_removed_everywhere() -> None:
     assert spec["initContainers"][0]["volumeMounts"] == [{"name": "x", "mountPath": "/x"}]
 
 
+def test_provisioned_ephemeral_volumes_mount_the_lower_claims_the_node_made() -> None:
+    """Issue 22: the lower ephemeral volume controller refuses a claim `<pod>-<volume>` it
+    did not make for the lower pod; one the node provisioned is mounted as a claim."""
+    pod = deployment_pod()
+    template = {"volumeClaimTemplate": {"spec": {"storageClassName": "tensile"}}}
+    other = {"volumeClaimTemplate": {"spec": {"storageClassName": "local"}}}
+    pod["spec"]["volumes"] = [
+        {"name": "cache", "ephemeral": template},
+        {"name": "scratch", "ephemeral": other},
+        {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+    ]
+    spec = unchanged(lower_pod, pod, policy=T, provisioned=frozenset({"cache", "data"}))["spec"]
+    assert spec["volumes"] == [
+        {"name": "cache", "persistentVolumeClaim": {"claimName": "web-7d9f8b6c5-x2x9q-cache"}},
+        {"name": "scratch", "ephemeral": other},  # the lower cluster makes this one's claim
+        {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+    ]
+    assert lower_pod(pod, policy=T)["spec"]["volumes"][0] == {
+        "name": "cache",
+        "ephemeral": template,
+    }
+
+
 def test_only_admission_injected_token_volumes_are_removed() -> None:
     pod = deployment_pod()
     own_token = {  # a user's own projected token (e.g. for Vault), not the admission's

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from tests.unit.bounds import within
 from vnode.contracts import clusterselector, selectors
 from vnode.providers.k2k.placement import lower_placement
-from webhook import patches
+from webhook import caches, mutation, patches
 from webhook.mutation import (
     Lookups,
     Mutation,
@@ -30,6 +30,7 @@ VNODES = frozenset({"vk-lower-1", "vk-lower-2"})
 LOOKUPS = Lookups(is_virtual_node=VNODES.__contains__)
 SETTINGS = MutationSettings()
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+HOSTNAME = "kubernetes.io/hostname"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 VNODE_TOLERATION = {"key": "virtual-kubelet.io/provider", "operator": "Exists"}
 NOT_READY_300 = {
@@ -348,10 +349,27 @@ def test_the_virtual_node_toleration_is_added_once() -> None:
 # -- volumes ----------------------------------------------------------------------------------
 
 
-def pvc_lookups(**claims: str) -> Lookups:
+def claim(
+    node: str | None, *, phase: str = "Bound", volume: str | None = "pvc-1"
+) -> dict[str, Any]:
+    """A PVC as the webhook caches it: `selected-node` (None: none), phase, volumeName."""
+    found: dict[str, Any] = {"metadata": {"name": "c", "namespace": "shop"}}
+    if node is not None:
+        found["metadata"]["annotations"] = {"volume.kubernetes.io/selected-node": node}
+    if volume is not None:
+        found["spec"] = {"volumeName": volume}
+    if phase:
+        found["status"] = {"phase": phase}
+    return found
+
+
+def pvc_lookups(**claims: str | dict[str, Any]) -> Lookups:
+    """Lookups knowing PVCs of namespace shop: a node name stands for a bound claim whose
+    `selected-node` is that node."""
+    known = {k: claim(v) if isinstance(v, str) else v for k, v in claims.items()}
     return Lookups(
         is_virtual_node=VNODES.__contains__,
-        pvc_selected_node=lambda namespace, name: claims.get(name) if namespace == "shop" else None,
+        claim=lambda namespace, name: known.get(name) if namespace == "shop" else None,
     )
 
 
@@ -424,6 +442,59 @@ def test_volumes_of_different_nodes_pin_to_the_first_with_a_warning() -> None:
         "tensile-webhook: the pod's volumes were provisioned for different nodes "
         "(vk-lower-1, vk-lower-2); it is pinned to vk-lower-1",
     )
+
+
+@pytest.mark.parametrize(
+    ("found", "node"),
+    [
+        (claim("vk-lower-2"), "vk-lower-2"),
+        # Selected but not bound: the scheduler's choice in progress, which a failed
+        # provisioning takes back; a pin would keep the pod there for good.
+        (claim("vk-lower-2", phase="Pending", volume=None), None),
+        (claim("vk-lower-2", phase="Pending", volume="pvc-1"), None),  # being bound
+        (claim("vk-lower-2", phase="Bound", volume=None), None),  # not a bound claim's shape
+        (claim("vk-lower-2", phase="Lost"), None),  # its volume is gone
+        (claim("vk-lower-2", phase=""), None),
+        (claim(None), None),  # bound, nothing says a node (a PV's affinity pins, if any)
+        (claim(""), None),
+        (None, None),
+        ({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": 7}},
+          "spec": {"volumeName": "v"}, "status": {"phase": "Bound"}}, None),
+        ({"metadata": "x", "spec": [], "status": 3}, None),
+    ],
+)  # fmt: skip
+def test_only_a_bound_claim_pins_the_pod_to_its_node(
+    found: dict[str, Any] | None, node: str | None
+) -> None:
+    assert mutation.claim_node(found) == node
+    lookups = pvc_lookups() if found is None else pvc_lookups(data=found)
+    decision, out = run(pod({"volumes": volumes("data")}), lookups=lookups)
+    terms = clusterselector.required_terms(out["spec"].get("affinity") or {})
+    pins = [] if node is None else [{"matchExpressions": [expr(HOSTNAME, "In", node)]}]
+    assert terms == pins
+    assert decision.warnings == ()
+
+
+@pytest.mark.parametrize(("phase", "node"), [("Bound", "vk-lower-2"), ("Pending", None)])
+def test_the_claims_cache_keeps_what_tells_a_bound_claim(phase: str, node: str | None) -> None:
+    full = {
+        "metadata": {
+            "name": "data", "namespace": "shop", "resourceVersion": "7", "uid": "u",
+            "annotations": {"volume.kubernetes.io/selected-node": "vk-lower-2", "x": "y"},
+        },
+        "spec": {"volumeName": "pvc-u", "accessModes": ["ReadWriteOnce"]},
+        "status": {"phase": phase, "capacity": {"storage": "1Gi"}},
+    }  # fmt: skip
+    slim = caches._slim_claim(full)
+    assert mutation.claim_node(slim) == node
+    assert slim == {
+        "metadata": {
+            "name": "data", "namespace": "shop", "resourceVersion": "7",
+            "annotations": {"volume.kubernetes.io/selected-node": "vk-lower-2"},
+        },
+        "spec": {"volumeName": "pvc-u"},
+        "status": {"phase": phase},
+    }  # fmt: skip
 
 
 def test_a_pin_to_a_node_the_informer_does_not_know_is_not_moved_on_reinvocation() -> None:

@@ -262,9 +262,12 @@ class K2KProvider:
         # has its copies looked at again once it is over: no pod may use them now.
         with self.dependencies.creating(pod):
             ensured = await self.dependencies.ensure(pod)
+            provisioned: frozenset[str] = frozenset()
             if self.volumes is not None:
-                await self.volumes.ensure_for_pod(pod)
-            body = translate.lower_pod(pod, policy=self.policy, absent=ensured.absent)
+                provisioned = await self.volumes.ensure_for_pod(pod)
+            body = translate.lower_pod(
+                pod, policy=self.policy, absent=ensured.absent, provisioned=provisioned
+            )
             uid = str(pod["metadata"].get("uid"))
             self.book.create_sent(upper_uid=uid, lower_key=lower_key)
             try:

@@ -462,44 +462,66 @@ class VolumeProvisioner:
 
     # -- for pods --------------------------------------------------------------------------
 
-    async def ensure_for_pod(self, pod: Mapping[str, Any]) -> None:
-        """Make the lower claims `pod` mounts exist (see the module docstring).
+    async def ensure_for_pod(self, pod: Mapping[str, Any]) -> frozenset[str]:
+        """Make the lower claims `pod` mounts exist (see the module docstring): those of its
+        `persistentVolumeClaim` volumes, and those of its generic ephemeral volumes whose
+        claims (`<pod>-<volume>`, made upstairs by the ephemeral volume controller) are of
+        a class of ours. Returns the names of those ephemeral volumes (`translate.lower_pod`
+        mounts their lower claims); the others are left to the lower cluster.
 
         Raises MissingDependency while a claim is missing or not yet bound (the pod waits,
         as on a kubelet, and is announced to `on_resolved` when the claim changes),
         InvalidPod for a claim the lower cluster cannot serve (bound upstairs to a volume
         that is not this node's, its lower claim gone, a lower claim of someone else in
-        the way), kube errors for API failures.
+        the way) or an ephemeral volume's claim that is not the pod's, kube errors for API
+        failures.
         """
         namespace = str(pod["metadata"]["namespace"])
         pod_key = f"{namespace}/{pod['metadata']['name']}"
+        provisioned: set[str] = set()
         for volume in (pod.get("spec") or {}).get("volumes") or []:
             source = volume.get("persistentVolumeClaim")
-            if not source:
+            ephemeral = volumes.ephemeral_claim_name(pod, volume)
+            if not source and ephemeral is None:
                 continue
-            name = str(source.get("claimName"))
+            name = ephemeral or str(source.get("claimName"))
             key = f"{namespace}/{name}"
+            volume_name = str(volume.get("name"))
             try:
-                await self._ensure_claim(key, volume=str(volume.get("name")))
+                if ephemeral is None:
+                    await self._ensure_claim(key, volume=volume_name)
+                elif await self._ensure_ephemeral(key, pod=pod, volume=volume_name):
+                    provisioned.add(volume_name)
             except provider_errors.MissingDependency:
                 self._waiting.setdefault(key, set()).add(pod_key)
                 raise
+        return frozenset(provisioned)
+
+    async def _ensure_ephemeral(self, key: str, *, pod: Mapping[str, Any], volume: str) -> bool:
+        """Ensure the claim of generic ephemeral volume `volume` of `pod` when its class is
+        ours (True); False when it is another class's (the lower cluster makes the claim
+        from the template, as before). Raises as `ensure_for_pod`."""
+        claim = self.claims.store.get(key)
+        if claim is None or claim["metadata"].get("deletionTimestamp"):
+            raise _missing(key, volume=volume, message="not found")
+        if not volumes.is_claim_of_pod(claim, pod):
+            raise provider_errors.InvalidPod(
+                f"PersistentVolumeClaim {key} of ephemeral volume {volume} was not created "
+                f"for pod {object_key(pod)} (pod is not owner)"
+            )
+        if not volumes.is_ours(self._class_of(claim)):
+            return False
+        await self._ensure_claim(key, volume=volume)
+        return True
 
     async def _ensure_claim(self, key: str, *, volume: str) -> None:
-        namespace, _, name = key.partition("/")
         claim = self.claims.store.get(key)
 
         def missing(message: str) -> provider_errors.MissingDependency:
-            return provider_errors.MissingDependency(
-                f'MountVolume.SetUp failed for volume "{volume}" : {message}',
-                kind="PersistentVolumeClaim",
-                namespace=namespace,
-                name=name,
-                volume=volume,
-            )
+            return _missing(key, volume=volume, message=message)
 
         if claim is None or claim["metadata"].get("deletionTimestamp"):
-            raise missing(f'persistentvolumeclaim "{name}" not found')
+            raise missing("not found")
         bound_to = (claim.get("spec") or {}).get("volumeName")
         lower_key = naming.lower_key(key, prefix=self._prefix)
         if bound_to:
@@ -524,7 +546,7 @@ class VolumeProvisioner:
                 await self._patch_claim(
                     claim, {"metadata": {"annotations": {volumes.SELECTED_NODE: self._node}}}
                 )
-            raise missing(f'persistentvolumeclaim "{name}" is being provisioned')
+            raise missing("is being provisioned")
         try:
             await self.mirror.ensure(key)
         except MirrorConflict as exc:
@@ -535,7 +557,7 @@ class VolumeProvisioner:
         except Refused as exc:
             raise provider_errors.InvalidPod(str(exc)) from exc
         except KeyError:
-            raise missing(f'persistentvolumeclaim "{name}" not found') from None
+            raise missing("not found") from None
         except _REFUSALS as exc:
             raise provider_errors.InvalidPod(
                 f"the lower cluster refused claim {lower_key}: {exc.message}"
@@ -572,6 +594,20 @@ class VolumeProvisioner:
             await client.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
         except errors.NotFound:
             pass  # gone meanwhile; its deletion is handled by its own event
+
+
+def _missing(key: str, *, volume: str, message: str) -> provider_errors.MissingDependency:
+    """The kubelet's wait for claim `key` ("namespace/name") of pod volume `volume`:
+    `message` says what is wrong with it ("not found", ...)."""
+    namespace, _, name = key.partition("/")
+    return provider_errors.MissingDependency(
+        f'MountVolume.SetUp failed for volume "{volume}" : persistentvolumeclaim "{name}" '
+        f"{message}",
+        kind="PersistentVolumeClaim",
+        namespace=namespace,
+        name=name,
+        volume=volume,
+    )
 
 
 def _owner_of_claim(lower: Obj, owner: naming.Owner) -> str:

@@ -19,7 +19,7 @@ from vnode.contracts import clusterselector
 from vnode.contracts.labels import DEFAULT_TAINT_KEY
 from vnode.contracts.objects import as_list, as_mapping, dicts_in
 from vnode.kube import codec
-from vnode.providers.k2k import naming
+from vnode.providers.k2k import naming, volumes
 from vnode.providers.k2k.placement import lower_placement, lower_tolerations
 from vnode.settings import PodSecurityLevel
 
@@ -96,6 +96,7 @@ def lower_pod(
     *,
     policy: TranslationPolicy,
     absent: frozenset[tuple[str, str]] = frozenset(),
+    provisioned: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """Return the pod to create in the lower cluster for the upper pod `upper`.
 
@@ -112,6 +113,13 @@ def lower_pod(
     and missing upstairs, or not copyable): every reference to them is removed, so the
     lower pod never resolves them to an object of the same name that belongs to someone
     else (see `without_references`).
+
+    `provisioned` names the pod's generic ephemeral volumes whose claims the virtual node
+    provisions (their class is a virtual-node class): below, each mounts the lower claim the
+    node made, `<pod>-<volume>` (`persistentVolumeClaim`), instead of keeping the `ephemeral`
+    source, whose claim the lower ephemeral volume controller would insist on making for
+    the lower pod itself (it refuses a claim of that name it did not make). The others stay
+    `ephemeral`: the lower cluster makes their claims, owned by the lower pod.
     """
     meta = as_mapping(upper.get("metadata"))
     namespace = str(meta.get("namespace") or "default")
@@ -143,6 +151,8 @@ def lower_pod(
         spec["priorityClassName"] = priority_class
     if absent:
         _remove_references(spec, absent)
+    if provisioned:
+        _mount_provisioned_claims(spec, pod=upper, names=provisioned)
     for group in _CONTAINER_GROUPS:
         for container in dicts_in(spec.get(group)):
             _lower_container(container, upper_meta=meta, token_volumes=token_volumes, policy=policy)
@@ -447,6 +457,18 @@ def _remove_references(spec: dict[str, Any], absent: frozenset[tuple[str, str]])
         ]
         if not spec["imagePullSecrets"]:
             del spec["imagePullSecrets"]
+
+
+def _mount_provisioned_claims(
+    spec: dict[str, Any], *, pod: Mapping[str, Any], names: frozenset[str]
+) -> None:
+    """Make the generic ephemeral volumes `names` of `spec` (a copy of `pod`'s) mount their
+    claims, `<pod>-<volume>` (`volumes.ephemeral_claim_name`)."""
+    for volume in dicts_in(spec.get("volumes")):
+        claim = volumes.ephemeral_claim_name(pod, volume)
+        if claim is not None and volume.get("name") in names:
+            del volume["ephemeral"]
+            volume["persistentVolumeClaim"] = {"claimName": claim}
 
 
 def _is_injected_token_volume(volume: Mapping[str, Any]) -> bool:

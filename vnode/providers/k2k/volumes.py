@@ -20,6 +20,13 @@ that uses it; once bound below, the lower PersistentVolume is shown upstairs as 
 to the virtual node, and the claim gets `selected-node` = the virtual node (which the
 webhook reads to pin later pods).
 
+**Generic ephemeral volumes** of a virtual-node class: the upper ephemeral volume
+controller makes the claim `<pod>-<volume>`, owned by the upper pod; it is provisioned as
+any claim of the class (a lower claim of the virtual node, an upper PV), and the lower pod
+mounts that lower claim as a `persistentVolumeClaim` (`translate.lower_pod`). Deleting the
+pod deletes the upper claim (garbage collection), which releases the PV, whose reclaim
+policy then decides as below.
+
 **Reclaim**: the upper PV's reclaim policy decides, read from the PV when the decision is
 taken (`reclaim_policy`; the copy marked on the lower claim may be stale). `Delete`: once
 the upper claim is gone (the PV Released), the lower claim is deleted (the lower class's
@@ -127,6 +134,28 @@ def provisioning_problem(claim: Mapping[str, Any]) -> str | None:
     if spec.get("selector"):
         return f"{PROVISIONER} cannot provision a claim with a selector"
     return None
+
+
+def ephemeral_claim_name(pod: Mapping[str, Any], volume: Mapping[str, Any]) -> str | None:
+    """The claim of a pod's generic ephemeral volume, `<pod>-<volume>` (k8s.io/component-helpers
+    storage/ephemeral VolumeClaimName), or None when `volume` is not one."""
+    if "ephemeral" not in volume or volume.get("persistentVolumeClaim"):
+        return None
+    return f"{(pod.get('metadata') or {}).get('name')}-{volume.get('name')}"
+
+
+def is_claim_of_pod(claim: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+    """Tell whether `claim` was made for `pod`'s ephemeral volume: its controller
+    ownerReference is the pod (same UID), the kubelet's and scheduler's check
+    (storage/ephemeral VolumeIsForPod)."""
+    uid = (pod.get("metadata") or {}).get("uid")
+    return bool(uid) and any(
+        isinstance(ref, Mapping)
+        and ref.get("controller") is True
+        and ref.get("kind") == "Pod"
+        and ref.get("uid") == uid
+        for ref in (claim.get("metadata") or {}).get("ownerReferences") or []
+    )
 
 
 def volume_name(claim: Mapping[str, Any]) -> str:
