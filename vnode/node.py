@@ -33,6 +33,7 @@ from vnode.kube.events import EventRecorder
 from vnode.kube.informer import Informer
 from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.mirror.engine import Mirror
+from vnode.kube.resources import EVENTS
 from vnode.kube.workqueue import FairQueuing
 from vnode.provider import Provider
 from vnode.serving import endpoints, lifecycle
@@ -132,10 +133,12 @@ class VirtualNode:
         self, settings: Settings, provider: Provider, clients: Mapping[str, ApiClient]
     ) -> Patrol:
         """The patrol over every informer and queue of the components above."""
+        # Events are left out: best effort, never state (the apiserver drops them after an
+        # hour), and a busy cluster's are its longest list.
         audits = [
             Audit(informer=informer, client=clients[informer.selection.client.name])
             for informer in self.informers()
-            if informer.selection.client.name in clients
+            if informer.selection.client.name in clients and informer.selection.resource != EVENTS
         ]
         checks: list[Check] = [PodCheck(pods=self.pods, provider=provider)]
         checks += [MirrorCheck(c) for c in self.components if isinstance(c, Mirror)]

@@ -211,3 +211,30 @@ def _metric(node: VirtualNodeProcess, series: str) -> float:
         if line.startswith(series + " "):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
+
+
+def test_a_node_in_step_shows_no_drift(
+    fleet: Fleet, patrolled: VirtualNodeProcess, namespace: str
+) -> None:
+    # A pod with the namespace's default ServiceAccount (never copied: each lower namespace
+    # has its own) and a ConfigMap copy: two whole runs after it runs find nothing.
+    create(fleet.upper.rest(), namespace, _config_map("plain", "v"))
+    _running(
+        fleet,
+        patrolled,
+        namespace,
+        "steady",
+        volumes=[{"name": "c", "configMap": {"name": "plain"}}],
+    )
+    runs = _metric(patrolled, "tensile_patrol_runs_total")
+    wait_for(
+        "two more patrol runs",
+        lambda: _metric(patrolled, "tensile_patrol_runs_total") >= runs + 2,
+        timeout=3 * PATROL_PERIOD + 10.0,
+    )
+    outstanding = [
+        line
+        for line in patrolled.metrics().splitlines()
+        if line.startswith("tensile_patrol_mismatches{") and not line.endswith(" 0.0")
+    ]
+    assert outstanding == [], "the last run found drift in a node in step"

@@ -61,6 +61,11 @@ OUTSTANDING = Gauge(
     "Drift found by the last patrol run and not repaired yet, by kind and reason.",
     ["kind", "reason"],
 )
+CPU = CounterMetric(
+    "tensile_patrol_cpu_seconds",
+    "Process CPU seconds used while patrol runs were in progress (an upper bound of the "
+    "patrol's own: the node's other work goes on meanwhile).",
+)
 AUDIT_FAILURES = CounterMetric(
     "tensile_patrol_audit_failures",
     "Informer audits that could not list their server (the store was left alone).",
@@ -139,7 +144,7 @@ class Patrol:
     async def patrol(self) -> set[Mismatch]:
         """Run once: audit the caches, then compare and repair; return the drift found by
         the comparisons (the caches' drift is repaired by relists, and logged)."""
-        started = time.monotonic()
+        started, cpu = time.monotonic(), time.process_time()
         for audit in self._audits:
             if self._stop.is_set():
                 return set()
@@ -153,6 +158,7 @@ class Patrol:
         RUNS.inc()
         elapsed = time.monotonic() - started
         DURATION.observe(elapsed)
+        CPU.inc(time.process_time() - cpu)
         logger.debug("patrol: run done in %.2fs, %d mismatches", elapsed, len(found))
         return found
 
