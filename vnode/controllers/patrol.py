@@ -149,6 +149,7 @@ class Patrol:
             if self._stop.is_set():
                 return set()
             await self._audit(audit)
+        audited = time.process_time()
         found: set[Mismatch] = set()
         for check in self._checks:
             async for mismatch in check.mismatches():
@@ -156,10 +157,17 @@ class Patrol:
                 check.repair(mismatch)
         self._account(found)
         RUNS.inc()
-        elapsed = time.monotonic() - started
+        elapsed, used = time.monotonic() - started, time.process_time() - cpu
         DURATION.observe(elapsed)
-        CPU.inc(time.process_time() - cpu)
-        logger.debug("patrol: run done in %.2fs, %d mismatches", elapsed, len(found))
+        CPU.inc(used)
+        logger.info(
+            "patrol: run done in %.2fs (CPU %.2fs: audits %.2fs, comparisons %.2fs); %d mismatches",
+            elapsed,
+            used,
+            audited - cpu,
+            used - (audited - cpu),
+            len(found),
+        )
         return found
 
     async def _audit(self, audit: Audit) -> None:
