@@ -76,12 +76,18 @@ class PodNotifier(Protocol):
 
 @runtime_checkable
 class BackendPodLister(Protocol):
-    """A provider that can name its own backend pods (optional): the patrol then finds
-    backend pods whose upper pod is gone."""
+    """A provider that can name its own backend pods and its writes in flight (optional):
+    the patrol then finds backend pods whose upper pod is gone, and leaves a pod whose
+    create or delete is on its way alone."""
 
     def owned_backend_pods(self) -> Iterator[tuple[str, str]]:
         """Yield (upper "namespace/name", upper UID) of every backend pod of this node that
         is not being deleted."""
+
+    def backend_writing(self, upper_uid: str) -> bool:
+        """Tell whether a create or delete of the backend pod of `upper_uid` is in flight
+        (sent, and not shown by the backend's cache yet): its pod may be missing or left
+        over only for a moment."""
 
 
 class PodProvider(PodLifecycleHandler, PodNotifier, Protocol):

@@ -45,7 +45,8 @@ async def paced(items: Iterable[_T]) -> AsyncIterator[_T]:
 
 class PodCheck:
     """Upper pods bound to the node against their backend pods, and backend pods of ours
-    against upper pods (when the provider can name them: `BackendPodLister`)."""
+    against upper pods (when the provider can name them: `BackendPodLister`). A pod whose
+    key a queue holds, or whose backend create or delete is in flight, is in hand."""
 
     name = "pods"
 
@@ -58,26 +59,28 @@ class PodCheck:
         """Yield upper pods missing below, with a stale status or a lost deletion, then
         backend pods whose upper pod is gone."""
         store = self._pods.informer.store
+        book = self._provider if isinstance(self._provider, BackendPodLister) else None
         async for pod in paced(store):
             key = object_key(pod)
             backend = self._provider.backend_pod(pod)
+            uid = str(pod["metadata"].get("uid"))
             reason = patrol_decisions.upper_pod_drift(
                 pod,
                 backend=backend,
                 desired_status=self._provider.pod_status(pod) if backend is not None else None,
-                in_hand=self._in_hand(key),
+                in_hand=self._in_hand(key) or (book is not None and book.backend_writing(uid)),
             )
             if reason is not None:
                 yield Mismatch(kind="pods", reason=reason, key=key)
-        if not isinstance(self._provider, BackendPodLister):
+        if book is None:
             return
-        async for key, uid in paced(self._provider.owned_backend_pods()):
+        async for key, uid in paced(book.owned_backend_pods()):
             upper = store.get(key)
             reason = patrol_decisions.backend_pod_drift(
                 upper_uid=uid,
                 upper_uid_now=None if upper is None else str(upper["metadata"].get("uid")),
                 deleting=self._pods.deleting(key),
-                in_hand=self._in_hand(key),
+                in_hand=self._in_hand(key) or book.backend_writing(uid),
             )
             if reason is not None:
                 yield Mismatch(kind="pods", reason=reason, key=key)

@@ -472,6 +472,10 @@ class K2KProvider:
                 for key in _upper_key_of(lower):
                     yield key, upper_uid_of(lower)
 
+    def backend_writing(self, upper_uid: str) -> bool:
+        """Tell whether the book has a create or delete in flight for `upper_uid`."""
+        return self.book.writing(upper_uid=upper_uid)
+
     async def cleanup_dangling(self, upper_pods: Iterable[Obj]) -> None:
         """Delete owned lower pods whose upper pod no longer exists (run once at start)."""
         alive = {str(p["metadata"].get("uid")) for p in upper_pods}
