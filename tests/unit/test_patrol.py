@@ -267,3 +267,83 @@ async def test_a_period_of_zero_runs_no_patrol() -> None:
     await patrol.shut_down()
     await patrol.run()  # returns at once, without a run (the script is empty)
     assert check.repaired == []
+
+
+# --- the pod check, on a pod controller's cache and a scripted provider ---------------------
+
+
+class Book:
+    """A provider (scripted: the check's facts, not the k2k provider's I/O) whose backend
+    pods are `backend` (upper key -> status) plus `owned` extra (upper key, UID) pairs, with
+    the writes in flight of `writing` (upper UIDs)."""
+
+    def __init__(
+        self,
+        backend: dict[str, dict[str, Any]],
+        *,
+        owned: list[tuple[str, str]],
+        writing: set[str],
+    ) -> None:
+        self._backend, self._owned, self._writing = backend, owned, writing
+
+    def backend_pod(self, pod: dict[str, Any]) -> dict[str, Any] | None:
+        status = self._backend.get(f"ns/{pod['metadata']['name']}")
+        return None if status is None else {"metadata": {}, "status": status}
+
+    def pod_status(self, pod: dict[str, Any]) -> dict[str, Any] | None:
+        return self._backend.get(f"ns/{pod['metadata']['name']}")
+
+    def vanished(self, pod: dict[str, Any]) -> bool:
+        return False
+
+    def notify_pods(self, callback: Callable[[str], None]) -> None:
+        pass
+
+    def owned_backend_pods(self) -> list[tuple[str, str]]:
+        return [(k, f"u-{k[3:]}") for k in self._backend] + self._owned
+
+    def backend_writing(self, upper_uid: str) -> bool:
+        return upper_uid in self._writing
+
+
+async def test_the_pod_check_finds_each_drift_and_hands_it_to_its_queue() -> None:
+    from vnode.controllers.patrol_checks import PodCheck  # noqa: PLC0415
+    from vnode.controllers.pods import PodController  # noqa: PLC0415
+    from vnode.kube.events import EventRecorder  # noqa: PLC0415
+    from vnode.kube.informer_factory import InformerFactory  # noqa: PLC0415
+    from vnode.testing.fakeapi import FakeApi  # noqa: PLC0415
+
+    upper = FakeApi(name="upper")  # never called: the check reads caches only
+    provider = Book(
+        {"ns/a": RUNNING, "ns/b": RUNNING},
+        owned=[("ns/orphan", "u-orphan"), ("ns/leaving", "u-leaving")],
+        writing={"u-c", "u-leaving"},
+    )
+    pods = PodController(
+        upper=upper,
+        informers=InformerFactory(),
+        provider=provider,  # type: ignore[arg-type]
+        node_name="vn",
+        namespace=None,
+        workers=1,
+        recorder=EventRecorder(upper, component="vn/pod-controller", host="vn"),
+    )
+    statuses = {"a": RUNNING, "b": {**RUNNING, "message": "stale"}, "c": {}, "d": {}}
+    for name, status in statuses.items():
+        meta = {"namespace": "ns", "name": name, "uid": f"u-{name}", "resourceVersion": "1"}
+        pods.informer.store.upsert({"metadata": meta, "spec": {}, "status": status})
+    check = PodCheck(pods=pods, provider=provider)  # type: ignore[arg-type]
+    found = [m async for m in check.mismatches()]
+    assert found == [
+        Mismatch(kind="pods", reason="stale_status", key="ns/b"),
+        # ns/c: its create is in flight
+        Mismatch(kind="pods", reason="missing_below", key="ns/d"),
+        Mismatch(kind="pods", reason="orphan_below", key="ns/orphan"),
+        # ns/leaving: its delete is in flight
+    ]
+    for mismatch in found:
+        check.repair(mismatch)
+    assert pods.status_from_lower.pending("ns/b")
+    assert not pods.pods_from_upper.pending("ns/b")
+    assert pods.pods_from_upper.pending("ns/d")
+    assert pods.pods_from_upper.pending("ns/orphan")
