@@ -11,7 +11,9 @@ What client-go's reflector does, with the lessons of the Python clients' watch b
   that vanished in the gap (a relist diff, so no deletion is missed);
 - a stream that goes silent (no event and no bookmark for `idle_timeout`) is dropped and
   re-watched: half-open TCP connections otherwise hang forever;
-- other failures back off exponentially with jitter; after several in a row, relist.
+- other failures back off exponentially with jitter; after several in a row, relist;
+- `relist()` lists again on demand (the patrol's answer to a store that missed an event):
+  the running watch is ended and the list dispatches every difference, as after a 410.
 """
 
 from __future__ import annotations
@@ -298,6 +300,8 @@ class Reflector:
         async for chunk in _idle_bounded(
             response, self._settings.idle_timeout, ended=lambda: bool(self._relists)
         ):
+            if self._relists:
+                return  # what is left of the stream comes again after the list
             # Objects can be large (ConfigMaps up to 1 MiB): split lines ourselves
             # rather than rely on a line-length limit. Only a chunk with a newline
             # ends lines; the rest is appended in place, not copied again per chunk.
