@@ -238,3 +238,7 @@ def test_a_node_in_step_shows_no_drift(
         if line.startswith("tensile_patrol_mismatches{") and not line.endswith(" 0.0")
     ]
     assert outstanding == [], "the last run found drift in a node in step"
+    # Its lists go through clients of their own (their own rate budget).
+    for client in ("upper-patrol", "lower-patrol"):
+        series = f'tensile_api_requests_total{{cluster="{client}",code="200",verb="GET"}}'
+        assert _metric(patrolled, series) > 0, series
