@@ -11,9 +11,14 @@ On one local fleet (kwok nodes with room for every pod), in one run:
    written and etcd compacted, so the node's watches cannot resume and its lower caches
    list again: the relist counted, the time until the caches
    relisted and both queues are idle again, and again what was written (target: 0 creates,
-   0 deletes).
+   0 deletes);
+4. the patrol: the node restarted with --patrol-period=PERIOD (default 30 s), its CPU
+   during N patrol runs (from the end of one run to the end of the N-th after it) minus
+   its idle CPU (measured between two runs), per run; divided by the command's default
+   period (300 s) it is the patrol's average share of one core (target < 1 %), and what
+   the runs found in a steady state (target: nothing).
 
-    .venv/bin/python bench/scale.py [--pods 10000] [--lower-nodes 10]
+    .venv/bin/python bench/scale.py [--pods 10000] [--lower-nodes 10] [--patrol-runs 4]
 
 Uses the fleet of TENSILE_DEVCLUSTER_DIR if set, else starts (and stops) its own. Expect
 about 10-20 minutes on 2 cores.
@@ -28,6 +33,7 @@ import os
 import secrets
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import harness
@@ -38,6 +44,10 @@ from devcluster.fleet import Fleet
 from devcluster.vnodes import VirtualNodeProcess
 
 RECONCILE_TARGET = 10.0
+DEFAULT_PATROL_PERIOD = 300.0
+"""--patrol-period's default, seconds."""
+PATROL_TARGET = 0.01
+"""The patrol's average CPU at the default period, as a share of one core."""
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 NODE_ARGS = ["--kube-api-qps=500", "--kube-api-burst=1000", "--log-level=info"]
 
@@ -144,11 +154,87 @@ def _stamp(line: str) -> float | None:
         return None
 
 
+def patrol_runs(node: VirtualNodeProcess) -> float:
+    return sum(harness.samples(node.metrics(), "tensile_patrol_runs_total").values())
+
+
+POLL = 1.0
+"""Seconds between two reads of the node's metrics while its CPU is measured: a read costs
+the node some CPU, so the idle window and the measured one read at the same pace."""
+
+
+def wait_runs(node: VirtualNodeProcess, *, at_least: float, timeout: float) -> float:
+    """Wait until the node completed `at_least` patrol runs; return the count."""
+    deadline = time.monotonic() + timeout
+    while (runs := patrol_runs(node)) < at_least:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"fewer than {at_least:.0f} patrol runs after {timeout:.0f}s")
+        time.sleep(POLL)
+    return runs
+
+
+def patrol(
+    node: VirtualNodeProcess, *, pods: int, period: float, runs: int, say: Callable[[str], None]
+) -> None:
+    """Phase 4 (see the module docstring)."""
+    node.stop()
+    node.argv.append(f"--patrol-period={period:g}s")  # the last one wins
+    node.start(timeout=300)
+    wait_process_ready(node)
+    harness.wait_reconciled(node, keys=pods)
+    wait_idle(node)
+    assert node.process is not None
+    pid = node.process.pid
+    while True:  # idle CPU: a window between two runs
+        done = wait_runs(node, at_least=patrol_runs(node) + 1, timeout=3 * period + 600)
+        cpu0, t0 = harness.cpu_seconds(pid), time.monotonic()
+        quiet = True
+        while time.monotonic() - t0 < min(10.0, period / 3):
+            time.sleep(POLL)
+            quiet = quiet and patrol_runs(node) == done
+        cpu1, t1 = harness.cpu_seconds(pid), time.monotonic()
+        if quiet:
+            break
+    idle = (cpu1 - cpu0) / (t1 - t0)
+    start = wait_runs(node, at_least=done + 1, timeout=3 * period + 600)
+    cpu0, t0 = harness.cpu_seconds(pid), time.monotonic()
+    text0 = node.metrics()
+    wait_runs(node, at_least=start + runs, timeout=runs * (period + 600))
+    cpu1, t1 = harness.cpu_seconds(pid), time.monotonic()
+    text1 = node.metrics()
+    per_run = ((cpu1 - cpu0) - idle * (t1 - t0)) / runs
+    during = (
+        harness.samples(text1, "tensile_patrol_cpu_seconds_total")[()]
+        - harness.samples(text0, "tensile_patrol_cpu_seconds_total")[()]
+    ) / runs
+    duration = harness.samples(text1, "tensile_patrol_duration_seconds_sum")[()] / max(
+        1.0, harness.samples(text1, "tensile_patrol_duration_seconds_count")[()]
+    )
+    found = harness.samples(text1, "tensile_patrol_mismatches_found_total")
+    requests = harness.difference(harness.requests_by_verb(text1), harness.requests_by_verb(text0))
+    patrol_requests = sum(v for (c, _, _), v in requests.items() if c.endswith("-patrol"))
+    share = per_run / DEFAULT_PATROL_PERIOD
+    verdict = "met" if share < PATROL_TARGET and not found else "MISSED"
+    say(f"\npatrol ({runs} runs every {period:g} s over {pods} pods)")
+    say(f"  idle node CPU             {idle * 100:6.2f} % of one core")
+    say(f"  CPU per run               {per_run:6.2f} s (minus idle), {duration:.2f} s wall")
+    say(f"  CPU while a run was on    {during:6.2f} s per run (its own metric, a cross-check)")
+    say(f"  API requests per run      {patrol_requests / runs:6.1f} (the patrol's clients)")
+    say(
+        f"  average at {DEFAULT_PATROL_PERIOD:g} s (default) {share * 100:6.2f} % of one core; "
+        f"at {period:g} s {per_run / period * 100:.2f} %   [< {PATROL_TARGET:.0%}, "
+        f"nothing found: {verdict}]"
+    )
+    say(f"  mismatches found (kind, reason: n)  {dict(found) or 'none'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pods", type=int, default=10_000)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--lower-nodes", type=int, default=10)
+    parser.add_argument("--patrol-period", type=float, default=30.0, help="seconds, phase 4")
+    parser.add_argument("--patrol-runs", type=int, default=4, help="runs measured, phase 4")
     args = parser.parse_args()
     existing = os.environ.get("TENSILE_DEVCLUSTER_DIR")
     if existing:
@@ -283,6 +369,9 @@ def main() -> None:
         say(f"  queues idle again         {settled:6.1f} s after ({handled:.0f} pod keys handled)")
         say(f"  lower creates / deletes   {creates:.0f} / {deletes:.0f}   [0 / 0: {verdict}]")
         say(f"  writes (cluster verb code: n)  {dict(after) or 'none'}")
+
+        # -- the patrol --------------------------------------------------------------------
+        patrol(node, pods=args.pods, period=args.patrol_period, runs=args.patrol_runs, say=say)
     finally:
         node.stop()
         node.delete_node()

@@ -40,6 +40,7 @@ class VirtualNodeProcess(programs.Program):
         upper_kubeconfig: Path | None = None,
         certificate_from_csr: bool = False,
         lower_kubelet_access: str = "direct",
+        module: str = "vnode",
     ) -> None:
         """A node named `name` between clusters `upper` and `lower` of `fleet` (their admin
         kubeconfigs unless `upper_kubeconfig` / `lower_kubeconfig` say otherwise).
@@ -50,7 +51,10 @@ class VirtualNodeProcess(programs.Program):
         `lower_kubelet_access` "direct" (the default here) reads kwok's resource metrics
         at its address without verifying its certificate; "proxy" (the command's default)
         reads them through the lower apiserver's node proxy, which works only in a private
-        network (apiservers refuse to proxy to a loopback address)."""
+        network (apiservers refuse to proxy to a loopback address).
+
+        `module`: the module run as the command (`python -m`), e.g.
+        "devcluster.missed_events" for the command with a fault a test switches on."""
         self.fleet = fleet
         self.upper = fleet.cluster(upper)
         self.name = name
@@ -60,7 +64,7 @@ class VirtualNodeProcess(programs.Program):
         self.cert_dir = log_dir / f"pki-{name}"
         """--cert-dir: where a CSR-issued serving certificate is kept (kept across restarts)."""
         argv = [
-            sys.executable, "-m", "vnode",
+            sys.executable, "-m", module,
             f"--nodename={name}",
             f"--kubeconfig={upper_kubeconfig or self.upper.kubeconfig}",
             f"--client-kubeconfig={lower_kubeconfig or fleet.cluster(lower).kubeconfig}",

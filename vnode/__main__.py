@@ -128,8 +128,18 @@ async def _run(
             timeout=auth.REVIEW_TIMEOUT,
             connections=auth.REVIEWS_IN_FLIGHT,
         ) as reviews,
+        upper.sibling(
+            name="upper-patrol",
+            qps=settings.patrol.qps,
+            burst=settings.patrol.burst,
+            timeout=60.0,
+            connections=2,
+        ) as upper_patrol,
         contextlib.AsyncExitStack() as stack,
     ):
+        # The patrol's lists have a budget of their own: a patrol of 10,000 pods never
+        # delays a status write or a heartbeat.
+        patrol_clients = {upper.name: upper_patrol}
         # Both clusters must answer before anything is registered (tensile-kube: fatal).
         await upper.request("GET", "/version")
         cluster_id = settings.pods.cluster_id or await _upper_cluster_id(upper)
@@ -160,11 +170,21 @@ async def _run(
                 kubelet_token=kubelet_token,
             )
             lower_server = lower_info.server
+            patrol_clients[lower.name] = await stack.enter_async_context(
+                lower.sibling(
+                    name="lower-patrol",
+                    qps=settings.patrol.qps,
+                    burst=settings.patrol.burst,
+                    timeout=60.0,
+                    connections=2,
+                )
+            )
         node = VirtualNode(
             settings=settings,
             upper=UpperClients(main=upper, heartbeat=heartbeat, events=events, reviews=reviews),
             provider=provider,
             informers=informers,
+            patrol_clients=patrol_clients,
         )
         with shutdown.stop_on_signals(node.stop):
             logger.info(

@@ -27,6 +27,7 @@ from vnode.settings import (
     KubeletAccessMode,
     LowerKubeletSettings,
     NodeSettings,
+    PatrolSettings,
     PodSecurityLevel,
     PodSettings,
     Settings,
@@ -159,6 +160,14 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         help="Events written to the upper cluster per second (0: no limit)",
     )
     a("--event-burst", type=int, default=100, help="Event burst above --event-qps")
+    a(
+        "--patrol-period",
+        type=duration,
+        default=300.0,
+        help="seconds between two patrols comparing the caches and both clusters (0: none)",
+    )
+    a("--patrol-qps", type=float, default=5.0, help="patrol client QPS per cluster (0: no limit)")
+    a("--patrol-burst", type=int, default=10, help="patrol client burst above --patrol-qps")
     a(
         "--client-verify-ca",
         default=env.get("APISERVER_CA_CERT_LOCATION", ""),
@@ -320,11 +329,14 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
         ("--client-qps", args.client_qps),
         ("--kube-api-qps", args.kube_api_qps),
         ("--event-qps", args.event_qps),
+        ("--patrol-qps", args.patrol_qps),
     ):
         if value < 0 or not math.isfinite(value):
             raise UsageError(f"{flag} must be >= 0, got {value}")
     if args.event_burst < 1:
         raise UsageError(f"--event-burst must be >= 1, got {args.event_burst}")
+    if args.patrol_burst < 1:
+        raise UsageError(f"--patrol-burst must be >= 1, got {args.patrol_burst}")
     node = _node_settings(args, env, operating_system)
     return Settings(
         provider="mock" if args.provider == "mock" else "k8s",
@@ -377,6 +389,9 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
         log_format=args.log_format,
         startup_timeout=args.startup_timeout,
         shutdown_timeout=args.shutdown_timeout,
+        patrol=PatrolSettings(
+            period=args.patrol_period, qps=args.patrol_qps, burst=args.patrol_burst
+        ),
     )
 
 

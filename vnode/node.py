@@ -3,7 +3,8 @@
 The node is a list of components (`vnode.serving.lifecycle.Component`): the provider and
 what it brings (mirrors of pods' dependencies, of Services and volumes as
 --enable-controllers chose), the pod controller, the kubelet API server and the node
-controller, run by a `lifecycle.Runner` like every program's. Start order
+controller, run by a `lifecycle.Runner` like every program's, and last the patrol
+(`vnode.controllers.patrol`), which compares all their state with the clusters. Start order
 (virtual-kubelet's): each component's `start()` in list order; then every informer runs
 (one per selection, shared through an `InformerFactory`) and has synced before any
 component's `run()` begins, so the node controller registers the Node only once pods can
@@ -15,6 +16,7 @@ TaskGroup and awaited.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from vnode.api.certmanager import (
@@ -23,11 +25,15 @@ from vnode.api.certmanager import (
 from vnode.api.component import KubeletApiServer
 from vnode.controllers.node import NodeController
 from vnode.controllers.node_objects import node_addresses
+from vnode.controllers.patrol import Audit, Patrol
+from vnode.controllers.patrol_checks import Check, MirrorCheck, PodCheck
 from vnode.controllers.pods import PodController
 from vnode.kube.client import ApiClient
 from vnode.kube.events import EventRecorder
 from vnode.kube.informer import Informer
 from vnode.kube.informer_factory import InformerFactory
+from vnode.kube.mirror.engine import Mirror
+from vnode.kube.resources import EVENTS
 from vnode.kube.workqueue import FairQueuing
 from vnode.provider import Provider
 from vnode.serving import endpoints, lifecycle
@@ -72,10 +78,13 @@ class VirtualNode:
         provider: Provider,
         informers: InformerFactory,
         clock: Clock | None = None,
+        patrol_clients: Mapping[str, ApiClient] | None = None,
     ) -> None:
         """`informers` is the factory the provider made its informers with (so the node's
         own components share them); `clock` (default: the system clock) times
-        serving-certificate renewals."""
+        serving-certificate renewals; `patrol_clients` are the patrol's own clients, by the
+        name of the client whose informers they audit ("upper", "lower"; an informer of
+        another client is not audited)."""
         self.settings = settings
         self._runner = lifecycle.Runner(
             startup_timeout=settings.startup_timeout, shutdown_timeout=settings.shutdown_timeout
@@ -117,6 +126,23 @@ class VirtualNode:
             self.node,
         ]
         """Everything the node runs, in start order (see the module docstring)."""
+        self.patrol = self._patrol(settings, provider, patrol_clients or {})
+        self.components.append(self.patrol)
+
+    def _patrol(
+        self, settings: Settings, provider: Provider, clients: Mapping[str, ApiClient]
+    ) -> Patrol:
+        """The patrol over every informer and queue of the components above."""
+        # Events are left out: best effort, never state (the apiserver drops them after an
+        # hour), and a busy cluster's are its longest list.
+        audits = [
+            Audit(informer=informer, client=clients[informer.selection.client.name])
+            for informer in self.informers()
+            if informer.selection.client.name in clients and informer.selection.resource != EVENTS
+        ]
+        checks: list[Check] = [PodCheck(pods=self.pods, provider=provider)]
+        checks += [MirrorCheck(c) for c in self.components if isinstance(c, Mirror)]
+        return Patrol(period=settings.patrol.period, audits=audits, checks=checks)
 
     def informers(self) -> list[Informer]:
         """Every informer of every component, each once."""

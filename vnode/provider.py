@@ -11,9 +11,9 @@ composes a list of them and a `lifecycle.Runner` owns their life (start, sync, r
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from vnode.contracts.objects import Obj
 from vnode.serving.lifecycle import Component
@@ -72,6 +72,22 @@ class PodNotifier(Protocol):
 
     def notify_pods(self, callback: Callable[[str], None]) -> None:
         """Register `callback(upper "namespace/name")`, called (non-blocking) on each change."""
+
+
+@runtime_checkable
+class BackendPodLister(Protocol):
+    """A provider that can name its own backend pods and its writes in flight (optional):
+    the patrol then finds backend pods whose upper pod is gone, and leaves a pod whose
+    create or delete is on its way alone."""
+
+    def owned_backend_pods(self) -> Iterator[tuple[str, str]]:
+        """Yield (upper "namespace/name", upper UID) of every backend pod of this node that
+        is not being deleted."""
+
+    def backend_writing(self, upper_uid: str) -> bool:
+        """Tell whether a create or delete of the backend pod of `upper_uid` is in flight
+        (sent, and not shown by the backend's cache yet): its pod may be missing or left
+        over only for a moment."""
 
 
 class PodProvider(PodLifecycleHandler, PodNotifier, Protocol):

@@ -198,6 +198,18 @@ class LowerKubeletSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PatrolSettings:
+    """The patrol's period and its own client budget (see vnode.controllers.patrol)."""
+
+    period: float = 300.0
+    """--patrol-period seconds between two patrol runs (0: no patrol)."""
+    qps: float = 5.0
+    """--patrol-qps: requests per second of the patrol's clients (one per cluster)."""
+    burst: int = 10
+    """--patrol-burst: request burst of the patrol's clients."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Settings:
     """Everything a virtual node runs with."""
 
@@ -226,3 +238,5 @@ class Settings:
     """--startup-timeout seconds to wait for the caches before giving up (0: wait forever)."""
     shutdown_timeout: float = 10.0
     """Seconds SIGTERM waits for in-flight work before abandoning it."""
+    patrol: PatrolSettings = field(default_factory=PatrolSettings)
+    """--patrol-period, --patrol-qps, --patrol-burst."""

@@ -29,7 +29,7 @@ from aiohttp.test_utils import TestServer
 from prometheus_client import REGISTRY
 
 from vnode.contracts.objects import Obj
-from vnode.kube import errors, reflector
+from vnode.kube import cacheaudit, errors, reflector
 from vnode.kube.backoff import ExponentialBackoff
 from vnode.kube.client import ApiClient
 from vnode.kube.config import ConnectionInfo
@@ -863,3 +863,57 @@ async def test_gone_on_the_first_list_page_backs_off(fake: FakeApiServer) -> Non
         took = loop.time() - started
     assert len(fake.list_requests) == 3
     assert took >= 0.2, "two 410s on the first page must not be retried in a tight loop"
+
+
+# --- relist on demand and the cache audit (the patrol's) ----------------------------------
+
+
+async def test_relist_ends_the_watch_and_reports_what_the_cache_missed(
+    fake: FakeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The second list differs from the store although the watch told nothing: b was
+    # deleted and c created behind its back (a missed event).
+    fake.lists.extend(
+        [
+            fake.page([pod("a", "1"), pod("b", "2")], rv="10"),
+            fake.page([pod("a", "1"), pod("c", "3")], rv="20"),
+        ]
+    )
+    informer = Informer(client_for(fake.url), PODS, name=informer_name(), settings=FAST)
+    recorder = Recorder()
+    informer.add_handlers(recorder.handlers)
+    async with informer.selection.client, running(informer):
+        await informer.wait_synced(timeout=2)
+        await wait_until(lambda: len(fake.watch_requests) == 1)
+        await asyncio.wait_for(informer.relist(), 2)
+        assert contents(informer.store) == {"a": "1", "c": "3"}
+        await wait_until(lambda: len(fake.watch_requests) == 2)
+    assert recorder.events[2:] == [("ADDED", "c", "3"), ("DELETED", "b", "2")]
+    assert [w["resourceVersion"] for w in fake.watch_requests] == ["10", "20"]
+    assert warnings_of(caplog) == [], "a relist asked for is no failure"
+
+
+async def test_the_cache_audit_confirms_drift_and_not_changes_after_its_list(
+    fake: FakeApiServer,
+) -> None:
+    fake.lists.append(fake.page([pod("a", "1"), pod("b", "2")], rv="10"))
+    informer = Informer(client_for(fake.url), PODS, name=informer_name(), settings=FAST)
+    async with informer.selection.client as client, running(informer):
+        await informer.wait_synced(timeout=2)
+        fake.lists.extend(
+            [
+                # The audit's list: b gone (a missed deletion), c new.
+                fake.page([pod("a", "1"), pod("c", "3")], rv="20"),
+                # Looked up again: c is gone already (deleted after the list: no drift),
+                # b is still gone (drift).
+                fake.page([], rv="21"),
+                fake.page([], rv="21"),
+            ]
+        )
+        drift = await cacheaudit.audit(
+            informer, client=client, settings=cacheaudit.AuditSettings(settle=0.0)
+        )
+    assert drift == [cacheaudit.Suspect(key="default/b", reason="missed_delete", cached="2")]
+    audit_list, *lookups = fake.list_requests[1:]
+    assert audit_list["limit"] == "500"
+    assert [q["fieldSelector"] for q in lookups] == ["metadata.name=c", "metadata.name=b"]

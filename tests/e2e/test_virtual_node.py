@@ -67,6 +67,7 @@ def test_the_node_registers_like_a_kubelet(fleet: Fleet, virtual_node: VirtualNo
         "pod-controller",
         "kubelet-api",
         "node-controller",
+        "patrol",
     ):
         assert f"[+]{component} ok" in readyz, readyz
 

@@ -237,6 +237,30 @@ def test_bad_event_budgets(flags: list[str], message: str) -> None:
         cli.parse([*BASE, *flags], env={})
 
 
+def test_the_patrol_runs_every_five_minutes_on_a_budget_of_its_own_by_default() -> None:
+    patrol = cli.parse(BASE, env={}).patrol
+    assert (patrol.period, patrol.qps, patrol.burst) == (300.0, 5.0, 10)
+    patrol = cli.parse(
+        [*BASE, "--patrol-period=2m", "--patrol-qps=0", "--patrol-burst=3"], env={}
+    ).patrol
+    assert (patrol.period, patrol.qps, patrol.burst) == (120.0, 0.0, 3)
+    assert cli.parse([*BASE, "--patrol-period=0"], env={}).patrol.period == 0.0  # off
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--patrol-period=-5s"], "argument --patrol-period: not a duration: '-5s'"),
+        (["--patrol-period=nan"], "argument --patrol-period: not a duration: 'nan'"),
+        (["--patrol-qps=-1"], "--patrol-qps must be >= 0, got -1.0"),
+        (["--patrol-burst=0"], "--patrol-burst must be >= 1, got 0"),
+    ],
+)
+def test_bad_patrol_flags(flags: list[str], message: str) -> None:
+    with pytest.raises(serving_flags.UsageError, match=re.escape(message)):
+        cli.parse([*BASE, *flags], env={})
+
+
 # -- fair queuing -------------------------------------------------------------------------
 
 

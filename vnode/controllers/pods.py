@@ -129,6 +129,11 @@ class PodController:
         for key in list(self._gone):  # deletions waiting for the backend
             self.pods_from_upper.add(key)
 
+    def deleting(self, key: str) -> bool:
+        """Tell whether the deletion of upper pod `key`, gone from the API, still waits
+        for its backend pod to go."""
+        return key in self._gone
+
     def informers(self) -> Sequence[Informer]:
         """The upper pods bound to the node."""
         return [self.informer]

@@ -26,6 +26,11 @@ logger = logging.getLogger(__name__)
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json"
+"""Accept header of a GET answered with the object's metadata only (PartialObjectMetadata,
+as client-go's metadata client asks; plain JSON from a server that cannot)."""
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, application/json"
+"""Accept header of a list answered with its items' metadata only."""
 
 _READ_RETRIES = 3
 _THROTTLE_RETRIES = 5
@@ -171,6 +176,7 @@ class ApiClient:
         content_type: str = JSON,
         timeout: float | None = None,
         retry_throttled: bool = True,
+        accept: str = JSON,
     ) -> dict[str, Any]:
         """Send one request and return the decoded JSON answer (`{}` when empty or not JSON).
 
@@ -178,6 +184,7 @@ class ApiClient:
         server cannot be reached. `timeout` (seconds) defaults to the client's.
         `retry_throttled=False` raises a 429 at once: for answers whose 429 is a verdict
         the caller reports and schedules itself (an eviction a disruption budget refused).
+        `accept` is the Accept header (e.g. `METADATA_LIST`: metadata-only lists).
         """
         read = method == "GET"
         failures = 0
@@ -191,6 +198,7 @@ class ApiClient:
                     body=body,
                     content_type=content_type,
                     timeout=timeout,
+                    accept=accept,
                 )
             except errors.TooManyRequests as exc:
                 throttled += 1
@@ -213,10 +221,11 @@ class ApiClient:
         body: Any,
         content_type: str,
         timeout: float | None,
+        accept: str = JSON,
     ) -> dict[str, Any]:
         await self._throttle()
         data = None if body is None else codec.dumps(body)
-        headers = self.headers({"Accept": JSON})
+        headers = self.headers({"Accept": accept})
         if data is not None:
             headers["Content-Type"] = content_type
         started = time.monotonic()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from vnode.contracts.objects import Obj
 from vnode.kube import metrics
 from vnode.kube.client import ApiClient
-from vnode.kube.reflector import Event, Reflector, ReflectorSettings
+from vnode.kube.reflector import Event, Reflector, ReflectorSettings, Selection
 from vnode.kube.resources import Resource
 from vnode.kube.store import IndexFunc, Store
 
@@ -102,6 +102,15 @@ class Informer:
     def retry_now(self) -> None:
         """Retry a failed list or watch at once instead of after its backoff."""
         self._reflector.retry_now()
+
+    @property
+    def selection(self) -> Selection:
+        """What the informer lists and watches (client, resource, namespace, selectors)."""
+        return self._reflector.selection
+
+    async def relist(self) -> None:
+        """List again now and bring the store to the list (see `Reflector.relist`)."""
+        await self._reflector.relist()
 
     @property
     def last_sync_error(self) -> BaseException | None:

@@ -11,7 +11,9 @@ What client-go's reflector does, with the lessons of the Python clients' watch b
   that vanished in the gap (a relist diff, so no deletion is missed);
 - a stream that goes silent (no event and no bookmark for `idle_timeout`) is dropped and
   re-watched: half-open TCP connections otherwise hang forever;
-- other failures back off exponentially with jitter; after several in a row, relist.
+- other failures back off exponentially with jitter; after several in a row, relist;
+- `relist()` lists again on demand (the patrol's answer to a store that missed an event):
+  the running watch is ended and the list dispatches every difference, as after a 410.
 """
 
 from __future__ import annotations
@@ -76,6 +78,18 @@ class ReflectorSettings:
     """Consecutive failed watches after which the next attempt lists again."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class Selection:
+    """What one reflector lists and watches."""
+
+    client: ApiClient
+    resource: Resource
+    namespace: str | None
+    """The one namespace watched, or None for all."""
+    selectors: dict[str, str]
+    """The list parameters labelSelector and fieldSelector, when set."""
+
+
 class Reflector:
     """Lists and watches one resource into a Store, reporting each change to `on_event`."""
 
@@ -98,6 +112,8 @@ class Reflector:
         self.name = name
         self._transform = transform
         self._client = client
+        self._resource = resource
+        self._namespace = namespace
         self._path = resource.path(namespace=namespace)
         self._selectors: dict[str, str] = {}
         if label_selector:
@@ -112,6 +128,10 @@ class Reflector:
         self._progress = False
         """Whether the current attempt listed or received anything (resets failure counts)."""
         self._wake = asyncio.Event()
+        self._relists: list[asyncio.Future[None]] = []
+        """Callers of `relist` waiting for the next complete list."""
+        self._response: Any = None
+        """The watch response being read, so `relist` can end it."""
         self.last_error: BaseException | None = None
         """The error of the last failed attempt; None after a success."""
 
@@ -121,8 +141,10 @@ class Reflector:
         while True:
             self._progress = False
             try:
+                if self._relists:
+                    self._rv = None
                 if self._rv is None:
-                    await self._list()
+                    await self._list_for_waiters()
                     self._progress = True
                     self._on_synced()
                 await self._watch()
@@ -146,6 +168,8 @@ class Reflector:
                     self._settings.idle_timeout,
                 )
             except (errors.ApiError, errors.ApiUnavailable, ValueError) as exc:
+                if self._relists and self._rv is not None:
+                    continue  # `relist` ended the watch: no failure, list at once
                 # ValueError: a body that is not JSON (a proxy's page, a truncated line).
                 # Failures count as consecutive only without progress in between.
                 failures = failures + 1 if not self._progress else 1
@@ -163,6 +187,40 @@ class Reflector:
     def retry_now(self) -> None:
         """Cut a pending backoff short (the server is known to be back)."""
         self._wake.set()
+
+    @property
+    def selection(self) -> Selection:
+        """What this reflector lists and watches."""
+        return Selection(
+            client=self._client,
+            resource=self._resource,
+            namespace=self._namespace,
+            selectors=dict(self._selectors),
+        )
+
+    async def relist(self) -> None:
+        """List again now, as after a 410 Gone: the running watch is ended, the store is
+        brought to the list's state (handlers told of every difference, deletions
+        included), and the watch resumes from the list. Returns once such a list has
+        completed (a failed list is retried, with backoff, as any other; bound the wait
+        with a timeout). For a store suspected to differ from its server (a missed event)."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._relists.append(done)
+        self._wake.set()
+        if self._response is not None:
+            self._response.close()
+        await done
+
+    async def _list_for_waiters(self) -> None:
+        waiters, self._relists = self._relists, []
+        try:
+            await self._list()
+        except BaseException:
+            self._relists[:0] = waiters  # the next list answers them
+            raise
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def _pause(self, delay: float) -> None:
         self._wake.clear()
@@ -229,24 +287,37 @@ class Reflector:
             "timeoutSeconds": str(int(random.uniform(low, high))),  # noqa: S311 - jitter only
         }
         async with self._client.stream(self._path, params=params) as response:
-            buffer = bytearray()
-            async for chunk in _idle_bounded(response, self._settings.idle_timeout):
-                # Objects can be large (ConfigMaps up to 1 MiB): split lines ourselves
-                # rather than rely on a line-length limit. Only a chunk with a newline
-                # ends lines; the rest is appended in place, not copied again per chunk.
-                if b"\n" not in chunk:
-                    buffer += chunk
-                    if len(buffer) > MAX_EVENT_BYTES:
-                        raise ValueError(
-                            f"a watch event longer than {MAX_EVENT_BYTES} bytes; watching again"
-                        )
-                    continue
-                head, _, tail = chunk.rpartition(b"\n")
-                buffer += head
-                for line in buffer.split(b"\n"):
-                    if line.strip():
-                        self._handle(codec.loads(line))
-                buffer = bytearray(tail)
+            self._response = response
+            try:
+                await self._read_watch(response)
+            finally:
+                self._response = None
+
+    async def _read_watch(self, response: Any) -> None:
+        if self._relists:
+            return  # asked for before the response came: list first
+        buffer = bytearray()
+        async for chunk in _idle_bounded(
+            response, self._settings.idle_timeout, ended=lambda: bool(self._relists)
+        ):
+            if self._relists:
+                return  # what is left of the stream comes again after the list
+            # Objects can be large (ConfigMaps up to 1 MiB): split lines ourselves
+            # rather than rely on a line-length limit. Only a chunk with a newline
+            # ends lines; the rest is appended in place, not copied again per chunk.
+            if b"\n" not in chunk:
+                buffer += chunk
+                if len(buffer) > MAX_EVENT_BYTES:
+                    raise ValueError(
+                        f"a watch event longer than {MAX_EVENT_BYTES} bytes; watching again"
+                    )
+                continue
+            head, _, tail = chunk.rpartition(b"\n")
+            buffer += head
+            for line in buffer.split(b"\n"):
+                if line.strip():
+                    self._handle(codec.loads(line))
+            buffer = bytearray(tail)
 
     def _handle(self, event: object) -> None:
         # Anything but {"type": str, "object": {...}} is a broken stream (a proxy's page, a
@@ -291,8 +362,9 @@ def _rv_of(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
-async def _idle_bounded(response: Any, idle: float) -> Any:
+async def _idle_bounded(response: Any, idle: float, *, ended: Callable[[], bool]) -> Any:
     """Yield the response's chunks; raise WatchIdle when none arrives for `idle` seconds.
+    A response closed on purpose (`ended()` true) just ends.
 
     One timer per quiet period rather than a timeout per chunk (which cost more than
     decoding a small event): when it fires it looks at when data last came, and either
@@ -317,7 +389,7 @@ async def _idle_bounded(response: Any, idle: float) -> Any:
             last = loop.time()
             yield chunk
     except (aiohttp.ClientError, OSError):
-        if not silent:
+        if not silent and not ended():
             raise
     finally:
         handle.cancel()

@@ -53,6 +53,12 @@ class Store:
         value = self._items.get(key)
         return None if value is None else _decoded(value)
 
+    def version(self, key: str) -> str | None:
+        """Return the resourceVersion of the object with `key` ("" if it has none), or None
+        when there is no such object (an encoded store decodes it)."""
+        value = self._items.get(key)
+        return None if value is None else _version(_decoded(value))
+
     def keys(self) -> list[str]:
         """Return every key."""
         return list(self._items)

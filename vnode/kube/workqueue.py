@@ -270,6 +270,10 @@ class WorkQueue:
             if not waiter.done():
                 waiter.set_result(None)
 
+    def pending(self, key: str) -> bool:
+        """Tell whether `key` is in hand: queued, being processed, or due after a delay."""
+        return key in self._dirty or key in self._processing or key in self._timers
+
     def busy(self) -> bool:
         """Tell whether a worker is processing a key."""
         return bool(self._processing)

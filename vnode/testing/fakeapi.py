@@ -279,9 +279,12 @@ class FakeApi(ApiClient):
         content_type: str = JSON,
         timeout: float | None = None,
         retry_throttled: bool = True,
+        accept: str = JSON,
     ) -> dict[str, Any]:
         """Answer as an apiserver would (see the class docstring); raises the ApiError of
-        the case, or an injected fault. Returns a copy: the caller may keep or change it."""
+        the case, or an injected fault. Returns a copy: the caller may keep or change it.
+        `accept` is ignored: whole objects answer a metadata-only request too (their
+        metadata is what the caller reads)."""
         self.requests.append(
             Recorded(
                 method=method,

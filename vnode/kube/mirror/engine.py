@@ -222,6 +222,21 @@ class Mirror:
         target_key = self.tenancy.target_key(key)
         return self._in_flight.known(target_key, self.target.store.get(target_key))
 
+    def keys(self) -> set[str]:
+        """Every source key the mirror may have work for: each source's, and each kept
+        target's (its source may be gone)."""
+        keys = set(self.source.store.keys())
+        for target in self.target.store:
+            key = self.tenancy.source_key(target)
+            if key is not None and self.siblings.keeps(key, target):
+                keys.add(key)
+        return keys
+
+    def decision(self, key: str) -> Action:
+        """What the worker would do for source `key` now (nothing is written): a patrol's
+        comparison of source and target."""
+        return self._decide(key, self.source.store.get(key), self.current(key), "sync")
+
     def _used(self, key: str) -> bool:
         """Whether something needs the target of source `key`, present or not (`in_use`)."""
         return self._in_use is not None and self._in_use(self.tenancy.target_key(key))

@@ -256,6 +256,10 @@ class DependencySync:
         def in_use(copy_key: str) -> bool:
             # Asked of a copy present or gone: a gone one in use is made again.
             namespace, _, name = copy_key.partition("/")
+            if kind == "ServiceAccount" and name == "default":
+                # Never copied (`ensure` skips it): every lower namespace has its own, and
+                # a copy "in use" would be a create that meets it, reported as a conflict.
+                return False
             # Keys only: nothing of the (encoded) lower pod cache is decoded to answer.
             if self._lower_pods.store.index_keys(REFS_INDEX, f"{namespace}/{kind}/{name}"):
                 return True

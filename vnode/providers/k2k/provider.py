@@ -475,6 +475,18 @@ class K2KProvider:
         """Tell whether the lower pod of `pod` was deleted by someone other than us."""
         return self.book.vanished(str(pod["metadata"].get("uid")))
 
+    def owned_backend_pods(self) -> Iterator[tuple[str, str]]:
+        """(upper "namespace/name", upper UID) of every lower pod of ours that is not being
+        deleted (the patrol looks for those without their upper pod)."""
+        for lower in self.pods.store:
+            if self._ours(lower) and not lower["metadata"].get("deletionTimestamp"):
+                for key in _upper_key_of(lower):
+                    yield key, upper_uid_of(lower)
+
+    def backend_writing(self, upper_uid: str) -> bool:
+        """Tell whether the book has a create or delete in flight for `upper_uid`."""
+        return self.book.writing(upper_uid=upper_uid)
+
     async def cleanup_dangling(self, upper_pods: Iterable[Obj]) -> None:
         """Delete owned lower pods whose upper pod no longer exists (run once at start)."""
         alive = {str(p["metadata"].get("uid")) for p in upper_pods}

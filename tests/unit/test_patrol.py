@@ -1,0 +1,349 @@
+"""The patrol's comparisons as tables (`vnode.kube.cacheaudit`, `patrol_decisions`), and its
+accounting of what it found and repaired (`Patrol`, with scripted checks standing in for
+the pod controller and the mirrors: the accounting is what is tested here; the real checks
+run against real clusters in tests/e2e/test_patrol.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+
+from vnode.controllers.patrol import Patrol
+from vnode.controllers.patrol_decisions import (
+    Mismatch,
+    backend_pod_drift,
+    copy_drift,
+    upper_pod_drift,
+)
+from vnode.kube.cacheaudit import Suspect, confirmed, page_suspects, repaired, unlisted_suspects
+from vnode.kube.mirror.decide import (
+    Action,
+    Conflict,
+    Create,
+    Delete,
+    Nothing,
+    Recreate,
+    StillDeleting,
+    Update,
+    UpToDate,
+    WaitForMaker,
+)
+from vnode.kube.mirror.siblings import Waiting
+from vnode.kube.mirror.spec import Patch
+
+# --- the cache audit ----------------------------------------------------------------------
+
+STORE = {"ns/a": "1", "ns/b": "2", "ns/c": "3"}
+
+
+def test_a_page_names_keys_the_store_lacks_or_holds_at_another_version() -> None:
+    page = [("ns/a", "1"), ("ns/b", "20"), ("ns/d", "4")]
+    assert page_suspects(page, STORE.get) == [
+        Suspect(key="ns/b", reason="missed_update", cached="2"),
+        Suspect(key="ns/d", reason="missed_add", cached=None),
+    ]
+
+
+def test_stored_keys_no_page_named_are_suspected_deleted() -> None:
+    assert unlisted_suspects(list(STORE), {"ns/a", "ns/b"}, STORE.get) == [
+        Suspect(key="ns/c", reason="missed_delete", cached="3")
+    ]
+
+
+ADD = Suspect(key="k", reason="missed_add", cached=None)
+UPDATE = Suspect(key="k", reason="missed_update", cached="2")
+DELETE = Suspect(key="k", reason="missed_delete", cached="2")
+
+
+@pytest.mark.parametrize(
+    ("suspect", "server", "cached_now", "drift"),
+    [
+        # (what was suspected, the server now, the store now, drift?)
+        (ADD, "5", None, True),  # the store never got it
+        (ADD, None, None, False),  # created and deleted after the list
+        (ADD, "5", "5", False),  # the watch delivered it meanwhile
+        (DELETE, None, "2", True),  # deleted on the server, still stored
+        (DELETE, "7", "7", False),  # created after the list, the watch told
+        (DELETE, None, None, False),  # the watch delivered the deletion meanwhile
+        (DELETE, None, "9", False),  # the store moved: its own events decide
+        (UPDATE, "5", "2", True),  # the store kept an old version
+        (UPDATE, "5", "5", False),  # caught up meanwhile
+        (UPDATE, "6", "5", False),  # moved since the list: in flight
+        (UPDATE, None, "2", False),  # deleted since: the next audit sees it
+    ],
+)
+def test_a_suspect_is_drift_only_if_the_server_still_disagrees_with_an_unmoved_store(
+    suspect: Suspect, server: str | None, cached_now: str | None, drift: bool
+) -> None:
+    assert confirmed(suspect, server=server, cached_now=cached_now) is drift
+
+
+@pytest.mark.parametrize(
+    ("suspect", "cached_now", "expect"),
+    [
+        (ADD, "5", True),
+        (ADD, None, False),
+        (DELETE, None, True),
+        (DELETE, "2", False),
+        (UPDATE, "5", True),
+        (UPDATE, "2", False),
+    ],
+)
+def test_a_relist_repaired_the_drift_when_the_store_moved(
+    suspect: Suspect, cached_now: str | None, expect: bool
+) -> None:
+    assert repaired(suspect, cached_now=cached_now) is expect
+
+
+# --- upper and lower pods -----------------------------------------------------------------
+
+RUNNING = {"phase": "Running", "hostIP": "192.0.2.1"}
+
+
+def upper(*, status: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "ns", "name": "p", "uid": "u1", **meta},
+        "spec": {"containers": [{"name": "c"}]},
+        "status": RUNNING if status is None else status,
+    }
+
+
+LOWER = {"metadata": {"name": "p", "namespace": "ns"}}
+LOWER_DELETING = {"metadata": {"name": "p", "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+DELETING = {"deletionTimestamp": "2026-01-01T00:00:00Z"}
+
+
+@dataclass(frozen=True)
+class PodRow:
+    pod: dict[str, Any]
+    backend: dict[str, Any] | None
+    desired: dict[str, Any] | None
+    expect: str | None
+    in_hand: bool = False
+
+
+POD_ROWS = {
+    "in step": PodRow(upper(), LOWER, RUNNING, None),
+    "no backend pod": PodRow(upper(), None, None, "missing_below"),
+    "no backend pod, in hand": PodRow(upper(), None, None, None, in_hand=True),
+    "status differs": PodRow(
+        upper(status={**RUNNING, "message": "x"}), LOWER, RUNNING, "stale_status"
+    ),
+    "status differs, in hand": PodRow(
+        upper(status={"phase": "Pending"}), LOWER, RUNNING, None, in_hand=True
+    ),
+    "the backend says nothing yet": PodRow(upper(status={}), LOWER, {"phase": "Pending"}, None),
+    "finished": PodRow(upper(status={"phase": "Succeeded"}), None, None, None),
+    "refused (kube-system)": PodRow(
+        {**upper(), "metadata": {"namespace": "kube-system", "name": "p"}}, None, None, None
+    ),
+    "deleting, backend pod deleting": PodRow(upper(**DELETING), LOWER_DELETING, RUNNING, None),
+    "deleting, backend pod not told": PodRow(upper(**DELETING), LOWER, RUNNING, "lost_deletion"),
+    "deleting, backend pod gone": PodRow(upper(**DELETING), None, None, "lost_deletion"),
+    "deleting, in hand": PodRow(upper(**DELETING), None, None, None, in_hand=True),
+}
+
+
+@pytest.mark.parametrize("row", POD_ROWS.values(), ids=POD_ROWS.keys())
+def test_upper_pod_drift(row: PodRow) -> None:
+    found = upper_pod_drift(
+        row.pod, backend=row.backend, desired_status=row.desired, in_hand=row.in_hand
+    )
+    assert found == row.expect
+
+
+@pytest.mark.parametrize(
+    ("uid_now", "deleting", "in_hand", "expect"),
+    [
+        (None, False, False, "orphan_below"),  # its upper pod is gone
+        ("u1", False, False, None),  # its upper pod is there
+        ("u2", False, False, None),  # a pod of the same name again: its own sync decides
+        (None, True, False, None),  # the controller still deletes it
+        (None, False, True, None),  # in hand
+    ],
+)
+def test_backend_pod_drift(
+    uid_now: str | None, deleting: bool, in_hand: bool, expect: str | None
+) -> None:
+    found = backend_pod_drift(
+        upper_uid="u1", upper_uid_now=uid_now, deleting=deleting, in_hand=in_hand
+    )
+    assert found == expect
+
+
+# --- copies -------------------------------------------------------------------------------
+
+T: dict[str, Any] = {"metadata": {"name": "t"}}
+ACTIONS: dict[str, tuple[Action, str | None]] = {
+    "create": (Create(desired=T), "copy_missing"),
+    "update": (Update(target=T, patch=Patch({"data": {}})), "copy_differs"),
+    "recreate": (Recreate(target=T, desired=T, reason="immutable"), "copy_differs"),
+    "delete": (Delete(target=T), "copy_orphaned"),
+    "nothing": (Nothing(), None),
+    "up to date": (UpToDate(target=T), None),
+    "a sibling's maker goes first": (
+        WaitForMaker(target=T, waiting=Waiting(resource_version="1", due=0.0), after=1.0),
+        None,
+    ),
+    "still deleting": (StillDeleting(target=T), None),
+    "conflict (the event path reports it)": (Conflict(target=T, message="m"), None),
+}
+
+
+@pytest.mark.parametrize(("action", "expect"), ACTIONS.values(), ids=ACTIONS.keys())
+def test_copy_drift(action: Action, expect: str | None) -> None:
+    assert copy_drift(action, in_hand=False) == expect
+    assert copy_drift(action, in_hand=True) is None
+
+
+# --- accounting ---------------------------------------------------------------------------
+
+
+class Scripted:
+    """A check answering the next of `runs` at each patrol run; records what it repaired."""
+
+    name = "scripted"
+
+    def __init__(self, runs: list[list[Mismatch]]) -> None:
+        self._runs = runs
+        self.repaired: list[str] = []
+
+    async def mismatches(self) -> AsyncIterator[Mismatch]:
+        for mismatch in self._runs.pop(0):
+            yield mismatch
+
+    def repair(self, mismatch: Mismatch) -> None:
+        self.repaired.append(mismatch.key)
+
+
+def sample(name: str, kind: str, reason: str) -> float:
+    labels = {"kind": kind, "reason": reason}
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def counters(kind: str, reason: str) -> Callable[[], tuple[float, float, float]]:
+    return lambda: (
+        sample("tensile_patrol_mismatches_found_total", kind, reason),
+        sample("tensile_patrol_mismatches_repaired_total", kind, reason),
+        sample("tensile_patrol_mismatches", kind, reason),
+    )
+
+
+async def test_drift_is_counted_once_when_found_and_repaired_when_no_longer_found(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("INFO")
+    a = Mismatch(kind="widgets", reason="test_reason", key="ns/a")
+    b = Mismatch(kind="widgets", reason="test_reason", key="ns/b")
+    check = Scripted([[a], [a, b], [b], []])
+    patrol = Patrol(period=0, audits=[], checks=[check])
+    read = counters("widgets", "test_reason")
+    before = read()
+    seen = []
+    for _ in range(4):
+        await patrol.patrol()
+        now = read()
+        seen.append(tuple(n - o for n, o in zip(now[:2], before[:2], strict=True)) + now[2:])
+    # (found so far, repaired so far, outstanding)
+    assert seen == [(1, 0, 1), (2, 0, 2), (2, 1, 1), (2, 2, 0)]
+    assert check.repaired == ["ns/a", "ns/a", "ns/b", "ns/b"], "queued at every run found"
+    lines = [r.getMessage() for r in caplog.records if "ns/" in r.getMessage()]
+    assert lines == [
+        "patrol: widgets ns/a: test_reason; queued for repair",
+        "patrol: widgets ns/b: test_reason; queued for repair",
+        "patrol: repaired widgets ns/a (test_reason)",
+        "patrol: repaired widgets ns/b (test_reason)",
+    ]
+
+
+async def test_a_period_of_zero_runs_no_patrol() -> None:
+    check = Scripted([])
+    patrol = Patrol(period=0, audits=[], checks=[check])
+    await patrol.shut_down()
+    await patrol.run()  # returns at once, without a run (the script is empty)
+    assert check.repaired == []
+
+
+# --- the pod check, on a pod controller's cache and a scripted provider ---------------------
+
+
+class Book:
+    """A provider (scripted: the check's facts, not the k2k provider's I/O) whose backend
+    pods are `backend` (upper key -> status) plus `owned` extra (upper key, UID) pairs, with
+    the writes in flight of `writing` (upper UIDs)."""
+
+    def __init__(
+        self,
+        backend: dict[str, dict[str, Any]],
+        *,
+        owned: list[tuple[str, str]],
+        writing: set[str],
+    ) -> None:
+        self._backend, self._owned, self._writing = backend, owned, writing
+
+    def backend_pod(self, pod: dict[str, Any]) -> dict[str, Any] | None:
+        status = self._backend.get(f"ns/{pod['metadata']['name']}")
+        return None if status is None else {"metadata": {}, "status": status}
+
+    def pod_status(self, pod: dict[str, Any]) -> dict[str, Any] | None:
+        return self._backend.get(f"ns/{pod['metadata']['name']}")
+
+    def vanished(self, pod: dict[str, Any]) -> bool:
+        return False
+
+    def notify_pods(self, callback: Callable[[str], None]) -> None:
+        pass
+
+    def owned_backend_pods(self) -> list[tuple[str, str]]:
+        return [(k, f"u-{k[3:]}") for k in self._backend] + self._owned
+
+    def backend_writing(self, upper_uid: str) -> bool:
+        return upper_uid in self._writing
+
+
+async def test_the_pod_check_finds_each_drift_and_hands_it_to_its_queue() -> None:
+    from vnode.controllers.patrol_checks import PodCheck  # noqa: PLC0415
+    from vnode.controllers.pods import PodController  # noqa: PLC0415
+    from vnode.kube.events import EventRecorder  # noqa: PLC0415
+    from vnode.kube.informer_factory import InformerFactory  # noqa: PLC0415
+    from vnode.testing.fakeapi import FakeApi  # noqa: PLC0415
+
+    upper = FakeApi(name="upper")  # never called: the check reads caches only
+    provider = Book(
+        {"ns/a": RUNNING, "ns/b": RUNNING},
+        owned=[("ns/orphan", "u-orphan"), ("ns/leaving", "u-leaving")],
+        writing={"u-c", "u-leaving"},
+    )
+    pods = PodController(
+        upper=upper,
+        informers=InformerFactory(),
+        provider=provider,  # type: ignore[arg-type]
+        node_name="vn",
+        namespace=None,
+        workers=1,
+        recorder=EventRecorder(upper, component="vn/pod-controller", host="vn"),
+    )
+    statuses = {"a": RUNNING, "b": {**RUNNING, "message": "stale"}, "c": {}, "d": {}}
+    for name, status in statuses.items():
+        meta = {"namespace": "ns", "name": name, "uid": f"u-{name}", "resourceVersion": "1"}
+        pods.informer.store.upsert({"metadata": meta, "spec": {}, "status": status})
+    check = PodCheck(pods=pods, provider=provider)  # type: ignore[arg-type]
+    found = [m async for m in check.mismatches()]
+    assert found == [
+        Mismatch(kind="pods", reason="stale_status", key="ns/b"),
+        # ns/c: its create is in flight
+        Mismatch(kind="pods", reason="missing_below", key="ns/d"),
+        Mismatch(kind="pods", reason="orphan_below", key="ns/orphan"),
+        # ns/leaving: its delete is in flight
+    ]
+    for mismatch in found:
+        check.repair(mismatch)
+    assert pods.status_from_lower.pending("ns/b")
+    assert not pods.pods_from_upper.pending("ns/b")
+    assert pods.pods_from_upper.pending("ns/d")
+    assert pods.pods_from_upper.pending("ns/orphan")

@@ -1,0 +1,121 @@
+"""The patrol's comparisons of upper and lower state, one per owner of a queue: each
+gathers the facts from the caches, asks `patrol_decisions`, and repairs a mismatch by
+adding its key to the owner's queue, so the repair is the event path's own work with its
+ownership checks (the patrol never writes an object itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+from typing import Protocol, TypeVar
+
+from vnode.controllers import patrol_decisions
+from vnode.controllers.patrol_decisions import Mismatch
+from vnode.controllers.pods import PodController
+from vnode.kube.mirror.engine import Mirror
+from vnode.kube.resources import object_key
+from vnode.provider import BackendPodLister, PodProvider
+
+_T = TypeVar("_T")
+_PACE = 200
+"""Objects compared between two yields to the event loop: a comparison of 10,000 pods
+never holds the watches and workers for more than a few milliseconds at a time."""
+
+
+class Check(Protocol):
+    """One comparison of the patrol."""
+
+    name: str
+
+    def mismatches(self) -> AsyncIterator[Mismatch]:
+        """Yield the drift found now."""
+
+    def repair(self, mismatch: Mismatch) -> None:
+        """Hand `mismatch`'s key to the queue that repairs it."""
+
+
+async def paced(items: Iterable[_T]) -> AsyncIterator[_T]:
+    """Yield `items`, letting the event loop run every `_PACE` of them."""
+    for count, item in enumerate(items, 1):
+        if count % _PACE == 0:
+            await asyncio.sleep(0)
+        yield item
+
+
+class PodCheck:
+    """Upper pods bound to the node against their backend pods, and backend pods of ours
+    against upper pods (when the provider can name them: `BackendPodLister`). A pod whose
+    key a queue holds, or whose backend create or delete is in flight, is in hand."""
+
+    name = "pods"
+
+    def __init__(self, *, pods: PodController, provider: PodProvider) -> None:
+        """`pods`: the pod controller (its cache and queues); `provider`: its provider."""
+        self._pods = pods
+        self._provider = provider
+
+    async def mismatches(self) -> AsyncIterator[Mismatch]:
+        """Yield upper pods missing below, with a stale status or a lost deletion, then
+        backend pods whose upper pod is gone."""
+        store = self._pods.informer.store
+        book = self._provider if isinstance(self._provider, BackendPodLister) else None
+        async for pod in paced(store):
+            key = object_key(pod)
+            backend = self._provider.backend_pod(pod)
+            uid = str(pod["metadata"].get("uid"))
+            reason = patrol_decisions.upper_pod_drift(
+                pod,
+                backend=backend,
+                desired_status=self._provider.pod_status(pod) if backend is not None else None,
+                in_hand=self._in_hand(key) or (book is not None and book.backend_writing(uid)),
+            )
+            if reason is not None:
+                yield Mismatch(kind="pods", reason=reason, key=key)
+        if book is None:
+            return
+        async for key, uid in paced(book.owned_backend_pods()):
+            upper = store.get(key)
+            reason = patrol_decisions.backend_pod_drift(
+                upper_uid=uid,
+                upper_uid_now=None if upper is None else str(upper["metadata"].get("uid")),
+                deleting=self._pods.deleting(key),
+                in_hand=self._in_hand(key) or book.backend_writing(uid),
+            )
+            if reason is not None:
+                yield Mismatch(kind="pods", reason=reason, key=key)
+
+    def _in_hand(self, key: str) -> bool:
+        return self._pods.pods_from_upper.pending(key) or self._pods.status_from_lower.pending(key)
+
+    def repair(self, mismatch: Mismatch) -> None:
+        """A stale status goes to the status queue, everything else to the pod queue."""
+        if mismatch.reason == "stale_status":
+            self._pods.status_from_lower.add(mismatch.key)
+        else:
+            self._pods.pods_from_upper.add(mismatch.key)
+
+
+class MirrorCheck:
+    """The copies of one mirror (ConfigMaps, Secrets, ServiceAccounts, Services,
+    EndpointSlices, claims) against their sources: what its worker would write now."""
+
+    def __init__(self, mirror: Mirror) -> None:
+        """Compare through `mirror`'s own decision (`Mirror.decision`)."""
+        self._mirror = mirror
+        self.name = mirror.name
+        self._kind = mirror.spec.source.plural
+
+    async def mismatches(self) -> AsyncIterator[Mismatch]:
+        """Yield the keys whose copy is missing, differs or is left over."""
+        mirror = self._mirror
+        async for key in paced(sorted(mirror.keys())):
+            reason = patrol_decisions.copy_drift(
+                mirror.decision(key), in_hand=mirror.queue.pending(key)
+            )
+            if reason is not None:
+                yield Mismatch(kind=self._kind, reason=reason, key=key)
+
+    def repair(self, mismatch: Mismatch) -> None:
+        """Queue the key on the mirror's own queue."""
+        self._mirror.queue.add(mismatch.key)
