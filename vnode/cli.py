@@ -160,14 +160,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         help="Events written to the upper cluster per second (0: no limit)",
     )
     a("--event-burst", type=int, default=100, help="Event burst above --event-qps")
-    a(
-        "--patrol-period",
-        type=duration,
-        default=300.0,
-        help="seconds between two patrols comparing the caches and both clusters (0: none)",
-    )
-    a("--patrol-qps", type=float, default=5.0, help="patrol client QPS per cluster (0: no limit)")
-    a("--patrol-burst", type=int, default=10, help="patrol client burst above --patrol-qps")
+    _add_patrol_flags(p)
     a(
         "--client-verify-ca",
         default=env.get("APISERVER_CA_CERT_LOCATION", ""),
@@ -234,6 +227,54 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "namespaces it creates (default baseline: no host namespaces, hostPath or privileged "
         "containers)",
     )
+    _add_tenant_boundary_flags(p)
+    flags.add_logging_flags(p)
+    a("--shutdown-timeout", type=duration, default=10.0, help="bound of a graceful stop")
+    a(
+        "--lower-kubelet-access",
+        default="proxy",
+        choices=("proxy", "direct"),
+        help="read lower kubelets' metrics through the lower apiserver (proxy) or directly",
+    )
+    a(
+        "--lower-kubelet-insecure-tls",
+        action="store_true",
+        help="with direct access, do not verify the lower kubelets' serving certificates",
+    )
+    a(
+        "--lower-kubelet-token-file",
+        default="",
+        help="with direct access, send the bearer token in this file (re-read when it "
+        "changes) to the lower kubelets instead of the lower kubeconfig's credential; "
+        "give it only get on nodes/metrics and nodes/stats",
+    )
+    a(
+        "--streaming-connection-idle-timeout",
+        type=duration,
+        default=ApiSettings().streaming_idle_timeout,
+        help="close exec/attach/port-forward connections idle this long (kubelet's flag; "
+        "seconds or a duration like 4h, 30m; 0: never)",
+    )
+    return p
+
+
+def _add_patrol_flags(p: flags.Parser) -> None:
+    """The patrol's period and client budget (`PatrolSettings`)."""
+    a = p.add_argument
+    a(
+        "--patrol-period",
+        type=duration,
+        default=300.0,
+        help="seconds between two patrols comparing the caches and both clusters (0: none)",
+    )
+    a("--patrol-qps", type=float, default=5.0, help="patrol client QPS per cluster (0: no limit)")
+    a("--patrol-burst", type=int, default=10, help="patrol client burst above --patrol-qps")
+
+
+def _add_tenant_boundary_flags(p: flags.Parser) -> None:
+    """What a tenant's choices become below: Service exposure, priority classes and the
+    marks of the lower namespaces the node creates (README "What a tenant may do below")."""
+    a = p.add_argument
     a(
         "--lower-service-types",
         default="ClusterIP",
@@ -266,34 +307,6 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "scheduler.alpha.kubernetes.io/node-selector; repeatable; a comma inside a value is "
         "written \\, (a comma not followed by key= is kept, so JSON values need no escape)",
     )
-    flags.add_logging_flags(p)
-    a("--shutdown-timeout", type=duration, default=10.0, help="bound of a graceful stop")
-    a(
-        "--lower-kubelet-access",
-        default="proxy",
-        choices=("proxy", "direct"),
-        help="read lower kubelets' metrics through the lower apiserver (proxy) or directly",
-    )
-    a(
-        "--lower-kubelet-insecure-tls",
-        action="store_true",
-        help="with direct access, do not verify the lower kubelets' serving certificates",
-    )
-    a(
-        "--lower-kubelet-token-file",
-        default="",
-        help="with direct access, send the bearer token in this file (re-read when it "
-        "changes) to the lower kubelets instead of the lower kubeconfig's credential; "
-        "give it only get on nodes/metrics and nodes/stats",
-    )
-    a(
-        "--streaming-connection-idle-timeout",
-        type=duration,
-        default=ApiSettings().streaming_idle_timeout,
-        help="close exec/attach/port-forward connections idle this long (kubelet's flag; "
-        "seconds or a duration like 4h, 30m; 0: never)",
-    )
-    return p
 
 
 def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings:
