@@ -10,6 +10,13 @@ component's `run()` begins, so the node controller registers the Node only once 
 be served. `stop()` (SIGTERM) shuts every component down, lets in-flight work finish for
 up to `shutdown_timeout` seconds, then cancels everything; every task is named, owned by a
 TaskGroup and awaited.
+
+With --leader-elect, replicas of one node run side by side: every replica serves the
+kubelet API and keeps every cache warm; only the holder of the Lease runs the rest
+(`vnode.serving.leadership`). The Node's addresses and kubelet port are those of the
+replica that writes its status, the leader, so the upper apiserver's logs and exec follow
+the leader; a standby answers too (it reads the same caches and the lower cluster), so a
+caller that still holds an old address is served.
 """
 
 from __future__ import annotations
@@ -28,9 +35,11 @@ from vnode.kube.client import ApiClient
 from vnode.kube.events import EventRecorder
 from vnode.kube.informer import Informer
 from vnode.kube.informer_factory import InformerFactory
+from vnode.kube.leaderelection import LeaderElector
 from vnode.kube.workqueue import FairQueuing
 from vnode.provider import Provider
 from vnode.serving import endpoints, lifecycle
+from vnode.serving.leadership import Leadership
 from vnode.serving.lifecycle import Component
 from vnode.settings import Settings
 
@@ -59,6 +68,17 @@ class UpperClients:
     def sharing(cls, client: ApiClient) -> UpperClients:
         """All four roles on one client (tests and tools that do not need the split)."""
         return cls(main=client, heartbeat=client, events=client, reviews=client)
+
+
+IN_EVERY_REPLICA: tuple[type, ...] = (KubeletApiServer,)
+"""The components every replica runs with --leader-elect: they serve and read (the kubelet
+API's only write is its own serving certificate's CSR, per replica). Every other component
+writes (pods, copies, the Node, its Lease, Events) and runs only in the
+leader (`vnode.serving.leadership`), so a new component leads unless it is named here."""
+
+
+def _in_every_replica(component: Component) -> bool:
+    return isinstance(component, IN_EVERY_REPLICA)
 
 
 class VirtualNode:
@@ -101,7 +121,7 @@ class VirtualNode:
             settings=settings.node,
         )
         self.node.on_recovered(self._backend_recovered)
-        self.components: list[Component] = [
+        everything: list[Component] = [
             provider,
             *provider.components(),
             self.pods,
@@ -116,7 +136,19 @@ class VirtualNode:
             ),
             self.node,
         ]
+        self.leadership: Leadership | None = None
+        """With --leader-elect: what runs the leading components (None: all run here)."""
+        self.components: list[Component] = everything
         """Everything the node runs, in start order (see the module docstring)."""
+        if settings.leader_election is not None:
+            elector = LeaderElector(upper.heartbeat, settings=settings.leader_election)
+            self.leadership = Leadership(
+                elector=elector, leading=[c for c in everything if not _in_every_replica(c)]
+            )
+            self.components = [
+                self.leadership,
+                *(c for c in everything if _in_every_replica(c)),
+            ]
 
     def informers(self) -> list[Informer]:
         """Every informer of every component, each once."""

@@ -48,6 +48,11 @@ class ElectionConfigError(ValueError):
     """The election settings cannot work (client-go's NewLeaderElector checks)."""
 
 
+class LeaseLost(Exception):
+    """The Lease was not renewed within the renew deadline after this replica led: raised by
+    `LeaderElector.run(..., compete_again=False)` once the work is cancelled."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class LeaderElectionSettings:
     """Which Lease, who we are, and the timing (seconds; client-go's defaults)."""
@@ -136,16 +141,24 @@ class LeaderElector:
             and self._clock() - self._renewed_at < self._settings.renew_deadline
         )
 
-    async def run(self, work: Callable[[], Awaitable[None]]) -> None:
+    async def run(self, work: Callable[[], Awaitable[None]], *, compete_again: bool = True) -> None:
         """Acquire the Lease, then run `work()` while renewing it; when renewal fails past the
-        deadline, cancel `work` and compete again. Returns when `work` returns (the Lease is
-        then released); raises what `work` raises (after releasing). Runs until cancelled
-        otherwise, releasing the Lease on the way out when `release_on_cancel`."""
+        deadline, cancel `work` and compete again, or, with `compete_again=False`, raise
+        LeaseLost (kube-controller-manager's and kube-scheduler's choice: a program whose
+        in-memory state was built while leading starts again as a fresh standby). Returns
+        when `work` returns (the Lease is then released); raises what `work` raises (after
+        releasing). Runs until cancelled otherwise, releasing the Lease on the way out when
+        `release_on_cancel`."""
         try:
             while True:
                 await self._acquire()
                 if await self._lead(work):
                     return
+                if not compete_again:
+                    raise LeaseLost(
+                        f"lease {self._settings.namespace}/{self._settings.name} lost by "
+                        f"{self.identity}: {self._last_error or 'taken over'}"
+                    )
         finally:
             if self._renewed_at is not None and self._settings.release_on_cancel:
                 await self._release()
