@@ -19,7 +19,7 @@ import pytest
 
 from vnode.kube import errors
 from vnode.kube.client import ApiClient
-from vnode.kube.leaderelection import LeaderElectionSettings, LeaderElector
+from vnode.kube.leaderelection import LeaderElectionSettings, LeaderElector, LeaseLost
 
 LEASE_DURATION, RENEW_DEADLINE = 15.0, 10.0
 Started = tuple["asyncio.Task[None]", LeaderElector]
@@ -209,3 +209,20 @@ async def test_the_lease_never_tells_others_a_shorter_duration_than_it_is_held_f
     [seconds] = written
     assert isinstance(seconds, int)
     assert duration <= seconds < duration + 1
+
+
+async def test_without_competing_again_a_lost_lease_is_raised_once_the_work_stopped() -> None:
+    """`compete_again=False` (the virtual node's replicas): the work is cancelled as ever,
+    then LeaseLost is raised instead of competing anew with what the work left in memory."""
+    clock = Clock()
+    api = LeaseApi(clock, renewals_answered=0)
+    work = Work()
+    task = asyncio.create_task(elector(api, clock).run(work, compete_again=False))
+    async with asyncio.timeout(5):
+        await work.running.wait()
+    clock.now += RENEW_DEADLINE  # renewals fail (500) past the deadline: the Lease is lost
+    with pytest.raises(LeaseLost, match="lease ns/lease lost by me"):
+        async with asyncio.timeout(5):
+            await task
+    assert work.stopping.is_set()
+    assert not api.competing.is_set()
