@@ -143,7 +143,9 @@ class VirtualNode:
         if settings.leader_election is not None:
             elector = LeaderElector(upper.heartbeat, settings=settings.leader_election)
             self.leadership = Leadership(
-                elector=elector, leading=[c for c in everything if not _in_every_replica(c)]
+                elector=elector,
+                leading=[c for c in everything if not _in_every_replica(c)],
+                watch=upper.main,
             )
             self.components = [
                 self.leadership,

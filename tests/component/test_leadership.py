@@ -48,6 +48,9 @@ class ScriptedElector:
     def lose(self) -> None:
         self._lost.set()
 
+    def lease_informer(self, client: FakeApi) -> Informer:
+        return _informer("lease")
+
     async def run(self, work: Callable[[], Awaitable[None]], *, compete_again: bool) -> None:
         self.compete_again = compete_again
         await self._acquired.wait()
@@ -128,7 +131,7 @@ async def test_a_standby_starts_its_components_keeps_caches_and_tells_no_handler
     pods = _informer("pods")
     elector = ScriptedElector()
     leadership = Leadership(
-        elector=cast(LeaderElector, elector), leading=[Recorder("pods", log, pods)]
+        elector=cast(LeaderElector, elector), watch=FakeApi(), leading=[Recorder("pods", log, pods)]
     )
     await leadership.start()
     task = asyncio.create_task(leadership.run())
@@ -155,6 +158,7 @@ async def test_a_takeover_tells_the_handlers_of_every_cached_object_then_runs_in
     elector = ScriptedElector()
     leadership = Leadership(
         elector=cast(LeaderElector, elector),
+        watch=FakeApi(),
         leading=[Recorder("pods", log, pods), Recorder("copies", log, copies)],
     )
     await leadership.start()
@@ -193,7 +197,9 @@ async def test_a_lost_lease_stops_the_leading_components_and_ends_the_run(
 ) -> None:
     elector = ScriptedElector()
     leadership = Leadership(
-        elector=cast(LeaderElector, elector), leading=[Recorder("pods", log, _informer("pods"))]
+        elector=cast(LeaderElector, elector),
+        watch=FakeApi(),
+        leading=[Recorder("pods", log, _informer("pods"))],
     )
     await leadership.start()
     task = asyncio.create_task(leadership.run())
@@ -212,7 +218,9 @@ async def test_under_a_runner_a_lost_lease_fails_the_program_with_lease_lost(
 ) -> None:
     elector = ScriptedElector()
     leadership = Leadership(
-        elector=cast(LeaderElector, elector), leading=[Recorder("pods", log, _informer("pods"))]
+        elector=cast(LeaderElector, elector),
+        watch=FakeApi(),
+        leading=[Recorder("pods", log, _informer("pods"))],
     )
     runner = Runner(startup_timeout=5, shutdown_timeout=5)
     task = asyncio.create_task(runner.run([leadership]))

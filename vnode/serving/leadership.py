@@ -21,6 +21,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
+from vnode.kube.client import ApiClient
 from vnode.kube.informer import Informer
 from vnode.kube.leaderelection import LeaderElector
 from vnode.serving.lifecycle import Component, informers_of
@@ -33,10 +34,15 @@ class Leadership:
 
     name = "leadership"
 
-    def __init__(self, *, elector: LeaderElector, leading: Sequence[Component]) -> None:
+    def __init__(
+        self, *, elector: LeaderElector, leading: Sequence[Component], watch: ApiClient
+    ) -> None:
         """`leading` run, in this order, only while `elector` holds the Lease; their
-        `start()` runs in every replica (it must not write)."""
+        `start()` runs in every replica (it must not write). `watch` carries the watch of
+        the Lease (`LeaderElector.lease_informer`), so a standby sees renewals as they
+        happen."""
         self._elector = elector
+        self._lease = elector.lease_informer(watch)
         self._leading = list(leading)
         self._started: list[Component] = []
         self._stopped = asyncio.Event()
@@ -49,13 +55,18 @@ class Leadership:
         return self._leading
 
     def informers(self) -> Sequence[Informer]:
-        """Every informer of the leading components: run and synced in every replica."""
+        """The Lease's and every informer of the leading components: run and synced in
+        every replica."""
+        return [self._lease, *self._held()]
+
+    def _held(self) -> list[Informer]:
         return informers_of(self._leading)
 
     async def start(self) -> None:
-        """Hold the informers' handlers, then start each leading component (in order).
-        Raises what a `start()` raised, after shutting down those already started."""
-        for informer in self.informers():
+        """Hold the leading components' informers' handlers, then start each leading
+        component (in order). Raises what a `start()` raised, after shutting down those
+        already started."""
+        for informer in self._held():
             informer.hold_handlers()
         try:
             for component in self._leading:
@@ -98,7 +109,7 @@ class Leadership:
     async def _lead(self) -> None:
         if self._stopped.is_set():
             return
-        informers = self.informers()
+        informers = self._held()
         cached = sum(len(informer.store) for informer in informers)
         logger.info(
             "leading: %d cached objects of %d informers handed to the handlers; starting %s",
