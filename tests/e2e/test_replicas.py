@@ -9,6 +9,7 @@ seconds; the 500-pod measurement is bench/failover.py.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 import secrets
 import threading
@@ -16,33 +17,65 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from devcluster.fleet import Fleet
 from devcluster.rest import RestClient
 from devcluster.vnodes import VirtualNodeProcess
-from tests.e2e.helpers import create, get, kubelet_request, pod_manifest, wait_for
+from tests.e2e.helpers import (
+    create,
+    get,
+    kubelet_request,
+    pod_manifest,
+    token_kubeconfig,
+    wait_for,
+)
 from vnode.kube.leaderelection import JITTER_FACTOR
 
 LEASE, RENEW, RETRY = 4.0, 3.0, 0.5
 PODS = 20
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
+MANIFESTS = Path(__file__).parents[2] / "manifests" / "vnode"
+REPLICAS = MANIFESTS / "virtual-node-replicas.yaml"
 _REQUESTS = re.compile(
     r'tensile_api_requests_total\{cluster="(?P<cluster>[^"]*)",verb="(?P<verb>[^"]*)",'
     r'code="(?P<code>[^"]*)"\} (?P<value>\S+)'
 )
 
 
-def _replica(fleet: Fleet, *, name: str, log_dir: Path, namespace: str) -> VirtualNodeProcess:
+def _election_rbac(fleet: Fleet, tmp_path: Path) -> tuple[Path, str, str]:
+    """Give the node's account (upper-rbac.yaml) the replicas' election Role of
+    virtual-node-replicas.yaml, as deployed; check the whole file applies (server dry-run:
+    its Deployment would run nowhere here). Returns that account's kubeconfig and the
+    Lease's namespace and name."""
+    kubeconfig = token_kubeconfig(
+        fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig"
+    )
+    documents = [d for d in yaml.safe_load_all(REPLICAS.read_text()) if d]
+    election = [d for d in documents if d["kind"] in ("Role", "RoleBinding")]
+    fleet.upper.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(election))
+    fleet.upper.kubectl("apply", "--dry-run=server", "-f", str(REPLICAS))
+    [role] = [d for d in election if d["kind"] == "Role"]
+    [lease] = role["rules"][0]["resourceNames"]
+    return kubeconfig, role["metadata"]["namespace"], lease
+
+
+def _replica(
+    fleet: Fleet, *, name: str, log_dir: Path, kubeconfig: Path, lease: tuple[str, str]
+) -> VirtualNodeProcess:
     log_dir.mkdir()
     return VirtualNodeProcess(
         fleet,
         name=name,
         log_dir=log_dir,
+        upper_kubeconfig=kubeconfig,
         args=[
             "--leader-elect",
             f"--leader-elect-lease-duration={LEASE}s",
             f"--leader-elect-renew-deadline={RENEW}s",
             f"--leader-elect-retry-period={int(RETRY * 1000)}ms",
-            f"--leader-elect-resource-namespace={namespace}",
+            f"--leader-elect-resource-namespace={lease[0]}",
+            f"--leader-elect-resource-name={lease[1]}",
         ],
     )
 
@@ -111,8 +144,13 @@ def test_a_killed_leader_is_replaced_by_its_warm_standby(
 ) -> None:
     upper = fleet.upper.rest()
     name = f"vn-{secrets.token_hex(3)}"
-    first = _replica(fleet, name=name, log_dir=tmp_path / "a", namespace=namespace)
-    second = _replica(fleet, name=name, log_dir=tmp_path / "b", namespace=namespace)
+    # The replicas run with the deployed account and Roles: the standby's watch of the
+    # Lease included (list and watch of one named Lease).
+    kubeconfig, *lease = _election_rbac(fleet, tmp_path)
+    replica = functools.partial(
+        _replica, fleet, name=name, kubeconfig=kubeconfig, lease=(lease[0], lease[1])
+    )
+    first, second = replica(log_dir=tmp_path / "a"), replica(log_dir=tmp_path / "b")
     watch: ReadyWatch | None = None
     first.start()  # returns once the Node is Ready: the first replica leads
     try:
@@ -143,12 +181,10 @@ def test_a_killed_leader_is_replaced_by_its_warm_standby(
         killed_at = time.time()
         first.kill()
         wait_for("the standby leads", lambda: _leads(second), timeout=20)
-        lease = upper.request(
-            "GET",
-            f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/"
-            f"tensile-virtual-node-{name}",
+        election = upper.request(
+            "GET", f"/apis/coordination.k8s.io/v1/namespaces/{lease[0]}/leases/{lease[1]}"
         )
-        took = _time(lease["spec"]["acquireTime"]) - killed_at
+        took = _time(election["spec"]["acquireTime"]) - killed_at
         # The standby sees each renewal as it happens (it watches the Lease) and tries
         # again as the lease duration since the last one is over; the last renewal came
         # at most one retry before the kill. So: within the lease duration plus one
@@ -156,7 +192,7 @@ def test_a_killed_leader_is_replaced_by_its_warm_standby(
         bound = LEASE + (1 + JITTER_FACTOR) * RETRY + 0.5
         print(f"new leader {took:.2f} s after the kill (bound {bound:.1f} s)")
         assert took <= bound
-        assert lease["spec"]["leaseTransitions"] >= 1
+        assert election["spec"]["leaseTransitions"] >= 1
 
         def renewed() -> dict[str, Any] | None:
             node_lease = get(
