@@ -9,9 +9,9 @@ through the node; A is SIGKILLed (nothing released). Printed, from the kill:
   seen other than Ready (polled every 0.2 s);
 - when the Node's kubelet endpoint is B's, and when `kubectl logs` and `kubectl exec`
   through the upper cluster work again;
-- when B has looked at every pod (both pod queues), what it wrote below (target: 0 lower
-  creates and 0 lower deletes), and which upper pod status fields changed (target: none;
-  no pod evicted).
+- when B has looked at every pod (both pod queues), how often its caches listed again
+  (target: 0), what it wrote below (target: 0 lower creates and 0 lower deletes), and which
+  upper pod status fields changed (target: none; no pod evicted).
 
     .venv/bin/python bench/failover.py [--pods 500] [--lower-nodes 4]
 
@@ -180,6 +180,7 @@ def main() -> None:
         harness.wait_reconciled(first, keys=args.pods)
         before = asyncio.run(upper_statuses(fleet, namespace))
         standby = writes(second)
+        relisted = second.metric("tensile_reflector_relists_total")
         pod = sorted(before)[0]
 
         killed, killed_clock = time.time(), time.monotonic()
@@ -198,6 +199,7 @@ def main() -> None:
         acquired = stamp(lease["spec"]["acquireTime"]) - killed
         reconciled = harness.wait_reconciled(second, keys=args.pods) - killed_clock
         written = writes(second)
+        relisted = second.metric("tensile_reflector_relists_total") - relisted
         # What got through: a create answered 409 (a copy the lower cluster has of its own,
         # the pods' "default" ServiceAccount) made nothing.
         creates, deletes = lower_pod_writes({k: n for k, n in written.items() if int(k[2]) < 300})
@@ -233,6 +235,7 @@ def main() -> None:
             f"  lower creates / deletes   {creates:.0f} / {deletes:.0f}   "
             f"[0 / 0: {'met' if not creates and not deletes else 'MISSED'}]"
         )
+        print(f"  lists by the new leader   {relisted:.0f}   (its caches were warm)")
         print(f"  standby's writes before   {standby or 'none'}")
         print(f"  new leader's writes       {dict(written) or 'none'} (cluster, verb, code: n)")
         print(f"  upper pods gone           {len(missing)}")
