@@ -121,7 +121,7 @@ class VirtualNode:
             settings=settings.node,
         )
         self.node.on_recovered(self._backend_recovered)
-        everything: list[Component] = [
+        self.components: list[Component] = [
             provider,
             *provider.components(),
             self.pods,
@@ -136,21 +136,18 @@ class VirtualNode:
             ),
             self.node,
         ]
+        """Everything the node runs, in start order (see the module docstring); with
+        --leader-elect, the leading ones in a `Leadership`, first."""
         self.leadership: Leadership | None = None
         """With --leader-elect: what runs the leading components (None: all run here)."""
-        self.components: list[Component] = everything
-        """Everything the node runs, in start order (see the module docstring)."""
         if settings.leader_election is not None:
-            elector = LeaderElector(upper.heartbeat, settings=settings.leader_election)
+            everything = self.components
             self.leadership = Leadership(
-                elector=elector,
+                elector=LeaderElector(upper.heartbeat, settings=settings.leader_election),
                 leading=[c for c in everything if not _in_every_replica(c)],
                 watch=upper.main,
             )
-            self.components = [
-                self.leadership,
-                *(c for c in everything if _in_every_replica(c)),
-            ]
+            self.components = [self.leadership, *filter(_in_every_replica, everything)]
 
     def informers(self) -> list[Informer]:
         """Every informer of every component, each once."""
