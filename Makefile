@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 DEMO_DIR ?= .demo
 PYTEST_ARGS ?=
 
-.PHONY: all venv controlplane lint test test-unit demo demo-down bench bench-scale bench-streams bench-webhook bench-services clean
+.PHONY: all venv controlplane lint test test-unit demo demo-down bench bench-scale bench-streams bench-webhook bench-services bench-failover clean
 
 all: test
 
@@ -61,3 +61,6 @@ bench-webhook: venv controlplane
 
 bench-services: venv controlplane
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/services.py $(BENCH_ARGS)
+
+bench-failover: venv controlplane
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/failover.py $(BENCH_ARGS)

@@ -17,7 +17,7 @@ from descheduler.loop import Descheduler
 from descheduler.settings import Settings
 from vnode.kube import config, errors
 from vnode.kube.client import ApiClient
-from vnode.serving import logs
+from vnode.serving import election_flags, logs
 from vnode.serving.endpoints import Health, metrics_server
 from vnode.serving.flags import UsageError
 from vnode.serving.lifecycle import Runner
@@ -52,7 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 async def _run(settings: Settings, info: config.ConnectionInfo) -> None:
-    holder = settings.leader_election.identity if settings.leader_election else cli.identity()
+    holder = (
+        settings.leader_election.identity if settings.leader_election else election_flags.identity()
+    )
     async with (
         ApiClient(
             info,

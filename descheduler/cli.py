@@ -7,8 +7,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import socket
-import uuid
 from collections.abc import Sequence
 
 from descheduler import policyfile
@@ -16,8 +14,7 @@ from descheduler.mover import MoveSettings
 from descheduler.policy import POD_SELECTOR, Criteria
 from descheduler.settings import Settings
 from vnode.contracts import avoidance, selectors
-from vnode.kube.leaderelection import ElectionConfigError, LeaderElectionSettings
-from vnode.serving import flags
+from vnode.serving import election_flags, flags
 from vnode.serving.flags import UsageError
 
 DEFAULT_LEASE = "tensile-system/tensile-descheduler"
@@ -107,19 +104,12 @@ def _parser() -> argparse.ArgumentParser:
     a("--metrics-addr", default="", help="host:port of /metrics, /healthz and /readyz")
     flags.add_logging_flags(p)
     # client-go's leader election (component-base's flag names)
-    a(
-        "--leader-elect",
-        type=flags.boolean,
-        nargs="?",
-        const=True,
-        default=True,
-        help="compete for a Lease; only its holder acts (default true)",
+    election_flags.add_flags(
+        p,
+        elect=True,
+        namespace=DEFAULT_LEASE.partition("/")[0],
+        name=DEFAULT_LEASE.partition("/")[2],
     )
-    a("--leader-elect-lease-duration", type=flags.duration, default=15.0)
-    a("--leader-elect-renew-deadline", type=flags.duration, default=10.0)
-    a("--leader-elect-retry-period", type=flags.duration, default=2.0)
-    a("--leader-elect-resource-namespace", default=DEFAULT_LEASE.partition("/")[0])
-    a("--leader-elect-resource-name", default=DEFAULT_LEASE.partition("/")[2])
     return p
 
 
@@ -137,12 +127,6 @@ def _check_limits(args: argparse.Namespace) -> None:
         raise UsageError("--kube-api-burst must be >= 1")
     if not 0 < args.avoid_ttl <= MAX_AVOID_TTL:
         raise UsageError("--avoid-ttl must be greater than 0 and at most 365 days")
-
-
-def identity() -> str:
-    """Return this process's holderIdentity: host name, "_", a fresh UUID (client-go's
-    convention: unique even for two processes on one host)."""
-    return f"{socket.gethostname()}_{uuid.uuid4()}"
 
 
 def parse(argv: Sequence[str], *, holder: str | None = None) -> tuple[Settings, tuple[str, ...]]:
@@ -178,23 +162,7 @@ def parse(argv: Sequence[str], *, holder: str | None = None) -> tuple[Settings, 
         local = bool(policy.evict_local_storage_pods)
     namespace, name = flags.namespaced(args.avoid_configmap, "--avoid-configmap")
     _check_limits(args)
-    election = None
-    if args.leader_elect:
-        try:
-            election = LeaderElectionSettings(
-                namespace=flags.namespace_name(
-                    args.leader_elect_resource_namespace, "--leader-elect-resource-namespace"
-                ),
-                name=flags.object_name(
-                    args.leader_elect_resource_name, "--leader-elect-resource-name"
-                ),
-                identity=holder or identity(),
-                lease_duration=args.leader_elect_lease_duration,
-                renew_deadline=args.leader_elect_renew_deadline,
-                retry_period=args.leader_elect_retry_period,
-            )
-        except ElectionConfigError as exc:
-            raise UsageError(f"--leader-elect-*: {exc}") from None
+    election = election_flags.election_settings(args, holder=holder)
     level = "debug" if args.v >= 4 and args.log_level == "info" else flags.log_level(args.log_level)
     settings = Settings(
         kubeconfig=args.kubeconfig,

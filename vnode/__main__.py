@@ -1,9 +1,10 @@
 """The `virtual-node` command: flags + env -> settings -> clients + provider -> run.
 
-Exit codes: 0 after a clean stop (SIGTERM/SIGINT), 1 when a cluster cannot be reached or
-the node cannot start (caches not synced, a busy KUBELET_PORT, a certificate or CA file
-that cannot be loaded), 2 for invalid flags or environment (a --cert-dir that cannot be
-written included).
+Exit codes: 0 after a clean stop (SIGTERM/SIGINT), 1 when a cluster cannot be reached, the
+node cannot start (caches not synced, a busy KUBELET_PORT, a certificate or CA file that
+cannot be loaded) or, with --leader-elect, the Lease was lost after leading (the process
+comes back as a fresh standby), 2 for invalid flags or environment (a --cert-dir that
+cannot be written included).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from vnode.controllers.node_objects import node_labels
 from vnode.kube import config, errors, retry
 from vnode.kube.client import ApiClient
 from vnode.kube.informer_factory import InformerFactory
+from vnode.kube.leaderelection import LeaseLost
 from vnode.node import UpperClients, VirtualNode
 from vnode.provider import Provider
 from vnode.providers.k2k import assembly
@@ -82,7 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.log(level, "%s", message)
     try:
         asyncio.run(_run(settings, upper_info, lower_info, kubelet_token=kubelet_token, mock=mock))
-    except (errors.ApiUnavailable, errors.ApiError, StartupError) as exc:
+    except (errors.ApiUnavailable, errors.ApiError, StartupError, LeaseLost) as exc:
+        # A lost Lease: kube-controller-manager's choice, start again as a fresh standby
+        # rather than lead again with memory built while leading.
         logger.error("virtual-node stopped: %s", exc)
         return 1
     except KeyboardInterrupt:  # pragma: no cover - a second Ctrl-C

@@ -16,7 +16,7 @@ from vnode.api.certificates import MAX_EXPIRATION_SECONDS, MIN_EXPIRATION_SECOND
 from vnode.api.certstore import CertificateStore
 from vnode.contracts.labels import DEFAULT_TAINT_KEY
 from vnode.kube import names
-from vnode.serving import flags
+from vnode.serving import election_flags, flags
 from vnode.serving.flags import UsageError, boolean, duration
 from vnode.settings import (
     KNOWN_CONTROLLERS,
@@ -36,6 +36,10 @@ from vnode.settings import (
 )
 
 PROVIDERS = ("k8s", "mock")
+DEFAULT_LEASE_NAMESPACE = "tensile-system"
+"""--leader-elect-resource-namespace's default: where manifests/vnode runs the node."""
+LEASE_NAME_PREFIX = "tensile-virtual-node-"
+"""The default Lease of a node's replicas is this prefix + --nodename."""
 POD_SECURITY_LEVELS = ("privileged", "baseline", "restricted")
 SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
 """What --lower-service-types may name (ExternalName exposes nothing and always travels)."""
@@ -255,6 +259,14 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         help="close exec/attach/port-forward connections idle this long (kubelet's flag; "
         "seconds or a duration like 4h, 30m; 0: never)",
     )
+    # replicas of one node: client-go's leader election (component-base's flag names)
+    election_flags.add_flags(
+        p,
+        elect=False,
+        namespace=DEFAULT_LEASE_NAMESPACE,
+        name="",
+        name_help=f"{LEASE_NAME_PREFIX}<nodename>",
+    )
     return p
 
 
@@ -309,8 +321,11 @@ def _add_tenant_boundary_flags(p: flags.Parser) -> None:
     )
 
 
-def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings:
-    """Build Settings from command-line arguments and environment variables.
+def parse(
+    argv: Sequence[str], env: Mapping[str, str] | None = None, *, holder: str | None = None
+) -> Settings:
+    """Build Settings from command-line arguments and environment variables; `holder` is
+    the leader-election identity (default: host name and a fresh UUID).
 
     Raises UsageError with a message naming the bad flag or variable.
     """
@@ -405,7 +420,15 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
         patrol=PatrolSettings(
             period=args.patrol_period, qps=args.patrol_qps, burst=args.patrol_burst
         ),
+        leader_election=election_flags.election_settings(
+            args, name=lease_name(node.name), holder=holder
+        ),
     )
+
+
+def lease_name(node_name: str) -> str:
+    """Return the default Lease of the replicas of node `node_name`."""
+    return f"{LEASE_NAME_PREFIX}{node_name}"
 
 
 def _api_settings(

@@ -11,6 +11,13 @@ component's `run()` begins, so the node controller registers the Node only once 
 be served. `stop()` (SIGTERM) shuts every component down, lets in-flight work finish for
 up to `shutdown_timeout` seconds, then cancels everything; every task is named, owned by a
 TaskGroup and awaited.
+
+With --leader-elect, replicas of one node run side by side: every replica serves the
+kubelet API and keeps every cache warm; only the holder of the Lease runs the rest
+(`vnode.serving.leadership`). The Node's addresses and kubelet port are those of the
+replica that writes its status, the leader, so the upper apiserver's logs and exec follow
+the leader; a standby answers too (it reads the same caches and the lower cluster), so a
+caller that still holds an old address is served.
 """
 
 from __future__ import annotations
@@ -32,11 +39,13 @@ from vnode.kube.client import ApiClient
 from vnode.kube.events import EventRecorder
 from vnode.kube.informer import Informer
 from vnode.kube.informer_factory import InformerFactory
+from vnode.kube.leaderelection import LeaderElector
 from vnode.kube.mirror.engine import Mirror
 from vnode.kube.resources import EVENTS
 from vnode.kube.workqueue import FairQueuing
 from vnode.provider import Provider
 from vnode.serving import endpoints, lifecycle
+from vnode.serving.leadership import Leadership
 from vnode.serving.lifecycle import Component
 from vnode.settings import Settings
 
@@ -65,6 +74,17 @@ class UpperClients:
     def sharing(cls, client: ApiClient) -> UpperClients:
         """All four roles on one client (tests and tools that do not need the split)."""
         return cls(main=client, heartbeat=client, events=client, reviews=client)
+
+
+IN_EVERY_REPLICA: tuple[type, ...] = (KubeletApiServer,)
+"""The components every replica runs with --leader-elect: they serve and read (the kubelet
+API's only write is its own serving certificate's CSR, per replica). Every other component
+writes (pods, copies, the Node, its Lease, Events) and runs only in the
+leader (`vnode.serving.leadership`), so a new component leads unless it is named here."""
+
+
+def _in_every_replica(component: Component) -> bool:
+    return isinstance(component, IN_EVERY_REPLICA)
 
 
 class VirtualNode:
@@ -125,9 +145,20 @@ class VirtualNode:
             ),
             self.node,
         ]
-        """Everything the node runs, in start order (see the module docstring)."""
+        """Everything the node runs, in start order (see the module docstring); with
+        --leader-elect, the leading ones in a `Leadership`, first."""
         self.patrol = self._patrol(settings, provider, patrol_clients or {})
         self.components.append(self.patrol)
+        self.leadership: Leadership | None = None
+        """With --leader-elect: what runs the leading components (None: all run here)."""
+        if settings.leader_election is not None:
+            everything = self.components
+            self.leadership = Leadership(
+                elector=LeaderElector(upper.heartbeat, settings=settings.leader_election),
+                leading=[c for c in everything if not _in_every_replica(c)],
+                watch=upper.main,
+            )
+            self.components = [self.leadership, *filter(_in_every_replica, everything)]
 
     def _patrol(
         self, settings: Settings, provider: Provider, clients: Mapping[str, ApiClient]

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from vnode.kube.leaderelection import LeaderElectionSettings
+
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 PodSecurityLevel = Literal["privileged", "baseline", "restricted"]
@@ -240,3 +242,7 @@ class Settings:
     """Seconds SIGTERM waits for in-flight work before abandoning it."""
     patrol: PatrolSettings = field(default_factory=PatrolSettings)
     """--patrol-period, --patrol-qps, --patrol-burst."""
+    leader_election: LeaderElectionSettings | None = None
+    """--leader-elect and its timing flags: replicas of this node compete for this Lease in
+    the upper cluster and only its holder writes (see `vnode.serving.leadership`); None
+    (--leader-elect=false, the default): this process leads alone."""

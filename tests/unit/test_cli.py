@@ -324,3 +324,51 @@ def test_a_bad_mock_config_stops_the_start(
     )
     assert code == 2
     assert "has no object for node 'vn-1'" in capsys.readouterr().err
+
+
+def test_one_process_leads_alone_by_default() -> None:
+    assert cli.parse(BASE, env={}).leader_election is None
+
+
+@pytest.mark.parametrize(
+    ("flags", "namespace", "name", "timing"),
+    [
+        (["--leader-elect"], "tensile-system", "tensile-virtual-node-vk", (15.0, 10.0, 2.0)),
+        (
+            [
+                "--leader-elect=true",
+                "--leader-elect-resource-namespace=ops",
+                "--leader-elect-resource-name=one-lease",
+                "--leader-elect-lease-duration=4s",
+                "--leader-elect-renew-deadline=3s",
+                "--leader-elect-retry-period=500ms",
+            ],
+            "ops",
+            "one-lease",
+            (4.0, 3.0, 0.5),
+        ),
+    ],
+    ids=["defaults", "given"],
+)
+def test_replicas_compete_for_a_lease_named_after_the_node(
+    flags: list[str], namespace: str, name: str, timing: tuple[float, float, float]
+) -> None:
+    election = cli.parse([*BASE, "--nodename=vk", *flags], env={}, holder="me").leader_election
+    assert election is not None
+    assert (election.namespace, election.name, election.identity) == (namespace, name, "me")
+    assert (election.lease_duration, election.renew_deadline, election.retry_period) == timing
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--leader-elect=maybe"], "not a boolean"),
+        (["--leader-elect-resource-namespace=a.b"], "'a.b' is not a namespace name"),
+        (["--nodename=VK"], "'tensile-virtual-node-VK' is not an object name"),
+        (["--leader-elect-renew-deadline=20s"], "lease duration must be greater than renew"),
+        (["--leader-elect-retry-period=9s"], "renew deadline must be greater than retry"),
+    ],
+)
+def test_bad_leader_election_flags_name_the_flag(flags: list[str], message: str) -> None:
+    with pytest.raises(serving_flags.UsageError, match=message):
+        cli.parse([*BASE, "--leader-elect", *flags], env={})

@@ -9,6 +9,7 @@ import pytest
 
 from descheduler import cli
 from descheduler.__main__ import main
+from vnode.serving import election_flags
 from vnode.serving.flags import UsageError
 
 POLICY = """apiVersion: descheduler/v1alpha1
@@ -135,4 +136,4 @@ def test_a_missing_kubeconfig_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_identities_are_unique_per_process() -> None:
-    assert cli.identity() != cli.identity()
+    assert election_flags.identity() != election_flags.identity()

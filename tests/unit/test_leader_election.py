@@ -19,7 +19,8 @@ import pytest
 
 from vnode.kube import errors
 from vnode.kube.client import ApiClient
-from vnode.kube.leaderelection import LeaderElectionSettings, LeaderElector
+from vnode.kube.leaderelection import LeaderElectionSettings, LeaderElector, LeaseLost
+from vnode.kube.reflector import Event
 
 LEASE_DURATION, RENEW_DEADLINE = 15.0, 10.0
 Started = tuple["asyncio.Task[None]", LeaderElector]
@@ -209,3 +210,79 @@ async def test_the_lease_never_tells_others_a_shorter_duration_than_it_is_held_f
     [seconds] = written
     assert isinstance(seconds, int)
     assert duration <= seconds < duration + 1
+
+
+async def test_without_competing_again_a_lost_lease_is_raised_once_the_work_stopped() -> None:
+    """`compete_again=False` (the virtual node's replicas): the work is cancelled as ever,
+    then LeaseLost is raised instead of competing anew with what the work left in memory."""
+    clock = Clock()
+    api = LeaseApi(clock, renewals_answered=0)
+    work = Work()
+    task = asyncio.create_task(elector(api, clock).run(work, compete_again=False))
+    async with asyncio.timeout(5):
+        await work.running.wait()
+    clock.now += RENEW_DEADLINE  # renewals fail (500) past the deadline: the Lease is lost
+    with pytest.raises(LeaseLost, match="lease ns/lease lost by me"):
+        async with asyncio.timeout(5):
+            await task
+    assert work.stopping.is_set()
+    assert not api.competing.is_set()
+
+
+def _held_lease(*, holder: str, duration: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "lease", "namespace": "ns", "resourceVersion": "7"},
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": duration,
+            "renewTime": "2026-01-01T00:00:00.000000Z",
+            "leaseTransitions": 3,
+        },
+    }
+
+
+def _slow_retrying(api: LeaseApi) -> LeaderElector:
+    """An elector on the real monotonic clock that retries only every 3 to 6.6 s."""
+    return LeaderElector(
+        cast(ApiClient, api),
+        settings=LeaderElectionSettings(
+            namespace="ns", name="lease", identity="me", renew_deadline=10.0, retry_period=3.0
+        ),
+    )
+
+
+async def test_a_standby_tries_again_when_the_lease_expires_not_at_the_retry_after() -> None:
+    api = LeaseApi(Clock(), renewals_answered=5)
+    api.lease = _held_lease(holder="other", duration=1)
+    candidate = _slow_retrying(api)
+    work = Work()
+    started = asyncio.get_running_loop().time()
+    task = asyncio.create_task(candidate.run(work))
+    try:
+        async with asyncio.timeout(2.5):  # a retry would come after 3 s at the earliest
+            await work.running.wait()
+        took = asyncio.get_running_loop().time() - started
+        assert 1.0 <= took < 2.5
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_watched_release_is_competed_for_at_once() -> None:
+    api = LeaseApi(Clock(), renewals_answered=5)
+    api.lease = _held_lease(holder="other", duration=15)
+    candidate = _slow_retrying(api)
+    informer = candidate.lease_informer(cast(ApiClient, api))
+    work = Work()
+    task = asyncio.create_task(candidate.run(work))
+    try:
+        await asyncio.sleep(0.1)  # it read the Lease held, and waits
+        assert not work.running.is_set()
+        released = _held_lease(holder="", duration=1)
+        api.lease = released
+        informer._dispatch(Event(type="MODIFIED", obj=released))  # as its watch would
+        async with asyncio.timeout(1.0):
+            await work.running.wait()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -1,4 +1,4 @@
-"""What the shipped manifests of the webhook and the descheduler (manifests/webhook,
+"""What the shipped manifests of the webhook, the descheduler and the virtual node's replicas
 manifests/descheduler) say, setting by setting: the availability and hardening of their
 Deployments, the webhook's registration, and their RBAC verb by verb (least privilege: any
 added right fails here). That the apiserver accepts them is tests/e2e
@@ -15,6 +15,7 @@ import yaml
 
 from descheduler import policyfile
 from descheduler.cli import parse as descheduler_flags
+from vnode.cli import parse as vnode_flags
 from vnode.contracts import avoidance
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
@@ -239,3 +240,32 @@ def test_no_rule_grants_a_wildcard(component: str) -> None:
         for rule in document.get("rules") or []:
             for field in ("apiGroups", "resources", "verbs", "resourceNames"):
                 assert "*" not in (rule.get(field) or []), (document["metadata"], rule)
+
+
+# -- the virtual node's replicas ---------------------------------------------------------------
+
+
+def test_the_virtual_node_replicas_elect_one_leader_on_different_hosts_through_a_drain() -> None:
+    deployment = one("vnode", "Deployment", "tensile-virtual-node")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 2
+    labels = spec["selector"]["matchLabels"]
+    pod = spec["template"]["spec"]
+    # hostNetwork and one kubelet port: never two replicas on one host.
+    [term] = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"] == {"matchLabels": labels}
+    budget = one("vnode", "PodDisruptionBudget", "tensile-virtual-node")
+    assert budget["spec"] == {"minAvailable": 1, "selector": {"matchLabels": labels}}
+    [container] = pod["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    args = [a.replace("$(POD_IP)", "10.0.0.1") for a in container["args"]]
+    election = vnode_flags(args, env={}).leader_election
+    assert election is not None  # two replicas: one acts
+    role = one("vnode", "Role", "tensile-virtual-node-election")
+    assert role["metadata"]["namespace"] == election.namespace
+    assert grants(role) == verbs(
+        f"coordination.k8s.io/leases#{election.name}: get list watch update",
+        "coordination.k8s.io/leases: create",
+    )
+    bound_to("vnode", "Role", "tensile-virtual-node-election", "tensile-virtual-node")

@@ -66,6 +66,8 @@ class Informer:
         self.name = name
         self.store = Store(indexers=indexers, encoded=encoded)
         self._handlers: list[Handlers] = []
+        self._held = False
+        """While True the store is kept but no handler is told (a standby replica)."""
         self._synced = asyncio.Event()
         self._cached = metrics.CACHED_OBJECTS.labels(name)  # looked up once, set per event
         self._reflector = Reflector(
@@ -85,6 +87,21 @@ class Informer:
     def add_handlers(self, handlers: Handlers) -> None:
         """Register callbacks; add them before `run` so the initial list reaches them."""
         self._handlers.append(handlers)
+
+    def hold_handlers(self) -> None:
+        """Keep the store current but tell no handler of any change until
+        `release_handlers` (a standby replica keeps its caches warm and its queues empty)."""
+        self._held = True
+
+    def release_handlers(self) -> None:
+        """Tell the handlers again, starting with an add of every object in the store, as
+        the first list does for a fresh process (client-go tells a handler registered on a
+        running informer the same way). Synchronous: no change can come in between."""
+        if not self._held:
+            return
+        self._held = False
+        for obj in self.store:
+            self._dispatch(Event(type="ADDED", obj=obj))
 
     def has_synced(self) -> bool:
         """Tell whether the first list has been stored."""
@@ -119,6 +136,8 @@ class Informer:
 
     def _dispatch(self, event: Event) -> None:
         self._cached.set(len(self.store))
+        if self._held:
+            return
         for h in self._handlers:
             try:
                 if event.type == "ADDED" and h.on_add is not None:
