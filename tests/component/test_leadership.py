@@ -258,7 +258,13 @@ async def test_with_leader_election_everything_but_the_kubelet_api_leads(
     names = [c.name for c in node.components]
     if expected is None:
         assert node.leadership is None
-        assert names == ["mock-provider", "pod-controller", "kubelet-api", "node-controller"]
+        assert names == [
+            "mock-provider",
+            "pod-controller",
+            "kubelet-api",
+            "node-controller",
+            "patrol",
+        ]
         return
     assert names == expected
     assert node.leadership is not None
@@ -266,5 +272,6 @@ async def test_with_leader_election_everything_but_the_kubelet_api_leads(
         "mock-provider",
         "pod-controller",
         "node-controller",
+        "patrol",
     ]
     assert all(not isinstance(c, IN_EVERY_REPLICA) for c in node.leadership.members)
