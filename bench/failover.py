@@ -24,10 +24,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import os
 import secrets
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -36,7 +34,6 @@ from typing import Any
 import harness
 from scale import changed_fields, lower_pod_writes, upper_statuses, wait_process_ready, writes
 
-from devcluster.cluster import FleetSettings, LowerClusterSettings
 from devcluster.fleet import Fleet
 from devcluster.rest import ApiStatusError, RestClient
 from devcluster.vnodes import VirtualNodeProcess
@@ -134,20 +131,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--lower-nodes", type=int, default=4)
     args = parser.parse_args()
-    existing = os.environ.get("TENSILE_DEVCLUSTER_DIR")
-    if existing:
-        fleet = Fleet.attach(Path(existing))
-        fleet.join_network()
-    else:
-        per_node = args.pods // args.lower_nodes + 110
-        fleet = Fleet.start(
-            directory=Path(tempfile.mkdtemp(prefix="tensile-failover-")),
-            settings=FleetSettings(
-                lowers=(LowerClusterSettings(nodes=args.lower_nodes, pods=str(per_node)),),
-                metrics_server=False,
-            ),
-            owns_directory=True,
-        )
+    fleet, existing = harness.fleet_for_pods(
+        pods=args.pods, lower_nodes=args.lower_nodes, prefix="tensile-failover-"
+    )
     name = f"failover-{secrets.token_hex(3)}"
     logs = fleet.directory / "logs" / name
     first = replica(fleet, name=name, log_dir=logs / "a")

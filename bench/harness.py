@@ -14,12 +14,14 @@ import math
 import os
 import re
 import secrets
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devcluster.cluster import FleetSettings, LowerClusterSettings
 from devcluster.fleet import Fleet
 from devcluster.vnodes import VirtualNodeProcess
 from vnode.kube import config, errors
@@ -189,6 +191,29 @@ async def delete_namespaces(
 
 
 # -- processes --------------------------------------------------------------------------------
+
+
+def fleet_for_pods(*, pods: int, lower_nodes: int, prefix: str) -> tuple[Fleet, bool]:
+    """(fleet, attached): the fleet of TENSILE_DEVCLUSTER_DIR if set (its network
+    joined), else a new one (removed when stopped) with one lower cluster of `lower_nodes`
+    kwok nodes that together take `pods` pods with room to spare, and no metrics-server (it
+    would only add load);
+    `attached` says which (an attached fleet is left running, only what the bench made goes)."""
+    existing = os.environ.get("TENSILE_DEVCLUSTER_DIR")
+    if existing:
+        fleet = Fleet.attach(Path(existing))
+        fleet.join_network()
+        return fleet, True
+    per_node = pods // lower_nodes + 110
+    fleet = Fleet.start(
+        directory=Path(tempfile.mkdtemp(prefix=prefix)),
+        settings=FleetSettings(
+            lowers=(LowerClusterSettings(nodes=lower_nodes, pods=str(per_node)),),
+            metrics_server=False,
+        ),
+        owns_directory=True,
+    )
+    return fleet, False
 
 
 def cpu_seconds(pid: int) -> float:

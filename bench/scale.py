@@ -29,17 +29,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import os
 import secrets
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import harness
 from harness import pct
 
-from devcluster.cluster import FleetSettings, LowerClusterSettings
 from devcluster.fleet import Fleet
 from devcluster.vnodes import VirtualNodeProcess
 
@@ -236,20 +232,9 @@ def main() -> None:
     parser.add_argument("--patrol-period", type=float, default=30.0, help="seconds, phase 4")
     parser.add_argument("--patrol-runs", type=int, default=4, help="runs measured, phase 4")
     args = parser.parse_args()
-    existing = os.environ.get("TENSILE_DEVCLUSTER_DIR")
-    if existing:
-        fleet = Fleet.attach(Path(existing))
-        fleet.join_network()
-    else:
-        per_node = args.pods // args.lower_nodes + 110
-        fleet = Fleet.start(
-            directory=Path(tempfile.mkdtemp(prefix="tensile-scale-")),
-            settings=FleetSettings(
-                lowers=(LowerClusterSettings(nodes=args.lower_nodes, pods=str(per_node)),),
-                metrics_server=False,
-            ),
-            owns_directory=True,
-        )
+    fleet, existing = harness.fleet_for_pods(
+        pods=args.pods, lower_nodes=args.lower_nodes, prefix="tensile-scale-"
+    )
     node = VirtualNodeProcess(
         fleet,
         name=f"scale-{secrets.token_hex(3)}",
