@@ -209,16 +209,23 @@ class Scripted:
 
     name = "scripted"
 
-    def __init__(self, runs: list[list[Mismatch]]) -> None:
+    def __init__(self, runs: list[list[Mismatch]], *, held: list[set[str]] | None = None) -> None:
+        """`held`: per run, the keys its queue still holds after the run (default none)."""
         self._runs = runs
+        self._held = held or []
+        self._run = -1
         self.repaired: list[str] = []
 
     async def mismatches(self) -> AsyncIterator[Mismatch]:
+        self._run += 1
         for mismatch in self._runs.pop(0):
             yield mismatch
 
     def repair(self, mismatch: Mismatch) -> None:
         self.repaired.append(mismatch.key)
+
+    def in_hand(self, mismatch: Mismatch) -> bool:
+        return self._run < len(self._held) and mismatch.key in self._held[self._run]
 
 
 def sample(name: str, kind: str, reason: str) -> float:
@@ -259,6 +266,33 @@ async def test_drift_is_counted_once_when_found_and_repaired_when_no_longer_foun
         "patrol: repaired widgets ns/a (test_reason)",
         "patrol: repaired widgets ns/b (test_reason)",
     ]
+
+
+@pytest.mark.parametrize(
+    ("held", "expect"),
+    [
+        # (found so far, repaired so far, outstanding) after each of 4 runs; ns/a is found
+        # at run 1 only: at runs 2 and 3 its key is in its queue (the checks then say
+        # nothing of it), at run 4 the queue is done with it.
+        pytest.param([set(), set(), set()], [(1, 0, 1), (1, 1, 0), (1, 1, 0)], id="repaired"),
+        pytest.param([set(), {"ns/a"}, {"ns/a"}], [(1, 0, 1), (1, 0, 1), (1, 0, 1)], id="retrying"),
+        pytest.param([set(), {"ns/a"}, set()], [(1, 0, 1), (1, 0, 1), (1, 1, 0)], id="late"),
+    ],
+)
+async def test_drift_whose_repair_is_still_queued_or_retried_is_not_counted_repaired(
+    held: list[set[str]], expect: list[tuple[float, float, float]]
+) -> None:
+    a = Mismatch(kind="widgets", reason="held_reason", key="ns/a")
+    check = Scripted([[a], [], []], held=held)
+    patrol = Patrol(period=0, audits=[], checks=[check])
+    read = counters("widgets", "held_reason")
+    before = read()
+    seen = []
+    for _ in range(3):
+        await patrol.patrol()
+        now = read()
+        seen.append(tuple(n - o for n, o in zip(now[:2], before[:2], strict=True)) + now[2:])
+    assert seen == expect
 
 
 async def test_a_period_of_zero_runs_no_patrol() -> None:
