@@ -381,3 +381,56 @@ async def test_the_pod_check_finds_each_drift_and_hands_it_to_its_queue() -> Non
     assert not pods.pods_from_upper.pending("ns/b")
     assert pods.pods_from_upper.pending("ns/d")
     assert pods.pods_from_upper.pending("ns/orphan")
+
+
+# --- the mirror check -----------------------------------------------------------------------
+
+
+class DecidingMirror:
+    """The part of a `Mirror` the check reads (a stub, not a Mirror: what matters is which
+    keys it asks `decision` about), whose queue holds `queued`; records each decision."""
+
+    name = "widgets"
+
+    @dataclass
+    class _Queue:
+        keys: set[str]
+
+        def pending(self, key: str) -> bool:
+            return key in self.keys
+
+        def add(self, key: str) -> None:
+            self.keys.add(key)
+
+    @dataclass
+    class _Spec:
+        @dataclass
+        class _Source:
+            plural: str = "widgets"
+
+        source: _Source
+
+    def __init__(self, keys: set[str], *, queued: set[str]) -> None:
+        self._keys = keys
+        self.queue = self._Queue(set(queued))
+        self.spec = self._Spec(self._Spec._Source())
+        self.decided: list[str] = []
+
+    def keys(self) -> set[str]:
+        return set(self._keys)
+
+    def decision(self, key: str) -> Action:
+        self.decided.append(key)
+        return Create(desired={})
+
+
+async def test_the_mirror_check_leaves_queued_keys_to_their_worker_undecided() -> None:
+    """A decision may consume what the worker waits for (the claims mirror's read of an upper
+    PV, `VolumeProvisioner._policy_in_force`): a key in the queue is not decided at all."""
+    from vnode.controllers.patrol_checks import MirrorCheck  # noqa: PLC0415
+
+    mirror = DecidingMirror({"ns/queued", "ns/idle"}, queued={"ns/queued"})
+    check = MirrorCheck(mirror)  # type: ignore[arg-type]
+    found = [m async for m in check.mismatches()]
+    assert found == [Mismatch(kind="widgets", reason="copy_missing", key="ns/idle")]
+    assert mirror.decided == ["ns/idle"]
