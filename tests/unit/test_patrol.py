@@ -20,6 +20,7 @@ from vnode.controllers.patrol_decisions import (
     copy_drift,
     upper_pod_drift,
 )
+from vnode.kube import errors
 from vnode.kube.cacheaudit import Suspect, confirmed, page_suspects, repaired, unlisted_suspects
 from vnode.kube.mirror.decide import (
     Action,
@@ -434,3 +435,43 @@ async def test_the_mirror_check_leaves_queued_keys_to_their_worker_undecided() -
     found = [m async for m in check.mismatches()]
     assert found == [Mismatch(kind="widgets", reason="copy_missing", key="ns/idle")]
     assert mirror.decided == ["ns/idle"]
+
+
+# --- audits that cannot list --------------------------------------------------------------
+
+
+class Answering:
+    """The patrol's client of a cluster (a stub: only `request` is called), raising `error`."""
+
+    def __init__(self, error: Exception) -> None:
+        self._error = error
+
+    async def request(self, *_args: Any, **_kwargs: Any) -> dict[str, Any]:
+        raise self._error
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        pytest.param(ValueError("unexpected character: line 1 column 1"), id="not-json"),
+        pytest.param(errors.ApiUnavailable("down"), id="down"),
+    ],
+)
+async def test_an_audit_that_cannot_list_leaves_the_store_alone_and_the_run_goes_on(
+    error: Exception,
+) -> None:
+    from vnode.controllers.patrol import Audit  # noqa: PLC0415
+    from vnode.kube.informer import Informer  # noqa: PLC0415
+    from vnode.kube.resources import CONFIG_MAPS  # noqa: PLC0415
+    from vnode.testing.fakeapi import FakeApi  # noqa: PLC0415
+
+    informer = Informer(FakeApi(name="upper"), CONFIG_MAPS, name=f"audited-{error}")
+    a = Mismatch(kind="widgets", reason="after_audit", key="ns/a")
+    check = Scripted([[a]])
+    audit = Audit(informer=informer, client=Answering(error))  # type: ignore[arg-type]
+    patrol = Patrol(period=0, audits=[audit], checks=[check])
+    assert await patrol.patrol() == {a}, "the comparisons still ran"
+    failures = REGISTRY.get_sample_value(
+        "tensile_patrol_audit_failures_total", {"informer": informer.name}
+    )
+    assert failures == 1

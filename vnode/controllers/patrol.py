@@ -185,7 +185,9 @@ class Patrol:
             drift = await cacheaudit.audit(
                 informer, client=audit.client, settings=self._audit_settings
             )
-        except (errors.ApiError, errors.ApiUnavailable) as exc:
+        except (errors.ApiError, errors.ApiUnavailable, ValueError) as exc:
+            # ValueError: an answer that is not JSON (a proxy's page), as the reflector
+            # takes it; raised on, it would end the patrol's run() and with it the node.
             AUDIT_FAILURES.labels(informer.name).inc()
             logger.warning("patrol: cannot audit informer %s: %s", informer.name, exc)
             return
