@@ -20,6 +20,7 @@ from vnode.controllers.patrol_decisions import (
     copy_drift,
     upper_pod_drift,
 )
+from vnode.kube import errors
 from vnode.kube.cacheaudit import Suspect, confirmed, page_suspects, repaired, unlisted_suspects
 from vnode.kube.mirror.decide import (
     Action,
@@ -209,16 +210,23 @@ class Scripted:
 
     name = "scripted"
 
-    def __init__(self, runs: list[list[Mismatch]]) -> None:
+    def __init__(self, runs: list[list[Mismatch]], *, held: list[set[str]] | None = None) -> None:
+        """`held`: per run, the keys its queue still holds after the run (default none)."""
         self._runs = runs
+        self._held = held or []
+        self._run = -1
         self.repaired: list[str] = []
 
     async def mismatches(self) -> AsyncIterator[Mismatch]:
+        self._run += 1
         for mismatch in self._runs.pop(0):
             yield mismatch
 
     def repair(self, mismatch: Mismatch) -> None:
         self.repaired.append(mismatch.key)
+
+    def in_hand(self, mismatch: Mismatch) -> bool:
+        return self._run < len(self._held) and mismatch.key in self._held[self._run]
 
 
 def sample(name: str, kind: str, reason: str) -> float:
@@ -259,6 +267,33 @@ async def test_drift_is_counted_once_when_found_and_repaired_when_no_longer_foun
         "patrol: repaired widgets ns/a (test_reason)",
         "patrol: repaired widgets ns/b (test_reason)",
     ]
+
+
+@pytest.mark.parametrize(
+    ("held", "expect"),
+    [
+        # (found so far, repaired so far, outstanding) after each of 4 runs; ns/a is found
+        # at run 1 only: at runs 2 and 3 its key is in its queue (the checks then say
+        # nothing of it), at run 4 the queue is done with it.
+        pytest.param([set(), set(), set()], [(1, 0, 1), (1, 1, 0), (1, 1, 0)], id="repaired"),
+        pytest.param([set(), {"ns/a"}, {"ns/a"}], [(1, 0, 1), (1, 0, 1), (1, 0, 1)], id="retrying"),
+        pytest.param([set(), {"ns/a"}, set()], [(1, 0, 1), (1, 0, 1), (1, 1, 0)], id="late"),
+    ],
+)
+async def test_drift_whose_repair_is_still_queued_or_retried_is_not_counted_repaired(
+    held: list[set[str]], expect: list[tuple[float, float, float]]
+) -> None:
+    a = Mismatch(kind="widgets", reason="held_reason", key="ns/a")
+    check = Scripted([[a], [], []], held=held)
+    patrol = Patrol(period=0, audits=[], checks=[check])
+    read = counters("widgets", "held_reason")
+    before = read()
+    seen = []
+    for _ in range(3):
+        await patrol.patrol()
+        now = read()
+        seen.append(tuple(n - o for n, o in zip(now[:2], before[:2], strict=True)) + now[2:])
+    assert seen == expect
 
 
 async def test_a_period_of_zero_runs_no_patrol() -> None:
@@ -347,3 +382,96 @@ async def test_the_pod_check_finds_each_drift_and_hands_it_to_its_queue() -> Non
     assert not pods.pods_from_upper.pending("ns/b")
     assert pods.pods_from_upper.pending("ns/d")
     assert pods.pods_from_upper.pending("ns/orphan")
+
+
+# --- the mirror check -----------------------------------------------------------------------
+
+
+class DecidingMirror:
+    """The part of a `Mirror` the check reads (a stub, not a Mirror: what matters is which
+    keys it asks `decision` about), whose queue holds `queued`; records each decision."""
+
+    name = "widgets"
+
+    @dataclass
+    class _Queue:
+        keys: set[str]
+
+        def pending(self, key: str) -> bool:
+            return key in self.keys
+
+        def add(self, key: str) -> None:
+            self.keys.add(key)
+
+    @dataclass
+    class _Spec:
+        @dataclass
+        class _Source:
+            plural: str = "widgets"
+
+        source: _Source
+
+    def __init__(self, keys: set[str], *, queued: set[str]) -> None:
+        self._keys = keys
+        self.queue = self._Queue(set(queued))
+        self.spec = self._Spec(self._Spec._Source())
+        self.decided: list[str] = []
+
+    def keys(self) -> set[str]:
+        return set(self._keys)
+
+    def decision(self, key: str) -> Action:
+        self.decided.append(key)
+        return Create(desired={})
+
+
+async def test_the_mirror_check_leaves_queued_keys_to_their_worker_undecided() -> None:
+    """A decision may consume what the worker waits for (the claims mirror's read of an upper
+    PV, `VolumeProvisioner._policy_in_force`): a key in the queue is not decided at all."""
+    from vnode.controllers.patrol_checks import MirrorCheck  # noqa: PLC0415
+
+    mirror = DecidingMirror({"ns/queued", "ns/idle"}, queued={"ns/queued"})
+    check = MirrorCheck(mirror)  # type: ignore[arg-type]
+    found = [m async for m in check.mismatches()]
+    assert found == [Mismatch(kind="widgets", reason="copy_missing", key="ns/idle")]
+    assert mirror.decided == ["ns/idle"]
+
+
+# --- audits that cannot list --------------------------------------------------------------
+
+
+class Answering:
+    """The patrol's client of a cluster (a stub: only `request` is called), raising `error`."""
+
+    def __init__(self, error: Exception) -> None:
+        self._error = error
+
+    async def request(self, *_args: Any, **_kwargs: Any) -> dict[str, Any]:
+        raise self._error
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        pytest.param(ValueError("unexpected character: line 1 column 1"), id="not-json"),
+        pytest.param(errors.ApiUnavailable("down"), id="down"),
+    ],
+)
+async def test_an_audit_that_cannot_list_leaves_the_store_alone_and_the_run_goes_on(
+    error: Exception,
+) -> None:
+    from vnode.controllers.patrol import Audit  # noqa: PLC0415
+    from vnode.kube.informer import Informer  # noqa: PLC0415
+    from vnode.kube.resources import CONFIG_MAPS  # noqa: PLC0415
+    from vnode.testing.fakeapi import FakeApi  # noqa: PLC0415
+
+    informer = Informer(FakeApi(name="upper"), CONFIG_MAPS, name=f"audited-{error}")
+    a = Mismatch(kind="widgets", reason="after_audit", key="ns/a")
+    check = Scripted([[a]])
+    audit = Audit(informer=informer, client=Answering(error))  # type: ignore[arg-type]
+    patrol = Patrol(period=0, audits=[audit], checks=[check])
+    assert await patrol.patrol() == {a}, "the comparisons still ran"
+    failures = REGISTRY.get_sample_value(
+        "tensile_patrol_audit_failures_total", {"informer": informer.name}
+    )
+    assert failures == 1

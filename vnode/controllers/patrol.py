@@ -104,7 +104,8 @@ class Patrol:
         self._audit_settings = audit_settings or AuditSettings()
         self._relist_timeout = relist_timeout
         self._stop = asyncio.Event()
-        self._outstanding: set[Mismatch] = set()
+        self._outstanding: dict[Mismatch, Check] = {}
+        """Drift not repaired yet, with the check that found it (and knows its queue)."""
 
     # -- the Component contract --------------------------------------------------------------
 
@@ -150,12 +151,19 @@ class Patrol:
                 return set()
             await self._audit(audit)
         audited = time.process_time()
-        found: set[Mismatch] = set()
+        found: dict[Mismatch, Check] = {}
         for check in self._checks:
             async for mismatch in check.mismatches():
-                found.add(mismatch)
+                found[mismatch] = check
                 check.repair(mismatch)
-        self._account(found)
+        # Drift not found again only because its key is still in its queue (a repair that
+        # failed and waits for its retry, or not worked yet) is not repaired: it stays.
+        held = {
+            mismatch: check
+            for mismatch, check in self._outstanding.items()
+            if mismatch not in found and check.in_hand(mismatch)
+        }
+        self._account({**held, **found})
         RUNS.inc()
         elapsed, used = time.monotonic() - started, time.process_time() - cpu
         DURATION.observe(elapsed)
@@ -168,7 +176,7 @@ class Patrol:
             used - (audited - cpu),
             len(found),
         )
-        return found
+        return set(found)
 
     async def _audit(self, audit: Audit) -> None:
         informer = audit.informer
@@ -177,7 +185,9 @@ class Patrol:
             drift = await cacheaudit.audit(
                 informer, client=audit.client, settings=self._audit_settings
             )
-        except (errors.ApiError, errors.ApiUnavailable) as exc:
+        except (errors.ApiError, errors.ApiUnavailable, ValueError) as exc:
+            # ValueError: an answer that is not JSON (a proxy's page), as the reflector
+            # takes it; raised on, it would end the patrol's run() and with it the node.
             AUDIT_FAILURES.labels(informer.name).inc()
             logger.warning("patrol: cannot audit informer %s: %s", informer.name, exc)
             return
@@ -209,9 +219,9 @@ class Patrol:
                     suspect.reason,
                 )
 
-    def _account(self, found: set[Mismatch]) -> None:
+    def _account(self, found: dict[Mismatch, Check]) -> None:
         """Count what is new and what went since the last run; log each, naming it."""
-        for mismatch in found - self._outstanding:
+        for mismatch in found.keys() - self._outstanding.keys():
             FOUND.labels(mismatch.kind, mismatch.reason).inc()
             logger.info(
                 "patrol: %s %s: %s; queued for repair",
@@ -219,7 +229,7 @@ class Patrol:
                 mismatch.key,
                 mismatch.reason,
             )
-        for mismatch in self._outstanding - found:
+        for mismatch in self._outstanding.keys() - found.keys():
             REPAIRED.labels(mismatch.kind, mismatch.reason).inc()
             logger.info("patrol: repaired %s %s (%s)", mismatch.kind, mismatch.key, mismatch.reason)
         before = Counter((m.kind, m.reason) for m in self._outstanding)

@@ -34,6 +34,10 @@ class Check(Protocol):
     def repair(self, mismatch: Mismatch) -> None:
         """Hand `mismatch`'s key to the queue that repairs it."""
 
+    def in_hand(self, mismatch: Mismatch) -> bool:
+        """Tell whether the queue that repairs `mismatch` still holds its key (queued,
+        being worked on, or waiting for a retry after a failure)."""
+
 
 async def paced(items: Iterable[_T]) -> AsyncIterator[_T]:
     """Yield `items`, letting the event loop run every `_PACE` of them."""
@@ -88,6 +92,10 @@ class PodCheck:
     def _in_hand(self, key: str) -> bool:
         return self._pods.pods_from_upper.pending(key) or self._pods.status_from_lower.pending(key)
 
+    def in_hand(self, mismatch: Mismatch) -> bool:
+        """Whether either pod queue still holds `mismatch`'s key."""
+        return self._in_hand(mismatch.key)
+
     def repair(self, mismatch: Mismatch) -> None:
         """A stale status goes to the status queue, everything else to the pod queue."""
         if mismatch.reason == "stale_status":
@@ -110,11 +118,17 @@ class MirrorCheck:
         """Yield the keys whose copy is missing, differs or is left over."""
         mirror = self._mirror
         async for key in paced(sorted(mirror.keys())):
-            reason = patrol_decisions.copy_drift(
-                mirror.decision(key), in_hand=mirror.queue.pending(key)
-            )
+            if mirror.queue.pending(key):
+                # Its worker decides soon; a decision is not always free of effects (the
+                # claims mirror's takes the upper PV read for the worker's next decision).
+                continue
+            reason = patrol_decisions.copy_drift(mirror.decision(key), in_hand=False)
             if reason is not None:
                 yield Mismatch(kind=self._kind, reason=reason, key=key)
+
+    def in_hand(self, mismatch: Mismatch) -> bool:
+        """Whether the mirror's queue still holds `mismatch`'s key."""
+        return self._mirror.queue.pending(mismatch.key)
 
     def repair(self, mismatch: Mismatch) -> None:
         """Queue the key on the mirror's own queue."""
