@@ -367,6 +367,7 @@ def test_replicas_compete_for_a_lease_named_after_the_node(
         (["--nodename=VK"], "'tensile-virtual-node-VK' is not an object name"),
         (["--leader-elect-renew-deadline=20s"], "lease duration must be greater than renew"),
         (["--leader-elect-retry-period=9s"], "renew deadline must be greater than retry"),
+        (["--leader-elect-lease-duration=1e308"], "lease duration must be at most 2147483647s"),
     ],
 )
 def test_bad_leader_election_flags_name_the_flag(flags: list[str], message: str) -> None:

@@ -48,6 +48,8 @@ from vnode.kube.timestamps import rfc3339_micro
 logger = logging.getLogger(__name__)
 
 JITTER_FACTOR = 1.2
+MAX_LEASE_SECONDS = 2**31 - 1
+"""The Lease's leaseDurationSeconds is an int32: a longer duration the apiserver refuses."""
 """client-go's: a waiting replica retries after retry_period * (1 + up to 1.2)."""
 _EXPIRY_MARGIN = 0.05
 """Seconds after the observed expiry at which a standby tries (its clock has moved past)."""
@@ -91,6 +93,9 @@ class LeaderElectionSettings:
             raise ElectionConfigError("retry period must be greater than zero")
         if self.lease_duration < 1:
             raise ElectionConfigError("lease duration must be at least 1s")
+        if self.lease_duration > MAX_LEASE_SECONDS:
+            # Refused here, not by the apiserver at every try of every replica.
+            raise ElectionConfigError(f"lease duration must be at most {MAX_LEASE_SECONDS}s")
         if self.lease_duration <= self.renew_deadline:
             raise ElectionConfigError("lease duration must be greater than renew deadline")
         if self.renew_deadline <= JITTER_FACTOR * self.retry_period:
