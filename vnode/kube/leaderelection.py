@@ -48,9 +48,9 @@ from vnode.kube.timestamps import rfc3339_micro
 logger = logging.getLogger(__name__)
 
 JITTER_FACTOR = 1.2
+"""client-go's: a waiting replica retries after retry_period * (1 + up to 1.2)."""
 MAX_LEASE_SECONDS = 2**31 - 1
 """The Lease's leaseDurationSeconds is an int32: a longer duration the apiserver refuses."""
-"""client-go's: a waiting replica retries after retry_period * (1 + up to 1.2)."""
 _EXPIRY_MARGIN = 0.05
 """Seconds after the observed expiry at which a standby tries (its clock has moved past)."""
 
