@@ -131,7 +131,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--lower-nodes", type=int, default=4)
     args = parser.parse_args()
-    fleet, existing = harness.fleet_for_pods(
+    fleet, attached = harness.fleet_for_pods(
         pods=args.pods, lower_nodes=args.lower_nodes, prefix="tensile-failover-"
     )
     name = f"failover-{secrets.token_hex(3)}"
@@ -232,10 +232,7 @@ def main() -> None:
         first.kill()
         second.stop()
         second.delete_node()
-        if existing:
-            asyncio.run(harness.delete_namespaces(fleet, [namespace], timeout=3600))
-        else:
-            fleet.stop()
+        harness.release_fleet(fleet, attached=attached, namespaces=[namespace])
 
 
 if __name__ == "__main__":

@@ -216,6 +216,15 @@ def fleet_for_pods(*, pods: int, lower_nodes: int, prefix: str) -> tuple[Fleet, 
     return fleet, False
 
 
+def release_fleet(fleet: Fleet, *, attached: bool, namespaces: list[str]) -> None:
+    """Undo `fleet_for_pods`: an attached fleet keeps running and loses only the bench's
+    `namespaces`; a fleet the bench started is stopped and its state removed."""
+    if attached:
+        asyncio.run(delete_namespaces(fleet, namespaces, timeout=3600))
+    else:
+        fleet.stop()
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds the process used so far (its own, not its children's)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

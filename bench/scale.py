@@ -232,7 +232,7 @@ def main() -> None:
     parser.add_argument("--patrol-period", type=float, default=30.0, help="seconds, phase 4")
     parser.add_argument("--patrol-runs", type=int, default=4, help="runs measured, phase 4")
     args = parser.parse_args()
-    fleet, existing = harness.fleet_for_pods(
+    fleet, attached = harness.fleet_for_pods(
         pods=args.pods, lower_nodes=args.lower_nodes, prefix="tensile-scale-"
     )
     node = VirtualNodeProcess(
@@ -360,10 +360,7 @@ def main() -> None:
     finally:
         node.stop()
         node.delete_node()
-        if existing:
-            asyncio.run(harness.delete_namespaces(fleet, [namespace], timeout=3600))
-        else:
-            fleet.stop()
+        harness.release_fleet(fleet, attached=attached, namespaces=[namespace])
 
 
 if __name__ == "__main__":
