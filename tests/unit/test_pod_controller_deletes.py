@@ -41,6 +41,16 @@ def _force_deleted(controller: PodController, pod: Obj) -> None:
     controller._deleted({**pod, "metadata": {**pod["metadata"], "deletionGracePeriodSeconds": 0}})
 
 
+async def _create_in_doubt(setup: Setup) -> PodController:
+    """A controller whose lower POST of the upper pod was answered 503: it may have landed."""
+    controller = _controller(setup)
+    controller.informer.store.upsert(upper_pod())
+    setup.lower.fail("POST", "pods", error=server_error(503), times=1)
+    with pytest.raises(Transient):
+        await controller._sync_pod_now(KEY)
+    return controller
+
+
 def _lower(setup: Setup) -> Obj | None:
     return setup.lower.get(PODS, "web", namespace="team")
 
@@ -80,11 +90,7 @@ async def test_a_failed_lower_delete_is_retried_until_it_succeeds(fault: Excepti
 
 async def test_a_pod_deleted_while_its_create_is_in_doubt_leaves_no_lower_pod() -> None:
     setup = Setup()
-    controller = _controller(setup)
-    controller.informer.store.upsert(upper_pod())
-    setup.lower.fail("POST", "pods", error=server_error(503), times=1)
-    with pytest.raises(Transient):
-        await controller._sync_pod_now(KEY)
+    controller = await _create_in_doubt(setup)
     landed = setup.lower.put(PODS, translate.lower_pod(upper_pod(), policy=POLICY))
     _force_deleted(controller, upper_pod())
     await controller._sync_pod_now(KEY)
@@ -99,11 +105,7 @@ async def test_a_pod_deleted_while_its_create_is_in_doubt_leaves_no_lower_pod() 
 
 async def test_a_create_that_lands_after_its_upper_pod_was_finalized_is_deleted() -> None:
     setup = Setup()
-    controller = _controller(setup)
-    controller.informer.store.upsert(upper_pod())
-    setup.lower.fail("POST", "pods", error=server_error(503), times=1)
-    with pytest.raises(Transient):
-        await controller._sync_pod_now(KEY)
+    controller = await _create_in_doubt(setup)
     _force_deleted(controller, upper_pod())
     await controller._sync_pod_now(KEY)  # nothing below yet: done upstairs
     assert controller._gone == {}
