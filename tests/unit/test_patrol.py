@@ -198,8 +198,7 @@ ACTIONS: dict[str, tuple[Action, str | None]] = {
 
 @pytest.mark.parametrize(("action", "expect"), ACTIONS.values(), ids=ACTIONS.keys())
 def test_copy_drift(action: Action, expect: str | None) -> None:
-    assert copy_drift(action, in_hand=False) == expect
-    assert copy_drift(action, in_hand=True) is None
+    assert copy_drift(action) == expect
 
 
 # --- accounting ---------------------------------------------------------------------------

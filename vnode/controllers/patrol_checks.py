@@ -122,7 +122,7 @@ class MirrorCheck:
                 # Its worker decides soon; a decision is not always free of effects (the
                 # claims mirror's takes the upper PV read for the worker's next decision).
                 continue
-            reason = patrol_decisions.copy_drift(mirror.decision(key), in_hand=False)
+            reason = patrol_decisions.copy_drift(mirror.decision(key))
             if reason is not None:
                 yield Mismatch(kind=self._kind, reason=reason, key=key)
 

@@ -81,14 +81,13 @@ def backend_pod_drift(
     return "orphan_below" if upper_uid else None
 
 
-def copy_drift(action: Action, *, in_hand: bool) -> str | None:
+def copy_drift(action: Action) -> str | None:
     """Name what a mirror's worker would do for a key now (`Mirror.decision`), when it
     would write: "copy_missing" (a copy wanted and absent), "copy_differs" (a copy that
     is not its source's translation), "copy_orphaned" (a copy of ours nothing wants).
     Waiting for a sibling's maker, conflicts (reported by the event path) and copies being
-    deleted are not drift."""
-    if in_hand:
-        return None
+    deleted are not drift. A key its mirror's queue holds is never asked about (see
+    `patrol_checks.MirrorCheck`): its worker decides it soon."""
     match action:
         case Create():
             return "copy_missing"
