@@ -30,8 +30,14 @@ from vnode.contracts.objects import as_list
 from vnode.contracts.scheduling import PREFERRED, REQUIRED
 
 ANNOTATION = "clusterSelector"
+"""On upper pods: the placement meant for the lower cluster (compact JSON, the format above).
+The webhook writes it; the virtual node puts it on the lower pod."""
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+"""The node lifecycle controller's NoExecute taint on a node that is not Ready; the webhook
+replaces a pod's toleration of it with its own (`--default-not-ready-toleration-seconds`)."""
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+"""The node lifecycle controller's NoExecute taint on a node that stopped reporting; the webhook
+replaces a pod's toleration of it with its own (`--default-unreachable-toleration-seconds`)."""
 NODE_PROBLEM_TAINTS = (NOT_READY_TAINT, UNREACHABLE_TAINT)
 """The NoExecute taints the node lifecycle controller puts on a node that stops reporting
 (Kubernetes "Taints and Tolerations": taint-based evictions)."""

@@ -28,7 +28,11 @@ VIRTUAL_POD_LABEL = contract_labels.VIRTUAL_POD_LABEL
 VIRTUAL_POD_VALUE = contract_labels.VIRTUAL_POD_VALUE
 CLUSTER_SELECTOR_ANNOTATION = clusterselector.ANNOTATION
 TRIPPED_LABELS_ANNOTATION = "tripped-labels"
+"""On a lower pod (tensile-kube's name): JSON of the labels `--ignore-labels` kept off it,
+written by the virtual node, which restores them when it reads the pod back (tensile-kube's
+GetPod)."""
 GLOBAL_ANNOTATION = "global"
+"""On every owned lower object, value "true" (tensile-kube's mark of what a virtual node made)."""
 
 # tensile's own ownership marks.
 NODE_LABEL = "tensile.io/virtual-node"

@@ -57,6 +57,8 @@ from vnode.providers.k2k import naming
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 """The label tying an EndpointSlice to its Service (discovery.k8s.io/v1)."""
 MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+"""On lower EndpointSlices the virtual node mirrors: value `MANAGED_BY`, so the lower
+EndpointSlice controllers leave them alone."""
 MANAGED_BY = "endpointslice-mirror.tensile.io"
 """Our `managed-by` value: the lower controllers manage only slices with theirs
 (`endpointslice-controller.k8s.io`, `endpointslicemirroring-controller.k8s.io`)."""

@@ -1,0 +1,91 @@
+"""The generated reference pages (docs/reference/) match the code: hack/gen-docs.py --check
+renders them from the programs' parsers, metric registries and contracts and compares."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@functools.cache
+def _generator() -> ModuleType:
+    # hack/gen-docs.py is a script (its name has a dash): loaded from its file, registered
+    # under a module name so its dataclasses resolve.
+    spec = importlib.util.spec_from_file_location("gen_docs", ROOT / "hack" / "gen-docs.py")
+    assert spec
+    assert spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_generated_reference_pages_are_current() -> None:
+    result = subprocess.run(
+        [sys.executable, "hack/gen-docs.py", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+    )
+    # The generator's message names the stale pages and the command that regenerates them.
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ('env.get("KUBELET_PORT", "10250")', ("KUBELET_PORT", "10250")),
+        ('env.get("VKUBELET_POD_IP")', ("VKUBELET_POD_IP", "")),
+        ('os.environ.get("POD_NAMESPACE", "")', ("POD_NAMESPACE", "")),
+        ('os.environ["HOME"]', ("HOME", "")),
+        ('os.getenv("MASTER_URI")', ("MASTER_URI", "")),
+        ('settings.get("KUBELET_PORT")', ("", "")),  # not the environment
+        ("env.get(name)", ("", "")),  # not a literal: cannot be documented
+    ],
+)
+def test_environment_reads_are_found_in_the_source(source: str, expected: tuple[str, str]) -> None:
+    node = ast.parse(source, mode="eval").body
+    assert _generator()._env_access(node) == expected
+
+
+@pytest.mark.parametrize(
+    ("constant", "kind"),
+    [
+        ("NODE_LABEL", "label"),
+        ("UPPER_UID_ANNOTATION", "annotation"),
+        ("ANNOTATION", "annotation"),
+        ("COPIED_ANNOTATIONS", "annotation"),
+        ("CLUSTER_IP_ANNOTATION_PREFIX", "annotation prefix"),
+        ("DEFAULT_TAINT_KEY", "taint"),
+        ("NOT_READY_TAINT", "taint"),
+        ("SCHEDULING_GATE", "scheduling gate"),
+    ],
+)
+def test_marks_are_named_by_their_constant(constant: str, kind: str) -> None:
+    generator = _generator()
+    assert generator._MARK_NAME.search(constant if constant != "ANNOTATION" else "_ANNOTATION")
+    assert generator._kind(constant) == kind
+
+
+def test_a_mark_carries_the_docstring_under_its_constant(tmp_path: Path) -> None:
+    module = tmp_path / "marks.py"
+    module.write_text(
+        'A_LABEL = "example.io/a"\n"""Who writes it."""\nB_ANNOTATION = "example.io/b"\n'
+        'OTHER = "not a mark"\n"""Skipped."""\n'
+    )
+    marks = _generator()._marks(module)
+    assert [(m.value, m.kind, m.doc) for m in marks] == [
+        ("example.io/a", "label", "Who writes it."),
+        ("example.io/b", "annotation", ""),
+    ]
