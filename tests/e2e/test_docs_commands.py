@@ -1,0 +1,119 @@
+"""The commands the documentation tells a user to type work: every fenced block marked
+runnable (```bash title="runnable"```) on a page under docs/ is run, page by page in
+order, against the session fleet, as a user runs them in `tensile-devcluster shell`: the
+same environment (`KUBECONFIG`, `TENSILE_<CLUSTER>_KUBECONFIG`, ...), kubectl and the
+programs on PATH, a working directory with the repository's `manifests/`, and one virtual
+node between the upper and the lower cluster (`VIRTUAL_NODE` names it)."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from devcluster.__main__ import env_values
+from devcluster.fleet import Fleet
+from devcluster.vnodes import VirtualNodeProcess
+from tests.e2e.helpers import delete_if_present
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+_OPEN = re.compile(r'^```bash title="runnable"\s*$')
+_CLOSE = re.compile(r"^```\s*$")
+
+
+def runnable_blocks(markdown: str) -> list[str]:
+    """The bodies of the runnable fenced blocks of a page, in order."""
+    blocks: list[str] = []
+    body: list[str] | None = None
+    for line in markdown.splitlines():
+        if body is None:
+            if _OPEN.match(line):
+                body = []
+        elif _CLOSE.match(line):
+            blocks.append("\n".join(body))
+            body = None
+        else:
+            body.append(line)
+    assert body is None, "a runnable block is not closed"
+    return blocks
+
+
+PAGES = sorted(
+    p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md") if runnable_blocks(p.read_text())
+)
+
+
+def test_the_pages_have_runnable_blocks_and_each_is_closed() -> None:
+    # The marker is matched exactly: a page whose blocks silently stopped matching would
+    # otherwise test nothing.
+    assert len(PAGES) >= 5, PAGES
+    assert runnable_blocks('x\n```bash title="runnable"\necho a\n```\n```bash\nno\n```') == [
+        "echo a"
+    ]
+
+
+@pytest.fixture(scope="module")
+def docs_node(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One virtual node between the fleet's upper and lower cluster for every page."""
+    node = VirtualNodeProcess(
+        fleet, name=f"vn-docs-{secrets.token_hex(3)}", log_dir=tmp_path_factory.mktemp("docs")
+    )
+    node.start()
+    try:
+        yield node.name
+    finally:
+        code = node.stop()
+        node.delete_node()
+        assert code == 0, f"virtual-node exited {code}; log {node.log}"
+
+
+def _namespaces(fleet: Fleet) -> dict[str, set[str]]:
+    return {
+        name: {
+            n["metadata"]["name"] for n in c.rest().request("GET", "/api/v1/namespaces")["items"]
+        }
+        for name, c in (("upper", fleet.upper), ("lower", fleet.lower))
+    }
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_the_runnable_commands_of_a_page_work(
+    page: str, fleet: Fleet, docs_node: str, tmp_path: Path
+) -> None:
+    (tmp_path / "manifests").symlink_to(ROOT / "manifests")
+    env = {
+        **os.environ,
+        **env_values(fleet),
+        "VIRTUAL_NODE": docs_node,
+        "PATH": os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", ""))),
+    }
+    before = _namespaces(fleet)
+    try:
+        for number, block in enumerate(runnable_blocks((DOCS / page).read_text()), start=1):
+            result = subprocess.run(
+                ["bash", "-euo", "pipefail", "-c", block],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert result.returncode == 0, (
+                f"{page}, runnable block {number} exited {result.returncode}:\n{block}\n"
+                f"--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+            )
+    finally:
+        # What a page made is removed, so the session fleet is as the next test expects.
+        after = _namespaces(fleet)
+        for cluster, name in ((fleet.upper, n) for n in after["upper"] - before["upper"]):
+            delete_if_present(cluster.rest(), f"/api/v1/namespaces/{name}")
+        for cluster, name in ((fleet.lower, n) for n in after["lower"] - before["lower"]):
+            delete_if_present(cluster.rest(), f"/api/v1/namespaces/{name}")
