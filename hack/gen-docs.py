@@ -6,8 +6,8 @@ code, never by hand:
   environment, so the defaults shown are the programs' own) and the environment variables
   its command line reads (found in the parser module's source: `env.get("NAME")`,
   `env["NAME"]`, `os.environ...`, and `env NAME` in a flag's help);
-- metrics.md: the Prometheus metrics each program registers (name, type, labels, help),
-  read from the default registry of a fresh interpreter that imported the program;
+- metrics.md: the Prometheus metrics each program registers (name, type, labels, help):
+  the metric objects of the modules its entry point imports;
 - annotations.md: the labels, annotations, taints and scheduling gates the programs agree
   on, from the module-level constants of vnode/contracts/ and the modules listed in
   MARK_MODULES, with the docstring under each constant.
@@ -24,14 +24,12 @@ import ast
 import dataclasses
 import importlib
 import inspect
-import json
 import re
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from prometheus_client import REGISTRY
+import grimp
 from prometheus_client.metrics import MetricWrapperBase
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -244,51 +242,37 @@ def flags_page() -> str:
 # --- metrics ---------------------------------------------------------------------------
 
 
-def dump_metrics(module: str) -> list[dict[str, object]]:
-    """The metrics in the default registry once `module` is imported (run in a fresh
-    interpreter: the registry is process-wide)."""
-    importlib.import_module(module)
-    rows: list[dict[str, object]] = []
-    for collector in list(REGISTRY._collector_to_names):
-        if isinstance(collector, MetricWrapperBase):
-            name = collector._name
-            kind = collector._type
-            exposed = name + "_total" if kind == "counter" else name
-            rows.append(
-                {
-                    "name": exposed,
-                    "type": kind,
-                    "labels": list(collector._labelnames),
-                    "help": collector._documentation,
-                }
-            )
-            continue
-        describe = getattr(collector, "describe", None)
-        metrics = describe() if describe else []
-        rows += [
-            {"name": m.name, "type": m.type, "labels": [], "help": m.documentation} for m in metrics
-        ]
-    return sorted(rows, key=lambda r: str(r["name"]))
-
-
 def _metrics_by_program() -> dict[str, list[dict[str, object]]]:
-    """Each program's metrics, dumped by fresh interpreters running side by side."""
-    runs = {
-        program.name: subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--dump-metrics", program.main],
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-        )
-        for program in PROGRAMS
-    }
+    """Each program's metrics: the metric objects (prometheus_client wrappers, registered
+    in the default registry when created) held by the modules its entry point imports,
+    directly or not (the import graph from grimp, import-linter's own library)."""
+    for program in PROGRAMS:
+        importlib.import_module(program.main)
+    roots = sorted({program.main.split(".")[0] for program in PROGRAMS})
+    graph = grimp.build_graph(*roots, exclude_type_checking_imports=True)
+    held: dict[str, list[MetricWrapperBase]] = {}
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] in roots:
+            held[name] = [v for v in vars(module).values() if isinstance(v, MetricWrapperBase)]
     dumps = {}
-    for name, run in runs.items():
-        out, _ = run.communicate()
-        if run.returncode != 0:
-            raise SystemExit(f"dumping the metrics of {name} failed (exit {run.returncode})")
-        dumps[name] = json.loads(out)
+    for program in PROGRAMS:
+        modules = {program.main, *graph.find_upstream_modules(program.main)}
+        metrics = {id(m): m for name in modules for m in held.get(name, [])}
+        dumps[program.name] = sorted(
+            (_metric_row(m) for m in metrics.values()), key=lambda r: str(r["name"])
+        )
     return dumps
+
+
+def _metric_row(metric: MetricWrapperBase) -> dict[str, object]:
+    kind = metric._type
+    return {
+        # A counter is exposed with _total (prometheus_client adds it).
+        "name": metric._name + "_total" if kind == "counter" else metric._name,
+        "type": kind,
+        "labels": list(metric._labelnames),
+        "help": metric._documentation,
+    }
 
 
 def metrics_page() -> str:
@@ -307,12 +291,11 @@ def metrics_page() -> str:
     for program in PROGRAMS:
         out += [f"## {program.name}", ""]
         rows = dumps[program.name]
-        ours = [r for r in rows if str(r["name"]).startswith("tensile_")]
-        if not ours:
+        if not rows:
             out += ["It serves no metrics of its own.", ""]
             continue
         out += ["| metric | type | labels | help |", "|---|---|---|---|"]
-        for r in ours:
+        for r in rows:
             labels = ", ".join(f"`{label}`" for label in r["labels"])  # type: ignore[attr-defined]
             out.append(f"| `{r['name']}` | {r['type']} | {labels} | {_cell(r['help'])} |")
         out.append("")
@@ -411,32 +394,32 @@ PAGES = {
 }
 
 
-def main(argv: list[str]) -> int:
-    cli = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    cli.add_argument("--check", action="store_true", help="write nothing; exit 1 if stale")
-    cli.add_argument("--dump-metrics", metavar="MODULE", help=argparse.SUPPRESS)
-    args = cli.parse_args(argv)
-    if args.dump_metrics:
-        print(json.dumps(dump_metrics(args.dump_metrics)))
-        return 0
-    stale = []
+def stale_pages() -> dict[Path, str]:
+    """The generated pages whose file differs from what the code gives now: path -> text."""
+    stale = {}
     for name, render in PAGES.items():
         path = REFERENCE / name
         text = render()
-        if path.exists() and path.read_text() == text:
-            continue
-        stale.append(path.relative_to(ROOT).as_posix())
-        if not args.check:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-    if args.check and stale:
-        print(
-            f"stale generated documentation: {', '.join(stale)}; regenerate with: {REGENERATE}",
-            file=sys.stderr,
-        )
-        return 1
-    for path in stale:
-        print(f"wrote {path}")
+        if not path.exists() or path.read_text() != text:
+            stale[path] = text
+    return stale
+
+
+def main(argv: list[str]) -> int:
+    cli = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    cli.add_argument("--check", action="store_true", help="write nothing; exit 1 if stale")
+    args = cli.parse_args(argv)
+    stale = stale_pages()
+    names = ", ".join(path.relative_to(ROOT).as_posix() for path in stale)
+    if args.check:
+        if stale:
+            print(f"stale generated documentation: {names}; regenerate with: {REGENERATE}")
+            return 1
+        return 0
+    for path, text in stale.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"wrote {path.relative_to(ROOT).as_posix()}")
     return 0
 
 
