@@ -32,7 +32,7 @@ def test_the_generated_reference_pages_are_current() -> None:
     generator = _generator()
     stale = generator.stale_pages()
     names = ", ".join(path.relative_to(ROOT).as_posix() for path in stale)
-    assert not stale, (
+    assert not names, (
         f"stale generated documentation: {names}; regenerate with: {generator.REGENERATE}"
     )
 
