@@ -296,6 +296,14 @@ def _add_tenant_boundary_flags(p: flags.Parser) -> None:
         "outside the lower cluster; ExternalName is always copied)",
     )
     a(
+        "--endpointslice-managers",
+        default="endpointslice-controller.k8s.io",
+        help="ServiceControllers: comma-separated endpointslice.kubernetes.io/managed-by values "
+        "of the upper EndpointSlices copied below, or * for every slice of a mirrored Service "
+        "(default: only the EndpointSlice controller's, whose addresses are selected pods' IPs; "
+        "a hand-written slice names any address of the lower network)",
+    )
+    a(
         "--priority-class-map",
         default="",
         help="comma-separated UPPER=LOWER PriorityClass names: the lower pod's class for an "
@@ -408,6 +416,7 @@ def parse(
             enabled=controllers,
             service_namespaces=_service_namespaces(args.service_namespaces),
             lower_service_types=_service_types(args.lower_service_types),
+            endpointslice_managers=_endpointslice_managers(args.endpointslice_managers),
             **_storage_classes(args.lower_storage_class),
         ),
         metrics_addr=flags.address(args.metrics_addr, "--metrics-addr")
@@ -688,6 +697,27 @@ def _service_types(text: str) -> tuple[str, ...]:
         if item not in chosen:
             chosen.append(item)
     return tuple(chosen)
+
+
+def _endpointslice_managers(text: str) -> tuple[str, ...]:
+    """--endpointslice-managers "NAME,..." or "*" -> the managed-by values taken (empty:
+    all). Raises UsageError for an empty list (it would silently mirror no endpoints) or a
+    value that is not a label value (discovery.k8s.io/v1: the label's value names a
+    controller)."""
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    if names == ("*",):
+        return ()
+    if not names:
+        raise UsageError(
+            "--endpointslice-managers: name at least one managed-by value, or * for every slice"
+        )
+    for name in names:
+        if not (len(name) <= 63 and _LABEL_VALUE.fullmatch(name)):
+            raise UsageError(
+                f"--endpointslice-managers: {name!r} is not a label value "
+                "(* alone stands for every slice)"
+            )
+    return names
 
 
 def _priority_class_map(text: str) -> tuple[tuple[str, str], ...]:

@@ -172,6 +172,11 @@ class ControllerSettings:
     """--lower-service-types: the Service types copied below as they are, with their
     exposure fields; any other exposure type (NodePort, LoadBalancer) becomes ClusterIP
     below. ExternalName always travels (it exposes nothing)."""
+    endpointslice_managers: tuple[str, ...] = ("endpointslice-controller.k8s.io",)
+    """--endpointslice-managers: the `endpointslice.kubernetes.io/managed-by` values of the
+    upper EndpointSlices copied below; empty: every slice of a mirrored Service, whoever
+    wrote it. The default takes only the upper EndpointSlice controller's, whose addresses
+    are the IPs of pods its Services select: a slice written by hand names any address."""
 
 
 KubeletAccessMode = Literal["proxy", "direct"]

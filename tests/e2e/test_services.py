@@ -235,6 +235,8 @@ def test_a_service_reaches_below_without_a_selector_and_its_endpoints_follow_sca
             "--enable-controllers=ServiceControllers",
             # Two namespaces, so the node watches all and its selection does the filtering.
             f"--service-namespaces={namespace},listed-{suffix}",
+            # test.example's slices are taken; intruder.example's (below) are not.
+            "--endpointslice-managers=endpointslice-controller.k8s.io,test.example",
         ],
     )
     nodes.append(node.start())
@@ -274,6 +276,25 @@ def test_a_service_reaches_below_without_a_selector_and_its_endpoints_follow_sca
         "POST",
         slices_path,
         body=endpoint_slice("theirs-1", service="theirs", managed_by="test.example", ip="10.1.1.1"),
+    )
+    # A slice written by hand by a manager the node does not take: its Service goes
+    # below, the addresses it names never do.
+    upper.request(
+        "POST",
+        services_path,
+        body={
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "byhand"},
+            "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
+        },
+    )
+    upper.request(
+        "POST",
+        slices_path,
+        body=endpoint_slice(
+            "byhand-1", service="byhand", managed_by="intruder.example", ip="10.2.2.2"
+        ),
     )
     # A namespace outside --service-namespaces (upstairs only).
     upper.request(
@@ -327,6 +348,11 @@ def test_a_service_reaches_below_without_a_selector_and_its_endpoints_follow_sca
         assert kept_slice is not None
         assert kept_slice["metadata"]["labels"][services.MANAGED_BY_LABEL] == "else.example"
         assert endpoint_ips([kept_slice]) == {"10.0.0.1"}
+        # The hand-written slice stayed upstairs: the scaling above took seconds, and its
+        # Service came below long ago (a copy would have followed in about 0.1 s).
+        assert get(lower, f"{services_path}/byhand") is not None
+        assert get(lower, f"{slices_path}/byhand-1") is None
+        assert not slices_of(lower, namespace, "byhand")
         # Nothing of the namespace outside the selection came below.
         assert get(lower, f"/api/v1/namespaces/{outside}") is None
         assert not warnings_about(upper, outside, "Service", "web", node=node.name)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from vnode import cli
+from vnode.kube.mirror.decide import Delete, decide
 from vnode.kube.mirror.siblings import SiblingPolicy
 from vnode.kube.mirror.spec import Patch, Replace
 from vnode.providers.k2k import naming, services, volumes
@@ -143,6 +144,65 @@ def test_which_services_are_mirrored() -> None:
         {"metadata": {"namespace": "app", "labels": {services.SERVICE_NAME_LABEL: "web"}}}
     )
     assert not spec.selects({"metadata": {"namespace": "app", "labels": {}}})
+
+
+def _slice_by(manager: str | None, *, namespace: str = "app") -> dict[str, Any]:
+    labels = {services.SERVICE_NAME_LABEL: "web"}
+    if manager is not None:
+        labels[services.MANAGED_BY_LABEL] = manager
+    return {"metadata": {"namespace": namespace, "labels": labels}}
+
+
+CONTROLLER = "endpointslice-controller.k8s.io"
+
+
+@pytest.mark.parametrize(
+    ("managers", "slice_", "taken"),
+    [
+        # The default: only the EndpointSlice controller's slices (selected pods' IPs).
+        ((CONTROLLER,), _slice_by(CONTROLLER), True),
+        ((CONTROLLER,), _slice_by("endpointslicemirroring-controller.k8s.io"), False),
+        ((CONTROLLER,), _slice_by("someone.example"), False),
+        ((CONTROLLER,), _slice_by(None), False),
+        # A chosen list, and `*` (empty): every slice of a mirrored Service.
+        ((CONTROLLER, "someone.example"), _slice_by("someone.example"), True),
+        ((), _slice_by("someone.example"), True),
+        ((), _slice_by(None), True),
+        # The Service selection still applies first.
+        ((), _slice_by(CONTROLLER, namespace="kube-system"), False),
+        ((CONTROLLER,), {"metadata": {"namespace": "app", "labels": {}}}, False),
+    ],
+)
+def test_which_endpoint_slices_are_copied_below(
+    managers: tuple[str, ...], slice_: dict[str, Any], taken: bool
+) -> None:
+    selection = services.ServiceSelection(slice_managers=frozenset(managers))
+    assert selection.takes_slice(slice_) is taken
+    assert services.slice_spec(tenancy=TENANCY, selection=selection).selects(slice_) is taken
+
+
+def test_a_copied_slice_whose_manager_is_no_longer_taken_is_deleted_below() -> None:
+    """A node restarted with a narrower --endpointslice-managers deletes its copies of the
+    slices it no longer takes (the mirror's decision for a source it does not select)."""
+    spec = services.slice_spec(
+        tenancy=TENANCY, selection=services.ServiceSelection(slice_managers=frozenset({CONTROLLER}))
+    )
+    upper = {
+        **_slice_by("someone.example"),
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.2.2.2"], "conditions": {"ready": True}}],
+    }
+    upper["metadata"]["name"] = "web-1"
+    ours = services.lower_slice(upper, owner=OWNER, prefix="")
+    action = decide(
+        "app/web-1",
+        source=upper,
+        current=ours,
+        spec=spec,
+        siblings=SiblingPolicy.of(spec, tenancy=TENANCY),
+        now=0.0,
+    )
+    assert isinstance(action, Delete)
 
 
 def test_a_service_being_deleted_is_not_mirrored() -> None:
@@ -511,6 +571,10 @@ def test_controller_flags() -> None:
     assert parsed.lower_storage_classes == (("tensile", "local"), ("fast", "ssd"))
     assert parsed.lower_storage_class_default == "standard"
     assert cli.parse([*BASE, "--enable-controllers="], env={}).controllers.enabled == ()
+    managers = cli.parse([*BASE, "--endpointslice-managers=a.example, b,a.example"], env={})
+    assert managers.controllers.endpointslice_managers == ("a.example", "b")
+    every = cli.parse([*BASE, "--endpointslice-managers=*"], env={})
+    assert every.controllers.endpointslice_managers == ()
 
 
 @pytest.mark.parametrize(
@@ -518,6 +582,9 @@ def test_controller_flags() -> None:
     [
         ("--enable-controllers=PVControllers,Nope", "unknown Nope"),
         ("--service-namespaces=App", "'App' is not a namespace name"),
+        ("--endpointslice-managers=", "name at least one managed-by value, or \\*"),
+        ("--endpointslice-managers=a b", "'a b' is not a label value"),
+        ("--endpointslice-managers=*,x", "'\\*' is not a label value"),
         ("--lower-storage-class=a=B", "'B' in 'a=B' is not a StorageClass name"),
         ("--lower-storage-class=a=b,a=c", "a is mapped twice"),
         ("--lower-storage-class=x,y", "two classes for all others"),

@@ -184,7 +184,10 @@ def _service_mirrors(
     namespaces: LowerNamespaces,
 ) -> list[Mirror]:
     """The mirrors of the upper Services and EndpointSlices (ServiceControllers)."""
-    selection = services.ServiceSelection(namespaces=frozenset(controllers.service_namespaces))
+    selection = services.ServiceSelection(
+        namespaces=frozenset(controllers.service_namespaces),
+        slice_managers=frozenset(controllers.endpointslice_managers),
+    )
     exposure = services.ServiceExposure(types=frozenset(controllers.lower_service_types))
     # One namespace: watch only it (and need only a Role there upstairs).
     only = controllers.service_namespaces

@@ -10,6 +10,15 @@ any upper Service by its usual DNS name, and the addresses it gets are the pod I
 pods' clusters gave them: this works where pod networks are routable between the
 clusters (tensile-kube's flat-network assumption, see the README).
 
+Whose endpoints travel is the lower administrator's call too: by default only the slices
+the upper EndpointSlice controller wrote (their addresses are the IPs of pods the Service
+selects) are copied; a slice written by hand, or by the EndpointSlice-mirroring controller
+from a hand-written Endpoints object, names whatever address its author chose, and a copy
+would let that author steer lower-cluster traffic anywhere in the lower network (the shape
+of CVE-2021-25740, which is why Kubernetes 1.22 took endpoint writes away from namespace
+editors). --endpointslice-managers names more managers, or `*` for all
+(`ServiceSelection.takes_slice`); a copy whose manager is no longer taken is deleted.
+
 Exposure is the lower administrator's call (issue 22): a copy exists so that pods below
 reach the Service, not to open it outside the lower cluster. So a copy is ClusterIP below
 unless --lower-service-types names its type (`ServiceExposure`); a Service whose type was
@@ -101,6 +110,9 @@ class ServiceSelection:
 
     namespaces: frozenset[str] = frozenset()
     """--service-namespaces: only these upper namespaces (empty: all but kube-system)."""
+    slice_managers: frozenset[str] = frozenset()
+    """--endpointslice-managers: only upper EndpointSlices whose managed-by label is one of
+    these (empty: all)."""
 
     def covers(self, namespace: str, name: str) -> bool:
         """Tell whether the Service `namespace/name` is mirrored: never kube-system's or
@@ -108,6 +120,19 @@ class ServiceSelection:
         if namespace in _SKIPPED_NAMESPACES or (namespace, name) in _SKIPPED_SERVICES:
             return False
         return not self.namespaces or namespace in self.namespaces
+
+    def takes_slice(self, endpoint_slice: Mapping[str, Any]) -> bool:
+        """Tell whether the upper EndpointSlice `endpoint_slice` is copied below: one of a
+        mirrored Service, written by a manager --endpointslice-managers names. Whoever may
+        write EndpointSlices upstairs chooses their addresses; Kubernetes keeps that right
+        from namespace editors since 1.22 (CVE-2021-25740), and a copy below must not hand
+        it back to them in the lower cluster."""
+        labels = (endpoint_slice.get("metadata") or {}).get("labels") or {}
+        service = labels.get(SERVICE_NAME_LABEL)
+        namespace = str((endpoint_slice.get("metadata") or {}).get("namespace"))
+        if not service or not self.covers(namespace, str(service)):
+            return False
+        return not self.slice_managers or labels.get(MANAGED_BY_LABEL) in self.slice_managers
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -465,21 +490,17 @@ def compare_slice(lower: Mapping[str, Any], desired: Mapping[str, Any]) -> Chang
 
 def slice_spec(*, tenancy: naming.NodeTenancy, selection: ServiceSelection) -> KindSpec:
     """Return the mirror of upper EndpointSlices into the lower cluster (pure): the slices
-    of every mirrored Service, whoever manages them upstairs; a sibling's copy is kept like
-    our own (`_siblings_within`)."""
+    of every mirrored Service written by a manager the node takes
+    (`ServiceSelection.takes_slice`); a sibling's copy is kept like our own
+    (`_siblings_within`)."""
     owner, prefix = tenancy.owner, tenancy.prefix
-
-    def selects(upper: Obj) -> bool:
-        meta = upper.get("metadata") or {}
-        service = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
-        return bool(service) and selection.covers(str(meta.get("namespace")), str(service))
 
     return KindSpec(
         name="endpointslices_to_lower",
         kind="EndpointSlice",
         source=ENDPOINT_SLICES,
         target=ENDPOINT_SLICES,
-        selects=selects,
+        selects=selection.takes_slice,
         translate=lambda upper: lower_slice(upper, owner=owner, prefix=prefix),
         compare=compare_slice,
         collectable=lambda _lower, upper: upper is None,
