@@ -259,10 +259,16 @@ package tools
 import _ "helm.sh/helm/v3/cmd/helm"
 GO
   go mod tidy >/dev/null
+  # As helm's own release build: `helm version` says the pinned version, and `helm
+  # template`/`lint` assume the Kubernetes minor of the client-go helm is built with
+  # (not the 1.20 compiled in as a fallback, which a chart's kubeVersion would refuse).
+  local k8s_minor_helm pkg=helm.sh/helm/v3
+  k8s_minor_helm="$(go list -m -f '{{.Version}}' k8s.io/client-go | cut -d. -f2)"
   echo "building helm ${HELM_VERSION} ..."
-  # `helm version` reports the pinned version instead of the module default.
-  go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}" \
-    -o "${bin_dir}/helm.tmp" helm.sh/helm/v3/cmd/helm
+  go build -trimpath -ldflags "-s -w -X ${pkg}/internal/version.version=${HELM_VERSION} \
+    -X ${pkg}/pkg/chartutil.k8sVersionMajor=1 -X ${pkg}/pkg/chartutil.k8sVersionMinor=${k8s_minor_helm} \
+    -X ${pkg}/pkg/lint/rules.k8sVersionMajor=1 -X ${pkg}/pkg/lint/rules.k8sVersionMinor=${k8s_minor_helm}" \
+    -o "${bin_dir}/helm.tmp" "${pkg}/cmd/helm"
   mv "${bin_dir}/helm.tmp" "${bin_dir}/helm"
   stamp helm "${HELM_VERSION}"
 }
