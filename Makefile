@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 DEMO_DIR ?= .demo
 PYTEST_ARGS ?=
 
-.PHONY: all venv controlplane lint test test-unit demo demo-down bench bench-scale bench-streams bench-webhook bench-services bench-failover clean
+.PHONY: all venv controlplane lint test test-unit image test-image demo demo-down bench bench-scale bench-streams bench-webhook bench-services bench-failover clean
 
 all: test
 
@@ -31,12 +31,21 @@ lint: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/hadolint Dockerfile
 
 test: venv controlplane lint
 	PATH="$(abspath $(BIN)):$$PATH" hack/run-tests.sh $(PYTEST_ARGS)
 
 test-unit: venv
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest tests/unit tests/component $(PYTEST_ARGS)
+
+# The image (Dockerfile) with whatever builder the machine has (hack/build-image.sh).
+image:
+	hack/build-image.sh
+
+# Builds the image, then runs a program in it (skipped without buildah); not in `make test`.
+test-image: venv
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest tests/image $(PYTEST_ARGS)
 
 demo: venv controlplane
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python hack/demo.py up --dir $(DEMO_DIR)
