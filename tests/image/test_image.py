@@ -53,7 +53,9 @@ def image_root() -> Iterator[tuple[Path, dict[str, object]]]:
         buildah("rm", container)
 
 
-def run_in(root: Path, config: dict[str, object], argv: list[str]) -> subprocess.CompletedProcess[str]:
+def run_in(
+    root: Path, config: dict[str, object], argv: list[str]
+) -> subprocess.CompletedProcess[str]:
     """Run `argv` in the image's root, made read-only, with its Env and User (chroot
     starts it in /, not in WorkingDir)."""
     env = dict(str(e).split("=", 1) for e in config.get("Env") or [])  # type: ignore[attr-defined]
