@@ -205,6 +205,8 @@ def installed(
             "replicas": 1,
             "port": ports.pick(host=host, taken=taken),
             "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}],
+            # Stopped at the end of the test: no endpoints to wait for.
+            "args": ["--shutdown-delay=0s"],
         },
         "descheduler": {"replicas": 1, "metricsPort": ports.pick(host=host, taken=taken)},
     }
