@@ -145,6 +145,19 @@ def test_cert_manager_mode_uses_a_certificate_and_drops_the_bootstrap_permission
     assert not [o for o in objects if o["kind"] == "Issuer"]
 
 
+def test_the_scheduler_extender_is_off_by_default_and_reads_only_nodes(helm: str) -> None:
+    scheduler = f"{FULLNAME}-scheduler"
+    assert not [o for o in render(helm, {}) if o["metadata"]["name"] == scheduler]
+    objects = render(helm, {"scheduler": {"enabled": True}})
+    rules = by_kind(objects, "ClusterRole", scheduler)["rules"]
+    assert rules == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}]
+    pod = by_kind(objects, "Deployment", scheduler)["spec"]["template"]["spec"]
+    assert pod["containers"][0]["command"] == ["tensile-scheduler"]
+    assert "--tls-cert-file=/etc/tensile/tls/tls.crt" in pod["containers"][0]["args"]
+    assert pod["volumes"][0]["secret"]["secretName"] == f"{scheduler}-tls"
+    assert by_kind(objects, "Service", scheduler)["spec"]["ports"][0]["port"] == 443
+
+
 def _namespace(cluster: Cluster, name: str) -> None:
     manifest = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(manifest))
