@@ -1,6 +1,7 @@
-# One image for tensile's programs: virtual-node, tensile-webhook and tensile-descheduler
-# are all on its PATH; a pod names the one it runs in `command` (as the chart and
-# manifests/ do). `make image` builds it (hack/build-image.sh, docs/install.md).
+# One image for tensile's programs: virtual-node, tensile-webhook, tensile-descheduler and
+# (where that package is present) tensile-scheduler are all on its PATH; a pod names the
+# one it runs in `command` (as the chart and manifests/ do). `make image` builds it
+# (hack/build-image.sh, docs/install.md).
 #
 # The base is Debian 12 (bookworm) with Python from Debian's own packages, so the same file
 # builds on Docker Hub's debian:bookworm-slim and on a Debian root filesystem made locally
@@ -16,12 +17,9 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends python3=3.11.2-1+b1 python3-venv=3.11.2-1+b1 \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY hack/image-constraints.txt hack/
-COPY vnode vnode
-COPY webhook webhook
-COPY descheduler descheduler
-COPY devcluster devcluster
+# What .dockerignore lets through: pyproject.toml, README.md, the constraints and the
+# Python packages.
+COPY . .
 # The commit `--version` prints (vnode/serving/version.py reads it from its COMMIT line;
 # an image has no git checkout to ask).
 ARG TENSILE_COMMIT=""

@@ -92,7 +92,10 @@ def test_the_image_runs_its_programs_as_a_non_root_user_on_a_read_only_root(
     assert config["User"] == "65532:65532"
     # `--version` where the programs have it (issue 24 §1), `--help` before.
     has_version = (ROOT / "vnode" / "serving" / "version.py").exists()
-    for program in ("virtual-node", "tensile-webhook", "tensile-descheduler"):
+    programs = ["virtual-node", "tensile-webhook", "tensile-descheduler"]
+    if (ROOT / "scheduler").is_dir():  # the extender, where it is built
+        programs.append("tensile-scheduler")
+    for program in programs:
         flag = "--version" if has_version else "--help"
         done = run_in(root, config, [program, flag])
         assert done.returncode == 0, done.stderr
