@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 DOCS_PORT ?= 8000
 DOCS_SITE ?= site
 
-.PHONY: all venv controlplane lint docs docs-gen test test-unit demo demo-down bench bench-scale bench-streams bench-webhook bench-services bench-failover clean
+.PHONY: all venv controlplane lint docs docs-gen test test-unit image test-image demo demo-down bench bench-scale bench-streams bench-webhook bench-services bench-failover clean
 
 all: test
 
@@ -33,6 +33,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/hadolint Dockerfile
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(DOCS_SITE)
 
 # The site on http://127.0.0.1:8000 (loopback only), rebuilt as pages change.
@@ -49,6 +50,14 @@ test: venv controlplane lint
 
 test-unit: venv
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest tests/unit tests/component $(PYTEST_ARGS)
+
+# The image (Dockerfile) with whatever builder the machine has (hack/build-image.sh).
+image:
+	hack/build-image.sh
+
+# Builds the image, then runs a program in it (skipped without buildah); not in `make test`.
+test-image: venv
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest tests/image $(PYTEST_ARGS)
 
 demo: venv controlplane
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python hack/demo.py up --dir $(DEMO_DIR)

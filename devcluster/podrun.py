@@ -89,15 +89,15 @@ def field_value(pod: Mapping[str, Any], path: str) -> str:
 
 
 def rewrite_paths(text: str, *, mounts: Sequence[str], root: Path) -> str:
-    """Put `root` in front of every mount path `text` names at its start or after `=`."""
-    for mount in sorted((m.rstrip("/") for m in mounts), key=len, reverse=True):
-        pattern = re.compile(rf"(^|=){re.escape(mount)}(?=/|$)")
+    """Put `root` in front of every mount path `text` names at its start or after `=`.
 
-        def prefix(match: re.Match[str], prefixed: str = f"{root}{mount}") -> str:
-            return match.group(1) + prefixed
-
-        text = pattern.sub(prefix, text)
-    return text
+    One pass, the longest mount first at each place: a path already under `root` is never
+    rewritten again (a mount at /tmp while `root` is itself below /tmp)."""
+    ordered = sorted({m.rstrip("/") for m in mounts if m.rstrip("/")}, key=len, reverse=True)
+    if not ordered:
+        return text
+    pattern = re.compile(rf"(^|=)({'|'.join(re.escape(m) for m in ordered)})(?=/|$)")
+    return pattern.sub(lambda match: f"{match.group(1)}{root}{match.group(2)}", text)
 
 
 def describe(
@@ -149,13 +149,14 @@ def describe(
             continue
         for name, content in _volume_files(volume, objects=objects, token=token, ca=ca).items():
             files[f"{relative}/{name}"] = content
-    if token and SERVICE_ACCOUNT_DIR in mounts:
-        env.setdefault("KUBECONFIG", str(root / SERVICE_ACCOUNT_DIR.lstrip("/") / "kubeconfig"))
     command = [*(container.get("command") or []), *(container.get("args") or [])]
     if not command:
         raise PodRunError("the container names no command (an image's entrypoint is unknown)")
     argv = tuple(rewrite_paths(expand(a, env), mounts=mounts, root=root) for a in command)
     env = {k: rewrite_paths(v, mounts=mounts, root=root) for k, v in env.items()}
+    # After the rewrite: this path is below `root` already.
+    if token and SERVICE_ACCOUNT_DIR in mounts:
+        env.setdefault("KUBECONFIG", str(root / SERVICE_ACCOUNT_DIR.lstrip("/") / "kubeconfig"))
     return LocalContainer(argv=argv, env=env, files=files, directories=tuple(directories))
 
 

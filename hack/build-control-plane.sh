@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the local control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kwok, metrics-server) and virtual-kubelet's provider e2e suite from
+# kube-scheduler, kwok, metrics-server), helm and virtual-kubelet's provider e2e suite from
 # pinned Go module versions into a cache directory.
 #
 # Usage: hack/build-control-plane.sh [BIN_DIR]
@@ -45,6 +45,7 @@ stamp_ok etcd "${ETCD_VERSION}" || have_all=0
 stamp_ok kwok "${kwok_recipe}" || have_all=0
 stamp_ok metrics-server "${METRICS_SERVER_VERSION}" || have_all=0
 stamp_ok virtual-kubelet-e2e "${vk_e2e_recipe}" || have_all=0
+stamp_ok helm "${HELM_VERSION}" || have_all=0
 [[ -d "${bin_dir}/kwok-stages" ]] || have_all=0
 for b in kube-apiserver kube-controller-manager kube-scheduler; do
   stamp_ok "${b}" "${KUBERNETES_VERSION}" || have_all=0
@@ -243,10 +244,40 @@ build_vk_e2e() {
   stamp virtual-kubelet-e2e "${vk_e2e_recipe}"
 }
 
+build_helm() {
+  stamp_ok helm "${HELM_VERSION}" && return
+  local mod="${work}/helm"
+  mkdir -p "${mod}"
+  cd "${mod}"
+  go mod init tensile.local/helm >/dev/null 2>&1
+  go mod edit -require="helm.sh/helm/v3@${HELM_VERSION}"
+  cat > tools.go <<'GO'
+//go:build tools
+
+package tools
+
+import _ "helm.sh/helm/v3/cmd/helm"
+GO
+  go mod tidy >/dev/null
+  # As helm's own release build: `helm version` says the pinned version, and `helm
+  # template`/`lint` assume the Kubernetes minor of the client-go helm is built with
+  # (not the 1.20 compiled in as a fallback, which a chart's kubeVersion would refuse).
+  local k8s_minor_helm pkg=helm.sh/helm/v3
+  k8s_minor_helm="$(go list -m -f '{{.Version}}' k8s.io/client-go | cut -d. -f2)"
+  echo "building helm ${HELM_VERSION} ..."
+  go build -trimpath -ldflags "-s -w -X ${pkg}/internal/version.version=${HELM_VERSION} \
+    -X ${pkg}/pkg/chartutil.k8sVersionMajor=1 -X ${pkg}/pkg/chartutil.k8sVersionMinor=${k8s_minor_helm} \
+    -X ${pkg}/pkg/lint/rules.k8sVersionMajor=1 -X ${pkg}/pkg/lint/rules.k8sVersionMinor=${k8s_minor_helm}" \
+    -o "${bin_dir}/helm.tmp" "${pkg}/cmd/helm"
+  mv "${bin_dir}/helm.tmp" "${bin_dir}/helm"
+  stamp helm "${HELM_VERSION}"
+}
+
 start=$(date +%s)
 build_etcd
 build_kwok
 build_kubernetes
 build_metrics_server
 build_vk_e2e
+build_helm
 echo "control plane ${KUBERNETES_VERSION} built in ${bin_dir} in $(( $(date +%s) - start )) s"

@@ -182,6 +182,16 @@ def test_mount_paths_move_under_the_root(tmp_path: Path) -> None:
     assert rewrite("--x=/var/etc/tensile") == "--x=/var/etc/tensile"  # not at the start
 
 
+def test_a_path_moved_under_the_root_is_not_moved_again(tmp_path: Path) -> None:
+    # An emptyDir at /tmp while the root is itself below /tmp (pytest's tmp_path).
+    root = Path("/tmp/pods/vk-0/root")
+    mounts = ["/tmp", "/etc/tensile/policy"]
+    assert podrun.rewrite_paths("--p=/etc/tensile/policy/p.yaml", mounts=mounts, root=root) == (
+        "--p=/tmp/pods/vk-0/root/etc/tensile/policy/p.yaml"
+    )
+    assert podrun.rewrite_paths("/tmp/x", mounts=mounts, root=root) == "/tmp/pods/vk-0/root/tmp/x"
+
+
 def _pod(**spec: Any) -> dict[str, Any]:
     return {
         "metadata": {"name": "vk-0", "namespace": "ns", "uid": "u-1"},

@@ -23,9 +23,10 @@ COMPONENTS = (
     "kwok",
     "metrics-server",
     "virtual-kubelet-e2e",
+    "helm",
 )
-"""Everything the build script makes: the control plane, metrics-server, and
-virtual-kubelet's provider e2e suite (a Go test binary)."""
+"""Everything the build script makes: the control plane, metrics-server,
+virtual-kubelet's provider e2e suite (a Go test binary), and helm (the chart's tests)."""
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 VERSIONS_FILE = _REPO_ROOT / "hack" / "versions.env"
@@ -89,6 +90,7 @@ def recipes() -> dict[str, str]:
         "kwok": f"{versions['KWOK_VERSION']}+{digest.hexdigest()[:16]}",
         "metrics-server": versions["METRICS_SERVER_VERSION"],
         "virtual-kubelet-e2e": f"{versions['VIRTUAL_KUBELET_VERSION']}+{wrapper}",
+        "helm": versions["HELM_VERSION"],
     }
 
 
