@@ -248,6 +248,7 @@ async def _k2k_provider(
         controllers=settings.controllers,
         namespace_labels=settings.pods.lower_namespace_labels,
         namespace_annotations=settings.pods.lower_namespace_annotations,
+        adopt_tensile_kube=settings.migration.adopt_tensile_kube,
     )
 
 

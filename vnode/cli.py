@@ -26,6 +26,7 @@ from vnode.settings import (
     ControllerSettings,
     KubeletAccessMode,
     LowerKubeletSettings,
+    MigrationSettings,
     NodeSettings,
     PatrolSettings,
     PodSecurityLevel,
@@ -232,6 +233,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "containers)",
     )
     _add_tenant_boundary_flags(p)
+    _add_migration_flags(p)
     flags.add_logging_flags(p)
     a("--shutdown-timeout", type=duration, default=10.0, help="bound of a graceful stop")
     a(
@@ -319,6 +321,32 @@ def _add_tenant_boundary_flags(p: flags.Parser) -> None:
         "scheduler.alpha.kubernetes.io/node-selector; repeatable; a comma inside a value is "
         "written \\, (a comma not followed by key= is kept, so JSON values need no escape)",
     )
+
+
+def _add_migration_flags(p: flags.Parser) -> None:
+    """Switching over from tensile-kube (`MigrationSettings`, docs/migration.md)."""
+    p.add_argument(
+        "--adopt-tensile-kube",
+        type=boolean,
+        nargs="?",
+        const=True,
+        default=False,
+        help="at start, take over the lower pods, ConfigMaps, Secrets, claims and Services "
+        "tensile-kube's virtual node of the same --nodename made for this node's upper "
+        "objects (owner marks added, nothing re-created or deleted; the rest is listed)",
+    )
+
+
+def _migration_settings(args: argparse.Namespace) -> MigrationSettings:
+    """--adopt-tensile-kube, checked against what tensile-kube could have made."""
+    if args.adopt_tensile_kube and args.provider != "k8s":
+        raise UsageError("--adopt-tensile-kube needs --provider=k8s (it adopts lower objects)")
+    if args.adopt_tensile_kube and args.namespace_prefix:
+        raise UsageError(
+            "--adopt-tensile-kube cannot be used with --namespace-prefix: tensile-kube kept "
+            "namespace names, so its objects are in the unprefixed namespaces"
+        )
+    return MigrationSettings(adopt_tensile_kube=bool(args.adopt_tensile_kube))
 
 
 def parse(
@@ -423,6 +451,7 @@ def parse(
         leader_election=election_flags.election_settings(
             args, name=lease_name(node.name), holder=holder
         ),
+        migration=_migration_settings(args),
     )
 
 

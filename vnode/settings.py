@@ -212,6 +212,15 @@ class PatrolSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MigrationSettings:
+    """Switching over from tensile-kube (docs/migration.md)."""
+
+    adopt_tensile_kube: bool = False
+    """--adopt-tensile-kube: at start, take over the lower pods and copies tensile-kube's
+    virtual node made for this node's upper objects (`vnode.providers.k2k.tensilekube`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Settings:
     """Everything a virtual node runs with."""
 
@@ -246,3 +255,5 @@ class Settings:
     """--leader-elect and its timing flags: replicas of this node compete for this Lease in
     the upper cluster and only its holder writes (see `vnode.serving.leadership`); None
     (--leader-elect=false, the default): this process leads alone."""
+    migration: MigrationSettings = field(default_factory=MigrationSettings)
+    """--adopt-tensile-kube."""

@@ -17,7 +17,8 @@ from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.mirror.engine import Mirror
 from vnode.kube.mirror.spec import KindSpec
 from vnode.kube.resources import NODES, PODS
-from vnode.providers.k2k import naming, services, slim, translate, volumes
+from vnode.providers.k2k import naming, services, slim, tensilekube, translate, volumes
+from vnode.providers.k2k.adoption import TensileKubeAdoption
 from vnode.providers.k2k.dependencies import DependencySync
 from vnode.providers.k2k.events import EventMirror
 from vnode.providers.k2k.lowerpods import LowerPodBook
@@ -43,6 +44,7 @@ def build(
     controllers: ControllerSettings | None = None,
     namespace_labels: tuple[tuple[str, str], ...] = (),
     namespace_annotations: tuple[tuple[str, str], ...] = (),
+    adopt_tensile_kube: bool = False,
 ) -> K2KProvider:
     """Return the provider that forwards the pods of node `policy.node_name` to `lower`.
 
@@ -57,7 +59,8 @@ def build(
     `controllers` chooses the mirrors of Services and volumes that run beside the
     dependency copies (default: both, as tensile-kube's --enable-controllers);
     `namespace_labels`/`namespace_annotations` the lower administrator's marks for the lower
-    namespaces the node makes (--lower-namespace-labels/-annotations). Nothing is
+    namespaces the node makes (--lower-namespace-labels/-annotations);
+    `adopt_tensile_kube` takes over tensile-kube's lower objects at start. Nothing is
     started and no request is made: the node starts the provider and its informers.
     """
     owner = policy.owner
@@ -155,6 +158,15 @@ def build(
         volumes=provisioner,
         usage=usage,
         pod_changes=changes,
+        adoption=_adoption(
+            upper=upper,
+            upper_events=events_client,
+            lower=lower,
+            controllers=controllers,
+            owner=owner,
+        )
+        if adopt_tensile_kube
+        else None,
     )
     pods.add_handlers(
         Handlers(
@@ -171,6 +183,32 @@ def build(
         )
     )
     return provider
+
+
+def _adoption(
+    *,
+    upper: ApiClient,
+    upper_events: ApiClient,
+    lower: ApiClient,
+    controllers: ControllerSettings,
+    owner: naming.Owner,
+) -> TensileKubeAdoption:
+    """The adoption of tensile-kube's lower objects (--adopt-tensile-kube), scoped to what
+    this node mirrors."""
+    node = owner.node_name
+    return TensileKubeAdoption(
+        upper=upper,
+        lower=lower,
+        scope=tensilekube.Scope(
+            owner=owner,
+            mirror_services=SERVICE_CONTROLLERS in controllers.enabled,
+            mirror_claims=PV_CONTROLLERS in controllers.enabled,
+            service_selection=services.ServiceSelection(
+                namespaces=frozenset(controllers.service_namespaces)
+            ),
+        ),
+        recorder=EventRecorder(upper_events, component=f"{node}/adoption", host=node),
+    )
 
 
 def _service_mirrors(

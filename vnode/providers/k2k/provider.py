@@ -101,6 +101,7 @@ class K2KProvider:
         volumes: VolumeProvisioner | None,
         usage: ResourceScraper,
         pod_changes: PodChanges,
+        adoption: Component | None = None,
     ) -> None:
         """Take the collaborators, ready-made and wired (`assembly.build`): `lower` carries
         the pod, log, exec and port-forward traffic, `lower_heartbeat` answers `ping`;
@@ -109,7 +110,9 @@ class K2KProvider:
         `lower_pod_changed`, `lower_pod_deleted` and `capacity_moved`; `book` keeps the
         lower pods' bookkeeping; `services` are the Service mirrors (empty without
         ServiceControllers), `volumes` the provisioner (None without PVControllers);
-        `pod_changes` is what `notify_pods` registers with."""
+        `pod_changes` is what `notify_pods` registers with; `adoption` (with
+        --adopt-tensile-kube) takes over tensile-kube's lower objects before any cache
+        lists them."""
         self._node_ip = node_ip
         self._lower = lower
         self._heartbeat = lower_heartbeat
@@ -124,6 +127,7 @@ class K2KProvider:
         self.volumes = volumes
         self.usage = usage
         self._pod_changes = pod_changes
+        self._adoption = adoption
         self._node_callbacks: list[Callable[[], None]] = []
         self._started = False
         self._kubelet_version = "v0.0.0"
@@ -138,8 +142,11 @@ class K2KProvider:
     def components(self) -> Sequence[Component]:
         """The mirrors of pods' ConfigMaps, Secrets and ServiceAccounts (always run), then
         those --enable-controllers chose: Services and EndpointSlices (ServiceControllers),
-        the volume provisioner and its claims mirror (PVControllers)."""
-        chosen: list[Component] = [*self.dependencies.components(), *self.services]
+        the volume provisioner and its claims mirror (PVControllers); first of all the
+        adoption of tensile-kube's objects, when asked for (its start precedes every
+        informer's list)."""
+        chosen: list[Component] = [] if self._adoption is None else [self._adoption]
+        chosen += [*self.dependencies.components(), *self.services]
         if self.volumes is not None:
             chosen += [self.volumes, *self.volumes.components()]
         return chosen
