@@ -332,7 +332,7 @@ def _add_migration_flags(p: flags.Parser) -> None:
         const=True,
         default=False,
         help="at start, take over the lower pods, ConfigMaps, Secrets, claims and Services "
-        "tensile-kube's virtual node of the same --nodename made for this node's upper "
+        "tensile-kube's virtual node of the same node name made for this node's upper "
         "objects (owner marks added, nothing re-created or deleted; the rest is listed)",
     )
 
