@@ -221,6 +221,19 @@ class MigrationSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ServiceAccountSettings:
+    """Upper ServiceAccount tokens for lower pods (docs/serviceaccount.md)."""
+
+    upper_api_address: str = ""
+    """--upper-api-address host:port at which lower pods reach the upper apiserver; with
+    --enable-serviceaccount, lower pods get bound tokens of their upper ServiceAccount, the
+    upper CA and this address as KUBERNETES_SERVICE_HOST/PORT ("": the lower cluster's)."""
+    token_refresh_fraction: float = 0.8
+    """--serviceaccount-token-refresh-fraction: the part of a token's life after which it
+    is renewed (the kubelet's 0.8); 0 < fraction < 1."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Settings:
     """Everything a virtual node runs with."""
 
@@ -257,3 +270,5 @@ class Settings:
     (--leader-elect=false, the default): this process leads alone."""
     migration: MigrationSettings = field(default_factory=MigrationSettings)
     """--adopt-tensile-kube."""
+    serviceaccount: ServiceAccountSettings = field(default_factory=ServiceAccountSettings)
+    """--upper-api-address, --serviceaccount-token-refresh-fraction."""

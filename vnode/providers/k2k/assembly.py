@@ -26,6 +26,7 @@ from vnode.providers.k2k.namespaces import LowerNamespaces
 from vnode.providers.k2k.provider import K2KProvider, PodChanges
 from vnode.providers.k2k.provisioner import VolumeProvisioner
 from vnode.providers.k2k.scrape import KubeletAccess, ResourceScraper, ThroughApiserver
+from vnode.providers.k2k.tokens import UpperTokens
 from vnode.settings import PV_CONTROLLERS, SERVICE_CONTROLLERS, ControllerSettings
 
 
@@ -45,6 +46,7 @@ def build(
     namespace_labels: tuple[tuple[str, str], ...] = (),
     namespace_annotations: tuple[tuple[str, str], ...] = (),
     adopt_tensile_kube: bool = False,
+    token_refresh_fraction: float = 0.8,
 ) -> K2KProvider:
     """Return the provider that forwards the pods of node `policy.node_name` to `lower`.
 
@@ -60,7 +62,9 @@ def build(
     dependency copies (default: both, as tensile-kube's --enable-controllers);
     `namespace_labels`/`namespace_annotations` the lower administrator's marks for the lower
     namespaces the node makes (--lower-namespace-labels/-annotations);
-    `adopt_tensile_kube` takes over tensile-kube's lower objects at start. Nothing is
+    `adopt_tensile_kube` takes over tensile-kube's lower objects at start;
+    `token_refresh_fraction` of an upper token's life passes before it is renewed (with
+    `policy.upper_tokens`). Nothing is
     started and no request is made: the node starts the provider and its informers.
     """
     owner = policy.owner
@@ -166,6 +170,15 @@ def build(
             owner=owner,
         )
         if adopt_tensile_kube
+        else None,
+        tokens=UpperTokens(
+            upper=upper,
+            lower=lower,
+            owner=owner,
+            lower_pods=pods,
+            refresh_fraction=token_refresh_fraction,
+        )
+        if policy.upper_tokens
         else None,
     )
     pods.add_handlers(
