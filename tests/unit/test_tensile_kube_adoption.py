@@ -9,9 +9,14 @@ from typing import Any
 import pytest
 
 from vnode import cli
+from vnode.kube.events import EventRecorder
+from vnode.kube.resources import CONFIG_MAPS, EVENTS, PODS
 from vnode.providers.k2k import naming, services, tensilekube
+from vnode.providers.k2k.adoption import ADOPTION_OBJECTS, TensileKubeAdoption
 from vnode.serving import flags as serving_flags
+from vnode.serving.lifecycle import StartupError
 from vnode.settings import MigrationSettings
+from vnode.testing.fakeapi import FakeApi, status_error, unreachable
 
 OWNER = naming.Owner(node_name="tk-node", cluster_id="cluster-a")
 SCOPE = tensilekube.Scope(owner=OWNER)
@@ -273,3 +278,66 @@ def test_bad_combinations(flags: list[str], message: str) -> None:
     argv = ["--client-kubeconfig=lower.kubeconfig", "--adopt-tensile-kube", *flags]
     with pytest.raises(serving_flags.UsageError, match=message):
         cli.parse(argv, env={})
+
+
+# -- the adoption's I/O, on FakeApi (its lists, patches and Events in isolation; the real
+# clusters: tests/e2e/test_tensile_kube_adoption.py) ---------------------------------------
+
+
+def _adoption(
+    upper: FakeApi, lower: FakeApi, *, namespace: str | None = None
+) -> TensileKubeAdoption:
+    return TensileKubeAdoption(
+        upper=upper,
+        lower=lower,
+        scope=SCOPE,
+        recorder=EventRecorder(upper, component="tk-node/adoption", host="tk-node"),
+        namespace=namespace,
+    )
+
+
+def _clusters(*namespaces: str) -> tuple[FakeApi, FakeApi]:
+    upper, lower = FakeApi(name="upper"), FakeApi(name="lower")
+    for ns in namespaces:
+        pod = upper_pod()
+        pod["metadata"]["namespace"] = ns
+        upper.put(PODS, pod)
+        made = lower_pod()
+        made["metadata"]["namespace"] = ns
+        lower.put(PODS, made)
+    return upper, lower
+
+
+async def test_adoption_patches_the_pods_and_records_what_it_left() -> None:
+    upper, lower = _clusters("app", "other")
+    lower.put(CONFIG_MAPS, copy_("stray"))
+    adoption = _adoption(upper, lower, namespace="app")
+    await adoption.start()
+    patched = [r.target.namespace for r in lower.requests_of("PATCH", "pods")]
+    assert patched == ["app"]  # the pod of another namespace is not this node's (--namespace)
+    adopted = lower.get(PODS, "web", namespace="app")
+    assert adopted is not None
+    assert naming.is_owned(adopted, owner=OWNER)
+    left = lower.get(PODS, "web", namespace="other")
+    assert left is not None
+    assert not naming.is_owned(left, owner=OWNER)
+    assert adoption.ready()
+    reasons = sorted(e["reason"] for e in upper.objects(EVENTS))
+    assert reasons == ["TensileKubeAdopted", "TensileKubeLeftovers"]
+    assert ADOPTION_OBJECTS.labels(kind="Pod", outcome="unmatched")._value.get() == 1
+
+
+async def test_an_object_changed_under_the_patch_is_left_and_the_start_goes_on() -> None:
+    upper, lower = _clusters("app")
+    lower.fail("PATCH", "pods", error=status_error(409, reason="Conflict", message="uid differs"))
+    adoption = _adoption(upper, lower)
+    await adoption.start()
+    assert adoption.ready()
+    assert not naming.is_owned(lower.get(PODS, "web", namespace="app") or {}, owner=OWNER)
+
+
+async def test_a_lower_cluster_that_cannot_be_read_stops_the_start() -> None:
+    upper, lower = _clusters("app")
+    lower.fail("GET", "pods", error=unreachable())
+    with pytest.raises(StartupError, match="--adopt-tensile-kube"):
+        await _adoption(upper, lower).start()

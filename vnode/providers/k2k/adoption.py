@@ -79,13 +79,17 @@ class TensileKubeAdoption:
         lower: ApiClient,
         scope: tensilekube.Scope,
         recorder: EventRecorder,
+        namespace: str | None = None,
     ) -> None:
         """`upper`/`lower` read and patch; `scope` is this node's identity and what it
-        mirrors; `recorder` writes the Events on the upper Node."""
+        mirrors; `recorder` writes the Events on the upper Node; `namespace` (--namespace)
+        the only upper namespace whose pods the node forwards (None: all): a lower pod of
+        another namespace is not this node's to keep (it would be collected as dangling)."""
         self._upper = upper
         self._lower = lower
         self._scope = scope
         self._recorder = recorder
+        self._namespace = namespace
         self._done = False
         self.plan: tensilekube.Plan | None = None
         """What the last start decided (for tests and /readyz)."""
@@ -119,7 +123,10 @@ class TensileKubeAdoption:
     async def _decide(self) -> tensilekube.Plan:
         node = self._scope.owner.node_name
         upper_pods = await self._list(
-            self._upper, PODS, params={"fieldSelector": f"spec.nodeName={node}"}
+            self._upper,
+            PODS,
+            params={"fieldSelector": f"spec.nodeName={node}"},
+            namespace=self._namespace,
         )
         lower: dict[str, list[Obj]] = {
             "Pod": await self._list(
@@ -207,13 +214,17 @@ class TensileKubeAdoption:
 
     @staticmethod
     async def _list(
-        client: ApiClient, resource: Resource, *, params: dict[str, str] | None = None
+        client: ApiClient,
+        resource: Resource,
+        *,
+        params: dict[str, str] | None = None,
+        namespace: str | None = None,
     ) -> list[Obj]:
         items: list[Obj] = []
         query = dict(params or {})
         query["limit"] = "500"
         while True:
-            page = await client.request("GET", resource.path(), params=query)
+            page = await client.request("GET", resource.path(namespace=namespace), params=query)
             for item in page.get("items") or []:
                 if isinstance(item, dict):
                     items.append(item)

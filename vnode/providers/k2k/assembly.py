@@ -168,6 +168,7 @@ def build(
             lower=lower,
             controllers=controllers,
             owner=owner,
+            namespace=upper_namespace,
         )
         if adopt_tensile_kube
         else None,
@@ -205,6 +206,7 @@ def _adoption(
     lower: ApiClient,
     controllers: ControllerSettings,
     owner: naming.Owner,
+    namespace: str | None,
 ) -> TensileKubeAdoption:
     """The adoption of tensile-kube's lower objects (--adopt-tensile-kube), scoped to what
     this node mirrors."""
@@ -221,6 +223,7 @@ def _adoption(
             ),
         ),
         recorder=EventRecorder(upper_events, component=f"{node}/adoption", host=node),
+        namespace=namespace,
     )
 
 
