@@ -3,14 +3,19 @@ pod's translation with --upper-api-address, and the flags."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from vnode import cli
-from vnode.providers.k2k import boundtokens, translate
+from vnode.kube.informer_factory import InformerFactory
+from vnode.kube.resources import CONFIG_MAPS, PODS, SECRETS
+from vnode.providers.k2k import boundtokens, naming, translate
+from vnode.providers.k2k.tokens import RETRY, UpperTokens
 from vnode.serving import flags as serving_flags
 from vnode.settings import ServiceAccountSettings
+from vnode.testing.fakeapi import FakeApi, unreachable
 
 INJECTED = {
     "name": "kube-api-access-abcde",
@@ -206,3 +211,104 @@ def test_flags(flags: list[str], expected: ServiceAccountSettings) -> None:
 def test_bad_flags(flag: str, message: str) -> None:
     with pytest.raises(serving_flags.UsageError, match=message):
         cli.parse(["--client-kubeconfig=lower.kubeconfig", flag], env={})
+
+
+# -- UpperTokens on FakeApi: the requests and Secret writes in isolation (a fake clock);
+# the real TokenRequest, TokenReview and garbage collection are in
+# tests/e2e/test_upper_serviceaccount_tokens.py
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+TOKEN_PATH = "/api/v1/namespaces/app/serviceaccounts/runner/token"
+EXPIRES = "1970-01-12T14:46:40Z"  # 1,000,000 s + 1 h after the epoch: the fake clock's + 3600
+
+
+def _token_clusters(token: str = "t-1") -> tuple[FakeApi, FakeApi]:
+    upper, lower = FakeApi(name="upper"), FakeApi(name="lower")
+    upper.put(PODS, upper_pod(INJECTED))
+    upper.put(CONFIG_MAPS, {"metadata": {"name": "kube-root-ca.crt", "namespace": "app"},
+                            "data": {"ca.crt": "UPPER CA"}})  # fmt: skip
+    upper.answer("POST", TOKEN_PATH, {"status": {"token": token, "expirationTimestamp": EXPIRES}})
+    return upper, lower
+
+
+def _tokens(upper: FakeApi, lower: FakeApi, clock: Clock) -> UpperTokens:
+    pods = InformerFactory().informer(lower, PODS, name="lower-pods")
+    owner = naming.Owner(node_name="vn", cluster_id="c")
+    return UpperTokens(
+        upper=upper, lower=lower, owner=owner, lower_pods=pods, refresh_fraction=0.5, clock=clock
+    )
+
+
+async def _settle(until: Any) -> None:
+    for _ in range(200):
+        if until():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("not reached")
+
+
+async def test_a_created_pod_gets_its_secret_then_a_renewal_then_nothing_once_its_pod_is_gone() -> (
+    None
+):
+    upper, lower = _token_clusters()
+    clock = Clock()
+    tokens = _tokens(upper, lower, clock)
+    lower_pod = {"metadata": {"name": "web", "namespace": "app", "uid": "lower-uid"}}
+    task = asyncio.create_task(tokens.run())
+    try:
+        tokens.issue(upper_pod(INJECTED), lower_pod)
+        secret_name = boundtokens.secret_name("web")
+        await _settle(lambda: lower.get(SECRETS, secret_name, namespace="app"))
+        secret = lower.get(SECRETS, secret_name, namespace="app") or {}
+        assert secret["stringData"] == {
+            "kube-api-access-abcde.token": "t-1", "ca.crt": "UPPER CA", "namespace": "app",
+        }  # fmt: skip
+        assert secret["metadata"]["ownerReferences"][0]["uid"] == "lower-uid"
+        request = upper.requests_of("POST")[0].body
+        assert request["spec"]["boundObjectRef"]["uid"] == "u-1"
+        # Half of the hour later (fraction 0.5), the token is asked for again and replaced.
+        upper.answer(
+            "POST", TOKEN_PATH, {"status": {"token": "t-2", "expirationTimestamp": EXPIRES}}
+        )
+        clock.now += 1800
+        tokens.issue(upper_pod(INJECTED), lower_pod)  # wakes the worker
+        await _settle(lambda: len(lower.requests_of("PATCH", "secrets")) == 1)
+        patched = lower.get(SECRETS, secret_name, namespace="app") or {}
+        assert patched["stringData"]["kube-api-access-abcde.token"] == "t-2"
+        # The upper pod goes: no more requests for it.
+        upper.remove(PODS, "web", namespace="app")
+        clock.now += 3600
+        tokens.issue(upper_pod(INJECTED), lower_pod)
+        await _settle(lambda: not tokens._entries)
+        assert len(upper.requests_of("POST")) == 2
+    finally:
+        await tokens.shut_down()
+        await task
+
+
+async def test_a_failed_request_is_asked_again() -> None:
+    upper, lower = _token_clusters()
+    upper.fail("GET", "configmaps", error=unreachable(), times=1)
+    clock = Clock()
+    tokens = _tokens(upper, lower, clock)
+    task = asyncio.create_task(tokens.run())
+    try:
+        tokens.issue(
+            upper_pod(INJECTED), {"metadata": {"name": "web", "namespace": "app", "uid": "l"}}
+        )
+        await _settle(lambda: upper.requests_of("GET", "configmaps"))
+        assert lower.get(SECRETS, boundtokens.secret_name("web"), namespace="app") is None
+        clock.now += RETRY
+        tokens._wake.set()
+        await _settle(lambda: lower.get(SECRETS, boundtokens.secret_name("web"), namespace="app"))
+    finally:
+        await tokens.shut_down()
+        await task
