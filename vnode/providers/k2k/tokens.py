@@ -173,7 +173,9 @@ class UpperTokens:
             "GET", CONFIG_MAPS.path(namespace=namespace, name="kube-root-ca.crt")
         )
         ca = str(as_mapping(root.get("data")).get(boundtokens.CA_KEY) or "")
-        labels, annotations = naming.owner_marks(self._owner)
+        # The owner's annotations say whose it is; not its labels, which the copies' mirrors
+        # select on: this Secret is no copy of an upper one (the lower pod owns it).
+        _, annotations = naming.owner_marks(self._owner)
         lower_meta = entry.lower["metadata"]
         body = boundtokens.secret(
             name=boundtokens.secret_name(str(lower_meta["name"])),
@@ -182,7 +184,7 @@ class UpperTokens:
             expires=dt.datetime.fromtimestamp(expiry, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             ca=ca,
             upper_namespace=namespace,
-            labels=labels,
+            labels={},
             annotations={**annotations, naming.UPPER_NAMESPACE_ANNOTATION: namespace},
             owner=lower_meta,
         )
