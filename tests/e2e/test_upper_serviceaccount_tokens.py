@@ -86,6 +86,10 @@ def test_the_lower_pod_holds_a_renewed_bound_token_of_its_upper_service_account(
     )
     assert _review(upper, str(renewed)).get("authenticated") is True
 
-    upper.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/web")
+    upper.request(
+        "DELETE",
+        f"/api/v1/namespaces/{namespace}/pods/web",
+        body={"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
+    )
     wait_for("lower pod gone", lambda: pod(lower, namespace, "web") is None)
     wait_for("token Secret gone below", lambda: _token(lower, namespace, "web") is None)
