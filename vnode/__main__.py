@@ -240,6 +240,7 @@ async def _k2k_provider(
             pod_security_level=settings.pods.pod_security_level,
             taint_key=settings.node.taint.key if settings.node.taint else DEFAULT_TAINT_KEY,
             priority_classes=settings.pods.priority_class_map,
+            upper_api_address=settings.serviceaccount.upper_api_address,
         ),
         node_ip=node_ip,
         upper_namespace=settings.pods.namespace,
@@ -248,6 +249,8 @@ async def _k2k_provider(
         controllers=settings.controllers,
         namespace_labels=settings.pods.lower_namespace_labels,
         namespace_annotations=settings.pods.lower_namespace_annotations,
+        adopt_tensile_kube=settings.migration.adopt_tensile_kube,
+        token_refresh_fraction=settings.serviceaccount.token_refresh_fraction,
     )
 
 

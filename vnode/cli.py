@@ -26,10 +26,12 @@ from vnode.settings import (
     ControllerSettings,
     KubeletAccessMode,
     LowerKubeletSettings,
+    MigrationSettings,
     NodeSettings,
     PatrolSettings,
     PodSecurityLevel,
     PodSettings,
+    ServiceAccountSettings,
     Settings,
     Taint,
     default_cert_dir,
@@ -232,6 +234,8 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "containers)",
     )
     _add_tenant_boundary_flags(p)
+    _add_migration_flags(p)
+    _add_serviceaccount_flags(p)
     flags.add_logging_flags(p)
     a("--shutdown-timeout", type=duration, default=10.0, help="bound of a graceful stop")
     a(
@@ -327,6 +331,66 @@ def _add_tenant_boundary_flags(p: flags.Parser) -> None:
         "scheduler.alpha.kubernetes.io/node-selector; repeatable; a comma inside a value is "
         "written \\, (a comma not followed by key= is kept, so JSON values need no escape)",
     )
+
+
+def _add_migration_flags(p: flags.Parser) -> None:
+    """Switching over from tensile-kube (`MigrationSettings`, docs/migration.md)."""
+    p.add_argument(
+        "--adopt-tensile-kube",
+        type=boolean,
+        nargs="?",
+        const=True,
+        default=False,
+        help="at start, take over the lower pods, ConfigMaps, Secrets, claims and Services "
+        "tensile-kube's virtual node of the same node name made for this node's upper "
+        "objects (owner marks added, nothing re-created or deleted; the rest is listed)",
+    )
+
+
+def _add_serviceaccount_flags(p: flags.Parser) -> None:
+    """Upper ServiceAccount tokens for lower pods (`ServiceAccountSettings`)."""
+    p.add_argument(
+        "--upper-api-address",
+        default="",
+        help="HOST:PORT at which lower pods reach the upper apiserver: with "
+        "--enable-serviceaccount, they get bound tokens of their upper ServiceAccount, the "
+        "upper CA and this address as KUBERNETES_SERVICE_HOST/PORT (default: none, lower "
+        "pods use the lower cluster's API)",
+    )
+    p.add_argument(
+        "--serviceaccount-token-refresh-fraction",
+        type=float,
+        default=0.8,
+        help="renew an upper token after this part of its life (0 < f < 1; the kubelet's 0.8)",
+    )
+
+
+def _serviceaccount_settings(args: argparse.Namespace) -> ServiceAccountSettings:
+    """--upper-api-address and the token refresh fraction, checked."""
+    fraction = args.serviceaccount_token_refresh_fraction
+    if not 0 < fraction < 1:
+        raise UsageError(
+            f"--serviceaccount-token-refresh-fraction must be between 0 and 1, got {fraction}"
+        )
+    address = args.upper_api_address
+    host, sep, port = address.rpartition(":")
+    if address and (
+        not sep or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536
+    ):
+        raise UsageError(f"--upper-api-address must be HOST:PORT, got {address!r}")
+    return ServiceAccountSettings(upper_api_address=address, token_refresh_fraction=fraction)
+
+
+def _migration_settings(args: argparse.Namespace) -> MigrationSettings:
+    """--adopt-tensile-kube, checked against what tensile-kube could have made."""
+    if args.adopt_tensile_kube and args.provider != "k8s":
+        raise UsageError("--adopt-tensile-kube needs --provider=k8s (it adopts lower objects)")
+    if args.adopt_tensile_kube and args.namespace_prefix:
+        raise UsageError(
+            "--adopt-tensile-kube cannot be used with --namespace-prefix: tensile-kube kept "
+            "namespace names, so its objects are in the unprefixed namespaces"
+        )
+    return MigrationSettings(adopt_tensile_kube=bool(args.adopt_tensile_kube))
 
 
 def parse(
@@ -432,6 +496,8 @@ def parse(
         leader_election=election_flags.election_settings(
             args, name=lease_name(node.name), holder=holder
         ),
+        migration=_migration_settings(args),
+        serviceaccount=_serviceaccount_settings(args),
     )
 
 

@@ -217,6 +217,28 @@ class PatrolSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MigrationSettings:
+    """Switching over from tensile-kube (docs/migration.md)."""
+
+    adopt_tensile_kube: bool = False
+    """--adopt-tensile-kube: at start, take over the lower pods and copies tensile-kube's
+    virtual node made for this node's upper objects (`vnode.providers.k2k.tensilekube`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServiceAccountSettings:
+    """Upper ServiceAccount tokens for lower pods (docs/serviceaccount.md)."""
+
+    upper_api_address: str = ""
+    """--upper-api-address host:port at which lower pods reach the upper apiserver; with
+    --enable-serviceaccount, lower pods get bound tokens of their upper ServiceAccount, the
+    upper CA and this address as KUBERNETES_SERVICE_HOST/PORT ("": the lower cluster's)."""
+    token_refresh_fraction: float = 0.8
+    """--serviceaccount-token-refresh-fraction: the part of a token's life after which it
+    is renewed (the kubelet's 0.8); 0 < fraction < 1."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Settings:
     """Everything a virtual node runs with."""
 
@@ -251,3 +273,7 @@ class Settings:
     """--leader-elect and its timing flags: replicas of this node compete for this Lease in
     the upper cluster and only its holder writes (see `vnode.serving.leadership`); None
     (--leader-elect=false, the default): this process leads alone."""
+    migration: MigrationSettings = field(default_factory=MigrationSettings)
+    """--adopt-tensile-kube."""
+    serviceaccount: ServiceAccountSettings = field(default_factory=ServiceAccountSettings)
+    """--upper-api-address, --serviceaccount-token-refresh-fraction."""

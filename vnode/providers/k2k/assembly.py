@@ -17,7 +17,8 @@ from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.mirror.engine import Mirror
 from vnode.kube.mirror.spec import KindSpec
 from vnode.kube.resources import NODES, PODS
-from vnode.providers.k2k import naming, services, slim, translate, volumes
+from vnode.providers.k2k import naming, services, slim, tensilekube, translate, volumes
+from vnode.providers.k2k.adoption import TensileKubeAdoption
 from vnode.providers.k2k.dependencies import DependencySync
 from vnode.providers.k2k.events import EventMirror
 from vnode.providers.k2k.lowerpods import LowerPodBook
@@ -25,6 +26,7 @@ from vnode.providers.k2k.namespaces import LowerNamespaces
 from vnode.providers.k2k.provider import K2KProvider, PodChanges
 from vnode.providers.k2k.provisioner import VolumeProvisioner
 from vnode.providers.k2k.scrape import KubeletAccess, ResourceScraper, ThroughApiserver
+from vnode.providers.k2k.tokens import UpperTokens
 from vnode.settings import PV_CONTROLLERS, SERVICE_CONTROLLERS, ControllerSettings
 
 
@@ -43,6 +45,8 @@ def build(
     controllers: ControllerSettings | None = None,
     namespace_labels: tuple[tuple[str, str], ...] = (),
     namespace_annotations: tuple[tuple[str, str], ...] = (),
+    adopt_tensile_kube: bool = False,
+    token_refresh_fraction: float = 0.8,
 ) -> K2KProvider:
     """Return the provider that forwards the pods of node `policy.node_name` to `lower`.
 
@@ -57,7 +61,10 @@ def build(
     `controllers` chooses the mirrors of Services and volumes that run beside the
     dependency copies (default: both, as tensile-kube's --enable-controllers);
     `namespace_labels`/`namespace_annotations` the lower administrator's marks for the lower
-    namespaces the node makes (--lower-namespace-labels/-annotations). Nothing is
+    namespaces the node makes (--lower-namespace-labels/-annotations);
+    `adopt_tensile_kube` takes over tensile-kube's lower objects at start;
+    `token_refresh_fraction` of an upper token's life passes before it is renewed (with
+    `policy.upper_tokens`). Nothing is
     started and no request is made: the node starts the provider and its informers.
     """
     owner = policy.owner
@@ -155,6 +162,25 @@ def build(
         volumes=provisioner,
         usage=usage,
         pod_changes=changes,
+        adoption=_adoption(
+            upper=upper,
+            upper_events=events_client,
+            lower=lower,
+            controllers=controllers,
+            owner=owner,
+            namespace=upper_namespace,
+        )
+        if adopt_tensile_kube
+        else None,
+        tokens=UpperTokens(
+            upper=upper,
+            lower=lower,
+            owner=owner,
+            lower_pods=pods,
+            refresh_fraction=token_refresh_fraction,
+        )
+        if policy.upper_tokens
+        else None,
     )
     pods.add_handlers(
         Handlers(
@@ -171,6 +197,34 @@ def build(
         )
     )
     return provider
+
+
+def _adoption(
+    *,
+    upper: ApiClient,
+    upper_events: ApiClient,
+    lower: ApiClient,
+    controllers: ControllerSettings,
+    owner: naming.Owner,
+    namespace: str | None,
+) -> TensileKubeAdoption:
+    """The adoption of tensile-kube's lower objects (--adopt-tensile-kube), scoped to what
+    this node mirrors."""
+    node = owner.node_name
+    return TensileKubeAdoption(
+        upper=upper,
+        lower=lower,
+        scope=tensilekube.Scope(
+            owner=owner,
+            mirror_services=SERVICE_CONTROLLERS in controllers.enabled,
+            mirror_claims=PV_CONTROLLERS in controllers.enabled,
+            service_selection=services.ServiceSelection(
+                namespaces=frozenset(controllers.service_namespaces)
+            ),
+        ),
+        recorder=EventRecorder(upper_events, component=f"{node}/adoption", host=node),
+        namespace=namespace,
+    )
 
 
 def _service_mirrors(

@@ -41,6 +41,7 @@ from vnode.providers.k2k.lowerpods import LowerPodBook, Write, upper_uid_of
 from vnode.providers.k2k.namespaces import LowerNamespaces
 from vnode.providers.k2k.provisioner import VolumeProvisioner
 from vnode.providers.k2k.scrape import ResourceScraper
+from vnode.providers.k2k.tokens import UpperTokens
 from vnode.serving.lifecycle import Component
 from vnode.settings import PV_CONTROLLERS
 
@@ -101,6 +102,8 @@ class K2KProvider:
         volumes: VolumeProvisioner | None,
         usage: ResourceScraper,
         pod_changes: PodChanges,
+        adoption: Component | None = None,
+        tokens: UpperTokens | None = None,
     ) -> None:
         """Take the collaborators, ready-made and wired (`assembly.build`): `lower` carries
         the pod, log, exec and port-forward traffic, `lower_heartbeat` answers `ping`;
@@ -109,7 +112,10 @@ class K2KProvider:
         `lower_pod_changed`, `lower_pod_deleted` and `capacity_moved`; `book` keeps the
         lower pods' bookkeeping; `services` are the Service mirrors (empty without
         ServiceControllers), `volumes` the provisioner (None without PVControllers);
-        `pod_changes` is what `notify_pods` registers with."""
+        `pod_changes` is what `notify_pods` registers with; `adoption` (with
+        --adopt-tensile-kube) takes over tensile-kube's lower objects before any cache
+        lists them; `tokens` (with --upper-api-address) gives the lower pods their upper
+        ServiceAccount tokens."""
         self._node_ip = node_ip
         self._lower = lower
         self._heartbeat = lower_heartbeat
@@ -124,6 +130,8 @@ class K2KProvider:
         self.volumes = volumes
         self.usage = usage
         self._pod_changes = pod_changes
+        self._adoption = adoption
+        self.tokens = tokens
         self._node_callbacks: list[Callable[[], None]] = []
         self._started = False
         self._kubelet_version = "v0.0.0"
@@ -138,8 +146,13 @@ class K2KProvider:
     def components(self) -> Sequence[Component]:
         """The mirrors of pods' ConfigMaps, Secrets and ServiceAccounts (always run), then
         those --enable-controllers chose: Services and EndpointSlices (ServiceControllers),
-        the volume provisioner and its claims mirror (PVControllers)."""
-        chosen: list[Component] = [*self.dependencies.components(), *self.services]
+        the volume provisioner and its claims mirror (PVControllers); first of all the
+        adoption of tensile-kube's objects, when asked for (its start precedes every
+        informer's list)."""
+        chosen: list[Component] = [] if self._adoption is None else [self._adoption]
+        chosen += [*self.dependencies.components(), *self.services]
+        if self.tokens is not None:
+            chosen.append(self.tokens)
         if self.volumes is not None:
             chosen += [self.volumes, *self.volumes.components()]
         return chosen
@@ -271,7 +284,9 @@ class K2KProvider:
             uid = str(pod["metadata"].get("uid"))
             self.book.create_sent(upper_uid=uid, lower_key=lower_key)
             try:
-                await self._lower.request("POST", PODS.path(namespace=lower_ns), body=body)
+                created = await self._lower.request(
+                    "POST", PODS.path(namespace=lower_ns), body=body
+                )
             except errors.AlreadyExists:
                 return []  # our earlier attempt got through; the informer will show it
             except errors.ApiError as exc:
@@ -290,6 +305,8 @@ class K2KProvider:
                     f"lower cluster refused the pod: {exc.message}"
                 ) from exc
         self.book.created(uid)
+        if self.tokens is not None:
+            self.tokens.issue(pod, created)
         logger.info("created lower pod %s for upper pod %s", lower_key, object_key(pod))
         _, dropped = translate.lower_priority_class(
             pod["spec"].get("priorityClassName"), policy=self.policy

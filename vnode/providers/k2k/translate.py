@@ -19,7 +19,7 @@ from vnode.contracts import clusterselector
 from vnode.contracts.labels import DEFAULT_TAINT_KEY
 from vnode.contracts.objects import as_list, as_mapping, dicts_in
 from vnode.kube import codec
-from vnode.providers.k2k import naming, volumes
+from vnode.providers.k2k import boundtokens, naming, volumes
 from vnode.providers.k2k.placement import lower_placement, lower_tolerations
 from vnode.settings import PodSecurityLevel
 
@@ -75,6 +75,15 @@ class TranslationPolicy:
     """Key of the virtual node's taint: the webhook's toleration of it stays upstairs."""
     priority_classes: tuple[tuple[str, str], ...] = ()
     """--priority-class-map (upper class, lower class) pairs; see `lower_priority_class`."""
+    upper_api_address: str = ""
+    """--upper-api-address ("host:port" lower pods reach the upper apiserver at): with
+    `enable_service_account`, lower pods get tokens of their upper ServiceAccount and this
+    address instead of the lower cluster's (`boundtokens`); "": the lower cluster's."""
+
+    @property
+    def upper_tokens(self) -> bool:
+        """Whether lower pods get upper ServiceAccount tokens (`boundtokens`)."""
+        return self.enable_service_account and bool(self.upper_api_address)
 
     @property
     def owner(self) -> naming.Owner:
@@ -136,7 +145,17 @@ def lower_pod(
     token_volumes = {
         str(v.get("name")) for v in dicts_in(spec.get("volumes")) if _is_injected_token_volume(v)
     }
-    if token_volumes:
+    if token_volumes and policy.upper_tokens:
+        # The upper token, kept below by the node (`boundtokens`), where the injected one was.
+        name = boundtokens.secret_name(str(meta.get("name")))
+        spec["volumes"] = [
+            boundtokens.lower_volume(v, secret=name, upper_ca=True)
+            if v.get("name") in token_volumes
+            else v
+            for v in dicts_in(spec["volumes"])
+        ]
+        token_volumes = set()
+    elif token_volumes:
         spec["volumes"] = [
             v for v in dicts_in(spec["volumes"]) if v.get("name") not in token_volumes
         ]
@@ -156,6 +175,8 @@ def lower_pod(
     for group in _CONTAINER_GROUPS:
         for container in dicts_in(spec.get(group)):
             _lower_container(container, upper_meta=meta, token_volumes=token_volumes, policy=policy)
+            if policy.upper_tokens:
+                _upper_api_env(container, address=policy.upper_api_address)
     metadata = codec.deep_copy({k: v for k, v in meta.items() if k not in _DROPPED_METADATA})
     metadata["namespace"] = naming.lower_namespace(namespace, prefix=policy.namespace_prefix)
     metadata["labels"], metadata["annotations"] = _lower_marks(meta, policy=policy)
@@ -469,6 +490,15 @@ def _mount_provisioned_claims(
         if claim is not None and volume.get("name") in names:
             del volume["ephemeral"]
             volume["persistentVolumeClaim"] = {"claimName": claim}
+
+
+def _upper_api_env(container: dict[str, Any], *, address: str) -> None:
+    # Explicit env wins over the service env the lower kubelet adds: the in-cluster client
+    # of the pod then reaches the upper apiserver, whose token and CA it holds.
+    wanted = boundtokens.service_env(address)
+    names = {e["name"] for e in wanted}
+    env = [e for e in dicts_in(container.get("env")) if e.get("name") not in names]
+    container["env"] = [*env, *wanted]
 
 
 def _is_injected_token_volume(volume: Mapping[str, Any]) -> bool:

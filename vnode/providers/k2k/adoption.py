@@ -1,0 +1,239 @@
+"""--adopt-tensile-kube: take over, once at start, what tensile-kube made below (the I/O of
+`tensilekube.plan`).
+
+`TensileKubeAdoption` is the virtual node's first component: its `start()` runs before any
+informer lists, so every cache starts with the adopted objects already carrying tensile's
+marks and the pod controller, the mirrors and the patrol treat them as their own from their
+first look (a lower pod with this node's marks and its upper pod's UID is that pod's: no
+create, no delete). It reads the upper pods bound to the node and the lower objects shaped
+like tensile-kube's, patches the owner marks onto those `plan` adopts (UID precondition) and
+lists the rest: a WARNING log line each, one Warning Event `TensileKubeLeftovers` on the
+upper Node, and the gauge `tensile_adoption_objects{kind,outcome}`. It deletes nothing. A
+standby replica adopts when it starts leading (it is a leading component); adopting twice
+finds nothing left to adopt.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Sequence
+
+from prometheus_client import Gauge
+
+from vnode.contracts.objects import Obj
+from vnode.kube import errors
+from vnode.kube.client import MERGE_PATCH, ApiClient
+from vnode.kube.events import EventRecorder
+from vnode.kube.informer import Informer
+from vnode.kube.resources import (
+    CONFIG_MAPS,
+    PERSISTENT_VOLUME_CLAIMS,
+    PODS,
+    SECRETS,
+    SERVICES,
+    Resource,
+)
+from vnode.providers.k2k import naming, tensilekube
+from vnode.serving.lifecycle import StartupError
+
+logger = logging.getLogger(__name__)
+
+ENDPOINTS = Resource(group="", version="v1", plural="endpoints", kind="Endpoints", namespaced=True)
+"""tensile-kube's Endpoints copies (read only, to list them)."""
+_LOWER = {
+    "Pod": PODS,
+    "ConfigMap": CONFIG_MAPS,
+    "Secret": SECRETS,
+    "PersistentVolumeClaim": PERSISTENT_VOLUME_CLAIMS,
+    "Service": SERVICES,
+    "Endpoints": ENDPOINTS,
+}
+_UPPER_COPIED = ("ConfigMap", "Secret", "PersistentVolumeClaim", "Service")
+ADOPTED = "adopted"
+LEFTOVERS_REASON = "TensileKubeLeftovers"
+"""Reason of the Warning Event on the upper Node listing what was not adopted."""
+ADOPTED_REASON = "TensileKubeAdopted"
+"""Reason of the Normal Event on the upper Node counting what was adopted."""
+_LISTED_IN_EVENT = 20
+"""Objects named in the Event at most (the log names every one)."""
+
+ADOPTION_OBJECTS = Gauge(
+    "tensile_adoption_objects",
+    "Lower objects made by tensile-kube found at the last start with --adopt-tensile-kube, "
+    "by kind and outcome (adopted, or why one was left: unmatched, mismatch, unused, "
+    "superseded, not-mirrored).",
+    ["kind", "outcome"],
+)
+
+
+class TensileKubeAdoption:
+    """Adopts tensile-kube's lower objects at start (see the module docstring)."""
+
+    name = "tensile-kube-adoption"
+
+    def __init__(
+        self,
+        *,
+        upper: ApiClient,
+        lower: ApiClient,
+        scope: tensilekube.Scope,
+        recorder: EventRecorder,
+        namespace: str | None = None,
+    ) -> None:
+        """`upper`/`lower` read and patch; `scope` is this node's identity and what it
+        mirrors; `recorder` writes the Events on the upper Node; `namespace` (--namespace)
+        the only upper namespace whose pods the node forwards (None: all): a lower pod of
+        another namespace is not this node's to keep (it would be collected as dangling)."""
+        self._upper = upper
+        self._lower = lower
+        self._scope = scope
+        self._recorder = recorder
+        self._namespace = namespace
+        self._done = False
+        self.plan: tensilekube.Plan | None = None
+        """What the last start decided (for tests and /readyz)."""
+
+    def informers(self) -> Sequence[Informer]:
+        """None: one list of each kind at start is all it reads."""
+        return ()
+
+    async def start(self) -> None:
+        """Adopt. Raises StartupError when a cluster cannot be read or a patch is refused
+        for another reason than the object having changed or gone (409/404: that object is
+        left, and said so)."""
+        try:
+            self.plan = await self._decide()
+            adopted = await self._apply(self.plan)
+        except (errors.ApiError, errors.ApiUnavailable) as exc:
+            raise StartupError(f"--adopt-tensile-kube: {exc}") from exc
+        await self._report(self.plan, adopted)
+        self._done = True
+
+    def ready(self) -> bool:
+        """Whether the adoption pass ran."""
+        return self._done
+
+    async def run(self) -> None:
+        """Nothing after the start."""
+
+    async def shut_down(self) -> None:
+        """Nothing to stop."""
+
+    async def _decide(self) -> tensilekube.Plan:
+        node = self._scope.owner.node_name
+        upper_pods = await self._list(
+            self._upper,
+            PODS,
+            params={"fieldSelector": f"spec.nodeName={node}"},
+            namespace=self._namespace,
+        )
+        lower: dict[str, list[Obj]] = {
+            "Pod": await self._list(
+                self._lower,
+                PODS,
+                params={"labelSelector": f"{naming.VIRTUAL_POD_LABEL}=true"},
+            )
+        }
+        upper: dict[str, dict[str, Obj]] = {}
+        for kind in _UPPER_COPIED:
+            lower[kind] = await self._list(self._lower, _LOWER[kind])
+            if lower[kind] and any(map(tensilekube.is_tensile_kube_copy, lower[kind])):
+                found = await self._list(self._upper, _LOWER[kind])
+                upper[kind] = {_key(o): o for o in found}
+        lower["Endpoints"] = await self._list(self._lower, ENDPOINTS)
+        return tensilekube.plan(scope=self._scope, upper_pods=upper_pods, lower=lower, upper=upper)
+
+    async def _apply(self, plan: tensilekube.Plan) -> list[tensilekube.Adopt]:
+        adopted = []
+        for item in plan.adopt:
+            namespace, _, name = item.key.partition("/")
+            path = _LOWER[item.kind].path(namespace=namespace, name=name)
+            try:
+                await self._lower.request("PATCH", path, body=item.patch, content_type=MERGE_PATCH)
+            except (errors.NotFound, errors.Conflict, errors.Invalid) as exc:
+                # Gone, or another object of that name now (the UID precondition): left.
+                logger.warning("not adopting %s %s: %s", item.kind, item.key, exc.message)
+                continue
+            logger.info("adopted tensile-kube's %s %s", item.kind, item.key)
+            adopted.append(item)
+        return adopted
+
+    async def _report(self, plan: tensilekube.Plan, adopted: list[tensilekube.Adopt]) -> None:
+        counts = Counter((a.kind, ADOPTED) for a in adopted)
+        counts.update((left.kind, left.outcome) for left in plan.leftovers)
+        ADOPTION_OBJECTS.clear()
+        for (kind, outcome), n in counts.items():
+            ADOPTION_OBJECTS.labels(kind=kind, outcome=outcome).set(n)
+        for left in plan.leftovers:
+            logger.warning(
+                "tensile-kube's %s %s is left as it is (%s): %s",
+                left.kind,
+                left.key,
+                left.outcome,
+                left.reason,
+            )
+        node = {"metadata": {"name": self._scope.owner.node_name, "namespace": "default"}}
+        summary = ", ".join(
+            f"{n} {kind}" for (kind, _), n in sorted(counts.items()) if _ == ADOPTED
+        )
+        logger.info(
+            "--adopt-tensile-kube: adopted %s; %d left as they are",
+            summary or "nothing",
+            len(plan.leftovers),
+        )
+        try:
+            if adopted:
+                await self._recorder.record(
+                    node,
+                    type="Normal",
+                    reason=ADOPTED_REASON,
+                    message=f"adopted tensile-kube's lower objects: {summary}",
+                    kind="Node",
+                    api_version="v1",
+                )
+            if plan.leftovers:
+                named = "; ".join(
+                    f"{left.kind} {left.key} ({left.outcome})"
+                    for left in plan.leftovers[:_LISTED_IN_EVENT]
+                )
+                more = len(plan.leftovers) - _LISTED_IN_EVENT
+                await self._recorder.record(
+                    node,
+                    type="Warning",
+                    reason=LEFTOVERS_REASON,
+                    message=f"{len(plan.leftovers)} lower objects of tensile-kube left as they "
+                    f"are, none deleted: {named}"
+                    + (f"; and {more} more (see the log)" if more > 0 else ""),
+                    kind="Node",
+                    api_version="v1",
+                )
+        except (errors.ApiError, errors.ApiUnavailable) as exc:
+            # Events are best effort; the log and the gauge have it all.
+            logger.warning("could not record the adoption's Events: %s", exc)
+
+    @staticmethod
+    async def _list(
+        client: ApiClient,
+        resource: Resource,
+        *,
+        params: dict[str, str] | None = None,
+        namespace: str | None = None,
+    ) -> list[Obj]:
+        items: list[Obj] = []
+        query = dict(params or {})
+        query["limit"] = "500"
+        while True:
+            page = await client.request("GET", resource.path(namespace=namespace), params=query)
+            for item in page.get("items") or []:
+                if isinstance(item, dict):
+                    items.append(item)
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+            query["continue"] = str(token)
+
+
+def _key(obj: Obj) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"

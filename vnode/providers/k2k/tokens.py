@@ -1,0 +1,225 @@
+"""The lower pods' upper ServiceAccount tokens (`boundtokens`), asked for and renewed.
+
+`UpperTokens` keeps one entry per lower pod that mounts its token Secret: when to ask the
+upper TokenRequest API next. `issue` (called by the provider right after it created a lower
+pod) records the pod as due now and wakes the worker, so a token whose request fails (the
+upper apiserver away) is asked again until it lands: the entry is the write in flight. The
+worker asks when an entry is due, writes the lower Secret (created owned by the lower pod,
+or its tokens replaced) and records the next time (`boundtokens.refresh_at`); a failure is
+retried after `RETRY` seconds. An entry ends when the upper pod or the lower pod is gone (its
+tokens are bound to the upper pod; the lower garbage collector removes the Secret with the
+lower pod). At start, every lower pod of this node that mounts such a Secret is due at once
+(the node may have stopped between a pod and its Secret, or past a renewal).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import Counter
+
+from vnode.contracts.objects import Obj, as_mapping, dicts_in
+from vnode.kube import errors
+from vnode.kube.client import MERGE_PATCH, ApiClient
+from vnode.kube.informer import Informer
+from vnode.kube.resources import CONFIG_MAPS, PODS, SECRETS, object_key
+from vnode.providers.k2k import boundtokens, naming
+
+logger = logging.getLogger(__name__)
+
+RETRY = 5.0
+"""Seconds before a failed token request or Secret write is tried again."""
+TOKEN_REQUESTS = Counter(
+    "tensile_serviceaccount_token_requests",
+    "TokenRequests made upstairs for lower pods, by result (issued, refreshed, failed).",
+    ["result"],
+)
+
+
+@dataclass(kw_only=True)
+class _Entry:
+    upper_key: str
+    """"namespace/name" of the upper pod."""
+    lower: Obj
+    """The lower pod's metadata (name, namespace, uid)."""
+    due: float
+    issued: bool = False
+
+
+class UpperTokens:
+    """Asks for and renews the lower pods' upper tokens (see the module docstring)."""
+
+    name = "serviceaccount-tokens"
+
+    def __init__(
+        self,
+        *,
+        upper: ApiClient,
+        lower: ApiClient,
+        owner: naming.Owner,
+        lower_pods: Informer,
+        refresh_fraction: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """`lower_pods` is the provider's informer (its store names the pods to take over
+        at start); `refresh_fraction` of a token's life passes before it is asked again."""
+        self._upper = upper
+        self._lower = lower
+        self._owner = owner
+        self._pods = lower_pods
+        self._fraction = refresh_fraction
+        self._clock = clock
+        self._entries: dict[str, _Entry] = {}
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._started = False
+
+    def informers(self) -> Sequence[Informer]:
+        """The lower pods (shared with the provider)."""
+        return [self._pods]
+
+    async def start(self) -> None:
+        """Nothing before the caches."""
+
+    def ready(self) -> bool:
+        """Whether the worker runs."""
+        return self._started
+
+    def issue(self, upper_pod: Mapping[str, Any], lower_pod: Mapping[str, Any]) -> None:
+        """Have the tokens of `lower_pod` (just created for `upper_pod`) asked for now."""
+        if not boundtokens.asks(upper_pod):
+            return
+        self._due_now(object_key(upper_pod), lower_pod)
+
+    def _due_now(self, upper_key: str, lower_pod: Mapping[str, Any]) -> None:
+        meta = as_mapping(lower_pod.get("metadata"))
+        lower = {"metadata": {k: meta.get(k) for k in ("name", "namespace", "uid")}}
+        self._entries[upper_key] = _Entry(upper_key=upper_key, lower=lower, due=self._clock())
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Renew until `shut_down`."""
+        for lower in self._pods.store:
+            if naming.is_owned(lower, owner=self._owner) and _mounts_token(lower):
+                annotations = as_mapping(as_mapping(lower.get("metadata")).get("annotations"))
+                namespace = annotations.get(naming.UPPER_NAMESPACE_ANNOTATION)
+                if namespace:
+                    self._due_now(f"{namespace}/{lower['metadata']['name']}", lower)
+        self._started = True
+        while not self._stopping:
+            now = self._clock()
+            for entry in [e for e in self._entries.values() if e.due <= now]:
+                await self._renew(entry)
+            upcoming = [e.due for e in self._entries.values()]
+            delay = max(0.0, min(upcoming) - self._clock()) if upcoming else 3600.0
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+            except TimeoutError:
+                pass
+
+    async def shut_down(self) -> None:
+        """Stop renewing."""
+        self._stopping = True
+        self._wake.set()
+
+    async def _renew(self, entry: _Entry) -> None:
+        namespace, _, name = entry.upper_key.partition("/")
+        try:
+            upper_pod = await self._upper.request("GET", PODS.path(namespace=namespace, name=name))
+            if upper_pod["metadata"].get("deletionTimestamp"):
+                raise errors.NotFound(code=404, status={"message": "the upper pod is going"})
+            expires_at = await self._write(entry, upper_pod)
+        except errors.NotFound as exc:
+            # The upper pod (its tokens are bound to it) or the lower pod is gone.
+            logger.info("no more tokens for %s: %s", entry.upper_key, exc.message)
+            self._entries.pop(entry.upper_key, None)
+            return
+        except (errors.ApiError, errors.ApiUnavailable) as exc:
+            TOKEN_REQUESTS.labels(result="failed").inc()
+            logger.warning("token for %s: %s; again in %gs", entry.upper_key, exc, RETRY)
+            entry.due = self._clock() + RETRY
+            return
+        TOKEN_REQUESTS.labels(result="refreshed" if entry.issued else "issued").inc()
+        now = self._clock()
+        entry.due = boundtokens.refresh_at(issued=now, expires=expires_at, fraction=self._fraction)
+        entry.issued = True
+        logger.info("tokens of %s written below, next in %.0fs", entry.upper_key, entry.due - now)
+
+    async def _write(self, entry: _Entry, upper_pod: Obj) -> float:
+        """Ask for the tokens and write the lower Secret; return their earliest expiry
+        (seconds, the clock's)."""
+        namespace = str(upper_pod["metadata"]["namespace"])
+        account = boundtokens.service_account(upper_pod)
+        tokens: dict[str, str] = {}
+        expiry = float("inf")
+        now = self._clock()
+        for ask in boundtokens.asks(upper_pod):
+            answer = await self._upper.request(
+                "POST",
+                f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+                body=boundtokens.token_request(ask, pod=upper_pod),
+            )
+            status = as_mapping(answer.get("status"))
+            tokens[ask.key] = str(status.get("token") or "")
+            expiry = min(expiry, _seconds(status.get("expirationTimestamp"), now=now, ask=ask))
+        root = await self._upper.request(
+            "GET", CONFIG_MAPS.path(namespace=namespace, name="kube-root-ca.crt")
+        )
+        ca = str(as_mapping(root.get("data")).get(boundtokens.CA_KEY) or "")
+        # The owner's annotations say whose it is; not its labels, which the copies' mirrors
+        # select on: this Secret is no copy of an upper one (the lower pod owns it).
+        _, annotations = naming.owner_marks(self._owner)
+        lower_meta = entry.lower["metadata"]
+        body = boundtokens.secret(
+            name=boundtokens.secret_name(str(lower_meta["name"])),
+            namespace=str(lower_meta["namespace"]),
+            tokens=tokens,
+            expires=dt.datetime.fromtimestamp(expiry, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            ca=ca,
+            upper_namespace=namespace,
+            labels={},
+            annotations={**annotations, naming.UPPER_NAMESPACE_ANNOTATION: namespace},
+            owner=lower_meta,
+        )
+        path = SECRETS.path(namespace=str(lower_meta["namespace"]))
+        try:
+            await self._lower.request("POST", path, body=body)
+        except errors.AlreadyExists:
+            # A Secret left by an earlier pod of the same name is taken over for this one.
+            meta = body["metadata"]
+            patch = {
+                "metadata": {k: meta[k] for k in ("annotations", "ownerReferences")},
+                "stringData": body["stringData"],
+            }
+            await self._lower.request(
+                "PATCH",
+                SECRETS.path(namespace=str(lower_meta["namespace"]), name=body["metadata"]["name"]),
+                body=patch,
+                content_type=MERGE_PATCH,
+            )
+        return expiry
+
+
+def _mounts_token(lower: Mapping[str, Any]) -> bool:
+    name = boundtokens.secret_name(str(as_mapping(lower.get("metadata")).get("name")))
+    for volume in dicts_in(as_mapping(lower.get("spec")).get("volumes")):
+        for source in dicts_in(as_mapping(volume.get("projected")).get("sources")):
+            if as_mapping(source.get("secret")).get("name") == name:
+                return True
+    return False
+
+
+def _seconds(timestamp: object, *, now: float, ask: boundtokens.TokenAsk) -> float:
+    """The clock's seconds of an RFC 3339 `timestamp` (the asked life when unreadable)."""
+    try:
+        parsed = dt.datetime.strptime(str(timestamp), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    except ValueError:
+        return now + ask.expiration
+    return parsed.timestamp()
