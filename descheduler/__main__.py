@@ -17,9 +17,9 @@ from descheduler.loop import Descheduler
 from descheduler.settings import Settings
 from vnode.kube import config, errors
 from vnode.kube.client import ApiClient
-from vnode.serving import election_flags, logs
+from vnode.serving import election_flags, logs, version
 from vnode.serving.endpoints import Health, metrics_server
-from vnode.serving.flags import UsageError
+from vnode.serving.flags import UsageError, VersionRequested
 from vnode.serving.lifecycle import Runner
 from vnode.serving.shutdown import stop_on_signals
 
@@ -30,11 +30,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the descheduler; returns the exit code."""
     try:
         settings, warnings = cli.parse(sys.argv[1:] if argv is None else argv)
+    except VersionRequested:
+        print(version.text("tensile-descheduler"))
+        return 0
     except UsageError as exc:
         print(f"tensile-descheduler: error: {exc}", file=sys.stderr)
         return 2
     logs.configure(level=settings.log_level, fmt=settings.log_format)
-    for warning in warnings:
+    for warning in (*settings.notes, *warnings):
         logger.warning("%s", warning)
     try:
         info = config.load(settings.kubeconfig)
