@@ -67,6 +67,7 @@ def test_normalize(argv: list[str], expected: list[str]) -> None:
         (["--version=false"], False),
         (["--kubeconfig=version"], False),  # a flag's value, not the command
         (["--", "version"], False),
+        (["why", "version"], False),  # a pod named version
         ([], False),
     ],
 )

@@ -153,8 +153,10 @@ KLOG_IGNORED = (
     "log-file-max-size",
     "stderrthreshold",
     "log-backtrace-at",
+    "log-flush-frequency",
 )
-"""klog's valued flags tensile accepts and ignores (it logs every level to stderr)."""
+"""klog's valued flags (and component-base's --log-flush-frequency) tensile accepts and
+ignores: it logs every level to stderr, unbuffered."""
 KLOG_IGNORED_BOOLEANS = ("alsologtostderr", "skip-headers", "skip-log-headers", "add-dir-header")
 """klog's boolean flags tensile accepts and ignores; --logtostderr is honoured (it is what
 tensile always does), --logtostderr=false refused."""

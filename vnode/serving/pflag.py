@@ -83,13 +83,14 @@ def normalize(
 
 
 def wants_version(argv: Sequence[str]) -> bool:
-    """Whether a NORMALIZED command line asks for the version: the `version` subcommand (a
-    word that is no flag's value) or `--version` (true)."""
+    """Whether a NORMALIZED command line asks for the version: `version` as its first word
+    that is no flag (cobra's subcommand; after normalizing, a flag's value is attached to
+    it) or `--version` (true)."""
     for word in argv:
         if word == "--":
             return False
-        if word == VERSION_COMMAND:
-            return True
+        if not word.startswith("-"):
+            return word == VERSION_COMMAND
         name, _, value = word.partition("=")
         if name == "--version":
             return value.strip().lower() in _TRUE_WORDS
