@@ -97,7 +97,8 @@ def status_text(report: dict[str, Any]) -> str:
         waited = "" if item["forSeconds"] is None else f" {short_duration(item['forSeconds'])}"
         lines.append(clip(f"  {item['pod']} on {item['node']}: unplaceable below{waited}"))
     for item in moves["avoidances"]:
-        lines.append(clip(f"  {item['owner']} avoids {item['node']} until {item['until']}"))
+        left = short_duration(item["remainingSeconds"])
+        lines.append(clip(f"  {item['owner']} avoids {item['node']} for {left} more"))
     for item in moves["reCreations"]:
         replaced = f" (replaces {item['replaces']})" if item["replaces"] else ""
         lines.append(clip(f"  {item['pod']} being re-created{replaced}"))

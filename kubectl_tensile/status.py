@@ -139,7 +139,8 @@ def usage(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> dict[st
 
 def avoidances(record: Mapping[str, str] | None, *, now: dt.datetime) -> list[dict[str, Any]]:
     """Return the avoidance record's live entries, one per (owner, virtual node): `owner`
-    ("Kind namespace/name"), `node`, `until` (RFC 3339), sorted by node then owner."""
+    ("Kind namespace/name"), `node`, `until` (RFC 3339) and `remainingSeconds`, sorted by
+    node then owner."""
     found = []
     for uid, value in (record or {}).items():
         entry = avoidance.parse_entry(uid, value)
@@ -153,6 +154,7 @@ def avoidances(record: Mapping[str, str] | None, *, now: dt.datetime) -> list[di
                     "ownerUID": uid,
                     "node": node,
                     "until": entry.nodes[node].strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    "remainingSeconds": round((entry.nodes[node] - now).total_seconds()),
                 }
             )
     return sorted(found, key=lambda e: (e["node"], e["owner"]))

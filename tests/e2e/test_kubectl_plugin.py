@@ -103,7 +103,7 @@ def test_status_and_why(
     (row,) = [line for line in table.stdout.splitlines() if line.startswith(node)]
     assert row.split()[1] == "ok"
     assert f"{namespace}/stuck on {node}: unplaceable below" in table.stdout
-    assert f"ConfigMap {namespace}/owner avoids {node} until" in table.stdout
+    assert f"ConfigMap {namespace}/owner avoids {node} for 59m more" in table.stdout
 
     report = json.loads(_kubectl_tensile(fleet, "status", record, "-o", "json").stdout)
     (mine,) = [n for n in report["nodes"] if n["name"] == node]

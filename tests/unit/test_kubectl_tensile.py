@@ -115,7 +115,7 @@ def test_status_report_and_pending_moves() -> None:
         "unplaceable": [{"pod": "shop/stuck", "node": "vn-a", "forSeconds": 90,
                          "message": "0/3 nodes are available"}],
         "avoidances": [{"owner": "ReplicaSet shop/web-1", "ownerUID": "u1", "node": "vn-a",
-                        "until": "2026-03-01T12:05:00Z"}],
+                        "until": "2026-03-01T12:05:00Z", "remainingSeconds": 300}],
         "reCreations": [{"pod": "shop/web-2-d1", "replaces": "web-2"}],
     }  # fmt: skip
     text = render.render(report, command="status", output="text")
@@ -126,7 +126,7 @@ def test_status_report_and_pending_moves() -> None:
     ]
     assert "vn-b: KubeletNotReady: lower cluster unreachable" in text
     assert "  shop/stuck on vn-a: unplaceable below 90s" in text
-    assert "  ReplicaSet shop/web-1 avoids vn-a until 2026-03-01T12:05:00Z" in text
+    assert "  ReplicaSet shop/web-1 avoids vn-a for 5m more" in text
     assert "  shop/web-2-d1 being re-created (replaces web-2)" in text
     assert json.loads(render.render(report, command="status", output="json")) == report
     assert yaml.safe_load(render.render(report, command="status", output="yaml")) == report
