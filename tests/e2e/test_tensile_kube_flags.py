@@ -1,4 +1,11 @@
-"""tensile-descheduler started the way tensile-kube's was (its manifest's args and a
+"""tensile's programs started the way tensile-kube's were, on the session fleet.
+
+The virtual node with the args of tensile-kube's manifest (`--disable-taint=true`,
+`--klog.v=5`, ...; only the paths and ports of this machine put in) registers Ready and
+untainted; before, it exited 2 on its first flag. With node-cli's kubelet auth cache flags,
+a denial is not cached when the unauthorized TTL is 0 (the default keeps it 30 s).
+
+tensile-descheduler started the way tensile-kube's was (its manifest's args and a
 kubeconfig, nothing else), on the session fleet's second upper cluster, where nothing of
 tensile's exists (no tensile-system namespace, no RBAC of ours):
 
@@ -12,6 +19,8 @@ tensile's exists (no tensile-system namespace, no RBAC of ours):
 from __future__ import annotations
 
 import json
+import re
+import secrets
 import subprocess
 import sys
 import time
@@ -25,7 +34,8 @@ import yaml
 from devcluster.cluster import Cluster
 from devcluster.fleet import Fleet
 from devcluster.rest import ApiStatusError
-from tests.e2e.helpers import get, wait_for
+from devcluster.vnodes import VirtualNodeProcess
+from tests.e2e.helpers import get, kubelet_request, wait_for
 
 DATA = json.loads((Path(__file__).parents[1] / "data" / "tensile_kube_args.json").read_text())
 NAMESPACE = "tensile-system"
@@ -145,9 +155,10 @@ def _tensile_kube_rbac(upper: Cluster, tmp_path: Path) -> Path:
 
 
 def test_descheduler_with_tensile_kube_rbac_stops_at_once_saying_what_to_do(
-    bare_upper: Cluster, tmp_path: Path
+    fleet: Fleet, tmp_path: Path
 ) -> None:
-    kubeconfig = _tensile_kube_rbac(bare_upper, tmp_path)
+    # Its permissions are checked first, whether tensile-system exists or not.
+    kubeconfig = _tensile_kube_rbac(fleet.cluster(UPPER), tmp_path)
     log = tmp_path / "descheduler.log"
     started = time.monotonic()
     process = _start(_tensile_kube_argv(tmp_path, kubeconfig), log)
@@ -164,3 +175,67 @@ def test_descheduler_with_tensile_kube_rbac_stops_at_once_saying_what_to_do(
         output
     )
     assert "list persistentvolumes" in output
+
+
+def _manifest_args(node: VirtualNodeProcess, lower_kubeconfig: Path) -> list[str]:
+    """tensile-kube's virtual-node args, with $(VAR) from its env (the node name ours) and
+    its in-image paths and ports replaced by this machine's."""
+    (command,) = [c for c in DATA["commands"] if c["source"] == "manifeasts/virtual-node.yaml"]
+    env = {**command["env"], "DEFAULT_NODE_NAME": node.name}
+    expanded = (re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in command["args"])
+    return [
+        a.replace("/root/kube.config", str(lower_kubeconfig)).replace(
+            ":10455", f"127.0.0.1:{node.metrics_port}"
+        )
+        for a in expanded
+    ]
+
+
+def test_virtual_node_with_tensile_kube_manifest_args_registers(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    node = VirtualNodeProcess(fleet, name=f"vn-tk-{secrets.token_hex(3)}", log_dir=tmp_path)
+    node.argv.extend(_manifest_args(node, fleet.lower.kubeconfig))
+    node.start()
+    try:
+        found = get(fleet.upper.rest(), f"/api/v1/nodes/{node.name}")
+        assert found is not None
+        taints = [t["key"] for t in found["spec"].get("taints") or []]
+        assert "virtual-kubelet.io/provider" not in taints  # --disable-taint=true
+    finally:
+        assert node.stop() == 0
+        node.delete_node()
+
+
+def test_a_denial_is_not_cached_with_unauthorized_ttl_zero(
+    fleet: Fleet, tmp_path: Path, namespace: str
+) -> None:
+    node = VirtualNodeProcess(
+        fleet, name=f"vn-ttl-{secrets.token_hex(3)}", log_dir=tmp_path,
+        args=["--authentication-token-webhook=true",
+              "--authorization-webhook-cache-unauthorized-ttl=0"],
+    )  # fmt: skip
+    role = f"pods-reader-{node.name}"
+    fleet.upper.kubectl("create", "serviceaccount", "late", "-n", namespace)
+    token = fleet.upper.kubectl("create", "token", "late", "-n", namespace).stdout.strip()
+    node.start()
+    try:
+        assert kubelet_request(fleet, node.kubelet_port, "/pods", token=token)[0] == 403
+        fleet.upper.kubectl(
+            "create", "clusterrole", role, "--verb=get", "--resource=nodes/pods",
+            f"--resource-name={node.name}",
+        )  # fmt: skip
+        fleet.upper.kubectl(
+            "create", "clusterrolebinding", role, f"--clusterrole={role}",
+            f"--serviceaccount={namespace}:late",
+        )  # fmt: skip
+        # With the default (30 s) the 403 would be answered from the cache until then.
+        wait_for(
+            "the grant to count at once",
+            lambda: kubelet_request(fleet, node.kubelet_port, "/pods", token=token)[0] == 200,
+            timeout=5,
+        )
+    finally:
+        fleet.upper.kubectl("delete", "clusterrolebinding,clusterrole", role, check=False)
+        assert node.stop() == 0
+        node.delete_node()
