@@ -5,6 +5,7 @@ lifetimes. Tables of pure decisions; the parsers are the programs' own."""
 from __future__ import annotations
 
 import argparse
+import importlib
 from pathlib import Path
 
 import pytest
@@ -314,3 +315,38 @@ def test_parsers_have_no_store_true_left() -> None:
             if isinstance(action, argparse._StoreTrueAction)
         }
         assert kinds == set()
+
+
+@pytest.mark.parametrize(
+    ("main", "program"),
+    [
+        ("vnode.__main__", "virtual-node"),
+        ("webhook.__main__", "tensile-webhook"),
+        ("descheduler.__main__", "tensile-descheduler"),
+        ("kubectl_tensile.__main__", "kubectl-tensile"),
+    ],
+)
+@pytest.mark.parametrize("argv", [["version"], ["--version"], ["--v=3", "version"]])
+def test_every_program_prints_its_version(
+    main: str, program: str, argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Nothing else is needed (no kubeconfig): the version is asked before anything is judged.
+    assert importlib.import_module(main).main(argv) == 0
+    assert capsys.readouterr().out == version.text(program) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--authentication-token-webhook-cache-ttl=soon"],
+            "argument --authentication-token-webhook-cache-ttl: not a duration: 'soon'",
+        ),
+        (["--enable-node-lease=maybe"], "argument --enable-node-lease: not a boolean: 'maybe'"),
+        (["--klog.v=five"], "argument --v: klog verbosity must be a whole number >= 0"),
+    ],
+)
+def test_virtual_node_bad_values(argv: list[str], message: str) -> None:
+    with pytest.raises(flags.UsageError) as caught:
+        vnode_cli.parse(["--client-kubeconfig=/k", *argv], {})
+    assert str(caught.value).startswith(message)
