@@ -59,3 +59,26 @@ def test_every_manifest_of_tensile_kube_is_covered() -> None:
         "manifeasts/descheduler.yaml",
         "README.md",
     }
+
+
+def _parse(program: str, argv: list[str]) -> object:
+    if program == "virtual-node":
+        return vnode_cli.parse(["--client-kubeconfig=/k", *argv], {})
+    if program == "tensile-webhook":
+        return webhook_cli.parse(argv, {})
+    return descheduler_cli.parse(argv)
+
+
+@pytest.mark.parametrize(
+    ("program", "flag", "value"),
+    [
+        (program, flag, value)
+        for program in ("virtual-node", "tensile-webhook", "tensile-descheduler")
+        for flag, value in DATA["flags"][program]
+    ],
+)
+def test_every_tensile_kube_flag_is_accepted(program: str, flag: str, value: str) -> None:
+    # Both pflag forms: --flag=value, and --flag value (booleans only take the first).
+    _parse(program, [f"{flag}={value}"])
+    if value not in ("true", "false"):
+        _parse(program, [flag, value])
