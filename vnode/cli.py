@@ -467,8 +467,9 @@ def parse(
 
 def _compatibility_notes(args: argparse.Namespace) -> tuple[str, ...]:
     """Return one sentence per node-cli flag given that is accepted and ignored. Raises
-    UsageError for --authentication-token-webhook=false (we never serve unauthenticated)."""
-    if not args.authentication_token_webhook:
+    UsageError for --authentication-token-webhook=false (we never serve unauthenticated
+    unless --no-verify-clients says so, for development)."""
+    if not args.authentication_token_webhook and not args.no_verify_clients:
         raise UsageError(
             "--authentication-token-webhook=false: the kubelet API always checks bearer tokens "
             "with a TokenReview (node-cli then checked nothing); drop the flag"

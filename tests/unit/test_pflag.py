@@ -237,6 +237,12 @@ def test_kubelet_auth_cache_flags(argv: list[str], ttls: tuple[float, float, flo
 def test_token_webhook_off_is_refused() -> None:
     with pytest.raises(flags.UsageError, match="always checks bearer tokens"):
         vnode_cli.parse(["--client-kubeconfig=/k", "--authentication-token-webhook=false"], {})
+    # Beside --no-verify-clients (development: nothing is checked) it says nothing more.
+    unchecked = vnode_cli.parse(
+        ["--client-kubeconfig=/k", "--authentication-token-webhook=false", "--no-verify-clients"],
+        {},
+    )
+    assert not unchecked.api.verify_clients
 
 
 @pytest.mark.parametrize(
