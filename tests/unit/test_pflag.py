@@ -123,6 +123,13 @@ def test_bad_values_are_named(argv: list[str], message: str) -> None:
     assert str(caught.value).startswith(message)
 
 
+def test_a_commands_own_version_flag_is_the_parsers() -> None:
+    p = _parser()
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    with pytest.raises(flags.VersionRequested):
+        p.parse_args(["--version"])
+
+
 def test_version_is_asked_before_anything_is_judged() -> None:
     with pytest.raises(flags.VersionRequested):
         _parser().parse_args(["--store=maybe", "version"])

@@ -53,7 +53,11 @@ class Parser(argparse.ArgumentParser):
         )
 
     def add_argument(self, *names: Any, **kwargs: Any) -> argparse.Action:
-        """argparse's add_argument; a boolean flag is made pflag's (see the class)."""
+        """argparse's add_argument; a boolean flag is made pflag's (see the class). A
+        command's own `--version` is the one every Parser has already (so it is not a
+        conflict): the command line asking for it raises VersionRequested either way."""
+        if "--version" in names and "--version" in self._option_string_actions:
+            return self._option_string_actions["--version"]
         if kwargs.get("action") == "store_true" or kwargs.get("type") is boolean:
             kwargs.pop("action", None)
             kwargs.pop("nargs", None)
