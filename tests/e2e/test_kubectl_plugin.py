@@ -13,8 +13,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from devcluster.cluster import kubectl_binary
 from devcluster.fleet import Fleet
 from devcluster.vnodes import VirtualNodeProcess
@@ -24,6 +22,7 @@ from vnode.contracts import avoidance, clusterselector
 
 def _kubectl_tensile(fleet: Fleet, *args: str) -> subprocess.CompletedProcess[str]:
     # The upper cluster as kubectl finds it ($KUBECONFIG), the plugin on PATH beside python.
+    # Each call starts Python (1-2 s on a loaded machine): the test makes as few as it can.
     env = {
         **os.environ,
         "KUBECONFIG": str(fleet.upper.kubeconfig),
@@ -111,7 +110,6 @@ def test_status_and_why(
     assert mine["pods"] == 2  # web and stuck; big is not bound
     assert mine["pendingMoves"] == 1
     assert mine["used"]["pods"] == "2"
-    assert yaml.safe_load(_kubectl_tensile(fleet, "status", "-o", "yaml").stdout)["nodes"]
 
     lower_kubeconfig = str(fleet.lower.kubeconfig)
     web = _kubectl_tensile(
