@@ -1,8 +1,10 @@
 """The `tensile-descheduler` command: flags -> settings -> client -> caches -> rounds.
 
 Exit codes: 0 after SIGTERM/SIGINT (the Lease released) or after the one round of
-`--descheduling-interval=0`; 1 when the upper cluster cannot be reached at start or the
-metrics address cannot be listened on; 2 for invalid flags, a bad policy file or kubeconfig.
+`--descheduling-interval=0`, and for `version`/`--version`; 1 when the upper cluster cannot
+be reached at start, the metrics address cannot be listened on, or the Lease or the
+avoidance record could never be written (`room`: a missing namespace it may not create,
+missing RBAC); 2 for invalid flags, a bad policy file or kubeconfig.
 """
 
 from __future__ import annotations
@@ -12,14 +14,14 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from descheduler import cli
+from descheduler import cli, room
 from descheduler.loop import Descheduler
 from descheduler.settings import Settings
 from vnode.kube import config, errors
 from vnode.kube.client import ApiClient
-from vnode.serving import election_flags, logs
+from vnode.serving import election_flags, logs, version
 from vnode.serving.endpoints import Health, metrics_server
-from vnode.serving.flags import UsageError
+from vnode.serving.flags import UsageError, VersionRequested
 from vnode.serving.lifecycle import Runner
 from vnode.serving.shutdown import stop_on_signals
 
@@ -30,11 +32,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the descheduler; returns the exit code."""
     try:
         settings, warnings = cli.parse(sys.argv[1:] if argv is None else argv)
+    except VersionRequested:
+        print(version.text("tensile-descheduler"))
+        return 0
     except UsageError as exc:
         print(f"tensile-descheduler: error: {exc}", file=sys.stderr)
         return 2
     logs.configure(level=settings.log_level, fmt=settings.log_format)
-    for warning in warnings:
+    for warning in (*settings.notes, *warnings):
         logger.warning("%s", warning)
     try:
         info = config.load(settings.kubeconfig)
@@ -43,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         asyncio.run(_run(settings, info))
-    except (errors.ApiUnavailable, errors.ApiError, OSError) as exc:
+    except (errors.ApiUnavailable, errors.ApiError, OSError, room.NoRoom) as exc:
         logger.error("tensile-descheduler stopped: %s", exc)
         return 1
     except KeyboardInterrupt:  # pragma: no cover - a second Ctrl-C
@@ -69,6 +74,7 @@ async def _run(settings: Settings, info: config.ConnectionInfo) -> None:
         ) as events,
     ):
         await client.request("GET", "/version")  # reachable at start, or exit 1
+        await room.ensure(client, settings)  # the Lease and the record can be kept, or exit 1
         descheduler = Descheduler(client=client, events=events, settings=settings, identity=holder)
         health = Health()
         health.add_check("informers", descheduler.not_synced)

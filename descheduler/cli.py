@@ -71,7 +71,6 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="also move pods with emptyDir or hostPath volumes",
     )
-    a("--v", type=int, default=0, help="klog verbosity, for compatibility: 4 or more logs debug")
     # ours
     a(
         "--unschedulable-timeout",
@@ -132,7 +131,7 @@ def _check_limits(args: argparse.Namespace) -> None:
 def parse(argv: Sequence[str], *, holder: str | None = None) -> tuple[Settings, tuple[str, ...]]:
     """Parse `argv` into Settings; also return the policy file's warnings (to be logged).
 
-    Raises UsageError naming the flag (or the policy file and its field).
+    Raises UsageError naming the flag (or the policy file and its field), VersionRequested.
     """
     args = _parser().parse_args(list(argv))
     try:
@@ -163,7 +162,7 @@ def parse(argv: Sequence[str], *, holder: str | None = None) -> tuple[Settings, 
     namespace, name = flags.namespaced(args.avoid_configmap, "--avoid-configmap")
     _check_limits(args)
     election = election_flags.election_settings(args, holder=holder)
-    level = "debug" if args.v >= 4 and args.log_level == "info" else flags.log_level(args.log_level)
+    log_choice = flags.logging_choice(args)
     settings = Settings(
         kubeconfig=args.kubeconfig,
         interval=args.descheduling_interval,
@@ -186,7 +185,8 @@ def parse(argv: Sequence[str], *, holder: str | None = None) -> tuple[Settings, 
         metrics_addr=flags.address(args.metrics_addr, "--metrics-addr")
         if args.metrics_addr
         else "",
-        log_level=level,
-        log_format=args.log_format,
+        log_level=log_choice.level,
+        log_format=log_choice.format,
+        notes=log_choice.notes,
     )
     return settings, policy.warnings

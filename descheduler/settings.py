@@ -37,3 +37,5 @@ class Settings:
     """host:port of /metrics, /healthz and /readyz ("" : not served)."""
     log_level: str = "info"
     log_format: str = "text"
+    notes: tuple[str, ...] = ()
+    """Flags given that are accepted but ignored, one sentence each (logged at start)."""

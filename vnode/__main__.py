@@ -39,7 +39,7 @@ from vnode.providers.k2k.scrape import (
 )
 from vnode.providers.k2k.translate import TranslationPolicy
 from vnode.providers.mock import MockProvider, MockSettings, load_config
-from vnode.serving import flags, logs, shutdown
+from vnode.serving import flags, logs, shutdown, version
 from vnode.serving.lifecycle import StartupError
 from vnode.settings import ClientSettings, Settings
 
@@ -48,17 +48,16 @@ logger = logging.getLogger("vnode")
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the virtual node; returns the exit code."""
-    try:
-        settings = cli.parse(sys.argv[1:] if argv is None else argv)
-        cli.check_cert_dir(settings.api)
-    except flags.UsageError as exc:
-        print(f"virtual-node: error: {exc}", file=sys.stderr)
-        return 2
+    settings = _settings(sys.argv[1:] if argv is None else argv)
+    if isinstance(settings, int):
+        return settings
     logs.configure(level=settings.log_level, fmt=settings.log_format)
+    for note in settings.notes:
+        logger.warning("%s", note)
     mock: MockSettings | None = None
     lower_info: config.ConnectionInfo | None = None
     try:
-        upper_info = config.load(settings.upper.kubeconfig)
+        upper_info = config.load(settings.upper.kubeconfig, server=settings.upper.server)
         if settings.provider == "mock":
             mock = load_config(settings.provider_config, node_name=settings.node.name)
         else:
@@ -92,6 +91,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # pragma: no cover - a second Ctrl-C
         return 130
     return 0
+
+
+def _settings(argv: Sequence[str]) -> Settings | int:
+    """Return the settings of `argv`, or the exit code after printing the version (0) or
+    what is wrong with the command line (2)."""
+    try:
+        settings = cli.parse(argv)
+        cli.check_cert_dir(settings.api)
+    except flags.VersionRequested:
+        print(version.text("virtual-node"))
+        return 0
+    except flags.UsageError as exc:
+        print(f"virtual-node: error: {exc}", file=sys.stderr)
+        return 2
+    return settings
 
 
 async def _run(

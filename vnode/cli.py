@@ -148,8 +148,9 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     a(
         "--full-resync-period",
         type=duration,
-        default=60.0,
-        help="accepted for compatibility; watches are event-driven",
+        default=None,
+        help="node-cli's informer resync: accepted and ignored (said at start); informers "
+        "are event-driven and the patrol (--patrol-period) re-checks both clusters",
     )
     a(
         "--startup-timeout",
@@ -167,6 +168,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     a("--event-burst", type=int, default=100, help="Event burst above --event-qps")
     _add_patrol_flags(p)
+    _add_kubelet_auth_flags(p)
     a(
         "--client-verify-ca",
         default=env.get("APISERVER_CA_CERT_LOCATION", ""),
@@ -285,6 +287,39 @@ def _add_patrol_flags(p: flags.Parser) -> None:
     )
     a("--patrol-qps", type=float, default=5.0, help="patrol client QPS per cluster (0: no limit)")
     a("--patrol-burst", type=int, default=10, help="patrol client burst above --patrol-qps")
+
+
+def _add_kubelet_auth_flags(p: flags.Parser) -> None:
+    """node-cli's kubelet API authentication and authorization flags (the kubelet's names):
+    the cache lifetimes are honoured (`vnode.api.auth`); the kubelet API always checks bearer
+    tokens, so --authentication-token-webhook=false is refused."""
+    a = p.add_argument
+    a(
+        "--authentication-token-webhook",
+        type=boolean,
+        default=True,
+        help="check bearer tokens with a TokenReview (always on: false is refused; node-cli "
+        "without it did no authentication at all)",
+    )
+    for flag, default, what in (
+        ("--authentication-token-webhook-cache-ttl", ApiSettings().token_cache_ttl, "TokenReview"),
+        (
+            "--authorization-webhook-cache-authorized-ttl",
+            ApiSettings().authorized_cache_ttl,
+            "allowing SubjectAccessReview",
+        ),
+        (
+            "--authorization-webhook-cache-unauthorized-ttl",
+            ApiSettings().unauthorized_cache_ttl,
+            "denying SubjectAccessReview",
+        ),
+    ):
+        a(
+            flag,
+            type=duration,
+            default=default,
+            help=f"how long the answer of a {what} is reused (default {default:g}s; 0: never)",
+        )
 
 
 def _add_tenant_boundary_flags(p: flags.Parser) -> None:
@@ -406,6 +441,8 @@ def parse(
         args = _parser(env).parse_args(list(argv))
     except argparse.ArgumentTypeError as exc:  # pragma: no cover - argparse wraps these
         raise UsageError(str(exc)) from exc
+    log_choice = flags.logging_choice(args)
+    notes = _compatibility_notes(args)
     if args.provider == "k8s" and not args.client_kubeconfig:
         raise UsageError("--client-kubeconfig is required (the lower cluster's kubeconfig)")
     operating_system = args.os.lower()
@@ -465,6 +502,7 @@ def parse(
             kubeconfig=args.kubeconfig or None,
             qps=args.kube_api_qps or 100.0,
             burst=args.kube_api_burst or 200,
+            server=flags.server_url(env.get("MASTER_URI", ""), "MASTER_URI"),
         ),
         lower=ClientSettings(
             kubeconfig=args.client_kubeconfig, qps=args.client_qps, burst=args.client_burst
@@ -486,8 +524,9 @@ def parse(
         metrics_addr=flags.address(args.metrics_addr, "--metrics-addr")
         if args.metrics_addr
         else "",
-        log_level=flags.log_level(args.log_level),
-        log_format=args.log_format,
+        log_level=log_choice.level,
+        log_format=log_choice.format,
+        notes=(*log_choice.notes, *notes),
         startup_timeout=args.startup_timeout,
         shutdown_timeout=args.shutdown_timeout,
         patrol=PatrolSettings(
@@ -498,6 +537,24 @@ def parse(
         ),
         migration=_migration_settings(args),
         serviceaccount=_serviceaccount_settings(args),
+    )
+
+
+def _compatibility_notes(args: argparse.Namespace) -> tuple[str, ...]:
+    """Return one sentence per node-cli flag given that is accepted and ignored. Raises
+    UsageError for --authentication-token-webhook=false (we never serve unauthenticated
+    unless --no-verify-clients says so, for development)."""
+    if not args.authentication_token_webhook and not args.no_verify_clients:
+        raise UsageError(
+            "--authentication-token-webhook=false: the kubelet API always checks bearer tokens "
+            "with a TokenReview (node-cli then checked nothing); drop the flag"
+        )
+    if args.full_resync_period is None:
+        return ()
+    return (
+        f"--full-resync-period={args.full_resync_period:g}s is ignored: informers are "
+        f"event-driven and the patrol re-checks both clusters every {args.patrol_period:g}s "
+        "(--patrol-period)",
     )
 
 
@@ -531,6 +588,9 @@ def _api_settings(
         cert_dir=_cert_dir(args.cert_dir, node_name),
         server_certificate_duration=_certificate_duration(args.server_certificate_duration),
         streaming_idle_timeout=args.streaming_connection_idle_timeout,
+        token_cache_ttl=args.authentication_token_webhook_cache_ttl,
+        authorized_cache_ttl=args.authorization_webhook_cache_authorized_ttl,
+        unauthorized_cache_ttl=args.authorization_webhook_cache_unauthorized_ttl,
     )
 
 

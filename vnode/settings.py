@@ -42,6 +42,9 @@ class ClientSettings:
     """Client-side requests per second (token bucket rate)."""
     burst: int = 200
     """Client-side request burst."""
+    server: str = ""
+    """The apiserver URL used instead of the kubeconfig's (node-cli's MASTER_URI; "": the
+    kubeconfig's)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,6 +146,15 @@ class ApiSettings:
     streaming_idle_timeout: float = 4 * 3600.0
     """--streaming-connection-idle-timeout: seconds an exec/attach/port-forward connection
     may move no frame before it is closed (kubelet's default 4 h; 0: never)."""
+    token_cache_ttl: float = 120.0
+    """--authentication-token-webhook-cache-ttl: seconds a TokenReview's answer is reused
+    (the kubelet's default 2 min; 0: never)."""
+    authorized_cache_ttl: float = 300.0
+    """--authorization-webhook-cache-authorized-ttl: seconds an allowing SubjectAccessReview
+    is reused (the kubelet's default 5 min; 0: never)."""
+    unauthorized_cache_ttl: float = 30.0
+    """--authorization-webhook-cache-unauthorized-ttl: seconds a denying SubjectAccessReview
+    is reused (the kubelet's default 30 s; 0: never)."""
 
 
 PV_CONTROLLERS = "PVControllers"
@@ -263,6 +275,8 @@ class Settings:
     """--log-level: debug, info, warn, error."""
     log_format: str = "text"
     """--log-format: text or json."""
+    notes: tuple[str, ...] = ()
+    """Flags given that are accepted but ignored, one sentence each (logged at start)."""
     startup_timeout: float = 0.0
     """--startup-timeout seconds to wait for the caches before giving up (0: wait forever)."""
     shutdown_timeout: float = 10.0

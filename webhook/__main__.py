@@ -8,13 +8,12 @@ flags or an upper cluster configuration that cannot be loaded.
 from __future__ import annotations
 
 import asyncio
-import importlib.metadata
 import logging
 import sys
 from collections.abc import Sequence
 
 from vnode.kube import config
-from vnode.serving import flags, logs, shutdown
+from vnode.serving import flags, logs, shutdown, version
 from vnode.serving.lifecycle import StartupError
 from webhook import cli
 from webhook.service import Webhook
@@ -25,17 +24,19 @@ logger = logging.getLogger("webhook")
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the webhook; returns the exit code."""
     args = sys.argv[1:] if argv is None else list(argv)
-    if cli.wants_version(args):
-        print(f"tensile-webhook {importlib.metadata.version('tensile')}")
-        return 0
     try:
         settings = cli.parse(args)
+    except flags.VersionRequested:
+        print(version.text("tensile-webhook"))
+        return 0
     except flags.UsageError as exc:
         print(f"tensile-webhook: error: {exc}", file=sys.stderr)
         return 2
     logs.configure(level=settings.log_level, fmt=settings.log_format)
+    for note in settings.notes:
+        logger.warning("%s", note)
     try:
-        upper = config.load(settings.kubeconfig)
+        upper = config.load(settings.kubeconfig, server=settings.master)
     except config.ConfigError as exc:
         print(f"tensile-webhook: error: {exc}", file=sys.stderr)
         return 2

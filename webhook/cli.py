@@ -60,7 +60,11 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         help="comma-separated node label keys that stay on the pod (they target virtual "
         "nodes); default clusterID",
     )
-    a("--master", default="", help="accepted for compatibility with tensile-kube; unused")
+    a(
+        "--master",
+        default="",
+        help="apiserver URL used instead of the kubeconfig's (client-go's master URL)",
+    )
     a(
         "--incluster",
         type=flags.boolean,
@@ -70,8 +74,6 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         help="accepted for compatibility with tensile-kube; unused (no --kubeconfig and no "
         "~/.kube/config means in-cluster)",
     )
-    a("--v", type=int, default=0, help="klog verbosity, for compatibility: 4 or more is debug")
-    a("--version", action="store_true", help="print the version and exit")
     # tensile's
     a(
         "--pod-selector",
@@ -167,16 +169,12 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     return p
 
 
-def wants_version(argv: Sequence[str]) -> bool:
-    """Whether the command line asks only for the version."""
-    return "--version" in argv
-
-
 def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings:
     """Build Settings from command-line arguments and environment variables (POD_NAMESPACE,
-    VKUBELET_TAINT_KEY). Raises UsageError naming the bad flag."""
+    VKUBELET_TAINT_KEY). Raises UsageError naming the bad flag, VersionRequested."""
     env = os.environ if env is None else env
     args = _parser(env).parse_args(list(argv))
+    log_choice = flags.logging_choice(args)
     if bool(args.tlscert) != bool(args.tlskey):
         raise UsageError("--tlscert and --tlskey go together (or neither: bootstrapped TLS)")
     if not 0 < args.port < 65536:
@@ -229,12 +227,12 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
             resync=_positive(args.tls_resync, "--tls-resync"),
         ),
         kubeconfig=args.kubeconfig or None,
+        master=flags.server_url(args.master, "--master"),
         virtual_node_selector=args.virtual_node_selector,
         avoid_configmap=avoid_configmap,
-        log_level="debug"
-        if args.v >= 4 and args.log_level == "info"
-        else flags.log_level(args.log_level),
-        log_format=args.log_format,
+        log_level=log_choice.level,
+        log_format=log_choice.format,
+        notes=log_choice.notes,
     )
 
 

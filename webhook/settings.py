@@ -39,9 +39,13 @@ class Settings:
     tls: TlsSettings = field(default_factory=TlsSettings)
     kubeconfig: str | None = None
     """Upper cluster kubeconfig (--kubeconfig; then $KUBECONFIG, ~/.kube/config, in-cluster)."""
+    master: str = ""
+    """--master: the apiserver URL used instead of the kubeconfig's ("": the kubeconfig's)."""
     virtual_node_selector: str = "type=virtual-kubelet"
     """Label selector of the virtual nodes (--virtual-node-selector)."""
     avoid_configmap: tuple[str, str] = avoidance.DEFAULT_LOCATION
     """(namespace, name) of the descheduler's avoidance record (--avoid-configmap)."""
     log_level: str = "info"
     log_format: str = "text"
+    notes: tuple[str, ...] = ()
+    """Flags given that are accepted but ignored, one sentence each (logged at start)."""

@@ -187,13 +187,22 @@ def user_from_certificate(der: bytes) -> User:
 class Authenticator:
     """Turns a request's TLS peer certificate or bearer token into a User."""
 
-    def __init__(self, upper: ApiClient, *, gate: ReviewGate, anonymous: bool = False) -> None:
+    def __init__(
+        self,
+        upper: ApiClient,
+        *,
+        gate: ReviewGate,
+        anonymous: bool = False,
+        cache_ttl: float = 120.0,
+    ) -> None:
         """`upper` answers TokenReviews, through `gate`; `anonymous`: a request without
-        credentials is ANONYMOUS instead of 401 (the kubelet's --anonymous-auth)."""
+        credentials is ANONYMOUS instead of 401 (the kubelet's --anonymous-auth);
+        `cache_ttl`: seconds a review's answer is reused, 0 never (the kubelet's
+        --authentication-token-webhook-cache-ttl)."""
         self._upper = upper
         self._gate = gate
         self._anonymous = anonymous
-        self._tokens: TTLCache[str, User | None] = TTLCache(maxsize=4096, ttl=120)
+        self._tokens: TTLCache[str, User | None] = _cache(cache_ttl)
 
     async def authenticate(
         self,
@@ -258,13 +267,23 @@ class Authenticator:
 class Authorizer:
     """Asks the upper cluster whether a user may do a verb on nodes/<node>/<subresource>."""
 
-    def __init__(self, upper: ApiClient, *, gate: ReviewGate, node_name: str) -> None:
-        """`upper` answers SubjectAccessReviews, through `gate`."""
+    def __init__(
+        self,
+        upper: ApiClient,
+        *,
+        gate: ReviewGate,
+        node_name: str,
+        allowed_ttl: float = 300.0,
+        denied_ttl: float = 30.0,
+    ) -> None:
+        """`upper` answers SubjectAccessReviews, through `gate`; an allowing answer is
+        reused `allowed_ttl` seconds, a denying one `denied_ttl` (0: never; the kubelet's
+        --authorization-webhook-cache-authorized-ttl / -unauthorized-ttl)."""
         self._upper = upper
         self._gate = gate
         self._node = node_name
-        self._allowed: TTLCache[tuple[Any, ...], bool] = TTLCache(maxsize=4096, ttl=300)
-        self._denied: TTLCache[tuple[Any, ...], bool] = TTLCache(maxsize=4096, ttl=30)
+        self._allowed: TTLCache[tuple[Any, ...], bool] = _cache(allowed_ttl)
+        self._denied: TTLCache[tuple[Any, ...], bool] = _cache(denied_ttl)
 
     async def allowed(
         self,
@@ -309,3 +328,19 @@ class Authorizer:
         allowed = bool((review.get("status") or {}).get("allowed"))
         (self._allowed if allowed else self._denied)[key] = True
         return allowed
+
+
+_CACHE_SIZE = 4096
+"""Answers kept per cache: hostile callers with ever new tokens evict, never grow it."""
+
+
+class _Uncached(TTLCache[Any, Any]):
+    """The cache of a lifetime 0 (the kubelet's flags: no caching): it keeps nothing."""
+
+    def __setitem__(self, key: Any, value: Any, cache_setitem: Any = None) -> None:
+        return
+
+
+def _cache(ttl: float) -> TTLCache[Any, Any]:
+    """Return a cache of answers kept `ttl` seconds (0: none kept)."""
+    return TTLCache(maxsize=_CACHE_SIZE, ttl=ttl) if ttl > 0 else _Uncached(maxsize=1, ttl=1)

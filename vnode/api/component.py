@@ -158,10 +158,18 @@ class KubeletApiServer:
             pod=lambda ns, name: self._pods.store.get(f"{ns}/{name}"),
             pods=lambda: list(self._pods.store),
             provider=self._provider,
-            authenticator=auth.Authenticator(reviews, gate=gate, anonymous=api.anonymous_auth)
+            authenticator=auth.Authenticator(
+                reviews, gate=gate, anonymous=api.anonymous_auth, cache_ttl=api.token_cache_ttl
+            )
             if verify
             else None,
-            authorizer=auth.Authorizer(reviews, gate=gate, node_name=self._settings.node.name)
+            authorizer=auth.Authorizer(
+                reviews,
+                gate=gate,
+                node_name=self._settings.node.name,
+                allowed_ttl=api.authorized_cache_ttl,
+                denied_ttl=api.unauthorized_cache_ttl,
+            )
             if verify
             else None,
             idle_timeout=api.streaming_idle_timeout,

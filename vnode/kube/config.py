@@ -48,11 +48,13 @@ class ConnectionInfo:
         return self._authorization()
 
 
-def load(kubeconfig: str | None, *, context: str | None = None) -> ConnectionInfo:
+def load(kubeconfig: str | None, *, context: str | None = None, server: str = "") -> ConnectionInfo:
     """Load the connection of a kubeconfig file, or of the pod's ServiceAccount.
 
     `kubeconfig` None or "" means `$KUBECONFIG`, then `~/.kube/config`, then in-cluster
-    (tensile-kube and client-go's order). Raises ConfigError.
+    (tensile-kube and client-go's order). `server`, when given, is the apiserver URL used
+    instead of the configuration's (client-go's master URL: node-cli's MASTER_URI, the
+    webhook's --master); credentials and CA stay the configuration's. Raises ConfigError.
     """
     path = kubeconfig or os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
     cfg = k8s_client.Configuration()
@@ -74,6 +76,9 @@ def load(kubeconfig: str | None, *, context: str | None = None) -> ConnectionInf
                 f"no kubeconfig at {path} and not running in a cluster: {exc}"
             ) from exc
         source = "in-cluster"
+    if server:
+        cfg.host = server
+        source += f", server {server}"
     return from_configuration(cfg, source=source)
 
 

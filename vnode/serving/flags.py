@@ -11,9 +11,13 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from collections.abc import Callable
+import urllib.parse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from vnode.kube import names
+from vnode.serving import pflag
 
 LOG_LEVELS = ("debug", "info", "warn", "warning", "error")
 LOG_FORMATS = ("text", "json")
@@ -23,9 +27,60 @@ class UsageError(Exception):
     """A flag or environment variable has an invalid value; the message says which and why."""
 
 
+class VersionRequested(Exception):
+    """The command line asks for the version (`version` or `--version`): print it, exit 0."""
+
+
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors raise UsageError (with argparse's message, which
-    names the flag) instead of printing usage and exiting."""
+    names the flag) instead of printing usage and exiting, and which reads pflag's forms
+    (`vnode.serving.pflag`): every boolean flag, however it is declared
+    (`action="store_true"`, or `type=boolean`), becomes pflag's optional boolean, and every
+    command line is normalized before argparse sees it. It also has `--version`; parsing a
+    command line that asks for the version raises VersionRequested. Abbreviations of long
+    flags are refused, as pflag refuses them."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        self._booleans: set[str] = set()
+        self._valued: set[str] = set()
+        super().__init__(*args, **kwargs)
+        self.add_argument(
+            "--version",
+            action="store_true",
+            help="print the version, commit and Kubernetes version, and exit (also: the "
+            "`version` command)",
+        )
+
+    def add_argument(self, *names: Any, **kwargs: Any) -> argparse.Action:
+        """argparse's add_argument; a boolean flag is made pflag's (see the class). A
+        command's own `--version` is the one every Parser has already (so it is not a
+        conflict): the command line asking for it raises VersionRequested either way."""
+        if "--version" in names and "--version" in self._option_string_actions:
+            return self._option_string_actions["--version"]
+        if kwargs.get("action") == "store_true" or kwargs.get("type") is boolean:
+            kwargs.pop("action", None)
+            kwargs.pop("nargs", None)
+            kwargs.pop("const", None)
+            kwargs.setdefault("default", False)
+            kwargs.update(type=boolean, metavar="true|false")
+        action = super().add_argument(*names, **kwargs)
+        longs = [o for o in action.option_strings if o.startswith("--")]
+        if action.type is boolean:
+            self._booleans.update(longs)
+        elif action.nargs is None and not isinstance(action, argparse._HelpAction):
+            self._valued.update(longs)
+        return action
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """Normalize `args` (pflag's forms), then parse. Raises VersionRequested, UsageError."""
+        if args is not None:
+            args = pflag.normalize(args, valued=self._valued, booleans=self._booleans)
+            if pflag.wants_version(args):
+                raise VersionRequested()
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(message)
@@ -39,7 +94,7 @@ def boolean(text: str) -> bool:
         return True
     if lowered in ("0", "false", "f", "no", "n"):
         return False
-    raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
+    raise argparse.ArgumentTypeError(f"not a boolean: {text!r} (true or false)")
 
 
 _DURATION_UNITS = {
@@ -93,11 +148,93 @@ def address(text: str, flag: str) -> str:
     return f"{host or '0.0.0.0'}:{port}"  # noqa: S104 - the operator chose all interfaces
 
 
+DEBUG_VERBOSITY = 4
+"""klog's --v from which tensile logs at debug (klog's convention: 4 is debug-level)."""
+KLOG_IGNORED = (
+    "vmodule",
+    "log-dir",
+    "log-file",
+    "log-file-max-size",
+    "stderrthreshold",
+    "log-backtrace-at",
+    "log-flush-frequency",
+)
+"""klog's valued flags (and component-base's --log-flush-frequency) tensile accepts and
+ignores: it logs every level to stderr, unbuffered."""
+KLOG_IGNORED_BOOLEANS = ("alsologtostderr", "skip-headers", "skip-log-headers", "add-dir-header")
+"""klog's boolean flags tensile accepts and ignores; --logtostderr is honoured (it is what
+tensile always does), --logtostderr=false refused."""
+
+
 def add_logging_flags(parser: argparse.ArgumentParser) -> None:
-    """Add `--log-level` (debug, info, warn, error; default info) and `--log-format`
-    (text or json; default text)."""
-    parser.add_argument("--log-level", default="info", choices=LOG_LEVELS)
-    parser.add_argument("--log-format", default="text", choices=LOG_FORMATS)
+    """Add `--log-level` (debug, info, warn, error; default info, or debug with --v >= 4)
+    and `--log-format` (text or json; default text), and klog's flags (`--v`,
+    `--logtostderr`, ... also as `--klog.*`, as node-cli named them): see `logging_choice`."""
+    a = parser.add_argument
+    a("--log-level", default=None, choices=LOG_LEVELS, help="default info (debug with --v >= 4)")
+    a("--log-format", default="text", choices=LOG_FORMATS)
+    a(
+        "--v",
+        type=_verbosity,
+        default=0,
+        dest="klog_v",
+        help=f"klog verbosity (also --klog.v): {DEBUG_VERBOSITY} or more logs at debug when "
+        "--log-level is not given",
+    )
+    a(
+        "--logtostderr",
+        type=boolean,
+        default=True,
+        dest="klog_logtostderr",
+        help="klog's: tensile always logs to stderr (false is refused)",
+    )
+    for name in KLOG_IGNORED:
+        a(f"--{name}", default=None, dest=_klog_dest(name), help="klog's; accepted and ignored")
+    for name in KLOG_IGNORED_BOOLEANS:
+        a(f"--{name}", type=boolean, dest=_klog_dest(name), help="klog's; accepted and ignored")
+
+
+def _klog_dest(name: str) -> str:
+    return "klog_" + name.replace("-", "_")
+
+
+def _verbosity(text: str) -> int:
+    if not (text.strip().isascii() and text.strip().isdigit()):
+        raise argparse.ArgumentTypeError(
+            f"klog verbosity must be a whole number >= 0, got {text!r}"
+        )
+    return int(text)
+
+
+@dataclass(frozen=True)
+class LoggingChoice:
+    """What the logging flags ask for: `level` for `serving.logs.configure`, `format`, and
+    `notes`: one sentence per klog flag given that tensile ignores (to be logged at start)."""
+
+    level: str
+    format: str
+    notes: tuple[str, ...]
+
+
+def logging_choice(args: argparse.Namespace) -> LoggingChoice:
+    """Return the logging `add_logging_flags`' flags ask for: --log-level when given, else
+    debug at --v >= 4, else info. Raises UsageError for --logtostderr=false (tensile writes
+    no log files)."""
+    if not args.klog_logtostderr:
+        raise UsageError(
+            "--logtostderr=false: tensile writes its log to stderr only (no log files); "
+            "drop the flag and collect stderr"
+        )
+    if args.log_level is not None:
+        level = log_level(args.log_level)
+    else:
+        level = "debug" if args.klog_v >= DEBUG_VERBOSITY else "info"
+    notes = [
+        f"--{name} is ignored: tensile logs every level to stderr ({level} and above)"
+        for name in (*KLOG_IGNORED, *KLOG_IGNORED_BOOLEANS)
+        if getattr(args, _klog_dest(name)) not in (None, False)
+    ]
+    return LoggingChoice(level=level, format=args.log_format, notes=tuple(notes))
 
 
 def log_level(value: str) -> str:
@@ -142,3 +279,22 @@ def object_name(
     if not valid(text):
         raise UsageError(f"{flag}: {text!r} is not {what}")
     return text
+
+
+def server_url(text: str, flag: str) -> str:
+    """Return an apiserver URL given to replace a kubeconfig's (`MASTER_URI`, `--master`):
+    "" stays "" (none), else `http(s)://host[:port][/path]` without a trailing slash.
+    Raises UsageError naming `flag`."""
+    value = text.strip()
+    if not value:
+        return ""
+    parsed = urllib.parse.urlsplit(value)
+    if parsed.scheme not in ("https", "http") or not parsed.hostname:
+        raise UsageError(f"{flag} must be an apiserver URL like https://host:6443, got {text!r}")
+    try:
+        parsed.port  # noqa: B018 - raises for a port that is no number
+    except ValueError:
+        raise UsageError(f"{flag}: the port of {text!r} is not a port number") from None
+    if parsed.query or parsed.fragment:
+        raise UsageError(f"{flag} must be an apiserver URL without ?query or #fragment")
+    return value.rstrip("/")
