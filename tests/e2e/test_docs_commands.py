@@ -20,7 +20,7 @@ import pytest
 from devcluster.__main__ import env_values
 from devcluster.fleet import Fleet
 from devcluster.vnodes import VirtualNodeProcess
-from tests.e2e.helpers import delete_if_present
+from tests.e2e.helpers import delete_if_present, get, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -111,9 +111,16 @@ def test_the_runnable_commands_of_a_page_work(
                 f"--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
             )
     finally:
-        # What a page made is removed, so the session fleet is as the next test expects.
+        # What a page made is removed, so the session fleet is as the next test expects;
+        # and gone, not Terminating: the next page may make a namespace of the same name
+        # (tensile-system), which the apiserver refuses while the old one terminates.
         after = _namespaces(fleet)
-        for cluster, name in ((fleet.upper, n) for n in after["upper"] - before["upper"]):
+        made = [(fleet.upper, n) for n in after["upper"] - before["upper"]]
+        made += [(fleet.lower, n) for n in after["lower"] - before["lower"]]
+        for cluster, name in made:
             delete_if_present(cluster.rest(), f"/api/v1/namespaces/{name}")
-        for cluster, name in ((fleet.lower, n) for n in after["lower"] - before["lower"]):
-            delete_if_present(cluster.rest(), f"/api/v1/namespaces/{name}")
+        wait_for(
+            f"the namespaces {page} made gone",
+            lambda: all(get(c.rest(), f"/api/v1/namespaces/{n}") is None for c, n in made),
+            timeout=60,
+        )
