@@ -312,3 +312,23 @@ async def test_a_failed_request_is_asked_again() -> None:
     finally:
         await tokens.shut_down()
         await task
+
+
+async def test_a_secret_of_that_name_not_written_for_this_cluster_is_left_as_it_is() -> None:
+    # FakeApi: a user's Secret (or another upper cluster's) already holds the name below.
+    upper, lower = _token_clusters()
+    name = boundtokens.secret_name("web")
+    lower.put(SECRETS, {"metadata": {"name": name, "namespace": "app"}, "data": {"k": "dg=="}})
+    clock = Clock()
+    tokens = _tokens(upper, lower, clock)
+    task = asyncio.create_task(tokens.run())
+    try:
+        tokens.issue(upper_pod(INJECTED), {"metadata": {"name": "web", "namespace": "app"}})
+        await _settle(lambda: lower.requests_of("POST", "secrets"))
+        await _settle(lambda: tokens._entries["app/web"].due > clock.now)  # failed, retried
+        assert lower.requests_of("PATCH") == []
+        assert "stringData" not in (lower.get(SECRETS, name, namespace="app") or {})
+    finally:
+        await tokens.shut_down()
+        await task
+

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vnode.contracts.objects import as_mapping, dicts_in
+from vnode.providers.k2k import naming
 
 DEFAULT_EXPIRATION = 3607
 """Seconds a token lives when the projected source names no expiry (the ServiceAccount
@@ -202,6 +203,17 @@ def secret(
         "metadata": meta,
         "stringData": data,
     }
+
+
+def is_token_secret(secret: Mapping[str, Any], *, cluster_id: str) -> bool:
+    """Tell whether lower `secret` is a token Secret written for a virtual node of upper
+    cluster `cluster_id` (this type, that cluster's annotation): the only Secrets the token
+    writer may take over when the name it wants is taken."""
+    annotations = as_mapping(as_mapping(secret.get("metadata")).get("annotations"))
+    return (
+        secret.get("type") == SECRET_TYPE
+        and annotations.get(naming.CLUSTER_ANNOTATION) == cluster_id
+    )
 
 
 def refresh_at(*, issued: float, expires: float, fraction: float) -> float:

@@ -192,18 +192,30 @@ class UpperTokens:
         try:
             await self._lower.request("POST", path, body=body)
         except errors.AlreadyExists:
-            # A Secret left by an earlier pod of the same name is taken over for this one.
+            # Ours (a renewal, or a Secret left by an earlier pod of the same name): its
+            # tokens replaced, for this pod. Anyone else's Secret of that name is not touched.
+            secret_path = SECRETS.path(
+                namespace=str(lower_meta["namespace"]), name=body["metadata"]["name"]
+            )
+            found = await self._lower.request("GET", secret_path)
+            if not boundtokens.is_token_secret(found, cluster_id=self._owner.cluster_id):
+                raise errors.Conflict(
+                    code=409,
+                    status={
+                        "message": f"the lower Secret {object_key(found)} is not a token "
+                        f"Secret of this cluster's virtual nodes ({naming.owner_of(found)}); "
+                        "left as it is"
+                    },
+                ) from None
             meta = body["metadata"]
             patch = {
-                "metadata": {k: meta[k] for k in ("annotations", "ownerReferences")},
+                "metadata": {
+                    "uid": as_mapping(found.get("metadata")).get("uid"),
+                    **{k: meta[k] for k in ("annotations", "ownerReferences")},
+                },
                 "stringData": body["stringData"],
             }
-            await self._lower.request(
-                "PATCH",
-                SECRETS.path(namespace=str(lower_meta["namespace"]), name=body["metadata"]["name"]),
-                body=patch,
-                content_type=MERGE_PATCH,
-            )
+            await self._lower.request("PATCH", secret_path, body=patch, content_type=MERGE_PATCH)
         return expiry
 
 
