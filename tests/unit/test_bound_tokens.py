@@ -332,3 +332,24 @@ async def test_a_secret_of_that_name_not_written_for_this_cluster_is_left_as_it_
         await tokens.shut_down()
         await task
 
+
+async def test_no_token_for_another_upper_pod_of_the_same_name() -> None:
+    # FakeApi: the upper pod is replaced (a StatefulSet's next pod) before the renewal.
+    upper, lower = _token_clusters()
+    clock = Clock()
+    tokens = _tokens(upper, lower, clock)
+    task = asyncio.create_task(tokens.run())
+    try:
+        tokens.issue(upper_pod(INJECTED), {"metadata": {"name": "web", "namespace": "app"}})
+        await _settle(lambda: lower.get(SECRETS, boundtokens.secret_name("web"), namespace="app"))
+        upper.remove(PODS, "web", namespace="app")
+        replaced = upper_pod(INJECTED)
+        replaced["metadata"]["uid"] = "u-2"
+        upper.put(PODS, replaced)
+        tokens._entries["app/web"].due = clock.now
+        tokens._wake.set()
+        await _settle(lambda: not tokens._entries)
+        assert len(upper.requests_of("POST")) == 1
+    finally:
+        await tokens.shut_down()
+        await task

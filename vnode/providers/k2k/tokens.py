@@ -46,6 +46,9 @@ TOKEN_REQUESTS = Counter(
 class _Entry:
     upper_key: str
     """"namespace/name" of the upper pod."""
+    upper_uid: str
+    """The upper pod's UID: another pod of that name later is not this one (its tokens
+    would be bound to it, in the old lower pod)."""
     lower: Obj
     """The lower pod's metadata (name, namespace, uid)."""
     due: float
@@ -95,12 +98,15 @@ class UpperTokens:
         """Have the tokens of `lower_pod` (just created for `upper_pod`) asked for now."""
         if not boundtokens.asks(upper_pod):
             return
-        self._due_now(object_key(upper_pod), lower_pod)
+        upper_uid = str(as_mapping(upper_pod.get("metadata")).get("uid"))
+        self._due_now(object_key(upper_pod), upper_uid, lower_pod)
 
-    def _due_now(self, upper_key: str, lower_pod: Mapping[str, Any]) -> None:
+    def _due_now(self, upper_key: str, upper_uid: str, lower_pod: Mapping[str, Any]) -> None:
         meta = as_mapping(lower_pod.get("metadata"))
         lower = {"metadata": {k: meta.get(k) for k in ("name", "namespace", "uid")}}
-        self._entries[upper_key] = _Entry(upper_key=upper_key, lower=lower, due=self._clock())
+        self._entries[upper_key] = _Entry(
+            upper_key=upper_key, upper_uid=upper_uid, lower=lower, due=self._clock()
+        )
         self._wake.set()
 
     async def run(self) -> None:
@@ -109,8 +115,10 @@ class UpperTokens:
             if naming.is_owned(lower, owner=self._owner) and _mounts_token(lower):
                 annotations = as_mapping(as_mapping(lower.get("metadata")).get("annotations"))
                 namespace = annotations.get(naming.UPPER_NAMESPACE_ANNOTATION)
-                if namespace:
-                    self._due_now(f"{namespace}/{lower['metadata']['name']}", lower)
+                upper_uid = annotations.get(naming.UPPER_UID_ANNOTATION)
+                if namespace and upper_uid:
+                    key = f"{namespace}/{lower['metadata']['name']}"
+                    self._due_now(key, str(upper_uid), lower)
         self._started = True
         while not self._stopping:
             now = self._clock()
@@ -135,6 +143,8 @@ class UpperTokens:
             upper_pod = await self._upper.request("GET", PODS.path(namespace=namespace, name=name))
             if upper_pod["metadata"].get("deletionTimestamp"):
                 raise errors.NotFound(code=404, status={"message": "the upper pod is going"})
+            if upper_pod["metadata"].get("uid") != entry.upper_uid:
+                raise errors.NotFound(code=404, status={"message": "the upper pod was replaced"})
             expires_at = await self._write(entry, upper_pod)
         except errors.NotFound as exc:
             # The upper pod (its tokens are bound to it) or the lower pod is gone.
