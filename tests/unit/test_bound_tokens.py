@@ -353,3 +353,73 @@ async def test_no_token_for_another_upper_pod_of_the_same_name() -> None:
     finally:
         await tokens.shut_down()
         await task
+
+
+def _pod_now(**changes: Any) -> dict[str, Any]:
+    pod = upper_pod(INJECTED)
+    pod["metadata"].update(changes.pop("metadata", {}))
+    pod.update(changes)
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("pod", "lower_there", "ends"),
+    [
+        (_pod_now(status={"phase": "Running"}), True, None),
+        (_pod_now(), True, None),
+        (_pod_now(metadata={"deletionTimestamp": "2026-01-01T00:00:00Z"}), True, "going"),
+        (_pod_now(metadata={"uid": "u-2"}), True, "another one"),
+        (_pod_now(status={"phase": "Succeeded"}), True, "finished (Succeeded)"),
+        (_pod_now(status={"phase": "Failed"}), True, "finished (Failed)"),
+        (_pod_now(status={"phase": "Running"}), False, "lower pod is gone"),
+    ],
+)
+def test_renewal_ends(pod: dict[str, Any], lower_there: bool, ends: str | None) -> None:
+    found = boundtokens.renewal_ends(pod, upper_uid="u-1", lower_pod_there=lower_there)
+    assert found == ends if ends is None else ends in (found or "")
+
+
+@pytest.mark.parametrize("gone", ["lower pod", "upper pod finished"])
+async def test_no_renewal_once_the_pod_is_over(gone: str) -> None:
+    # FakeApi: the renewal's request in isolation; the lower pod informer's store is filled
+    # by hand (no reflector runs against the fake).
+    upper, lower = _token_clusters()
+    clock = Clock()
+    tokens = _tokens(upper, lower, clock)
+    lower_pod = {"metadata": {"name": "web", "namespace": "app", "uid": "lower-uid"}}
+    tokens._pods.store.upsert(lower_pod)
+    task = asyncio.create_task(tokens.run())
+    try:
+        tokens.issue(upper_pod(INJECTED), lower_pod)
+        await _settle(lambda: tokens._entries["app/web"].issued)
+        if gone == "lower pod":
+            tokens._pods.store.delete("app/web")
+        else:
+            upper.put(PODS, _pod_now(status={"phase": "Succeeded"}))
+        tokens._entries["app/web"].due = clock.now
+        tokens._wake.set()
+        await _settle(lambda: not tokens._entries)
+        assert len(upper.requests_of("POST")) == 1
+    finally:
+        await tokens.shut_down()
+        await task
+
+
+async def test_a_renewal_while_both_pods_run() -> None:
+    # FakeApi, as above: the control case of test_no_renewal_once_the_pod_is_over.
+    upper, lower = _token_clusters()
+    clock = Clock()
+    tokens = _tokens(upper, lower, clock)
+    lower_pod = {"metadata": {"name": "web", "namespace": "app", "uid": "lower-uid"}}
+    tokens._pods.store.upsert(lower_pod)
+    task = asyncio.create_task(tokens.run())
+    try:
+        tokens.issue(upper_pod(INJECTED), lower_pod)
+        await _settle(lambda: tokens._entries["app/web"].issued)
+        tokens._entries["app/web"].due = clock.now
+        tokens._wake.set()
+        await _settle(lambda: len(upper.requests_of("POST")) == 2)
+        assert "app/web" in tokens._entries
+    finally:
+        await tokens.shut_down()
+        await task

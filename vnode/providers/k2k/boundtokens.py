@@ -216,6 +216,27 @@ def is_token_secret(secret: Mapping[str, Any], *, cluster_id: str) -> bool:
     )
 
 
+def renewal_ends(
+    upper_pod: Mapping[str, Any], *, upper_uid: str, lower_pod_there: bool
+) -> str | None:
+    """Why the tokens of the lower pod made for the upper pod of UID `upper_uid` are asked
+    for no more, given `upper_pod` (that name's pod now) and whether the lower pod is still
+    there, or None to renew. They end with the pod, as the kubelet's do: once the upper pod
+    is deleting or another pod of that name, once it has finished (Succeeded or Failed:
+    nothing in it runs to use a token), and once the lower pod is gone."""
+    meta = as_mapping(upper_pod.get("metadata"))
+    if meta.get("deletionTimestamp"):
+        return "the upper pod is going"
+    if meta.get("uid") != upper_uid:
+        return "the upper pod of that name is another one"
+    phase = as_mapping(upper_pod.get("status")).get("phase")
+    if phase in ("Succeeded", "Failed"):
+        return f"the upper pod has finished ({phase})"
+    if not lower_pod_there:
+        return "the lower pod is gone"
+    return None
+
+
 def refresh_at(*, issued: float, expires: float, fraction: float) -> float:
     """When to ask again (seconds, same clock): at `fraction` of the token's life (the
     kubelet renews at 80 %, or after 24 h, whichever is first)."""

@@ -6,10 +6,11 @@ pod) records the pod as due now and wakes the worker, so a token whose request f
 upper apiserver away) is asked again until it lands: the entry is the write in flight. The
 worker asks when an entry is due, writes the lower Secret (created owned by the lower pod,
 or its tokens replaced) and records the next time (`boundtokens.refresh_at`); a failure is
-retried after `RETRY` seconds. An entry ends when the upper pod or the lower pod is gone (its
-tokens are bound to the upper pod; the lower garbage collector removes the Secret with the
-lower pod). At start, every lower pod of this node that mounts such a Secret is due at once
-(the node may have stopped between a pod and its Secret, or past a renewal).
+retried after `RETRY` seconds. An entry ends when the upper pod or the lower pod is gone, or
+the upper pod has finished (`boundtokens.renewal_ends`; its tokens are bound to the upper
+pod; the lower garbage collector removes the Secret with the lower pod). At start, every
+lower pod of this node that mounts such a Secret is due at once (the node may have stopped
+between a pod and its Secret, or past a renewal).
 """
 
 from __future__ import annotations
@@ -141,10 +142,11 @@ class UpperTokens:
         namespace, _, name = entry.upper_key.partition("/")
         try:
             upper_pod = await self._upper.request("GET", PODS.path(namespace=namespace, name=name))
-            if upper_pod["metadata"].get("deletionTimestamp"):
-                raise errors.NotFound(code=404, status={"message": "the upper pod is going"})
-            if upper_pod["metadata"].get("uid") != entry.upper_uid:
-                raise errors.NotFound(code=404, status={"message": "the upper pod was replaced"})
+            ends = boundtokens.renewal_ends(
+                upper_pod, upper_uid=entry.upper_uid, lower_pod_there=self._lower_pod_there(entry)
+            )
+            if ends is not None:
+                raise errors.NotFound(code=404, status={"message": ends})
             expires_at = await self._write(entry, upper_pod)
         except errors.NotFound as exc:
             # The upper pod (its tokens are bound to it) or the lower pod is gone.
@@ -161,6 +163,18 @@ class UpperTokens:
         entry.due = boundtokens.refresh_at(issued=now, expires=expires_at, fraction=self._fraction)
         entry.issued = True
         logger.info("tokens of %s written below, next in %.0fs", entry.upper_key, entry.due - now)
+
+    def _lower_pod_there(self, entry: _Entry) -> bool:
+        """Whether the entry's lower pod is in the informer's store (same UID); a pod just
+        created may not be there yet, so only a renewal (`issued`) may find it gone."""
+        if not entry.issued:
+            return True
+        meta = entry.lower["metadata"]
+        found = self._pods.store.get(f"{meta['namespace']}/{meta['name']}")
+        if found is None:
+            return False
+        uid = as_mapping(found.get("metadata")).get("uid")
+        return meta.get("uid") is None or uid == meta.get("uid")
 
     async def _write(self, entry: _Entry, upper_pod: Obj) -> float:
         """Ask for the tokens and write the lower Secret; return their earliest expiry
