@@ -423,3 +423,20 @@ async def test_a_renewal_while_both_pods_run() -> None:
     finally:
         await tokens.shut_down()
         await task
+
+
+def test_a_legacy_token_secret_volume_is_dropped_with_an_upper_address_too() -> None:
+    # A pre-1.21 upper cluster's injected token: a Secret volume, for which no upper token
+    # is asked (`boundtokens.asks`); mounting it below would mount an empty volume.
+    legacy = {"name": "default-token-x1y2z", "secret": {"secretName": "default-token-x1y2z"}}
+    pod = upper_pod(legacy)
+    pod["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "default-token-x1y2z", "mountPath": MOUNT["mountPath"]}
+    ]
+    policy = translate.TranslationPolicy(
+        node_name="vn", cluster_id="c", node_labels={}, upper_api_address="h:1"
+    )
+    assert boundtokens.asks(pod) == []
+    lower = translate.lower_pod(pod, policy=policy)
+    assert "volumes" not in lower["spec"]
+    assert "volumeMounts" not in lower["spec"]["containers"][0]
