@@ -26,7 +26,7 @@ from typing import Any
 from prometheus_client import Counter
 
 from vnode.contracts.objects import Obj, as_mapping, dicts_in
-from vnode.kube import errors
+from vnode.kube import errors, timestamps
 from vnode.kube.client import MERGE_PATCH, ApiClient
 from vnode.kube.informer import Informer
 from vnode.kube.resources import CONFIG_MAPS, PODS, SECRETS, object_key
@@ -205,7 +205,7 @@ class UpperTokens:
             name=boundtokens.secret_name(str(lower_meta["name"])),
             namespace=str(lower_meta["namespace"]),
             tokens=tokens,
-            expires=dt.datetime.fromtimestamp(expiry, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            expires=timestamps.rfc3339(dt.datetime.fromtimestamp(expiry, dt.UTC)),
             ca=ca,
             upper_namespace=namespace,
             labels={},
@@ -254,8 +254,5 @@ def _mounts_token(lower: Mapping[str, Any]) -> bool:
 
 def _seconds(timestamp: object, *, now: float, ask: boundtokens.TokenAsk) -> float:
     """The clock's seconds of an RFC 3339 `timestamp` (the asked life when unreadable)."""
-    try:
-        parsed = dt.datetime.strptime(str(timestamp), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
-    except ValueError:
-        return now + ask.expiration
-    return parsed.timestamp()
+    parsed = timestamps.parse_rfc3339(timestamp)
+    return now + ask.expiration if parsed is None else parsed.timestamp()
