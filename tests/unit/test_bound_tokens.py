@@ -239,6 +239,9 @@ def _token_clusters(token: str = "t-1") -> tuple[FakeApi, FakeApi]:
     return upper, lower
 
 
+LOWER_WEB = {"metadata": {"name": "web", "namespace": "app", "uid": "lower-uid"}}
+
+
 def _tokens(upper: FakeApi, lower: FakeApi, clock: Clock) -> UpperTokens:
     pods = InformerFactory().informer(lower, PODS, name="lower-pods")
     owner = naming.Owner(node_name="vn", cluster_id="c")
@@ -323,7 +326,7 @@ async def test_a_secret_of_that_name_not_written_for_this_cluster_is_left_as_it_
     tokens = _tokens(upper, lower, clock)
     task = asyncio.create_task(tokens.run())
     try:
-        tokens.issue(upper_pod(INJECTED), {"metadata": {"name": "web", "namespace": "app"}})
+        tokens.issue(upper_pod(INJECTED), LOWER_WEB)
         await _settle(lambda: lower.requests_of("POST", "secrets"))
         await _settle(lambda: tokens._entries["app/web"].due > clock.now)  # failed, retried
         assert lower.requests_of("PATCH") == []
@@ -340,7 +343,7 @@ async def test_no_token_for_another_upper_pod_of_the_same_name() -> None:
     tokens = _tokens(upper, lower, clock)
     task = asyncio.create_task(tokens.run())
     try:
-        tokens.issue(upper_pod(INJECTED), {"metadata": {"name": "web", "namespace": "app"}})
+        tokens.issue(upper_pod(INJECTED), LOWER_WEB)
         await _settle(lambda: lower.get(SECRETS, boundtokens.secret_name("web"), namespace="app"))
         upper.remove(PODS, "web", namespace="app")
         replaced = upper_pod(INJECTED)
@@ -440,3 +443,36 @@ def test_a_legacy_token_secret_volume_is_dropped_with_an_upper_address_too() -> 
     lower = translate.lower_pod(pod, policy=policy)
     assert "volumes" not in lower["spec"]
     assert "volumeMounts" not in lower["spec"]["containers"][0]
+
+
+@pytest.mark.parametrize("whose", ["this pod's", "another's"])
+async def test_a_lower_pod_issued_without_its_uid_is_read(whose: str) -> None:
+    # FakeApi: the provider's create found the lower pod made already (AlreadyExists) and
+    # issues with the body it sent, which has no UID; the Secret's owner is read below.
+    upper, lower = _token_clusters()
+    labels, annotations = naming.owner_marks(naming.Owner(node_name="vn", cluster_id="c"))
+    upper_uid = "u-1" if whose == "this pod's" else "u-0"
+    annotations = {**annotations, naming.UPPER_UID_ANNOTATION: upper_uid}
+    existing = lower.put(
+        PODS,
+        {"metadata": {"name": "web", "namespace": "app", "labels": labels,
+                      "annotations": annotations}},
+    )  # fmt: skip
+    clock = Clock()
+    tokens = _tokens(upper, lower, clock)
+    task = asyncio.create_task(tokens.run())
+    try:
+        tokens.issue(upper_pod(INJECTED), {"metadata": {"name": "web", "namespace": "app"}})
+        secret_name = boundtokens.secret_name("web")
+        if whose == "this pod's":
+            await _settle(lambda: lower.get(SECRETS, secret_name, namespace="app"))
+            secret = lower.get(SECRETS, secret_name, namespace="app") or {}
+            owner = secret["metadata"]["ownerReferences"][0]
+            assert owner["uid"] == existing["metadata"]["uid"]
+        else:
+            await _settle(lambda: not tokens._entries)
+            assert lower.get(SECRETS, secret_name, namespace="app") is None
+            assert upper.requests_of("POST") == []
+    finally:
+        await tokens.shut_down()
+        await task

@@ -96,7 +96,8 @@ class UpperTokens:
         return self._started
 
     def issue(self, upper_pod: Mapping[str, Any], lower_pod: Mapping[str, Any]) -> None:
-        """Have the tokens of `lower_pod` (just created for `upper_pod`) asked for now."""
+        """Have the tokens of `lower_pod` (just created for `upper_pod`; without a UID when
+        the create found it made already, then it is read) asked for now."""
         if not boundtokens.asks(upper_pod):
             return
         upper_uid = str(as_mapping(upper_pod.get("metadata")).get("uid"))
@@ -147,6 +148,7 @@ class UpperTokens:
             )
             if ends is not None:
                 raise errors.NotFound(code=404, status={"message": ends})
+            await self._learn_lower_uid(entry)
             expires_at = await self._write(entry, upper_pod)
         except errors.NotFound as exc:
             # The upper pod (its tokens are bound to it) or the lower pod is gone.
@@ -163,6 +165,26 @@ class UpperTokens:
         entry.due = boundtokens.refresh_at(issued=now, expires=expires_at, fraction=self._fraction)
         entry.issued = True
         logger.info("tokens of %s written below, next in %.0fs", entry.upper_key, entry.due - now)
+
+    async def _learn_lower_uid(self, entry: _Entry) -> None:
+        """Fill in the lower pod's UID (the Secret's owner) when `issue` was not given it (a
+        create that had got through before: AlreadyExists), from the lower pod of that
+        name, which must be this node's and the upper pod's. Raises NotFound otherwise."""
+        meta = entry.lower["metadata"]
+        if meta.get("uid"):
+            return
+        found = await self._lower.request(
+            "GET", PODS.path(namespace=str(meta["namespace"]), name=str(meta["name"]))
+        )
+        annotations = as_mapping(as_mapping(found.get("metadata")).get("annotations"))
+        if (
+            not naming.is_owned(found, owner=self._owner)
+            or annotations.get(naming.UPPER_UID_ANNOTATION) != entry.upper_uid
+        ):
+            raise errors.NotFound(
+                code=404, status={"message": "the lower pod of that name is not this pod's"}
+            )
+        meta["uid"] = as_mapping(found.get("metadata")).get("uid")
 
     def _lower_pod_there(self, entry: _Entry) -> bool:
         """Whether the entry's lower pod is in the informer's store (same UID); a pod just
