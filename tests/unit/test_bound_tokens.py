@@ -11,7 +11,7 @@ import pytest
 from vnode import cli
 from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.resources import CONFIG_MAPS, PODS, SECRETS
-from vnode.providers.k2k import boundtokens, naming, translate
+from vnode.providers.k2k import boundtokens, naming, slim, translate
 from vnode.providers.k2k.tokens import RETRY, UpperTokens
 from vnode.serving import flags as serving_flags
 from vnode.settings import ServiceAccountSettings
@@ -473,6 +473,27 @@ async def test_a_lower_pod_issued_without_its_uid_is_read(whose: str) -> None:
             await _settle(lambda: not tokens._entries)
             assert lower.get(SECRETS, secret_name, namespace="app") is None
             assert upper.requests_of("POST") == []
+    finally:
+        await tokens.shut_down()
+        await task
+
+
+async def test_at_start_the_cached_lower_pods_mounting_a_token_are_taken_over() -> None:
+    # FakeApi; the store is filled by hand as the provider's informer fills it: slim lower
+    # pods (`slim.SlimLowerPods`, no volumes kept), after a restart of the node.
+    upper, lower = _token_clusters()
+    owner = naming.Owner(node_name="vn", cluster_id="c")
+    policy = translate.TranslationPolicy(
+        node_name="vn", cluster_id="c", node_labels={}, upper_api_address="h:6443"
+    )
+    below = translate.lower_pod(upper_pod(INJECTED), policy=policy)
+    below["metadata"]["uid"] = "lower-uid"
+    clock = Clock()
+    tokens = _tokens(upper, lower, clock)
+    tokens._pods.store.upsert(slim.SlimLowerPods(owner)(below))
+    task = asyncio.create_task(tokens.run())
+    try:
+        await _settle(lambda: lower.get(SECRETS, boundtokens.secret_name("web"), namespace="app"))
     finally:
         await tokens.shut_down()
         await task

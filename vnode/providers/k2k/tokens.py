@@ -30,7 +30,7 @@ from vnode.kube import errors, timestamps
 from vnode.kube.client import MERGE_PATCH, ApiClient
 from vnode.kube.informer import Informer
 from vnode.kube.resources import CONFIG_MAPS, PODS, SECRETS, object_key
-from vnode.providers.k2k import boundtokens, naming
+from vnode.providers.k2k import boundtokens, naming, slim
 
 logger = logging.getLogger(__name__)
 
@@ -266,7 +266,11 @@ class UpperTokens:
 
 
 def _mounts_token(lower: Mapping[str, Any]) -> bool:
+    """Whether lower pod `lower` mounts its token Secret: as the informer caches it (slim:
+    no volumes, its references under `slim.REFS`), or whole."""
     name = boundtokens.secret_name(str(as_mapping(lower.get("metadata")).get("name")))
+    if ["Secret", name] in (lower.get(slim.REFS) or []):
+        return True
     for volume in dicts_in(as_mapping(lower.get("spec")).get("volumes")):
         for source in dicts_in(as_mapping(volume.get("projected")).get("sources")):
             if as_mapping(source.get("secret")).get("name") == name:
