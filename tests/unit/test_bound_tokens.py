@@ -497,3 +497,27 @@ async def test_at_start_the_cached_lower_pods_mounting_a_token_are_taken_over() 
     finally:
         await tokens.shut_down()
         await task
+
+
+async def test_a_pod_issued_while_the_last_one_of_its_name_ends_keeps_its_entry() -> None:
+    # FakeApi: the upper GET of the old pod is held while the new pod of that name (a
+    # StatefulSet's next one) is issued; the old entry's end must not drop the new one.
+    upper, lower = _token_clusters()
+    clock = Clock()
+    tokens = _tokens(upper, lower, clock)
+    gate = asyncio.Event()
+    task = asyncio.create_task(tokens.run())
+    try:
+        old = upper_pod(INJECTED)
+        old["metadata"]["uid"] = "u-0"  # the upper pod of that name now is u-1
+        upper.delay("GET", "pods", until=gate, times=1)
+        tokens.issue(old, LOWER_WEB)
+        await _settle(lambda: upper.requests_of("GET", "pods"))
+        tokens.issue(upper_pod(INJECTED), LOWER_WEB)
+        new_entry = tokens._entries["app/web"]
+        gate.set()
+        await _settle(lambda: lower.get(SECRETS, boundtokens.secret_name("web"), namespace="app"))
+        assert tokens._entries.get("app/web") is new_entry
+    finally:
+        await tokens.shut_down()
+        await task

@@ -153,7 +153,8 @@ class UpperTokens:
         except errors.NotFound as exc:
             # The upper pod (its tokens are bound to it) or the lower pod is gone.
             logger.info("no more tokens for %s: %s", entry.upper_key, exc.message)
-            self._entries.pop(entry.upper_key, None)
+            if self._entries.get(entry.upper_key) is entry:  # not a newer pod's, issued since
+                del self._entries[entry.upper_key]
             return
         except (errors.ApiError, errors.ApiUnavailable) as exc:
             TOKEN_REQUESTS.labels(result="failed").inc()
