@@ -11,7 +11,7 @@ import pytest
 from vnode import cli
 from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.resources import CONFIG_MAPS, PODS, SECRETS
-from vnode.providers.k2k import boundtokens, naming, translate
+from vnode.providers.k2k import boundtokens, naming, slim, translate
 from vnode.providers.k2k.tokens import RETRY, UpperTokens
 from vnode.serving import flags as serving_flags
 from vnode.settings import ServiceAccountSettings
@@ -239,6 +239,9 @@ def _token_clusters(token: str = "t-1") -> tuple[FakeApi, FakeApi]:
     return upper, lower
 
 
+LOWER_WEB = {"metadata": {"name": "web", "namespace": "app", "uid": "lower-uid"}}
+
+
 def _tokens(upper: FakeApi, lower: FakeApi, clock: Clock) -> UpperTokens:
     pods = InformerFactory().informer(lower, PODS, name="lower-pods")
     owner = naming.Owner(node_name="vn", cluster_id="c")
@@ -309,6 +312,212 @@ async def test_a_failed_request_is_asked_again() -> None:
         clock.now += RETRY
         tokens._wake.set()
         await _settle(lambda: lower.get(SECRETS, boundtokens.secret_name("web"), namespace="app"))
+    finally:
+        await tokens.shut_down()
+        await task
+
+
+async def test_a_secret_of_that_name_not_written_for_this_cluster_is_left_as_it_is() -> None:
+    # FakeApi: a user's Secret (or another upper cluster's) already holds the name below.
+    upper, lower = _token_clusters()
+    name = boundtokens.secret_name("web")
+    lower.put(SECRETS, {"metadata": {"name": name, "namespace": "app"}, "data": {"k": "dg=="}})
+    clock = Clock()
+    tokens = _tokens(upper, lower, clock)
+    task = asyncio.create_task(tokens.run())
+    try:
+        tokens.issue(upper_pod(INJECTED), LOWER_WEB)
+        await _settle(lambda: lower.requests_of("POST", "secrets"))
+        await _settle(lambda: tokens._entries["app/web"].due > clock.now)  # failed, retried
+        assert lower.requests_of("PATCH") == []
+        assert "stringData" not in (lower.get(SECRETS, name, namespace="app") or {})
+    finally:
+        await tokens.shut_down()
+        await task
+
+
+async def test_no_token_for_another_upper_pod_of_the_same_name() -> None:
+    # FakeApi: the upper pod is replaced (a StatefulSet's next pod) before the renewal.
+    upper, lower = _token_clusters()
+    clock = Clock()
+    tokens = _tokens(upper, lower, clock)
+    task = asyncio.create_task(tokens.run())
+    try:
+        tokens.issue(upper_pod(INJECTED), LOWER_WEB)
+        await _settle(lambda: lower.get(SECRETS, boundtokens.secret_name("web"), namespace="app"))
+        upper.remove(PODS, "web", namespace="app")
+        replaced = upper_pod(INJECTED)
+        replaced["metadata"]["uid"] = "u-2"
+        upper.put(PODS, replaced)
+        tokens._entries["app/web"].due = clock.now
+        tokens._wake.set()
+        await _settle(lambda: not tokens._entries)
+        assert len(upper.requests_of("POST")) == 1
+    finally:
+        await tokens.shut_down()
+        await task
+
+
+def _pod_now(**changes: Any) -> dict[str, Any]:
+    pod = upper_pod(INJECTED)
+    pod["metadata"].update(changes.pop("metadata", {}))
+    pod.update(changes)
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("pod", "lower_there", "ends"),
+    [
+        (_pod_now(status={"phase": "Running"}), True, None),
+        (_pod_now(), True, None),
+        (_pod_now(metadata={"deletionTimestamp": "2026-01-01T00:00:00Z"}), True, "going"),
+        (_pod_now(metadata={"uid": "u-2"}), True, "another one"),
+        (_pod_now(status={"phase": "Succeeded"}), True, "finished (Succeeded)"),
+        (_pod_now(status={"phase": "Failed"}), True, "finished (Failed)"),
+        (_pod_now(status={"phase": "Running"}), False, "lower pod is gone"),
+    ],
+)
+def test_renewal_ends(pod: dict[str, Any], lower_there: bool, ends: str | None) -> None:
+    found = boundtokens.renewal_ends(pod, upper_uid="u-1", lower_pod_there=lower_there)
+    assert found == ends if ends is None else ends in (found or "")
+
+
+@pytest.mark.parametrize("gone", ["lower pod", "upper pod finished"])
+async def test_no_renewal_once_the_pod_is_over(gone: str) -> None:
+    # FakeApi: the renewal's request in isolation; the lower pod informer's store is filled
+    # by hand (no reflector runs against the fake).
+    upper, lower = _token_clusters()
+    clock = Clock()
+    tokens = _tokens(upper, lower, clock)
+    lower_pod = {"metadata": {"name": "web", "namespace": "app", "uid": "lower-uid"}}
+    tokens._pods.store.upsert(lower_pod)
+    task = asyncio.create_task(tokens.run())
+    try:
+        tokens.issue(upper_pod(INJECTED), lower_pod)
+        await _settle(lambda: tokens._entries["app/web"].issued)
+        if gone == "lower pod":
+            tokens._pods.store.delete("app/web")
+        else:
+            upper.put(PODS, _pod_now(status={"phase": "Succeeded"}))
+        tokens._entries["app/web"].due = clock.now
+        tokens._wake.set()
+        await _settle(lambda: not tokens._entries)
+        assert len(upper.requests_of("POST")) == 1
+    finally:
+        await tokens.shut_down()
+        await task
+
+
+async def test_a_renewal_while_both_pods_run() -> None:
+    # FakeApi, as above: the control case of test_no_renewal_once_the_pod_is_over.
+    upper, lower = _token_clusters()
+    clock = Clock()
+    tokens = _tokens(upper, lower, clock)
+    lower_pod = {"metadata": {"name": "web", "namespace": "app", "uid": "lower-uid"}}
+    tokens._pods.store.upsert(lower_pod)
+    task = asyncio.create_task(tokens.run())
+    try:
+        tokens.issue(upper_pod(INJECTED), lower_pod)
+        await _settle(lambda: tokens._entries["app/web"].issued)
+        tokens._entries["app/web"].due = clock.now
+        tokens._wake.set()
+        await _settle(lambda: len(upper.requests_of("POST")) == 2)
+        assert "app/web" in tokens._entries
+    finally:
+        await tokens.shut_down()
+        await task
+
+
+def test_a_legacy_token_secret_volume_is_dropped_with_an_upper_address_too() -> None:
+    # A pre-1.21 upper cluster's injected token: a Secret volume, for which no upper token
+    # is asked (`boundtokens.asks`); mounting it below would mount an empty volume.
+    legacy = {"name": "default-token-x1y2z", "secret": {"secretName": "default-token-x1y2z"}}
+    pod = upper_pod(legacy)
+    pod["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "default-token-x1y2z", "mountPath": MOUNT["mountPath"]}
+    ]
+    policy = translate.TranslationPolicy(
+        node_name="vn", cluster_id="c", node_labels={}, upper_api_address="h:1"
+    )
+    assert boundtokens.asks(pod) == []
+    lower = translate.lower_pod(pod, policy=policy)
+    assert "volumes" not in lower["spec"]
+    assert "volumeMounts" not in lower["spec"]["containers"][0]
+
+
+@pytest.mark.parametrize("whose", ["this pod's", "another's"])
+async def test_a_lower_pod_issued_without_its_uid_is_read(whose: str) -> None:
+    # FakeApi: the provider's create found the lower pod made already (AlreadyExists) and
+    # issues with the body it sent, which has no UID; the Secret's owner is read below.
+    upper, lower = _token_clusters()
+    labels, annotations = naming.owner_marks(naming.Owner(node_name="vn", cluster_id="c"))
+    upper_uid = "u-1" if whose == "this pod's" else "u-0"
+    annotations = {**annotations, naming.UPPER_UID_ANNOTATION: upper_uid}
+    existing = lower.put(
+        PODS,
+        {"metadata": {"name": "web", "namespace": "app", "labels": labels,
+                      "annotations": annotations}},
+    )  # fmt: skip
+    clock = Clock()
+    tokens = _tokens(upper, lower, clock)
+    task = asyncio.create_task(tokens.run())
+    try:
+        tokens.issue(upper_pod(INJECTED), {"metadata": {"name": "web", "namespace": "app"}})
+        secret_name = boundtokens.secret_name("web")
+        if whose == "this pod's":
+            await _settle(lambda: lower.get(SECRETS, secret_name, namespace="app"))
+            secret = lower.get(SECRETS, secret_name, namespace="app") or {}
+            owner = secret["metadata"]["ownerReferences"][0]
+            assert owner["uid"] == existing["metadata"]["uid"]
+        else:
+            await _settle(lambda: not tokens._entries)
+            assert lower.get(SECRETS, secret_name, namespace="app") is None
+            assert upper.requests_of("POST") == []
+    finally:
+        await tokens.shut_down()
+        await task
+
+
+async def test_at_start_the_cached_lower_pods_mounting_a_token_are_taken_over() -> None:
+    # FakeApi; the store is filled by hand as the provider's informer fills it: slim lower
+    # pods (`slim.SlimLowerPods`, no volumes kept), after a restart of the node.
+    upper, lower = _token_clusters()
+    owner = naming.Owner(node_name="vn", cluster_id="c")
+    policy = translate.TranslationPolicy(
+        node_name="vn", cluster_id="c", node_labels={}, upper_api_address="h:6443"
+    )
+    below = translate.lower_pod(upper_pod(INJECTED), policy=policy)
+    below["metadata"]["uid"] = "lower-uid"
+    clock = Clock()
+    tokens = _tokens(upper, lower, clock)
+    tokens._pods.store.upsert(slim.SlimLowerPods(owner)(below))
+    task = asyncio.create_task(tokens.run())
+    try:
+        await _settle(lambda: lower.get(SECRETS, boundtokens.secret_name("web"), namespace="app"))
+    finally:
+        await tokens.shut_down()
+        await task
+
+
+async def test_a_pod_issued_while_the_last_one_of_its_name_ends_keeps_its_entry() -> None:
+    # FakeApi: the upper GET of the old pod is held while the new pod of that name (a
+    # StatefulSet's next one) is issued; the old entry's end must not drop the new one.
+    upper, lower = _token_clusters()
+    clock = Clock()
+    tokens = _tokens(upper, lower, clock)
+    gate = asyncio.Event()
+    task = asyncio.create_task(tokens.run())
+    try:
+        old = upper_pod(INJECTED)
+        old["metadata"]["uid"] = "u-0"  # the upper pod of that name now is u-1
+        upper.delay("GET", "pods", until=gate, times=1)
+        tokens.issue(old, LOWER_WEB)
+        await _settle(lambda: upper.requests_of("GET", "pods"))
+        tokens.issue(upper_pod(INJECTED), LOWER_WEB)
+        new_entry = tokens._entries["app/web"]
+        gate.set()
+        await _settle(lambda: lower.get(SECRETS, boundtokens.secret_name("web"), namespace="app"))
+        assert tokens._entries.get("app/web") is new_entry
     finally:
         await tokens.shut_down()
         await task

@@ -383,3 +383,25 @@ async def test_a_long_run_of_pods_leaves_nothing_in_the_book() -> None:
     assert provider.book.writes() == []
     assert [u for u in uids if provider.book.vanished(u)] == []
     assert provider.book.remembered() == 0
+
+
+async def test_a_create_that_finds_its_pod_made_has_its_upper_tokens_asked_for() -> None:
+    # An earlier create got through but raised (a dropped connection) before the tokens
+    # were asked for: the next one's AlreadyExists asks for them (FakeApi, no worker runs).
+    policy = translate.TranslationPolicy(
+        node_name="vn-1", cluster_id="c-1", node_labels={}, upper_api_address="h:6443"
+    )
+    upper, lower = FakeApi(name="upper"), FakeApi(name="lower")
+    upper.put(NAMESPACES, {"metadata": {"name": "team"}, "status": {"phase": "Active"}})
+    provider = assembly.build(
+        upper=upper, lower=lower, informers=InformerFactory(), policy=policy, node_ip="10.0.0.9"
+    )
+    token_volume = {
+        "name": "kube-api-access-x",
+        "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]},
+    }
+    pod = upper_pod(volumes=[token_volume])
+    lower.put(PODS, translate.lower_pod(pod, policy=policy))
+    assert await provider.create_pod(pod) == []  # 409 AlreadyExists
+    assert provider.tokens is not None
+    assert list(provider.tokens._entries) == ["team/web"]

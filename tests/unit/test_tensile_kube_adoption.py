@@ -58,6 +58,13 @@ def upper_obj(name: str, **fields: Any) -> dict[str, Any]:
     return {"metadata": _meta(name, uid=f"upper-{name}"), **fields}
 
 
+def born(obj: dict[str, Any], when: str) -> dict[str, Any]:
+    """`obj` with its creationTimestamp `when` (RFC 3339)."""
+    result = copy.deepcopy(obj)
+    result["metadata"]["creationTimestamp"] = when
+    return result
+
+
 def ours(obj: dict[str, Any]) -> dict[str, Any]:
     """`obj` carrying tensile's owner annotations (made by tensile, never a candidate)."""
     result = copy.deepcopy(obj)
@@ -119,6 +126,19 @@ def outcome(
             {"Pod": [lower_pod(containers=("main", "sidecar"))]},
             None,
             [("Pod", "app/web", "mismatch")],
+        ),
+        # Created an hour before the upper pod of its name: made for an earlier pod of that
+        # name (a StatefulSet's, re-created while no virtual node ran); within the clocks'
+        # skew it is this one's.
+        (
+            {"Pod": [born(lower_pod(), "2026-01-01T11:00:00Z")]},
+            [born(upper_pod(), "2026-01-01T12:00:00Z")],
+            [("Pod", "app/web", "mismatch")],
+        ),
+        (
+            {"Pod": [born(lower_pod(), "2026-01-01T11:59:30Z")]},
+            [born(upper_pod(), "2026-01-01T12:00:00Z")],
+            [("Pod", "app/web", "adopted")],
         ),
         # Not tensile-kube's shape: no virtual-pod label, or tensile's own marks.
         ({"Pod": [{**lower_pod(), "metadata": _meta("web")}]}, None, []),

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vnode.contracts.objects import as_mapping, dicts_in
+from vnode.providers.k2k import naming
 
 DEFAULT_EXPIRATION = 3607
 """Seconds a token lives when the projected source names no expiry (the ServiceAccount
@@ -202,6 +203,38 @@ def secret(
         "metadata": meta,
         "stringData": data,
     }
+
+
+def is_token_secret(secret: Mapping[str, Any], *, cluster_id: str) -> bool:
+    """Tell whether lower `secret` is a token Secret written for a virtual node of upper
+    cluster `cluster_id` (this type, that cluster's annotation): the only Secrets the token
+    writer may take over when the name it wants is taken."""
+    annotations = as_mapping(as_mapping(secret.get("metadata")).get("annotations"))
+    return (
+        secret.get("type") == SECRET_TYPE
+        and annotations.get(naming.CLUSTER_ANNOTATION) == cluster_id
+    )
+
+
+def renewal_ends(
+    upper_pod: Mapping[str, Any], *, upper_uid: str, lower_pod_there: bool
+) -> str | None:
+    """Why the tokens of the lower pod made for the upper pod of UID `upper_uid` are asked
+    for no more, given `upper_pod` (that name's pod now) and whether the lower pod is still
+    there, or None to renew. They end with the pod, as the kubelet's do: once the upper pod
+    is deleting or another pod of that name, once it has finished (Succeeded or Failed:
+    nothing in it runs to use a token), and once the lower pod is gone."""
+    meta = as_mapping(upper_pod.get("metadata"))
+    if meta.get("deletionTimestamp"):
+        return "the upper pod is going"
+    if meta.get("uid") != upper_uid:
+        return "the upper pod of that name is another one"
+    phase = as_mapping(upper_pod.get("status")).get("phase")
+    if phase in ("Succeeded", "Failed"):
+        return f"the upper pod has finished ({phase})"
+    if not lower_pod_there:
+        return "the lower pod is gone"
+    return None
 
 
 def refresh_at(*, issued: float, expires: float, fraction: float) -> float:

@@ -288,7 +288,11 @@ class K2KProvider:
                     "POST", PODS.path(namespace=lower_ns), body=body
                 )
             except errors.AlreadyExists:
-                return []  # our earlier attempt got through; the informer will show it
+                # Our earlier attempt got through; the informer will show it. Its tokens may
+                # not have been asked for (that attempt raised before `issue`).
+                if self.tokens is not None:
+                    self.tokens.issue(pod, body)
+                return []
             except errors.ApiError as exc:
                 if not errors.is_transient(exc):
                     # An answer: nothing is on its way. (A 5xx or 429 may have got through.)

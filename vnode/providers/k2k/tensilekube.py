@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from vnode.contracts.objects import Obj, as_mapping, dicts_in
+from vnode.kube import timestamps
 from vnode.providers.k2k import dependencies, naming, services, translate
 
 ADOPTED_KINDS = ("Pod", "ConfigMap", "Secret", "PersistentVolumeClaim", "Service")
@@ -43,12 +44,15 @@ LABEL_SELECTOR_ANNOTATION = "labelSelector"
 SKIPPED_NAMESPACE = "kube-system"
 """tensile-kube forwarded no pod and mirrored no Service of this namespace."""
 
+CLOCK_SKEW = 60.0
+"""Seconds a lower pod may seem to predate its upper pod (the two apiservers' clocks differ)
+and still have been made for it."""
 Outcome = Literal["unmatched", "mismatch", "unused", "superseded", "not-mirrored"]
 """Why a tensile-kube object is left as it is:
 - unmatched: no upper object of this node has its name (another tensile-kube node's, or its
   upper object is gone);
-- mismatch: the upper object of that name is not the one it was made for (other
-  containers, another Service type), or tensile's mirror would have to replace it;
+- mismatch: the upper object of that name is not the one it was made for (a pod created
+  before it, other containers, another Service type), or tensile's mirror would have to replace it;
 - unused: a copy no pod of this node uses;
 - superseded: a kind tensile does not mirror (Endpoints: tensile mirrors EndpointSlices);
 - not-mirrored: a kind this node's --enable-controllers leave out."""
@@ -260,7 +264,20 @@ def _adopt(kind: str, lower: Obj, upper: Mapping[str, Any], *, scope: Scope, uid
 
 
 def _pod_mismatch(upper: Mapping[str, Any], lower: Mapping[str, Any]) -> str | None:
-    """Why `lower` was not made for `upper` (other containers), or None."""
+    """Why `lower` was not made for `upper` (created before it: made for an earlier pod of
+    that name, e.g. a StatefulSet's pod re-created while no virtual node ran; or other
+    containers), or None."""
+    born_above = timestamps.parse_rfc3339(
+        as_mapping(upper.get("metadata")).get("creationTimestamp")
+    )
+    born_below = timestamps.parse_rfc3339(
+        as_mapping(lower.get("metadata")).get("creationTimestamp")
+    )
+    if born_above and born_below and (born_above - born_below).total_seconds() > CLOCK_SKEW:
+        return (
+            f"it was created {born_below:%Y-%m-%dT%H:%M:%SZ}, before the upper pod "
+            f"({born_above:%Y-%m-%dT%H:%M:%SZ}): made for an earlier pod of that name"
+        )
     for group in ("initContainers", "containers"):
         above = [c.get("name") for c in dicts_in(as_mapping(upper.get("spec")).get(group))]
         below = [c.get("name") for c in dicts_in(as_mapping(lower.get("spec")).get(group))]

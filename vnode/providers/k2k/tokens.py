@@ -6,10 +6,11 @@ pod) records the pod as due now and wakes the worker, so a token whose request f
 upper apiserver away) is asked again until it lands: the entry is the write in flight. The
 worker asks when an entry is due, writes the lower Secret (created owned by the lower pod,
 or its tokens replaced) and records the next time (`boundtokens.refresh_at`); a failure is
-retried after `RETRY` seconds. An entry ends when the upper pod or the lower pod is gone (its
-tokens are bound to the upper pod; the lower garbage collector removes the Secret with the
-lower pod). At start, every lower pod of this node that mounts such a Secret is due at once
-(the node may have stopped between a pod and its Secret, or past a renewal).
+retried after `RETRY` seconds. An entry ends when the upper pod or the lower pod is gone, or
+the upper pod has finished (`boundtokens.renewal_ends`; its tokens are bound to the upper
+pod; the lower garbage collector removes the Secret with the lower pod). At start, every
+lower pod of this node that mounts such a Secret is due at once (the node may have stopped
+between a pod and its Secret, or past a renewal).
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ from typing import Any
 from prometheus_client import Counter
 
 from vnode.contracts.objects import Obj, as_mapping, dicts_in
-from vnode.kube import errors
+from vnode.kube import errors, timestamps
 from vnode.kube.client import MERGE_PATCH, ApiClient
 from vnode.kube.informer import Informer
 from vnode.kube.resources import CONFIG_MAPS, PODS, SECRETS, object_key
-from vnode.providers.k2k import boundtokens, naming
+from vnode.providers.k2k import boundtokens, naming, slim
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +47,9 @@ TOKEN_REQUESTS = Counter(
 class _Entry:
     upper_key: str
     """"namespace/name" of the upper pod."""
+    upper_uid: str
+    """The upper pod's UID: another pod of that name later is not this one (its tokens
+    would be bound to it, in the old lower pod)."""
     lower: Obj
     """The lower pod's metadata (name, namespace, uid)."""
     due: float
@@ -92,15 +96,19 @@ class UpperTokens:
         return self._started
 
     def issue(self, upper_pod: Mapping[str, Any], lower_pod: Mapping[str, Any]) -> None:
-        """Have the tokens of `lower_pod` (just created for `upper_pod`) asked for now."""
+        """Have the tokens of `lower_pod` (just created for `upper_pod`; without a UID when
+        the create found it made already, then it is read) asked for now."""
         if not boundtokens.asks(upper_pod):
             return
-        self._due_now(object_key(upper_pod), lower_pod)
+        upper_uid = str(as_mapping(upper_pod.get("metadata")).get("uid"))
+        self._due_now(object_key(upper_pod), upper_uid, lower_pod)
 
-    def _due_now(self, upper_key: str, lower_pod: Mapping[str, Any]) -> None:
+    def _due_now(self, upper_key: str, upper_uid: str, lower_pod: Mapping[str, Any]) -> None:
         meta = as_mapping(lower_pod.get("metadata"))
         lower = {"metadata": {k: meta.get(k) for k in ("name", "namespace", "uid")}}
-        self._entries[upper_key] = _Entry(upper_key=upper_key, lower=lower, due=self._clock())
+        self._entries[upper_key] = _Entry(
+            upper_key=upper_key, upper_uid=upper_uid, lower=lower, due=self._clock()
+        )
         self._wake.set()
 
     async def run(self) -> None:
@@ -109,8 +117,10 @@ class UpperTokens:
             if naming.is_owned(lower, owner=self._owner) and _mounts_token(lower):
                 annotations = as_mapping(as_mapping(lower.get("metadata")).get("annotations"))
                 namespace = annotations.get(naming.UPPER_NAMESPACE_ANNOTATION)
-                if namespace:
-                    self._due_now(f"{namespace}/{lower['metadata']['name']}", lower)
+                upper_uid = annotations.get(naming.UPPER_UID_ANNOTATION)
+                if namespace and upper_uid:
+                    key = f"{namespace}/{lower['metadata']['name']}"
+                    self._due_now(key, str(upper_uid), lower)
         self._started = True
         while not self._stopping:
             now = self._clock()
@@ -133,13 +143,18 @@ class UpperTokens:
         namespace, _, name = entry.upper_key.partition("/")
         try:
             upper_pod = await self._upper.request("GET", PODS.path(namespace=namespace, name=name))
-            if upper_pod["metadata"].get("deletionTimestamp"):
-                raise errors.NotFound(code=404, status={"message": "the upper pod is going"})
+            ends = boundtokens.renewal_ends(
+                upper_pod, upper_uid=entry.upper_uid, lower_pod_there=self._lower_pod_there(entry)
+            )
+            if ends is not None:
+                raise errors.NotFound(code=404, status={"message": ends})
+            await self._learn_lower_uid(entry)
             expires_at = await self._write(entry, upper_pod)
         except errors.NotFound as exc:
             # The upper pod (its tokens are bound to it) or the lower pod is gone.
             logger.info("no more tokens for %s: %s", entry.upper_key, exc.message)
-            self._entries.pop(entry.upper_key, None)
+            if self._entries.get(entry.upper_key) is entry:  # not a newer pod's, issued since
+                del self._entries[entry.upper_key]
             return
         except (errors.ApiError, errors.ApiUnavailable) as exc:
             TOKEN_REQUESTS.labels(result="failed").inc()
@@ -151,6 +166,38 @@ class UpperTokens:
         entry.due = boundtokens.refresh_at(issued=now, expires=expires_at, fraction=self._fraction)
         entry.issued = True
         logger.info("tokens of %s written below, next in %.0fs", entry.upper_key, entry.due - now)
+
+    async def _learn_lower_uid(self, entry: _Entry) -> None:
+        """Fill in the lower pod's UID (the Secret's owner) when `issue` was not given it (a
+        create that had got through before: AlreadyExists), from the lower pod of that
+        name, which must be this node's and the upper pod's. Raises NotFound otherwise."""
+        meta = entry.lower["metadata"]
+        if meta.get("uid"):
+            return
+        found = await self._lower.request(
+            "GET", PODS.path(namespace=str(meta["namespace"]), name=str(meta["name"]))
+        )
+        annotations = as_mapping(as_mapping(found.get("metadata")).get("annotations"))
+        if (
+            not naming.is_owned(found, owner=self._owner)
+            or annotations.get(naming.UPPER_UID_ANNOTATION) != entry.upper_uid
+        ):
+            raise errors.NotFound(
+                code=404, status={"message": "the lower pod of that name is not this pod's"}
+            )
+        meta["uid"] = as_mapping(found.get("metadata")).get("uid")
+
+    def _lower_pod_there(self, entry: _Entry) -> bool:
+        """Whether the entry's lower pod is in the informer's store (same UID); a pod just
+        created may not be there yet, so only a renewal (`issued`) may find it gone."""
+        if not entry.issued:
+            return True
+        meta = entry.lower["metadata"]
+        found = self._pods.store.get(f"{meta['namespace']}/{meta['name']}")
+        if found is None:
+            return False
+        uid = as_mapping(found.get("metadata")).get("uid")
+        return meta.get("uid") is None or uid == meta.get("uid")
 
     async def _write(self, entry: _Entry, upper_pod: Obj) -> float:
         """Ask for the tokens and write the lower Secret; return their earliest expiry
@@ -181,7 +228,7 @@ class UpperTokens:
             name=boundtokens.secret_name(str(lower_meta["name"])),
             namespace=str(lower_meta["namespace"]),
             tokens=tokens,
-            expires=dt.datetime.fromtimestamp(expiry, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            expires=timestamps.rfc3339(dt.datetime.fromtimestamp(expiry, dt.UTC)),
             ca=ca,
             upper_namespace=namespace,
             labels={},
@@ -192,23 +239,39 @@ class UpperTokens:
         try:
             await self._lower.request("POST", path, body=body)
         except errors.AlreadyExists:
-            # A Secret left by an earlier pod of the same name is taken over for this one.
+            # Ours (a renewal, or a Secret left by an earlier pod of the same name): its
+            # tokens replaced, for this pod. Anyone else's Secret of that name is not touched.
+            secret_path = SECRETS.path(
+                namespace=str(lower_meta["namespace"]), name=body["metadata"]["name"]
+            )
+            found = await self._lower.request("GET", secret_path)
+            if not boundtokens.is_token_secret(found, cluster_id=self._owner.cluster_id):
+                raise errors.Conflict(
+                    code=409,
+                    status={
+                        "message": f"the lower Secret {object_key(found)} is not a token "
+                        f"Secret of this cluster's virtual nodes ({naming.owner_of(found)}); "
+                        "left as it is"
+                    },
+                ) from None
             meta = body["metadata"]
             patch = {
-                "metadata": {k: meta[k] for k in ("annotations", "ownerReferences")},
+                "metadata": {
+                    "uid": as_mapping(found.get("metadata")).get("uid"),
+                    **{k: meta[k] for k in ("annotations", "ownerReferences")},
+                },
                 "stringData": body["stringData"],
             }
-            await self._lower.request(
-                "PATCH",
-                SECRETS.path(namespace=str(lower_meta["namespace"]), name=body["metadata"]["name"]),
-                body=patch,
-                content_type=MERGE_PATCH,
-            )
+            await self._lower.request("PATCH", secret_path, body=patch, content_type=MERGE_PATCH)
         return expiry
 
 
 def _mounts_token(lower: Mapping[str, Any]) -> bool:
+    """Whether lower pod `lower` mounts its token Secret: as the informer caches it (slim:
+    no volumes, its references under `slim.REFS`), or whole."""
     name = boundtokens.secret_name(str(as_mapping(lower.get("metadata")).get("name")))
+    if ["Secret", name] in (lower.get(slim.REFS) or []):
+        return True
     for volume in dicts_in(as_mapping(lower.get("spec")).get("volumes")):
         for source in dicts_in(as_mapping(volume.get("projected")).get("sources")):
             if as_mapping(source.get("secret")).get("name") == name:
@@ -218,8 +281,5 @@ def _mounts_token(lower: Mapping[str, Any]) -> bool:
 
 def _seconds(timestamp: object, *, now: float, ask: boundtokens.TokenAsk) -> float:
     """The clock's seconds of an RFC 3339 `timestamp` (the asked life when unreadable)."""
-    try:
-        parsed = dt.datetime.strptime(str(timestamp), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
-    except ValueError:
-        return now + ask.expiration
-    return parsed.timestamp()
+    parsed = timestamps.parse_rfc3339(timestamp)
+    return now + ask.expiration if parsed is None else parsed.timestamp()

@@ -145,17 +145,21 @@ def lower_pod(
     token_volumes = {
         str(v.get("name")) for v in dicts_in(spec.get("volumes")) if _is_injected_token_volume(v)
     }
-    if token_volumes and policy.upper_tokens:
-        # The upper token, kept below by the node (`boundtokens`), where the injected one was.
+    bound = (
+        {str(v.get("name")) for v in boundtokens.token_volumes({"spec": spec})}
+        if policy.upper_tokens
+        else set()
+    )
+    if bound:
+        # The upper token, kept below by the node (`boundtokens`), where the injected one was
+        # (a legacy token Secret volume is dropped as before: no upper token is asked for it).
         name = boundtokens.secret_name(str(meta.get("name")))
         spec["volumes"] = [
-            boundtokens.lower_volume(v, secret=name, upper_ca=True)
-            if v.get("name") in token_volumes
-            else v
+            boundtokens.lower_volume(v, secret=name, upper_ca=True) if v.get("name") in bound else v
             for v in dicts_in(spec["volumes"])
         ]
-        token_volumes = set()
-    elif token_volumes:
+        token_volumes -= bound
+    if token_volumes:
         spec["volumes"] = [
             v for v in dicts_in(spec["volumes"]) if v.get("name") not in token_volumes
         ]
