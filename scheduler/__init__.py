@@ -1,0 +1,1 @@
+"""tensile-scheduler: a kube-scheduler extender and the namespace quota slices."""

@@ -1,0 +1,335 @@
+"""The slice controller: keeps each quota'd upper namespace's slices record
+(`vnode.contracts.quotaslices`) and answers the extender's admission question from the
+same caches.
+
+    upper Namespaces                              -> store --+-> queue quota_slices (key: namespace)
+    upper ResourceQuotas                          -> store --+        |
+    upper virtual nodes (type=virtual-kubelet)    -> store --+        v
+    upper pods bound, not finished                -> store --+   slices_decide.decide -> PATCH
+                                                                  Namespace annotations + Events
+
+A namespace is looked at when it, or one of its quotas, changes; a change of the virtual
+nodes or of the pods bound to them has every quota'd namespace looked at again after
+`sync_delay` (one pass for a burst). One worker, so namespaces are placed one after the
+other, each seeing the slices the others hold (`_written` covers the moment between a
+write and its watch event). Writes carry the resourceVersion they were decided on: a
+replica that decided on an older state gets a Conflict and decides again, and since the
+decision is deterministic, replicas agree without a Lease.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+from scheduler import slices_metrics as metrics
+from scheduler.slices import PodUse, allocatable, quota_of, rooms, usable
+from scheduler.slices_admission import admit
+from scheduler.slices_decide import decide
+from scheduler.slices_record import Holding, record_of
+from scheduler.slices_settings import SliceSettings
+from vnode.contracts import labels
+from vnode.contracts.objects import Obj, as_mapping
+from vnode.contracts.quotaslices import SLICES_ANNOTATION
+from vnode.kube import errors
+from vnode.kube.client import MERGE_PATCH, ApiClient
+from vnode.kube.events import EventRecorder
+from vnode.kube.informer import Handlers, Informer
+from vnode.kube.informer_factory import InformerFactory
+from vnode.kube.resources import NAMESPACES, NODES, PODS, RESOURCE_QUOTAS, object_key
+from vnode.kube.workqueue import WorkQueue
+from vnode.providers.k2k.capacity import pod_requests
+
+logger = logging.getLogger(__name__)
+
+COMPONENT = "tensile-scheduler"
+"""The source component of the Events."""
+BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+"""The pods that hold resources on a node (kube-scheduler's own selection of assigned,
+unfinished pods)."""
+_QUOTA_NAMESPACE = "quota-slices/namespace"
+
+
+def _namespace_index(obj: Obj) -> list[str]:
+    return [str(as_mapping(obj.get("metadata")).get("namespace") or "")]
+
+
+def pod_use(pod: Mapping[str, Any]) -> PodUse | None:
+    """The namespace, node and cpu/memory requests of a bound pod; None when unbound or
+    when a quantity in it cannot be read (the apiserver validates them: a hand-made object)."""
+    meta = as_mapping(pod.get("metadata"))
+    node = as_mapping(pod.get("spec")).get("nodeName")
+    if not node:
+        return None
+    try:
+        requests = pod_requests(pod)
+    except (ValueError, TypeError):
+        return None
+    return PodUse(
+        namespace=str(meta.get("namespace") or ""),
+        node=str(node),
+        requests={name: requests.get(name, Fraction(0)) for name in ("cpu", "memory")},
+    )
+
+
+class SliceController:
+    """The caches, the queue and the decisions: a `vnode.serving.lifecycle.Component`."""
+
+    name = "quota-slices"
+
+    def __init__(
+        self,
+        *,
+        client: ApiClient,
+        events: ApiClient,
+        settings: SliceSettings,
+        identity: str,
+        factory: InformerFactory | None = None,
+        may_act: Callable[[], bool] = lambda: True,
+    ) -> None:
+        """`client` reads and writes Namespaces; `events` records Events (a budget of its
+        own); `identity` names this replica (the Events' source host); `factory` shares
+        the informers with the extender when given; `may_act` says whether this replica
+        writes (default: always; the writes are safe from several replicas, see the module
+        docstring)."""
+        self._client = client
+        self._settings = settings
+        self._may_act = may_act
+        self._recorder = EventRecorder(events, component=COMPONENT, host=identity)
+        factory = factory or InformerFactory()
+        self.namespaces = factory.informer(client, NAMESPACES, name="upper-namespaces")
+        self.quotas = factory.informer(client, RESOURCE_QUOTAS, name="upper-resourcequotas")
+        self.quotas.store.add_indexer(_QUOTA_NAMESPACE, _namespace_index)
+        self.nodes = factory.informer(
+            client,
+            NODES,
+            name="upper-virtual-nodes",
+            label_selector=f"{labels.NODE_TYPE_LABEL}={labels.VIRTUAL_NODE_TYPE}",
+        )
+        self.pods = factory.informer(
+            client, PODS, name="upper-bound-pods", field_selector=BOUND_PODS
+        )
+        self.queue = WorkQueue(name="quota_slices")
+        self._uses: dict[str, PodUse] = {}
+        """Bound pod key -> its use (requests read once, at the watch event)."""
+        self._by_place: dict[tuple[str, str], dict[str, PodUse]] = {}
+        """(namespace, node) -> pod key -> use: what the admission sums."""
+        self._written: dict[str, tuple[str | None, str | None]] = {}
+        """Namespace -> (resourceVersion before our last write, the record we wrote), until
+        the namespace informer shows a newer version."""
+        self._held: dict[str, set[str]] = {}
+        """Namespace -> nodes with a slices gauge set (to remove them when gone)."""
+        enqueue = self._enqueue_object
+        self.namespaces.add_handlers(Handlers(on_add=enqueue, on_modify=enqueue, on_delete=enqueue))
+        quota = self._enqueue_namespace_of
+        self.quotas.add_handlers(Handlers(on_add=quota, on_modify=quota, on_delete=quota))
+        self.nodes.add_handlers(
+            Handlers(
+                on_add=self._resync_soon,
+                on_update=self._node_changed,
+                on_delete=self._resync_soon,
+            )
+        )
+        self.pods.add_handlers(
+            Handlers(on_add=self._pod_added, on_modify=self._pod_added, on_delete=self._pod_gone)
+        )
+
+    # Component
+
+    def informers(self) -> Sequence[Informer]:
+        """The caches the decisions and the admission read."""
+        return [self.namespaces, self.quotas, self.nodes, self.pods]
+
+    def ready(self) -> bool:
+        """Whether every cache has its first list."""
+        return all(i.has_synced() for i in self.informers())
+
+    async def start(self) -> None:
+        """Nothing to prepare."""
+
+    async def run(self) -> None:
+        """Decide namespaces one at a time until `shut_down()`."""
+        await self.queue.run(workers=1, handler=self.reconcile)
+
+    async def shut_down(self) -> None:
+        """Stop taking namespaces (the one in hand is finished)."""
+        await self.queue.shut_down()
+
+    # The extender's question
+
+    def admission(self, pod: Mapping[str, Any], node: str) -> str | None:
+        """None when `pod` may go to virtual node `node` within its namespace's slices
+        (or its namespace has no record), else why not (`slices_admission.admit`)."""
+        namespace = str(as_mapping(pod.get("metadata")).get("namespace") or "")
+        found = self.namespaces.store.get(namespace)
+        record = (
+            record_of(as_mapping(as_mapping(found.get("metadata")).get("annotations")))
+            if found is not None
+            else None
+        )
+        if record is None:
+            metrics.ADMISSIONS.labels("unconstrained").inc()
+            return None
+        try:
+            requests = pod_requests(pod)
+        except (ValueError, TypeError):
+            requests = {}
+        placed = [use.requests for use in self._by_place.get((namespace, node), {}).values()]
+        reason = admit(record=record, node=node, requests=requests, placed=placed)
+        metrics.ADMISSIONS.labels("admitted" if reason is None else "refused").inc()
+        return reason
+
+    # Handlers: only look and enqueue.
+
+    def _enqueue_object(self, obj: Obj) -> None:
+        self.queue.add(object_key(obj))
+
+    def _enqueue_namespace_of(self, obj: Obj) -> None:
+        self.queue.add(str(as_mapping(obj.get("metadata")).get("namespace") or ""))
+
+    def _resync_soon(self, _obj: Obj | None = None) -> None:
+        """Look at every namespace with a quota or a record again, after `sync_delay`."""
+        names = {key.partition("/")[0] for key in self.quotas.store.keys()}
+        names.update(self._held)
+        for name in names:
+            self.queue.add_after(name, self._settings.sync_delay)
+
+    def _node_changed(self, old: Obj, new: Obj) -> None:
+        if allocatable(old) != allocatable(new) or usable(old) != usable(new):
+            self._resync_soon()
+
+    def _pod_added(self, pod: Obj) -> None:
+        key = object_key(pod)
+        use = pod_use(pod)
+        if self._uses.get(key) == use:
+            return
+        self._pod_gone(pod)
+        if use is not None:
+            self._uses[key] = use
+            self._by_place.setdefault((use.namespace, use.node), {})[key] = use
+            self._resync_soon()
+
+    def _pod_gone(self, pod: Obj) -> None:
+        key = object_key(pod)
+        use = self._uses.pop(key, None)
+        if use is None:
+            return
+        place = self._by_place.get((use.namespace, use.node), {})
+        place.pop(key, None)
+        if not place:
+            self._by_place.pop((use.namespace, use.node), None)
+        self._resync_soon()
+
+    # The worker
+
+    async def reconcile(self, namespace: str) -> None:
+        """Decide for one namespace and write what changed. Raises the API errors of the
+        write (the queue retries it with backoff)."""
+        obj = self.namespaces.store.get(namespace)
+        meta = as_mapping(obj.get("metadata")) if obj is not None else {}
+        if obj is None or meta.get("deletionTimestamp"):
+            self._written.pop(namespace, None)
+            self._set_gauges(namespace, None, 0)
+            return
+        annotations = dict(as_mapping(meta.get("annotations")))
+        version = str(meta.get("resourceVersion") or "")
+        written = self._written.get(namespace)
+        if written is not None:
+            if written[0] == version:  # our write is not in the cache yet
+                self._apply(annotations, written[1])
+            else:
+                del self._written[namespace]
+        nodes, unusable = self._virtual_nodes()
+        quota = quota_of(self.quotas.store.by_index(_QUOTA_NAMESPACE, namespace))
+        decision = decide(
+            annotations=annotations,
+            quota=quota,
+            cpu=self._settings.cpu,
+            memory=self._settings.memory,
+            headroom=self._settings.headroom,
+            rooms=rooms(
+                namespace=namespace,
+                nodes=nodes,
+                pods=(use for key, use in self._uses.items() if use.node in nodes),
+                records=self._records(),
+                headroom=self._settings.headroom,
+            ),
+            unusable=unusable,
+        )
+        if decision.patch is not None and self._may_act():
+            body = {"metadata": {"resourceVersion": version, "annotations": decision.patch}}
+            try:
+                await self._client.request(
+                    "PATCH",
+                    NAMESPACES.path(name=namespace),
+                    body=body,
+                    content_type=MERGE_PATCH,
+                )
+            except errors.NotFound:
+                return
+            self._written[namespace] = (version, decision.patch.get(SLICES_ANNOTATION))
+            if decision.outcome is not None:
+                metrics.DECISIONS.labels(decision.outcome).inc()
+            for event in decision.events:
+                logger.info("namespace %s: %s: %s", namespace, event.reason, event.message)
+                await self._recorder.record(
+                    obj,
+                    type=event.type,
+                    reason=event.reason,
+                    message=event.message,
+                    kind="Namespace",
+                    api_version="v1",
+                )
+        self._set_gauges(namespace, decision.held, decision.unplaced)
+
+    @staticmethod
+    def _apply(annotations: dict[str, Any], value: str | None) -> None:
+        if value is None:
+            annotations.pop(SLICES_ANNOTATION, None)
+        else:
+            annotations[SLICES_ANNOTATION] = value
+
+    def _virtual_nodes(self) -> tuple[dict[str, dict[str, Fraction]], dict[str, str]]:
+        """(usable virtual node -> allocatable, unusable virtual node -> why)."""
+        nodes: dict[str, dict[str, Fraction]] = {}
+        unusable: dict[str, str] = {}
+        for node in self.nodes.store:
+            name = str(as_mapping(node.get("metadata")).get("name") or "")
+            why = usable(node)
+            if why is None:
+                nodes[name] = allocatable(node)
+            else:
+                unusable[name] = why
+        return nodes, unusable
+
+    def _records(self) -> dict[str, Mapping[str, Holding]]:
+        """Every namespace's record in force (the cache, with our writes not yet in it)."""
+        out: dict[str, Mapping[str, Holding]] = {}
+        for obj in self.namespaces.store:
+            meta = as_mapping(obj.get("metadata"))
+            name = str(meta.get("name") or "")
+            annotations = dict(as_mapping(meta.get("annotations")))
+            written = self._written.get(name)
+            if written is not None and written[0] == str(meta.get("resourceVersion") or ""):
+                self._apply(annotations, written[1])
+            record = record_of(annotations)
+            if record:
+                out[name] = record
+        return out
+
+    def _set_gauges(
+        self, namespace: str, held: Mapping[str, Holding] | None, unplaced: int
+    ) -> None:
+        now = {node: h.count for node, h in (held or {}).items()}
+        for node in self._held.get(namespace, set()) - set(now):
+            metrics.SLICES_HELD.remove(namespace, node)
+        for node, count in now.items():
+            metrics.SLICES_HELD.labels(namespace, node).set(count)
+        if now or unplaced:
+            self._held[namespace] = set(now)
+            metrics.SLICES_UNPLACED.labels(namespace).set(unplaced)
+        elif namespace in self._held:
+            del self._held[namespace]
+            metrics.SLICES_UNPLACED.remove(namespace)
