@@ -49,6 +49,8 @@ COMPONENT = "tensile-scheduler"
 BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 """The pods that hold resources on a node (kube-scheduler's own selection of assigned,
 unfinished pods)."""
+VIRTUAL_NODES = f"{labels.NODE_TYPE_LABEL}={labels.VIRTUAL_NODE_TYPE}"
+"""The label selector of every virtual node."""
 _QUOTA_NAMESPACE = "quota-slices/namespace"
 
 
@@ -88,12 +90,14 @@ class SliceController:
         identity: str,
         factory: InformerFactory | None = None,
         may_act: Callable[[], bool] = lambda: True,
+        node_selector: str = VIRTUAL_NODES,
     ) -> None:
         """`client` reads and writes Namespaces; `events` records Events (a budget of its
         own); `identity` names this replica (the Events' source host); `factory` shares
         the informers with the extender when given; `may_act` says whether this replica
         writes (default: always; the writes are safe from several replicas, see the module
-        docstring)."""
+        docstring); `node_selector` is the label selector of the virtual nodes that take
+        slices (default: every virtual node)."""
         self._client = client
         self._settings = settings
         self._may_act = may_act
@@ -106,7 +110,7 @@ class SliceController:
             client,
             NODES,
             name="upper-virtual-nodes",
-            label_selector=f"{labels.NODE_TYPE_LABEL}={labels.VIRTUAL_NODE_TYPE}",
+            label_selector=node_selector,
         )
         self.pods = factory.informer(
             client, PODS, name="upper-bound-pods", field_selector=BOUND_PODS
