@@ -20,8 +20,10 @@ MAX_SLICE_CPU = Fraction(1 << 20)
 """Largest --slice-cpu (cores): beyond any node."""
 
 
-def add_slice_flags(parser: argparse.ArgumentParser) -> None:
-    """Add --slice-cpu, --slice-memory, --headroom and --slice-sync-delay to `parser`."""
+def add_slice_flags(parser: argparse.ArgumentParser, *, headroom: bool = True) -> None:
+    """Add --slice-cpu, --slice-memory, --slice-sync-delay and (with `headroom`) --headroom
+    to `parser`. `headroom=False`: the command has a --headroom of its own (the extender's,
+    the same share of each lower cluster kept free), which `slice_settings` then reads."""
     a = parser.add_argument
     a(
         "--slice-cpu",
@@ -35,12 +37,13 @@ def add_slice_flags(parser: argparse.ArgumentParser) -> None:
         help="memory of one quota slice: bytes, or a Kubernetes quantity (512Mi, 1Gi) "
         f"(default {format_quantity(DEFAULT_SLICE_MEMORY, binary=True)})",
     )
-    a(
-        "--headroom",
-        default="0",
-        help="share of each virtual node's allocatable kept free of slices, for lower host "
-        "failures: 0 <= x < 1, or a percentage (0.1, 10%%) (default 0)",
-    )
+    if headroom:
+        a(
+            "--headroom",
+            default="0",
+            help="share of each virtual node's allocatable kept free of slices, for lower "
+            "host failures: 0 <= x < 1, or a percentage (0.1, 10%%) (default 0)",
+        )
     a(
         "--slice-sync-delay",
         type=flags.duration,
@@ -64,7 +67,7 @@ def slice_settings(args: argparse.Namespace) -> SliceSettings:
         raise UsageError(
             f"--slice-memory must be a whole number of bytes up to 1Pi, got {args.slice_memory}"
         )
-    text = str(args.headroom).strip()
+    text = str(getattr(args, "headroom", "0")).strip()
     try:
         headroom = Fraction(text[:-1]) / 100 if text.endswith("%") else Fraction(text)
     except (ValueError, ZeroDivisionError):

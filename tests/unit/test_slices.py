@@ -13,6 +13,7 @@ import pytest
 from scheduler.slices import MAX_SLICES, PodUse, allocatable, place, quota_of, rooms, usable
 from scheduler.slices_admission import admit
 from scheduler.slices_decide import decide
+from scheduler.slices_filter import within_slices
 from scheduler.slices_flags import add_slice_flags, slice_settings
 from scheduler.slices_record import (
     Holding,
@@ -425,3 +426,26 @@ def test_flags(argv: tuple[str, ...], cpu: F, memory: int, headroom: F) -> None:
 def test_flag_errors(argv: tuple[str, ...], message: str) -> None:
     with pytest.raises(UsageError, match=message):
         flags(*argv)
+
+
+def test_flags_share_the_commands_headroom() -> None:
+    p = Parser(prog="tensile-scheduler")
+    p.add_argument("--headroom", type=float, default=0.0)  # the extender's own
+    add_slice_flags(p, headroom=False)
+    assert slice_settings(p.parse_args(["--headroom=0.2"])).headroom == F(1, 5)
+
+
+def test_within_slices_moves_refused_virtual_nodes_to_failed() -> None:
+    def admission(pod: Any, node: str) -> str | None:
+        return None if node == "vn-a" else f"no slices on {node}"
+
+    by_name = {"nodenames": ["vn-a", "vn-b", "real"], "failedNodes": {"vn-c": "full below"}}
+    got = within_slices(by_name, pod={}, candidates=["vn-a", "vn-b"], admission=admission)
+    assert got["nodenames"] == ["vn-a", "real"]  # a node that is not virtual passes untouched
+    assert got["failedNodes"] == {"vn-c": "full below", "vn-b": "no slices on vn-b"}
+    assert by_name["nodenames"] == ["vn-a", "vn-b", "real"]  # the input is not changed
+    items = [{"metadata": {"name": n}} for n in ("vn-a", "vn-b")]
+    by_list = {"nodes": {"kind": "NodeList", "items": items}, "failedNodes": {}}
+    got = within_slices(by_list, pod={}, candidates=["vn-a", "vn-b"], admission=admission)
+    assert [i["metadata"]["name"] for i in got["nodes"]["items"]] == ["vn-a"]
+    assert within_slices(by_name, pod={}, candidates=["vn-a"], admission=admission) == by_name

@@ -1,0 +1,46 @@
+"""The quota slices in the extender's filter (pure): nodes the pod's namespace's slices
+refuse move from what passes to `failedNodes`, with the reason the pod's FailedScheduling
+event then shows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from vnode.contracts.objects import as_list, as_mapping
+
+Admission = Callable[[Mapping[str, Any], str], "str | None"]
+"""(pod, virtual node name) -> None to admit, else why not (`SliceController.admission`)."""
+
+
+def within_slices(
+    result: Mapping[str, Any],
+    *,
+    pod: Mapping[str, Any],
+    candidates: Iterable[str],
+    admission: Admission,
+) -> dict[str, Any]:
+    """Return a copy of the ExtenderFilterResult `result` in which each of `candidates`
+    (the virtual nodes that passed the fit check) that `admission` refuses for `pod` is
+    moved from `nodenames` (or `nodes.items`) to `failedNodes`. Nodes that are not
+    virtual are never candidates: they pass untouched. Raises what `admission` raises."""
+    refused = {}
+    for name in candidates:
+        reason = admission(pod, name)
+        if reason is not None:
+            refused[name] = reason
+    if not refused:
+        return dict(result)
+    out = dict(result)
+    out["failedNodes"] = {**as_mapping(result.get("failedNodes")), **refused}
+    if "nodenames" in result:
+        out["nodenames"] = [n for n in as_list(result.get("nodenames")) if n not in refused]
+    if "nodes" in result:
+        nodes = dict(as_mapping(result.get("nodes")))
+        nodes["items"] = [
+            item
+            for item in as_list(nodes.get("items"))
+            if as_mapping(as_mapping(item).get("metadata")).get("name") not in refused
+        ]
+        out["nodes"] = nodes
+    return out
