@@ -21,14 +21,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from fractions import Fraction
 from typing import Any
 
 from scheduler import slices_metrics as metrics
-from scheduler.slices import PodUse, allocatable, quota_of, rooms, usable
+from scheduler.slices import (
+    Commitments,
+    PodUse,
+    allocatable,
+    commitments,
+    quota_of,
+    rooms,
+    usable,
+)
 from scheduler.slices_admission import admit
 from scheduler.slices_decide import decide
-from scheduler.slices_record import Holding, record_of
+from scheduler.slices_record import Holding, Units, record_of, units
 from scheduler.slices_settings import SliceSettings
 from vnode.contracts import labels
 from vnode.contracts.objects import Obj, as_mapping
@@ -72,7 +79,7 @@ def pod_use(pod: Mapping[str, Any]) -> PodUse | None:
     return PodUse(
         namespace=str(meta.get("namespace") or ""),
         node=str(node),
-        requests={name: requests.get(name, Fraction(0)) for name in ("cpu", "memory")},
+        requests={"cpu": 0, "memory": 0, **units(requests)},
     )
 
 
@@ -118,11 +125,19 @@ class SliceController:
         self.queue = WorkQueue(name="quota_slices")
         self._uses: dict[str, PodUse] = {}
         """Bound pod key -> its use (requests read once, at the watch event)."""
-        self._by_place: dict[tuple[str, str], dict[str, PodUse]] = {}
-        """(namespace, node) -> pod key -> use: what the admission sums."""
+        self._usage: dict[tuple[str, str], Units] = {}
+        """(namespace, node) -> the requests of its bound pods, summed as pods come and
+        go: what the rooms and the admission read (`slices.usage_by_place`)."""
+        self._parsed: dict[str, dict[str, Holding] | None] = {}
+        """Record annotation value -> its reading (records change seldom, calls often)."""
         self._written: dict[str, tuple[str | None, str | None]] = {}
         """Namespace -> (resourceVersion before our last write, the record we wrote), until
         the namespace informer shows a newer version."""
+        self._generation = 0
+        """Bumped by every change the commitments depend on (bound pods, virtual nodes,
+        namespaces' records), so they are worked out once for all namespaces decided
+        while nothing changes."""
+        self._state: tuple[int, dict[str, Units], dict[str, str], Commitments] | None = None
         self._held: dict[str, set[str]] = {}
         """Namespace -> nodes with a slices gauge set (to remove them when gone)."""
         enqueue = self._enqueue_object
@@ -169,7 +184,7 @@ class SliceController:
         namespace = str(as_mapping(pod.get("metadata")).get("namespace") or "")
         found = self.namespaces.store.get(namespace)
         record = (
-            record_of(as_mapping(as_mapping(found.get("metadata")).get("annotations")))
+            self._record(as_mapping(as_mapping(found.get("metadata")).get("annotations")))
             if found is not None
             else None
         )
@@ -177,10 +192,10 @@ class SliceController:
             metrics.ADMISSIONS.labels("unconstrained").inc()
             return None
         try:
-            requests = pod_requests(pod)
+            requests = units(pod_requests(pod))
         except (ValueError, TypeError):
             requests = {}
-        placed = [use.requests for use in self._by_place.get((namespace, node), {}).values()]
+        placed = [self._usage[(namespace, node)]] if (namespace, node) in self._usage else []
         reason = admit(record=record, node=node, requests=requests, placed=placed)
         metrics.ADMISSIONS.labels("admitted" if reason is None else "refused").inc()
         return reason
@@ -188,6 +203,7 @@ class SliceController:
     # Handlers: only look and enqueue.
 
     def _enqueue_object(self, obj: Obj) -> None:
+        self._generation += 1
         self.queue.add(object_key(obj))
 
     def _enqueue_namespace_of(self, obj: Obj) -> None:
@@ -195,6 +211,7 @@ class SliceController:
 
     def _resync_soon(self, _obj: Obj | None = None) -> None:
         """Look at every namespace with a quota or a record again, after `sync_delay`."""
+        self._generation += 1
         names = {key.partition("/")[0] for key in self.quotas.store.keys()}
         names.update(self._held)
         for name in names:
@@ -212,7 +229,9 @@ class SliceController:
         self._pod_gone(pod)
         if use is not None:
             self._uses[key] = use
-            self._by_place.setdefault((use.namespace, use.node), {})[key] = use
+            used = self._usage.setdefault((use.namespace, use.node), {})
+            for name, amount in use.requests.items():
+                used[name] = used.get(name, 0) + amount
             self._resync_soon()
 
     def _pod_gone(self, pod: Obj) -> None:
@@ -220,10 +239,12 @@ class SliceController:
         use = self._uses.pop(key, None)
         if use is None:
             return
-        place = self._by_place.get((use.namespace, use.node), {})
-        place.pop(key, None)
-        if not place:
-            self._by_place.pop((use.namespace, use.node), None)
+        place = (use.namespace, use.node)
+        used = self._usage.get(place, {})
+        for name, amount in use.requests.items():
+            used[name] = used.get(name, 0) - amount
+        if not any(used.values()):
+            self._usage.pop(place, None)
         self._resync_soon()
 
     # The worker
@@ -245,7 +266,7 @@ class SliceController:
                 self._apply(annotations, written[1])
             else:
                 del self._written[namespace]
-        nodes, unusable = self._virtual_nodes()
+        nodes, unusable, committed = self._commitments()
         quota = quota_of(self.quotas.store.by_index(_QUOTA_NAMESPACE, namespace))
         decision = decide(
             annotations=annotations,
@@ -256,8 +277,7 @@ class SliceController:
             rooms=rooms(
                 namespace=namespace,
                 nodes=nodes,
-                pods=(use for key, use in self._uses.items() if use.node in nodes),
-                records=self._records(),
+                committed=committed,
                 headroom=self._settings.headroom,
             ),
             unusable=unusable,
@@ -274,6 +294,7 @@ class SliceController:
             except errors.NotFound:
                 return
             self._written[namespace] = (version, decision.patch.get(SLICES_ANNOTATION))
+            self._generation += 1
             if decision.outcome is not None:
                 metrics.DECISIONS.labels(decision.outcome).inc()
             for event in decision.events:
@@ -288,6 +309,17 @@ class SliceController:
                 )
         self._set_gauges(namespace, decision.held, decision.unplaced)
 
+    def _record(self, annotations: Mapping[str, Any]) -> dict[str, Holding] | None:
+        """`slices_record.record_of`, each distinct value read once."""
+        value = annotations.get(SLICES_ANNOTATION)
+        if not isinstance(value, str):
+            return None
+        if value not in self._parsed:
+            if len(self._parsed) >= 4096:
+                self._parsed.clear()
+            self._parsed[value] = record_of(annotations)
+        return self._parsed[value]
+
     @staticmethod
     def _apply(annotations: dict[str, Any], value: str | None) -> None:
         if value is None:
@@ -295,9 +327,18 @@ class SliceController:
         else:
             annotations[SLICES_ANNOTATION] = value
 
-    def _virtual_nodes(self) -> tuple[dict[str, dict[str, Fraction]], dict[str, str]]:
+    def _commitments(self) -> tuple[dict[str, Units], dict[str, str], Commitments]:
+        """The usable virtual nodes' allocatable, the unusable ones (why), and the
+        commitments on them: worked out again only after a change."""
+        if self._state is None or self._state[0] != self._generation:
+            nodes, unusable = self._virtual_nodes()
+            committed = commitments(nodes=nodes, usage=self._usage, records=self._records())
+            self._state = (self._generation, nodes, unusable, committed)
+        return self._state[1], self._state[2], self._state[3]
+
+    def _virtual_nodes(self) -> tuple[dict[str, Units], dict[str, str]]:
         """(usable virtual node -> allocatable, unusable virtual node -> why)."""
-        nodes: dict[str, dict[str, Fraction]] = {}
+        nodes: dict[str, Units] = {}
         unusable: dict[str, str] = {}
         for node in self.nodes.store:
             name = str(as_mapping(node.get("metadata")).get("name") or "")
@@ -318,7 +359,7 @@ class SliceController:
             written = self._written.get(name)
             if written is not None and written[0] == str(meta.get("resourceVersion") or ""):
                 self._apply(annotations, written[1])
-            record = record_of(annotations)
+            record = self._record(annotations)
             if record:
                 out[name] = record
         return out

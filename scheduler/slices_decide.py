@@ -25,6 +25,7 @@ from scheduler.slices_record import (
     format_status,
     parse_record,
     parse_status,
+    show,
 )
 from vnode.contracts.quotaslices import (
     ADMINISTRATOR,
@@ -67,15 +68,15 @@ class Decision:
 def decide(
     *,
     annotations: Mapping[str, Any],
-    quota: Mapping[str, Fraction],
+    quota: Mapping[str, int],
     cpu: Fraction,
     memory: int,
     headroom: Fraction,
-    rooms: Mapping[str, Mapping[str, Fraction]],
+    rooms: Mapping[str, Mapping[str, int]],
     unusable: Mapping[str, str],
 ) -> Decision:
     """Decide for one namespace with `annotations` (its metadata.annotations) and `quota`
-    (`slices.quota_of`); `cpu` (cores) and `memory` (bytes) size a slice, `headroom` is
+    (`slices.quota_of`, `Units`); `cpu` (cores) and `memory` (bytes) size a slice, `headroom` is
     the share of each node kept free (for messages: `rooms` already leave it out),
     `rooms`/`unusable` as `slices.place` takes them. Raises nothing."""
     value = annotations.get(SLICES_ANNOTATION)
@@ -191,19 +192,14 @@ def _administrators(value: str, status: Status | None) -> Decision:
     )
 
 
-def _quota_text(quota: Mapping[str, Fraction]) -> str:
-    parts = []
-    if "cpu" in quota:
-        parts.append(f"requests.cpu={format_quantity(quota['cpu'])}")
-    if "memory" in quota:
-        parts.append(f"requests.memory={format_quantity(quota['memory'], binary=True)}")
-    return ", ".join(parts)
+def _quota_text(quota: Mapping[str, int]) -> str:
+    return ", ".join(f"requests.{name}={show(name, quota[name])}" for name in sorted(quota))
 
 
 def _unplaceable_message(
     placement: Placement,
     size: Any,
-    quota: Mapping[str, Fraction],
+    quota: Mapping[str, int],
     headroom: Fraction,
     value: str,
 ) -> str:

@@ -10,7 +10,17 @@ from typing import Any
 
 import pytest
 
-from scheduler.slices import MAX_SLICES, PodUse, allocatable, place, quota_of, rooms, usable
+from scheduler.slices import (
+    MAX_SLICES,
+    PodUse,
+    allocatable,
+    commitments,
+    place,
+    quota_of,
+    rooms,
+    usable,
+    usage_by_place,
+)
 from scheduler.slices_admission import admit
 from scheduler.slices_decide import decide
 from scheduler.slices_filter import within_slices
@@ -23,6 +33,7 @@ from scheduler.slices_record import (
     format_record,
     parse_record,
     parse_status,
+    units,
 )
 from vnode.contracts.quotaslices import SLICES_ANNOTATION, STATUS_ANNOTATION
 from vnode.kube.quantity import parse_quantity
@@ -31,6 +42,8 @@ from vnode.serving.flags import Parser, UsageError
 GI = 1 << 30
 S = Slice(cpu=F(1, 2), memory=GI)
 """The default slice: (500m,1Gi)."""
+M = 1000
+"""Millicores in a core: the decisions count cpu in millicores and memory in bytes."""
 
 
 def quota(hard: dict[str, str], **spec: Any) -> dict[str, Any]:
@@ -40,15 +53,18 @@ def quota(hard: dict[str, str], **spec: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("quotas", "expected"),
     [
-        ([quota({"requests.cpu": "4", "requests.memory": "8Gi"})], {"cpu": F(4), "memory": 8 * GI}),
-        ([quota({"cpu": "2", "memory": "1Gi"})], {"cpu": F(2), "memory": GI}),
+        (
+            [quota({"requests.cpu": "4", "requests.memory": "8Gi"})],
+            {"cpu": 4 * M, "memory": 8 * GI},
+        ),
+        ([quota({"cpu": "2", "memory": "1Gi"})], {"cpu": 2 * M, "memory": GI}),
         # requests.cpu and cpu are the same bound: both hold, the smaller wins
-        ([quota({"cpu": "2", "requests.cpu": "1500m"})], {"cpu": F(3, 2)}),
+        ([quota({"cpu": "2", "requests.cpu": "1500m"})], {"cpu": 1500}),
         # limits bound bursting, which no node reserves: not read
         ([quota({"limits.cpu": "8", "limits.memory": "8Gi"})], {}),
         ([quota({"pods": "10", "requests.storage": "1Ti"})], {}),
         # several quotas all hold
-        ([quota({"requests.cpu": "4"}), quota({"requests.cpu": "3"})], {"cpu": F(3)}),
+        ([quota({"requests.cpu": "4"}), quota({"requests.cpu": "3"})], {"cpu": 3 * M}),
         # scoped quotas bound only some pods
         ([quota({"requests.cpu": "1"}, scopes=["BestEffort"])], {}),
         ([quota({"requests.cpu": "1"}, scopeSelector={"matchExpressions": []})], {}),
@@ -56,7 +72,7 @@ def quota(hard: dict[str, str], **spec: Any) -> dict[str, Any]:
         ([quota({"requests.cpu": "lots", "memory": "1Gi"}), {"spec": None}], {"memory": GI}),
     ],
 )
-def test_quota_of(quotas: list[dict[str, Any]], expected: dict[str, F]) -> None:
+def test_quota_of(quotas: list[dict[str, Any]], expected: dict[str, int]) -> None:
     assert quota_of(quotas) == expected
 
 
@@ -75,16 +91,16 @@ def test_usable_and_allocatable() -> None:
     assert usable(node(ready="Unknown")) == "is not Ready"
     assert usable(node(unschedulable=True)) == "is cordoned"
     assert usable({}) == "is not Ready"
-    assert allocatable(node("1500m", "1Gi")) == {"cpu": F(3, 2), "memory": GI}
+    assert allocatable(node("1500m", "1Gi")) == {"cpu": 1500, "memory": GI}
     assert allocatable({"status": {"allocatable": {"cpu": "x"}}}) == {"cpu": 0, "memory": 0}
 
 
 def use(namespace: str, node: str, cpu: str, memory: int = 0) -> PodUse:
-    return PodUse(namespace=namespace, node=node, requests={"cpu": F(cpu), "memory": F(memory)})
+    return PodUse(namespace=namespace, node=node, requests={"cpu": int(cpu) * M, "memory": memory})
 
 
 def test_rooms_leave_out_headroom_other_pods_and_other_slices_but_not_own_pods() -> None:
-    nodes = {"a": {"cpu": F(10), "memory": F(10 * GI)}, "b": {"cpu": F(10), "memory": F(0)}}
+    nodes = {"a": {"cpu": 10 * M, "memory": 10 * GI}, "b": {"cpu": 10 * M, "memory": 0}}
     pods = [
         use("mine", "a", "3"),  # inside my own slices: not subtracted
         use("free", "a", "1", GI),  # an unconstrained namespace's pod
@@ -96,10 +112,11 @@ def test_rooms_leave_out_headroom_other_pods_and_other_slices_but_not_own_pods()
         "other": {"a": Holding(count=2, size=S), "b": Holding(count=2, size=S)},
         "mine": {"a": Holding(count=8, size=S)},  # its own record: not a reservation
     }
-    got = rooms(namespace="mine", nodes=nodes, pods=pods, records=records, headroom=F(1, 10))
+    committed = commitments(nodes=nodes, usage=usage_by_place(pods), records=records)
+    got = rooms(namespace="mine", nodes=nodes, committed=committed, headroom=F(1, 10))
     assert got == {
-        "a": {"cpu": F(9) - 1 - 1, "memory": F(9 * GI) - GI - 2 * GI},
-        "b": {"cpu": F(9) - 2, "memory": F(0) - 2 * GI},
+        "a": {"cpu": (9 - 1 - 1) * M, "memory": 9 * GI - GI - 2 * GI},
+        "b": {"cpu": (9 - 2) * M, "memory": 0 - 2 * GI},
     }
 
 
@@ -107,8 +124,8 @@ def held(**counts: int) -> dict[str, Holding]:
     return {n: Holding(count=c, size=S) for n, c in counts.items()}
 
 
-CPU8 = {"cpu": F(4)}  # 8 slices of 500m
-ROOM = {"a": {"cpu": F(6)}, "b": {"cpu": F(2)}, "c": {"cpu": F(0)}}  # room: 12, 4, 0 slices
+CPU8 = {"cpu": 4 * M}  # 8 slices of 500m
+ROOM = {"a": {"cpu": 6 * M}, "b": {"cpu": 2 * M}, "c": {"cpu": 0}}  # room: 12, 4, 0 slices
 SIZE = Slice(cpu=F(1, 2), memory=None)
 
 
@@ -118,30 +135,30 @@ SIZE = Slice(cpu=F(1, 2), memory=None)
         # in proportion to room (12:4 -> 6:2), never on a full node
         ("fresh", CPU8, ROOM, None, {"a": 6, "b": 2}, 0, {}),
         # ties go by name
-        ("tie", {"cpu": F(3, 2)}, {"b": {"cpu": F(1)}, "a": {"cpu": F(1)}}, None,
+        ("tie", {"cpu": 1500}, {"b": {"cpu": 1 * M}, "a": {"cpu": 1 * M}}, None,
          {"a": 2, "b": 1}, 0, {}),
         # unchanged inputs: the same record, even where the rule would spread otherwise
         ("stable", CPU8, ROOM, {"a": 4, "b": 4}, {"a": 4, "b": 4}, 0, {}),
         # a node that left: its slices go where there is room, the others stay
         ("gone", CPU8, ROOM, {"a": 4, "d": 4}, {"a": 6, "b": 2}, 0, {"d": "is gone"}),
         # a node that shrank keeps what still fits
-        ("shrank", CPU8, {"a": {"cpu": F(6)}, "b": {"cpu": F(1)}}, {"a": 4, "b": 4},
+        ("shrank", CPU8, {"a": {"cpu": 6 * M}, "b": {"cpu": 1 * M}}, {"a": 4, "b": 4},
          {"a": 6, "b": 2}, 0, {"b": "has room for 2 slices, held 4"}),
         # the quota shrank: slices given back where fullest for the room (4/4 before 4/12)
-        ("quota shrank", {"cpu": F(2)}, ROOM, {"a": 4, "b": 4}, {"a": 3, "b": 1}, 0,
+        ("quota shrank", {"cpu": 2 * M}, ROOM, {"a": 4, "b": 4}, {"a": 3, "b": 1}, 0,
          {"a": "the quota makes fewer slices", "b": "the quota makes fewer slices"}),
         # the quota grew: added by the rule, the existing kept
-        ("quota grew", {"cpu": F(6)}, ROOM, {"a": 4, "b": 4}, {"a": 8, "b": 4}, 0, {}),
+        ("quota grew", {"cpu": 6 * M}, ROOM, {"a": 4, "b": 4}, {"a": 8, "b": 4}, 0, {}),
         # not enough room anywhere: what fits is placed, the rest reported
-        ("unplaceable", {"cpu": F(10)}, ROOM, None, {"a": 12, "b": 4}, 4, {}),
-        ("full", CPU8, {"c": {"cpu": F(-1)}}, None, {}, 8, {}),
-        ("nothing", {"cpu": F(0)}, ROOM, None, {}, 0, {}),
+        ("unplaceable", {"cpu": 10 * M}, ROOM, None, {"a": 12, "b": 4}, 4, {}),
+        ("full", CPU8, {"c": {"cpu": -1 * M}}, None, {}, 8, {}),
+        ("nothing", {"cpu": 0 * M}, ROOM, None, {}, 0, {}),
     ],
 )  # fmt: skip
 def test_place(
     case: str,
-    quota: dict[str, F],
-    room: dict[str, dict[str, F]],
+    quota: dict[str, int],
+    room: dict[str, dict[str, int]],
     previous: dict[str, int] | None,
     counts: dict[str, int],
     unplaced: int,
@@ -162,11 +179,11 @@ def test_place(
 def test_place_both_resources_and_reasons() -> None:
     # memory is the tighter bound here: 8 slices for cpu, 10 for memory
     got = place(
-        quota={"cpu": F(4), "memory": F(10 * GI)},
+        quota={"cpu": 4 * M, "memory": 10 * GI},
         size=S,
         rooms={
-            "a": {"cpu": F(100), "memory": F(4 * GI)},
-            "b": {"cpu": F(1), "memory": F(100 * GI)},
+            "a": {"cpu": 100 * M, "memory": 4 * GI},
+            "b": {"cpu": 1 * M, "memory": 100 * GI},
         },
         previous={"a": Holding(count=1, size=Slice(cpu=F(1), memory=GI)), "c": held(c=1)["c"]},
         unusable={"c": "is not Ready"},
@@ -179,7 +196,7 @@ def test_place_both_resources_and_reasons() -> None:
 
 
 def test_place_refuses_absurd_slice_counts() -> None:
-    got = place(quota={"cpu": F(MAX_SLICES + 1)}, size=Slice(cpu=F(1), memory=None), rooms={},
+    got = place(quota={"cpu": (MAX_SLICES + 1) * M}, size=Slice(cpu=F(1), memory=None), rooms={},
                 previous=None)  # fmt: skip
     assert (got.counts, got.unplaced) == ({}, MAX_SLICES + 1)
 
@@ -227,8 +244,8 @@ def test_parse_record_errors(text: str, message: str) -> None:
         parse_record(text)
 
 
-ROOMS = {"a": {"cpu": F(6), "memory": F(64 * GI)}, "b": {"cpu": F(2), "memory": F(64 * GI)}}
-QUOTA = {"cpu": F(4)}
+ROOMS = {"a": {"cpu": 6 * M, "memory": 64 * GI}, "b": {"cpu": 2 * M, "memory": 64 * GI}}
+QUOTA = {"cpu": 4 * M}
 
 
 def run(annotations: dict[str, str], quota: dict[str, F] = QUOTA, **kw: Any) -> Any:
@@ -312,7 +329,7 @@ def test_decide_recomputes_a_cleared_record() -> None:
 
 
 def test_decide_says_when_the_quota_cannot_be_placed() -> None:
-    decision = run({}, quota={"cpu": F(10)})
+    decision = run({}, quota={"cpu": 10 * M})
     assert decision.patch[SLICES_ANNOTATION] == "a=12x(500m,-),b=4x(500m,-)"
     [event] = decision.events
     assert (event.type, event.reason) == ("Warning", "QuotaSlicesUnplaceable")
@@ -366,10 +383,10 @@ def test_admit(
         record=record,
         node=node,
         requests={
-            "cpu": parse_quantity(cpu),
-            "memory": F(GI // 4),
+            "cpu": units({"cpu": parse_quantity(cpu)})["cpu"],
+            "memory": GI // 4,
         },
-        placed=[{"cpu": parse_quantity(p)} for p in placed],
+        placed=[units({"cpu": parse_quantity(p)}) for p in placed],
     )
     assert got == reason
 
@@ -378,8 +395,8 @@ def test_admit_memory() -> None:
     reason = admit(
         record={"a": Holding(count=1, size=S)},
         node="a",
-        requests={"cpu": F(0), "memory": F(GI)},
-        placed=[{"memory": F(1)}],
+        requests={"cpu": 0 * M, "memory": GI},
+        placed=[{"memory": 1}],
     )
     assert reason == (
         "its namespace's quota slices on a (1x(500m,1Gi)) allow 1Gi memory: 1 in use, "
