@@ -22,7 +22,8 @@ def within_slices(
 ) -> dict[str, Any]:
     """Return a copy of the ExtenderFilterResult `result` in which each of `candidates`
     (the virtual nodes that passed the fit check) that `admission` refuses for `pod` is
-    moved from `nodenames` (or `nodes.items`) to `failedNodes`. Nodes that are not
+    moved from `NodeNames` (or `Nodes.items`) to `FailedNodes` (field names in either
+    case). Nodes that are not
     virtual are never candidates: they pass untouched. Raises what `admission` raises."""
     refused = {}
     for name in candidates:
@@ -31,16 +32,20 @@ def within_slices(
             refused[name] = reason
     if not refused:
         return dict(result)
+    # kube-scheduler reads the fields case-insensitively (Go's encoding/json): keep whichever
+    # spelling the result uses ("FailedNodes" as Go writes it, "failedNodes" too).
+    key = {k.lower(): k for k in result}
+    failed, names, nodes = (key.get(k.lower(), k) for k in ("FailedNodes", "NodeNames", "Nodes"))
     out = dict(result)
-    out["failedNodes"] = {**as_mapping(result.get("failedNodes")), **refused}
-    if "nodenames" in result:
-        out["nodenames"] = [n for n in as_list(result.get("nodenames")) if n not in refused]
-    if "nodes" in result:
-        nodes = dict(as_mapping(result.get("nodes")))
-        nodes["items"] = [
+    out[failed] = {**as_mapping(result.get(failed)), **refused}
+    if names in result:
+        out[names] = [n for n in as_list(result.get(names)) if n not in refused]
+    if nodes in result:
+        node_list = dict(as_mapping(result.get(nodes)))
+        node_list["items"] = [
             item
-            for item in as_list(nodes.get("items"))
+            for item in as_list(node_list.get("items"))
             if as_mapping(as_mapping(item).get("metadata")).get("name") not in refused
         ]
-        out["nodes"] = nodes
+        out[nodes] = node_list
     return out

@@ -462,7 +462,8 @@ def test_within_slices_moves_refused_virtual_nodes_to_failed() -> None:
     assert got["failedNodes"] == {"vn-c": "full below", "vn-b": "no slices on vn-b"}
     assert by_name["nodenames"] == ["vn-a", "vn-b", "real"]  # the input is not changed
     items = [{"metadata": {"name": n}} for n in ("vn-a", "vn-b")]
-    by_list = {"nodes": {"kind": "NodeList", "items": items}, "failedNodes": {}}
+    by_list = {"Nodes": {"kind": "NodeList", "items": items}, "FailedNodes": {}, "Error": ""}
     got = within_slices(by_list, pod={}, candidates=["vn-a", "vn-b"], admission=admission)
-    assert [i["metadata"]["name"] for i in got["nodes"]["items"]] == ["vn-a"]
+    assert [i["metadata"]["name"] for i in got["Nodes"]["items"]] == ["vn-a"]  # Go's names
+    assert got["FailedNodes"] == {"vn-b": "no slices on vn-b"}
     assert within_slices(by_name, pod={}, candidates=["vn-a"], admission=admission) == by_name
