@@ -118,6 +118,11 @@ class Ledger:
         self._nodes[node] = plus(self._nodes.get(node, {}), requests)
         return True
 
+    def requested(self, node: str) -> dict[str, Fraction]:
+        """Return the summed requests of the pods counted on `node` ("pods": their count;
+        empty when none), a new dict."""
+        return dict(self._nodes.get(node, {}))
+
     def remove(self, key: str) -> bool:
         """Stop counting `key`; returns whether it was counted."""
         counted = self._pods.pop(key, None)
