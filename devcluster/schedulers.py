@@ -71,9 +71,9 @@ class SchedulerExtenderProcess(programs.Program):
         kubeconfig: Path | None = None,
         args: Sequence[str] = (),
     ) -> None:
-        """`kubeconfig` defaults to the cluster's admin kubeconfig; `args` are added to the flags the fleet dictates (port, certificate, kubeconfig,
-        `--metrics-addr` on a free loopback port). Raises KeyError when the fleet reserved
-        no extender port for `upper`."""
+        """`kubeconfig` defaults to the cluster's admin kubeconfig; `args` are added to the
+        flags the fleet dictates (port, certificate, `--metrics-addr` on a free loopback
+        port). Raises KeyError when the fleet reserved no extender port for `upper`."""
         port = fleet.ports[f"{upper}-scheduler-extender"]
         pki = fleet.directory / "pki"
         self.name = name

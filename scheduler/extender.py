@@ -1,13 +1,15 @@
 """The extender's decisions (pure): kube-scheduler's extender API, filter and prioritize.
 
-Shapes are those of k8s.io/kube-scheduler/extender/v1 (types.go), in JSON:
+Shapes are those of k8s.io/kube-scheduler/extender/v1 (types.go), whose fields carry no
+JSON tags: Go writes them under their field names, and reads them matching names
+case-insensitively (encoding/json), which `parse_args` does too:
 
-- ExtenderArgs: {"pod": Pod, "nodes": NodeList (omitempty), "nodenames": [string]
-  (omitempty)}; with `nodeCacheCapable: true` the scheduler sends only "nodenames".
-- ExtenderFilterResult: {"nodes" or "nodenames": what passes, "failedNodes": {name:
-  reason}, "failedAndUnresolvableNodes": {}, "error": ""}; the reasons of failedNodes end
+- ExtenderArgs: {"Pod": Pod, "Nodes": NodeList or null, "NodeNames": [string] or null};
+  with `nodeCacheCapable: true` the scheduler sends only "NodeNames".
+- ExtenderFilterResult: {"Nodes" or "NodeNames": what passes, "FailedNodes": {name:
+  reason}, "FailedAndUnresolvableNodes": {}, "Error": ""}; the reasons of FailedNodes end
   up in the pod's FailedScheduling event ("0/3 nodes are available: ...").
-- HostPriorityList: [{"host": name, "score": 0..MAX_EXTENDER_PRIORITY}], which the
+- HostPriorityList: [{"Host": name, "Score": 0..MAX_EXTENDER_PRIORITY}], which the
   scheduler scales by the extender's weight and adds to its plugins' scores.
 
 For each virtual node among the candidates, the pod's lower placement is worked out as the
@@ -95,22 +97,23 @@ def parse_args(body: object) -> Call:
     """Return the call in `body` (decoded JSON). Raises BadArgs naming the bad part."""
     if not isinstance(body, Mapping):
         raise BadArgs("the body must be a JSON object (ExtenderArgs)")
-    pod = body.get("pod")
+    fields = {str(key).lower(): value for key, value in body.items()}
+    pod = fields.get("pod")
     if not isinstance(pod, Mapping) or not isinstance(pod.get("spec"), Mapping):
-        raise BadArgs('"pod" must be a Pod object with a spec')
-    names = body.get("nodenames")
-    node_list = body.get("nodes")
+        raise BadArgs('"Pod" must be a Pod object with a spec')
+    names = fields.get("nodenames")
+    node_list = fields.get("nodes")
     if names is not None:
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise BadArgs('"nodenames" must be a list of node names')
+            raise BadArgs('"NodeNames" must be a list of node names')
         return Call(pod=pod, names=tuple(names), nodes=None)
     if node_list is not None:
         items = as_mapping(node_list).get("items")
         if not isinstance(items, list) or not all(isinstance(i, Mapping) for i in items):
-            raise BadArgs('"nodes" must be a NodeList with "items"')
+            raise BadArgs('"Nodes" must be a NodeList with "items"')
         found = tuple(str(as_mapping(i.get("metadata")).get("name") or "") for i in items)
         return Call(pod=pod, names=found, nodes=tuple(items))
-    raise BadArgs('neither "nodenames" nor "nodes" is given')
+    raise BadArgs('neither "NodeNames" nor "Nodes" is given')
 
 
 def judge(call: Call, *, fleet: Fleet, policy: Policy) -> list[Verdict]:
@@ -160,16 +163,16 @@ def filter_result(call: Call, verdicts: Sequence[Verdict]) -> dict[str, Any]:
     """Return the ExtenderFilterResult for `verdicts` (in the form the call came in)."""
     failed = {v.name: v.reason() for v in verdicts if not v.fits}
     passed = [v.name for v in verdicts if v.fits]
-    result: dict[str, Any] = {"failedNodes": failed, "failedAndUnresolvableNodes": {}, "error": ""}
+    result: dict[str, Any] = {"FailedNodes": failed, "FailedAndUnresolvableNodes": {}, "Error": ""}
     if call.nodes is None:
-        result["nodenames"] = passed
+        result["NodeNames"] = passed
     else:
         kept = set(passed)
         items = [n for n in call.nodes if as_mapping(n.get("metadata")).get("name") in kept]
-        result["nodes"] = {"apiVersion": "v1", "kind": "NodeList", "items": items}
+        result["Nodes"] = {"apiVersion": "v1", "kind": "NodeList", "items": items}
     return result
 
 
 def priorities(verdicts: Sequence[Verdict]) -> list[dict[str, Any]]:
     """Return the HostPriorityList for `verdicts`."""
-    return [{"host": v.name, "score": v.score} for v in verdicts]
+    return [{"Host": v.name, "Score": v.score} for v in verdicts]

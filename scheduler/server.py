@@ -71,7 +71,7 @@ def _prioritize(judge: Judge, call: extender.Call) -> list[dict[str, Any]]:
 def _fallback(verb: str, call: extender.Call) -> Any:
     """The answer of an extender that judges nothing: every node passes, all score 0."""
     if verb == "prioritize":
-        return [{"host": name, "score": 0} for name in call.names]
+        return [{"Host": name, "Score": 0} for name in call.names]
     return extender.filter_result(
         call, [extender.Verdict(name=n, virtual=False) for n in call.names]
     )

@@ -110,6 +110,7 @@ class ExtenderServer:
         self._sock = sock
         self._context = context
         self._stopping = False
+        self._listening = False
         self._drained = asyncio.Event()
         self.fleet = Fleet()
         self.nodes = Informer(
@@ -127,10 +128,14 @@ class ExtenderServer:
             )
         )
         self.health = endpoints.Health()
-        """`/readyz`: not while stopping, until the virtual Nodes are listed."""
+        """`/readyz`: not while stopping, until the virtual Nodes are listed and the HTTPS
+        port listens (a call before that is refused, and kube-scheduler goes on without)."""
         self.health.add_check("shutdown", lambda: "shutting down" if self._stopping else None)
         self.health.add_check(
             "informers", lambda: None if self.nodes.has_synced() else "virtual nodes not listed"
+        )
+        self.health.add_check(
+            "serving", lambda: None if self._listening else "the HTTPS port is not listening yet"
         )
         app = make_app(
             Judge(fleet=self.fleet, policy=settings.policy),
@@ -168,12 +173,13 @@ class ExtenderServer:
 
     def ready(self) -> bool:
         """Whether it serves with listed caches."""
-        return not self._stopping and self.nodes.has_synced()
+        return not self._stopping and self._listening and self.nodes.has_synced()
 
     async def run(self) -> None:
         """Listen, keep the certificate current, until `shut_down` has drained."""
         server = self._settings.server
         await web.SockSite(self._app_runner, self._sock, ssl_context=self._context).start()
+        self._listening = True
         logger.info("extender on https://%s:%s (filter, prioritize)", server.address, server.port)
         async with asyncio.TaskGroup() as group:
             reload = group.create_task(

@@ -64,19 +64,19 @@ async def test_filter_and_prioritize_answer_in_the_extender_shapes() -> None:
     fleet.put(_virtual("small", "1"))
     fleet.put(_virtual("big", "4"))
     async with serving(fleet) as url, aiohttp.ClientSession() as session:
-        args = {"pod": POD, "nodenames": ["small", "big", "plain"]}
+        args = {"Pod": POD, "NodeNames": ["small", "big", "plain"]}
         async with session.post(f"{url}/filter", json=args) as answer:
             assert answer.status == 200
             body = await answer.json()
-        assert body["nodenames"] == ["big", "plain"]
-        assert body["failedNodes"] == {
+        assert body["NodeNames"] == ["big", "plain"]
+        assert body["FailedNodes"] == {
             "small": "lower cluster of small: 0/1 nodes are available: 1 Insufficient cpu."
         }
         async with session.post(f"{url}/prioritize", json=args) as answer:
             assert await answer.json() == [
-                {"host": "small", "score": 0},
-                {"host": "big", "score": 5},  # 1 + round(9 * 0.5), half to even
-                {"host": "plain", "score": 0},
+                {"Host": "small", "Score": 0},
+                {"Host": "big", "Score": 5},  # 1 + round(9 * 0.5), half to even
+                {"Host": "plain", "Score": 0},
             ]
 
 
@@ -85,8 +85,8 @@ async def test_filter_and_prioritize_answer_in_the_extender_shapes() -> None:
     [
         (b"{", "application/json", 400, "not JSON"),
         (b"[]", "application/json", 400, "not an ExtenderArgs: the body must be a JSON object"),
-        (b'{"pod": {"spec": {}}}', "application/json", 400, 'neither "nodenames"'),
-        (b'{"nodenames": []}', "application/json", 400, '"pod" must be a Pod'),
+        (b'{"pod": {"spec": {}}}', "application/json", 400, 'neither "NodeNames"'),
+        (b'{"NodeNames": []}', "application/json", 400, '"Pod" must be a Pod'),
         (b"{}", "text/plain", 415, "is not application/json"),
         (b"[" * 70_000, "application/json", 413, ""),
     ],
@@ -110,12 +110,12 @@ class _Broken(Fleet):
 
 async def test_a_decision_that_raises_lets_every_node_pass() -> None:
     async with serving(_Broken()) as url, aiohttp.ClientSession() as session:
-        args = {"pod": POD, "nodenames": ["a", "b"]}
+        args = {"Pod": POD, "NodeNames": ["a", "b"]}
         async with session.post(f"{url}/filter", json=args) as answer:
             assert answer.status == 200
-            assert (await answer.json())["nodenames"] == ["a", "b"]
+            assert (await answer.json())["NodeNames"] == ["a", "b"]
         async with session.post(f"{url}/prioritize", json=args) as answer:
-            assert await answer.json() == [{"host": "a", "score": 0}, {"host": "b", "score": 0}]
+            assert await answer.json() == [{"Host": "a", "Score": 0}, {"Host": "b", "Score": 0}]
         async with session.get(f"{url}/metrics") as answer:
             text = await answer.text()
         assert 'tensile_scheduler_extender_requests_total{result="error",verb="filter"}' in text

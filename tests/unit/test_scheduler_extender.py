@@ -73,49 +73,49 @@ FILTER_CASES = [
 def test_filter_passes_what_fits_below_and_what_is_not_virtual(
     fleet: Fleet, what: str, pod: Any, passes: list[str], fails: list[str]
 ) -> None:
-    call = extender.parse_args({"pod": pod, "nodenames": ["vn-a", "vn-b", "vn-c", "real"]})
+    call = extender.parse_args({"pod": pod, "NodeNames": ["vn-a", "vn-b", "vn-c", "real"]})
     result = extender.filter_result(
         call, extender.judge(call, fleet=fleet, policy=extender.Policy())
     )
-    assert result["nodenames"] == passes, what
-    assert sorted(result["failedNodes"]) == fails, what
-    assert result["failedAndUnresolvableNodes"] == {}
-    assert result["error"] == ""
+    assert result["NodeNames"] == passes, what
+    assert sorted(result["FailedNodes"]) == fails, what
+    assert result["FailedAndUnresolvableNodes"] == {}
+    assert result["Error"] == ""
 
 
 def test_the_reason_reads_like_the_schedulers(fleet: Fleet) -> None:
-    call = extender.parse_args({"pod": _pod("1500m"), "nodenames": ["vn-a"]})
+    call = extender.parse_args({"Pod": _pod("1500m"), "NodeNames": ["vn-a"]})
     result = extender.filter_result(
         call, extender.judge(call, fleet=fleet, policy=extender.Policy())
     )
-    assert result["failedNodes"] == {
+    assert result["FailedNodes"] == {
         "vn-a": "lower cluster of vn-a: 0/2 nodes are available: 2 Insufficient cpu."
     }
 
 
 def test_a_node_list_is_answered_with_a_node_list(fleet: Fleet) -> None:
     nodes = {"items": [{"metadata": {"name": "vn-a"}}, {"metadata": {"name": "vn-b"}}]}
-    call = extender.parse_args({"pod": _pod("1500m"), "nodes": nodes})
+    call = extender.parse_args({"Pod": _pod("1500m"), "Nodes": nodes})
     result = extender.filter_result(
         call, extender.judge(call, fleet=fleet, policy=extender.Policy())
     )
-    assert [n["metadata"]["name"] for n in result["nodes"]["items"]] == ["vn-b"]
+    assert [n["metadata"]["name"] for n in result["Nodes"]["items"]] == ["vn-b"]
 
 
 def test_prioritize_prefers_the_tightest_hole(fleet: Fleet) -> None:
-    call = extender.parse_args({"pod": _pod("1500m"), "nodenames": ["vn-a", "vn-b", "vn-c", "x"]})
+    call = extender.parse_args({"Pod": _pod("1500m"), "NodeNames": ["vn-a", "vn-b", "vn-c", "x"]})
     scores = extender.priorities(extender.judge(call, fleet=fleet, policy=extender.Policy()))
     assert scores == [
-        {"host": "vn-a", "score": 0},
-        {"host": "vn-b", "score": 3},  # 1.5 of 8 free cpu: 1 + round(9 * 0.1875)
-        {"host": "vn-c", "score": 8},  # 1.5 of 2: 1 + round(9 * 0.75)
-        {"host": "x", "score": 0},
+        {"Host": "vn-a", "Score": 0},
+        {"Host": "vn-b", "Score": 3},  # 1.5 of 8 free cpu: 1 + round(9 * 0.1875)
+        {"Host": "vn-c", "Score": 8},  # 1.5 of 2: 1 + round(9 * 0.75)
+        {"Host": "x", "Score": 0},
     ]
-    assert all(0 <= s["score"] <= extender.MAX_EXTENDER_PRIORITY for s in scores)
+    assert all(0 <= s["Score"] <= extender.MAX_EXTENDER_PRIORITY for s in scores)
 
 
 def test_headroom_scores_zero_but_never_filters(fleet: Fleet) -> None:
-    call = extender.parse_args({"pod": _pod("1500m"), "nodenames": ["vn-c"]})
+    call = extender.parse_args({"Pod": _pod("1500m"), "NodeNames": ["vn-c"]})
     verdicts = extender.judge(call, fleet=fleet, policy=extender.Policy(headroom=0.5))
     assert verdicts[0].fits
     assert verdicts[0].score == 0
@@ -125,9 +125,9 @@ def test_headroom_scores_zero_but_never_filters(fleet: Fleet) -> None:
     ("body", "error"),
     [
         ([], "JSON object"),
-        ({"nodenames": []}, '"pod"'),
-        ({"pod": {"spec": {}}}, 'neither "nodenames" nor "nodes"'),
-        ({"pod": {"spec": {}}, "nodenames": [1]}, "list of node names"),
+        ({"NodeNames": []}, '"Pod"'),
+        ({"pod": {"spec": {}}}, 'neither "NodeNames" nor "Nodes"'),
+        ({"pod": {"spec": {}}, "NodeNames": [1]}, "list of node names"),
         ({"pod": {"spec": {}}, "nodes": {"items": 3}}, "NodeList"),
     ],
 )
@@ -141,8 +141,19 @@ def test_an_unreadable_summary_leaves_the_node_untouched() -> None:
     fleet.put({"metadata": {"name": "vn", "annotations": {summary.ANNOTATION: "{"}}})
     assert fleet.get("vn") is None
     assert "not JSON" in fleet.unreadable["vn"]
-    call = extender.parse_args({"pod": _pod("100"), "nodenames": ["vn"]})
+    call = extender.parse_args({"Pod": _pod("100"), "NodeNames": ["vn"]})
     result = extender.filter_result(
         call, extender.judge(call, fleet=fleet, policy=extender.Policy())
     )
-    assert result["nodenames"] == ["vn"]
+    assert result["NodeNames"] == ["vn"]
+
+
+def test_args_as_go_writes_them_are_read(fleet: Fleet) -> None:
+    """extender/v1 has no JSON tags: kube-scheduler writes the field names, a nil Nodes as
+    null; keys are matched case-insensitively, as Go reads them."""
+    sent = {"Pod": _pod("1500m"), "Nodes": None, "NodeNames": ["vn-a", "vn-b"]}
+    call = extender.parse_args(sent)
+    assert call.names == ("vn-a", "vn-b")
+    assert call.nodes is None
+    lower = extender.parse_args({"pod": _pod("1"), "nodenames": ["x"]})
+    assert lower.names == ("x",)
