@@ -47,7 +47,7 @@ from vnode.kube.informer import Handlers, Informer
 from vnode.kube.informer_factory import InformerFactory
 from vnode.kube.resources import NAMESPACES, NODES, PODS, RESOURCE_QUOTAS, object_key
 from vnode.kube.workqueue import WorkQueue
-from vnode.providers.k2k.capacity import pod_requests
+from vnode.placement.requests import pod_requests
 
 logger = logging.getLogger(__name__)
 
