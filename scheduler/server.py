@@ -20,6 +20,7 @@ from aiohttp import web
 
 from scheduler import extender, metrics
 from scheduler.fleet import Fleet
+from scheduler.slices_filter import Admission, within_slices
 from vnode.kube import codec
 from vnode.serving import endpoints
 
@@ -36,6 +37,8 @@ class Judge:
 
     fleet: Fleet
     policy: extender.Policy
+    admission: Admission | None = None
+    """The quota slices' check (`SliceController.admission`); None: not enforced."""
 
 
 JUDGE_KEY: Final = web.AppKey("judge", Judge)
@@ -61,7 +64,11 @@ def _filter(judge: Judge, call: extender.Call) -> dict[str, Any]:
     for verdict in verdicts:
         label = "passed" if not verdict.virtual else ("fit" if verdict.fits else "unfit")
         metrics.NODES.labels(label).inc()
-    return extender.filter_result(call, verdicts)
+    result = extender.filter_result(call, verdicts)
+    if judge.admission is not None:  # a quota'd namespace's pods only within its slices
+        fitting = [v.name for v in verdicts if v.virtual and v.fits]
+        result = within_slices(result, pod=call.pod, candidates=fitting, admission=judge.admission)
+    return result
 
 
 def _prioritize(judge: Judge, call: extender.Call) -> list[dict[str, Any]]:

@@ -116,7 +116,7 @@ class SliceController:
         self.nodes = factory.informer(
             client,
             NODES,
-            name="upper-virtual-nodes",
+            name="upper-slice-virtual-nodes",
             label_selector=node_selector,
         )
         self.pods = factory.informer(
