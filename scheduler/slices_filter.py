@@ -1,6 +1,11 @@
 """The quota slices in the extender's filter (pure): nodes the pod's namespace's slices
-refuse move from what passes to `failedNodes`, with the reason the pod's FailedScheduling
-event then shows."""
+refuse move from what passes to `FailedAndUnresolvableNodes`, with the reason the pod's
+FailedScheduling event then shows.
+
+Unresolvable, not merely failed: kube-scheduler's preemption looks for victims on failed
+nodes, and evicting other pods there never gives a namespace slices it does not hold (nor
+budget it has used): the victims would be evicted for nothing, as the filter would refuse
+the node again."""
 
 from __future__ import annotations
 
@@ -22,8 +27,8 @@ def within_slices(
 ) -> dict[str, Any]:
     """Return a copy of the ExtenderFilterResult `result` in which each of `candidates`
     (the virtual nodes that passed the fit check) that `admission` refuses for `pod` is
-    moved from `NodeNames` (or `Nodes.items`) to `FailedNodes` (field names in either
-    case). Nodes that are not
+    moved from `NodeNames` (or `Nodes.items`) to `FailedAndUnresolvableNodes` (field
+    names in either case). Nodes that are not
     virtual are never candidates: they pass untouched. Raises what `admission` raises."""
     refused = {}
     for name in candidates:
@@ -35,7 +40,9 @@ def within_slices(
     # kube-scheduler reads the fields case-insensitively (Go's encoding/json): keep whichever
     # spelling the result uses ("FailedNodes" as Go writes it, "failedNodes" too).
     key = {k.lower(): k for k in result}
-    failed, names, nodes = (key.get(k.lower(), k) for k in ("FailedNodes", "NodeNames", "Nodes"))
+    failed, names, nodes = (
+        key.get(k.lower(), k) for k in ("FailedAndUnresolvableNodes", "NodeNames", "Nodes")
+    )
     out = dict(result)
     out[failed] = {**as_mapping(result.get(failed)), **refused}
     if names in result:

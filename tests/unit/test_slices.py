@@ -452,18 +452,25 @@ def test_flags_share_the_commands_headroom() -> None:
     assert slice_settings(p.parse_args(["--headroom=0.2"])).headroom == F(1, 5)
 
 
-def test_within_slices_moves_refused_virtual_nodes_to_failed() -> None:
+def test_within_slices_moves_refused_virtual_nodes_to_failed_and_unresolvable() -> None:
     def admission(pod: Any, node: str) -> str | None:
         return None if node == "vn-a" else f"no slices on {node}"
 
-    by_name = {"nodenames": ["vn-a", "vn-b", "real"], "failedNodes": {"vn-c": "full below"}}
+    by_name = {
+        "nodenames": ["vn-a", "vn-b", "real"],
+        "failedNodes": {"vn-c": "full below"},
+        "failedAndUnresolvableNodes": {"vn-d": "gone"},
+    }
     got = within_slices(by_name, pod={}, candidates=["vn-a", "vn-b"], admission=admission)
     assert got["nodenames"] == ["vn-a", "real"]  # a node that is not virtual passes untouched
-    assert got["failedNodes"] == {"vn-c": "full below", "vn-b": "no slices on vn-b"}
+    assert got["failedNodes"] == {"vn-c": "full below"}
+    # preemption must not evict pods there for nothing
+    assert got["failedAndUnresolvableNodes"] == {"vn-d": "gone", "vn-b": "no slices on vn-b"}
     assert by_name["nodenames"] == ["vn-a", "vn-b", "real"]  # the input is not changed
     items = [{"metadata": {"name": n}} for n in ("vn-a", "vn-b")]
     by_list = {"Nodes": {"kind": "NodeList", "items": items}, "FailedNodes": {}, "Error": ""}
     got = within_slices(by_list, pod={}, candidates=["vn-a", "vn-b"], admission=admission)
     assert [i["metadata"]["name"] for i in got["Nodes"]["items"]] == ["vn-a"]  # Go's names
-    assert got["FailedNodes"] == {"vn-b": "no slices on vn-b"}
+    assert got["FailedAndUnresolvableNodes"] == {"vn-b": "no slices on vn-b"}
+    assert got["FailedNodes"] == {}
     assert within_slices(by_name, pod={}, candidates=["vn-a"], admission=admission) == by_name
