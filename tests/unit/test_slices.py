@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from scheduler import cli as scheduler_cli
 from scheduler.slices import (
     MAX_SLICES,
     PodUse,
@@ -474,3 +475,14 @@ def test_within_slices_moves_refused_virtual_nodes_to_failed_and_unresolvable() 
     assert got["FailedAndUnresolvableNodes"] == {"vn-b": "no slices on vn-b"}
     assert got["FailedNodes"] == {}
     assert within_slices(by_name, pod={}, candidates=["vn-a"], admission=admission) == by_name
+
+
+def test_the_scheduler_command_takes_the_slice_flags() -> None:
+    tls = ["--tls-cert-file=c", "--tls-private-key-file=k"]
+    settings = scheduler_cli.parse(
+        [*tls, "--slice-cpu=250m", "--slice-memory=2Gi", "--headroom=0.25"]
+    )
+    assert (settings.slices.cpu, settings.slices.memory) == (F(1, 4), 2 * GI)
+    assert settings.slices.headroom == F(1, 4) == F(settings.policy.headroom)  # one flag
+    with pytest.raises(UsageError, match="--slice-memory must be greater than 0"):
+        scheduler_cli.parse([*tls, "--slice-memory=0"])
