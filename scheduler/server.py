@@ -20,7 +20,7 @@ from aiohttp import web
 
 from scheduler import extender, metrics
 from scheduler.fleet import Fleet
-from scheduler.slices_filter import Admission, within_slices
+from scheduler.slices_filter import Refusals, within_slices
 from vnode.kube import codec
 from vnode.serving import endpoints
 
@@ -37,8 +37,8 @@ class Judge:
 
     fleet: Fleet
     policy: extender.Policy
-    admission: Admission | None = None
-    """The quota slices' check (`SliceController.admission`); None: not enforced."""
+    slices: Refusals | None = None
+    """The quota slices' check (`SliceController.refusals`); None: not enforced."""
 
 
 JUDGE_KEY: Final = web.AppKey("judge", Judge)
@@ -65,9 +65,9 @@ def _filter(judge: Judge, call: extender.Call) -> dict[str, Any]:
         label = "passed" if not verdict.virtual else ("fit" if verdict.fits else "unfit")
         metrics.NODES.labels(label).inc()
     result = extender.filter_result(call, verdicts)
-    if judge.admission is not None:  # a quota'd namespace's pods only within its slices
+    if judge.slices is not None:  # a quota'd namespace's pods only within its slices
         fitting = [v.name for v in verdicts if v.virtual and v.fits]
-        result = within_slices(result, pod=call.pod, candidates=fitting, admission=judge.admission)
+        result = within_slices(result, pod=call.pod, candidates=fitting, refusals=judge.slices)
     return result
 
 

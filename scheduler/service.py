@@ -26,7 +26,7 @@ from scheduler.fleet import Fleet
 from scheduler.server import Judge, make_app
 from scheduler.settings import Settings
 from scheduler.slices_controller import SliceController
-from scheduler.slices_filter import Admission
+from scheduler.slices_filter import Refusals
 from vnode.kube.client import ApiClient
 from vnode.kube.config import ConnectionInfo
 from vnode.kube.informer import Handlers, Informer
@@ -93,7 +93,7 @@ class Extender:
                     client=client,
                     sock=sock,
                     context=context,
-                    admission=slices.admission,
+                    slices=slices.refusals,
                 )
                 component.health.add_check(
                     "quota-slices", lambda: None if slices.ready() else "quota slices not listed"
@@ -121,10 +121,10 @@ class ExtenderServer:
         client: ApiClient,
         sock: socket.socket,
         context: ssl.SSLContext,
-        admission: Admission | None = None,
+        slices: Refusals | None = None,
     ) -> None:
         """Serve on `sock` (bound, not yet listening) with `context` (its certificate
-        loaded); `client` reads the upper cluster's virtual Nodes; `admission` holds
+        loaded); `client` reads the upper cluster's virtual Nodes; `slices` holds
         quota'd namespaces' pods to their slices (None: not)."""
         self._settings = settings
         self._sock = sock
@@ -158,7 +158,7 @@ class ExtenderServer:
             "serving", lambda: None if self._listening else "the HTTPS port is not listening yet"
         )
         app = make_app(
-            Judge(fleet=self.fleet, policy=settings.policy, admission=admission),
+            Judge(fleet=self.fleet, policy=settings.policy, slices=slices),
             health=self.health,
             max_request_bytes=settings.server.max_request_bytes,
         )

@@ -20,7 +20,7 @@ decision is deterministic, replicas agree without a Lease.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from scheduler import slices_metrics as metrics
@@ -133,6 +133,9 @@ class SliceController:
         self._written: dict[str, tuple[str | None, str | None]] = {}
         """Namespace -> (resourceVersion before our last write, the record we wrote), until
         the namespace informer shows a newer version."""
+        self._unconstrained = metrics.ADMISSIONS.labels("unconstrained")
+        self._admitted = metrics.ADMISSIONS.labels("admitted")
+        self._refused = metrics.ADMISSIONS.labels("refused")
         self._generation = 0
         """Bumped by every change the commitments depend on (bound pods, virtual nodes,
         namespaces' records), so they are worked out once for all namespaces decided
@@ -178,9 +181,10 @@ class SliceController:
 
     # The extender's question
 
-    def admission(self, pod: Mapping[str, Any], node: str) -> str | None:
-        """None when `pod` may go to virtual node `node` within its namespace's slices
-        (or its namespace has no record), else why not (`slices_admission.admit`)."""
+    def refusals(self, pod: Mapping[str, Any], nodes: Iterable[str]) -> dict[str, str]:
+        """Which of the virtual `nodes` `pod` may not go to within its namespace's slices,
+        and why (`slices_admission.admit`); {} for a namespace without a record. The
+        pod's requests are read once for all nodes (the extender's hot path)."""
         namespace = str(as_mapping(pod.get("metadata")).get("namespace") or "")
         found = self.namespaces.store.get(namespace)
         record = (
@@ -189,16 +193,25 @@ class SliceController:
             else None
         )
         if record is None:
-            metrics.ADMISSIONS.labels("unconstrained").inc()
-            return None
+            self._unconstrained.inc()
+            return {}
         try:
             requests = units(pod_requests(pod))
         except (ValueError, TypeError):
             requests = {}
-        placed = [self._usage[(namespace, node)]] if (namespace, node) in self._usage else []
-        reason = admit(record=record, node=node, requests=requests, placed=placed)
-        metrics.ADMISSIONS.labels("admitted" if reason is None else "refused").inc()
-        return reason
+        refused = {}
+        asked = 0
+        for node in nodes:
+            asked += 1
+            used = self._usage.get((namespace, node))
+            reason = admit(
+                record=record, node=node, requests=requests, placed=[used] if used else []
+            )
+            if reason is not None:
+                refused[node] = reason
+        self._admitted.inc(asked - len(refused))
+        self._refused.inc(len(refused))
+        return refused
 
     # Handlers: only look and enqueue.
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from vnode.contracts.objects import as_list, as_mapping
 
-Admission = Callable[[Mapping[str, Any], str], "str | None"]
-"""(pod, virtual node name) -> None to admit, else why not (`SliceController.admission`)."""
+Refusals = Callable[[Mapping[str, Any], Iterable[str]], Mapping[str, str]]
+"""(pod, virtual node names) -> the nodes refused and why (`SliceController.refusals`)."""
 
 
 def within_slices(
@@ -23,18 +23,14 @@ def within_slices(
     *,
     pod: Mapping[str, Any],
     candidates: Iterable[str],
-    admission: Admission,
+    refusals: Refusals,
 ) -> dict[str, Any]:
     """Return a copy of the ExtenderFilterResult `result` in which each of `candidates`
-    (the virtual nodes that passed the fit check) that `admission` refuses for `pod` is
+    (the virtual nodes that passed the fit check) that `refusals` refuses for `pod` is
     moved from `NodeNames` (or `Nodes.items`) to `FailedAndUnresolvableNodes` (field
     names in either case). Nodes that are not
-    virtual are never candidates: they pass untouched. Raises what `admission` raises."""
-    refused = {}
-    for name in candidates:
-        reason = admission(pod, name)
-        if reason is not None:
-            refused[name] = reason
+    virtual are never candidates: they pass untouched. Raises what `refusals` raises."""
+    refused = refusals(pod, candidates)
     if not refused:
         return dict(result)
     # kube-scheduler reads the fields case-insensitively (Go's encoding/json): keep whichever

@@ -24,7 +24,8 @@ DECISIONS = Counter(
 )
 ADMISSIONS = Counter(
     "tensile_scheduler_quota_slice_admissions",
-    "Extender filter answers on quota slices for one pod and virtual node: admitted, "
-    "refused (outside the namespace's slices), unconstrained (no record).",
+    "Extender filter answers on quota slices: admitted and refused (outside the "
+    "namespace's slices) per pod and virtual node; unconstrained per pod (its namespace has "
+    "no record).",
     ["outcome"],
 )

@@ -454,15 +454,15 @@ def test_flags_share_the_commands_headroom() -> None:
 
 
 def test_within_slices_moves_refused_virtual_nodes_to_failed_and_unresolvable() -> None:
-    def admission(pod: Any, node: str) -> str | None:
-        return None if node == "vn-a" else f"no slices on {node}"
+    def refusals(pod: Any, nodes: Any) -> dict[str, str]:
+        return {node: f"no slices on {node}" for node in nodes if node != "vn-a"}
 
     by_name = {
         "nodenames": ["vn-a", "vn-b", "real"],
         "failedNodes": {"vn-c": "full below"},
         "failedAndUnresolvableNodes": {"vn-d": "gone"},
     }
-    got = within_slices(by_name, pod={}, candidates=["vn-a", "vn-b"], admission=admission)
+    got = within_slices(by_name, pod={}, candidates=["vn-a", "vn-b"], refusals=refusals)
     assert got["nodenames"] == ["vn-a", "real"]  # a node that is not virtual passes untouched
     assert got["failedNodes"] == {"vn-c": "full below"}
     # preemption must not evict pods there for nothing
@@ -470,11 +470,11 @@ def test_within_slices_moves_refused_virtual_nodes_to_failed_and_unresolvable() 
     assert by_name["nodenames"] == ["vn-a", "vn-b", "real"]  # the input is not changed
     items = [{"metadata": {"name": n}} for n in ("vn-a", "vn-b")]
     by_list = {"Nodes": {"kind": "NodeList", "items": items}, "FailedNodes": {}, "Error": ""}
-    got = within_slices(by_list, pod={}, candidates=["vn-a", "vn-b"], admission=admission)
+    got = within_slices(by_list, pod={}, candidates=["vn-a", "vn-b"], refusals=refusals)
     assert [i["metadata"]["name"] for i in got["Nodes"]["items"]] == ["vn-a"]  # Go's names
     assert got["FailedAndUnresolvableNodes"] == {"vn-b": "no slices on vn-b"}
     assert got["FailedNodes"] == {}
-    assert within_slices(by_name, pod={}, candidates=["vn-a"], admission=admission) == by_name
+    assert within_slices(by_name, pod={}, candidates=["vn-a"], refusals=refusals) == by_name
 
 
 def test_the_scheduler_command_takes_the_slice_flags() -> None:

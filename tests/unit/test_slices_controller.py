@@ -89,12 +89,17 @@ async def test_admission_sums_the_namespaces_bound_pods() -> None:
         pod("held", "p2", "100m", node="b"),  # another node: not counted on a
         pod("free", "p3", "3"),  # another namespace: not counted
     )
-    assert c.admission(pod("held", "new", "400m", node=None), "a") is None
-    assert c.admission(pod("held", "new", "401m", node=None), "a") == (
+
+    def refused(p: dict[str, Any], node: str) -> str | None:
+        return c.refusals(p, [node]).get(node)
+
+    assert refused(pod("held", "new", "400m", node=None), "a") is None
+    assert refused(pod("held", "new", "401m", node=None), "a") == (
         "its namespace's quota slices on a (2x(500m,-)) allow 1 cpu: 600m in use, "
         "the pod requests 401m"
     )
-    assert "holds no quota slices on b" in str(c.admission(pod("held", "n", "1m", None), "b"))
-    assert c.admission(pod("free", "n", "64", None), "a") is None
-    assert c.admission(pod("typo", "n", "64", None), "a") is None  # unreadable: unconstrained
-    assert c.admission(pod("nowhere", "n", "64", None), "a") is None
+    assert "holds no quota slices on b" in str(refused(pod("held", "n", "1m", None), "b"))
+    assert c.refusals(pod("held", "n", "1m", None), ["a", "b"]).keys() == {"b"}
+    assert refused(pod("free", "n", "64", None), "a") is None
+    assert refused(pod("typo", "n", "64", None), "a") is None  # unreadable: unconstrained
+    assert refused(pod("nowhere", "n", "64", None), "a") is None
