@@ -87,7 +87,7 @@ def decide(
     if isinstance(value, str) and not ours:
         return _administrators(value, status)
     size = slice_for(quota, cpu=cpu, memory=memory)
-    previous = parse_record(value) if isinstance(value, str) else None  # ours parses
+    previous = _ours(value)
     placement = place(quota=quota, size=size, rooms=rooms, previous=previous, unusable=unusable)
     record = record_of_placement(placement, size)
     new_value = format_record(record)
@@ -133,6 +133,17 @@ def decide(
         held=record,
         unplaced=placement.unplaced,
     )
+
+
+def _ours(value: object) -> dict[str, Holding] | None:
+    """The controller's own record, read; None when there is none, or when it cannot be
+    read (written by a version with another format): then it is placed afresh."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_record(value)
+    except RecordError:
+        return None
 
 
 def _without_quota(value: object, status: Status | None, ours: bool) -> Decision:

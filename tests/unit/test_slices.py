@@ -486,3 +486,12 @@ def test_the_scheduler_command_takes_the_slice_flags() -> None:
     assert settings.slices.headroom == F(1, 4) == F(settings.policy.headroom)  # one flag
     with pytest.raises(UsageError, match="--slice-memory must be greater than 0"):
         scheduler_cli.parse([*tls, "--slice-memory=0"])
+
+
+def test_decide_places_afresh_over_its_own_unreadable_record() -> None:
+    # a record the controller wrote in a format this version cannot read: never a crash
+    ours = {
+        SLICES_ANNOTATION: "a=2",
+        STATUS_ANNOTATION: json.dumps({"writer": "tensile-scheduler", "written": "a=2"}),
+    }
+    assert run(ours).patch[SLICES_ANNOTATION] == "a=6x(500m,-),b=2x(500m,-)"
