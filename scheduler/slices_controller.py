@@ -26,7 +26,6 @@ from typing import Any
 from scheduler import slices_metrics as metrics
 from scheduler.slices import (
     Commitments,
-    PodUse,
     allocatable,
     commitments,
     quota_of,
@@ -35,6 +34,7 @@ from scheduler.slices import (
 )
 from scheduler.slices_admission import admit
 from scheduler.slices_decide import decide
+from scheduler.slices_pods import BoundPods
 from scheduler.slices_record import Holding, Units, record_of, units
 from scheduler.slices_settings import SliceSettings
 from vnode.contracts import labels
@@ -63,24 +63,6 @@ _QUOTA_NAMESPACE = "quota-slices/namespace"
 
 def _namespace_index(obj: Obj) -> list[str]:
     return [str(as_mapping(obj.get("metadata")).get("namespace") or "")]
-
-
-def pod_use(pod: Mapping[str, Any]) -> PodUse | None:
-    """The namespace, node and cpu/memory requests of a bound pod; None when unbound or
-    when a quantity in it cannot be read (the apiserver validates them: a hand-made object)."""
-    meta = as_mapping(pod.get("metadata"))
-    node = as_mapping(pod.get("spec")).get("nodeName")
-    if not node:
-        return None
-    try:
-        requests = pod_requests(pod)
-    except (ValueError, TypeError):
-        return None
-    return PodUse(
-        namespace=str(meta.get("namespace") or ""),
-        node=str(node),
-        requests={"cpu": 0, "memory": 0, **units(requests)},
-    )
 
 
 class SliceController:
@@ -123,11 +105,7 @@ class SliceController:
             client, PODS, name="upper-bound-pods", field_selector=BOUND_PODS
         )
         self.queue = WorkQueue(name="quota_slices")
-        self._uses: dict[str, PodUse] = {}
-        """Bound pod key -> its use (requests read once, at the watch event)."""
-        self._usage: dict[tuple[str, str], Units] = {}
-        """(namespace, node) -> the requests of its bound pods, summed as pods come and
-        go: what the rooms and the admission read (`slices.usage_by_place`)."""
+        self._bound = BoundPods()
         self._parsed: dict[str, dict[str, Holding] | None] = {}
         """Record annotation value -> its reading (records change seldom, calls often)."""
         self._written: dict[str, tuple[str | None, str | None]] = {}
@@ -203,7 +181,7 @@ class SliceController:
         asked = 0
         for node in nodes:
             asked += 1
-            used = self._usage.get((namespace, node))
+            used = self._bound.usage.get((namespace, node))
             reason = admit(
                 record=record, node=node, requests=requests, placed=[used] if used else []
             )
@@ -235,30 +213,12 @@ class SliceController:
             self._resync_soon()
 
     def _pod_added(self, pod: Obj) -> None:
-        key = object_key(pod)
-        use = pod_use(pod)
-        if self._uses.get(key) == use:
-            return
-        self._pod_gone(pod)
-        if use is not None:
-            self._uses[key] = use
-            used = self._usage.setdefault((use.namespace, use.node), {})
-            for name, amount in use.requests.items():
-                used[name] = used.get(name, 0) + amount
+        if self._bound.put(pod):
             self._resync_soon()
 
     def _pod_gone(self, pod: Obj) -> None:
-        key = object_key(pod)
-        use = self._uses.pop(key, None)
-        if use is None:
-            return
-        place = (use.namespace, use.node)
-        used = self._usage.get(place, {})
-        for name, amount in use.requests.items():
-            used[name] = used.get(name, 0) - amount
-        if not any(used.values()):
-            self._usage.pop(place, None)
-        self._resync_soon()
+        if self._bound.remove(pod):
+            self._resync_soon()
 
     # The worker
 
@@ -345,7 +305,7 @@ class SliceController:
         commitments on them: worked out again only after a change."""
         if self._state is None or self._state[0] != self._generation:
             nodes, unusable = self._virtual_nodes()
-            committed = commitments(nodes=nodes, usage=self._usage, records=self._records())
+            committed = commitments(nodes=nodes, usage=self._bound.usage, records=self._records())
             self._state = (self._generation, nodes, unusable, committed)
         return self._state[1], self._state[2], self._state[3]
 

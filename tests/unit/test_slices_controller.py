@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler.slices_controller import SliceController
+from scheduler.slices_pods import BoundPods
 from scheduler.slices_settings import SliceSettings
 from vnode.contracts.quotaslices import SLICES_ANNOTATION
 from vnode.kube.informer import Informer
@@ -103,3 +104,20 @@ async def test_admission_sums_the_namespaces_bound_pods() -> None:
     assert refused(pod("free", "n", "64", None), "a") is None
     assert refused(pod("typo", "n", "64", None), "a") is None  # unreadable: unconstrained
     assert refused(pod("nowhere", "n", "64", None), "a") is None
+
+
+def test_bound_pods_are_summed_as_they_come_change_and_go() -> None:
+    bound = BoundPods()
+    assert bound.put(pod("t", "p1", "600m"))
+    assert not bound.put(pod("t", "p1", "600m"))  # the same again: nothing to look at
+    assert bound.put(pod("t", "p2", "1"))
+    assert bound.usage == {("t", "a"): {"cpu": 1600, "memory": 0}}
+    assert bound.put(pod("t", "p2", "2"))  # resized
+    assert bound.usage == {("t", "a"): {"cpu": 2600, "memory": 0}}
+    assert bound.remove(pod("t", "p1", "600m"))
+    assert bound.remove(pod("t", "p2", "2"))
+    assert not bound.remove(pod("t", "p2", "2"))
+    assert bound.usage == {}
+    assert not bound.put(pod("t", "unbound", "1", node=None))
+    bad = pod("t", "bad", "lots")  # a quantity the apiserver would refuse: not counted
+    assert not bound.put(bad)
