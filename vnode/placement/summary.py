@@ -210,6 +210,10 @@ class Summary:
             rows=rows,
         )
 
+    def rows(self) -> list[NodeRoom]:
+        """Every lower node of the summary, as the filters see it (for people and tests)."""
+        return [self._room(kind, row) for kind in self._classes for row in kind.rows]
+
     def keeps_headroom(self, need: PodNeed, *, headroom: float) -> bool:
         """Tell whether the cluster keeps `headroom` (a share, 0..1) of its allocatable cpu
         and memory free once `need` is placed (the room kept for a lower node's failure)."""
