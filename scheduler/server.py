@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from aiohttp import web
@@ -37,6 +37,8 @@ class Judge:
 
     fleet: Fleet
     policy: extender.Policy
+    recent: extender.Recent = field(default_factory=extender.Recent)
+    """Verdicts of filter kept for the prioritize call of the same pod."""
     slices: Refusals | None = None
     """The quota slices' check (`SliceController.refusals`); None: not enforced."""
 
@@ -60,7 +62,7 @@ Decide = Callable[[Judge, extender.Call], Any]
 
 
 def _filter(judge: Judge, call: extender.Call) -> dict[str, Any]:
-    verdicts = extender.judge(call, fleet=judge.fleet, policy=judge.policy)
+    verdicts = extender.judge(call, fleet=judge.fleet, policy=judge.policy, recent=judge.recent)
     for verdict in verdicts:
         label = "passed" if not verdict.virtual else ("fit" if verdict.fits else "unfit")
         metrics.NODES.labels(label).inc()
@@ -72,7 +74,10 @@ def _filter(judge: Judge, call: extender.Call) -> dict[str, Any]:
 
 
 def _prioritize(judge: Judge, call: extender.Call) -> list[dict[str, Any]]:
-    return extender.priorities(extender.judge(call, fleet=judge.fleet, policy=judge.policy))
+    verdicts = extender.judge(
+        call, fleet=judge.fleet, policy=judge.policy, recent=judge.recent, explain=False
+    )
+    return extender.priorities(verdicts)
 
 
 def _fallback(verb: str, call: extender.Call) -> Any:
