@@ -34,7 +34,7 @@ from scheduler.slices import (
 )
 from scheduler.slices_admission import admit
 from scheduler.slices_decide import decide
-from scheduler.slices_pods import BoundPods
+from scheduler.slices_pods import BoundPods, slim_pod
 from scheduler.slices_record import Holding, Units, record_of, units
 from scheduler.slices_settings import SliceSettings
 from vnode.contracts import labels
@@ -102,7 +102,11 @@ class SliceController:
             label_selector=node_selector,
         )
         self.pods = factory.informer(
-            client, PODS, name="upper-bound-pods", field_selector=BOUND_PODS
+            client,
+            PODS,
+            name="upper-bound-pods",
+            field_selector=BOUND_PODS,
+            transform=slim_pod,
         )
         self.queue = WorkQueue(name="quota_slices")
         self._bound = BoundPods()
