@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 DOCS_PORT ?= 8000
 DOCS_SITE ?= site
 
-.PHONY: all venv controlplane lint docs docs-gen test test-unit image test-image demo demo-down bench bench-scale bench-streams bench-webhook bench-services bench-failover clean
+.PHONY: all venv controlplane lint docs docs-gen test test-unit image test-image demo demo-down bench bench-scale bench-streams bench-webhook bench-services bench-failover bench-extender clean
 
 all: test
 
@@ -85,3 +85,6 @@ bench-services: venv controlplane
 
 bench-failover: venv controlplane
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/failover.py $(BENCH_ARGS)
+
+bench-extender: venv
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/extender.py $(BENCH_ARGS)

@@ -53,6 +53,7 @@ PROGRAMS = (
     Program(name="virtual-node", cli="vnode.cli", main="vnode.__main__"),
     Program(name="tensile-webhook", cli="webhook.cli", main="webhook.__main__"),
     Program(name="tensile-descheduler", cli="descheduler.cli", main="descheduler.__main__"),
+    Program(name="tensile-scheduler", cli="scheduler.cli", main="scheduler.__main__"),
     Program(name="tensile-devcluster", cli="devcluster.__main__", main="devcluster.__main__"),
     Program(
         name="kubectl-tensile", cli="kubectl_tensile.__main__", main="kubectl_tensile.__main__"

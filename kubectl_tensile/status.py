@@ -9,7 +9,7 @@ said so. When the lower cluster was also read directly (`--lower`), its /readyz 
 reported beside that.
 
 Used is what kube-scheduler counts: the requests of the pods bound to the node that are
-not terminal (vnode.providers.k2k.capacity.pod_requests); free is allocatable minus used.
+not terminal (vnode.placement.requests.pod_requests); free is allocatable minus used.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from vnode.contracts import avoidance
 from vnode.contracts.objects import as_list, as_mapping
 from vnode.kube.quantity import format_quantity, parse_quantity
 from vnode.kube.resources import pod_is_terminal
-from vnode.providers.k2k.capacity import pod_requests
+from vnode.placement.requests import pod_requests
 
 RESOURCES = ("cpu", "memory", "pods")
 DEFAULT_LEASE_SECONDS = 40

@@ -169,6 +169,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     a("--event-burst", type=int, default=100, help="Event burst above --event-qps")
     _add_patrol_flags(p)
     _add_kubelet_auth_flags(p)
+    _add_placement_flags(p)
     a(
         "--client-verify-ca",
         default=env.get("APISERVER_CA_CERT_LOCATION", ""),
@@ -240,24 +241,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     _add_serviceaccount_flags(p)
     flags.add_logging_flags(p)
     a("--shutdown-timeout", type=duration, default=10.0, help="bound of a graceful stop")
-    a(
-        "--lower-kubelet-access",
-        default="proxy",
-        choices=("proxy", "direct"),
-        help="read lower kubelets' metrics through the lower apiserver (proxy) or directly",
-    )
-    a(
-        "--lower-kubelet-insecure-tls",
-        action="store_true",
-        help="with direct access, do not verify the lower kubelets' serving certificates",
-    )
-    a(
-        "--lower-kubelet-token-file",
-        default="",
-        help="with direct access, send the bearer token in this file (re-read when it "
-        "changes) to the lower kubelets instead of the lower kubeconfig's credential; "
-        "give it only get on nodes/metrics and nodes/stats",
-    )
+    _add_lower_kubelet_flags(p)
     a(
         "--streaming-connection-idle-timeout",
         type=duration,
@@ -320,6 +304,40 @@ def _add_kubelet_auth_flags(p: flags.Parser) -> None:
             default=default,
             help=f"how long the answer of a {what} is reused (default {default:g}s; 0: never)",
         )
+
+
+def _add_lower_kubelet_flags(p: flags.Parser) -> None:
+    """How the lower kubelets' resource metrics are read (`LowerKubeletSettings`)."""
+    a = p.add_argument
+    a(
+        "--lower-kubelet-access",
+        default="proxy",
+        choices=("proxy", "direct"),
+        help="read lower kubelets' metrics through the lower apiserver (proxy) or directly",
+    )
+    a(
+        "--lower-kubelet-insecure-tls",
+        action="store_true",
+        help="with direct access, do not verify the lower kubelets' serving certificates",
+    )
+    a(
+        "--lower-kubelet-token-file",
+        default="",
+        help="with direct access, send the bearer token in this file (re-read when it "
+        "changes) to the lower kubelets instead of the lower kubeconfig's credential; "
+        "give it only get on nodes/metrics and nodes/stats",
+    )
+
+
+def _add_placement_flags(p: flags.Parser) -> None:
+    """What the virtual node tells the placement programs (tensile-scheduler)."""
+    p.add_argument(
+        "--placement-summary-interval",
+        type=duration,
+        default=1.0,
+        help="seconds between two looks at the lower nodes for the placement summary on the "
+        "virtual Node that tensile-scheduler reads (written only when changed; 0: none)",
+    )
 
 
 def _add_tenant_boundary_flags(p: flags.Parser) -> None:
@@ -679,6 +697,7 @@ def _node_settings(
         external_ip=_ip(env.get("VKUBELET_EXTERNAL_POD_IP", ""), "VKUBELET_EXTERNAL_POD_IP"),
         kubelet_port=port,
         enable_lease=args.enable_node_lease,
+        placement_summary_interval=args.placement_summary_interval,
     )
 
 

@@ -25,6 +25,7 @@ from vnode.providers.k2k.lowerpods import LowerPodBook
 from vnode.providers.k2k.namespaces import LowerNamespaces
 from vnode.providers.k2k.provider import K2KProvider, PodChanges
 from vnode.providers.k2k.provisioner import VolumeProvisioner
+from vnode.providers.k2k.publisher import SummaryPublisher
 from vnode.providers.k2k.scrape import KubeletAccess, ResourceScraper, ThroughApiserver
 from vnode.providers.k2k.tokens import UpperTokens
 from vnode.settings import PV_CONTROLLERS, SERVICE_CONTROLLERS, ControllerSettings
@@ -47,6 +48,8 @@ def build(
     namespace_annotations: tuple[tuple[str, str], ...] = (),
     adopt_tensile_kube: bool = False,
     token_refresh_fraction: float = 0.8,
+    summary_interval: float = 0.0,
+    upper_placement: ApiClient | None = None,
 ) -> K2KProvider:
     """Return the provider that forwards the pods of node `policy.node_name` to `lower`.
 
@@ -64,7 +67,9 @@ def build(
     namespaces the node makes (--lower-namespace-labels/-annotations);
     `adopt_tensile_kube` takes over tensile-kube's lower objects at start;
     `token_refresh_fraction` of an upper token's life passes before it is renewed (with
-    `policy.upper_tokens`). Nothing is
+    `policy.upper_tokens`); `summary_interval` the seconds between two looks for the
+    placement summary (--placement-summary-interval; 0: not published), written through
+    `upper_placement` (default `upper`). Nothing is
     started and no request is made: the node starts the provider and its informers.
     """
     owner = policy.owner
@@ -147,6 +152,19 @@ def build(
         nodes=nodes.store,
         owner=owner,
     )
+    book = LowerPodBook(owner=owner)
+    publisher = (
+        SummaryPublisher(
+            upper=upper_placement or upper,
+            node_name=policy.node_name,
+            book=book,
+            nodes=nodes,
+            pods=pods,
+            interval=summary_interval,
+        )
+        if summary_interval > 0
+        else None
+    )
     provider = K2KProvider(
         lower=lower,
         lower_heartbeat=lower_heartbeat or lower,
@@ -155,7 +173,7 @@ def build(
         namespaces=namespaces,
         pods=pods,
         nodes=nodes,
-        book=LowerPodBook(owner=owner),
+        book=book,
         dependencies=dependencies,
         events=events,
         services=service_mirrors,
@@ -181,6 +199,7 @@ def build(
         )
         if policy.upper_tokens
         else None,
+        publisher=publisher,
     )
     pods.add_handlers(
         Handlers(

@@ -104,6 +104,7 @@ class K2KProvider:
         pod_changes: PodChanges,
         adoption: Component | None = None,
         tokens: UpperTokens | None = None,
+        publisher: Component | None = None,
     ) -> None:
         """Take the collaborators, ready-made and wired (`assembly.build`): `lower` carries
         the pod, log, exec and port-forward traffic, `lower_heartbeat` answers `ping`;
@@ -115,7 +116,8 @@ class K2KProvider:
         `pod_changes` is what `notify_pods` registers with; `adoption` (with
         --adopt-tensile-kube) takes over tensile-kube's lower objects before any cache
         lists them; `tokens` (with --upper-api-address) gives the lower pods their upper
-        ServiceAccount tokens."""
+        ServiceAccount tokens; `publisher` writes the placement summary (None: not
+        published)."""
         self._node_ip = node_ip
         self._lower = lower
         self._heartbeat = lower_heartbeat
@@ -132,6 +134,7 @@ class K2KProvider:
         self._pod_changes = pod_changes
         self._adoption = adoption
         self.tokens = tokens
+        self._publisher = publisher
         self._node_callbacks: list[Callable[[], None]] = []
         self._started = False
         self._kubelet_version = "v0.0.0"
@@ -155,6 +158,8 @@ class K2KProvider:
             chosen.append(self.tokens)
         if self.volumes is not None:
             chosen += [self.volumes, *self.volumes.components()]
+        if self._publisher is not None:
+            chosen.append(self._publisher)
         return chosen
 
     async def start(self) -> None:
