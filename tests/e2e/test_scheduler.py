@@ -27,6 +27,8 @@ from devcluster.vnodes import VirtualNodeProcess
 from tests.e2e.helpers import events_for, get, pod, token_kubeconfig, wait_for
 from tests.fixtures import create_namespace, delete_namespace, long_lived_pids
 from vnode.contracts import clusterselector
+from vnode.contracts.quotaslices import SLICES_ANNOTATION
+from vnode.kube.client import MERGE_PATCH
 from vnode.placement import summary
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests" / "scheduler"
@@ -198,3 +200,112 @@ def test_scheduling_goes_on_while_the_extender_is_down(
     upper.request("POST", f"/api/v1/namespaces/{ns}/pods", body=big_pod("anyway"))
     node = wait_for("the pod bound without the extender", lambda: _bound(upper, ns, "anyway"))
     print(f"bound to {node} without the extender")
+
+
+def small_pod(name: str) -> dict[str, Any]:
+    """500m, preferring vn-a (a preferred node affinity): where the scheduler goes unless
+    something filters vn-a out."""
+    prefer = {"key": "kubernetes.io/hostname", "operator": "In", "values": ["vn-a"]}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "affinity": {
+                "nodeAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 100, "preference": {"matchExpressions": [prefer]}}
+                    ]
+                }
+            },
+            "nodeSelector": {"type": "virtual-kubelet"},
+            "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {"name": "main", "image": "nginx:1.27", "resources": {"requests": {"cpu": "500m"}}}
+            ],
+        },
+    }
+
+
+def _quota(client: RestClient, ns: str, cpu: str) -> None:
+    client.request(
+        "POST",
+        f"/api/v1/namespaces/{ns}/resourcequotas",
+        body={"metadata": {"name": "compute"}, "spec": {"hard": {"requests.cpu": cpu}}},
+    )
+
+
+def _record(client: RestClient, ns: str) -> str | None:
+    found = get(client, f"/api/v1/namespaces/{ns}") or {}
+    return (found.get("metadata", {}).get("annotations") or {}).get(SLICES_ANNOTATION)
+
+
+def test_a_quotad_namespaces_pods_go_only_where_its_slices_are(
+    topology: Topology, tmp_path: Path
+) -> None:
+    """The real tensile-scheduler with its slice controller: a quota'd namespace's pods go
+    only where its slices are, within their budget, and the program writes the record of
+    a namespace no administrator set."""
+    upper, clusters = topology.upper, [topology.fleet.upper, *topology.fleet.lowers]
+    extender = SchedulerExtenderProcess(
+        topology.fleet,
+        log_dir=tmp_path,
+        kubeconfig=topology.kubeconfig,
+        args=["--slice-sync-delay=100ms"],
+    )
+    extender.start()
+    held = create_namespace(clusters[:1], prefix="slices-held")
+    placed = create_namespace(clusters[:1], prefix="slices-placed")
+    try:
+        # An administrator's record (no status: set by hand): 1 cpu, all on vn-b.
+        upper.request(
+            "PATCH",
+            f"/api/v1/namespaces/{held}",
+            body={"metadata": {"annotations": {SLICES_ANNOTATION: "vn-b=2x(500m,-)"}}},
+            content_type=MERGE_PATCH,
+        )
+        _quota(upper, held, "2")
+        bound = []
+        for name in ("p1", "p2"):
+            upper.request("POST", f"/api/v1/namespaces/{held}/pods", body=small_pod(name))
+            bound.append(
+                wait_for(
+                    f"{name} bound",
+                    lambda n=name: (pod(upper, held, n) or {}).get("spec", {}).get("nodeName"),
+                )
+            )
+        print(f"bound to {bound} (they prefer vn-a)")
+        assert bound == ["vn-b", "vn-b"]
+        # The quota allows a third, the slices do not: it waits, saying why.
+        upper.request("POST", f"/api/v1/namespaces/{held}/pods", body=small_pod("p3"))
+
+        def refused() -> str | None:
+            for event in events_for(upper, held, "p3"):
+                if event.get("reason") == "FailedScheduling" and "slices" in event["message"]:
+                    return str(event["message"])
+            return None
+
+        message = wait_for("p3's FailedScheduling", refused)
+        print(message)
+        assert "its namespace holds no quota slices on vn-a" in message
+        assert "quota slices on vn-b (2x(500m,-)) allow 1 cpu: 1 in use" in message
+        # unresolvable: preemption looks for no victims there (they would go for nothing)
+        assert "No preemption victims" not in message
+        assert (pod(upper, held, "p3") or {}).get("spec", {}).get("nodeName") is None
+        assert _record(upper, held) == "vn-b=2x(500m,-)"  # the administrator's, kept
+        # The program's own slice controller places a quota'd namespace's slices.
+        _quota(upper, placed, "1500m")
+        record = wait_for("the record placed", lambda: _record(upper, placed))
+        print(f"{placed}: {record}")
+        # 3 slices by room: vn-b's lower cluster has 8 CPU free, vn-a's 4 (D'Hondt: b, then
+        # a before b's second at an equal 4, ties by name, then b).
+        assert record == "vn-a=1x(500m,-),vn-b=2x(500m,-)"
+        assert (
+            extender.metric("tensile_scheduler_quota_slice_admissions_total", outcome="refused")
+            >= 1
+        )
+    finally:
+        delete_namespace(clusters, held)
+        delete_namespace(clusters, placed)
+        assert extender.stop() == 0, extender.log.read_text()[-2000:]
