@@ -19,9 +19,7 @@ workers="${E2E_WORKERS:-2}"
 fast_log="$(mktemp -t tensile-fast-tests.XXXXXX)"
 trap 'rm -f "${fast_log}"' EXIT
 
-# At a lower CPU priority: the e2e tests' clusters and programs wait on timers and
-# deadlines, the fast tests on nothing, so the cores go to the e2e tests first.
-nice -n 10 pytest tests/unit tests/component >"${fast_log}" 2>&1 &
+pytest tests/unit tests/component >"${fast_log}" 2>&1 &
 fast=$!
 pytest --numprocesses="${workers}" --dist=loadfile tests/e2e
 e2e_status=$?
