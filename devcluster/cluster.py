@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devcluster import kwok
 from devcluster.rest import RestClient
 from vnode.testing import binaries
 from vnode.testing.pki import KeyPair
@@ -51,6 +52,14 @@ class LowerClusterSettings:
     """kube-apiserver --enable-admission-plugins beyond its defaults (e.g.
     PodTolerationRestriction, PodNodeSelector), so tests meet a lower administrator's
     admission."""
+    node_lease_seconds: int = kwok.DEFAULT_NODE_LEASE_SECONDS
+    """Duration of each kwok Node's Lease, seconds; kwok renews every Lease a few times per
+    duration, so thousands of Nodes want a long one (with the node lifecycle controller
+    off, see `controllers`, nothing reads the Leases)."""
+
+    def __post_init__(self) -> None:
+        if self.node_lease_seconds < 1:
+            raise ValueError(f"node_lease_seconds must be >= 1, got {self.node_lease_seconds}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,7 +6,10 @@ import datetime as dt
 import re
 from pathlib import Path
 
+import pytest
+
 from devcluster import kwok
+from devcluster.cluster import LowerClusterSettings
 from vnode.testing.pki import KeyPair
 
 
@@ -82,6 +85,23 @@ def test_kwok_serves_its_nodes_at_their_address_with_a_certificate(tmp_path: Pat
     assert f"--tls-cert-file={serving.cert}" in argv
     assert f"--tls-private-key-file={serving.key}" in argv
     assert "--cidr=10.245.0.0/16" in argv
+    assert "--node-lease-duration-seconds=40" in argv  # the kubelet's default
+
+
+def test_a_lower_cluster_of_many_nodes_renews_their_leases_less_often(tmp_path: Path) -> None:
+    serving = KeyPair(cert=tmp_path / "c.crt", key=tmp_path / "c.key")
+    argv = kwok.kwok_argv(
+        binary=tmp_path / "kwok",
+        kubeconfig=tmp_path / "k",
+        configs=[],
+        address="192.0.2.1",
+        port=4321,
+        serving=serving,
+        lease_seconds=3600,
+    )
+    assert "--node-lease-duration-seconds=3600" in argv
+    with pytest.raises(ValueError, match="node_lease_seconds must be >= 1, got 0"):
+        LowerClusterSettings(node_lease_seconds=0)
 
 
 def test_every_node_serves_the_kubelets_resource_series_at_its_own_path() -> None:
