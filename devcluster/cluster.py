@@ -34,6 +34,18 @@ ATTACH_LOG = "attach.log"
 """Beside the container log: what is appended to it is every attached container's output."""
 
 
+LOWER_CONTROLLERS = (
+    "serviceaccount-controller",
+    "namespace-controller",
+    "persistentvolume-binder-controller",
+    "root-ca-certificate-publisher-controller",
+)
+"""What a lower cluster needs when only virtual nodes make its pods: the `default`
+ServiceAccount and the root CA ConfigMap of each namespace, namespaces that can be
+deleted, claims bound to volumes. No node lifecycle (Leases go unread), no garbage
+collector, no workload controllers."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class LowerClusterSettings:
     """The kwok Nodes of one lower cluster (quantities as Kubernetes strings)."""
@@ -56,6 +68,10 @@ class LowerClusterSettings:
     """Duration of each kwok Node's Lease, seconds; kwok renews every Lease a few times per
     duration, so thousands of Nodes want a long one (with the node lifecycle controller
     off, see `controllers`, nothing reads the Leases)."""
+    controllers: tuple[str, ...] = ()
+    """kube-controller-manager --controllers of this cluster: only these run (empty: every
+    on-by-default one). Pods below are made by virtual nodes, not by workload controllers,
+    so a benchmark's many lower clusters can do with `LOWER_CONTROLLERS`."""
 
     def __post_init__(self) -> None:
         if self.node_lease_seconds < 1:

@@ -416,6 +416,11 @@ class Startup:
                     service_account_key=material[f"{name}-sa"].key,
                     cluster_cidr=cluster_cidr,
                     node_monitor_grace_period=self.settings.node_monitor_grace_period,
+                    controllers=(
+                        self.settings.lowers[self.lowers.index(name)].controllers
+                        if name in self.lowers
+                        else ()
+                    ),
                 ),
             )
             started[f"{name}-controller-manager"] = kcm_port

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from devcluster import kwok
-from devcluster.cluster import LowerClusterSettings
+from devcluster.cluster import LOWER_CONTROLLERS, LowerClusterSettings
+from vnode.testing import components
 from vnode.testing.pki import KeyPair
 
 
@@ -132,3 +133,20 @@ def test_every_node_serves_the_kubelets_resource_series_at_its_own_path() -> Non
     assert "containers" not in rule  # every container of every pod
     assert kwok.DEFAULT_USAGE_CPU in rule["usage"]["cpu"]["expression"]
     assert kwok.USAGE_MEMORY_ANNOTATION in rule["usage"]["memory"]["expression"]
+
+
+def test_a_lower_cluster_runs_only_the_controllers_it_is_given(tmp_path: Path) -> None:
+    pair = KeyPair(cert=tmp_path / "ca.crt", key=tmp_path / "ca.key")
+    common = {
+        "binary": tmp_path / "kcm",
+        "kubeconfig": tmp_path / "k",
+        "port": 1,
+        "ca": pair,
+        "service_account_key": tmp_path / "sa.key",
+        "cluster_cidr": "10.245.0.0/16",
+    }
+    every = components.controller_manager_argv(**common)
+    assert not [a for a in every if a.startswith("--controllers")]  # every default one
+    only = components.controller_manager_argv(**common, controllers=LOWER_CONTROLLERS)
+    assert f"--controllers={','.join(LOWER_CONTROLLERS)}" in only
+    assert "node-lifecycle-controller" not in LOWER_CONTROLLERS  # kwok Leases go unread
