@@ -39,11 +39,13 @@ LOWER_CONTROLLERS = (
     "namespace-controller",
     "persistentvolume-binder-controller",
     "root-ca-certificate-publisher-controller",
+    "node-lifecycle-controller",
 )
 """What a lower cluster needs when only virtual nodes make its pods: the `default`
 ServiceAccount and the root CA ConfigMap of each namespace, namespaces that can be
-deleted, claims bound to volumes. No node lifecycle (Leases go unread), no garbage
-collector, no workload controllers."""
+deleted, claims bound to volumes, and the node lifecycle controller, which lifts the
+not-ready taint every new Node is given (admission plugin TaintNodesByCondition). No
+garbage collector, no workload controllers."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,8 +68,8 @@ class LowerClusterSettings:
     admission."""
     node_lease_seconds: int = kwok.DEFAULT_NODE_LEASE_SECONDS
     """Duration of each kwok Node's Lease, seconds; kwok renews every Lease a few times per
-    duration, so thousands of Nodes want a long one (with the node lifecycle controller
-    off, see `controllers`, nothing reads the Leases)."""
+    duration, so thousands of Nodes want a long one (and the fleet a
+    `node_monitor_grace_period` longer than it, or the Nodes turn NotReady)."""
     controllers: tuple[str, ...] = ()
     """kube-controller-manager --controllers of this cluster: only these run (empty: every
     on-by-default one). Pods below are made by virtual nodes, not by workload controllers,

@@ -149,4 +149,5 @@ def test_a_lower_cluster_runs_only_the_controllers_it_is_given(tmp_path: Path) -
     assert not [a for a in every if a.startswith("--controllers")]  # every default one
     only = components.controller_manager_argv(**common, controllers=LOWER_CONTROLLERS)
     assert f"--controllers={','.join(LOWER_CONTROLLERS)}" in only
-    assert "node-lifecycle-controller" not in LOWER_CONTROLLERS  # kwok Leases go unread
+    assert "node-lifecycle-controller" in LOWER_CONTROLLERS  # new Nodes' not-ready taint
+    assert "garbage-collector-controller" not in LOWER_CONTROLLERS
