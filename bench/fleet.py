@@ -209,7 +209,9 @@ class Bench:
         return 2 * (self.args.unschedulable_timeout + self.args.descheduling_interval) + 10.0
 
 
-async def run_config(bench: Bench, config: Config, say: Any) -> Result:
+async def run_config(bench: Bench, config: Config, say: Any, *, last: bool) -> Result:
+    """Run configuration `config` on the bench's fleet and measure it; then (unless it is
+    the `last`) remove what it made."""
     fleet, args = bench.fleet, bench.args
     work = plan.workload(config.name, bench.mix)
     result = Result(config=config, pods=work.pods)
@@ -296,7 +298,8 @@ async def run_config(bench: Bench, config: Config, say: Any) -> Result:
         for program in (scheduler, extender, descheduler):
             if program is not None:
                 program.stop()
-    await teardown(bench, work, config.name)
+    if not last:  # after the last one the fleet goes anyway
+        await teardown(bench, work, config.name)
     return result
 
 
@@ -498,7 +501,7 @@ def _ms(seconds: float | None) -> float | None:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="bench/fleet.py", description=__doc__.split("\n")[0])
     parser.add_argument("--lower-clusters", type=int, default=10)
     parser.add_argument("--nodes-per-cluster", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=10_000, help="workload pods per configuration")
@@ -563,8 +566,9 @@ async def run(
             f"fleet: 1 upper + {scale.lower_clusters} lower clusters up in "
             f"{time.monotonic() - started:.0f} s"
         )
-        for lower in fleet.lowers:
-            await build.build_lower(lower, nodes[lower.name], timeout=args.timeout)
+        await asyncio.gather(
+            *(build.build_lower(c, nodes[c.name], timeout=args.timeout) for c in fleet.lowers)
+        )
         await build.upper_storage(fleet)
         say(
             f"lower clusters: {scale.nodes_per_cluster} Nodes each, filled, after "
@@ -599,7 +603,9 @@ async def run(
         for name in args.configs:
             config = CONFIGS[name]
             say(f"\n({name}) {config.title}")
-            results.append(await run_config(bench, config, say))
+            last = name == args.configs[-1]
+            results.append(await run_config(bench, config, say, last=last))
+            report(results, say)  # so far: a run cut short still shows what it measured
         return results
     finally:
         for program in programs:
@@ -608,11 +614,9 @@ async def run(
 
 def main() -> None:
     args = parse()
-    lines: list[str] = []
 
     def say(line: str) -> None:
         print(line, flush=True)
-        lines.append(line)
 
     m = plan.mix(args.pods)
     say(
@@ -629,12 +633,11 @@ def main() -> None:
     # Outside the event loop: entering the private network uses a loop of its own.
     fleet = build.start_fleet(scale, startup_timeout=args.timeout)
     try:
-        results = asyncio.run(run(fleet, scale, args, say, started=started))
+        asyncio.run(run(fleet, scale, args, say, started=started))
     finally:
         if args.keep_logs is not None:
             shutil.copytree(fleet.directory / "logs", args.keep_logs, dirs_exist_ok=True)
         fleet.stop()
-    report(results, say)
 
 
 if __name__ == "__main__":

@@ -106,7 +106,9 @@ async def build_lower(cluster: Cluster, nodes: Sequence[plan.NodePlan], *, timeo
             found = (await client.request("GET", "/api/v1/nodes"))["items"]
             return sum(1 for n in found if _ready(n)) >= len(nodes)
 
-        await wait_until(f"{cluster.name}: {len(nodes)} Nodes Ready", ready, timeout=timeout)
+        await wait_until(
+            f"{cluster.name}: {len(nodes)} Nodes Ready", ready, timeout=timeout, every=2.0
+        )
         await harness.create_namespace(client, plan.FILLER_NAMESPACE)
         pods = f"/api/v1/namespaces/{plan.FILLER_NAMESPACE}/pods"
         fillers = [n for n in nodes if n.filler[0] > 0 or n.filler[1] > 0]
@@ -117,7 +119,7 @@ async def build_lower(cluster: Cluster, nodes: Sequence[plan.NodePlan], *, timeo
             return sum(1 for p in found if p["status"].get("phase") == "Running") >= len(fillers)
 
         await wait_until(
-            f"{cluster.name}: {len(fillers)} fillers Running", running, timeout=timeout
+            f"{cluster.name}: {len(fillers)} fillers Running", running, timeout=timeout, every=2.0
         )
         await create(
             client,
