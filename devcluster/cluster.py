@@ -110,6 +110,10 @@ class FleetSettings:
     """Kill the components when the starting process dies (off for `tensile-devcluster up`)."""
     startup_timeout: float = 180.0
     """Seconds to wait for the fleet to be ready."""
+    scheduler_extender: bool = False
+    """Run each upper kube-scheduler with `tensile-scheduler` configured as its extender
+    (`devcluster.schedulers`: its port is reserved, `<upper>-scheduler-extender` in the
+    fleet's ports; ignorable, so the scheduler works on while the extender is not running)."""
 
     def __post_init__(self) -> None:
         if self.uppers < 1 or not self.lowers:

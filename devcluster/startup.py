@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from devcluster import kwok, metricsserver
+from devcluster import kwok, metricsserver, schedulers
 from devcluster.cluster import (
     ATTACH_LOG,
     FORWARD_TARGET_TEXT,
@@ -262,6 +262,13 @@ class Startup:
                 ip_addresses=tuple(dict.fromkeys((self.network.node_ip, ports.LOOPBACK))),
                 server=True,
             )
+            out[f"{name}-scheduler-extender"] = ca.issue(
+                directory=self.pki,
+                name=f"{name}-scheduler-extender",
+                common_name="tensile-scheduler",
+                ip_addresses=(ports.LOOPBACK,),
+                server=True,
+            )
             out[f"{name}-metrics-server"] = ca.issue(
                 directory=self.pki,
                 name=f"{name}-metrics-server",
@@ -425,12 +432,25 @@ class Startup:
             )
             started[f"{name}-controller-manager"] = kcm_port
             sched_port = ports.pick(taken=self.taken)
+            config = None
+            if self.settings.scheduler_extender and name in self.uppers:
+                extender_port = ports.pick(taken=self.taken)
+                started[f"{name}-scheduler-extender"] = extender_port
+                config = self.data / f"{name}-scheduler-config.yaml"
+                config.write_text(
+                    schedulers.scheduler_configuration(
+                        kubeconfig=self.pki / f"{name}-scheduler.kubeconfig",
+                        url=f"https://{ports.LOOPBACK}:{extender_port}",
+                        ca=material[f"{name}-ca"].cert,
+                    )
+                )
             self._spawn(
                 f"{name}-scheduler",
                 components.scheduler_argv(
                     binary=self.paths["kube-scheduler"],
                     kubeconfig=self.pki / f"{name}-scheduler.kubeconfig",
                     port=sched_port,
+                    config=config,
                 ),
             )
             started[f"{name}-scheduler"] = sched_port
@@ -438,6 +458,8 @@ class Startup:
         insecure.check_hostname = False
         insecure.verify_mode = ssl.CERT_NONE  # self-signed serving certs of kcm / scheduler
         for component, port in started.items():
+            if component.endswith("-scheduler-extender"):
+                continue  # reserved for tensile-scheduler, which the fleet does not run
 
             def healthy(port: int = port) -> bool:
                 try:

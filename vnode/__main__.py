@@ -248,6 +248,7 @@ async def _k2k_provider(
         controllers=settings.controllers,
         namespace_labels=settings.pods.lower_namespace_labels,
         namespace_annotations=settings.pods.lower_namespace_annotations,
+        summary_interval=settings.node.placement_summary_interval,
     )
 
 

@@ -166,6 +166,13 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     a("--event-burst", type=int, default=100, help="Event burst above --event-qps")
     _add_patrol_flags(p)
     a(
+        "--placement-summary-interval",
+        type=duration,
+        default=1.0,
+        help="seconds between two looks at the lower nodes for the placement summary on the "
+        "virtual Node that tensile-scheduler reads (written only when changed; 0: none)",
+    )
+    a(
         "--client-verify-ca",
         default=env.get("APISERVER_CA_CERT_LOCATION", ""),
         help="CA of kubelet API clients' certificates (env APISERVER_CA_CERT_LOCATION)",
@@ -544,6 +551,7 @@ def _node_settings(
         external_ip=_ip(env.get("VKUBELET_EXTERNAL_POD_IP", ""), "VKUBELET_EXTERNAL_POD_IP"),
         kubelet_port=port,
         enable_lease=args.enable_node_lease,
+        placement_summary_interval=args.placement_summary_interval,
     )
 
 

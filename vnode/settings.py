@@ -72,6 +72,10 @@ class NodeSettings:
     """Seconds between full node status updates when nothing changed."""
     status_min_interval: float = 1.0
     """At most one node status update per this many seconds (debounce)."""
+    placement_summary_interval: float = 1.0
+    """--placement-summary-interval: seconds between two looks at the lower nodes for the
+    placement summary annotation `tensile-scheduler` reads (written only when it changed;
+    0: not published)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from vnode.contracts import clusterselector
 from vnode.contracts.clusterselector import TermRules
 from vnode.contracts.scheduling import selector_matches
-from vnode.providers.k2k.placement import TERM_RULES as NODE_RULES
+from vnode.placement.lower import TERM_RULES as NODE_RULES
 from webhook.mutation import TERM_RULES as WEBHOOK_RULES
 
 KEYS = ("a", "b", "c", "d")

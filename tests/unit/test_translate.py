@@ -16,8 +16,8 @@ from tests.unit.bounds import within
 from vnode.contracts import clusterselector
 from vnode.contracts.clusterselector import parse as parse_cluster_selector
 from vnode.contracts.scheduling import selector_matches, term_matches
+from vnode.placement.lower import lower_placement
 from vnode.providers.k2k import naming
-from vnode.providers.k2k.placement import lower_placement
 from vnode.providers.k2k.translate import (
     Dependencies,
     TranslationPolicy,

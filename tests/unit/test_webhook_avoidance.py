@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from vnode.contracts import avoidance, clusterselector
-from vnode.providers.k2k.placement import lower_placement
+from vnode.placement.lower import lower_placement
 from vnode.serving.flags import UsageError
 from webhook import cli, patches
 from webhook.mutation import Lookups, MutationSettings, PodAdmission, mutate

@@ -1,6 +1,6 @@
 """The webhook's conversion matrix (`webhook.mutation`): what moves into `clusterSelector`,
 what stays upstairs, tolerations, volume pinning, idempotence, and the round trip through
-the virtual node's restoration (`vnode.providers.k2k.placement`)."""
+the virtual node's restoration (`vnode.placement.lower`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tests.unit.bounds import within
 from vnode.contracts import clusterselector, selectors
-from vnode.providers.k2k.placement import lower_placement
+from vnode.placement.lower import lower_placement
 from webhook import caches, mutation, patches
 from webhook.mutation import (
     Lookups,

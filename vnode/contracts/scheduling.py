@@ -2,7 +2,7 @@
 agree with it (pure): node-affinity terms, the nodeSelector, taints and tolerations.
 
 The virtual node uses the term semantics to tell which of a pod's requirements its own
-labels satisfied (`vnode.providers.k2k.placement`), and the avoidance merge is checked
+labels satisfied (`vnode.placement.lower`), and the avoidance merge is checked
 against them (tests); the descheduler uses `unfit` to know whether a pod it would move has
 anywhere else to go: a pod whose own placement admits no other virtual node must not be
 moved, since its replacement (kept off the node it leaves) would be unschedulable for good.

@@ -162,9 +162,14 @@ def controller_manager_argv(
     ]
 
 
-def scheduler_argv(*, binary: Path, kubeconfig: Path, port: int) -> list[str]:
-    """Return the argv of a kube-scheduler for one cluster."""
-    return _controller_flags(binary=binary, kubeconfig=kubeconfig, port=port)
+def scheduler_argv(
+    *, binary: Path, kubeconfig: Path, port: int, config: Path | None = None
+) -> list[str]:
+    """Return the argv of a kube-scheduler for one cluster; `config`: a
+    KubeSchedulerConfiguration file, which then also carries the client connection and
+    leader election (kube-scheduler ignores those deprecated flags beside --config)."""
+    argv = _controller_flags(binary=binary, kubeconfig=kubeconfig, port=port)
+    return [*argv, f"--config={config}"] if config is not None else argv
 
 
 def _controller_flags(*, binary: Path, kubeconfig: Path, port: int) -> list[str]:

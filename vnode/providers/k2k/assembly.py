@@ -24,6 +24,7 @@ from vnode.providers.k2k.lowerpods import LowerPodBook
 from vnode.providers.k2k.namespaces import LowerNamespaces
 from vnode.providers.k2k.provider import K2KProvider, PodChanges
 from vnode.providers.k2k.provisioner import VolumeProvisioner
+from vnode.providers.k2k.publisher import SummaryPublisher
 from vnode.providers.k2k.scrape import KubeletAccess, ResourceScraper, ThroughApiserver
 from vnode.settings import PV_CONTROLLERS, SERVICE_CONTROLLERS, ControllerSettings
 
@@ -43,6 +44,7 @@ def build(
     controllers: ControllerSettings | None = None,
     namespace_labels: tuple[tuple[str, str], ...] = (),
     namespace_annotations: tuple[tuple[str, str], ...] = (),
+    summary_interval: float = 0.0,
 ) -> K2KProvider:
     """Return the provider that forwards the pods of node `policy.node_name` to `lower`.
 
@@ -57,7 +59,9 @@ def build(
     `controllers` chooses the mirrors of Services and volumes that run beside the
     dependency copies (default: both, as tensile-kube's --enable-controllers);
     `namespace_labels`/`namespace_annotations` the lower administrator's marks for the lower
-    namespaces the node makes (--lower-namespace-labels/-annotations). Nothing is
+    namespaces the node makes (--lower-namespace-labels/-annotations); `summary_interval`
+    the seconds between two looks for the placement summary (--placement-summary-interval;
+    0: not published). Nothing is
     started and no request is made: the node starts the provider and its informers.
     """
     owner = policy.owner
@@ -140,6 +144,19 @@ def build(
         nodes=nodes.store,
         owner=owner,
     )
+    book = LowerPodBook(owner=owner)
+    publisher = (
+        SummaryPublisher(
+            upper=upper,
+            node_name=policy.node_name,
+            book=book,
+            nodes=nodes,
+            pods=pods,
+            interval=summary_interval,
+        )
+        if summary_interval > 0
+        else None
+    )
     provider = K2KProvider(
         lower=lower,
         lower_heartbeat=lower_heartbeat or lower,
@@ -148,13 +165,14 @@ def build(
         namespaces=namespaces,
         pods=pods,
         nodes=nodes,
-        book=LowerPodBook(owner=owner),
+        book=book,
         dependencies=dependencies,
         events=events,
         services=service_mirrors,
         volumes=provisioner,
         usage=usage,
         pod_changes=changes,
+        publisher=publisher,
     )
     pods.add_handlers(
         Handlers(

@@ -16,63 +16,20 @@ from collections.abc import Callable, Iterable, Mapping
 from fractions import Fraction
 from typing import Any, Final
 
-from vnode.kube.quantity import format_quantity, parse_quantity
+from vnode.kube.quantity import format_quantity
 from vnode.kube.resources import pod_is_terminal
+from vnode.placement.requests import (
+    HUGEPAGES_PREFIX,
+    plus,
+    pod_requests,
+    resource_list,
+)
 
 STANDARD_RESOURCES: Final = ("cpu", "memory", "pods", "ephemeral-storage")
 """Resource names a node status always carries, in the order `node_resources` writes them."""
 
 _BINARY_RESOURCES: Final = frozenset({"memory", "ephemeral-storage"})
-_HUGEPAGES_PREFIX: Final = "hugepages-"
-# What PodLevelResources lets spec.resources set (component-helpers IsSupportedPodLevelResource).
-_POD_LEVEL_RESOURCES: Final = frozenset({"cpu", "memory"})
 _ZERO: Final = Fraction(0)
-
-
-def pod_requests(pod: Mapping[str, Any]) -> dict[str, Fraction]:
-    """Return what `pod` occupies on its node, per resource name, as kube-scheduler counts it.
-
-    Mirrors `PodRequests` in k8s.io/component-helpers/resource with the sidecar-aware
-    (non-deprecated) formula and spec (not status) resources:
-
-    - app containers and restartable init containers (sidecars: `restartPolicy: Always`)
-      all run together, so their requests add up;
-    - each other init container runs alone but alongside the sidecars declared before it,
-      so the pod needs at least its request plus theirs; the larger of the two wins;
-    - pod-level `spec.resources.requests` (PodLevelResources) replace the container
-      figure for cpu, memory and hugepages-*;
-    - `spec.overhead` (RuntimeClass) is added on top;
-    - "pods" is always 1: the pod takes one of its node's pod slots.
-
-    A container with a limit but no request for a resource requests its limit, as API
-    defaulting would have made it; objects read from the apiserver already are defaulted.
-
-    Raises:
-        ValueError: a quantity in the pod is malformed.
-    """
-    spec = pod.get("spec") or {}
-    running: dict[str, Fraction] = {}
-    for container in spec.get("containers") or ():
-        running = _plus(running, _container_requests(container))
-    sidecars: dict[str, Fraction] = {}
-    init_peak: dict[str, Fraction] = {}
-    for container in spec.get("initContainers") or ():
-        requests = _container_requests(container)
-        if container.get("restartPolicy") == "Always":
-            # A sidecar keeps running next to the app containers. While it starts, only
-            # the sidecars before it run, which is never more than `running` ends up with.
-            sidecars = _plus(sidecars, requests)
-            running = _plus(running, requests)
-        else:
-            init_peak = _larger(init_peak, _plus(requests, sidecars))
-    result = _larger(running, init_peak)
-    pod_level = (spec.get("resources") or {}).get("requests") or {}
-    for name, quantity in pod_level.items():
-        if name in _POD_LEVEL_RESOURCES or name.startswith(_HUGEPAGES_PREFIX):
-            result[name] = parse_quantity(quantity)
-    result = _plus(result, _resource_list(spec.get("overhead")))
-    result["pods"] = Fraction(1)
-    return result
 
 
 def node_is_usable(node: Mapping[str, Any]) -> bool:
@@ -158,8 +115,13 @@ class Ledger:
             return False
         self.remove(key)
         self._pods[key] = (node, requests)
-        self._nodes[node] = _plus(self._nodes.get(node, {}), requests)
+        self._nodes[node] = plus(self._nodes.get(node, {}), requests)
         return True
+
+    def requested(self, node: str) -> dict[str, Fraction]:
+        """Return the summed requests of the pods counted on `node` ("pods": their count;
+        empty when none), a new dict."""
+        return dict(self._nodes.get(node, {}))
 
     def remove(self, key: str) -> bool:
         """Stop counting `key`; returns whether it was counted."""
@@ -185,8 +147,8 @@ class Ledger:
         for node in nodes:
             if node_is_usable(node):
                 name = (node.get("metadata") or {}).get("name") or ""
-                total = _plus(total, _resource_list((node.get("status") or {}).get("allocatable")))
-                used = _plus(used, self._nodes.get(name, {}))
+                total = plus(total, resource_list((node.get("status") or {}).get("allocatable")))
+                used = plus(used, self._nodes.get(name, {}))
         return {name: max(_ZERO, amount - used.get(name, _ZERO)) for name, amount in total.items()}
 
 
@@ -212,30 +174,10 @@ def node_resources(values: Mapping[str, Fraction]) -> dict[str, str]:
         amount = max(_ZERO, Fraction(values.get(name, _ZERO)))
         if name == "cpu":
             result[name] = format_quantity(Fraction(math.floor(amount * 1000), 1000))
-        elif name in _BINARY_RESOURCES or name.startswith(_HUGEPAGES_PREFIX):
+        elif name in _BINARY_RESOURCES or name.startswith(HUGEPAGES_PREFIX):
             result[name] = format_quantity(math.floor(amount), binary=True)
         else:
             result[name] = format_quantity(math.floor(amount))
-    return result
-
-
-def _resource_list(raw: Mapping[str, Any] | None) -> dict[str, Fraction]:
-    """Parse a ResourceList (resource name -> quantity string)."""
-    return {name: parse_quantity(quantity) for name, quantity in (raw or {}).items()}
-
-
-def _container_requests(container: Mapping[str, Any]) -> dict[str, Fraction]:
-    """A container's requests, with the limit standing in for any request left out."""
-    resources = container.get("resources") or {}
-    # Same as API defaulting (SetDefaults_Pod copies such limits into requests).
-    return {**_resource_list(resources.get("limits")), **_resource_list(resources.get("requests"))}
-
-
-def _plus(left: Mapping[str, Fraction], right: Mapping[str, Fraction]) -> dict[str, Fraction]:
-    """Add two resource lists name by name; a missing name counts as 0."""
-    result = dict(left)
-    for name, amount in right.items():
-        result[name] = result.get(name, _ZERO) + amount
     return result
 
 
@@ -244,12 +186,4 @@ def _minus(left: Mapping[str, Fraction], right: Mapping[str, Fraction]) -> dict[
     result = dict(left)
     for name, amount in right.items():
         result[name] = result.get(name, _ZERO) - amount
-    return result
-
-
-def _larger(left: Mapping[str, Fraction], right: Mapping[str, Fraction]) -> dict[str, Fraction]:
-    """Take the larger amount name by name; a name in only one of the lists keeps its amount."""
-    result = dict(left)
-    for name, amount in right.items():
-        result[name] = max(result[name], amount) if name in result else amount
     return result

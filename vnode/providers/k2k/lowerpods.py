@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from vnode.contracts.objects import Obj
 from vnode.kube.resources import object_key
+from vnode.placement import fit
 from vnode.providers.k2k import capacity, naming
 
 logger = logging.getLogger(__name__)
@@ -62,6 +63,10 @@ class LowerPodBook:
         self._owner = owner
         self._others = capacity.Ledger()
         """Requests of the lower pods that are not this node's (the capacity they take)."""
+        self._all = capacity.Ledger()
+        """Requests of every lower pod, ours too: what each lower node has left (`rooms`)."""
+        self._ports: dict[str, tuple[str, frozenset[fit.HostPort]]] = {}
+        """Pod key -> (its node, the host ports it holds there), for pods holding some."""
         self._creates: dict[str, Write] = {}
         """Upper UID -> its create in flight."""
         self._deletes: dict[str, Write] = {}
@@ -124,6 +129,7 @@ class LowerPodBook:
         moved. A pod of ours ends its create in flight; others' are counted (a malformed
         quantity, which the lower apiserver does not let through, is logged and not)."""
         key = object_key(lower)
+        self._count_on_node(key, lower)
         if self.ours(lower):
             uid = upper_uid_of(lower)
             if (write := self._creates.get(uid)) is not None and write.lower_key == key:
@@ -141,6 +147,8 @@ class LowerPodBook:
         answered gone, it has vanished."""
         key = object_key(lower)
         moved = self._others.remove(key)
+        self._all.remove(key)
+        self._ports.pop(key, None)
         if self.ours(lower):
             uid = upper_uid_of(lower)
             if (write := self._creates.get(uid)) is not None and write.lower_key == key:
@@ -192,6 +200,38 @@ class LowerPodBook:
         answered gone): each goes with its pod, so this is bounded by the pods the node
         keeps. The capacity ledger is not counted (it follows the informer's cache)."""
         return len(self._creates) + len(self._deletes) + len(self._vanished) + len(self._answered)
+
+    def _count_on_node(self, key: str, lower: Obj) -> None:
+        try:
+            self._all.put(key, lower)
+        except ValueError:
+            self._all.remove(key)  # logged by `seen` when it is another's; ours were admitted
+        spec = lower.get("spec") or {}
+        ports = fit.host_ports(spec) if capacity.counts(lower) else frozenset()
+        if ports:
+            self._ports[key] = (str(spec.get("nodeName")), ports)
+        else:
+            self._ports.pop(key, None)
+
+    def rooms(self, nodes: Iterable[Mapping[str, Any]]) -> list[fit.NodeRoom]:
+        """Return each of the lower `nodes` as the scheduler's filters see it, with what
+        every lower pod bound to it (ours too) requests and the host ports they hold
+        (`fit.node_room`). A node with a malformed quantity is left out (logged)."""
+        held: dict[str, set[fit.HostPort]] = {}
+        for node_name, ports in self._ports.values():
+            held.setdefault(node_name, set()).update(ports)
+        rooms = []
+        for node in nodes:
+            name = str((node.get("metadata") or {}).get("name") or "")
+            try:
+                rooms.append(
+                    fit.node_room(
+                        node, requested=self._all.requested(name), held_ports=held.get(name, ())
+                    )
+                )
+            except ValueError as exc:
+                logger.warning("lower node %s: left out of the placement summary: %s", name, exc)
+        return rooms
 
     def free(self, nodes: Iterable[Mapping[str, Any]]) -> dict[str, Fraction]:
         """Return what the lower `nodes` can still take once the other pods are counted

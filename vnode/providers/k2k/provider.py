@@ -101,6 +101,7 @@ class K2KProvider:
         volumes: VolumeProvisioner | None,
         usage: ResourceScraper,
         pod_changes: PodChanges,
+        publisher: Component | None = None,
     ) -> None:
         """Take the collaborators, ready-made and wired (`assembly.build`): `lower` carries
         the pod, log, exec and port-forward traffic, `lower_heartbeat` answers `ping`;
@@ -109,7 +110,8 @@ class K2KProvider:
         `lower_pod_changed`, `lower_pod_deleted` and `capacity_moved`; `book` keeps the
         lower pods' bookkeeping; `services` are the Service mirrors (empty without
         ServiceControllers), `volumes` the provisioner (None without PVControllers);
-        `pod_changes` is what `notify_pods` registers with."""
+        `pod_changes` is what `notify_pods` registers with; `publisher` writes the placement
+        summary (None: not published)."""
         self._node_ip = node_ip
         self._lower = lower
         self._heartbeat = lower_heartbeat
@@ -124,6 +126,7 @@ class K2KProvider:
         self.volumes = volumes
         self.usage = usage
         self._pod_changes = pod_changes
+        self._publisher = publisher
         self._node_callbacks: list[Callable[[], None]] = []
         self._started = False
         self._kubelet_version = "v0.0.0"
@@ -142,6 +145,8 @@ class K2KProvider:
         chosen: list[Component] = [*self.dependencies.components(), *self.services]
         if self.volumes is not None:
             chosen += [self.volumes, *self.volumes.components()]
+        if self._publisher is not None:
+            chosen.append(self._publisher)
         return chosen
 
     async def start(self) -> None:

@@ -81,9 +81,7 @@ def slim_lower_pod(
     slim_spec: dict[str, Any] = {k: spec[k] for k in _SPEC_CAPACITY if k in spec}
     for group in ("containers", "initContainers"):
         if group in spec:
-            slim_spec[group] = [
-                {k: c[k] for k in _CONTAINER_FIELDS if k in c} for c in spec[group] or []
-            ]
+            slim_spec[group] = [_slim_container(c) for c in spec[group] or []]
     if owned:
         slim_spec.update({k: spec[k] for k in _SPEC_OWNED if k in spec})
     slim: dict[str, Any] = {
@@ -93,3 +91,13 @@ def slim_lower_pod(
         REFS: references_of(pod) if refs is None else refs,
     }
     return compact(slim)
+
+
+def _slim_container(container: Mapping[str, Any]) -> dict[str, Any]:
+    """The container fields kept, and of its ports only those with a hostPort (the lower
+    node's taken host ports, for the placement summary)."""
+    kept = {k: container[k] for k in _CONTAINER_FIELDS if k in container}
+    held = [p for p in container.get("ports") or () if p.get("hostPort")]
+    if held:
+        kept["ports"] = held
+    return kept

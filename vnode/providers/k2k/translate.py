@@ -19,8 +19,8 @@ from vnode.contracts import clusterselector
 from vnode.contracts.labels import DEFAULT_TAINT_KEY
 from vnode.contracts.objects import as_list, as_mapping, dicts_in
 from vnode.kube import codec
+from vnode.placement.lower import lower_placement, lower_tolerations
 from vnode.providers.k2k import naming, volumes
-from vnode.providers.k2k.placement import lower_placement, lower_tolerations
 from vnode.settings import PodSecurityLevel
 
 # Server-set or upper-only metadata: the lower API server assigns its own, or rejects them.

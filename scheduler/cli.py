@@ -1,0 +1,113 @@
+"""The `tensile-scheduler` command line, parsed into frozen `Settings`. Invalid values raise
+UsageError (the command exits 2 with its one-line message)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from scheduler.extender import Policy
+from scheduler.server import MAX_REQUEST_BYTES
+from scheduler.settings import ServerSettings, Settings
+from vnode.contracts import selectors
+from vnode.contracts.labels import DEFAULT_TAINT_KEY
+from vnode.serving import flags
+from vnode.serving.flags import UsageError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = flags.Parser(
+        prog="tensile-scheduler",
+        description="kube-scheduler extender: filters out virtual nodes whose lower cluster "
+        "has no node for the pod, scores the others by best fit.",
+    )
+    a = p.add_argument
+    a("--address", default="0.0.0.0", help="listen address (default 0.0.0.0)")  # noqa: S104
+    a("--port", type=int, default=8443, help="HTTPS listen port (default 8443)")
+    a("--tls-cert-file", default="", help="serving certificate file (required; reloaded)")
+    a("--tls-private-key-file", default="", help="its private key file (required)")
+    a(
+        "--client-ca-file",
+        default="",
+        help="require client certificates signed by this CA (default: none required)",
+    )
+    a(
+        "--kubeconfig",
+        default=None,
+        help="kubeconfig of the upper cluster (env KUBECONFIG; then ~/.kube/config, then "
+        "in-cluster)",
+    )
+    a(
+        "--virtual-node-selector",
+        default="type=virtual-kubelet",
+        help="label selector of the virtual nodes whose placement summaries are read "
+        "(default type=virtual-kubelet)",
+    )
+    a(
+        "--headroom",
+        type=float,
+        default=0.0,
+        help="share 0..1 of each lower cluster's allocatable cpu and memory a placement "
+        "should leave free; a virtual node that would go below it scores 0 (default 0)",
+    )
+    a(
+        "--taint-key",
+        default=DEFAULT_TAINT_KEY,
+        help=f"the virtual nodes' taint key (default {DEFAULT_TAINT_KEY})",
+    )
+    a(
+        "--max-request-bytes",
+        type=int,
+        default=MAX_REQUEST_BYTES,
+        help=f"largest request body accepted, bytes (default {MAX_REQUEST_BYTES})",
+    )
+    a(
+        "--metrics-addr",
+        default="",
+        help="host:port of a plain-HTTP /metrics, /healthz, /readyz (default: HTTPS port only)",
+    )
+    a("--shutdown-delay", type=flags.duration, default=2.0, help="seconds (default 2s)")
+    a("--shutdown-timeout", type=flags.duration, default=5.0, help="seconds (default 5s)")
+    flags.add_logging_flags(p)
+    return p
+
+
+def parse(argv: Sequence[str]) -> Settings:
+    """Return the settings of the command line `argv`. Raises UsageError."""
+    args = _parser().parse_args(list(argv))
+    if not args.tls_cert_file or not args.tls_private_key_file:
+        raise UsageError("--tls-cert-file and --tls-private-key-file are required (HTTPS only)")
+    if not 0 < args.port < 65536:
+        raise UsageError(f"--port must be 1-65535, got {args.port}")
+    if not 0.0 <= args.headroom < 1.0:
+        raise UsageError(f"--headroom must be a share in [0, 1), got {args.headroom}")
+    if args.max_request_bytes < 1024:
+        raise UsageError(f"--max-request-bytes must be at least 1024, got {args.max_request_bytes}")
+    try:
+        selectors.parse(args.virtual_node_selector)
+    except selectors.SelectorError as exc:
+        raise UsageError(f"--virtual-node-selector: {exc}") from None
+    metrics_addr = flags.address(args.metrics_addr, "--metrics-addr") if args.metrics_addr else ""
+    return Settings(
+        server=ServerSettings(
+            address=args.address,
+            port=args.port,
+            cert_file=args.tls_cert_file,
+            key_file=args.tls_private_key_file,
+            client_ca_file=args.client_ca_file,
+            max_request_bytes=args.max_request_bytes,
+            metrics_addr=metrics_addr,
+            shutdown_delay=args.shutdown_delay,
+            shutdown_timeout=args.shutdown_timeout,
+        ),
+        policy=Policy(headroom=args.headroom, taint_key=args.taint_key),
+        kubeconfig=args.kubeconfig,
+        virtual_node_selector=args.virtual_node_selector,
+        log_level=flags.log_level(args.log_level),
+        log_format=args.log_format,
+    )
+
+
+def wants_version(argv: Sequence[str]) -> bool:
+    """Whether `--version` is on the command line (answered before any parsing)."""
+    return "--version" in argv

@@ -1,0 +1,178 @@
+"""The extender's decisions (pure): kube-scheduler's extender API, filter and prioritize.
+
+Shapes are those of k8s.io/kube-scheduler/extender/v1 (types.go), whose fields carry no
+JSON tags: Go writes them under their field names, and reads them matching names
+case-insensitively (encoding/json), which `parse_args` does too:
+
+- ExtenderArgs: {"Pod": Pod, "Nodes": NodeList or null, "NodeNames": [string] or null};
+  with `nodeCacheCapable: true` the scheduler sends only "NodeNames".
+- ExtenderFilterResult: {"Nodes" or "NodeNames": what passes, "FailedNodes": {name:
+  reason}, "FailedAndUnresolvableNodes": {}, "Error": ""}; the reasons of FailedNodes end
+  up in the pod's FailedScheduling event ("0/3 nodes are available: ...").
+- HostPriorityList: [{"Host": name, "Score": 0..MAX_EXTENDER_PRIORITY}], which the
+  scheduler scales by the extender's weight and adds to its plugins' scores.
+
+For each virtual node among the candidates, the pod's lower placement is worked out as the
+virtual node would work it out (`vnode.placement.lower.lower_placement`: its
+clusterSelector, minus what the virtual node itself satisfied) and judged against the
+lower cluster's summary (`vnode.placement.summary.Summary.best_fit`). A virtual node goes
+on failedNodes (not failedAndUnresolvable: preempting upper pods there frees room below).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from scheduler.fleet import Fleet, VirtualNode
+from vnode.contracts import clusterselector
+from vnode.contracts.labels import DEFAULT_TAINT_KEY
+from vnode.contracts.objects import as_mapping
+from vnode.placement import fit
+from vnode.placement.lower import lower_placement
+from vnode.placement.summary import Choice
+
+MAX_EXTENDER_PRIORITY: Final = 10
+"""extender/v1 MaxExtenderPriority: the highest score an extender may give."""
+
+
+class BadArgs(ValueError):
+    """A body that is not an ExtenderArgs; the message says which part."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Call:
+    """One filter or prioritize call."""
+
+    pod: Mapping[str, Any]
+    names: tuple[str, ...]
+    """The candidate node names, in the scheduler's order."""
+    nodes: tuple[Mapping[str, Any], ...] | None
+    """The candidate Node objects when the scheduler sent a NodeList (nodeCacheCapable
+    false), else None."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    """How the extender judges (from the flags)."""
+
+    headroom: float = 0.0
+    """Share (0..1) of each lower cluster's allocatable cpu and memory a placement should
+    leave free; a virtual node that would go below it scores 0 (it still passes)."""
+    taint_key: str = DEFAULT_TAINT_KEY
+    """The virtual nodes' taint key (their --taint), whose toleration the webhook adds."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """What the extender says of one candidate node."""
+
+    name: str
+    virtual: bool
+    choice: Choice | None = None
+    """The lower cluster's answer (None: not virtual, or the pod could not be judged)."""
+    keeps_headroom: bool = True
+
+    @property
+    def fits(self) -> bool:
+        """Whether the node passes the filter."""
+        return self.choice is None or self.choice.node is not None
+
+    @property
+    def score(self) -> int:
+        """0..MAX_EXTENDER_PRIORITY: 0 for a node that is not virtual, does not fit or
+        would break the headroom; else 1 plus 9 times the tightness of the best fit."""
+        if self.choice is None or self.choice.node is None or not self.keeps_headroom:
+            return 0
+        return 1 + round((MAX_EXTENDER_PRIORITY - 1) * self.choice.tightness)
+
+    def reason(self) -> str:
+        """The failedNodes reason (for a node that does not fit)."""
+        assert self.choice is not None
+        return f"lower cluster of {self.name}: {self.choice.message()}"
+
+
+def parse_args(body: object) -> Call:
+    """Return the call in `body` (decoded JSON). Raises BadArgs naming the bad part."""
+    if not isinstance(body, Mapping):
+        raise BadArgs("the body must be a JSON object (ExtenderArgs)")
+    fields = {str(key).lower(): value for key, value in body.items()}
+    pod = fields.get("pod")
+    if not isinstance(pod, Mapping) or not isinstance(pod.get("spec"), Mapping):
+        raise BadArgs('"Pod" must be a Pod object with a spec')
+    names = fields.get("nodenames")
+    node_list = fields.get("nodes")
+    if names is not None:
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise BadArgs('"NodeNames" must be a list of node names')
+        return Call(pod=pod, names=tuple(names), nodes=None)
+    if node_list is not None:
+        items = as_mapping(node_list).get("items")
+        if not isinstance(items, list) or not all(isinstance(i, Mapping) for i in items):
+            raise BadArgs('"Nodes" must be a NodeList with "items"')
+        found = tuple(str(as_mapping(i.get("metadata")).get("name") or "") for i in items)
+        return Call(pod=pod, names=found, nodes=tuple(items))
+    raise BadArgs('neither "NodeNames" nor "Nodes" is given')
+
+
+def judge(call: Call, *, fleet: Fleet, policy: Policy) -> list[Verdict]:
+    """Return a verdict for every candidate node of `call`, in its order."""
+    spec = as_mapping(call.pod.get("spec"))
+    annotations = as_mapping(as_mapping(call.pod.get("metadata")).get("annotations"))
+    selector = clusterselector.parse(annotations.get(clusterselector.ANNOTATION))
+    verdicts = []
+    for name in call.names:
+        node = fleet.get(name)
+        if node is None:
+            verdicts.append(Verdict(name=name, virtual=False))
+            continue
+        verdicts.append(_verdict(node, spec=spec, selector=selector, policy=policy))
+    return verdicts
+
+
+def _verdict(
+    node: VirtualNode,
+    *,
+    spec: Mapping[str, Any],
+    selector: Mapping[str, Any] | None,
+    policy: Policy,
+) -> Verdict:
+    lower = lower_placement(
+        spec,
+        cluster_selector=selector,
+        node_name=node.name,
+        node_labels=node.labels,
+        taint_key=policy.taint_key,
+    )
+    try:
+        need = fit.need_of(lower)
+    except ValueError:
+        # A quantity the apiserver would not have admitted: not ours to refuse.
+        return Verdict(name=node.name, virtual=True)
+    choice = node.summary.best_fit(need)
+    return Verdict(
+        name=node.name,
+        virtual=True,
+        choice=choice,
+        keeps_headroom=node.summary.keeps_headroom(need, headroom=policy.headroom),
+    )
+
+
+def filter_result(call: Call, verdicts: Sequence[Verdict]) -> dict[str, Any]:
+    """Return the ExtenderFilterResult for `verdicts` (in the form the call came in)."""
+    failed = {v.name: v.reason() for v in verdicts if not v.fits}
+    passed = [v.name for v in verdicts if v.fits]
+    result: dict[str, Any] = {"FailedNodes": failed, "FailedAndUnresolvableNodes": {}, "Error": ""}
+    if call.nodes is None:
+        result["NodeNames"] = passed
+    else:
+        kept = set(passed)
+        items = [n for n in call.nodes if as_mapping(n.get("metadata")).get("name") in kept]
+        result["Nodes"] = {"apiVersion": "v1", "kind": "NodeList", "items": items}
+    return result
+
+
+def priorities(verdicts: Sequence[Verdict]) -> list[dict[str, Any]]:
+    """Return the HostPriorityList for `verdicts`."""
+    return [{"Host": v.name, "Score": v.score} for v in verdicts]

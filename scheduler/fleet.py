@@ -1,0 +1,75 @@
+"""The virtual nodes as the extender knows them: each one's labels and its parsed placement
+summary, kept from the upper Node informer's events (pure: no I/O, nothing mutated that is
+passed in).
+
+A summary is parsed once per new annotation value, not per call. A Node without the
+annotation is not virtual (it passes the filter untouched); one whose summary cannot be
+parsed is treated the same and counted (`unreadable`), because refusing pods for a
+malformed summary would be a wrong "no".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vnode.contracts.objects import as_mapping
+from vnode.placement import summary
+
+
+@dataclass(frozen=True, kw_only=True)
+class VirtualNode:
+    """A virtual Node of the upper cluster and its lower cluster's summary."""
+
+    name: str
+    labels: Mapping[str, str]
+    summary: summary.Summary
+    text: str
+    """The annotation value `summary` was parsed from."""
+
+
+class Fleet:
+    """Node name -> `VirtualNode`, updated with `put`/`remove` from Node events."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, VirtualNode] = {}
+        self.unreadable: dict[str, str] = {}
+        """Node name -> why its summary could not be read (the latest error)."""
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def get(self, name: str) -> VirtualNode | None:
+        """Return the virtual node `name`, or None when it is not one (or unknown)."""
+        return self._nodes.get(name)
+
+    def put(self, node: Mapping[str, Any]) -> None:
+        """Take in a Node added or modified (a Node object as the API returns it)."""
+        meta = as_mapping(node.get("metadata"))
+        name = str(meta.get("name") or "")
+        text = as_mapping(meta.get("annotations")).get(summary.ANNOTATION)
+        labels = {str(k): str(v) for k, v in as_mapping(meta.get("labels")).items()}
+        if not isinstance(text, str):
+            self.remove(name)
+            return
+        known = self._nodes.get(name)
+        if known is not None and known.text == text:
+            if known.labels != labels:
+                self._nodes[name] = VirtualNode(
+                    name=name, labels=labels, summary=known.summary, text=text
+                )
+            return
+        try:
+            parsed = summary.parse(text)
+        except summary.SummaryError as exc:
+            self._nodes.pop(name, None)
+            self.unreadable[name] = str(exc)
+            return
+        self.unreadable.pop(name, None)
+        self._nodes[name] = VirtualNode(name=name, labels=labels, summary=parsed, text=text)
+
+    def remove(self, name: str) -> None:
+        """Forget Node `name` (deleted, or no longer carrying a summary)."""
+        self._nodes.pop(name, None)
+        self.unreadable.pop(name, None)

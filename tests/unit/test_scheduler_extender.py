@@ -1,0 +1,159 @@
+"""The extender's decisions (scheduler.extender, scheduler.fleet): kube-scheduler's
+extender/v1 shapes, filter and prioritize over the virtual nodes' placement summaries."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from typing import Any
+
+import pytest
+
+from scheduler import extender
+from scheduler.fleet import Fleet
+from vnode.contracts import clusterselector
+from vnode.placement import fit, summary
+
+
+def _lower_node(name: str, cpu: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "spec": {},
+        "status": {
+            "allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def _virtual_node(name: str, *lower: dict[str, Any]) -> dict[str, Any]:
+    rooms = [fit.node_room(n, requested={"pods": Fraction(0)}) for n in lower]
+    text = summary.render(summary.summarize(rooms))
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {"type": "virtual-kubelet"},
+            "annotations": {summary.ANNOTATION: text},
+        }
+    }
+
+
+def _pod(cpu: str, *, selector: dict[str, Any] | None = None) -> dict[str, Any]:
+    annotations = {clusterselector.ANNOTATION: json.dumps(selector)} if selector else {}
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "annotations": annotations},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
+    }
+
+
+@pytest.fixture
+def fleet() -> Fleet:
+    fleet = Fleet()
+    fleet.put(_virtual_node("vn-a", _lower_node("a1", "1"), _lower_node("a2", "1")))
+    fleet.put(_virtual_node("vn-b", _lower_node("b1", "8")))
+    fleet.put(_virtual_node("vn-c", _lower_node("c1", "2", {"pool": "gpu"})))
+    return fleet
+
+
+FILTER_CASES = [
+    # (what, pod, passes, fails)
+    ("fits anywhere", _pod("500m"), ["vn-a", "vn-b", "vn-c", "real"], []),
+    ("pieces too small on A", _pod("1500m"), ["vn-b", "vn-c", "real"], ["vn-a"]),
+    ("fits only B", _pod("4"), ["vn-b", "real"], ["vn-a", "vn-c"]),
+    (
+        "clusterSelector nodeSelector",
+        _pod("100m", selector={"nodeSelector": {"pool": "gpu"}}),
+        ["vn-c", "real"],
+        ["vn-a", "vn-b"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("what", "pod", "passes", "fails"), FILTER_CASES)
+def test_filter_passes_what_fits_below_and_what_is_not_virtual(
+    fleet: Fleet, what: str, pod: Any, passes: list[str], fails: list[str]
+) -> None:
+    call = extender.parse_args({"pod": pod, "NodeNames": ["vn-a", "vn-b", "vn-c", "real"]})
+    result = extender.filter_result(
+        call, extender.judge(call, fleet=fleet, policy=extender.Policy())
+    )
+    assert result["NodeNames"] == passes, what
+    assert sorted(result["FailedNodes"]) == fails, what
+    assert result["FailedAndUnresolvableNodes"] == {}
+    assert result["Error"] == ""
+
+
+def test_the_reason_reads_like_the_schedulers(fleet: Fleet) -> None:
+    call = extender.parse_args({"Pod": _pod("1500m"), "NodeNames": ["vn-a"]})
+    result = extender.filter_result(
+        call, extender.judge(call, fleet=fleet, policy=extender.Policy())
+    )
+    assert result["FailedNodes"] == {
+        "vn-a": "lower cluster of vn-a: 0/2 nodes are available: 2 Insufficient cpu."
+    }
+
+
+def test_a_node_list_is_answered_with_a_node_list(fleet: Fleet) -> None:
+    nodes = {"items": [{"metadata": {"name": "vn-a"}}, {"metadata": {"name": "vn-b"}}]}
+    call = extender.parse_args({"Pod": _pod("1500m"), "Nodes": nodes})
+    result = extender.filter_result(
+        call, extender.judge(call, fleet=fleet, policy=extender.Policy())
+    )
+    assert [n["metadata"]["name"] for n in result["Nodes"]["items"]] == ["vn-b"]
+
+
+def test_prioritize_prefers_the_tightest_hole(fleet: Fleet) -> None:
+    call = extender.parse_args({"Pod": _pod("1500m"), "NodeNames": ["vn-a", "vn-b", "vn-c", "x"]})
+    scores = extender.priorities(extender.judge(call, fleet=fleet, policy=extender.Policy()))
+    assert scores == [
+        {"Host": "vn-a", "Score": 0},
+        {"Host": "vn-b", "Score": 3},  # 1.5 of 8 free cpu: 1 + round(9 * 0.1875)
+        {"Host": "vn-c", "Score": 8},  # 1.5 of 2: 1 + round(9 * 0.75)
+        {"Host": "x", "Score": 0},
+    ]
+    assert all(0 <= s["Score"] <= extender.MAX_EXTENDER_PRIORITY for s in scores)
+
+
+def test_headroom_scores_zero_but_never_filters(fleet: Fleet) -> None:
+    call = extender.parse_args({"Pod": _pod("1500m"), "NodeNames": ["vn-c"]})
+    verdicts = extender.judge(call, fleet=fleet, policy=extender.Policy(headroom=0.5))
+    assert verdicts[0].fits
+    assert verdicts[0].score == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ([], "JSON object"),
+        ({"NodeNames": []}, '"Pod"'),
+        ({"pod": {"spec": {}}}, 'neither "NodeNames" nor "Nodes"'),
+        ({"pod": {"spec": {}}, "NodeNames": [1]}, "list of node names"),
+        ({"pod": {"spec": {}}, "nodes": {"items": 3}}, "NodeList"),
+    ],
+)
+def test_bad_args_say_what_is_wrong(body: Any, error: str) -> None:
+    with pytest.raises(extender.BadArgs, match=error):
+        extender.parse_args(body)
+
+
+def test_an_unreadable_summary_leaves_the_node_untouched() -> None:
+    fleet = Fleet()
+    fleet.put({"metadata": {"name": "vn", "annotations": {summary.ANNOTATION: "{"}}})
+    assert fleet.get("vn") is None
+    assert "not JSON" in fleet.unreadable["vn"]
+    call = extender.parse_args({"Pod": _pod("100"), "NodeNames": ["vn"]})
+    result = extender.filter_result(
+        call, extender.judge(call, fleet=fleet, policy=extender.Policy())
+    )
+    assert result["NodeNames"] == ["vn"]
+
+
+def test_args_as_go_writes_them_are_read(fleet: Fleet) -> None:
+    """extender/v1 has no JSON tags: kube-scheduler writes the field names, a nil Nodes as
+    null; keys are matched case-insensitively, as Go reads them."""
+    sent = {"Pod": _pod("1500m"), "Nodes": None, "NodeNames": ["vn-a", "vn-b"]}
+    call = extender.parse_args(sent)
+    assert call.names == ("vn-a", "vn-b")
+    assert call.nodes is None
+    lower = extender.parse_args({"pod": _pod("1"), "nodenames": ["x"]})
+    assert lower.names == ("x",)
