@@ -90,6 +90,8 @@ class Result:
     left_alone: float = 0.0
     all_running: float | None = None
     """Seconds from the upper scheduler's start until every pod ran (None: never)."""
+    last_running: float | None = None
+    """Seconds from the upper scheduler's start until the last pod that ran did."""
     throughput: float | None = None
     extender_p50: float | None = None
     extender_p99: float | None = None
@@ -265,7 +267,7 @@ async def run_config(bench: Bench, config: Config, say: Any, *, last: bool) -> R
             meter = Meter()
             meter.start(process_ids(fleet, programs))
             scheduler = upper_scheduler.UpperScheduler(
-                fleet, config=config.name, extender=extender, log_dir=bench.log_dir
+                fleet, config=config.name, extender=config.extender, log_dir=bench.log_dir
             )
             t0 = time.monotonic()
             programs["upper scheduler"] = scheduler
@@ -276,6 +278,8 @@ async def run_config(bench: Bench, config: Config, say: Any, *, last: bool) -> R
             cpu, rss = meter.stop(process_ids(fleet, programs))
             result.cpu, result.rss = cpu, rss
             _, running, pending, _ = tracker.state()
+            if tracker.running:
+                result.last_running = max(tracker.running.values()) - t0
             result.running, result.stranded = running, len(pending)
             result.stranded_pods = sorted(pending)[:10]
             binds = [tracker.bound[u] for u in first_wave if u in tracker.bound]
@@ -472,6 +476,7 @@ def report(results: list[Result], say: Any) -> None:
         ("moves", [r.moved for r in results], ".0f"),
         ("left alone (no node left)", [r.left_alone for r in results], ".0f"),
         ("s until all Running", [r.all_running for r in results], ".1f"),
+        ("s until the last Running", [r.last_running for r in results], ".1f"),
         ("upper binds/s", [r.throughput for r in results], ".1f"),
         ("extender p50 ms", [_ms(r.extender_p50) for r in results], ".2f"),
         ("extender p99 ms", [_ms(r.extender_p99) for r in results], ".2f"),

@@ -47,6 +47,7 @@ def start_fleet(scale: plan.Scale, *, startup_timeout: float) -> Fleet:
             metrics_server=False,
             startup_timeout=startup_timeout,
             node_monitor_grace_period=NODE_GRACE,
+            scheduler_extender=True,  # its port and certificate (the bench runs it)
         ),
         owns_directory=True,
     )

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Any
 
 import fleet_plan as plan
 import harness
 import yaml
 
+from devcluster import schedulers
 from devcluster.fleet import Fleet
 from devcluster.programs import Program
 from vnode.testing import binaries, ports
@@ -24,23 +24,22 @@ from vnode.testing.ports import LOOPBACK
 
 
 class UpperScheduler(Program):
-    """kube-scheduler for the upper cluster; ready when its /readyz answers (always allowed
+    """kube-scheduler for the upper cluster, configured as the fleet's would be with the
+    extender (`devcluster.schedulers.scheduler_configuration`), or without it: the same
+    configuration less its `extenders`. Ready when its /readyz answers (always allowed
     without credentials)."""
 
-    def __init__(
-        self, fleet: Fleet, *, config: str, extender: Program | None, log_dir: Path
-    ) -> None:
+    def __init__(self, fleet: Fleet, *, config: str, extender: bool, log_dir: Path) -> None:
         kubeconfig = fleet.directory / "pki" / "upper-scheduler.kubeconfig"
-        settings: dict[str, Any] = {
-            "apiVersion": "kubescheduler.config.k8s.io/v1",
-            "kind": "KubeSchedulerConfiguration",
-            # The fleet's own schedulers' client settings (vnode.testing.components).
-            "clientConnection": {"kubeconfig": str(kubeconfig), "qps": 200, "burst": 400},
-            "leaderElection": {"leaderElect": False},
-            "enableProfiling": False,
-        }
-        if extender is not None:
-            settings["extenders"] = [extender_stanza(extender)]
+        settings = yaml.safe_load(
+            schedulers.scheduler_configuration(
+                kubeconfig=kubeconfig,
+                url=f"https://{LOOPBACK}:{fleet.ports[EXTENDER_PORT]}",
+                ca=fleet.upper.ca,
+            )
+        )
+        if not extender:
+            del settings["extenders"]
         path = log_dir / f"upper-scheduler-{config}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(settings))
@@ -55,6 +54,7 @@ class UpperScheduler(Program):
                 f"--authorization-kubeconfig={kubeconfig}",
                 f"--bind-address={LOOPBACK}",
                 f"--secure-port={port}",
+                "--profiling=false",
                 "--v=1",
             ],
             log=log_dir / f"upper-scheduler-{config}.log",
@@ -62,7 +62,10 @@ class UpperScheduler(Program):
         )
 
 
-# -- the extender: filled in from the `scheduler` package (tensile-scheduler) ---------------------
+# -- the extender ---------------------------------------------------------------------------------
+
+EXTENDER_PORT = "upper-scheduler-extender"
+"""Where the fleet (started with `scheduler_extender`) reserved the extender's port."""
 
 
 def extender_missing() -> str | None:
@@ -74,16 +77,13 @@ def extender_missing() -> str | None:
 
 def extender(fleet: Fleet, *, config: str, slices: bool, log_dir: Path) -> Program:
     """The tensile-scheduler extender for configuration `config` (with namespace quota
-    slices when `slices`), not started yet."""
-    raise NotImplementedError(extender_missing() or "extender: not wired yet")
+    slices when `slices`), on the port the fleet reserved; not started yet."""
+    return schedulers.SchedulerExtenderProcess(
+        fleet, log_dir=log_dir, name=f"extender-{config}", args=["--log-level=info"]
+    )
 
 
-def extender_stanza(extender: Program) -> dict[str, Any]:
-    """The KubeSchedulerConfiguration `extenders` entry that calls `extender`."""
-    raise NotImplementedError("extender: not wired yet")
-
-
-EXTENDER_HISTOGRAM = "tensile_scheduler_extender_request_duration_seconds"
+EXTENDER_HISTOGRAM = "tensile_scheduler_extender_duration_seconds"
 
 
 def extender_latency(extender: Program) -> tuple[float | None, float | None]:
