@@ -417,22 +417,26 @@ async def teardown(bench: Bench, work: plan.Workload, config: str) -> None:
         )
 
         async def upper_gone() -> bool:
+            if not await _any_pod(client, work.namespaces):
+                return True
             left = await _pods(client, work.namespaces)
             now = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
             await build.gather_bounded(
                 _ignore_missing(client.request("DELETE", path, body=now)) for path in left
             )
-            return not left
+            return False
 
-        await build.wait_until(f"upper: the pods of ({config}) gone", upper_gone, timeout=timeout)
+        await build.wait_until(
+            f"upper: the pods of ({config}) gone", upper_gone, timeout=timeout, every=2.0
+        )
     for cluster in fleet.lowers:
         async with harness.client_for(cluster.kubeconfig) as client:
 
             async def gone(client: ApiClient = client) -> bool:
-                return not await _pods(client, work.namespaces)
+                return not await _any_pod(client, work.namespaces)
 
             await build.wait_until(
-                f"{cluster.name}: the pods of ({config}) gone", gone, timeout=timeout
+                f"{cluster.name}: the pods of ({config}) gone", gone, timeout=timeout, every=2.0
             )
             await build.gather_bounded(
                 _ignore_missing(
@@ -453,6 +457,17 @@ async def _pods(client: ApiClient, namespaces: Iterable[str]) -> list[str]:
             f"/api/v1/namespaces/{namespace}/pods/{p['metadata']['name']}" for p in found["items"]
         ]
     return paths
+
+
+async def _any_pod(client: ApiClient, namespaces: Iterable[str]) -> bool:
+    """Whether a pod is left in `namespaces` (one item listed per namespace: cheap)."""
+    for namespace in namespaces:
+        found = await client.request(
+            "GET", f"/api/v1/namespaces/{namespace}/pods", params={"limit": "1"}
+        )
+        if found["items"]:
+            return True
+    return False
 
 
 async def _ignore_missing(request: Awaitable[Any]) -> None:

@@ -31,6 +31,9 @@ NODE_ARGS = ["--kube-api-qps=500", "--kube-api-burst=1000", "--log-level=info"]
 WEBHOOK = "tensile-fleet-bench"
 SYSTEM_NAMESPACE = "tensile-system"
 CONCURRENCY = 32
+POLL = 5.0
+"""Seconds between two lists of a lower cluster's Nodes or fillers while they start: each
+list of 1,000 is megabytes to parse."""
 
 
 def start_fleet(scale: plan.Scale, *, startup_timeout: float) -> Fleet:
@@ -108,7 +111,7 @@ async def build_lower(cluster: Cluster, nodes: Sequence[plan.NodePlan], *, timeo
             return sum(1 for n in found if _ready(n)) >= len(nodes)
 
         await wait_until(
-            f"{cluster.name}: {len(nodes)} Nodes Ready", ready, timeout=timeout, every=2.0
+            f"{cluster.name}: {len(nodes)} Nodes Ready", ready, timeout=timeout, every=POLL
         )
         await harness.create_namespace(client, plan.FILLER_NAMESPACE)
         pods = f"/api/v1/namespaces/{plan.FILLER_NAMESPACE}/pods"
@@ -120,7 +123,7 @@ async def build_lower(cluster: Cluster, nodes: Sequence[plan.NodePlan], *, timeo
             return sum(1 for p in found if p["status"].get("phase") == "Running") >= len(fillers)
 
         await wait_until(
-            f"{cluster.name}: {len(fillers)} fillers Running", running, timeout=timeout, every=2.0
+            f"{cluster.name}: {len(fillers)} fillers Running", running, timeout=timeout, every=POLL
         )
         await create(
             client,

@@ -52,5 +52,6 @@ def test_a_run_it_cannot_do_is_refused_before_anything_starts(
 
 
 def test_the_defaults_are_the_full_scale_run() -> None:
-    args = fleet.parse(["--configs", "a"])
+    args = fleet.parse([])
     assert (args.lower_clusters, args.nodes_per_cluster, args.pods) == (10, 1000, 10_000)
+    assert args.configs == ["a", "b", "c"]
