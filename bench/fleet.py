@@ -22,8 +22,8 @@ against (a): pods Running; pods stranded (still Pending once nothing changed for
 descheduling rounds past --unschedulable-timeout); evictions, bare pods re-created and
 moves (the descheduler's own metrics); seconds from the scheduler's start until every pod
 ran; the upper scheduler's binds per second over the pods that existed at its start; the
-extender's call latency p50/p99 (its metrics); CPU seconds and resident memory of each
-component (from /proc).
+extender's call latency p50/p99 (its metrics); CPU seconds (from the first create on) and
+resident memory (at the end) of each component, from /proc.
 
     .venv/bin/python bench/fleet.py [--lower-clusters 10] [--nodes-per-cluster 1000]
         [--pods 10000] [--configs a,b,c]
@@ -253,6 +253,8 @@ async def run_config(bench: Bench, config: Config, say: Any, *, last: bool) -> R
             harness.client_for(fleet.upper.kubeconfig) as client,
             PodTracker(client, config.name) as tracker,
         ):
+            meter = Meter()
+            meter.start(process_ids(fleet, programs))
             started = time.monotonic()
             await make_workload(client, work, config.name)
             await build.wait_until(
@@ -264,8 +266,6 @@ async def run_config(bench: Bench, config: Config, say: Any, *, last: bool) -> R
             # Pods with a claim wait for their volume (provisioned by a virtual node) before
             # they are bound: the scheduler's throughput is measured without them.
             first_wave = {p["metadata"]["uid"] for p in tracker.live() if not _claims(p)}
-            meter = Meter()
-            meter.start(process_ids(fleet, programs))
             scheduler = upper_scheduler.UpperScheduler(
                 fleet, config=config.name, extender=config.extender, log_dir=bench.log_dir
             )
@@ -303,7 +303,9 @@ async def run_config(bench: Bench, config: Config, say: Any, *, last: bool) -> R
             if program is not None:
                 program.stop()
     if not last:  # after the last one the fleet goes anyway
+        started = time.monotonic()
         await teardown(bench, work, config.name)
+        say(f"  ({config.name}) removed in {time.monotonic() - started:.0f} s")
     return result
 
 
