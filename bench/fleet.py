@@ -174,9 +174,13 @@ class Meter:
             kind = group(name)
             if kind is None:
                 continue
-            used = harness.cpu_seconds(pid) - self.start_cpu.get(pid, 0.0)
+            try:
+                used = harness.cpu_seconds(pid) - self.start_cpu.get(pid, 0.0)
+                resident = harness.rss_kib(pid) / 1024
+            except (OSError, RuntimeError):  # it exited just now: its check says why
+                continue
             cpu[kind] = cpu.get(kind, 0.0) + used
-            rss[kind] = rss.get(kind, 0.0) + harness.rss_kib(pid) / 1024
+            rss[kind] = rss.get(kind, 0.0) + resident
         return cpu, rss
 
 
