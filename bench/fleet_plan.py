@@ -25,6 +25,8 @@ volumes: only the StatefulSet's pods go there, so their holes stay free for them
 UPPER_STORAGE_CLASS = "tensile-fleet-bench"
 LOWER_STORAGE_CLASS = "fleet-bench-local"
 FILLER_NAMESPACE = "fleet-bench-fillers"
+SLICES_ANNOTATION = "tensile.io/quota-slices"
+"""The namespace's quota slices record (docs/slices.md)."""
 VIRTUAL_TOLERATION = {"key": "virtual-kubelet.io/provider", "operator": "Exists"}
 
 SHAPES = (("4", 16), ("8", 32), ("16", 64), ("32", 128))
@@ -337,15 +339,20 @@ class Workload:
 
     namespaces: dict[str, dict[str, Any] | None]
     """Namespace -> its ResourceQuota (None: unquota'd)."""
+    annotations: dict[str, dict[str, str]]
+    """Namespace -> annotations it is created with."""
     objects: list[tuple[str, str, dict[str, Any]]]
     """(namespace, collection path below /apis or /api, object)."""
     pods: int
 
 
-def workload(config: str, m: Mix) -> Workload:
-    """The objects of configuration `config` ("a", "b", "c") for mix `m`."""
+def workload(config: str, m: Mix, *, exempt_on: Sequence[str] = ()) -> Workload:
+    """The objects of configuration `config` ("a", "b", "c") for mix `m`; `exempt_on`: the
+    virtual nodes over which the quota'd namespaces are exempted from quota slices
+    (`exempt_record`)."""
     apps = f"fleet-{config}-apps"
     namespaces: dict[str, dict[str, Any] | None] = {apps: None}
+    annotations: dict[str, dict[str, str]] = {}
     objects: list[tuple[str, str, dict[str, Any]]] = []
     deployments = "/apis/apps/v1/namespaces/{ns}/deployments"
     for i, replicas in enumerate(_chunks(m.small, SMALL_PER_DEPLOYMENT)):
@@ -383,6 +390,10 @@ def workload(config: str, m: Mix) -> Workload:
     for q in range(QUOTA_NAMESPACES):
         namespace = f"fleet-{config}-quota-{q}"
         namespaces[namespace] = resource_quota(m.quota)
+        if exempt_on:
+            annotations[namespace] = {
+                SLICES_ANNOTATION: exempt_record(exempt_on, namespaces[namespace])
+            }
         for i, replicas in enumerate(_chunks(m.quota, SMALL_PER_DEPLOYMENT)):
             objects.append(
                 (
@@ -391,7 +402,17 @@ def workload(config: str, m: Mix) -> Workload:
                     deployment(f"team-{i}", config=config, replicas=replicas, amount=SMALL),
                 )
             )
-    return Workload(namespaces=namespaces, objects=objects, pods=m.total)
+    return Workload(namespaces=namespaces, annotations=annotations, objects=objects, pods=m.total)
+
+
+def exempt_record(virtual_nodes: Sequence[str], quota: Mapping[str, Any]) -> str:
+    """A quota slices record, as an administrator writes it, that gives every one of
+    `virtual_nodes` one slice as large as the whole `quota`: the namespace may use each
+    virtual node as if it had no slices (its ResourceQuota still bounds its total). The
+    slice controller keeps a record it did not write (docs/slices.md)."""
+    hard = quota["spec"]["hard"]
+    slice_ = f"1x({hard['requests.cpu']},{hard['requests.memory']})"
+    return ",".join(f"{node}={slice_}" for node in virtual_nodes)
 
 
 def _chunks(total: int, size: int) -> Iterator[int]:

@@ -174,3 +174,15 @@ def test_the_table_has_a_ratio_column_per_configuration_after_the_first() -> Non
     lines = plan.table([("pods stranded", [4, 0, None], ".0f")], ["(a)", "(b)", "(c)"])
     assert lines[0].split() == ["(a)", "(b)", "(c)", "(b)/(a)", "(c)/(a)"]
     assert lines[1].split() == ["pods", "stranded", "4", "0", "-", "0.00x", "-"]
+
+
+def test_a_namespace_exempted_from_slices_may_use_each_virtual_node_for_its_whole_quota() -> None:
+    work = plan.workload("b", plan.mix(200), exempt_on=["vn-lower", "vn-lower-2"])
+    quotas = {ns: q for ns, q in work.namespaces.items() if q is not None}
+    assert set(work.annotations) == set(quotas)
+    for namespace, quota in quotas.items():
+        assert quota["spec"]["hard"] == {"requests.cpu": "1500m", "requests.memory": "1920Mi"}
+        assert work.annotations[namespace] == {
+            plan.SLICES_ANNOTATION: "vn-lower=1x(1500m,1920Mi),vn-lower-2=1x(1500m,1920Mi)"
+        }
+    assert plan.workload("c", plan.mix(200)).annotations == {}
