@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 DEMO_DIR ?= .demo
 PYTEST_ARGS ?=
 
-.PHONY: all venv controlplane lint test test-unit demo demo-down bench bench-scale bench-streams bench-webhook bench-services bench-failover bench-fleet clean
+.PHONY: all venv controlplane lint test test-unit demo demo-down bench bench-scale bench-streams bench-webhook bench-services bench-failover bench-extender bench-fleet clean
 
 all: test
 
@@ -64,6 +64,9 @@ bench-services: venv controlplane
 
 bench-failover: venv controlplane
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/failover.py $(BENCH_ARGS)
+
+bench-extender: venv
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/extender.py $(BENCH_ARGS)
 
 bench-fleet: venv controlplane
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/fleet.py $(BENCH_ARGS)

@@ -90,6 +90,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not run metrics-server for the upper clusters",
     )
+    up.add_argument(
+        "--scheduler-extender",
+        action="store_true",
+        help="run the upper kube-schedulers with tensile-scheduler as their (ignorable) "
+        "extender, on a port reserved for it (devcluster.schedulers starts it)",
+    )
     for flag, what in (
         ("--etcd-port", "etcd"),
         ("--upper-port", "first upper apiserver"),
@@ -204,6 +210,7 @@ def fleet_settings(args: argparse.Namespace) -> cluster.FleetSettings:
         lower_port=args.lower_port,
         die_with_parent=False,
         startup_timeout=args.timeout,
+        scheduler_extender=args.scheduler_extender,
     )
 
 

@@ -7,9 +7,11 @@ ConfigMap and a Secret) in the upper cluster, waits for them to run, and shows b
 the pods spread over the lower clusters, `kubectl logs` and `exec` through a virtual node,
 `kubectl top` through metrics-server, and one pod that asks for clusterID=lower-2 and
 disk=ssd, converted by the webhook, landing on the one lower node labelled disk=ssd. Then
-the descheduler: a pod that lower-2 cannot place (no node of it is big enough, though its
-virtual node's total is) moves to the other lower cluster. `down` stops the virtual nodes,
-the webhook, the descheduler and the fleet, and removes their state.
+placement that knows the fleet: the upper kube-scheduler asks `tensile-scheduler` (its
+extender), so a pod that lower-2 cannot place (no node of it is big enough, though its
+virtual node's total is) goes at once to the lower cluster that has room for it; the
+descheduler runs as the safety net. `down` stops the virtual nodes, the webhook, the
+extender, the descheduler and the fleet, and removes their state.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from devcluster import netns, webhooks
 from devcluster.cluster import Cluster
 from devcluster.deschedulers import DeschedulerProcess
 from devcluster.fleet import ENV_FILE, Fleet
+from devcluster.schedulers import SchedulerExtenderProcess
 from devcluster.vnodes import VirtualNodeProcess
 from devcluster.webhooks import WebhookProcess
+from vnode.placement import summary
 from vnode.testing import processes
 
 NODE = "tensile"
@@ -36,6 +40,7 @@ FLEET = [
     "--lowers", "2", "--lower-nodes", "lower-2=2",
     "--node-capacity", "lower-2:cpu=8,memory=32Gi,pods=50",
     "--node-label", "lower-2:1:disk=ssd",
+    "--scheduler-extender",
 ]  # fmt: skip
 WEBHOOK = "tensile-webhook"
 PLACED = """
@@ -54,10 +59,10 @@ spec:
 """
 NODE_STATE = "virtual-node.json"
 DESCHEDULER_RBAC = Path(__file__).resolve().parents[1] / "manifests" / "descheduler" / "rbac.yaml"
-# 12 CPU: lower-2's virtual node offers 16 (two nodes of 8), so the upper scheduler takes
-# the pod there (it prefers lower-2), but no node of lower-2 has 12 CPU: its scheduler says
-# Unschedulable; the descheduler evicts the pod, and the webhook keeps the ReplicaSet's
-# replacement off lower-2's virtual node: it runs in the first lower cluster.
+# 12 CPU: lower-2's virtual node offers 16 (two nodes of 8) and the pod prefers it, but no
+# node of lower-2 has 12 CPU: tensile-scheduler filters lower-2's virtual node out, so the
+# upper scheduler binds the pod at once to the first lower cluster's (nodes of 32 CPU).
+# Without the extender it would wait below, Unschedulable, until the descheduler moved it.
 BIG = f"""
 apiVersion: apps/v1
 kind: Deployment
@@ -158,6 +163,13 @@ def up(directory: Path) -> int:
     descheduler.start(detach=True)
     assert descheduler.process is not None
     refs.append({"pid": descheduler.process.ref.pid, "start": descheduler.process.ref.start})
+    extender = SchedulerExtenderProcess(fleet, log_dir=directory / "logs")
+    print(
+        f"starting tensile-scheduler, the upper kube-scheduler's extender (log: {extender.log}) ..."
+    )
+    extender.start(detach=True)
+    assert extender.process is not None
+    refs.append({"pid": extender.process.ref.pid, "start": extender.process.ref.start})
     (directory / NODE_STATE).write_text(json.dumps(refs))
     webhooks.wait_admitting(fleet.upper, namespace="default")
     fleet.upper.kubectl("apply", "-f", "-", input=MANIFEST)
@@ -209,7 +221,7 @@ def up(directory: Path) -> int:
     print("\n== kubectl top, through metrics-server scraping the virtual nodes (<= 60 s) ...")
     for args in (["top", "node", "-l", "type=virtual-kubelet"], ["top", "pod"]):
         _show_when_ready(fleet.upper, args)
-    _descheduler_scenario(fleet)
+    _placement_scenario(fleet)
     directory_arg = shlex.quote(str(directory))
     enter = (
         f"tensile-devcluster shell --dir {directory_arg}"
@@ -241,31 +253,36 @@ Stop everything and remove its state:
     return 0
 
 
-def _descheduler_scenario(fleet: Fleet) -> None:
+def _placement_scenario(fleet: Fleet) -> None:
     print(
-        f"\n== the descheduler: a 12-CPU pod, preferring {NODE}-lower-2, where no node has 12 CPU"
+        f"\n== placement that knows the fleet: a 12-CPU pod preferring {NODE}-lower-2, where "
+        "no node has 12 CPU"
     )
+    started = time.monotonic()
     fleet.upper.kubectl("apply", "-f", "-", input=BIG)
-    columns = (
-        "custom-columns=NAME:.metadata.name,NODE:.spec.nodeName,"
-        "PHASE:.status.phase,WHY:.status.conditions[?(@.type=='PodScheduled')].message"
-    )
-    _wait_kubectl(fleet.upper, ["get", "pods", "-l", "app=big", "-o", columns],
-                  until=lambda out: "Insufficient" in out)  # fmt: skip
-    _show("upper cluster: on lower-2's virtual node, Unschedulable below", fleet.upper,
-          ["get", "pods", "-l", "app=big", "-o", columns])  # fmt: skip
-    print("\n(the descheduler moves it after --unschedulable-timeout=10s ...)")
     _wait_kubectl(fleet.upper, ["get", "pods", "-l", "app=big", "-o",
                                 "jsonpath={.items[*].status.phase}"],
-                  until=lambda out: out.strip() == "Running", timeout=90)  # fmt: skip
-    _show("upper cluster: its replacement, on the other virtual node", fleet.upper,
+                  until=lambda out: out.strip() == "Running", timeout=60)  # fmt: skip
+    _show(f"upper cluster: bound at once to {NODE}-lower, Running after "
+          f"{time.monotonic() - started:.1f}s (no eviction, no move)", fleet.upper,
           ["get", "pods", "-l", "app=big", "-o", "wide"])  # fmt: skip
-    _show("why: the descheduler's Events", fleet.upper,
-          ["get", "events", "--field-selector", "source=tensile-descheduler", "-o",
-           "custom-columns=POD:.involvedObject.name,REASON:.reason,MESSAGE:.message"])  # fmt: skip
-    _show("what the webhook read: the avoidance record", fleet.upper,
-          ["get", "configmap", "-n", "tensile-system", "tensile-avoid", "-o",
-           "jsonpath={.data}"])  # fmt: skip
+    print(
+        "\n== what tensile-scheduler reads: each lower cluster's placement summary, on its "
+        "virtual Node (annotation tensile.io/placement-summary)"
+    )
+    nodes = fleet.upper.rest().request(
+        "GET", "/api/v1/nodes", query={"labelSelector": "type=virtual-kubelet"}
+    )
+    print(f"{'NODE':<16} {'CPU (sum)':>10} {'LOWER NODES':>12} {'LARGEST FREE CPU':>17}")
+    for node in nodes.get("items") or []:
+        text = (node["metadata"].get("annotations") or {}).get(summary.ANNOTATION, "")
+        lower = summary.parse(text) if text else None
+        largest = max((r.free.get("cpu", 0) for r in lower.rows()), default=0) if lower else 0
+        print(f"{node['metadata']['name']:<16} {node['status']['capacity']['cpu']:>10} "
+              f"{lower.node_count if lower else 0:>12} {largest / 1000:>16g}")  # fmt: skip
+    _show("why: the upper scheduler's events (the extender refused lower-2 for it)",
+          fleet.upper, ["get", "events", "--field-selector", "reason=Scheduled", "-o",
+                        "custom-columns=POD:.involvedObject.name,MESSAGE:.message"])  # fmt: skip
     print()
 
 
@@ -314,8 +331,13 @@ def down(directory: Path) -> int:
                 processes.ProcessRef(pid=recorded["pid"], start=recorded["start"])
             )
         state.unlink()
-        print("virtual nodes, webhook and descheduler stopped")
-    for pattern in ("virtual-node-*.log", "webhook-*.log", "descheduler.log"):
+        print("virtual nodes, webhook, descheduler and tensile-scheduler stopped")
+    for pattern in (
+        "virtual-node-*.log",
+        "webhook-*.log",
+        "descheduler.log",
+        "tensile-scheduler.log",
+    ):
         for log in (directory / "logs").glob(pattern):
             log.unlink()
     return devcluster.main(["down", "--dir", str(directory)])

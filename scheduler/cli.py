@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from scheduler.extender import Policy
 from scheduler.server import MAX_REQUEST_BYTES
 from scheduler.settings import ServerSettings, Settings
+from scheduler.slices_flags import add_slice_flags, slice_settings
 from vnode.contracts import selectors
 from vnode.contracts.labels import DEFAULT_TAINT_KEY
 from vnode.serving import flags
@@ -68,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     a("--shutdown-delay", type=flags.duration, default=2.0, help="seconds (default 2s)")
     a("--shutdown-timeout", type=flags.duration, default=5.0, help="seconds (default 5s)")
+    add_slice_flags(p, headroom=False)  # the quota slices keep the same --headroom free
     flags.add_logging_flags(p)
     return p
 
@@ -103,6 +105,7 @@ def parse(argv: Sequence[str]) -> Settings:
         policy=Policy(headroom=args.headroom, taint_key=args.taint_key),
         kubeconfig=args.kubeconfig,
         virtual_node_selector=args.virtual_node_selector,
+        slices=slice_settings(args),
         log_level=flags.log_level(args.log_level),
         log_format=args.log_format,
     )

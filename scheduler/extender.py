@@ -21,6 +21,7 @@ on failedNodes (not failedAndUnresolvable: preempting upper pods there frees roo
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -29,6 +30,7 @@ from scheduler.fleet import Fleet, VirtualNode
 from vnode.contracts import clusterselector
 from vnode.contracts.labels import DEFAULT_TAINT_KEY
 from vnode.contracts.objects import as_mapping
+from vnode.contracts.scheduling import REQUIRED
 from vnode.placement import fit
 from vnode.placement.lower import lower_placement
 from vnode.placement.summary import Choice
@@ -116,28 +118,82 @@ def parse_args(body: object) -> Call:
     raise BadArgs('neither "NodeNames" nor "Nodes" is given')
 
 
-def judge(call: Call, *, fleet: Fleet, policy: Policy) -> list[Verdict]:
-    """Return a verdict for every candidate node of `call`, in its order."""
+class Recent:
+    """The verdicts of the last `size` (pod, virtual node, summary) judged: kube-scheduler
+    asks prioritize right after filter for the same pod and nodes, and a verdict stays
+    true while the pod (its UID and resourceVersion) and the summary are the same."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._verdicts: OrderedDict[tuple[str, str, str, int], Verdict] = OrderedDict()
+
+    def get(self, key: tuple[str, str, str, int]) -> Verdict | None:
+        """The verdict remembered under `key`, or None."""
+        return self._verdicts.get(key)
+
+    def put(self, key: tuple[str, str, str, int], verdict: Verdict) -> None:
+        """Remember `verdict` (the oldest is forgotten past `size`)."""
+        self._verdicts[key] = verdict
+        if len(self._verdicts) > self._size:
+            self._verdicts.popitem(last=False)
+
+
+def judge(
+    call: Call,
+    *,
+    fleet: Fleet,
+    policy: Policy,
+    recent: Recent | None = None,
+    explain: bool = True,
+) -> list[Verdict]:
+    """Return a verdict for every candidate node of `call`, in its order. `explain`: work
+    out why a virtual node does not fit (filter's reasons; prioritize needs none);
+    `recent` remembers verdicts between the calls for one pod."""
     spec = as_mapping(call.pod.get("spec"))
-    annotations = as_mapping(as_mapping(call.pod.get("metadata")).get("annotations"))
+    meta = as_mapping(call.pod.get("metadata"))
+    annotations = as_mapping(meta.get("annotations"))
     selector = clusterselector.parse(annotations.get(clusterselector.ANNOTATION))
+    pod_key = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
+    # The lower placement depends on the virtual node only through the upper nodeSelector
+    # and required affinity it satisfied; without either it is the same for every node.
+    shared = not as_mapping(spec.get("nodeSelector")) and not as_mapping(
+        as_mapping(as_mapping(spec.get("affinity")).get("nodeAffinity")).get(REQUIRED)
+    )
+    needs: dict[str, fit.PodNeed | None] = {}
     verdicts = []
     for name in call.names:
         node = fleet.get(name)
         if node is None:
             verdicts.append(Verdict(name=name, virtual=False))
             continue
-        verdicts.append(_verdict(node, spec=spec, selector=selector, policy=policy))
+        key = (*pod_key, name, id(node.summary))
+        known = recent.get(key) if recent is not None and pod_key[0] else None
+        if known is not None and _reusable(known, explain=explain):
+            verdicts.append(known)
+            continue
+        slot = "" if shared else name
+        if slot not in needs:
+            needs[slot] = _need(node, spec=spec, selector=selector, policy=policy)
+        verdict = _verdict(node, need=needs[slot], policy=policy, explain=explain)
+        if recent is not None and pod_key[0]:
+            recent.put(key, verdict)
+        verdicts.append(verdict)
     return verdicts
 
 
-def _verdict(
+def _reusable(known: Verdict, *, explain: bool) -> bool:
+    """Whether a remembered verdict answers this call: one without reasons (from
+    prioritize) does not answer a filter that must explain a refusal."""
+    return not explain or known.fits or known.choice is None or bool(known.choice.reasons)
+
+
+def _need(
     node: VirtualNode,
     *,
     spec: Mapping[str, Any],
     selector: Mapping[str, Any] | None,
     policy: Policy,
-) -> Verdict:
+) -> fit.PodNeed | None:
     lower = lower_placement(
         spec,
         cluster_selector=selector,
@@ -146,15 +202,20 @@ def _verdict(
         taint_key=policy.taint_key,
     )
     try:
-        need = fit.need_of(lower)
+        return fit.need_of(lower)
     except ValueError:
-        # A quantity the apiserver would not have admitted: not ours to refuse.
+        return None  # a quantity the apiserver would not have admitted: not ours to refuse
+
+
+def _verdict(
+    node: VirtualNode, *, need: fit.PodNeed | None, policy: Policy, explain: bool
+) -> Verdict:
+    if need is None:
         return Verdict(name=node.name, virtual=True)
-    choice = node.summary.best_fit(need)
     return Verdict(
         name=node.name,
         virtual=True,
-        choice=choice,
+        choice=node.summary.best_fit(need, explain=explain),
         keeps_headroom=node.summary.keeps_headroom(need, headroom=policy.headroom),
     )
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from aiohttp import web
 
 from scheduler import extender, metrics
 from scheduler.fleet import Fleet
+from scheduler.slices_filter import Refusals, within_slices
 from vnode.kube import codec
 from vnode.serving import endpoints
 
@@ -36,6 +37,10 @@ class Judge:
 
     fleet: Fleet
     policy: extender.Policy
+    recent: extender.Recent = field(default_factory=extender.Recent)
+    """Verdicts of filter kept for the prioritize call of the same pod."""
+    slices: Refusals | None = None
+    """The quota slices' check (`SliceController.refusals`); None: not enforced."""
 
 
 JUDGE_KEY: Final = web.AppKey("judge", Judge)
@@ -57,15 +62,22 @@ Decide = Callable[[Judge, extender.Call], Any]
 
 
 def _filter(judge: Judge, call: extender.Call) -> dict[str, Any]:
-    verdicts = extender.judge(call, fleet=judge.fleet, policy=judge.policy)
+    verdicts = extender.judge(call, fleet=judge.fleet, policy=judge.policy, recent=judge.recent)
     for verdict in verdicts:
         label = "passed" if not verdict.virtual else ("fit" if verdict.fits else "unfit")
         metrics.NODES.labels(label).inc()
-    return extender.filter_result(call, verdicts)
+    result = extender.filter_result(call, verdicts)
+    if judge.slices is not None:  # a quota'd namespace's pods only within its slices
+        fitting = [v.name for v in verdicts if v.virtual and v.fits]
+        result = within_slices(result, pod=call.pod, candidates=fitting, refusals=judge.slices)
+    return result
 
 
 def _prioritize(judge: Judge, call: extender.Call) -> list[dict[str, Any]]:
-    return extender.priorities(extender.judge(call, fleet=judge.fleet, policy=judge.policy))
+    verdicts = extender.judge(
+        call, fleet=judge.fleet, policy=judge.policy, recent=judge.recent, explain=False
+    )
+    return extender.priorities(verdicts)
 
 
 def _fallback(verb: str, call: extender.Call) -> Any:

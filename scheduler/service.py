@@ -25,6 +25,8 @@ from scheduler import metrics
 from scheduler.fleet import Fleet
 from scheduler.server import Judge, make_app
 from scheduler.settings import Settings
+from scheduler.slices_controller import SliceController
+from scheduler.slices_filter import Refusals
 from vnode.kube.client import ApiClient
 from vnode.kube.config import ConnectionInfo
 from vnode.kube.informer import Handlers, Informer
@@ -79,12 +81,28 @@ class Extender:
             async with ApiClient(
                 self._upper, name="upper", qps=20.0, burst=40, user_agent="tensile-scheduler"
             ) as client:
-                component = ExtenderServer(self.settings, client=client, sock=sock, context=context)
+                slices = SliceController(
+                    client=client,
+                    events=client,
+                    settings=self.settings.slices,
+                    identity=socket.gethostname(),
+                    node_selector=self.settings.virtual_node_selector,
+                )
+                component = ExtenderServer(
+                    self.settings,
+                    client=client,
+                    sock=sock,
+                    context=context,
+                    slices=slices.refusals,
+                )
+                component.health.add_check(
+                    "quota-slices", lambda: None if slices.ready() else "quota slices not listed"
+                )
                 try:
                     async with endpoints.metrics_server(
                         server.metrics_addr, health=component.health
                     ):
-                        await self._runner.run([component])
+                        await self._runner.run([component, slices])
                 except OSError as exc:
                     raise StartupError(f"cannot serve: {exc}") from None
                 finally:
@@ -103,9 +121,11 @@ class ExtenderServer:
         client: ApiClient,
         sock: socket.socket,
         context: ssl.SSLContext,
+        slices: Refusals | None = None,
     ) -> None:
         """Serve on `sock` (bound, not yet listening) with `context` (its certificate
-        loaded); `client` reads the upper cluster's virtual Nodes."""
+        loaded); `client` reads the upper cluster's virtual Nodes; `slices` holds
+        quota'd namespaces' pods to their slices (None: not)."""
         self._settings = settings
         self._sock = sock
         self._context = context
@@ -138,7 +158,7 @@ class ExtenderServer:
             "serving", lambda: None if self._listening else "the HTTPS port is not listening yet"
         )
         app = make_app(
-            Judge(fleet=self.fleet, policy=settings.policy),
+            Judge(fleet=self.fleet, policy=settings.policy, slices=slices),
             health=self.health,
             max_request_bytes=settings.server.max_request_bytes,
         )

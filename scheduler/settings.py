@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from scheduler.extender import Policy
 from scheduler.server import MAX_REQUEST_BYTES
+from scheduler.slices_settings import SliceSettings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,5 +45,8 @@ class Settings:
     """Upper cluster kubeconfig (--kubeconfig; then $KUBECONFIG, ~/.kube/config, in-cluster)."""
     virtual_node_selector: str = "type=virtual-kubelet"
     """Label selector of the Nodes watched for placement summaries (--virtual-node-selector)."""
+    slices: SliceSettings = field(default_factory=SliceSettings)
+    """The namespace quota slices (--slice-cpu, --slice-memory, --slice-sync-delay, and
+    --headroom)."""
     log_level: str = "info"
     log_format: str = "text"

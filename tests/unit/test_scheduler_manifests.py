@@ -17,9 +17,15 @@ from tests.unit.test_manifests import documents, grants, one, verbs
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests" / "scheduler"
 
 
-def test_the_extender_may_only_list_and_watch_nodes() -> None:
+def test_the_extender_may_only_list_and_watch_nodes_and_keep_the_quota_slices() -> None:
     role = one("scheduler", "ClusterRole", "tensile-scheduler")
-    assert grants(role) == verbs("/nodes: list watch")
+    assert grants(role) == verbs(
+        "/nodes: list watch",
+        "/resourcequotas: list watch",  # the quota slices (docs/slices.md)
+        "/pods: list watch",
+        "/namespaces: list watch patch",
+        "/events: create patch",
+    )
     assert not [d for d in documents("scheduler") if d["kind"] in ("Role", "RoleBinding")]
 
 

@@ -81,6 +81,9 @@ CONFIG_MAPS = Resource(
     group="", version="v1", plural="configmaps", kind="ConfigMap", namespaced=True
 )
 SECRETS = Resource(group="", version="v1", plural="secrets", kind="Secret", namespaced=True)
+RESOURCE_QUOTAS = Resource(
+    group="", version="v1", plural="resourcequotas", kind="ResourceQuota", namespaced=True
+)
 SERVICE_ACCOUNTS = Resource(
     group="", version="v1", plural="serviceaccounts", kind="ServiceAccount", namespaced=True
 )

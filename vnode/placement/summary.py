@@ -41,8 +41,6 @@ ANNOTATION: Final = "tensile.io/placement-summary"
 """The upper Node's annotation that carries its lower cluster's summary."""
 VERSION: Final = 1
 _LEADING: Final = ("cpu", "memory", "pods", "ephemeral-storage")
-_MAX_SCAN_AFTER_FIT: Final = 8
-"""Rows looked at past a class's first fit (by cpu) for a tighter one in memory too."""
 
 
 class SummaryError(ValueError):
@@ -212,6 +210,10 @@ class Summary:
             rows=rows,
         )
 
+    def rows(self) -> list[NodeRoom]:
+        """Every lower node of the summary, as the filters see it (for people and tests)."""
+        return [self._room(kind, row) for kind in self._classes for row in kind.rows]
+
     def keeps_headroom(self, need: PodNeed, *, headroom: float) -> bool:
         """Tell whether the cluster keeps `headroom` (a share, 0..1) of its allocatable cpu
         and memory free once `need` is placed (the room kept for a lower node's failure)."""
@@ -221,10 +223,16 @@ class Summary:
             for name in ("cpu", "memory")
         )
 
-    def best_fit(self, need: PodNeed) -> Choice:
-        """Return the lower node that fits `need` most tightly (`fit.tightness`), or, when
-        none fits, how many nodes refused it for which reason (`fit.unfit`)."""
+    def best_fit(self, need: PodNeed, *, explain: bool = True) -> Choice:
+        """Return the lower node that fits `need` most tightly, or, when none fits and
+        `explain`, how many nodes refused it for which reason (`fit.unfit`; without
+        `explain` the reasons are left empty: prioritize needs none).
+
+        Within a class of nodes the tightest is the first that fits in ascending free cpu
+        (a bisect to the first with enough cpu, then a scan); between classes, the one of
+        greatest `fit.tightness` (cpu and memory)."""
         best: tuple[float, str] | None = None
+        wanted = [(n, a) for n, a in need.requests.items() if a > 0 and n != "pods"]
         for kind in self._classes:
             if need.names_node:
                 candidates = [
@@ -235,28 +243,16 @@ class Summary:
                 candidates = kind.rows[start:]
             else:
                 continue
-            found = self._tightest(need, kind, candidates)
-            if found is not None and (best is None or found[0] > best[0]):
-                best = found
+            for row in candidates:
+                if _room_fits(wanted, need, row):
+                    share = tightness(need, row.free)
+                    if best is None or share > best[0]:
+                        best = (share, row.name)
+                    break
         if best is not None:
             return Choice(node=best[1], tightness=best[0], reasons={}, nodes=self.node_count)
-        return Choice(node=None, tightness=0.0, reasons=self.reasons(need), nodes=self.node_count)
-
-    def _tightest(
-        self, need: PodNeed, kind: _Class, candidates: list[_Row]
-    ) -> tuple[float, str] | None:
-        best: tuple[float, str] | None = None
-        left = _MAX_SCAN_AFTER_FIT
-        for row in candidates:
-            if not unfit_room(need, self._room(kind, row)):
-                share = tightness(need, row.free)
-                if best is None or share > best[0]:
-                    best = (share, row.name)
-            if best is not None:
-                left -= 1
-                if left <= 0:
-                    break
-        return best
+        reasons = self.reasons(need) if explain else {}
+        return Choice(node=None, tightness=0.0, reasons=reasons, nodes=self.node_count)
 
     def reasons(self, need: PodNeed) -> dict[str, int]:
         """Return reason -> number of lower nodes that refuse `need` for it (every node)."""
@@ -285,6 +281,21 @@ class Summary:
             free=row.free,
             host_ports=row.ports,
         )
+
+
+def _room_fits(wanted: list[tuple[str, int]], need: PodNeed, row: _Row) -> bool:
+    """`fit.unfit_room(...) == ()` for one row, without building its NodeRoom (the hot
+    path: `wanted` is need.requests without "pods" and zeros)."""
+    free = row.free
+    if free.get("pods", 0) < 1:
+        return False
+    for name, amount in wanted:
+        if free.get(name, 0) < amount:
+            return False
+    if need.host_ports and row.ports:
+        room = NodeRoom(name=row.name, labels={}, free=free, host_ports=row.ports)
+        return not unfit_room(need, room)
+    return True
 
 
 def parse(text: str) -> Summary:

@@ -1,0 +1,123 @@
+"""The slice controller's logic in isolation: its caches are filled by hand and its client is
+`FakeApi`. A fake because both cases live in the moment between a write and its watch
+event, which a real cluster does not hold open on demand: a namespace decided right after
+another must count the slices just written for it, and the extender's admission must sum
+what the caches say is bound. (The controller against the real cluster: e2e/test_slices.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler.slices_controller import SliceController
+from scheduler.slices_pods import BoundPods
+from scheduler.slices_settings import SliceSettings
+from vnode.contracts.quotaslices import SLICES_ANNOTATION
+from vnode.kube.informer import Informer
+from vnode.kube.resources import NAMESPACES
+from vnode.testing.fakeapi import FakeApi
+
+
+def namespace(name: str, **annotations: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "resourceVersion": "1", "annotations": annotations}}
+
+
+def quota(ns: str, cpu: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "q", "namespace": ns, "resourceVersion": "1"},
+        "spec": {"hard": {"requests.cpu": cpu}},
+    }
+
+
+NODE = {
+    "metadata": {"name": "a", "resourceVersion": "1", "labels": {"type": "virtual-kubelet"}},
+    "status": {
+        "allocatable": {"cpu": "4", "memory": "8Gi"},
+        "conditions": [{"type": "Ready", "status": "True"}],
+    },
+}
+
+
+def pod(ns: str, name: str, cpu: str, node: str | None = "a") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": ns, "resourceVersion": "1"},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}],
+        },
+    }
+
+
+def fill(informer: Informer, *objects: dict[str, Any]) -> None:
+    """Put objects in the store and tell the handlers, as a first list would."""
+    informer.hold_handlers()
+    for obj in objects:
+        informer.store.update(obj)
+    informer.release_handlers()
+
+
+def controller(api: FakeApi) -> SliceController:
+    return SliceController(client=api, events=api, settings=SliceSettings(), identity="test")
+
+
+async def test_a_namespace_decided_next_counts_the_slices_just_written() -> None:
+    api = FakeApi()
+    for ns in (namespace("one"), namespace("two")):
+        api.put(NAMESPACES, ns)
+    c = controller(api)
+    fill(c.namespaces, *api.objects(NAMESPACES))
+    fill(c.quotas, quota("one", "2"), quota("two", "4"))
+    fill(c.nodes, NODE)
+    await c.reconcile("one")  # 4 of the node's 8 slices
+    await c.reconcile("two")  # the cache still shows "one" without its record
+    written = {
+        ns["metadata"]["name"]: ns["metadata"]["annotations"][SLICES_ANNOTATION]
+        for ns in api.objects(NAMESPACES)
+    }
+    assert written == {"one": "a=4x(500m,-)", "two": "a=4x(500m,-)"}
+
+
+async def test_admission_sums_the_namespaces_bound_pods() -> None:
+    c = controller(FakeApi())
+    fill(
+        c.namespaces,
+        namespace("held", **{SLICES_ANNOTATION: "a=2x(500m,-)"}),
+        namespace("free"),
+        namespace("typo", **{SLICES_ANNOTATION: "a=lots"}),
+    )
+    fill(
+        c.pods,
+        pod("held", "p1", "600m"),
+        pod("held", "p2", "100m", node="b"),  # another node: not counted on a
+        pod("free", "p3", "3"),  # another namespace: not counted
+    )
+
+    def refused(p: dict[str, Any], node: str) -> str | None:
+        return c.refusals(p, [node]).get(node)
+
+    assert refused(pod("held", "new", "400m", node=None), "a") is None
+    assert refused(pod("held", "new", "401m", node=None), "a") == (
+        "its namespace's quota slices on a (2x(500m,-)) allow 1 cpu: 600m in use, "
+        "the pod requests 401m"
+    )
+    assert "holds no quota slices on b" in str(refused(pod("held", "n", "1m", None), "b"))
+    assert c.refusals(pod("held", "n", "1m", None), ["a", "b"]).keys() == {"b"}
+    assert refused(pod("free", "n", "64", None), "a") is None
+    assert refused(pod("typo", "n", "64", None), "a") is None  # unreadable: unconstrained
+    assert refused(pod("nowhere", "n", "64", None), "a") is None
+
+
+def test_bound_pods_are_summed_as_they_come_change_and_go() -> None:
+    bound = BoundPods()
+    assert bound.put(pod("t", "p1", "600m"))
+    assert not bound.put(pod("t", "p1", "600m"))  # the same again: nothing to look at
+    assert bound.put(pod("t", "p2", "1"))
+    assert bound.usage == {("t", "a"): {"cpu": 1600, "memory": 0}}
+    assert bound.put(pod("t", "p2", "2"))  # resized
+    assert bound.usage == {("t", "a"): {"cpu": 2600, "memory": 0}}
+    assert bound.remove(pod("t", "p1", "600m"))
+    assert bound.remove(pod("t", "p2", "2"))
+    assert not bound.remove(pod("t", "p2", "2"))
+    assert bound.usage == {}
+    assert not bound.put(pod("t", "unbound", "1", node=None))
+    bad = pod("t", "bad", "lots")  # a quantity the apiserver would refuse: not counted
+    assert not bound.put(bad)
