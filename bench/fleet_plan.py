@@ -17,6 +17,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vnode.contracts.quotaslices import SLICES_ANNOTATION
+
 BENCH_LABEL = "tensile.io/fleet-bench"
 """On every namespace and pod the benchmark makes upstairs; its value is the configuration."""
 DISK_TAINT_KEY = "tensile.io/bench-disk"
@@ -25,8 +27,6 @@ volumes: only the StatefulSet's pods go there, so their holes stay free for them
 UPPER_STORAGE_CLASS = "tensile-fleet-bench"
 LOWER_STORAGE_CLASS = "fleet-bench-local"
 FILLER_NAMESPACE = "fleet-bench-fillers"
-SLICES_ANNOTATION = "tensile.io/quota-slices"
-"""The namespace's quota slices record (docs/slices.md)."""
 VIRTUAL_TOLERATION = {"key": "virtual-kubelet.io/provider", "operator": "Exists"}
 
 SHAPES = (("4", 16), ("8", 32), ("16", 64), ("32", 128))
