@@ -97,6 +97,8 @@ class Result:
     throughput: float | None = None
     extender_p50: float | None = None
     extender_p99: float | None = None
+    slice_admitted: float | None = None
+    slice_refused: float | None = None
     cpu: dict[str, float] = field(default_factory=dict)
     rss: dict[str, float] = field(default_factory=dict)
     """MiB, summed per component group, at the end."""
@@ -308,7 +310,15 @@ async def run_config(bench: Bench, config: Config, say: Any, *, last: bool) -> R
         result.moved = sum(v for k, v in moves.items() if ("outcome", "moved") in k)
         result.left_alone = sum(v for k, v in moves.items() if ("outcome", "exhausted") in k)
         if extender is not None:
-            result.extender_p50, result.extender_p99 = upper_scheduler.extender_latency(extender)
+            text = extender.metrics()
+            result.extender_p50, result.extender_p99 = upper_scheduler.extender_latency(text)
+            admissions = harness.samples(text, "tensile_scheduler_quota_slice_admissions_total")
+            result.slice_admitted = sum(
+                v for k, v in admissions.items() if ("outcome", "admitted") in k
+            )
+            result.slice_refused = sum(
+                v for k, v in admissions.items() if ("outcome", "refused") in k
+            )
     finally:
         for program in (scheduler, extender, descheduler):
             if program is not None:
@@ -512,6 +522,8 @@ def report(results: list[Result], say: Any) -> None:
         ("upper binds/s", [r.throughput for r in results], ".1f"),
         ("extender p50 ms", [_ms(r.extender_p50) for r in results], ".2f"),
         ("extender p99 ms", [_ms(r.extender_p99) for r in results], ".2f"),
+        ("slice admissions", [r.slice_admitted for r in results], ".0f"),
+        ("slice refusals", [r.slice_refused for r in results], ".0f"),
     ]
     groups = [g for g in plan.GROUPS if any(g in r.cpu for r in results)]
     for g in groups:

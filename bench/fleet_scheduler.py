@@ -86,13 +86,11 @@ def extender(fleet: Fleet, *, config: str, slices: bool, log_dir: Path) -> Progr
 EXTENDER_HISTOGRAM = "tensile_scheduler_extender_duration_seconds"
 
 
-def extender_latency(extender: Program) -> tuple[float | None, float | None]:
-    """(p50, p99) seconds of the extender's calls, from its request duration histogram
-    (every verb together)."""
+def extender_latency(metrics: str) -> tuple[float | None, float | None]:
+    """(p50, p99) seconds of the extender's calls, from its request duration histogram in
+    its `metrics` text (every verb together)."""
     buckets: dict[float, float] = {}
-    for labels, value in harness.samples(
-        extender.metrics(), EXTENDER_HISTOGRAM + "_bucket"
-    ).items():
+    for labels, value in harness.samples(metrics, EXTENDER_HISTOGRAM + "_bucket").items():
         le = dict(labels)["le"]
         bound = float("inf") if le == "+Inf" else float(le)
         buckets[bound] = buckets.get(bound, 0.0) + value
