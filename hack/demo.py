@@ -280,7 +280,7 @@ def _placement_scenario(fleet: Fleet) -> None:
         largest = max((r.free.get("cpu", 0) for r in lower.rows()), default=0) if lower else 0
         print(f"{node['metadata']['name']:<16} {node['status']['capacity']['cpu']:>10} "
               f"{lower.node_count if lower else 0:>12} {largest / 1000:>16g}")  # fmt: skip
-    _show("why: the upper scheduler's events (the extender refused lower-2 for it)",
+    _show("the upper scheduler's Scheduled events: where each pod was bound",
           fleet.upper, ["get", "events", "--field-selector", "reason=Scheduled", "-o",
                         "custom-columns=POD:.involvedObject.name,MESSAGE:.message"])  # fmt: skip
     print()

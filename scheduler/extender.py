@@ -166,7 +166,7 @@ def judge(
         if node is None:
             verdicts.append(Verdict(name=name, virtual=False))
             continue
-        key = (*pod_key, name, id(node.summary))
+        key = (*pod_key, name, node.generation)
         known = recent.get(key) if recent is not None and pod_key[0] else None
         if known is not None and _reusable(known, explain=explain):
             verdicts.append(known)

@@ -27,6 +27,8 @@ class VirtualNode:
     summary: summary.Summary
     text: str
     """The annotation value `summary` was parsed from."""
+    generation: int = 0
+    """Grows with every new summary the fleet takes in (a key for what was judged on it)."""
 
 
 class Fleet:
@@ -34,6 +36,7 @@ class Fleet:
 
     def __init__(self) -> None:
         self._nodes: dict[str, VirtualNode] = {}
+        self._generation = 0
         self.unreadable: dict[str, str] = {}
         """Node name -> why its summary could not be read (the latest error)."""
 
@@ -57,7 +60,11 @@ class Fleet:
         if known is not None and known.text == text:
             if known.labels != labels:
                 self._nodes[name] = VirtualNode(
-                    name=name, labels=labels, summary=known.summary, text=text
+                    name=name,
+                    labels=labels,
+                    summary=known.summary,
+                    text=text,
+                    generation=self._next(),
                 )
             return
         try:
@@ -67,7 +74,13 @@ class Fleet:
             self.unreadable[name] = str(exc)
             return
         self.unreadable.pop(name, None)
-        self._nodes[name] = VirtualNode(name=name, labels=labels, summary=parsed, text=text)
+        self._nodes[name] = VirtualNode(
+            name=name, labels=labels, summary=parsed, text=text, generation=self._next()
+        )
+
+    def _next(self) -> int:
+        self._generation += 1
+        return self._generation
 
     def remove(self, name: str) -> None:
         """Forget Node `name` (deleted, or no longer carrying a summary)."""

@@ -161,9 +161,15 @@ async def _run(
                     name="lower-heartbeat", qps=0, burst=1, timeout=PING_TIMEOUT, connections=2
                 )
             )
+            # The placement summary's writes, apart from pod statuses (and not counted as
+            # theirs): at most one per --placement-summary-interval.
+            upper_placement = await stack.enter_async_context(
+                upper.sibling(name="upper-placement", qps=0, burst=1, timeout=30.0, connections=1)
+            )
             provider = await _k2k_provider(
                 settings,
                 upper=upper,
+                upper_placement=upper_placement,
                 events=events,
                 lower=lower,
                 lower_heartbeat=lower_heartbeat,
@@ -207,6 +213,7 @@ async def _k2k_provider(
     settings: Settings,
     *,
     upper: ApiClient,
+    upper_placement: ApiClient,
     events: ApiClient,
     lower: ApiClient,
     lower_heartbeat: ApiClient,
@@ -249,6 +256,7 @@ async def _k2k_provider(
         namespace_labels=settings.pods.lower_namespace_labels,
         namespace_annotations=settings.pods.lower_namespace_annotations,
         summary_interval=settings.node.placement_summary_interval,
+        upper_placement=upper_placement,
     )
 
 

@@ -11,6 +11,7 @@ from devcluster.fleet import Fleet
 from devcluster.rest import RestClient
 from devcluster.vnodes import VirtualNodeProcess
 from tests.e2e.helpers import create, events_for, get, phase, pod, pod_manifest, wait_for
+from vnode.placement import summary
 from vnode.providers.k2k import naming
 
 
@@ -68,8 +69,19 @@ def test_the_node_registers_like_a_kubelet(fleet: Fleet, virtual_node: VirtualNo
         "kubelet-api",
         "node-controller",
         "patrol",
+        "placement-summary",
     ):
         assert f"[+]{component} ok" in readyz, readyz
+    # The lower nodes as tensile-scheduler reads them: one row per lower node, free room.
+    text = wait_for(
+        "the placement summary",
+        lambda: (_node(fleet, virtual_node.name)["metadata"].get("annotations") or {}).get(
+            summary.ANNOTATION
+        ),
+    )
+    lower = summary.parse(text)
+    assert sorted(r.name for r in lower.rows()) == sorted(fleet.lower.nodes)
+    assert all(0 < r.free["cpu"] <= 32000 for r in lower.rows())
 
 
 def test_the_lease_is_renewed_and_owned_by_the_node(

@@ -45,6 +45,7 @@ def build(
     namespace_labels: tuple[tuple[str, str], ...] = (),
     namespace_annotations: tuple[tuple[str, str], ...] = (),
     summary_interval: float = 0.0,
+    upper_placement: ApiClient | None = None,
 ) -> K2KProvider:
     """Return the provider that forwards the pods of node `policy.node_name` to `lower`.
 
@@ -61,7 +62,7 @@ def build(
     `namespace_labels`/`namespace_annotations` the lower administrator's marks for the lower
     namespaces the node makes (--lower-namespace-labels/-annotations); `summary_interval`
     the seconds between two looks for the placement summary (--placement-summary-interval;
-    0: not published). Nothing is
+    0: not published), written through `upper_placement` (default `upper`). Nothing is
     started and no request is made: the node starts the provider and its informers.
     """
     owner = policy.owner
@@ -147,7 +148,7 @@ def build(
     book = LowerPodBook(owner=owner)
     publisher = (
         SummaryPublisher(
-            upper=upper,
+            upper=upper_placement or upper,
             node_name=policy.node_name,
             book=book,
             nodes=nodes,

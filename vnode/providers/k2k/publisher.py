@@ -5,14 +5,18 @@ takes of them (`LowerPodBook.rooms`), renders the compact summary (`vnode.placem
 and, when it differs from what it last wrote, merge-patches it into the upper Node's
 annotation `summary.ANNOTATION`, where `tensile-scheduler` reads it through its Node
 informer (docs/scheduler.md says why this and not a question to each virtual node).
-A write that fails is tried again at the next look; nothing else depends on it.
+A write that fails is tried again at the next look; nothing else depends on it. An
+unchanged summary is written again every `RESYNC` seconds, so a Node deleted and registered
+anew (without the annotation) has it back within that time; until then the extender lets
+the node pass untouched.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 from vnode.kube import errors
 from vnode.kube.client import MERGE_PATCH, ApiClient
@@ -22,6 +26,9 @@ from vnode.placement import summary
 from vnode.providers.k2k.lowerpods import LowerPodBook
 
 logger = logging.getLogger(__name__)
+
+RESYNC = 60.0
+"""Seconds after which an unchanged summary is written again."""
 
 
 class SummaryPublisher:
@@ -38,9 +45,11 @@ class SummaryPublisher:
         nodes: Informer,
         pods: Informer,
         interval: float,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`book` counts the lower pods (`pods`, the lower pods informer, feeds it);
-        `nodes` is the lower nodes informer; `interval` seconds between two looks (> 0)."""
+        `nodes` is the lower nodes informer; `interval` seconds between two looks (> 0);
+        `clock` tells the seconds `RESYNC` is counted in."""
         self._upper = upper
         self._node_name = node_name
         self._book = book
@@ -49,6 +58,8 @@ class SummaryPublisher:
         self._interval = interval
         self._stop = asyncio.Event()
         self._written: str | None = None
+        self._written_at = 0.0
+        self._clock = clock
         self._running = False
 
     def informers(self) -> Sequence[Informer]:
@@ -78,10 +89,12 @@ class SummaryPublisher:
         self._stop.set()
 
     async def publish(self) -> bool:
-        """Write the summary if it changed since the last write; return whether it wrote.
-        An upper cluster that refuses or does not answer is logged, not raised."""
+        """Write the summary if it changed since the last write or that write is `RESYNC`
+        seconds old; return whether it wrote. An upper cluster that refuses or does not
+        answer is logged, not raised."""
         text = summary.render(summary.summarize(self._book.rooms(self._nodes.store)))
-        if text == self._written:
+        now = self._clock()
+        if text == self._written and now - self._written_at < RESYNC:
             return False
         patch = {"metadata": {"annotations": {summary.ANNOTATION: text}}}
         try:
@@ -91,5 +104,5 @@ class SummaryPublisher:
         except (errors.ApiError, errors.ApiUnavailable) as exc:
             logger.warning("placement summary not written: %s", exc)
             return False
-        self._written = text
+        self._written, self._written_at = text, now
         return True
