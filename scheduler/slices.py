@@ -14,7 +14,8 @@ it is not read. Several quotas all hold, so the smallest hard amount wins. Scope
 (`scopes`, `scopeSelector`) bound only some pods, and are not read.
 
 The room of a virtual node for a namespace (`rooms`): its `status.allocatable` (already
-the lower cluster's free room as the virtual node counts it) minus `headroom` of it, minus
+the lower cluster's free room as the virtual node counts it) minus `headroom` of the lower
+cluster's allocatable (`headroom_base`), minus
 what the others commit there: for each other namespace holding slices on the node the
 larger of its slices' budget and its pods' requests, and the requests of the other pods
 bound there. The namespace's own pods are inside its slices, so not subtracted.
@@ -39,6 +40,7 @@ from typing import Any, Final
 from scheduler.slices_record import Holding, Record, Slice, Units, units
 from vnode.contracts.objects import as_list, as_mapping
 from vnode.kube.quantity import parse_quantity
+from vnode.placement import summary
 
 RESOURCES: Final = ("cpu", "memory")
 """The resources slices bound; amounts in `Units` (millicores, bytes)."""
@@ -184,23 +186,48 @@ def commitments(
     return Commitments(by_place=by_place, by_node=by_node)
 
 
+def headroom_base(node: Mapping[str, Any]) -> Units:
+    """What `--headroom` is a share of on a virtual node (a Node object): its lower
+    cluster's allocatable cpu and memory over the Ready schedulable lower nodes, from the
+    placement summary the virtual node publishes (`vnode.placement.summary`, the same base
+    the extender keeps headroom of); the virtual node's own allocatable when it publishes
+    none, or one that cannot be read. `Units`."""
+    annotations = as_mapping(as_mapping(node.get("metadata")).get("annotations"))
+    text = annotations.get(summary.ANNOTATION)
+    if isinstance(text, str):
+        try:
+            alloc = summary.parse(text).alloc
+        except summary.SummaryError:
+            pass
+        else:
+            return {name: alloc.get(name, 0) for name in RESOURCES}
+    return allocatable(node)
+
+
+def kept_free(base: Mapping[str, int], headroom: Fraction) -> Units:
+    """`headroom` (a share, 0..1) of `base` (`headroom_base`), rounded up: the room of a
+    virtual node its slices leave free for lower host failures."""
+    return {name: math.ceil(amount * headroom) for name, amount in base.items()}
+
+
 def rooms(
     *,
     namespace: str,
     nodes: Mapping[str, Mapping[str, int]],
     committed: Commitments,
-    headroom: Fraction,
+    kept: Mapping[str, Mapping[str, int]],
 ) -> dict[str, Units]:
     """The room of each usable virtual node for `namespace`'s slices (see the module): its
-    allocatable (`nodes`) minus `headroom` of it (a share 0..1, rounded up) minus what the
+    allocatable (`nodes`) minus what is `kept` free there (`kept_free`) minus what the
     other namespaces commit there (`committed`, made from the same `nodes`). Amounts in
     `Units`; negative when full."""
     out: dict[str, Units] = {}
     for node, alloc in nodes.items():
         total = committed.by_node.get(node, {})
         own = committed.by_place.get((namespace, node), {})
+        free = kept.get(node, {})
         out[node] = {
-            name: amount - math.ceil(amount * headroom) - total.get(name, 0) + own.get(name, 0)
+            name: amount - free.get(name, 0) - total.get(name, 0) + own.get(name, 0)
             for name, amount in alloc.items()
         }
     return out

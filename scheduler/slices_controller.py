@@ -28,13 +28,15 @@ from scheduler.slices import (
     Commitments,
     allocatable,
     commitments,
+    headroom_base,
+    kept_free,
     quota_of,
     rooms,
     usable,
 )
 from scheduler.slices_admission import admit
 from scheduler.slices_decide import decide
-from scheduler.slices_pods import BoundPods
+from scheduler.slices_pods import BoundPods, slim_pod
 from scheduler.slices_record import Holding, Units, record_of, units
 from scheduler.slices_settings import SliceSettings
 from vnode.contracts import labels
@@ -102,7 +104,11 @@ class SliceController:
             label_selector=node_selector,
         )
         self.pods = factory.informer(
-            client, PODS, name="upper-bound-pods", field_selector=BOUND_PODS
+            client,
+            PODS,
+            name="upper-bound-pods",
+            field_selector=BOUND_PODS,
+            transform=slim_pod,
         )
         self.queue = WorkQueue(name="quota_slices")
         self._bound = BoundPods()
@@ -118,7 +124,9 @@ class SliceController:
         """Bumped by every change the commitments depend on (bound pods, virtual nodes,
         namespaces' records), so they are worked out once for all namespaces decided
         while nothing changes."""
-        self._state: tuple[int, dict[str, Units], dict[str, str], Commitments] | None = None
+        self._state: (
+            tuple[int, dict[str, Units], dict[str, str], dict[str, Units], Commitments] | None
+        ) = None
         self._held: dict[str, set[str]] = {}
         """Namespace -> nodes with a slices gauge set (to remove them when gone)."""
         enqueue = self._enqueue_object
@@ -209,7 +217,11 @@ class SliceController:
             self.queue.add_after(name, self._settings.sync_delay)
 
     def _node_changed(self, old: Obj, new: Obj) -> None:
-        if allocatable(old) != allocatable(new) or usable(old) != usable(new):
+        if (
+            allocatable(old) != allocatable(new)
+            or usable(old) != usable(new)
+            or (self._settings.headroom and headroom_base(old) != headroom_base(new))
+        ):
             self._resync_soon()
 
     def _pod_added(self, pod: Obj) -> None:
@@ -239,7 +251,7 @@ class SliceController:
                 self._apply(annotations, written[1])
             else:
                 del self._written[namespace]
-        nodes, unusable, committed = self._commitments()
+        nodes, unusable, kept, committed = self._commitments()
         quota = quota_of(self.quotas.store.by_index(_QUOTA_NAMESPACE, namespace))
         decision = decide(
             annotations=annotations,
@@ -251,7 +263,7 @@ class SliceController:
                 namespace=namespace,
                 nodes=nodes,
                 committed=committed,
-                headroom=self._settings.headroom,
+                kept=kept,
             ),
             unusable=unusable,
         )
@@ -300,27 +312,34 @@ class SliceController:
         else:
             annotations[SLICES_ANNOTATION] = value
 
-    def _commitments(self) -> tuple[dict[str, Units], dict[str, str], Commitments]:
-        """The usable virtual nodes' allocatable, the unusable ones (why), and the
-        commitments on them: worked out again only after a change."""
+    def _commitments(
+        self,
+    ) -> tuple[dict[str, Units], dict[str, str], dict[str, Units], Commitments]:
+        """The usable virtual nodes' allocatable, the unusable ones (why), what headroom
+        keeps free on each, and the commitments on them: worked out again only after a
+        change."""
         if self._state is None or self._state[0] != self._generation:
-            nodes, unusable = self._virtual_nodes()
+            nodes, unusable, kept = self._virtual_nodes()
             committed = commitments(nodes=nodes, usage=self._bound.usage, records=self._records())
-            self._state = (self._generation, nodes, unusable, committed)
-        return self._state[1], self._state[2], self._state[3]
+            self._state = (self._generation, nodes, unusable, kept, committed)
+        return self._state[1], self._state[2], self._state[3], self._state[4]
 
-    def _virtual_nodes(self) -> tuple[dict[str, Units], dict[str, str]]:
-        """(usable virtual node -> allocatable, unusable virtual node -> why)."""
+    def _virtual_nodes(self) -> tuple[dict[str, Units], dict[str, str], dict[str, Units]]:
+        """(usable virtual node -> allocatable, unusable virtual node -> why, usable
+        virtual node -> what headroom keeps free there)."""
         nodes: dict[str, Units] = {}
         unusable: dict[str, str] = {}
+        kept: dict[str, Units] = {}
         for node in self.nodes.store:
             name = str(as_mapping(node.get("metadata")).get("name") or "")
             why = usable(node)
             if why is None:
                 nodes[name] = allocatable(node)
+                if self._settings.headroom:
+                    kept[name] = kept_free(headroom_base(node), self._settings.headroom)
             else:
                 unusable[name] = why
-        return nodes, unusable
+        return nodes, unusable, kept
 
     def _records(self) -> dict[str, Mapping[str, Holding]]:
         """Every namespace's record in force (the cache, with our writes not yet in it)."""

@@ -9,9 +9,30 @@ from typing import Any
 
 from scheduler.slices import PodUse
 from scheduler.slices_record import Units, units
-from vnode.contracts.objects import as_mapping
+from vnode.contracts.objects import Obj, as_mapping, dicts_in
 from vnode.kube.resources import object_key
 from vnode.placement.requests import pod_requests
+
+
+def slim_pod(pod: Obj) -> Obj:
+    """What the bound-pods informer keeps of a pod: its name and namespace, its node and
+    what `pod_requests` reads (containers' and init containers' resources, sidecar
+    restart policies, pod-level resources, overhead): a tenth of a pod, at 10,000 pods."""
+    meta = as_mapping(pod.get("metadata"))
+    spec = as_mapping(pod.get("spec"))
+    kept_spec: Obj = {
+        key: spec[key] for key in ("nodeName", "overhead", "resources") if key in spec
+    }
+    for key in ("containers", "initContainers"):
+        if key in spec:
+            kept_spec[key] = [
+                {k: c[k] for k in ("name", "resources", "restartPolicy") if k in c}
+                for c in dicts_in(spec[key])
+            ]
+    return {
+        "metadata": {k: meta[k] for k in ("name", "namespace", "resourceVersion") if k in meta},
+        "spec": kept_spec,
+    }
 
 
 def pod_use(pod: Mapping[str, Any]) -> PodUse | None:

@@ -269,12 +269,14 @@ def wired(
             pids.add(program.process.pid)
         yield Wired(fleet=fleet, extender=extender)
     finally:
+        codes = []
         for program in reversed(started):
-            program.stop()
+            codes.append((program.name, program.stop()))
             if program.process is not None:
                 pids.discard(program.process.pid)
         fleet.stop()
         pids.difference_update(fleet.pids())
+    assert all(code == 0 for _, code in codes), codes  # every program stopped cleanly
 
 
 def _summarized(client: RestClient, name: str) -> bool:

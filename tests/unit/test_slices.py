@@ -16,6 +16,8 @@ from scheduler.slices import (
     PodUse,
     allocatable,
     commitments,
+    headroom_base,
+    kept_free,
     place,
     quota_of,
     rooms,
@@ -38,6 +40,7 @@ from scheduler.slices_record import (
 )
 from vnode.contracts.quotaslices import SLICES_ANNOTATION, STATUS_ANNOTATION
 from vnode.kube.quantity import parse_quantity
+from vnode.placement.summary import ANNOTATION as SUMMARY
 from vnode.serving.flags import Parser, UsageError
 
 GI = 1 << 30
@@ -114,7 +117,8 @@ def test_rooms_leave_out_headroom_other_pods_and_other_slices_but_not_own_pods()
         "mine": {"a": Holding(count=8, size=S)},  # its own record: not a reservation
     }
     committed = commitments(nodes=nodes, usage=usage_by_place(pods), records=records)
-    got = rooms(namespace="mine", nodes=nodes, committed=committed, headroom=F(1, 10))
+    kept = {name: kept_free(alloc, F(1, 10)) for name, alloc in nodes.items()}
+    got = rooms(namespace="mine", nodes=nodes, committed=committed, kept=kept)
     assert got == {
         "a": {"cpu": (9 - 1 - 1) * M, "memory": 9 * GI - GI - 2 * GI},
         "b": {"cpu": (9 - 2) * M, "memory": 0 - 2 * GI},
@@ -495,3 +499,17 @@ def test_decide_places_afresh_over_its_own_unreadable_record() -> None:
         STATUS_ANNOTATION: json.dumps({"writer": "tensile-scheduler", "written": "a=2"}),
     }
     assert run(ours).patch[SLICES_ANNOTATION] == "a=6x(500m,-),b=2x(500m,-)"
+
+
+def test_headroom_is_a_share_of_the_lower_clusters_allocatable_from_its_summary() -> None:
+    published = json.dumps(
+        {"v": 1, "res": ["cpu", "memory"], "classes": [], "nodes": [], "alloc": [40000, 80 * GI],
+         "free": [10000, 20 * GI]}
+    )  # fmt: skip
+    with_summary = {**node("10", "20Gi"), "metadata": {"annotations": {SUMMARY: published}}}
+    assert headroom_base(with_summary) == {"cpu": 40000, "memory": 80 * GI}
+    assert kept_free(headroom_base(with_summary), F(1, 10)) == {"cpu": 4000, "memory": 8 * GI}
+    # no summary, or one that cannot be read: the virtual node's own allocatable
+    assert headroom_base(node("10", "20Gi")) == {"cpu": 10000, "memory": 20 * GI}
+    broken = {**node("10", "20Gi"), "metadata": {"annotations": {SUMMARY: "{"}}}
+    assert headroom_base(broken) == {"cpu": 10000, "memory": 20 * GI}

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from scheduler.slices import PodUse
 from scheduler.slices_controller import SliceController
-from scheduler.slices_pods import BoundPods
+from scheduler.slices_pods import BoundPods, pod_use, slim_pod
 from scheduler.slices_settings import SliceSettings
 from vnode.contracts.quotaslices import SLICES_ANNOTATION
 from vnode.kube.informer import Informer
@@ -121,3 +122,34 @@ def test_bound_pods_are_summed_as_they_come_change_and_go() -> None:
     assert not bound.put(pod("t", "unbound", "1", node=None))
     bad = pod("t", "bad", "lots")  # a quantity the apiserver would refuse: not counted
     assert not bound.put(bad)
+
+
+def test_the_slim_pod_kept_requests_what_the_pod_requests() -> None:
+    full = {
+        "metadata": {"name": "p", "namespace": "t", "resourceVersion": "7", "labels": {"a": "b"}},
+        "spec": {
+            "nodeName": "a",
+            "containers": [
+                {"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}},
+                {"name": "d", "resources": {"limits": {"memory": "1Gi"}}},
+            ],
+            "initContainers": [
+                {
+                    "name": "side",
+                    "restartPolicy": "Always",
+                    "resources": {"requests": {"cpu": "2"}},
+                },
+                {"name": "init", "resources": {"requests": {"cpu": "5", "memory": "3Gi"}}},
+            ],
+            "overhead": {"cpu": "100m"},
+            "volumes": [{"name": "v", "emptyDir": {}}],
+        },
+        "status": {"phase": "Running", "conditions": []},
+    }
+    slim = slim_pod(full)
+    assert pod_use(slim) == pod_use(full)
+    assert pod_use(full) == PodUse(
+        namespace="t", node="a", requests={"cpu": 7100, "memory": 3 << 30}
+    )  # init 5 + sidecar 2 beats 1 + 2; overhead on top
+    assert "volumes" not in slim["spec"]
+    assert "status" not in slim
