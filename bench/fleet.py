@@ -295,10 +295,9 @@ async def run_config(bench: Bench, config: Config, say: Any, *, last: bool) -> R
                 result.last_running = max(tracker.running.values()) - t0
             result.running, result.stranded = running, len(pending)
             result.stranded_pods = sorted(pending)[:10]
-            binds = [tracker.bound[u] for u in first_wave if u in tracker.bound]
-            if binds:
-                # From the first bind: the scheduler's own start (caches synced) left out.
-                result.throughput = len(binds) / max(1e-3, max(binds) - min(binds))
+            result.throughput = plan.bind_rate(
+                [tracker.bound[u] for u in first_wave if u in tracker.bound]
+            )
         text = descheduler.metrics()
         result.evicted = sum(
             harness.samples(text, "tensile_descheduler_pods_evicted_total").values()

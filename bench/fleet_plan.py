@@ -451,6 +451,18 @@ def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float | None
     return lower_bound
 
 
+def bind_rate(binds: Sequence[float], *, share: float = 0.9) -> float | None:
+    """Pods bound per second: the first `share` of the binds (monotonic seconds) over the
+    time from the first bind to the last of them. From the first bind, so the scheduler's
+    own start is left out; up to a share, so a few pods that wait (a retry's backoff) do
+    not make the rate of thousands. None for fewer than two binds."""
+    if len(binds) < 2:
+        return None
+    ordered = sorted(binds)
+    last = max(1, math.ceil(share * len(ordered)) - 1)
+    return (last + 1) / max(1e-3, ordered[last] - ordered[0])
+
+
 def ratio(value: float | None, base: float | None) -> str:
     """`value / base` as "0.95x"; "-" when either is missing or the base is 0 (and so is
     the value: "=")."""

@@ -186,3 +186,20 @@ def test_a_namespace_exempted_from_slices_may_use_each_virtual_node_for_its_whol
             plan.SLICES_ANNOTATION: "vn-lower=1x(1500m,1920Mi),vn-lower-2=1x(1500m,1920Mi)"
         }
     assert plan.workload("c", plan.mix(200)).annotations == {}
+
+
+@pytest.mark.parametrize(
+    ("binds", "rate"),
+    [
+        ([], None),
+        ([5.0], None),
+        ([10.0, 11.0], 2.0),
+        ([float(t) for t in range(11)], 10 / 9),  # the first 90 %: 10 of 11 binds over 9 s
+        ([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 60.0], 9 / 8),  # a straggler left out
+    ],
+)
+def test_the_bind_rate_leaves_out_the_schedulers_start_and_a_few_stragglers(
+    binds: list[float], rate: float | None
+) -> None:
+    found = plan.bind_rate(binds)
+    assert found == (None if rate is None else pytest.approx(rate))
