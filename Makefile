@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 DOCS_PORT ?= 8000
 DOCS_SITE ?= site
 
-.PHONY: all venv controlplane lint docs docs-gen test test-unit image test-image demo demo-down bench bench-scale bench-streams bench-webhook bench-services bench-failover bench-extender clean
+.PHONY: all venv controlplane lint docs docs-gen test test-unit image test-image demo demo-down bench bench-scale bench-streams bench-webhook bench-services bench-failover bench-extender bench-fleet clean
 
 all: test
 
@@ -88,3 +88,6 @@ bench-failover: venv controlplane
 
 bench-extender: venv
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/extender.py $(BENCH_ARGS)
+
+bench-fleet: venv controlplane
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/fleet.py $(BENCH_ARGS)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devcluster import kwok
 from devcluster.rest import RestClient
 from vnode.testing import binaries
 from vnode.testing.pki import KeyPair
@@ -31,6 +32,20 @@ PREVIOUS_LOG_LINES = ("previous container instance line 1", "previous container 
 """The log of every lower container's previous instance (`kubectl logs --previous`)."""
 ATTACH_LOG = "attach.log"
 """Beside the container log: what is appended to it is every attached container's output."""
+
+
+LOWER_CONTROLLERS = (
+    "serviceaccount-controller",
+    "namespace-controller",
+    "persistentvolume-binder-controller",
+    "root-ca-certificate-publisher-controller",
+    "node-lifecycle-controller",
+)
+"""What a lower cluster needs when only virtual nodes make its pods: the `default`
+ServiceAccount and the root CA ConfigMap of each namespace, namespaces that can be
+deleted, claims bound to volumes, and the node lifecycle controller, which lifts the
+not-ready taint every new Node is given (admission plugin TaintNodesByCondition). No
+garbage collector, no workload controllers."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +66,18 @@ class LowerClusterSettings:
     """kube-apiserver --enable-admission-plugins beyond its defaults (e.g.
     PodTolerationRestriction, PodNodeSelector), so tests meet a lower administrator's
     admission."""
+    node_lease_seconds: int = kwok.DEFAULT_NODE_LEASE_SECONDS
+    """Duration of each kwok Node's Lease, seconds; kwok renews every Lease a few times per
+    duration, so thousands of Nodes want a long one (and the fleet a
+    `node_monitor_grace_period` longer than it, or the Nodes turn NotReady)."""
+    controllers: tuple[str, ...] = ()
+    """kube-controller-manager --controllers of this cluster: only these run (empty: every
+    on-by-default one). Pods below are made by virtual nodes, not by workload controllers,
+    so a benchmark's many lower clusters can do with `LOWER_CONTROLLERS`."""
+
+    def __post_init__(self) -> None:
+        if self.node_lease_seconds < 1:
+            raise ValueError(f"node_lease_seconds must be >= 1, got {self.node_lease_seconds}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -26,6 +26,8 @@ from vnode.testing.ports import LOOPBACK
 MANAGED_ANNOTATION = "kwok.x-k8s.io/node"
 MANAGED_VALUE = "fake"
 NODE_INDEX_LABEL = "tensile.io/lower-node-index"
+DEFAULT_NODE_LEASE_SECONDS = 40
+"""kwok's --node-lease-duration-seconds: the kubelet's default Lease duration."""
 POD_CIDR = "10.244.0.0/16"
 """Pod IPs of the first lower cluster (the others get 10.245.0.0/16, 10.246.0.0/16, ...)."""
 RESOURCE_METRICS_PATH_ANNOTATION = "metrics.k8s.io/resource-metrics-path"
@@ -269,11 +271,13 @@ def kwok_argv(
     port: int,
     serving: KeyPair,
     cidr: str = POD_CIDR,
+    lease_seconds: int = DEFAULT_NODE_LEASE_SECONDS,
 ) -> list[str]:
     """Return kwok's argv: manage annotated Nodes, which publish `address` as InternalIP and
     `port` as kubelet port, and serve their kubelet API there over TLS with `serving` (a
     certificate of the cluster's CA for `address`, so apiservers and metrics-server verify
-    it as they verify a kubelet's); pod IPs come from `cidr`."""
+    it as they verify a kubelet's); pod IPs come from `cidr`; each Node's Lease lasts
+    `lease_seconds` (kwok renews it a few times per duration, as a kubelet does)."""
     argv = [str(binary), f"--kubeconfig={kubeconfig}"]
     argv += [f"--config={c}" for c in configs]
     argv += [
@@ -284,7 +288,7 @@ def kwok_argv(
         f"--tls-cert-file={serving.cert}",
         f"--tls-private-key-file={serving.key}",
         # The heartbeat-with-lease stage expects kwok to renew node Leases, as a kubelet does.
-        "--node-lease-duration-seconds=40",
+        f"--node-lease-duration-seconds={lease_seconds}",
         f"--cidr={cidr}",
     ]
     return argv

@@ -423,6 +423,11 @@ class Startup:
                     service_account_key=material[f"{name}-sa"].key,
                     cluster_cidr=cluster_cidr,
                     node_monitor_grace_period=self.settings.node_monitor_grace_period,
+                    controllers=(
+                        self.settings.lowers[self.lowers.index(name)].controllers
+                        if name in self.lowers
+                        else ()
+                    ),
                 ),
             )
             started[f"{name}-controller-manager"] = kcm_port
@@ -531,6 +536,11 @@ class Startup:
         kwok_dir.mkdir(parents=True, exist_ok=True)
         address = self.kwok_address(name)
         cidr = _pod_cidr(self.lowers.index(name)) if name in self.lowers else "10.199.0.0/16"
+        lease_seconds = (
+            self.settings.lowers[self.lowers.index(name)].node_lease_seconds
+            if name in self.lowers
+            else kwok.DEFAULT_NODE_LEASE_SECONDS
+        )
 
         def spawn(port: int) -> processes.Process:
             return self._spawn(
@@ -543,6 +553,7 @@ class Startup:
                     port=port,
                     serving=material[f"{name}-kwok-serving"],
                     cidr=cidr,
+                    lease_seconds=lease_seconds,
                 ),
                 # kwok always reads $KWOK_WORKDIR/kwok.yaml: keep it inside our state.
                 env_extra={"KWOK_WORKDIR": str(kwok_dir), "HOME": str(kwok_dir)},

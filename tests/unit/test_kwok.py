@@ -6,7 +6,11 @@ import datetime as dt
 import re
 from pathlib import Path
 
+import pytest
+
 from devcluster import kwok
+from devcluster.cluster import LOWER_CONTROLLERS, LowerClusterSettings
+from vnode.testing import components
 from vnode.testing.pki import KeyPair
 
 
@@ -82,6 +86,23 @@ def test_kwok_serves_its_nodes_at_their_address_with_a_certificate(tmp_path: Pat
     assert f"--tls-cert-file={serving.cert}" in argv
     assert f"--tls-private-key-file={serving.key}" in argv
     assert "--cidr=10.245.0.0/16" in argv
+    assert "--node-lease-duration-seconds=40" in argv  # the kubelet's default
+
+
+def test_a_lower_cluster_of_many_nodes_renews_their_leases_less_often(tmp_path: Path) -> None:
+    serving = KeyPair(cert=tmp_path / "c.crt", key=tmp_path / "c.key")
+    argv = kwok.kwok_argv(
+        binary=tmp_path / "kwok",
+        kubeconfig=tmp_path / "k",
+        configs=[],
+        address="192.0.2.1",
+        port=4321,
+        serving=serving,
+        lease_seconds=3600,
+    )
+    assert "--node-lease-duration-seconds=3600" in argv
+    with pytest.raises(ValueError, match="node_lease_seconds must be >= 1, got 0"):
+        LowerClusterSettings(node_lease_seconds=0)
 
 
 def test_every_node_serves_the_kubelets_resource_series_at_its_own_path() -> None:
@@ -112,3 +133,21 @@ def test_every_node_serves_the_kubelets_resource_series_at_its_own_path() -> Non
     assert "containers" not in rule  # every container of every pod
     assert kwok.DEFAULT_USAGE_CPU in rule["usage"]["cpu"]["expression"]
     assert kwok.USAGE_MEMORY_ANNOTATION in rule["usage"]["memory"]["expression"]
+
+
+def test_a_lower_cluster_runs_only_the_controllers_it_is_given(tmp_path: Path) -> None:
+    pair = KeyPair(cert=tmp_path / "ca.crt", key=tmp_path / "ca.key")
+    common = {
+        "binary": tmp_path / "kcm",
+        "kubeconfig": tmp_path / "k",
+        "port": 1,
+        "ca": pair,
+        "service_account_key": tmp_path / "sa.key",
+        "cluster_cidr": "10.245.0.0/16",
+    }
+    every = components.controller_manager_argv(**common)
+    assert not [a for a in every if a.startswith("--controllers")]  # every default one
+    only = components.controller_manager_argv(**common, controllers=LOWER_CONTROLLERS)
+    assert f"--controllers={','.join(LOWER_CONTROLLERS)}" in only
+    assert "node-lifecycle-controller" in LOWER_CONTROLLERS  # new Nodes' not-ready taint
+    assert "garbage-collector-controller" not in LOWER_CONTROLLERS

@@ -142,10 +142,13 @@ def controller_manager_argv(
     service_account_key: Path,
     cluster_cidr: str,
     node_monitor_grace_period: str = "50s",
+    controllers: tuple[str, ...] = (),
 ) -> list[str]:
     """Return the argv of a kube-controller-manager for one cluster (CSR signing with `ca`);
     `node_monitor_grace_period` (a Go duration) is how long a Node may go without a
-    heartbeat before the node lifecycle controller marks it NotReady."""
+    heartbeat before the node lifecycle controller marks it NotReady; `controllers` are
+    the only controllers run (--controllers; empty: every on-by-default one)."""
+    only = [f"--controllers={','.join(controllers)}"] if controllers else []
     return [
         *_controller_flags(binary=binary, kubeconfig=kubeconfig, port=port),
         "--use-service-account-credentials=true",
@@ -155,6 +158,7 @@ def controller_manager_argv(
         f"--cluster-signing-key-file={ca.key}",
         f"--cluster-cidr={cluster_cidr}",
         f"--node-monitor-grace-period={node_monitor_grace_period}",
+        *only,
     ]
 
 
