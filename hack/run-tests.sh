@@ -16,6 +16,23 @@ if [[ $# -gt 0 ]]; then
 fi
 
 workers="${E2E_WORKERS:-2}"
+
+# inotify instances: every kube-apiserver of a fleet holds 6 and every controller-manager 5
+# (certificate and configuration file watches), and kwok takes one more for each `kubectl
+# logs -f` or `attach` it serves. Two workers' session fleets plus one test's own fleet
+# come to about 125, and the kernel's default limit per user is 128: past it kwok fails
+# with "failed to create fsnotify watcher: too many open files". So the limit is raised
+# for the run where we may (root), and said; elsewhere a warning says what to do.
+inotify_limit=/proc/sys/fs/inotify/max_user_instances
+wanted=$((256 * workers))
+if [[ -r ${inotify_limit} ]] && (($(cat "${inotify_limit}") < wanted)); then
+  if [[ -w ${inotify_limit} ]]; then
+    echo "raising fs.inotify.max_user_instances from $(cat "${inotify_limit}") to ${wanted} for ${workers} e2e workers" >&2
+    echo "${wanted}" >"${inotify_limit}"
+  else
+    echo "warning: fs.inotify.max_user_instances is $(cat "${inotify_limit}"); ${workers} e2e workers want ${wanted} (sysctl -w fs.inotify.max_user_instances=${wanted}), or kwok may fail to serve logs and attach" >&2
+  fi
+fi
 fast_log="$(mktemp -t tensile-fast-tests.XXXXXX)"
 trap 'rm -f "${fast_log}"' EXIT
 
