@@ -108,6 +108,22 @@ def _allocatable(fleet: Fleet, name: str) -> dict[str, Any]:
     return {k: parse_quantity(v) for k, v in node["status"]["allocatable"].items()}
 
 
+def _steady_allocatable(fleet: Fleet, name: str, *, quiet: float = 2.0) -> dict[str, Any]:
+    """The virtual node's allocatable once it has not changed for `quiet` seconds: a pod
+    gone below just before shows upstairs a moment later, and a count started before that
+    is off by one (seen once on a quiet machine)."""
+    seen = _allocatable(fleet, name)
+    since = time.monotonic()
+    deadline = since + 30.0
+    while time.monotonic() - since < quiet:
+        assert time.monotonic() < deadline, f"allocatable of {name} never held still: {seen}"
+        time.sleep(0.2)
+        now = _allocatable(fleet, name)
+        if now != seen:
+            seen, since = now, time.monotonic()
+    return seen
+
+
 def _nothing_terminating(fleet: Fleet) -> bool:
     lower = fleet.lower.rest()
     namespaces = lower.request("GET", "/api/v1/namespaces")["items"]
@@ -124,7 +140,7 @@ def test_capacity_follows_the_lower_cluster(
     # Earlier tests' namespaces may still be emptying below, which frees pod slots while this
     # test counts them: start from a lower cluster where nothing is going away.
     wait_for("the lower cluster to settle", lambda: _nothing_terminating(fleet), timeout=60)
-    start = _allocatable(fleet, virtual_node.name)
+    start = _steady_allocatable(fleet, virtual_node.name)
 
     # A lower pod that is not ours takes its requests away from the virtual node...
     hog = pod_manifest("hog", node="unused", requests={"cpu": "5", "memory": "10Gi"})
