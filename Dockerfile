@@ -20,11 +20,11 @@ WORKDIR /src
 # What .dockerignore lets through: pyproject.toml, README.md, the constraints and the
 # Python packages.
 COPY . .
-# The commit `--version` prints (vnode/serving/version.py reads it from its COMMIT line;
+# The commit `--version` prints (tensile/serving/version.py reads it from its COMMIT line;
 # an image has no git checkout to ask).
 ARG TENSILE_COMMIT=""
-RUN if [ -n "${TENSILE_COMMIT}" ] && [ -f vnode/serving/version.py ]; then \
-      sed -i "s/^COMMIT = \"\"$/COMMIT = \"${TENSILE_COMMIT}\"/" vnode/serving/version.py; \
+RUN if [ -n "${TENSILE_COMMIT}" ] && [ -f tensile/serving/version.py ]; then \
+      sed -i "s/^COMMIT = \"\"$/COMMIT = \"${TENSILE_COMMIT}\"/" tensile/serving/version.py; \
     fi
 # Exact dependency versions (hack/image-constraints.txt); bytecode compiled now, as
 # nothing can write it at run time on a read-only root filesystem. Where PyPI is reached

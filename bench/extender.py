@@ -49,9 +49,9 @@ from aiohttp import web
 from scheduler import extender
 from scheduler.fleet import Fleet
 from scheduler.server import Judge, make_app
-from vnode.placement import fit, summary
-from vnode.placement.requests import plus, pod_requests
-from vnode.serving import endpoints
+from tensile.placement import fit, summary
+from tensile.placement.requests import plus, pod_requests
+from tensile.serving import endpoints
 from vnode.testing.pki import CertificateAuthority, KeyPair
 
 TARGET_P99 = 0.005  # seconds

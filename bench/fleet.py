@@ -54,10 +54,10 @@ from devcluster.fleet import Fleet
 from devcluster.programs import Program
 from devcluster.vnodes import VirtualNodeProcess
 from devcluster.webhooks import WebhookProcess
-from vnode.kube import errors
-from vnode.kube.client import ApiClient
-from vnode.kube.informer import Handlers, Informer
-from vnode.kube.resources import PODS
+from tensile.kube import errors
+from tensile.kube.client import ApiClient
+from tensile.kube.informer import Handlers, Informer
+from tensile.kube.resources import PODS
 from vnode.testing import processes
 
 FLEET_SCHEDULER = "upper-scheduler"

@@ -20,8 +20,8 @@ from devcluster.cluster import LOWER_CONTROLLERS, Cluster, FleetSettings, LowerC
 from devcluster.fleet import Fleet
 from devcluster.vnodes import VirtualNodeProcess
 from devcluster.webhooks import WebhookProcess
-from vnode.kube import errors
-from vnode.kube.client import ApiClient
+from tensile.kube import errors
+from tensile.kube.client import ApiClient
 
 LOWER_LEASE_SECONDS = 3600
 """kwok Node Leases of the lower clusters: 10,000 Nodes renewing every 10 s would be most

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vnode.contracts.quotaslices import SLICES_ANNOTATION
+from tensile.contracts.quotaslices import SLICES_ANNOTATION
 
 BENCH_LABEL = "tensile.io/fleet-bench"
 """On every namespace and pod the benchmark makes upstairs; its value is the configuration."""

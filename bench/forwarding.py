@@ -49,7 +49,7 @@ from harness import CpuMeter, Timed, pct
 from devcluster.cluster import FleetSettings, LowerClusterSettings
 from devcluster.fleet import Fleet
 from devcluster.vnodes import VirtualNodeProcess
-from vnode.kube.client import ApiClient
+from tensile.kube.client import ApiClient
 
 TARGETS = {
     "via / limit": 0.9,

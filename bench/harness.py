@@ -24,10 +24,10 @@ from typing import Any
 from devcluster.cluster import FleetSettings, LowerClusterSettings
 from devcluster.fleet import Fleet
 from devcluster.vnodes import VirtualNodeProcess
-from vnode.kube import config, errors
-from vnode.kube.client import ApiClient
-from vnode.kube.informer import Handlers, Informer
-from vnode.kube.resources import NAMESPACES, PODS
+from tensile.kube import config, errors
+from tensile.kube.client import ApiClient
+from tensile.kube.informer import Handlers, Informer
+from tensile.kube.resources import NAMESPACES, PODS
 
 NAMESPACE_PREFIX = "bench-"
 

@@ -31,10 +31,10 @@ from harness import pct
 from devcluster.cluster import FleetSettings, LowerClusterSettings
 from devcluster.fleet import Fleet
 from devcluster.vnodes import VirtualNodeProcess
-from vnode.kube import config
-from vnode.kube.client import MERGE_PATCH, ApiClient
-from vnode.kube.informer import Handlers, Informer
-from vnode.kube.resources import ENDPOINT_SLICES, NAMESPACES
+from tensile.kube import config
+from tensile.kube.client import MERGE_PATCH, ApiClient
+from tensile.kube.informer import Handlers, Informer
+from tensile.kube.resources import ENDPOINT_SLICES, NAMESPACES
 from vnode.providers.k2k import services
 
 History = list[tuple[float, frozenset[str]]]

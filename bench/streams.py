@@ -37,8 +37,8 @@ import aiohttp
 from devcluster.cluster import FleetSettings, LowerClusterSettings, kubectl_binary
 from devcluster.fleet import Fleet
 from devcluster.vnodes import VirtualNodeProcess
-from vnode.kube import config
-from vnode.kube.client import ApiClient
+from tensile.kube import config
+from tensile.kube.client import ApiClient
 
 LINE = "x" * 99  # 100 bytes a line with its newline, as the client receives it
 STDIN, STDOUT = 0, 1

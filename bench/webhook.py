@@ -38,8 +38,8 @@ from devcluster import webhooks
 from devcluster.cluster import FleetSettings, LowerClusterSettings
 from devcluster.fleet import Fleet
 from devcluster.webhooks import WebhookProcess
-from vnode.kube import config, errors
-from vnode.kube.client import ApiClient
+from tensile.kube import config, errors
+from tensile.kube.client import ApiClient
 
 TARGET_P99_ADDED = 0.005  # seconds
 

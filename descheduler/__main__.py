@@ -17,13 +17,13 @@ from collections.abc import Sequence
 from descheduler import cli, room
 from descheduler.loop import Descheduler
 from descheduler.settings import Settings
-from vnode.kube import config, errors
-from vnode.kube.client import ApiClient
-from vnode.serving import election_flags, logs, version
-from vnode.serving.endpoints import Health, metrics_server
-from vnode.serving.flags import UsageError, VersionRequested
-from vnode.serving.lifecycle import Runner
-from vnode.serving.shutdown import stop_on_signals
+from tensile.kube import config, errors
+from tensile.kube.client import ApiClient
+from tensile.serving import election_flags, logs, version
+from tensile.serving.endpoints import Health, metrics_server
+from tensile.serving.flags import UsageError, VersionRequested
+from tensile.serving.lifecycle import Runner
+from tensile.serving.shutdown import stop_on_signals
 
 logger = logging.getLogger("descheduler")
 

@@ -13,9 +13,9 @@ from descheduler import policyfile
 from descheduler.mover import MoveSettings
 from descheduler.policy import POD_SELECTOR, Criteria
 from descheduler.settings import Settings
-from vnode.contracts import avoidance, selectors
-from vnode.serving import election_flags, flags
-from vnode.serving.flags import UsageError
+from tensile.contracts import avoidance, selectors
+from tensile.serving import election_flags, flags
+from tensile.serving.flags import UsageError
 
 DEFAULT_LEASE = "tensile-system/tensile-descheduler"
 MAX_AVOID_TTL = 365 * 86400.0

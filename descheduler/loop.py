@@ -29,14 +29,14 @@ from descheduler.policy import plan
 from descheduler.record import AvoidanceRecord, RecordConflict
 from descheduler.settings import Settings
 from descheduler.waits import Waits
-from vnode.contracts import labels
-from vnode.kube import errors
-from vnode.kube.backoff import TokenBucket
-from vnode.kube.client import ApiClient
-from vnode.kube.events import EventRecorder
-from vnode.kube.informer import Informer
-from vnode.kube.leaderelection import LeaderElector
-from vnode.kube.resources import (
+from tensile.contracts import labels
+from tensile.kube import errors
+from tensile.kube.backoff import TokenBucket
+from tensile.kube.client import ApiClient
+from tensile.kube.events import EventRecorder
+from tensile.kube.informer import Informer
+from tensile.kube.leaderelection import LeaderElector
+from tensile.kube.resources import (
     NODES,
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
@@ -51,7 +51,7 @@ COMPONENT = "tensile-descheduler"
 
 
 class Descheduler:
-    """Caches, the mover, and the rounds: a `vnode.serving.lifecycle.Component`, `run` until
+    """Caches, the mover, and the rounds: a `tensile.serving.lifecycle.Component`, `run` until
     shut down (or one round, interval 0)."""
 
     name = "descheduler"
@@ -134,7 +134,7 @@ class Descheduler:
     async def run(self) -> None:
         """Lead rounds (competing for the Lease if configured) until `shut_down()`, which
         cancels a round in progress (a leader then releases the Lease); with interval 0,
-        return after one round. Run by a `vnode.serving.lifecycle.Runner`, which fills the
+        return after one round. Run by a `tensile.serving.lifecycle.Runner`, which fills the
         caches first."""
         async with asyncio.TaskGroup() as group:
             rounds = group.create_task(self._lead(), name="descheduler-rounds")

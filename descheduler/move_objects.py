@@ -19,9 +19,9 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from vnode.contracts import avoidance, labels
-from vnode.contracts.objects import as_list, as_mapping
-from vnode.kube.timestamps import rfc3339
+from tensile.contracts import avoidance, labels
+from tensile.contracts.objects import as_list, as_mapping
+from tensile.kube.timestamps import rfc3339
 
 _DROPPED_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
                  "deletionGracePeriodSeconds", "generation", "managedFields", "selfLink",

@@ -39,11 +39,11 @@ from typing import Any, Literal
 from descheduler import metrics, move_objects
 from descheduler.policy import Decision
 from descheduler.record import AvoidanceRecord, RecordConflict
-from vnode.kube import errors
-from vnode.kube.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiClient
-from vnode.kube.events import EventRecorder
-from vnode.kube.resources import PODS
-from vnode.kube.timestamps import rfc3339
+from tensile.kube import errors
+from tensile.kube.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiClient
+from tensile.kube.events import EventRecorder
+from tensile.kube.resources import PODS
+from tensile.kube.timestamps import rfc3339
 
 logger = logging.getLogger(__name__)
 

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from descheduler import move_objects
-from vnode.contracts import avoidance, labels, scheduling, selectors
-from vnode.contracts.objects import as_list, as_mapping
-from vnode.kube.timestamps import parse_rfc3339
+from tensile.contracts import avoidance, labels, scheduling, selectors
+from tensile.contracts.objects import as_list, as_mapping
+from tensile.kube.timestamps import parse_rfc3339
 
 EVICT_ANNOTATION = "descheduler.alpha.kubernetes.io/evict"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"

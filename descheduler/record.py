@@ -1,5 +1,5 @@
 """The avoidance record's ConfigMap, as the descheduler keeps it (the format and its rules
-are `vnode.contracts.avoidance`'s).
+are `tensile.contracts.avoidance`'s).
 
 Reads for planning come from an informer on that one ConfigMap. Writes read the current
 object, change its data, and update it with that resourceVersion as precondition: a write
@@ -15,11 +15,11 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from vnode.contracts import avoidance
-from vnode.kube import errors
-from vnode.kube.client import ApiClient
-from vnode.kube.informer import Informer
-from vnode.kube.resources import CONFIG_MAPS
+from tensile.contracts import avoidance
+from tensile.kube import errors
+from tensile.kube.client import ApiClient
+from tensile.kube.informer import Informer
+from tensile.kube.resources import CONFIG_MAPS
 
 logger = logging.getLogger(__name__)
 

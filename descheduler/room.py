@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from descheduler.settings import Settings
-from vnode.kube import errors
-from vnode.kube.client import ApiClient
-from vnode.kube.resources import CONFIG_MAPS, LEASES, NAMESPACES
+from tensile.kube import errors
+from tensile.kube.client import ApiClient
+from tensile.kube.resources import CONFIG_MAPS, LEASES, NAMESPACES
 
 logger = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 from descheduler.mover import MoveSettings
 from descheduler.policy import Criteria
-from vnode.contracts import avoidance
-from vnode.kube.leaderelection import LeaderElectionSettings
+from tensile.contracts import avoidance
+from tensile.kube.leaderelection import LeaderElectionSettings
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from descheduler.policy import unplaceable_condition
-from vnode.contracts.objects import as_mapping
-from vnode.kube.informer import Handlers
+from tensile.contracts.objects import as_mapping
+from tensile.kube.informer import Handlers
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,7 +25,7 @@ from pathlib import Path
 from devcluster import cluster, netns
 from devcluster.fleet import ENV_FILE, Fleet, remove_created, stop_leftovers
 from devcluster.rest import ApiStatusError
-from vnode.kube import quantity
+from tensile.kube import quantity
 from vnode.testing import binaries, processes
 
 # Label syntax (Kubernetes "Labels and Selectors": an optional DNS-subdomain prefix, a name

@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-from vnode.kube import reflector
+from tensile.kube import reflector
 
 GATE = "TENSILE_MISS_EVENTS_WHILE"
 """Environment: the path of the file whose existence switches the fault on."""

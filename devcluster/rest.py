@@ -2,7 +2,7 @@
 
 The harness only needs a handful of calls (readiness, create nodes, list them), made
 before any event loop exists and from the `tensile-devcluster` command; the library's
-async client lives in `vnode.kube`.
+async client lives in `tensile.kube`.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from devcluster.fleet import ENV_FILE, Fleet
 from devcluster.schedulers import SchedulerExtenderProcess
 from devcluster.vnodes import VirtualNodeProcess
 from devcluster.webhooks import WebhookProcess
-from vnode.placement import summary
+from tensile.placement import summary
 from vnode.testing import processes
 
 NODE = "tensile"

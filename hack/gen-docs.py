@@ -9,7 +9,7 @@ code, never by hand:
 - metrics.md: the Prometheus metrics each program registers (name, type, labels, help):
   the metric objects of the modules its entry point imports;
 - annotations.md: the labels, annotations, taints and scheduling gates the programs agree
-  on, from the module-level constants of vnode/contracts/ and the modules listed in
+  on, from the module-level constants of tensile/contracts/ and the modules listed in
   MARK_MODULES, with the docstring under each constant.
 
 `hack/gen-docs.py` writes the pages (`make docs-gen`); `hack/gen-docs.py --check` writes
@@ -66,7 +66,7 @@ MARK_MODULES = (
     "vnode/providers/k2k/services.py",
     "descheduler/move_objects.py",
 )
-"""Modules beside vnode/contracts/ that define labels and annotations of their own."""
+"""Modules beside tensile/contracts/ that define labels and annotations of their own."""
 
 _MARK_NAME = re.compile(r"(^|_)(LABEL|ANNOTATIONS?|ANNOTATION_PREFIX|TAINT(_KEY)?|GATE)$")
 _ENV_IN_HELP = re.compile(r"\benv(?:ironment variable)? ([A-Z][A-Z0-9_]{2,})")
@@ -252,7 +252,8 @@ def _metrics_by_program() -> dict[str, list[dict[str, object]]]:
     directly or not (the import graph from grimp, import-linter's own library)."""
     for program in PROGRAMS:
         importlib.import_module(program.main)
-    roots = sorted({program.main.split(".")[0] for program in PROGRAMS})
+    # The shared library's modules hold metrics too (the client's, the work queue's).
+    roots = sorted({"tensile", *(program.main.split(".")[0] for program in PROGRAMS)})
     graph = grimp.build_graph(*roots, exclude_type_checking_imports=True)
     held: dict[str, list[MetricWrapperBase]] = {}
     for name, module in list(sys.modules.items()):
@@ -366,14 +367,14 @@ def _kind(constant: str) -> str:
 
 
 def annotations_page() -> str:
-    sources = sorted((ROOT / "vnode" / "contracts").glob("*.py"))
+    sources = sorted((ROOT / "tensile" / "contracts").glob("*.py"))
     sources += [ROOT / m for m in MARK_MODULES]
     out = [
         _HEADER,
         "# Labels, annotations and taints",
         "",
         "The marks the programs write and read, from the constants that define them (the "
-        "agreements between the programs live in `vnode/contracts/`; marks one program "
+        "agreements between the programs live in `tensile/contracts/`; marks one program "
         "keeps to itself live beside its code). *What it holds and who writes it* is the "
         "docstring under the constant.",
         "",

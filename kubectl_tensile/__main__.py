@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kubectl_tensile import gather, render
-from vnode.contracts import avoidance
-from vnode.kube import config, errors
-from vnode.serving import flags, version
+from tensile.contracts import avoidance
+from tensile.kube import config, errors
+from tensile.serving import flags, version
 
 PROGRAM = "kubectl-tensile"
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubectl_tensile import status, why
-from vnode.contracts import labels
-from vnode.kube import config, errors
-from vnode.kube.client import ApiClient
-from vnode.kube.resources import CONFIG_MAPS, EVENTS, LEASES, NODES, PODS
+from tensile.contracts import labels
+from tensile.kube import config, errors
+from tensile.kube.client import ApiClient
+from tensile.kube.resources import CONFIG_MAPS, EVENTS, LEASES, NODES, PODS
 from vnode.providers.k2k import naming
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"

@@ -9,7 +9,7 @@ said so. When the lower cluster was also read directly (`--lower`), its /readyz 
 reported beside that.
 
 Used is what kube-scheduler counts: the requests of the pods bound to the node that are
-not terminal (vnode.placement.requests.pod_requests); free is allocatable minus used.
+not terminal (tensile.placement.requests.pod_requests); free is allocatable minus used.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from typing import Any
 
 from descheduler import move_objects
 from descheduler.policy import unplaceable_condition
-from vnode.contracts import avoidance
-from vnode.contracts.objects import as_list, as_mapping
-from vnode.kube.quantity import format_quantity, parse_quantity
-from vnode.kube.resources import pod_is_terminal
-from vnode.placement.requests import pod_requests
+from tensile.contracts import avoidance
+from tensile.contracts.objects import as_list, as_mapping
+from tensile.kube.quantity import format_quantity, parse_quantity
+from tensile.kube.resources import pod_is_terminal
+from tensile.placement.requests import pod_requests
 
 RESOURCES = ("cpu", "memory", "pods")
 DEFAULT_LEASE_SECONDS = 40

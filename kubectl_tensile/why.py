@@ -6,8 +6,8 @@ What it reads and who wrote it:
   mirroring the lower scheduler's verdict (reason Unschedulable/SchedulerError on a pod
   bound to a virtual node: `descheduler.policy.unplaceable_condition`);
 - annotation `clusterSelector`: the webhook's conversion (placement moved for the lower
-  scheduler; `vnode.contracts.clusterselector`), `tensile.io/avoided-nodes`: the virtual
-  nodes the webhook kept it off (`vnode.contracts.avoidance`);
+  scheduler; `tensile.contracts.clusterselector`), `tensile.io/avoided-nodes`: the virtual
+  nodes the webhook kept it off (`tensile.contracts.avoidance`);
 - the descheduler's marks (`descheduler.move_objects`): its scheduling gate, `tensile.io/
   replaces`, `sigs.k8s.io/deschedule-count`, `tensile.io/no-virtual-node-left`, and its
   avoidance record's entry for the pod's controller;
@@ -25,8 +25,8 @@ from typing import Any
 from descheduler import move_objects
 from descheduler.policy import unplaceable_condition
 from kubectl_tensile.status import age_seconds, condition, short_duration
-from vnode.contracts import avoidance, clusterselector
-from vnode.contracts.objects import as_list, as_mapping
+from tensile.contracts import avoidance, clusterselector
+from tensile.contracts.objects import as_list, as_mapping
 
 MAX_EVENTS = 8
 """Events shown per cluster, the latest."""

@@ -5,5 +5,5 @@ considers; it filters out the virtual nodes whose lower cluster has no single no
 would take the pod, with the reason the pod's FailedScheduling event shows, and scores the
 others by best fit. Nodes that are not virtual pass untouched. What each lower cluster looks
 like comes from the placement summary its virtual node publishes on its Node
-(`vnode.placement.summary`). See docs/scheduler.md.
+(`tensile.placement.summary`). See docs/scheduler.md.
 """

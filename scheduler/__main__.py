@@ -15,9 +15,9 @@ from collections.abc import Sequence
 
 from scheduler import cli
 from scheduler.service import Extender
-from vnode.kube import config
-from vnode.serving import flags, logs, shutdown
-from vnode.serving.lifecycle import StartupError
+from tensile.kube import config
+from tensile.serving import flags, logs, shutdown
+from tensile.serving.lifecycle import StartupError
 
 logger = logging.getLogger("scheduler")
 

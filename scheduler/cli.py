@@ -10,10 +10,10 @@ from scheduler.extender import Policy
 from scheduler.server import MAX_REQUEST_BYTES
 from scheduler.settings import ServerSettings, Settings
 from scheduler.slices_flags import add_slice_flags, slice_settings
-from vnode.contracts import selectors
-from vnode.contracts.labels import DEFAULT_TAINT_KEY
-from vnode.serving import flags
-from vnode.serving.flags import UsageError
+from tensile.contracts import selectors
+from tensile.contracts.labels import DEFAULT_TAINT_KEY
+from tensile.serving import flags
+from tensile.serving.flags import UsageError
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -13,9 +13,9 @@ case-insensitively (encoding/json), which `parse_args` does too:
   scheduler scales by the extender's weight and adds to its plugins' scores.
 
 For each virtual node among the candidates, the pod's lower placement is worked out as the
-virtual node would work it out (`vnode.placement.lower.lower_placement`: its
+virtual node would work it out (`tensile.placement.lower.lower_placement`: its
 clusterSelector, minus what the virtual node itself satisfied) and judged against the
-lower cluster's summary (`vnode.placement.summary.Summary.best_fit`). A virtual node goes
+lower cluster's summary (`tensile.placement.summary.Summary.best_fit`). A virtual node goes
 on failedNodes (not failedAndUnresolvable: preempting upper pods there frees room below).
 """
 
@@ -27,13 +27,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from scheduler.fleet import Fleet, VirtualNode
-from vnode.contracts import clusterselector
-from vnode.contracts.labels import DEFAULT_TAINT_KEY
-from vnode.contracts.objects import as_mapping
-from vnode.contracts.scheduling import REQUIRED
-from vnode.placement import fit
-from vnode.placement.lower import lower_placement
-from vnode.placement.summary import Choice
+from tensile.contracts import clusterselector
+from tensile.contracts.labels import DEFAULT_TAINT_KEY
+from tensile.contracts.objects import as_mapping
+from tensile.contracts.scheduling import REQUIRED
+from tensile.placement import fit
+from tensile.placement.lower import lower_placement
+from tensile.placement.summary import Choice
 
 MAX_EXTENDER_PRIORITY: Final = 10
 """extender/v1 MaxExtenderPriority: the highest score an extender may give."""

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vnode.contracts.objects import as_mapping
-from vnode.placement import summary
+from tensile.contracts.objects import as_mapping
+from tensile.placement import summary
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,8 +21,8 @@ from aiohttp import web
 from scheduler import extender, metrics
 from scheduler.fleet import Fleet
 from scheduler.slices_filter import Refusals, within_slices
-from vnode.kube import codec
-from vnode.serving import endpoints
+from tensile.kube import codec
+from tensile.serving import endpoints
 
 logger = logging.getLogger(__name__)
 

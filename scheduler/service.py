@@ -6,7 +6,7 @@ are loaded (an unreadable pair fails the start), the informer lists the virtual 
 the port listens. `/readyz` says ready once the informer has listed. Stop (SIGTERM):
 `/readyz` fails at once, calls are answered `shutdown_delay` seconds more, then the server
 closes and calls in flight get `shutdown_timeout` seconds. The server is a
-`vnode.serving.lifecycle.Component` run by a `lifecycle.Runner`, as every program's parts
+`tensile.serving.lifecycle.Component` run by a `lifecycle.Runner`, as every program's parts
 are; every task is named, owned by a TaskGroup and awaited.
 """
 
@@ -27,14 +27,14 @@ from scheduler.server import Judge, make_app
 from scheduler.settings import Settings
 from scheduler.slices_controller import SliceController
 from scheduler.slices_filter import Refusals
-from vnode.kube.client import ApiClient
-from vnode.kube.config import ConnectionInfo
-from vnode.kube.informer import Handlers, Informer
-from vnode.kube.resources import NODES
-from vnode.placement import summary
-from vnode.serving import endpoints, lifecycle, runners, tls
-from vnode.serving.lifecycle import StartupError
-from vnode.serving.sockets import bound_socket
+from tensile.kube.client import ApiClient
+from tensile.kube.config import ConnectionInfo
+from tensile.kube.informer import Handlers, Informer
+from tensile.kube.resources import NODES
+from tensile.placement import summary
+from tensile.serving import endpoints, lifecycle, runners, tls
+from tensile.serving.lifecycle import StartupError
+from tensile.serving.sockets import bound_socket
 
 logger = logging.getLogger(__name__)
 

@@ -38,9 +38,9 @@ from fractions import Fraction
 from typing import Any, Final
 
 from scheduler.slices_record import Holding, Record, Slice, Units, units
-from vnode.contracts.objects import as_list, as_mapping
-from vnode.kube.quantity import parse_quantity
-from vnode.placement import summary
+from tensile.contracts.objects import as_list, as_mapping
+from tensile.kube.quantity import parse_quantity
+from tensile.placement import summary
 
 RESOURCES: Final = ("cpu", "memory")
 """The resources slices bound; amounts in `Units` (millicores, bytes)."""
@@ -189,7 +189,7 @@ def commitments(
 def headroom_base(node: Mapping[str, Any]) -> Units:
     """What `--headroom` is a share of on a virtual node (a Node object): its lower
     cluster's allocatable cpu and memory over the Ready schedulable lower nodes, from the
-    placement summary the virtual node publishes (`vnode.placement.summary`, the same base
+    placement summary the virtual node publishes (`tensile.placement.summary`, the same base
     the extender keeps headroom of); the virtual node's own allocatable when it publishes
     none, or one that cannot be read. `Units`."""
     annotations = as_mapping(as_mapping(node.get("metadata")).get("annotations"))

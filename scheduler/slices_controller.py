@@ -1,5 +1,5 @@
 """The slice controller: keeps each quota'd upper namespace's slices record
-(`vnode.contracts.quotaslices`) and answers the extender's admission question from the
+(`tensile.contracts.quotaslices`) and answers the extender's admission question from the
 same caches.
 
     upper Namespaces                              -> store --+-> queue quota_slices (key: namespace)
@@ -39,17 +39,17 @@ from scheduler.slices_decide import decide
 from scheduler.slices_pods import BoundPods, slim_pod
 from scheduler.slices_record import Holding, Units, record_of, units
 from scheduler.slices_settings import SliceSettings
-from vnode.contracts import labels
-from vnode.contracts.objects import Obj, as_mapping
-from vnode.contracts.quotaslices import SLICES_ANNOTATION
-from vnode.kube import errors
-from vnode.kube.client import MERGE_PATCH, ApiClient
-from vnode.kube.events import EventRecorder
-from vnode.kube.informer import Handlers, Informer
-from vnode.kube.informer_factory import InformerFactory
-from vnode.kube.resources import NAMESPACES, NODES, PODS, RESOURCE_QUOTAS, object_key
-from vnode.kube.workqueue import WorkQueue
-from vnode.placement.requests import pod_requests
+from tensile.contracts import labels
+from tensile.contracts.objects import Obj, as_mapping
+from tensile.contracts.quotaslices import SLICES_ANNOTATION
+from tensile.kube import errors
+from tensile.kube.client import MERGE_PATCH, ApiClient
+from tensile.kube.events import EventRecorder
+from tensile.kube.informer import Handlers, Informer
+from tensile.kube.informer_factory import InformerFactory
+from tensile.kube.resources import NAMESPACES, NODES, PODS, RESOURCE_QUOTAS, object_key
+from tensile.kube.workqueue import WorkQueue
+from tensile.placement.requests import pod_requests
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def _namespace_index(obj: Obj) -> list[str]:
 
 
 class SliceController:
-    """The caches, the queue and the decisions: a `vnode.serving.lifecycle.Component`."""
+    """The caches, the queue and the decisions: a `tensile.serving.lifecycle.Component`."""
 
     name = "quota-slices"
 

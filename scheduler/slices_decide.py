@@ -27,7 +27,7 @@ from scheduler.slices_record import (
     parse_status,
     show,
 )
-from vnode.contracts.quotaslices import (
+from tensile.contracts.quotaslices import (
     ADMINISTRATOR,
     INVALID,
     PLACED,
@@ -35,7 +35,7 @@ from vnode.contracts.quotaslices import (
     STATUS_ANNOTATION,
     UNPLACEABLE,
 )
-from vnode.kube.quantity import format_quantity
+from tensile.kube.quantity import format_quantity
 
 NORMAL = "Normal"
 WARNING = "Warning"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from vnode.contracts.objects import as_list, as_mapping
+from tensile.contracts.objects import as_list, as_mapping
 
 Refusals = Callable[[Mapping[str, Any], Iterable[str]], Mapping[str, str]]
 """(pod, virtual node names) -> the nodes refused and why (`SliceController.refusals`)."""

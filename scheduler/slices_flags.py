@@ -9,9 +9,9 @@ import re
 from fractions import Fraction
 
 from scheduler.slices_settings import DEFAULT_SLICE_CPU, DEFAULT_SLICE_MEMORY, SliceSettings
-from vnode.kube.quantity import format_quantity, parse_quantity
-from vnode.serving import flags
-from vnode.serving.flags import UsageError
+from tensile.kube.quantity import format_quantity, parse_quantity
+from tensile.serving import flags
+from tensile.serving.flags import UsageError
 
 _INTEGER = re.compile(r"[0-9]+", re.ASCII)
 MAX_SLICE_MEMORY = 1 << 50

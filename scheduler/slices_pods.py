@@ -9,9 +9,9 @@ from typing import Any
 
 from scheduler.slices import PodUse
 from scheduler.slices_record import Units, units
-from vnode.contracts.objects import Obj, as_mapping, dicts_in
-from vnode.kube.resources import object_key
-from vnode.placement.requests import pod_requests
+from tensile.contracts.objects import Obj, as_mapping, dicts_in
+from tensile.kube.resources import object_key
+from tensile.placement.requests import pod_requests
 
 
 def slim_pod(pod: Obj) -> Obj:

@@ -1,6 +1,6 @@
 """Reading and writing the quota slices record and its status (pure).
 
-The format and the two annotations are described in `vnode.contracts.quotaslices`. A slice
+The format and the two annotations are described in `tensile.contracts.quotaslices`. A slice
 keeps its cpu in cores (`Fraction`) and its memory in bytes, as written; the arithmetic of
 the decisions is done in `Units`: whole millicores and bytes (`int`), which every amount
 Kubernetes accepts is (cpu quantities are rounded to millicores), and which are 50x faster
@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from vnode.contracts.quotaslices import (
+from tensile.contracts.quotaslices import (
     NONE,
     SLICES_ANNOTATION,
     STATUS_ANNOTATION,
     UNBOUNDED,
     WRITER,
 )
-from vnode.kube.quantity import format_quantity, parse_quantity
+from tensile.kube.quantity import format_quantity, parse_quantity
 
 _ENTRY = re.compile(
     r"(?P<node>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)=(?P<count>[0-9]{1,9})x"
@@ -110,7 +110,7 @@ class Status:
     written: str | None
     """The exact record value the controller last wrote (None: none)."""
     condition: str
-    """`vnode.contracts.quotaslices` PLACED, UNPLACEABLE, ADMINISTRATOR or INVALID."""
+    """`tensile.contracts.quotaslices` PLACED, UNPLACEABLE, ADMINISTRATOR or INVALID."""
     reason: str
     """One CamelCase word (the Event's reason)."""
     message: str

@@ -18,14 +18,16 @@ import sys
 import urllib.parse
 from collections.abc import Sequence
 
+from tensile.contracts.labels import DEFAULT_TAINT_KEY
+from tensile.kube import config, errors, retry
+from tensile.kube.client import ApiClient
+from tensile.kube.informer_factory import InformerFactory
+from tensile.kube.leaderelection import LeaseLost
+from tensile.serving import flags, logs, shutdown, version
+from tensile.serving.lifecycle import StartupError
 from vnode import cli
 from vnode.api import auth
-from vnode.contracts.labels import DEFAULT_TAINT_KEY
 from vnode.controllers.node_objects import node_labels
-from vnode.kube import config, errors, retry
-from vnode.kube.client import ApiClient
-from vnode.kube.informer_factory import InformerFactory
-from vnode.kube.leaderelection import LeaseLost
 from vnode.node import UpperClients, VirtualNode
 from vnode.provider import Provider
 from vnode.providers.k2k import assembly
@@ -39,8 +41,6 @@ from vnode.providers.k2k.scrape import (
 )
 from vnode.providers.k2k.translate import TranslationPolicy
 from vnode.providers.mock import MockProvider, MockSettings, load_config
-from vnode.serving import flags, logs, shutdown, version
-from vnode.serving.lifecycle import StartupError
 from vnode.settings import ClientSettings, Settings
 
 logger = logging.getLogger("vnode")
@@ -282,7 +282,7 @@ async def _upper_cluster_id(upper: ApiClient) -> str:
     cluster-ID convention (a namespace that exists in every cluster and is never re-made).
 
     A transient failure (unreachable, 429, 5xx) is retried with backoff (0.5 s doubling to
-    30 s, `vnode.kube.retry.until_done`, as the node's registration), never a crash. A
+    30 s, `tensile.kube.retry.until_done`, as the node's registration), never a crash. A
     refusal (401, 403, 404) is not: it raises ApiError saying what to grant, since no retry
     would succeed without a change of RBAC or --cluster-id."""
 

@@ -12,12 +12,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tensile.contracts.labels import DEFAULT_TAINT_KEY
+from tensile.kube import names
+from tensile.serving import election_flags, flags
+from tensile.serving.flags import UsageError, boolean, duration
 from vnode.api.certificates import MAX_EXPIRATION_SECONDS, MIN_EXPIRATION_SECONDS
 from vnode.api.certstore import CertificateStore
-from vnode.contracts.labels import DEFAULT_TAINT_KEY
-from vnode.kube import names
-from vnode.serving import election_flags, flags
-from vnode.serving.flags import UsageError, boolean, duration
 from vnode.settings import (
     KNOWN_CONTROLLERS,
     TAINT_EFFECTS,

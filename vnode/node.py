@@ -1,6 +1,6 @@
 """One virtual node: a list of components around a provider; start order; stop.
 
-The node is a list of components (`vnode.serving.lifecycle.Component`): the provider and
+The node is a list of components (`tensile.serving.lifecycle.Component`): the provider and
 what it brings (mirrors of pods' dependencies, of Services and volumes as
 --enable-controllers chose), the pod controller, the kubelet API server and the node
 controller, run by a `lifecycle.Runner` like every program's, and last the patrol
@@ -14,7 +14,7 @@ TaskGroup and awaited.
 
 With --leader-elect, replicas of one node run side by side: every replica serves the
 kubelet API and keeps every cache warm; only the holder of the Lease runs the rest
-(`vnode.serving.leadership`). The Node's addresses and kubelet port are those of the
+(`tensile.serving.leadership`). The Node's addresses and kubelet port are those of the
 replica that writes its status, the leader, so the upper apiserver's logs and exec follow
 the leader; a standby answers too (it reads the same caches and the lower cluster), so a
 caller that still holds an old address is served.
@@ -26,6 +26,17 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tensile.kube.client import ApiClient
+from tensile.kube.events import EventRecorder
+from tensile.kube.informer import Informer
+from tensile.kube.informer_factory import InformerFactory
+from tensile.kube.leaderelection import LeaderElector
+from tensile.kube.mirror.engine import Mirror
+from tensile.kube.resources import EVENTS
+from tensile.kube.workqueue import FairQueuing
+from tensile.serving import endpoints, lifecycle
+from tensile.serving.leadership import Leadership
+from tensile.serving.lifecycle import Component
 from vnode.api.certmanager import (
     Clock,
 )
@@ -35,18 +46,7 @@ from vnode.controllers.node_objects import node_addresses
 from vnode.controllers.patrol import Audit, Patrol
 from vnode.controllers.patrol_checks import Check, MirrorCheck, PodCheck
 from vnode.controllers.pods import PodController
-from vnode.kube.client import ApiClient
-from vnode.kube.events import EventRecorder
-from vnode.kube.informer import Informer
-from vnode.kube.informer_factory import InformerFactory
-from vnode.kube.leaderelection import LeaderElector
-from vnode.kube.mirror.engine import Mirror
-from vnode.kube.resources import EVENTS
-from vnode.kube.workqueue import FairQueuing
 from vnode.provider import Provider
-from vnode.serving import endpoints, lifecycle
-from vnode.serving.leadership import Leadership
-from vnode.serving.lifecycle import Component
 from vnode.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ IN_EVERY_REPLICA: tuple[type, ...] = (KubeletApiServer,)
 """The components every replica runs with --leader-elect: they serve and read (the kubelet
 API's only write is its own serving certificate's CSR, per replica). Every other component
 writes (pods, copies, the Node, its Lease, Events) and runs only in the
-leader (`vnode.serving.leadership`), so a new component leads unless it is named here."""
+leader (`tensile.serving.leadership`), so a new component leads unless it is named here."""
 
 
 def _in_every_replica(component: Component) -> bool:

@@ -5,7 +5,7 @@ PodNotifier and NodeProvider, reshaped for asyncio). All objects are Kubernetes 
 are read-only for both sides: never mutate what you are given or what you returned.
 
 Everything the node runs (its informers' users, controllers, mirrors, the kubelet API
-server, the provider itself) is a `vnode.serving.lifecycle.Component`: `vnode.node.VirtualNode`
+server, the provider itself) is a `tensile.serving.lifecycle.Component`: `vnode.node.VirtualNode`
 composes a list of them and a `lifecycle.Runner` owns their life (start, sync, run, stop).
 """
 
@@ -15,8 +15,8 @@ from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mappin
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from vnode.contracts.objects import Obj
-from vnode.serving.lifecycle import Component
+from tensile.contracts.objects import Obj
+from tensile.serving.lifecycle import Component
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,7 +43,7 @@ class PodLifecycleHandler(Protocol):
 
         Returns the events the node should record about the pod (e.g. an optional ConfigMap
         it starts without); raises `MissingDependency` while something mandatory is missing
-        (the node shows it on the pod and retries), `vnode.kube.workqueue.Requeue` to have
+        (the node shows it on the pod and retries), `tensile.kube.workqueue.Requeue` to have
         the pod handed back after a delay without a failure (the backend is not ready for
         it yet, e.g. its namespace is being deleted there).
         """

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from vnode.kube.leaderelection import LeaderElectionSettings
+from tensile.kube.leaderelection import LeaderElectionSettings
 
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
@@ -289,7 +289,7 @@ class Settings:
     """--patrol-period, --patrol-qps, --patrol-burst."""
     leader_election: LeaderElectionSettings | None = None
     """--leader-elect and its timing flags: replicas of this node compete for this Lease in
-    the upper cluster and only its holder writes (see `vnode.serving.leadership`); None
+    the upper cluster and only its holder writes (see `tensile.serving.leadership`); None
     (--leader-elect=false, the default): this process leads alone."""
     migration: MigrationSettings = field(default_factory=MigrationSettings)
     """--adopt-tensile-kube."""

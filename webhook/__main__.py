@@ -12,9 +12,9 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from vnode.kube import config
-from vnode.serving import flags, logs, shutdown, version
-from vnode.serving.lifecycle import StartupError
+from tensile.kube import config
+from tensile.serving import flags, logs, shutdown, version
+from tensile.serving.lifecycle import StartupError
 from webhook import cli
 from webhook.service import Webhook
 

@@ -9,8 +9,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from vnode.kube.client import STRATEGIC_MERGE_PATCH, ApiClient
-from vnode.kube.resources import Resource
+from tensile.kube.client import STRATEGIC_MERGE_PATCH, ApiClient
+from tensile.kube.resources import Resource
 
 logger = logging.getLogger(__name__)
 

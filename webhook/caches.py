@@ -1,4 +1,4 @@
-"""What the webhook knows of the upper cluster, from informers (vnode.kube): the virtual
+"""What the webhook knows of the upper cluster, from informers (tensile.kube): the virtual
 nodes (by --virtual-node-selector), each PVC's `volume.kubernetes.io/selected-node` and
 whether it is bound, and
 the descheduler's avoidance record (the one ConfigMap of --avoid-configmap, watched by
@@ -15,10 +15,10 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from vnode.contracts import avoidance
-from vnode.kube.client import ApiClient
-from vnode.kube.informer import Informer
-from vnode.kube.resources import CONFIG_MAPS, NODES, Resource
+from tensile.contracts import avoidance
+from tensile.kube.client import ApiClient
+from tensile.kube.informer import Informer
+from tensile.kube.resources import CONFIG_MAPS, NODES, Resource
 from webhook.mutation import SELECTED_NODE_ANNOTATION, Lookups
 
 PERSISTENT_VOLUME_CLAIMS = Resource(

@@ -11,11 +11,11 @@ import ipaddress
 import os
 from collections.abc import Mapping, Sequence
 
-from vnode.contracts import avoidance, clusterselector, selectors
-from vnode.contracts.labels import DEFAULT_TAINT_KEY
-from vnode.kube import names
-from vnode.serving import flags
-from vnode.serving.flags import UsageError
+from tensile.contracts import avoidance, clusterselector, selectors
+from tensile.contracts.labels import DEFAULT_TAINT_KEY
+from tensile.kube import names
+from tensile.serving import flags
+from tensile.serving.flags import UsageError
 from webhook.mutation import MutationSettings
 from webhook.server import MAX_REQUEST_BYTES
 from webhook.settings import ServerSettings, Settings

@@ -8,7 +8,7 @@ was not re-created by the descheduler (`create-by-descheduler=true`: its spec is
 already). Conversion runs `STEPS` in order on a `Draft`:
 
 1. `convert_placement`: nodeSelector entries and required node-affinity requirements meant
-   for lower nodes move into the `clusterSelector` annotation (`vnode.contracts`); what
+   for lower nodes move into the `clusterSelector` annotation (`tensile.contracts`); what
    targets the virtual nodes stays on the pod for the upper scheduler (`Keeper`): keys in
    `--ignore-selector-keys`, `type=virtual-kubelet`, and `kubernetes.io/hostname` (or
    matchFields `metadata.name`) requirements whose values all name virtual nodes.
@@ -24,7 +24,7 @@ already). Conversion runs `STEPS` in order on a `Draft`:
 3. `keep_off_avoided_nodes`: a pod whose controller the descheduler's avoidance record
    names (the replacement of a pod evicted from a virtual node whose lower cluster could
    not place it) gets `kubernetes.io/hostname NotIn [<virtual nodes to avoid>]` in every
-   required node-selector term (`vnode.contracts.avoidance.avoiding`), on the pod itself:
+   required node-selector term (`tensile.contracts.avoidance.avoiding`), on the pod itself:
    it is for the upper scheduler, never moved into the annotation. The nodes the pod did
    not exclude already are noted in annotation `tensile.io/avoided-nodes`, so the
    descheduler can tell the webhook's NotIn values from the template's.
@@ -51,9 +51,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from vnode.contracts import avoidance, clusterselector, selectors
-from vnode.contracts import labels as contract_labels
-from vnode.contracts.objects import as_list, as_mapping
+from tensile.contracts import avoidance, clusterselector, selectors
+from tensile.contracts import labels as contract_labels
+from tensile.contracts.objects import as_list, as_mapping
 from webhook import patches
 
 SELECTED_NODE_ANNOTATION = contract_labels.SELECTED_NODE_ANNOTATION

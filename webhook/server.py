@@ -25,8 +25,8 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from vnode.serving import endpoints
-from vnode.serving.flags import parse_duration
+from tensile.serving import endpoints
+from tensile.serving.flags import parse_duration
 from webhook import metrics, review
 from webhook.mutation import Lookups, MutationSettings, mutate
 

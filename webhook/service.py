@@ -8,7 +8,7 @@ webhook without a certificate. `/readyz` says ready once the caches have listed 
 certificate is served. Stop (SIGTERM): `/readyz` fails at once, calls are still answered for
 `shutdown_delay` seconds (endpoints take a moment to stop sending them), then the server
 closes and in-flight calls get `shutdown_timeout` seconds. The server is a
-`vnode.serving.lifecycle.Component` run by a `lifecycle.Runner`, as every program's parts
+`tensile.serving.lifecycle.Component` run by a `lifecycle.Runner`, as every program's parts
 are; every task is named, owned by a TaskGroup and awaited.
 """
 
@@ -22,12 +22,12 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from vnode.kube.client import ApiClient
-from vnode.kube.config import ConnectionInfo
-from vnode.kube.informer import Informer
-from vnode.serving import endpoints, lifecycle, runners
-from vnode.serving.lifecycle import StartupError
-from vnode.serving.sockets import bound_socket
+from tensile.kube.client import ApiClient
+from tensile.kube.config import ConnectionInfo
+from tensile.kube.informer import Informer
+from tensile.serving import endpoints, lifecycle, runners
+from tensile.serving.lifecycle import StartupError
+from tensile.serving.sockets import bound_socket
 from webhook.caches import Caches
 from webhook.server import Admission, make_app
 from webhook.settings import Settings

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vnode.contracts import avoidance
+from tensile.contracts import avoidance
 from webhook.mutation import MutationSettings
 from webhook.server import MAX_REQUEST_BYTES
 from webhook.tls import TlsSettings

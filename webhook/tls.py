@@ -1,6 +1,6 @@
 """The webhook's serving certificate: from files (tensile-kube's `--tlscert`/`--tlskey`),
 reloaded when they change; or bootstrapped: a CA and a serving certificate kept in a Secret
-(`vnode.serving.certsecret`, shared by every replica), and the CA published as the
+(`tensile.serving.certsecret`, shared by every replica), and the CA published as the
 `caBundle` of the webhook's own MutatingWebhookConfiguration.
 
 A bootstrapped certificate is checked again every `resync` seconds: a certificate another
@@ -18,11 +18,11 @@ import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from vnode.kube import errors, retry
-from vnode.kube.client import ApiClient
-from vnode.kube.informer import Handlers, Informer
-from vnode.serving import certsecret, tls
-from vnode.serving.selfsigned import SubjectNames
+from tensile.kube import errors, retry
+from tensile.kube.client import ApiClient
+from tensile.kube.informer import Handlers, Informer
+from tensile.serving import certsecret, tls
+from tensile.serving.selfsigned import SubjectNames
 from webhook import cabundle, metrics
 
 logger = logging.getLogger(__name__)

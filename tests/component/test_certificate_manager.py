@@ -31,6 +31,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, ExtensionOID, NameOID
 
+from tensile.kube.backoff import ExponentialBackoff
+from tensile.kube.client import ApiClient
+from tensile.kube.config import ConnectionInfo
 from vnode.api import certificates as certs
 from vnode.api.certmanager import (
     CertificateManagerSettings,
@@ -38,9 +41,6 @@ from vnode.api.certmanager import (
     ServingCertificateManager,
 )
 from vnode.api.certstore import CertificateStore
-from vnode.kube.backoff import ExponentialBackoff
-from vnode.kube.client import ApiClient
-from vnode.kube.config import ConnectionInfo
 
 Obj = dict[str, Any]
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)

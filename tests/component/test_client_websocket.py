@@ -10,9 +10,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from vnode.kube import errors
-from vnode.kube.client import ApiClient
-from vnode.kube.config import ConnectionInfo
+from tensile.kube import errors
+from tensile.kube.client import ApiClient
+from tensile.kube.config import ConnectionInfo
 
 REFUSAL = {
     "kind": "Status",

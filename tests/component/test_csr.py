@@ -24,10 +24,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from tensile.kube.client import ApiClient
+from tensile.kube.config import ConnectionInfo
 from vnode.api import certificates as certs
 from vnode.api import csr
-from vnode.kube.client import ApiClient
-from vnode.kube.config import ConnectionInfo
 
 Obj = dict[str, Any]
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)

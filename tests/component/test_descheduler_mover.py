@@ -33,10 +33,10 @@ from descheduler.mover import Mover, MoveSettings, NotLeading
 from descheduler.policy import Decision
 from descheduler.record import WRITE_ATTEMPTS, AvoidanceRecord
 from descheduler.settings import Settings
-from vnode.contracts import avoidance
-from vnode.kube.client import ApiClient
-from vnode.kube.config import ConnectionInfo
-from vnode.kube.events import EventRecorder
+from tensile.contracts import avoidance
+from tensile.kube.client import ApiClient
+from tensile.kube.config import ConnectionInfo
+from tensile.kube.events import EventRecorder
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
 OWNER = avoidance.Owner(

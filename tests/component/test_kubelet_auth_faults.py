@@ -20,10 +20,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from tensile.kube.client import ApiClient
+from tensile.kube.config import ConnectionInfo
 from vnode.api import auth
 from vnode.api.server import ApiContext, make_app
-from vnode.kube.client import ApiClient
-from vnode.kube.config import ConnectionInfo
 
 
 class FakeUpper:

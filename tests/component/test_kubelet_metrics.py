@@ -23,13 +23,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
+from tensile.kube import errors
+from tensile.kube.client import ApiClient
+from tensile.kube.config import ConnectionInfo
+from tensile.kube.store import Store
 from vnode import provider_errors
 from vnode.api import run, stats
 from vnode.api.server import ApiContext, make_app
-from vnode.kube import errors
-from vnode.kube.client import ApiClient
-from vnode.kube.config import ConnectionInfo
-from vnode.kube.store import Store
 from vnode.provider import ContainerUsage, NodeUsage, PodUsage, RemoteCommand, Usage
 from vnode.providers.k2k import naming, resource_usage
 from vnode.providers.k2k.scrape import (

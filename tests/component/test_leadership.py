@@ -1,4 +1,4 @@
-"""Replicas, one leader (`vnode.serving.leadership`): what a standby runs, what a takeover
+"""Replicas, one leader (`tensile.serving.leadership`): what a standby runs, what a takeover
 hands to the handlers, and how a leader stops, and which of the node's components lead.
 
 Fakes on purpose: the elector is scripted (the test says when the Lease is acquired or
@@ -16,15 +16,15 @@ from typing import cast
 
 import pytest
 
-from vnode.kube.informer import Handlers, Informer
-from vnode.kube.informer_factory import InformerFactory
-from vnode.kube.leaderelection import LeaderElectionSettings, LeaderElector, LeaseLost
-from vnode.kube.reflector import Event
-from vnode.kube.resources import PODS
+from tensile.kube.informer import Handlers, Informer
+from tensile.kube.informer_factory import InformerFactory
+from tensile.kube.leaderelection import LeaderElectionSettings, LeaderElector, LeaseLost
+from tensile.kube.reflector import Event
+from tensile.kube.resources import PODS
+from tensile.serving.leadership import Leadership
+from tensile.serving.lifecycle import Runner
 from vnode.node import IN_EVERY_REPLICA, UpperClients, VirtualNode
 from vnode.providers.mock import MockProvider
-from vnode.serving.leadership import Leadership
-from vnode.serving.lifecycle import Runner
 from vnode.settings import Settings
 from vnode.testing.fakeapi import FakeApi
 

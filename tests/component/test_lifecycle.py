@@ -1,4 +1,4 @@
-"""The one lifecycle of the three programs (`vnode.serving.lifecycle`): a `Runner` starts
+"""The one lifecycle of the three programs (`tensile.serving.lifecycle`): a `Runner` starts
 components in order, runs their informers (each once), runs the components once all have
 synced, and on `stop()` shuts them down in reverse order and drains in-flight work within
 its timeout. Fake components and informers record what happens to them."""
@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from vnode.serving import lifecycle
-from vnode.serving.lifecycle import Runner, StartupError
+from tensile.serving import lifecycle
+from tensile.serving.lifecycle import Runner, StartupError
 
 
 class FakeInformer:
@@ -220,7 +220,7 @@ async def test_of_two_failed_runs_the_first_is_raised_and_the_other_logged(
 async def test_without_informers_no_caches_are_said_to_have_synced(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level("INFO", logger="vnode.serving.lifecycle")
+    caplog.set_level("INFO", logger="tensile.serving.lifecycle")
     one = FakeComponent("once", [], done_at_once=True)
     async with asyncio.timeout(5):
         await runner(stop_when_done=True).run([one])

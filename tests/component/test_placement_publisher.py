@@ -9,8 +9,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from vnode.kube.resources import NODES
-from vnode.placement import summary
+from tensile.kube.resources import NODES
+from tensile.placement import summary
 from vnode.providers.k2k import naming
 from vnode.providers.k2k.lowerpods import LowerPodBook
 from vnode.providers.k2k.publisher import RESYNC, SummaryPublisher

@@ -28,15 +28,15 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from prometheus_client import REGISTRY
 
-from vnode.contracts.objects import Obj
-from vnode.kube import cacheaudit, errors, reflector
-from vnode.kube.backoff import ExponentialBackoff
-from vnode.kube.client import ApiClient
-from vnode.kube.config import ConnectionInfo
-from vnode.kube.informer import Handlers, Informer, compact
-from vnode.kube.reflector import Event, Reflector, ReflectorSettings
-from vnode.kube.resources import PODS
-from vnode.kube.store import Store
+from tensile.contracts.objects import Obj
+from tensile.kube import cacheaudit, errors, reflector
+from tensile.kube.backoff import ExponentialBackoff
+from tensile.kube.client import ApiClient
+from tensile.kube.config import ConnectionInfo
+from tensile.kube.informer import Handlers, Informer, compact
+from tensile.kube.reflector import Event, Reflector, ReflectorSettings
+from tensile.kube.resources import PODS
+from tensile.kube.store import Store
 
 Answer = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -492,7 +492,7 @@ async def test_gone_on_a_continue_token_restarts_the_list(fake: FakeApiServer) -
 async def test_a_silent_stream_is_dropped_and_watched_again_quietly(
     fake: FakeApiServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="vnode.kube")
+    caplog.set_level(logging.DEBUG, logger="tensile.kube")
     fake.lists.append(fake.page([pod("a", "1")], rv="10"))
     fake.watches.extend(
         [

@@ -19,8 +19,8 @@ from aiohttp import web
 from scheduler import extender
 from scheduler.fleet import Fleet, VirtualNode
 from scheduler.server import Judge, make_app
-from vnode.placement import fit, summary
-from vnode.serving import endpoints
+from tensile.placement import fit, summary
+from tensile.serving import endpoints
 
 
 def _virtual(name: str, cpu: str) -> dict[str, Any]:

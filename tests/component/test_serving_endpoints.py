@@ -1,5 +1,5 @@
-"""The serving layer's operator endpoints (`vnode.serving.endpoints`) and signal handling
-(`vnode.serving.shutdown`), on real sockets on 127.0.0.1."""
+"""The serving layer's operator endpoints (`tensile.serving.endpoints`) and signal handling
+(`tensile.serving.shutdown`), on real sockets on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import signal
 import aiohttp
 from prometheus_client import Counter
 
-from vnode.serving import endpoints, shutdown
+from tensile.serving import endpoints, shutdown
 from vnode.testing import ports
 
 PROBE = Counter("tensile_test_serving_probe", "A counter only this test increments.")

@@ -1,4 +1,4 @@
-"""The runner every tensile server runs on (`vnode.serving.runners`): idle connections to
+"""The runner every tensile server runs on (`tensile.serving.runners`): idle connections to
 the kubelet API and the webhook are closed after the keep-alive timeout, while a long
 request is never cut; real sockets on 127.0.0.1.
 
@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from tensile.serving import endpoints, runners
 from vnode.api.server import ApiContext
 from vnode.api.server import make_app as kubelet_api
-from vnode.serving import endpoints, runners
 from webhook.mutation import Lookups, MutationSettings
 from webhook.server import Admission
 from webhook.server import make_app as webhook

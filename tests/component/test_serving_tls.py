@@ -1,4 +1,4 @@
-"""The TLS side of a CSR-issued serving certificate (`vnode.serving`): the port is
+"""The TLS side of a CSR-issued serving certificate (`tensile.serving`): the port is
 claimed and the client CA loaded before any certificate exists; certificates are served
 from memory and replaced for new handshakes; on real sockets on 127.0.0.1."""
 
@@ -21,9 +21,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from tensile.serving.sockets import bound_socket
+from tensile.serving.tls import RotatingTls, load_pem_chain, tls_context
 from vnode.api import certificates as certs
-from vnode.serving.sockets import bound_socket
-from vnode.serving.tls import RotatingTls, load_pem_chain, tls_context
 
 NOW = dt.datetime.now(dt.UTC)
 CA_KEY = ec.generate_private_key(ec.SECP256R1())

@@ -23,7 +23,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from vnode.kube.config import ConnectionInfo
+from tensile.kube.config import ConnectionInfo
 from vnode.testing import ports
 from webhook.__main__ import _run
 from webhook.service import Webhook

@@ -21,8 +21,8 @@ import pytest
 from aiohttp import web
 from prometheus_client import REGISTRY
 
-from vnode.contracts import clusterselector
-from vnode.serving import endpoints
+from tensile.contracts import clusterselector
+from tensile.serving import endpoints
 from webhook import patches
 from webhook.mutation import Lookups, MutationSettings
 from webhook.server import Admission, budget, make_app

@@ -21,9 +21,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from vnode.serving import selfsigned
-from vnode.serving.selfsigned import SubjectNames
-from vnode.serving.sockets import bound_socket
+from tensile.serving import selfsigned
+from tensile.serving.selfsigned import SubjectNames
+from tensile.serving.sockets import bound_socket
 from webhook.tls import ServingTls, TlsError, TlsSettings
 
 NOW = dt.datetime.now(dt.UTC)

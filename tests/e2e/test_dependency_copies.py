@@ -19,13 +19,13 @@ from collections.abc import AsyncIterator
 import pytest
 
 from devcluster.fleet import Fleet
+from tensile.contracts.objects import Obj
+from tensile.kube import config, errors
+from tensile.kube.client import ApiClient
+from tensile.kube.informer import Informer
+from tensile.kube.informer_factory import InformerFactory
+from tensile.kube.resources import PODS, SECRETS
 from tests.e2e.helpers import until
-from vnode.contracts.objects import Obj
-from vnode.kube import config, errors
-from vnode.kube.client import ApiClient
-from vnode.kube.informer import Informer
-from vnode.kube.informer_factory import InformerFactory
-from vnode.kube.resources import PODS, SECRETS
 from vnode.providers.k2k import naming
 from vnode.providers.k2k.dependencies import DependencySync
 from vnode.providers.k2k.naming import NodeTenancy

@@ -30,9 +30,9 @@ from devcluster.fleet import Fleet
 from devcluster.rest import RestClient
 from devcluster.vnodes import VirtualNodeProcess
 from devcluster.webhooks import WebhookProcess
+from tensile.contracts import avoidance
 from tests.e2e.helpers import events_for, get, pod, token_kubeconfig, wait_for
 from tests.fixtures import create_namespace, delete_namespace, long_lived_pids
-from vnode.contracts import avoidance
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests" / "descheduler"
 TOPOLOGY = FleetSettings(

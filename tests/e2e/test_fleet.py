@@ -19,9 +19,9 @@ from devcluster import kwok, netns
 from devcluster.cluster import Cluster, host_node_name
 from devcluster.fleet import Fleet
 from devcluster.vnodes import VirtualNodeProcess
+from tensile.kube.quantity import parse_quantity
 from tests.e2e.helpers import create, get, phase, pod, pod_manifest, wait_for
 from tests.fixtures import create_namespace, delete_namespace
-from vnode.kube.quantity import parse_quantity
 
 
 def _allocatable(cluster: Cluster, node: str) -> dict[str, str]:

@@ -16,8 +16,8 @@ from typing import Any
 from devcluster.cluster import kubectl_binary
 from devcluster.fleet import Fleet
 from devcluster.vnodes import VirtualNodeProcess
+from tensile.contracts import avoidance, clusterselector
 from tests.e2e.helpers import create, get, pod, pod_manifest, wait_for
-from vnode.contracts import avoidance, clusterselector
 
 
 def _kubectl_tensile(fleet: Fleet, *args: str) -> subprocess.CompletedProcess[str]:

@@ -1,4 +1,4 @@
-"""Leader election (vnode.kube.leaderelection) against a real kube-apiserver: two electors
+"""Leader election (tensile.kube.leaderelection) against a real kube-apiserver: two electors
 in this process, each with a client of its own, compete for one Lease.
 
 What is checked is what a program built on it relies on: at most one elector runs its work
@@ -21,10 +21,10 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from devcluster.fleet import Fleet
-from vnode.kube import config
-from vnode.kube.client import ApiClient
-from vnode.kube.leaderelection import LeaderElectionSettings, LeaderElector
-from vnode.kube.resources import LEASES
+from tensile.kube import config
+from tensile.kube.client import ApiClient
+from tensile.kube.leaderelection import LeaderElectionSettings, LeaderElector
+from tensile.kube.resources import LEASES
 
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 6.0, 4.0, 0.5
 MICRO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")

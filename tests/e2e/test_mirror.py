@@ -1,4 +1,4 @@
-"""The mirror engine (vnode.kube.mirror) between the fleet's real upper and lower apiservers.
+"""The mirror engine (tensile.kube.mirror) between the fleet's real upper and lower apiservers.
 
 The engine runs in the test's own event loop with a small ConfigMap spec (ConfigMaps
 labelled mirror=yes in the test namespace, copied below with ownership marks), so every
@@ -19,14 +19,14 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from devcluster.fleet import Fleet
+from tensile.contracts.objects import Obj
+from tensile.kube import config, errors
+from tensile.kube.client import ApiClient
+from tensile.kube.informer_factory import InformerFactory
+from tensile.kube.mirror.engine import Mirror, MirrorConflict
+from tensile.kube.mirror.spec import Change, Creation, KindSpec, Patch, Replace
+from tensile.kube.resources import CONFIG_MAPS
 from tests.e2e.helpers import until
-from vnode.contracts.objects import Obj
-from vnode.kube import config, errors
-from vnode.kube.client import ApiClient
-from vnode.kube.informer_factory import InformerFactory
-from vnode.kube.mirror.engine import Mirror, MirrorConflict
-from vnode.kube.mirror.spec import Change, Creation, KindSpec, Patch, Replace
-from vnode.kube.resources import CONFIG_MAPS
 from vnode.providers.k2k import naming
 
 OWNER = naming.Owner(node_name="mirror-test", cluster_id="mirror-test-cluster")

@@ -23,6 +23,7 @@ import yaml
 from devcluster.fleet import Fleet
 from devcluster.rest import RestClient
 from devcluster.vnodes import VirtualNodeProcess
+from tensile.kube.leaderelection import JITTER_FACTOR
 from tests.e2e.helpers import (
     create,
     get,
@@ -31,7 +32,6 @@ from tests.e2e.helpers import (
     token_kubeconfig,
     wait_for,
 )
-from vnode.kube.leaderelection import JITTER_FACTOR
 
 LEASE, RENEW, RETRY = 4.0, 3.0, 0.5
 PODS = 20

@@ -24,12 +24,12 @@ from devcluster.fleet import Fleet
 from devcluster.rest import RestClient
 from devcluster.schedulers import SchedulerExtenderProcess
 from devcluster.vnodes import VirtualNodeProcess
+from tensile.contracts import clusterselector
+from tensile.contracts.quotaslices import SLICES_ANNOTATION
+from tensile.kube.client import MERGE_PATCH
+from tensile.placement import summary
 from tests.e2e.helpers import events_for, get, pod, token_kubeconfig, wait_for
 from tests.fixtures import create_namespace, delete_namespace, long_lived_pids
-from vnode.contracts import clusterselector
-from vnode.contracts.quotaslices import SLICES_ANNOTATION
-from vnode.kube.client import MERGE_PATCH
-from vnode.placement import summary
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests" / "scheduler"
 TOPOLOGY = FleetSettings(

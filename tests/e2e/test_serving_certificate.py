@@ -27,6 +27,10 @@ from devcluster import cluster
 from devcluster.fleet import Fleet
 from devcluster.rest import RestClient
 from devcluster.vnodes import VirtualNodeProcess
+from tensile.kube import config
+from tensile.kube.backoff import ExponentialBackoff
+from tensile.kube.client import ApiClient
+from tensile.serving.tls import RotatingTls
 from tests.e2e.helpers import create, phase, pod_manifest, token_kubeconfig, wait_for
 from vnode.api.certificates import identity_from_addresses, load_chain
 from vnode.api.certmanager import (
@@ -35,10 +39,6 @@ from vnode.api.certmanager import (
     ServingCertificateManager,
 )
 from vnode.api.certstore import CertificateStore
-from vnode.kube import config
-from vnode.kube.backoff import ExponentialBackoff
-from vnode.kube.client import ApiClient
-from vnode.serving.tls import RotatingTls
 
 MANIFESTS = Path(__file__).parents[2] / "manifests" / "vnode"
 SERVICE_ACCOUNT = "system:serviceaccount:tensile-system:tensile-virtual-node"

@@ -27,10 +27,10 @@ import pytest
 from devcluster.fleet import Fleet
 from scheduler.slices_controller import VIRTUAL_NODES, SliceController
 from scheduler.slices_settings import SliceSettings
-from vnode.contracts.quotaslices import SLICES_ANNOTATION, STATUS_ANNOTATION
-from vnode.kube import config, errors
-from vnode.kube.client import MERGE_PATCH, ApiClient
-from vnode.serving.lifecycle import Runner
+from tensile.contracts.quotaslices import SLICES_ANNOTATION, STATUS_ANNOTATION
+from tensile.kube import config, errors
+from tensile.kube.client import MERGE_PATCH, ApiClient
+from tensile.serving.lifecycle import Runner
 
 TAINT = "tensile.io/e2e-slices"
 

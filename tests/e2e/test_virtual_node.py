@@ -10,8 +10,8 @@ from typing import Any
 from devcluster.fleet import Fleet
 from devcluster.rest import RestClient
 from devcluster.vnodes import VirtualNodeProcess
+from tensile.placement import summary
 from tests.e2e.helpers import create, events_for, get, phase, pod, pod_manifest, wait_for
-from vnode.placement import summary
 from vnode.providers.k2k import naming
 
 

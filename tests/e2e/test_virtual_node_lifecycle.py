@@ -18,8 +18,8 @@ import pytest
 from devcluster.fleet import Fleet
 from devcluster.kwok import FakeNode
 from devcluster.vnodes import VirtualNodeProcess
+from tensile.kube.quantity import parse_quantity
 from tests.e2e.helpers import create, get, phase, pod, pod_manifest, wait_for
-from vnode.kube.quantity import parse_quantity
 from vnode.providers.k2k import naming
 
 

@@ -27,6 +27,8 @@ from devcluster.fleet import Fleet
 from devcluster.rest import ApiStatusError
 from devcluster.vnodes import VirtualNodeProcess
 from devcluster.webhooks import WebhookProcess
+from tensile.contracts import clusterselector
+from tensile.contracts.labels import SELECTED_NODE_ANNOTATION as SELECTED_NODE
 from tests.e2e.helpers import (
     Storage,
     create,
@@ -36,8 +38,6 @@ from tests.e2e.helpers import (
     token_kubeconfig,
     wait_for,
 )
-from vnode.contracts import clusterselector
-from vnode.contracts.labels import SELECTED_NODE_ANNOTATION as SELECTED_NODE
 
 MANIFESTS = Path(__file__).parents[2] / "manifests" / "webhook"
 VNODE_TOLERATION = {"key": "virtual-kubelet.io/provider", "operator": "Exists"}

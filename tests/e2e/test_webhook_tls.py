@@ -1,5 +1,5 @@
 """Bootstrapped serving certificates kept in a Secret of the real upper cluster
-(`vnode.serving.certsecret`): replicas racing converge on the first write, renewals keep
+(`tensile.serving.certsecret`): replicas racing converge on the first write, renewals keep
 the CA (so the caBundle stays), new names get a new certificate, and a Secret whose parts
 do not fit together is made whole."""
 
@@ -15,10 +15,10 @@ import tempfile
 import pytest
 
 from devcluster.fleet import Fleet
-from vnode.kube import config
-from vnode.kube.client import ApiClient
-from vnode.serving import certsecret, selfsigned
-from vnode.serving.selfsigned import SubjectNames
+from tensile.kube import config
+from tensile.kube.client import ApiClient
+from tensile.serving import certsecret, selfsigned
+from tensile.serving.selfsigned import SubjectNames
 
 NAMES = SubjectNames.of(["hook.shop.svc", "192.0.2.1"])
 NOW = dt.datetime.now(dt.UTC)
@@ -28,7 +28,7 @@ DAY = dt.timedelta(days=1)
 async def test_replicas_racing_for_the_secret_converge_on_the_first_write(
     fleet: Fleet, namespace: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="vnode.serving.certsecret")
+    caplog.set_level(logging.INFO, logger="tensile.serving.certsecret")
     async with ApiClient(config.load(str(fleet.upper.kubeconfig)), name="upper") as client:
         bundles = await asyncio.gather(
             *(

@@ -4,7 +4,7 @@ function both sides of the clusterSelector contract use, with the rules each sid
 
 Checked against Kubernetes' meaning of a NodeSelector (terms ORed, a term's requirements
 ANDed, a term without requirements selects nothing), evaluated by
-`vnode.contracts.scheduling.selector_matches` on every node of a small universe."""
+`tensile.contracts.scheduling.selector_matches` on every node of a small universe."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vnode.contracts import clusterselector
-from vnode.contracts.clusterselector import TermRules
-from vnode.contracts.scheduling import selector_matches
-from vnode.placement.lower import TERM_RULES as NODE_RULES
+from tensile.contracts import clusterselector
+from tensile.contracts.clusterselector import TermRules
+from tensile.contracts.scheduling import selector_matches
+from tensile.placement.lower import TERM_RULES as NODE_RULES
 from webhook.mutation import TERM_RULES as WEBHOOK_RULES
 
 KEYS = ("a", "b", "c", "d")

@@ -1,6 +1,6 @@
 """The avoidance record (descheduler writes, webhook reads) and the NotIn merge into a pod's
 required node affinity: the matrix of affinity shapes, and a property checked against the
-scheduler's own term semantics (vnode.contracts.scheduling.term_matches)."""
+scheduler's own term semantics (tensile.contracts.scheduling.term_matches)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vnode.contracts import avoidance
-from vnode.contracts.avoidance import Avoidance, Owner, RecordFull
-from vnode.contracts.scheduling import term_matches
+from tensile.contracts import avoidance
+from tensile.contracts.avoidance import Avoidance, Owner, RecordFull
+from tensile.contracts.scheduling import term_matches
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
 LATER = NOW + dt.timedelta(minutes=5)

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
+from tensile.kube.informer_factory import InformerFactory
+from tensile.kube.resources import CONFIG_MAPS, PODS, SECRETS
+from tensile.serving import flags as serving_flags
 from vnode import cli
-from vnode.kube.informer_factory import InformerFactory
-from vnode.kube.resources import CONFIG_MAPS, PODS, SECRETS
 from vnode.providers.k2k import boundtokens, naming, slim, translate
 from vnode.providers.k2k.tokens import RETRY, UpperTokens
-from vnode.serving import flags as serving_flags
 from vnode.settings import ServiceAccountSettings
 from vnode.testing.fakeapi import FakeApi, unreachable
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vnode.kube.quantity import parse_quantity
-from vnode.kube.resources import pod_is_terminal
+from tensile.kube.quantity import parse_quantity
+from tensile.kube.resources import pod_is_terminal
 from vnode.providers.k2k.capacity import (
     Ledger,
     capacity,

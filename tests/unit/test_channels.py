@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tensile.kube import channel_framing as framing
 from vnode.api import channels as ch
-from vnode.kube import channel_framing as framing
 
 
 @pytest.mark.parametrize(

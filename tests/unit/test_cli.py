@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from tensile.serving import flags as serving_flags
 from vnode import __main__ as main
 from vnode import cli
-from vnode.serving import flags as serving_flags
 from vnode.settings import ApiSettings, LowerKubeletSettings
 
 BASE = ["--client-kubeconfig=lower.kubeconfig"]

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vnode.contracts import clusterselector
+from tensile.contracts import clusterselector
 
 ZONE = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
 NODE3 = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["lower-node-3"]}]}

@@ -7,7 +7,7 @@ import tracemalloc
 
 import pytest
 
-from vnode.kube import codec
+from tensile.kube import codec
 
 POD = {
     "metadata": {"name": "p", "labels": {"app": "wéb"}, "annotations": {}},

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vnode.kube import config
+from tensile.kube import config
 from vnode.testing.pki import CertificateAuthority
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from tensile.kube import codec
 from tests.unit.test_translate import NOW, deployment_pod, running_upper, unchanged
 from vnode.controllers.node_objects import node_status, node_status_news
 from vnode.controllers.pod_decisions import (
@@ -14,7 +15,6 @@ from vnode.controllers.pod_decisions import (
     provider_failed_status,
 )
 from vnode.controllers.pod_decisions import vanished_status as lower_pod_gone_status
-from vnode.kube import codec
 from vnode.settings import NodeSettings
 
 

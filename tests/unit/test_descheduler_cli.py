@@ -9,8 +9,8 @@ import pytest
 
 from descheduler import cli
 from descheduler.__main__ import main
-from vnode.serving import election_flags
-from vnode.serving.flags import UsageError
+from tensile.serving import election_flags
+from tensile.serving.flags import UsageError
 
 POLICY = """apiVersion: descheduler/v1alpha1
 kind: DeschedulerPolicy

@@ -19,7 +19,7 @@ from descheduler.policy import (
     exclusion,
 )
 from descheduler.policy import plan as plan_with_waits
-from vnode.contracts import avoidance, selectors
+from tensile.contracts import avoidance, selectors
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
 OWNER_UID = "0f3c2a9e-7b1d-4c55-8e2f-5a6b7c8d9e01"

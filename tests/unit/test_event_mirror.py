@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vnode.kube import codec
+from tensile.kube import codec
 from vnode.providers.k2k import naming
 from vnode.providers.k2k.events import slim_event, upper_event
 

@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from vnode import provider_errors
-from vnode.contracts.objects import Obj
-from vnode.kube.informer_factory import InformerFactory
-from vnode.kube.resources import (
+from tensile.contracts.objects import Obj
+from tensile.kube.informer_factory import InformerFactory
+from tensile.kube.resources import (
     CONFIG_MAPS,
     NAMESPACES,
     PERSISTENT_VOLUME_CLAIMS,
     PODS,
 )
+from vnode import provider_errors
 from vnode.providers.k2k import assembly, naming, slim, translate
 from vnode.providers.k2k.provider import K2KProvider
 from vnode.settings import SERVICE_CONTROLLERS, ControllerSettings

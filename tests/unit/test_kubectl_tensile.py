@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from kubectl_tensile import render, status, why
-from vnode.contracts import avoidance
+from tensile.contracts import avoidance
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
 

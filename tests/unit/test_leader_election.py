@@ -17,10 +17,10 @@ from typing import Any, cast
 
 import pytest
 
-from vnode.kube import errors
-from vnode.kube.client import ApiClient
-from vnode.kube.leaderelection import LeaderElectionSettings, LeaderElector, LeaseLost
-from vnode.kube.reflector import Event
+from tensile.kube import errors
+from tensile.kube.client import ApiClient
+from tensile.kube.leaderelection import LeaderElectionSettings, LeaderElector, LeaseLost
+from tensile.kube.reflector import Event
 
 LEASE_DURATION, RENEW_DEADLINE = 15.0, 10.0
 Started = tuple["asyncio.Task[None]", LeaderElector]

@@ -1,4 +1,4 @@
-"""Logging set-up of tensile's programs (`vnode.serving.logs`)."""
+"""Logging set-up of tensile's programs (`tensile.serving.logs`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 from aiohttp import http_exceptions
 
-from vnode.serving import logs
+from tensile.serving import logs
 
 
 def _record(exc: BaseException | None) -> logging.LogRecord:

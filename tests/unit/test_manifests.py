@@ -15,8 +15,8 @@ import yaml
 
 from descheduler import policyfile
 from descheduler.cli import parse as descheduler_flags
+from tensile.contracts import avoidance
 from vnode.cli import parse as vnode_flags
-from vnode.contracts import avoidance
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 

@@ -1,4 +1,4 @@
-"""What a mirror does with one key (`vnode.kube.mirror.decide`), as a table.
+"""What a mirror does with one key (`tensile.kube.mirror.decide`), as a table.
 
 One ConfigMap kind (labelled mirror=yes upstairs; copied with our marks and the source's
 UID; an immutable copy is replaced), keys without a prefix, our node US, a sibling of the
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from vnode.contracts.objects import Obj
-from vnode.kube.mirror.decide import (
+from tensile.contracts.objects import Obj
+from tensile.kube.mirror.decide import (
     Action,
     Conflict,
     Create,
@@ -32,10 +32,10 @@ from vnode.kube.mirror.decide import (
     WaitForMaker,
     decide,
 )
-from vnode.kube.mirror.inflight import known_target
-from vnode.kube.mirror.siblings import SIBLING_GRACE, SiblingPolicy, Waiting
-from vnode.kube.mirror.spec import Change, Creation, KindSpec, Patch, Replace
-from vnode.kube.resources import CONFIG_MAPS
+from tensile.kube.mirror.inflight import known_target
+from tensile.kube.mirror.siblings import SIBLING_GRACE, SiblingPolicy, Waiting
+from tensile.kube.mirror.spec import Change, Creation, KindSpec, Patch, Replace
+from tensile.kube.resources import CONFIG_MAPS
 from vnode.providers.k2k import naming
 
 US = naming.Owner(node_name="vn-us", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")

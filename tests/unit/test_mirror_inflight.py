@@ -1,4 +1,4 @@
-"""The mirror's writes in flight (`vnode.kube.mirror.inflight.WritesInFlight`), as a table.
+"""The mirror's writes in flight (`tensile.kube.mirror.inflight.WritesInFlight`), as a table.
 
 Each row is what happened at one target key, in order: the mirror's own writes (`creating`
 a create sent, `created` its answer, `abandoned` a create that made nothing, `deleted`) and
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from vnode.contracts.objects import Obj
-from vnode.kube.mirror.inflight import WritesInFlight
+from tensile.contracts.objects import Obj
+from tensile.kube.mirror.inflight import WritesInFlight
 
 TARGET_KEY = "ns/cfg"
 

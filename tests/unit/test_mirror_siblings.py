@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
-from vnode.contracts.objects import Obj
-from vnode.kube import errors
-from vnode.kube.informer import Informer
-from vnode.kube.mirror.engine import Mirror
-from vnode.kube.mirror.siblings import SIBLING_GRACE, MakerWaits, SiblingPolicy, Waiting
-from vnode.kube.mirror.spec import Change, Creation, KindSpec, Patch, Replace
-from vnode.kube.resources import CONFIG_MAPS
-from vnode.kube.workqueue import Requeue
+from tensile.contracts.objects import Obj
+from tensile.kube import errors
+from tensile.kube.informer import Informer
+from tensile.kube.mirror.engine import Mirror
+from tensile.kube.mirror.siblings import SIBLING_GRACE, MakerWaits, SiblingPolicy, Waiting
+from tensile.kube.mirror.spec import Change, Creation, KindSpec, Patch, Replace
+from tensile.kube.resources import CONFIG_MAPS
+from tensile.kube.workqueue import Requeue
 from vnode.providers.k2k import naming
 
 US = naming.Owner(node_name="vn-us", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")

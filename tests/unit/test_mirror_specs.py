@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from vnode.kube.client import ApiClient
-from vnode.kube.config import ConnectionInfo
-from vnode.kube.informer import compact
-from vnode.kube.informer_factory import InformerFactory
-from vnode.kube.mirror.siblings import SiblingPolicy
-from vnode.kube.mirror.spec import KindSpec, Patch, Replace
-from vnode.kube.resources import CONFIG_MAPS, PODS
-from vnode.kube.store import Store
+from tensile.kube.client import ApiClient
+from tensile.kube.config import ConnectionInfo
+from tensile.kube.informer import compact
+from tensile.kube.informer_factory import InformerFactory
+from tensile.kube.mirror.siblings import SiblingPolicy
+from tensile.kube.mirror.spec import KindSpec, Patch, Replace
+from tensile.kube.resources import CONFIG_MAPS, PODS
+from tensile.kube.store import Store
 from vnode.providers.k2k import dependencies, naming, slim
 
 A = naming.Owner(node_name="vn-a", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")

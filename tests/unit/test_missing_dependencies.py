@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from tensile.kube.events import EventRecorder
+from tensile.kube.resources import EVENTS
 from vnode.controllers.pod_decisions import waiting_status
-from vnode.kube.events import EventRecorder
-from vnode.kube.resources import EVENTS
 from vnode.providers.k2k import missing
 from vnode.testing.fakeapi import FakeApi
 

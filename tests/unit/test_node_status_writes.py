@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tensile.kube.informer_factory import InformerFactory
+from tensile.kube.resources import NODES
 from vnode.controllers.node import NodeController
-from vnode.kube.informer_factory import InformerFactory
-from vnode.kube.resources import NODES
 from vnode.settings import NodeSettings
 from vnode.testing.fakeapi import FakeApi
 

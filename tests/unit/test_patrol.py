@@ -1,4 +1,4 @@
-"""The patrol's comparisons as tables (`vnode.kube.cacheaudit`, `patrol_decisions`), and its
+"""The patrol's comparisons as tables (`tensile.kube.cacheaudit`, `patrol_decisions`), and its
 accounting of what it found and repaired (`Patrol`, with scripted checks standing in for
 the pod controller and the mirrors: the accounting is what is tested here; the real checks
 run against real clusters in tests/e2e/test_patrol.py).
@@ -13,16 +13,9 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from vnode.controllers.patrol import Patrol
-from vnode.controllers.patrol_decisions import (
-    Mismatch,
-    backend_pod_drift,
-    copy_drift,
-    upper_pod_drift,
-)
-from vnode.kube import errors
-from vnode.kube.cacheaudit import Suspect, confirmed, page_suspects, repaired, unlisted_suspects
-from vnode.kube.mirror.decide import (
+from tensile.kube import errors
+from tensile.kube.cacheaudit import Suspect, confirmed, page_suspects, repaired, unlisted_suspects
+from tensile.kube.mirror.decide import (
     Action,
     Conflict,
     Create,
@@ -34,8 +27,15 @@ from vnode.kube.mirror.decide import (
     UpToDate,
     WaitForMaker,
 )
-from vnode.kube.mirror.siblings import Waiting
-from vnode.kube.mirror.spec import Patch
+from tensile.kube.mirror.siblings import Waiting
+from tensile.kube.mirror.spec import Patch
+from vnode.controllers.patrol import Patrol
+from vnode.controllers.patrol_decisions import (
+    Mismatch,
+    backend_pod_drift,
+    copy_drift,
+    upper_pod_drift,
+)
 
 # --- the cache audit ----------------------------------------------------------------------
 
@@ -341,10 +341,10 @@ class Book:
 
 
 async def test_the_pod_check_finds_each_drift_and_hands_it_to_its_queue() -> None:
+    from tensile.kube.events import EventRecorder  # noqa: PLC0415
+    from tensile.kube.informer_factory import InformerFactory  # noqa: PLC0415
     from vnode.controllers.patrol_checks import PodCheck  # noqa: PLC0415
     from vnode.controllers.pods import PodController  # noqa: PLC0415
-    from vnode.kube.events import EventRecorder  # noqa: PLC0415
-    from vnode.kube.informer_factory import InformerFactory  # noqa: PLC0415
     from vnode.testing.fakeapi import FakeApi  # noqa: PLC0415
 
     upper = FakeApi(name="upper")  # never called: the check reads caches only
@@ -459,9 +459,9 @@ class Answering:
 async def test_an_audit_that_cannot_list_leaves_the_store_alone_and_the_run_goes_on(
     error: Exception,
 ) -> None:
+    from tensile.kube.informer import Informer  # noqa: PLC0415
+    from tensile.kube.resources import CONFIG_MAPS  # noqa: PLC0415
     from vnode.controllers.patrol import Audit  # noqa: PLC0415
-    from vnode.kube.informer import Informer  # noqa: PLC0415
-    from vnode.kube.resources import CONFIG_MAPS  # noqa: PLC0415
     from vnode.testing.fakeapi import FakeApi  # noqa: PLC0415
 
     informer = Informer(FakeApi(name="upper"), CONFIG_MAPS, name=f"audited-{error}")

@@ -1,4 +1,4 @@
-"""pflag's command-line forms on argparse (vnode.serving.pflag, flags.Parser), the klog
+"""pflag's command-line forms on argparse (tensile.serving.pflag, flags.Parser), the klog
 flags' mapping onto tensile's logging, the version line, and the kubelet auth caches'
 lifetimes. Tables of pure decisions; the parsers are the programs' own."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from descheduler import cli as descheduler_cli
+from tensile.serving import flags, pflag, version
 from vnode import cli as vnode_cli
 from vnode.api import auth
-from vnode.serving import flags, pflag, version
 from vnode.testing.fakeapi import FakeApi
 from webhook import cli as webhook_cli
 

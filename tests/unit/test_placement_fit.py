@@ -1,6 +1,6 @@
-"""Would kube-scheduler put the pod on this lower node (vnode.placement.fit), and the
+"""Would kube-scheduler put the pod on this lower node (tensile.placement.fit), and the
 summary that carries a lower cluster's nodes to the scheduler extender
-(vnode.placement.summary): tables against the scheduler's rules."""
+(tensile.placement.summary): tables against the scheduler's rules."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from vnode.placement import fit, summary
+from tensile.placement import fit, summary
 
 
 def _container(cpu: str | None = None, memory: str | None = None, **extra: Any) -> dict[str, Any]:

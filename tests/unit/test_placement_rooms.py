@@ -8,9 +8,9 @@ from typing import Any
 
 from scheduler import extender
 from scheduler.fleet import Fleet
+from tensile.placement import fit
 from tests.unit.test_lower_pod_book import NODE, OTHER, lower_pod
 from tests.unit.test_scheduler_extender import _lower_node, _pod, _virtual_node
-from vnode.placement import fit
 from vnode.providers.k2k import naming
 from vnode.providers.k2k.lowerpods import LowerPodBook
 from vnode.providers.k2k.slim import slim_lower_pod

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pytest
 
+from tensile.contracts.objects import Obj
+from tensile.kube.events import EventRecorder
+from tensile.kube.informer_factory import InformerFactory
+from tensile.kube.resources import PODS
+from tensile.kube.workqueue import Transient
 from tests.unit.test_k2k_provider import POLICY, Setup, upper_pod
-from vnode.contracts.objects import Obj
 from vnode.controllers.pods import PodController
-from vnode.kube.events import EventRecorder
-from vnode.kube.informer_factory import InformerFactory
-from vnode.kube.resources import PODS
-from vnode.kube.workqueue import Transient
 from vnode.providers.k2k import translate
 from vnode.testing.fakeapi import server_error, unreachable
 

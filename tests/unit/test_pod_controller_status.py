@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
+from tensile.contracts.objects import Obj
+from tensile.kube import errors
+from tensile.kube.events import EventRecorder
+from tensile.kube.informer_factory import InformerFactory
+from tensile.kube.resources import PODS
+from tensile.kube.workqueue import Requeue, Transient
 from vnode import provider_errors
-from vnode.contracts.objects import Obj
 from vnode.controllers import pods
 from vnode.controllers.pods import PodController
-from vnode.kube import errors
-from vnode.kube.events import EventRecorder
-from vnode.kube.informer_factory import InformerFactory
-from vnode.kube.resources import PODS
-from vnode.kube.workqueue import Requeue, Transient
 from vnode.testing.fakeapi import FakeApi
 
 FAILED = {"phase": "Failed", "reason": "Error", "message": "exit code 3"}

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from vnode.kube.quantity import MAX_EXPONENT, format_quantity, parse_quantity
+from tensile.kube.quantity import MAX_EXPONENT, format_quantity, parse_quantity
 
 KI = 1024
 MI = KI**2

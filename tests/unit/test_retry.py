@@ -1,11 +1,11 @@
-"""Steps retried until done (vnode.kube.retry): which failures, which delays, and no warning
+"""Steps retried until done (tensile.kube.retry): which failures, which delays, and no warning
 from building the backoff."""
 
 from __future__ import annotations
 
 import pytest
 
-from vnode.kube import errors, retry
+from tensile.kube import errors, retry
 
 
 async def test_listed_failures_are_retried_with_doubling_jittered_delays(

@@ -8,7 +8,7 @@ import pytest
 
 from scheduler import __main__ as command
 from scheduler.cli import parse
-from vnode.serving.flags import UsageError
+from tensile.serving.flags import UsageError
 
 TLS = ["--tls-cert-file=/c", "--tls-private-key-file=/k"]
 

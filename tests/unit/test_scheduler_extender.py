@@ -11,8 +11,8 @@ import pytest
 
 from scheduler import extender
 from scheduler.fleet import Fleet
-from vnode.contracts import clusterselector
-from vnode.placement import fit, summary
+from tensile.contracts import clusterselector
+from tensile.placement import fit, summary
 
 
 def _lower_node(name: str, cpu: str, labels: dict[str, str] | None = None) -> dict[str, Any]:

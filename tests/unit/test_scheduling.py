@@ -1,4 +1,4 @@
-"""The scheduler's node filters as tensile reads them (vnode.contracts.scheduling): which
+"""The scheduler's node filters as tensile reads them (tensile.contracts.scheduling): which
 taints a pod's tolerations tolerate, and why a node is ruled out for a pod. The term
 semantics themselves are tests/unit/test_translate.py's and test_avoidance.py's."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from vnode.contracts.scheduling import tolerates, unfit
+from tensile.contracts.scheduling import tolerates, unfit
 
 GPU = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
 

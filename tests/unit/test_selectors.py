@@ -1,14 +1,14 @@
 """Label selectors in Kubernetes' string form, as both programs read them: the webhook
 converts the pods its --pod-selector selects, and the descheduler moves a pod with a
 controller only when that same --pod-selector selects it (its replacement must pass the
-webhook). One grammar for both (vnode.contracts.selectors), apimachinery's labels.Parse."""
+webhook). One grammar for both (tensile.contracts.selectors), apimachinery's labels.Parse."""
 
 from __future__ import annotations
 
 import pytest
 
 from descheduler import cli as descheduler_cli
-from vnode.serving.flags import UsageError
+from tensile.serving.flags import UsageError
 from webhook import cli as webhook_cli
 
 SELECTORS = [

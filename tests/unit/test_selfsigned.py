@@ -1,4 +1,4 @@
-"""Bootstrapped certificates (`vnode.serving.selfsigned`): what the CA and a serving
+"""Bootstrapped certificates (`tensile.serving.selfsigned`): what the CA and a serving
 certificate hold, and when one can no longer be served."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from vnode.serving import selfsigned
-from vnode.serving.selfsigned import SubjectNames
+from tensile.serving import selfsigned
+from tensile.serving.selfsigned import SubjectNames
 
 NOW = dt.datetime(2026, 11, 25, tzinfo=dt.UTC)
 DAY = dt.timedelta(days=1)

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from tensile.kube.mirror.decide import Delete, decide
+from tensile.kube.mirror.siblings import SiblingPolicy
+from tensile.kube.mirror.spec import Patch, Replace
 from vnode import cli
-from vnode.kube.mirror.decide import Delete, decide
-from vnode.kube.mirror.siblings import SiblingPolicy
-from vnode.kube.mirror.spec import Patch, Replace
 from vnode.providers.k2k import naming, services, volumes
 from vnode.settings import ControllerSettings
 

@@ -18,12 +18,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from tensile.serving import flags
 from vnode import cli
 from vnode.__main__ import main
 from vnode.api import certificates as certs
 from vnode.api.certstore import CertificateStore
 from vnode.controllers.node_objects import node_addresses
-from vnode.serving import flags
 from vnode.settings import NodeSettings
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)

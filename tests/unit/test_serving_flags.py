@@ -1,4 +1,4 @@
-"""The flag helpers every command shares (`vnode.serving.flags`)."""
+"""The flag helpers every command shares (`tensile.serving.flags`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from vnode.serving import flags
+from tensile.serving import flags
 
 
 @pytest.mark.parametrize(

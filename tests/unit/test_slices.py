@@ -38,10 +38,10 @@ from scheduler.slices_record import (
     parse_status,
     units,
 )
-from vnode.contracts.quotaslices import SLICES_ANNOTATION, STATUS_ANNOTATION
-from vnode.kube.quantity import parse_quantity
-from vnode.placement.summary import ANNOTATION as SUMMARY
-from vnode.serving.flags import Parser, UsageError
+from tensile.contracts.quotaslices import SLICES_ANNOTATION, STATUS_ANNOTATION
+from tensile.kube.quantity import parse_quantity
+from tensile.placement.summary import ANNOTATION as SUMMARY
+from tensile.serving.flags import Parser, UsageError
 
 GI = 1 << 30
 S = Slice(cpu=F(1, 2), memory=GI)

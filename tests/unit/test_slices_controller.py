@@ -12,9 +12,9 @@ from scheduler.slices import PodUse
 from scheduler.slices_controller import SliceController
 from scheduler.slices_pods import BoundPods, pod_use, slim_pod
 from scheduler.slices_settings import SliceSettings
-from vnode.contracts.quotaslices import SLICES_ANNOTATION
-from vnode.kube.informer import Informer
-from vnode.kube.resources import NAMESPACES
+from tensile.contracts.quotaslices import SLICES_ANNOTATION
+from tensile.kube.informer import Informer
+from tensile.kube.resources import NAMESPACES
 from vnode.testing.fakeapi import FakeApi
 
 

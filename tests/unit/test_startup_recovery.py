@@ -13,9 +13,9 @@ import pytest
 from devcluster import netns
 from devcluster.cluster import FleetSettings
 from devcluster.startup import Startup
+from tensile.kube import errors
+from tensile.kube.resources import NAMESPACES
 from vnode import __main__ as main
-from vnode.kube import errors
-from vnode.kube.resources import NAMESPACES
 from vnode.testing import ports, processes
 from vnode.testing.fakeapi import FakeApi
 

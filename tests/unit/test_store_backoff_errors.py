@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vnode.contracts.objects import Obj
-from vnode.kube import errors
-from vnode.kube.backoff import ExponentialBackoff, TokenBucket, jittered
-from vnode.kube.client import ApiClient
-from vnode.kube.config import ConnectionInfo
-from vnode.kube.resources import (
+from tensile.contracts.objects import Obj
+from tensile.kube import errors
+from tensile.kube.backoff import ExponentialBackoff, TokenBucket, jittered
+from tensile.kube.client import ApiClient
+from tensile.kube.config import ConnectionInfo
+from tensile.kube.resources import (
     LEASES,
     NAMESPACES,
     NODES,
@@ -25,7 +25,7 @@ from vnode.kube.resources import (
     object_key,
     split_key,
 )
-from vnode.kube.store import Store
+from tensile.kube.store import Store
 
 # --- Store -------------------------------------------------------------------------------
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from vnode.kube.resources import NAMESPACES
-from vnode.kube.workqueue import Requeue
+from tensile.kube.resources import NAMESPACES
+from tensile.kube.workqueue import Requeue
 from vnode.providers.k2k import naming, podsecurity
 from vnode.providers.k2k.namespaces import LowerNamespaces, terminating
 from vnode.testing.fakeapi import FakeApi

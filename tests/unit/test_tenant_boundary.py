@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from tensile.kube import names
+from tensile.kube.mirror.spec import Patch, Replace
+from tensile.serving.flags import UsageError
 from vnode import cli
-from vnode.kube import names
-from vnode.kube.mirror.spec import Patch, Replace
 from vnode.providers.k2k import namespaces, naming, services, translate
-from vnode.serving.flags import UsageError
 
 OWNER = naming.Owner(node_name="vn-a", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")
 OTHER = naming.Owner(node_name="vn-a", cluster_id="bbbbbbbb-0000-4000-8000-000000000002")

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
+from tensile.kube.events import EventRecorder
+from tensile.kube.resources import CONFIG_MAPS, EVENTS, PODS
+from tensile.serving import flags as serving_flags
+from tensile.serving.lifecycle import StartupError
 from vnode import cli
-from vnode.kube.events import EventRecorder
-from vnode.kube.resources import CONFIG_MAPS, EVENTS, PODS
 from vnode.providers.k2k import naming, services, tensilekube
 from vnode.providers.k2k.adoption import ADOPTION_OBJECTS, TensileKubeAdoption
-from vnode.serving import flags as serving_flags
-from vnode.serving.lifecycle import StartupError
 from vnode.settings import MigrationSettings
 from vnode.testing.fakeapi import FakeApi, status_error, unreachable
 

@@ -1,11 +1,11 @@
-"""The one formatter of Kubernetes timestamps (`vnode.kube.timestamps`) and its users."""
+"""The one formatter of Kubernetes timestamps (`tensile.kube.timestamps`) and its users."""
 
 from __future__ import annotations
 
 import datetime as dt
 
+from tensile.kube.timestamps import rfc3339
 from vnode.api import certificates, stats
-from vnode.kube.timestamps import rfc3339
 
 
 def test_rfc3339_is_utc_whole_seconds_with_z() -> None:

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tensile.contracts import clusterselector
+from tensile.contracts.clusterselector import parse as parse_cluster_selector
+from tensile.contracts.scheduling import selector_matches, term_matches
+from tensile.placement.lower import lower_placement
 from tests.unit.bounds import within
-from vnode.contracts import clusterselector
-from vnode.contracts.clusterselector import parse as parse_cluster_selector
-from vnode.contracts.scheduling import selector_matches, term_matches
-from vnode.placement.lower import lower_placement
 from vnode.providers.k2k import naming
 from vnode.providers.k2k.translate import (
     Dependencies,

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from vnode.kube.informer_factory import InformerFactory
-from vnode.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
+from tensile.kube.informer_factory import InformerFactory
+from tensile.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
 from vnode.providers.k2k import naming, volumes
 from vnode.providers.k2k.namespaces import LowerNamespaces
 from vnode.providers.k2k.provisioner import VolumeProvisioner

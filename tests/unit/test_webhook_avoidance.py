@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from vnode.contracts import avoidance, clusterselector
-from vnode.placement.lower import lower_placement
-from vnode.serving.flags import UsageError
+from tensile.contracts import avoidance, clusterselector
+from tensile.placement.lower import lower_placement
+from tensile.serving.flags import UsageError
 from webhook import cli, patches
 from webhook.mutation import Lookups, MutationSettings, PodAdmission, mutate
 

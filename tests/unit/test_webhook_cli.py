@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from vnode.serving.flags import UsageError
+from tensile.serving.flags import UsageError
 from webhook import cli
 from webhook.__main__ import main
 

@@ -1,6 +1,6 @@
 """The webhook's conversion matrix (`webhook.mutation`): what moves into `clusterSelector`,
 what stays upstairs, tolerations, volume pinning, idempotence, and the round trip through
-the virtual node's restoration (`vnode.placement.lower`)."""
+the virtual node's restoration (`tensile.placement.lower`)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tensile.contracts import clusterselector, selectors
+from tensile.placement.lower import lower_placement
 from tests.unit.bounds import within
-from vnode.contracts import clusterselector, selectors
-from vnode.placement.lower import lower_placement
 from webhook import caches, mutation, patches
 from webhook.mutation import (
     Lookups,

@@ -1,5 +1,5 @@
 """AdmissionReview parsing and answers (`webhook.review`) and label selectors as the webhook
-reads --pod-selector (`vnode.contracts.selectors`, shared with the descheduler)."""
+reads --pod-selector (`tensile.contracts.selectors`, shared with the descheduler)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from vnode.contracts.selectors import SelectorError, parse
+from tensile.contracts.selectors import SelectorError, parse
 from webhook import review
 
 

@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from prometheus_client import REGISTRY
 
-from vnode.kube import metrics
-from vnode.kube.backoff import ExponentialBackoff
-from vnode.kube.workqueue import (
+from tensile.kube import metrics
+from tensile.kube.backoff import ExponentialBackoff
+from tensile.kube.workqueue import (
     FairQueuing,
     QueueSettings,
     Requeue,

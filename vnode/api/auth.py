@@ -28,8 +28,8 @@ from cachetools import TTLCache
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from vnode.kube import errors
-from vnode.kube.client import ApiClient
+from tensile.kube import errors
+from tensile.kube.client import ApiClient
 
 _VERBS = {
     "GET": "get",

@@ -29,8 +29,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from vnode.contracts.objects import Obj
-from vnode.kube.timestamps import rfc3339
+from tensile.contracts.objects import Obj
+from tensile.kube.timestamps import rfc3339
 
 PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 

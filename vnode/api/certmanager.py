@@ -27,6 +27,11 @@ from typing import Protocol
 
 from cryptography import x509
 
+from tensile.kube import errors
+from tensile.kube.backoff import ExponentialBackoff, jittered
+from tensile.kube.client import ApiClient
+from tensile.kube.reflector import ReflectorSettings
+from tensile.kube.timestamps import rfc3339
 from vnode.api import csr
 from vnode.api.certificates import (
     CertificateRejected,
@@ -44,11 +49,6 @@ from vnode.api.certificates import (
     rotation_deadline,
 )
 from vnode.api.certstore import CertificateStore
-from vnode.kube import errors
-from vnode.kube.backoff import ExponentialBackoff, jittered
-from vnode.kube.client import ApiClient
-from vnode.kube.reflector import ReflectorSettings
-from vnode.kube.timestamps import rfc3339
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 What the kubelet end decides: which sub-protocol a client gets, which channels a session
 has and what each carries first, the ports a port-forward asks for. The framing itself
-(channel numbers, protocol names, the codecs) is `vnode.kube.channel_framing`, shared with
+(channel numbers, protocol names, the codecs) is `tensile.kube.channel_framing`, shared with
 the provider's client end.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from vnode.kube.channel_framing import (
+from tensile.kube.channel_framing import (
     ERROR,
     NONE,
     RESIZE,

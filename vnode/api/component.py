@@ -1,5 +1,5 @@
 """The kubelet HTTPS API as a component of the virtual node
-(`vnode.serving.lifecycle.Component`):
+(`tensile.serving.lifecycle.Component`):
 the listening socket, the serving certificate (files, reloaded when they change, or a CSR to
 the upper cluster, renewed before expiry) and the aiohttp application of `vnode.api.server`.
 """
@@ -18,6 +18,12 @@ from typing import Any
 
 from aiohttp import web
 
+from tensile.kube.client import ApiClient
+from tensile.kube.informer import Informer
+from tensile.serving import runners
+from tensile.serving.lifecycle import StartupError
+from tensile.serving.sockets import bound_socket
+from tensile.serving.tls import RotatingTls, reload_certificates, tls_context
 from vnode.api import auth
 from vnode.api.certificates import identity_from_addresses
 from vnode.api.certmanager import (
@@ -28,13 +34,7 @@ from vnode.api.certmanager import (
 )
 from vnode.api.certstore import CertificateStore
 from vnode.api.server import ApiContext, make_app
-from vnode.kube.client import ApiClient
-from vnode.kube.informer import Informer
 from vnode.provider import Provider
-from vnode.serving import runners
-from vnode.serving.lifecycle import StartupError
-from vnode.serving.sockets import bound_socket
-from vnode.serving.tls import RotatingTls, reload_certificates, tls_context
 from vnode.settings import ApiSettings, Settings, default_cert_dir
 
 logger = logging.getLogger(__name__)

@@ -17,6 +17,13 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tensile.contracts.objects import Obj
+from tensile.kube import errors
+from tensile.kube.backoff import ExponentialBackoff, jittered
+from tensile.kube.client import ApiClient
+from tensile.kube.reflector import Reflector, ReflectorSettings
+from tensile.kube.resources import CERTIFICATE_SIGNING_REQUESTS as CSRS
+from tensile.kube.store import Store
 from vnode.api.certificates import (
     APPROVED_REASON,
     SIGNER,
@@ -25,13 +32,6 @@ from vnode.api.certificates import (
     csr_status,
     differences,
 )
-from vnode.contracts.objects import Obj
-from vnode.kube import errors
-from vnode.kube.backoff import ExponentialBackoff, jittered
-from vnode.kube.client import ApiClient
-from vnode.kube.reflector import Reflector, ReflectorSettings
-from vnode.kube.resources import CERTIFICATE_SIGNING_REQUESTS as CSRS
-from vnode.kube.store import Store
 
 logger = logging.getLogger(__name__)
 

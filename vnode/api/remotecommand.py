@@ -24,11 +24,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from aiohttp import web
 
+from tensile.kube import channel_framing as framing
+from tensile.kube.channel_framing import ERROR, RESIZE, STDERR, STDIN, STDOUT
 from vnode import provider_errors
 from vnode.api import channels, streaming
 from vnode.api.streaming import STREAM_CREATION_TIMEOUT, ChannelStream, Connection
-from vnode.kube import channel_framing as framing
-from vnode.kube.channel_framing import ERROR, RESIZE, STDERR, STDIN, STDOUT
 from vnode.provider import RemoteCommand, RemoteSession
 
 logger = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ import asyncio
 import json
 from collections.abc import Mapping
 
+from tensile.kube.channel_framing import ERROR, STDERR, STDOUT
 from vnode.api.channels import STATUS_LIMIT
-from vnode.kube.channel_framing import ERROR, STDERR, STDOUT
 from vnode.provider import RemoteCommand, RemoteSession
 
 TIMEOUT = 60.0

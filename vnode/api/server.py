@@ -20,12 +20,12 @@ from typing import Final, NoReturn, Protocol
 
 from aiohttp import typedefs, web
 
+from tensile.contracts.objects import Obj
 from vnode import provider_errors
 from vnode.api import auth, channels, logs, portforward, remotecommand, run, stats, streaming
 from vnode.api.spdy_session import SpdyTransport
 from vnode.api.streaming import DEFAULT_IDLE_TIMEOUT, STREAM_CREATION_TIMEOUT
 from vnode.api.websocket_session import WebSocketTransport
-from vnode.contracts.objects import Obj
 from vnode.provider import (
     ExecProvider,
     LogsProvider,

@@ -18,7 +18,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from vnode.kube.timestamps import rfc3339
+from tensile.kube.timestamps import rfc3339
 from vnode.provider import NodeUsage, Usage
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

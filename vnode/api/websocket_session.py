@@ -25,9 +25,9 @@ from typing import ClassVar
 
 from aiohttp import WSMsgType, web
 
+from tensile.kube import channel_framing as framing
 from vnode.api.channels import ChannelSpec
 from vnode.api.streaming import MAX_BUFFERED, IdleWatch
-from vnode.kube import channel_framing as framing
 
 logger = logging.getLogger(__name__)
 

@@ -22,13 +22,13 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tensile.kube import errors, timestamps
+from tensile.kube.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiClient
+from tensile.kube.informer import Handlers, Informer
+from tensile.kube.informer_factory import InformerFactory
+from tensile.kube.resources import LEASES, NODES
 from vnode.controllers import node_objects
 from vnode.controllers.retry import until_done
-from vnode.kube import errors, timestamps
-from vnode.kube.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiClient
-from vnode.kube.informer import Handlers, Informer
-from vnode.kube.informer_factory import InformerFactory
-from vnode.kube.resources import LEASES, NODES
 from vnode.provider import NodeProvider
 from vnode.settings import NodeSettings
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from vnode.contracts import labels as contract_labels
+from tensile.contracts import labels as contract_labels
 from vnode.settings import NodeSettings
 
 # -- the Node ---------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ the clusters, repairing what the event path missed (VirtualCluster's syncer patr
 
 The event path reacts to watch events; an event it never got, or a key a queue dropped,
 leaves drift nothing looks at again. Every `period` seconds the patrol
-1. audits every informer of the node (`vnode.kube.cacheaudit`): its selection listed
+1. audits every informer of the node (`tensile.kube.cacheaudit`): its selection listed
    again, metadata only, in pages, through the patrol's own clients (their own rate
    budget, never the heartbeat's); a store that differs from its server (a missed event)
    is relisted by its reflector, so the handlers fire and the event path's queues get
@@ -31,12 +31,12 @@ from dataclasses import dataclass
 from prometheus_client import Counter as CounterMetric
 from prometheus_client import Gauge, Histogram
 
+from tensile.kube import cacheaudit, errors
+from tensile.kube.cacheaudit import AuditSettings
+from tensile.kube.client import ApiClient
+from tensile.kube.informer import Informer
 from vnode.controllers.patrol_checks import Check
 from vnode.controllers.patrol_decisions import Mismatch
-from vnode.kube import cacheaudit, errors
-from vnode.kube.cacheaudit import AuditSettings
-from vnode.kube.client import ApiClient
-from vnode.kube.informer import Informer
 
 logger = logging.getLogger(__name__)
 

@@ -10,11 +10,11 @@ import asyncio
 from collections.abc import AsyncIterator, Iterable
 from typing import Protocol, TypeVar
 
+from tensile.kube.mirror.engine import Mirror
+from tensile.kube.resources import object_key
 from vnode.controllers import patrol_decisions
 from vnode.controllers.patrol_decisions import Mismatch
 from vnode.controllers.pods import PodController
-from vnode.kube.mirror.engine import Mirror
-from vnode.kube.resources import object_key
 from vnode.provider import BackendPodLister, PodProvider
 
 _T = TypeVar("_T")

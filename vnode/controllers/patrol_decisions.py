@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tensile.kube.mirror.decide import Action, Create, Delete, Recreate, Update
+from tensile.kube.resources import pod_is_terminal
 from vnode.controllers import pod_decisions
-from vnode.kube.mirror.decide import Action, Create, Delete, Recreate, Update
-from vnode.kube.resources import pod_is_terminal
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from vnode.kube.resources import TERMINAL_PHASES
+from tensile.kube.resources import TERMINAL_PHASES
 
 _MUTABLE_SPEC = ("containers", "initContainers", "activeDeadlineSeconds", "tolerations")
 

@@ -17,18 +17,18 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from tensile.contracts.objects import Obj
+from tensile.kube import errors, timestamps
+from tensile.kube.backoff import ExponentialBackoff
+from tensile.kube.client import MERGE_PATCH, ApiClient
+from tensile.kube.events import EventRecorder
+from tensile.kube.informer import Handlers, Informer
+from tensile.kube.informer_factory import InformerFactory
+from tensile.kube.resources import PODS, object_key, pod_is_terminal, split_key
+from tensile.kube.workqueue import FairQueuing, QueueSettings, Requeue, Transient, WorkQueue
 from vnode import provider_errors
-from vnode.contracts.objects import Obj
 from vnode.controllers import pod_decisions
 from vnode.controllers.retry import until_done
-from vnode.kube import errors, timestamps
-from vnode.kube.backoff import ExponentialBackoff
-from vnode.kube.client import MERGE_PATCH, ApiClient
-from vnode.kube.events import EventRecorder
-from vnode.kube.informer import Handlers, Informer
-from vnode.kube.informer_factory import InformerFactory
-from vnode.kube.resources import PODS, object_key, pod_is_terminal, split_key
-from vnode.kube.workqueue import FairQueuing, QueueSettings, Requeue, Transient, WorkQueue
 from vnode.provider import PodProvider
 
 logger = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""Start-up steps of the virtual node retried until they succeed (`vnode.kube.retry`):
+"""Start-up steps of the virtual node retried until they succeed (`tensile.kube.retry`):
 registration and the clean-up of orphaned lower pods, after any API answer or outage and
 any provider failure."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from vnode.kube import retry
+from tensile.kube import retry
 from vnode.provider_errors import ProviderError
 
 T = TypeVar("T")
@@ -24,6 +24,6 @@ async def until_done(
     cap: float = 30.0,
 ) -> T:
     """Run `step()` until it returns, retrying after `RETRIED` errors (see
-    `vnode.kube.retry.until_done`: delays in seconds, `initial` doubling up to `cap`, with
+    `tensile.kube.retry.until_done`: delays in seconds, `initial` doubling up to `cap`, with
     jitter); return its result. Other exceptions, cancellation included, propagate."""
     return await retry.until_done(what, step, retried=RETRIED, initial=initial, cap=cap)

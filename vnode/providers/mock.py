@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tensile.contracts.objects import Obj
+from tensile.kube.informer import Informer
+from tensile.kube.quantity import parse_quantity
+from tensile.kube.resources import object_key
+from tensile.kube.timestamps import rfc3339
+from tensile.serving.lifecycle import Component
 from vnode import provider_errors
-from vnode.contracts.objects import Obj
-from vnode.kube.informer import Informer
-from vnode.kube.quantity import parse_quantity
-from vnode.kube.resources import object_key
-from vnode.kube.timestamps import rfc3339
 from vnode.provider import (
     NodeUsage,
     PodEvent,
@@ -39,7 +40,6 @@ from vnode.provider import (
     RemoteCommand,
     RemoteSession,
 )
-from vnode.serving.lifecycle import Component
 
 DEFAULT_CAPACITY: Mapping[str, str] = {"cpu": "20", "memory": "100Gi", "pods": "20"}
 """virtual-kubelet's mock defaults."""

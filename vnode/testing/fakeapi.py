@@ -1,7 +1,7 @@
 """A fake Kubernetes API for unit tests of controllers and providers: `FakeApi`.
 
 It is a FAKE, not an apiserver: it keeps objects per resource in memory and answers the
-requests `vnode.kube.client.ApiClient.request` makes with the errors of `vnode.kube.errors`
+requests `tensile.kube.client.ApiClient.request` makes with the errors of `tensile.kube.errors`
 a real apiserver gives for the same cases (404, 409 AlreadyExists and Conflict, 405), but
 it runs no admission, no validation (no 422 unless injected), no defaulting, no graceful
 deletion and no garbage collection; a strategic merge patch is applied as a JSON merge
@@ -32,11 +32,11 @@ from typing import Any
 
 import aiohttp
 
-from vnode.contracts.objects import Obj
-from vnode.kube import errors
-from vnode.kube.client import JSON, ApiClient
-from vnode.kube.config import ConnectionInfo
-from vnode.kube.resources import Resource
+from tensile.contracts.objects import Obj
+from tensile.kube import errors
+from tensile.kube.client import JSON, ApiClient
+from tensile.kube.config import ConnectionInfo
+from tensile.kube.resources import Resource
 
 ANY = "*"
 """Matches every verb or resource in `fail` and `delay`."""
@@ -99,7 +99,7 @@ def parse_path(path: str) -> Target:
 
 def status_error(code: int, *, reason: str, message: str, **details: Any) -> errors.ApiError:
     """Return the ApiError an apiserver's Status of `code` and `reason` becomes (as
-    `vnode.kube.errors.from_response` builds it); `details` go into the Status's details
+    `tensile.kube.errors.from_response` builds it); `details` go into the Status's details
     (e.g. `causes=[{"reason": "NamespaceTerminating"}]`)."""
     status = {
         "kind": "Status",

@@ -14,8 +14,8 @@ import asyncio
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from tensile.contracts.objects import Obj
 from vnode import provider_errors
-from vnode.contracts.objects import Obj
 from vnode.provider import (
     ExecProvider,
     LogsProvider,

@@ -21,12 +21,12 @@ from collections.abc import Sequence
 
 from prometheus_client import Gauge
 
-from vnode.contracts.objects import Obj
-from vnode.kube import errors
-from vnode.kube.client import MERGE_PATCH, ApiClient
-from vnode.kube.events import EventRecorder
-from vnode.kube.informer import Informer
-from vnode.kube.resources import (
+from tensile.contracts.objects import Obj
+from tensile.kube import errors
+from tensile.kube.client import MERGE_PATCH, ApiClient
+from tensile.kube.events import EventRecorder
+from tensile.kube.informer import Informer
+from tensile.kube.resources import (
     CONFIG_MAPS,
     PERSISTENT_VOLUME_CLAIMS,
     PODS,
@@ -34,8 +34,8 @@ from vnode.kube.resources import (
     SERVICES,
     Resource,
 )
+from tensile.serving.lifecycle import StartupError
 from vnode.providers.k2k import naming, tensilekube
-from vnode.serving.lifecycle import StartupError
 
 logger = logging.getLogger(__name__)
 

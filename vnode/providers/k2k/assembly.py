@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from vnode.contracts.objects import Obj
-from vnode.kube.client import ApiClient
-from vnode.kube.events import EventRecorder
-from vnode.kube.informer import Handlers
-from vnode.kube.informer_factory import InformerFactory
-from vnode.kube.mirror.engine import Mirror
-from vnode.kube.mirror.spec import KindSpec
-from vnode.kube.resources import NODES, PODS
+from tensile.contracts.objects import Obj
+from tensile.kube.client import ApiClient
+from tensile.kube.events import EventRecorder
+from tensile.kube.informer import Handlers
+from tensile.kube.informer_factory import InformerFactory
+from tensile.kube.mirror.engine import Mirror
+from tensile.kube.mirror.spec import KindSpec
+from tensile.kube.resources import NODES, PODS
 from vnode.providers.k2k import naming, services, slim, tensilekube, translate, volumes
 from vnode.providers.k2k.adoption import TensileKubeAdoption
 from vnode.providers.k2k.dependencies import DependencySync

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vnode.contracts.objects import as_mapping, dicts_in
+from tensile.contracts.objects import as_mapping, dicts_in
 from vnode.providers.k2k import naming
 
 DEFAULT_EXPIRATION = 3607

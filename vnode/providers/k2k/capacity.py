@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable, Mapping
 from fractions import Fraction
 from typing import Any, Final
 
-from vnode.kube.quantity import format_quantity
-from vnode.kube.resources import pod_is_terminal
-from vnode.placement.requests import (
+from tensile.kube.quantity import format_quantity
+from tensile.kube.resources import pod_is_terminal
+from tensile.placement.requests import (
     HUGEPAGES_PREFIX,
     plus,
     pod_requests,

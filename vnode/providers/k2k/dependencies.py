@@ -1,6 +1,7 @@
 """Copies of what forwarded pods need in the lower cluster: ConfigMaps, Secrets, ServiceAccounts.
 
-Three on-request mirrors (`vnode.kube.mirror`) in the node's tenancy, one per kind, upper -> lower:
+Three on-request mirrors (`tensile.kube.mirror`) in the node's tenancy, one per kind, upper ->
+lower:
 
 - Before a pod is created below, every object it references is copied from the upper
   cluster (created, or brought up to date); a missing mandatory one is an error, not a pod
@@ -22,15 +23,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tensile.contracts.objects import Obj
+from tensile.kube import errors
+from tensile.kube.client import ApiClient
+from tensile.kube.informer import Handlers, Informer
+from tensile.kube.informer_factory import InformerFactory
+from tensile.kube.mirror.engine import EnsureResult, Mirror, MirrorConflict
+from tensile.kube.mirror.spec import Change, KindSpec, Patch, Replace
+from tensile.kube.resources import CONFIG_MAPS, SECRETS, SERVICE_ACCOUNTS, Resource
 from vnode import provider_errors
-from vnode.contracts.objects import Obj
-from vnode.kube import errors
-from vnode.kube.client import ApiClient
-from vnode.kube.informer import Handlers, Informer
-from vnode.kube.informer_factory import InformerFactory
-from vnode.kube.mirror.engine import EnsureResult, Mirror, MirrorConflict
-from vnode.kube.mirror.spec import Change, KindSpec, Patch, Replace
-from vnode.kube.resources import CONFIG_MAPS, SECRETS, SERVICE_ACCOUNTS, Resource
 from vnode.provider import PodEvent
 from vnode.providers.k2k import missing, naming, slim, translate
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from vnode.contracts.objects import Obj
-from vnode.kube import errors
-from vnode.kube.client import MERGE_PATCH, ApiClient
-from vnode.kube.informer import Handlers, Informer
-from vnode.kube.informer_factory import InformerFactory
-from vnode.kube.resources import EVENTS
-from vnode.kube.workqueue import WorkQueue
+from tensile.contracts.objects import Obj
+from tensile.kube import errors
+from tensile.kube.client import MERGE_PATCH, ApiClient
+from tensile.kube.informer import Handlers, Informer
+from tensile.kube.informer_factory import InformerFactory
+from tensile.kube.resources import EVENTS
+from tensile.kube.workqueue import WorkQueue
 from vnode.providers.k2k import naming
 
 _COPIED = (

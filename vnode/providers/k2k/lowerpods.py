@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
-from vnode.contracts.objects import Obj
-from vnode.kube.resources import object_key
-from vnode.placement import fit
+from tensile.contracts.objects import Obj
+from tensile.kube.resources import object_key
+from tensile.placement import fit
 from vnode.providers.k2k import capacity, naming
 
 logger = logging.getLogger(__name__)

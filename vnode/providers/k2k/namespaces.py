@@ -14,12 +14,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vnode.kube import errors
-from vnode.kube.backoff import ExponentialBackoff
-from vnode.kube.client import MERGE_PATCH, ApiClient
-from vnode.kube.mirror.engine import Refused
-from vnode.kube.resources import NAMESPACES
-from vnode.kube.workqueue import Requeue
+from tensile.kube import errors
+from tensile.kube.backoff import ExponentialBackoff
+from tensile.kube.client import MERGE_PATCH, ApiClient
+from tensile.kube.mirror.engine import Refused
+from tensile.kube.resources import NAMESPACES
+from tensile.kube.workqueue import Requeue
 from vnode.providers.k2k import naming, podsecurity
 from vnode.settings import PodSecurityLevel
 
@@ -87,7 +87,7 @@ def terminating(namespace: Mapping[str, Any]) -> bool:
 
 
 class LowerNamespaces:
-    """Makes and checks lower namespaces (implements `vnode.kube.mirror.engine.Namespaces`)."""
+    """Makes and checks lower namespaces (implements `tensile.kube.mirror.engine.Namespaces`)."""
 
     def __init__(
         self,

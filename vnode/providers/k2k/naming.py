@@ -18,12 +18,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vnode.contracts import clusterselector
-from vnode.contracts import labels as contract_labels
-from vnode.kube import names
+from tensile.contracts import clusterselector
+from tensile.contracts import labels as contract_labels
+from tensile.kube import names
 
 # tensile-kube compatible names (exact strings); those the webhook and the descheduler use
-# too are defined in vnode.contracts.
+# too are defined in tensile.contracts.
 VIRTUAL_POD_LABEL = contract_labels.VIRTUAL_POD_LABEL
 VIRTUAL_POD_VALUE = contract_labels.VIRTUAL_POD_VALUE
 CLUSTER_SELECTOR_ANNOTATION = clusterselector.ANNOTATION
@@ -196,7 +196,7 @@ def in_name_of(obj: Mapping[str, Any], target: Mapping[str, Any]) -> dict[str, A
 
 @dataclass(frozen=True, kw_only=True)
 class NodeTenancy:
-    """The tenancy of one virtual node's copies (a `vnode.kube.mirror.spec.Tenancy`): its
+    """The tenancy of one virtual node's copies (a `tensile.kube.mirror.spec.Tenancy`): its
     ownership marks, its siblings' (the other virtual nodes of its upper cluster), and the
     namespace prefix that maps an upper key to a lower one. Built once from the node's
     identity and shared by every kind it mirrors."""

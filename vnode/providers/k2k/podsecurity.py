@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from vnode.contracts.objects import as_list, as_mapping, dicts_in
+from tensile.contracts.objects import as_list, as_mapping, dicts_in
 from vnode.settings import PodSecurityLevel
 
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"

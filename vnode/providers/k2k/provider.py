@@ -20,13 +20,14 @@ from collections.abc import (
 )
 from typing import Any
 
+from tensile.contracts.objects import Obj
+from tensile.kube import errors
+from tensile.kube.client import STRATEGIC_MERGE_PATCH, ApiClient
+from tensile.kube.informer import Informer
+from tensile.kube.mirror.engine import Mirror, Refused
+from tensile.kube.resources import PODS, object_key
+from tensile.serving.lifecycle import Component
 from vnode import provider_errors
-from vnode.contracts.objects import Obj
-from vnode.kube import errors
-from vnode.kube.client import STRATEGIC_MERGE_PATCH, ApiClient
-from vnode.kube.informer import Informer
-from vnode.kube.mirror.engine import Mirror, Refused
-from vnode.kube.resources import PODS, object_key
 from vnode.provider import (
     NodeUsage,
     PodEvent,
@@ -42,7 +43,6 @@ from vnode.providers.k2k.namespaces import LowerNamespaces
 from vnode.providers.k2k.provisioner import VolumeProvisioner
 from vnode.providers.k2k.scrape import ResourceScraper
 from vnode.providers.k2k.tokens import UpperTokens
-from vnode.serving.lifecycle import Component
 from vnode.settings import PV_CONTROLLERS
 
 logger = logging.getLogger(__name__)

@@ -24,21 +24,21 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from vnode import provider_errors
-from vnode.contracts.objects import Obj
-from vnode.kube import errors
-from vnode.kube.client import MERGE_PATCH, ApiClient
-from vnode.kube.events import EventRecorder
-from vnode.kube.informer import Handlers, Informer
-from vnode.kube.informer_factory import InformerFactory
-from vnode.kube.mirror.engine import Mirror, MirrorConflict, Refused
-from vnode.kube.resources import (
+from tensile.contracts.objects import Obj
+from tensile.kube import errors
+from tensile.kube.client import MERGE_PATCH, ApiClient
+from tensile.kube.events import EventRecorder
+from tensile.kube.informer import Handlers, Informer
+from tensile.kube.informer_factory import InformerFactory
+from tensile.kube.mirror.engine import Mirror, MirrorConflict, Refused
+from tensile.kube.resources import (
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
     STORAGE_CLASSES,
     object_key,
 )
-from vnode.kube.workqueue import Requeue, WorkQueue
+from tensile.kube.workqueue import Requeue, WorkQueue
+from vnode import provider_errors
 from vnode.providers.k2k import naming, volumes
 from vnode.providers.k2k.events import EventMirror
 from vnode.providers.k2k.namespaces import LowerNamespaces

@@ -1,7 +1,7 @@
 """The placement summary of the lower cluster, published on the virtual Node.
 
 Every `interval` seconds the publisher looks at the lower nodes and what every lower pod
-takes of them (`LowerPodBook.rooms`), renders the compact summary (`vnode.placement.summary`)
+takes of them (`LowerPodBook.rooms`), renders the compact summary (`tensile.placement.summary`)
 and, when it differs from what it last wrote, merge-patches it into the upper Node's
 annotation `summary.ANNOTATION`, where `tensile-scheduler` reads it through its Node
 informer (docs/scheduler.md says why this and not a question to each virtual node).
@@ -18,11 +18,11 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from vnode.kube import errors
-from vnode.kube.client import MERGE_PATCH, ApiClient
-from vnode.kube.informer import Informer
-from vnode.kube.resources import NODES
-from vnode.placement import summary
+from tensile.kube import errors
+from tensile.kube.client import MERGE_PATCH, ApiClient
+from tensile.kube.informer import Informer
+from tensile.kube.resources import NODES
+from tensile.placement import summary
 from vnode.providers.k2k.lowerpods import LowerPodBook
 
 logger = logging.getLogger(__name__)

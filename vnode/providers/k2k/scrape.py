@@ -26,11 +26,11 @@ from typing import Protocol
 
 import aiohttp
 
-from vnode.contracts.objects import Obj
-from vnode.kube import errors
-from vnode.kube.client import ApiClient, read_bounded
-from vnode.kube.config import ConnectionInfo
-from vnode.kube.store import Store
+from tensile.contracts.objects import Obj
+from tensile.kube import errors
+from tensile.kube.client import ApiClient, read_bounded
+from tensile.kube.config import ConnectionInfo
+from tensile.kube.store import Store
 from vnode.provider import NodeUsage, PodUsage
 from vnode.providers.k2k import naming, resource_usage
 from vnode.providers.k2k.resource_usage import LowerKey, OwnedPod

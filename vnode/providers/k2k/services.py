@@ -58,9 +58,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vnode.contracts.objects import Obj
-from vnode.kube.mirror.spec import Change, KindSpec, Patch, Replace
-from vnode.kube.resources import ENDPOINT_SLICES, SERVICES
+from tensile.contracts.objects import Obj
+from tensile.kube.mirror.spec import Change, KindSpec, Patch, Replace
+from tensile.kube.resources import ENDPOINT_SLICES, SERVICES
 from vnode.providers.k2k import naming
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vnode.kube.informer import compact
+from tensile.kube.informer import compact
 from vnode.providers.k2k import naming, translate
 
 REFS = "tensile.io/refs"

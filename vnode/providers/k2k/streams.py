@@ -2,7 +2,7 @@
 port-forward): adapters from an open `aiohttp` WebSocket to the sessions of
 `vnode.provider` (`RemoteSession`, `PortSession`).
 
-The framing is `vnode.kube.channel_framing`, the same the kubelet API serves upstairs; the
+The framing is `tensile.kube.channel_framing`, the same the kubelet API serves upstairs; the
 provider offers only binary protocols (v5 and v4 for exec, v4 for port-forward), so every
 message is one channel byte and its payload.
 """
@@ -13,7 +13,7 @@ import contextlib
 
 import aiohttp
 
-from vnode.kube import channel_framing as framing
+from tensile.kube import channel_framing as framing
 
 EXEC_PROTOCOLS = (framing.V5, framing.V4)
 """What the provider offers the lower apiserver for exec/attach, best first."""

@@ -31,8 +31,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from vnode.contracts.objects import Obj, as_mapping, dicts_in
-from vnode.kube import timestamps
+from tensile.contracts.objects import Obj, as_mapping, dicts_in
+from tensile.kube import timestamps
 from vnode.providers.k2k import dependencies, naming, services, translate
 
 ADOPTED_KINDS = ("Pod", "ConfigMap", "Secret", "PersistentVolumeClaim", "Service")

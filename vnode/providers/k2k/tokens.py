@@ -25,11 +25,11 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from vnode.contracts.objects import Obj, as_mapping, dicts_in
-from vnode.kube import errors, timestamps
-from vnode.kube.client import MERGE_PATCH, ApiClient
-from vnode.kube.informer import Informer
-from vnode.kube.resources import CONFIG_MAPS, PODS, SECRETS, object_key
+from tensile.contracts.objects import Obj, as_mapping, dicts_in
+from tensile.kube import errors, timestamps
+from tensile.kube.client import MERGE_PATCH, ApiClient
+from tensile.kube.informer import Informer
+from tensile.kube.resources import CONFIG_MAPS, PODS, SECRETS, object_key
 from vnode.providers.k2k import boundtokens, naming, slim
 
 logger = logging.getLogger(__name__)

@@ -15,11 +15,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vnode.contracts import clusterselector
-from vnode.contracts.labels import DEFAULT_TAINT_KEY
-from vnode.contracts.objects import as_list, as_mapping, dicts_in
-from vnode.kube import codec
-from vnode.placement.lower import lower_placement, lower_tolerations
+from tensile.contracts import clusterselector
+from tensile.contracts.labels import DEFAULT_TAINT_KEY
+from tensile.contracts.objects import as_list, as_mapping, dicts_in
+from tensile.kube import codec
+from tensile.placement.lower import lower_placement, lower_tolerations
 from vnode.providers.k2k import boundtokens, naming, volumes
 from vnode.settings import PodSecurityLevel
 

@@ -44,11 +44,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vnode.contracts import labels
-from vnode.contracts.objects import Obj
-from vnode.kube.mirror.spec import Change, KindSpec, Patch
-from vnode.kube.quantity import parse_quantity
-from vnode.kube.resources import PERSISTENT_VOLUME_CLAIMS
+from tensile.contracts import labels
+from tensile.contracts.objects import Obj
+from tensile.kube.mirror.spec import Change, KindSpec, Patch
+from tensile.kube.quantity import parse_quantity
+from tensile.kube.resources import PERSISTENT_VOLUME_CLAIMS
 from vnode.providers.k2k import naming
 
 PROVISIONER = "tensile.io/virtual-node"

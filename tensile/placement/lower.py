@@ -1,0 +1,144 @@
+"""Where a forwarded pod may run in the lower cluster: its nodeSelector, node affinity, tolerations.
+
+The upper scheduler already evaluated the pod's own nodeSelector and required node affinity
+against the virtual node: what the virtual node satisfied is spent and dropped, what it did
+not satisfy is kept, and the tensile-kube webhook's `clusterSelector` annotation (the
+constraints it moved off the upper pod) is merged on top. Unlike tensile-kube's TrimPod, which
+replaced nodeSelector, tolerations and required node affinity with the annotation's (or wiped
+them when it was absent), nothing the pod keeps is ever lost. Pure functions only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from tensile.contracts import clusterselector
+from tensile.contracts.labels import DEFAULT_TAINT_KEY
+from tensile.contracts.objects import as_list, as_mapping
+from tensile.contracts.scheduling import PREFERRED, REQUIRED, selector_matches
+from tensile.kube import codec
+
+TERM_RULES: Final[clusterselector.TermRules] = {
+    "max_terms": clusterselector.MAX_TERMS,
+    "overflow": "loosen",
+    "drop_empty": True,
+    "dedupe": False,
+}
+"""How the virtual node ANDs the pod's kept required terms (left) with the clusterSelector's
+(right): see `clusterselector.and_terms`, which says why these differ from the webhook's."""
+
+_POD_AFFINITIES = ("podAffinity", "podAntiAffinity")
+
+
+def lower_placement(
+    spec: Mapping[str, Any],
+    *,
+    cluster_selector: Mapping[str, Any] | None,
+    node_name: str,
+    node_labels: Mapping[str, str],
+    taint_key: str = DEFAULT_TAINT_KEY,
+) -> dict[str, Any]:
+    """Return a copy of the pod spec `spec` with its placement rewritten for the lower cluster.
+
+    In: the upper pod's spec, the parsed `clusterSelector` (or None: the pod did not go
+    through the webhook), the virtual node's name, labels and taint key. Out: a new spec
+    where
+    - nodeSelector = the upper entries the virtual node does not satisfy, updated with the
+      clusterSelector's;
+    - required node affinity = dropped if the virtual node satisfies it, then ANDed with the
+      clusterSelector's (`clusterselector.and_terms` with `TERM_RULES`);
+    - preferred node affinity, podAffinity and podAntiAffinity = the pod's, plus whatever
+      the clusterSelector's affinity adds to them;
+    - tolerations = the pod's plus the clusterSelector's not already present; with a
+      clusterSelector, the tolerations the webhook added upstairs (the virtual node's
+      taint, its not-ready/unreachable NoExecute ones: `clusterselector.is_added_toleration`)
+      are left there: below, the originals the webhook copied into the annotation apply,
+      and a pod on a dead lower node is evicted and replaced;
+    - empty nodeSelector / affinity parts removed, so the lower API server accepts the pod.
+    """
+    placed = codec.deep_copy(dict(spec))
+    chosen = cluster_selector or {}
+    selector = {
+        key: value
+        for key, value in as_mapping(spec.get("nodeSelector")).items()
+        if node_labels.get(key) != value  # the upper scheduler already matched this entry
+    }
+    selector.update(as_mapping(chosen.get("nodeSelector")))
+    affinity = _lower_affinity(
+        as_mapping(spec.get("affinity")),
+        extra=as_mapping(chosen.get("affinity")),
+        node_name=node_name,
+        node_labels=node_labels,
+    )
+    tolerations = lower_tolerations(spec, cluster_selector=cluster_selector, taint_key=taint_key)
+    _put(placed, "nodeSelector", codec.deep_copy(selector))
+    _put(placed, "affinity", affinity)
+    _put(placed, "tolerations", tolerations)
+    return placed
+
+
+def lower_tolerations(
+    spec: Mapping[str, Any],
+    *,
+    cluster_selector: Mapping[str, Any] | None,
+    taint_key: str = DEFAULT_TAINT_KEY,
+) -> list[Any]:
+    """Return the tolerations `lower_placement` gives the lower pod (a new list; see there)."""
+    own = as_list(spec.get("tolerations"))
+    if cluster_selector is not None:
+        own = [t for t in own if not clusterselector.is_added_toleration(t, taint_key=taint_key)]
+    return _union(own, as_list((cluster_selector or {}).get("tolerations")))
+
+
+def _lower_affinity(
+    affinity: Mapping[str, Any],
+    *,
+    extra: Mapping[str, Any],
+    node_name: str,
+    node_labels: Mapping[str, str],
+) -> dict[str, Any]:
+    merged = codec.deep_copy(dict(affinity))
+    node = dict(as_mapping(merged.get("nodeAffinity")))
+    extra_node = as_mapping(extra.get("nodeAffinity"))
+    required = node.get(REQUIRED)
+    if not isinstance(required, Mapping) or selector_matches(
+        required, node_name=node_name, node_labels=node_labels
+    ):
+        required = None  # spent: the upper scheduler placed the pod on the virtual node by it
+    _put(node, REQUIRED, _and_selectors(required, as_mapping(extra_node.get(REQUIRED)) or None))
+    _put(node, PREFERRED, _union(as_list(node.get(PREFERRED)), as_list(extra_node.get(PREFERRED))))
+    _put(merged, "nodeAffinity", node)
+    for kind in _POD_AFFINITIES:
+        terms = dict(as_mapping(merged.get(kind)))
+        extra_terms = as_mapping(extra.get(kind))
+        for field in (REQUIRED, PREFERRED):
+            _put(terms, field, _union(as_list(terms.get(field)), as_list(extra_terms.get(field))))
+        _put(merged, kind, terms)
+    return merged
+
+
+def _and_selectors(
+    kept: Mapping[str, Any] | None, extra: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
+    if kept is None or extra is None:
+        chosen = kept if kept is not None else extra
+        return codec.deep_copy(dict(chosen)) if chosen is not None else None
+    kept_terms = as_list(kept.get("nodeSelectorTerms"))
+    extra_terms = as_list(extra.get("nodeSelectorTerms"))
+    terms = clusterselector.and_terms(kept_terms, extra_terms, **TERM_RULES)
+    return {"nodeSelectorTerms": codec.deep_copy(terms)}
+
+
+def _union(first: list[Any], second: list[Any]) -> list[Any]:
+    # Order-preserving, the webhook's rule (linear: a pod may carry very many tolerations).
+    return codec.deep_copy(clusterselector.union(first, second))
+
+
+def _put(target: dict[str, Any], key: str, value: object) -> None:
+    # Empty containers are removed: `nodeSelector: {}` or `affinity: {}` only add noise, and an
+    # empty nodeSelectorTerms list is invalid.
+    if value:
+        target[key] = value
+    else:
+        target.pop(key, None)
