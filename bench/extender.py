@@ -47,8 +47,8 @@ import aiohttp
 from aiohttp import web
 
 from scheduler import extender
-from scheduler.fleet import Fleet
 from scheduler.server import Judge, make_app
+from scheduler.summaries import Summaries
 from tensile.placement import fit, summary
 from tensile.placement.requests import plus, pod_requests
 from tensile.serving import endpoints
@@ -196,10 +196,12 @@ def serve(texts: dict[str, str], pair: KeyPair, port_out: Any) -> None:
     """Run the extender application in this process (a child) over HTTPS."""
 
     async def main() -> None:
-        fleet = Fleet()
+        summaries = Summaries()
         for name, text in texts.items():
-            fleet.put(virtual_node(name, text))
-        app = make_app(Judge(fleet=fleet, policy=extender.Policy()), health=endpoints.Health())
+            summaries.put(virtual_node(name, text))
+        app = make_app(
+            Judge(summaries=summaries, policy=extender.Policy()), health=endpoints.Health()
+        )
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -311,15 +313,17 @@ def main() -> int:
     gc.collect()  # the extender holds summaries, not the synthetic clusters made above
 
     # What the extender adds per call, in process: the decision alone.
-    fleet = Fleet()
+    summaries = Summaries()
     for name, text in texts.items():
-        fleet.put(virtual_node(name, text))
+        summaries.put(virtual_node(name, text))
     decisions = []
     cpus = ["500m", "1500m", "3", "6", "12"]
     for i in range(args.calls):
         call = extender.parse_args({"Pod": pod(cpus[i % len(cpus)]), "NodeNames": list(texts)})
         started = time.perf_counter()
-        extender.filter_result(call, extender.judge(call, fleet=fleet, policy=extender.Policy()))
+        extender.filter_result(
+            call, extender.judge(call, summaries=summaries, policy=extender.Policy())
+        )
         decisions.append(time.perf_counter() - started)
 
     print("\nwhat each way of knowing the lower clusters costs")

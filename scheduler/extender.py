@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from scheduler.fleet import Fleet, VirtualNode
+from scheduler.summaries import NodeSummary, Summaries
 from tensile.contracts import clusterselector
 from tensile.contracts.labels import DEFAULT_TAINT_KEY
 from tensile.contracts.objects import as_mapping
@@ -141,7 +141,7 @@ class Recent:
 def judge(
     call: Call,
     *,
-    fleet: Fleet,
+    summaries: Summaries,
     policy: Policy,
     recent: Recent | None = None,
     explain: bool = True,
@@ -162,7 +162,7 @@ def judge(
     needs: dict[str, fit.PodNeed | None] = {}
     verdicts = []
     for name in call.names:
-        node = fleet.get(name)
+        node = summaries.get(name)
         if node is None:
             verdicts.append(Verdict(name=name, virtual=False))
             continue
@@ -188,7 +188,7 @@ def _reusable(known: Verdict, *, explain: bool) -> bool:
 
 
 def _need(
-    node: VirtualNode,
+    node: NodeSummary,
     *,
     spec: Mapping[str, Any],
     selector: Mapping[str, Any] | None,
@@ -208,7 +208,7 @@ def _need(
 
 
 def _verdict(
-    node: VirtualNode, *, need: fit.PodNeed | None, policy: Policy, explain: bool
+    node: NodeSummary, *, need: fit.PodNeed | None, policy: Policy, explain: bool
 ) -> Verdict:
     if need is None:
         return Verdict(name=node.name, virtual=True)

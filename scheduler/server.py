@@ -19,8 +19,8 @@ from typing import Any, Final
 from aiohttp import web
 
 from scheduler import extender, metrics
-from scheduler.fleet import Fleet
 from scheduler.slices_filter import Refusals, within_slices
+from scheduler.summaries import Summaries
 from tensile.kube import codec
 from tensile.serving import endpoints
 
@@ -35,7 +35,7 @@ with room to spare (a NodeList of full Nodes can be larger: use nodeCacheCapable
 class Judge:
     """What the handlers decide with."""
 
-    fleet: Fleet
+    summaries: Summaries
     policy: extender.Policy
     recent: extender.Recent = field(default_factory=extender.Recent)
     """Verdicts of filter kept for the prioritize call of the same pod."""
@@ -62,7 +62,9 @@ Decide = Callable[[Judge, extender.Call], Any]
 
 
 def _filter(judge: Judge, call: extender.Call) -> dict[str, Any]:
-    verdicts = extender.judge(call, fleet=judge.fleet, policy=judge.policy, recent=judge.recent)
+    verdicts = extender.judge(
+        call, summaries=judge.summaries, policy=judge.policy, recent=judge.recent
+    )
     for verdict in verdicts:
         label = "passed" if not verdict.virtual else ("fit" if verdict.fits else "unfit")
         metrics.NODES.labels(label).inc()
@@ -75,7 +77,7 @@ def _filter(judge: Judge, call: extender.Call) -> dict[str, Any]:
 
 def _prioritize(judge: Judge, call: extender.Call) -> list[dict[str, Any]]:
     verdicts = extender.judge(
-        call, fleet=judge.fleet, policy=judge.policy, recent=judge.recent, explain=False
+        call, summaries=judge.summaries, policy=judge.policy, recent=judge.recent, explain=False
     )
     return extender.priorities(verdicts)
 

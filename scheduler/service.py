@@ -1,4 +1,4 @@
-"""One extender process: the upper virtual-node informer, the fleet it keeps, the HTTPS
+"""One extender process: the upper virtual-node informer, the summaries it keeps, the HTTPS
 server; start order; graceful stop.
 
 Start: the listen port is bound at once (a busy one fails the start), the certificate files
@@ -22,11 +22,11 @@ from typing import Any
 from aiohttp import web
 
 from scheduler import metrics
-from scheduler.fleet import Fleet
 from scheduler.server import Judge, make_app
 from scheduler.settings import Settings
 from scheduler.slices_controller import SliceController
 from scheduler.slices_filter import Refusals
+from scheduler.summaries import Summaries
 from tensile.kube.client import ApiClient
 from tensile.kube.config import ConnectionInfo
 from tensile.kube.informer import Handlers, Informer
@@ -110,7 +110,7 @@ class Extender:
 
 
 class ExtenderServer:
-    """The virtual-node informer, the fleet and the HTTPS server, as a `Component`."""
+    """The virtual-node informer, the summaries and the HTTPS server, as a `Component`."""
 
     name = "extender"
 
@@ -132,7 +132,7 @@ class ExtenderServer:
         self._stopping = False
         self._listening = False
         self._drained = asyncio.Event()
-        self.fleet = Fleet()
+        self.summaries = Summaries()
         self.nodes = Informer(
             client,
             NODES,
@@ -158,7 +158,7 @@ class ExtenderServer:
             "serving", lambda: None if self._listening else "the HTTPS port is not listening yet"
         )
         app = make_app(
-            Judge(fleet=self.fleet, policy=settings.policy, slices=slices),
+            Judge(summaries=self.summaries, policy=settings.policy, slices=slices),
             health=self.health,
             max_request_bytes=settings.server.max_request_bytes,
         )
@@ -168,20 +168,20 @@ class ExtenderServer:
 
     def _put(self, node: Mapping[str, Any]) -> None:
         name = str((node.get("metadata") or {}).get("name"))
-        self.fleet.put(node)
-        if name in self.fleet.unreadable:
+        self.summaries.put(node)
+        if name in self.summaries.unreadable:
             logger.warning(
-                "virtual node %s: summary unreadable: %s", name, self.fleet.unreadable[name]
+                "virtual node %s: summary unreadable: %s", name, self.summaries.unreadable[name]
             )
         self._count()
 
     def _remove(self, name: str) -> None:
-        self.fleet.remove(name)
+        self.summaries.remove(name)
         self._count()
 
     def _count(self) -> None:
-        metrics.VIRTUAL_NODES.labels("readable").set(len(self.fleet))
-        metrics.VIRTUAL_NODES.labels("unreadable").set(len(self.fleet.unreadable))
+        metrics.VIRTUAL_NODES.labels("readable").set(len(self.summaries))
+        metrics.VIRTUAL_NODES.labels("unreadable").set(len(self.summaries.unreadable))
 
     def informers(self) -> Sequence[Informer]:
         """The virtual Nodes: calls are judged against them, so they list first."""

@@ -1,8 +1,8 @@
 """The extender's HTTP side (`scheduler.server`) on a real socket on 127.0.0.1: answers in
 kube-scheduler's extender/v1 shapes, precise 400s for what is not an ExtenderArgs, a
-fallback when a decision raises, and metrics. The fleet is filled from Node objects as the
+fallback when a decision raises, and metrics. The summaries are filled from Node objects as the
 informer would (the informer itself runs against the real apiserver in
-tests/e2e/test_scheduler.py); a decision that raises is injected through a fleet whose
+tests/e2e/test_scheduler.py); a decision that raises is injected through summaries whose
 lookup raises, a fault no real cluster produces on demand."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest
 from aiohttp import web
 
 from scheduler import extender
-from scheduler.fleet import Fleet, VirtualNode
 from scheduler.server import Judge, make_app
+from scheduler.summaries import NodeSummary, Summaries
 from tensile.placement import fit, summary
 from tensile.serving import endpoints
 
@@ -37,9 +37,9 @@ def _virtual(name: str, cpu: str) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def serving(fleet: Fleet) -> AsyncIterator[str]:
+async def serving(summaries: Summaries) -> AsyncIterator[str]:
     app = make_app(
-        Judge(fleet=fleet, policy=extender.Policy()),
+        Judge(summaries=summaries, policy=extender.Policy()),
         health=endpoints.Health(),
         max_request_bytes=64 * 1024,
     )
@@ -60,10 +60,10 @@ POD = {
 
 
 async def test_filter_and_prioritize_answer_in_the_extender_shapes() -> None:
-    fleet = Fleet()
-    fleet.put(_virtual("small", "1"))
-    fleet.put(_virtual("big", "4"))
-    async with serving(fleet) as url, aiohttp.ClientSession() as session:
+    summaries = Summaries()
+    summaries.put(_virtual("small", "1"))
+    summaries.put(_virtual("big", "4"))
+    async with serving(summaries) as url, aiohttp.ClientSession() as session:
         args = {"Pod": POD, "NodeNames": ["small", "big", "plain"]}
         async with session.post(f"{url}/filter", json=args) as answer:
             assert answer.status == 200
@@ -94,7 +94,7 @@ async def test_filter_and_prioritize_answer_in_the_extender_shapes() -> None:
 async def test_what_is_not_extender_args_gets_a_precise_4xx(
     data: bytes, content_type: str, status: int, text: str
 ) -> None:
-    async with serving(Fleet()) as url, aiohttp.ClientSession() as session:
+    async with serving(Summaries()) as url, aiohttp.ClientSession() as session:
         for verb in ("filter", "prioritize"):
             async with session.post(
                 f"{url}/{verb}", data=data, headers={"Content-Type": content_type}
@@ -103,8 +103,8 @@ async def test_what_is_not_extender_args_gets_a_precise_4xx(
                 assert text in await answer.text()
 
 
-class _Broken(Fleet):
-    def get(self, name: str) -> VirtualNode | None:
+class _Broken(Summaries):
+    def get(self, name: str) -> NodeSummary | None:
         raise RuntimeError("a bug")
 
 

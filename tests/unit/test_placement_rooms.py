@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler import extender
-from scheduler.fleet import Fleet
+from scheduler.summaries import Summaries
 from tensile.placement import fit
 from tests.unit.test_lower_pod_book import NODE, OTHER, lower_pod
 from tests.unit.test_scheduler_extender import _lower_node, _pod, _virtual_node
@@ -50,25 +50,25 @@ def test_the_slim_pod_keeps_only_host_ports() -> None:
 
 
 def test_prioritize_reuses_filters_verdicts_and_filter_never_takes_one_without_reasons() -> None:
-    fleet = Fleet()
-    fleet.put(_virtual_node("vn-a", _lower_node("a1", "1")))
+    summaries = Summaries()
+    summaries.put(_virtual_node("vn-a", _lower_node("a1", "1")))
     pod = _pod("1500m")
     pod["metadata"].update(uid="u1", resourceVersion="7")
     call = extender.parse_args({"Pod": pod, "NodeNames": ["vn-a"]})
     recent = extender.Recent()
     policy = extender.Policy()
     [after_prioritize] = extender.judge(
-        call, fleet=fleet, policy=policy, recent=recent, explain=False
+        call, summaries=summaries, policy=policy, recent=recent, explain=False
     )
     assert after_prioritize.choice is not None
     assert after_prioritize.choice.reasons == {}
-    [after_filter] = extender.judge(call, fleet=fleet, policy=policy, recent=recent)
+    [after_filter] = extender.judge(call, summaries=summaries, policy=policy, recent=recent)
     assert after_filter is not after_prioritize  # judged again, to explain
     assert after_filter.choice is not None
     assert after_filter.choice.reasons == {"Insufficient cpu": 1}
-    [again] = extender.judge(call, fleet=fleet, policy=policy, recent=recent, explain=False)
+    [again] = extender.judge(call, summaries=summaries, policy=policy, recent=recent, explain=False)
     assert again is after_filter
     pod["metadata"]["resourceVersion"] = "8"
     changed = extender.parse_args({"Pod": pod, "NodeNames": ["vn-a"]})
-    [fresh] = extender.judge(changed, fleet=fleet, policy=policy, recent=recent)
+    [fresh] = extender.judge(changed, summaries=summaries, policy=policy, recent=recent)
     assert fresh is not after_filter

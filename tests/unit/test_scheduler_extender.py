@@ -1,4 +1,4 @@
-"""The extender's decisions (scheduler.extender, scheduler.fleet): kube-scheduler's
+"""The extender's decisions (scheduler.extender, scheduler.summaries): kube-scheduler's
 extender/v1 shapes, filter and prioritize over the virtual nodes' placement summaries."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from scheduler import extender
-from scheduler.fleet import Fleet
+from scheduler.summaries import Summaries
 from tensile.contracts import clusterselector
 from tensile.placement import fit, summary
 
@@ -47,12 +47,12 @@ def _pod(cpu: str, *, selector: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 @pytest.fixture
-def fleet() -> Fleet:
-    fleet = Fleet()
-    fleet.put(_virtual_node("vn-a", _lower_node("a1", "1"), _lower_node("a2", "1")))
-    fleet.put(_virtual_node("vn-b", _lower_node("b1", "8")))
-    fleet.put(_virtual_node("vn-c", _lower_node("c1", "2", {"pool": "gpu"})))
-    return fleet
+def summaries() -> Summaries:
+    summaries = Summaries()
+    summaries.put(_virtual_node("vn-a", _lower_node("a1", "1"), _lower_node("a2", "1")))
+    summaries.put(_virtual_node("vn-b", _lower_node("b1", "8")))
+    summaries.put(_virtual_node("vn-c", _lower_node("c1", "2", {"pool": "gpu"})))
+    return summaries
 
 
 FILTER_CASES = [
@@ -71,11 +71,11 @@ FILTER_CASES = [
 
 @pytest.mark.parametrize(("what", "pod", "passes", "fails"), FILTER_CASES)
 def test_filter_passes_what_fits_below_and_what_is_not_virtual(
-    fleet: Fleet, what: str, pod: Any, passes: list[str], fails: list[str]
+    summaries: Summaries, what: str, pod: Any, passes: list[str], fails: list[str]
 ) -> None:
     call = extender.parse_args({"pod": pod, "NodeNames": ["vn-a", "vn-b", "vn-c", "real"]})
     result = extender.filter_result(
-        call, extender.judge(call, fleet=fleet, policy=extender.Policy())
+        call, extender.judge(call, summaries=summaries, policy=extender.Policy())
     )
     assert result["NodeNames"] == passes, what
     assert sorted(result["FailedNodes"]) == fails, what
@@ -83,28 +83,30 @@ def test_filter_passes_what_fits_below_and_what_is_not_virtual(
     assert result["Error"] == ""
 
 
-def test_the_reason_reads_like_the_schedulers(fleet: Fleet) -> None:
+def test_the_reason_reads_like_the_schedulers(summaries: Summaries) -> None:
     call = extender.parse_args({"Pod": _pod("1500m"), "NodeNames": ["vn-a"]})
     result = extender.filter_result(
-        call, extender.judge(call, fleet=fleet, policy=extender.Policy())
+        call, extender.judge(call, summaries=summaries, policy=extender.Policy())
     )
     assert result["FailedNodes"] == {
         "vn-a": "lower cluster of vn-a: 0/2 nodes are available: 2 Insufficient cpu."
     }
 
 
-def test_a_node_list_is_answered_with_a_node_list(fleet: Fleet) -> None:
+def test_a_node_list_is_answered_with_a_node_list(summaries: Summaries) -> None:
     nodes = {"items": [{"metadata": {"name": "vn-a"}}, {"metadata": {"name": "vn-b"}}]}
     call = extender.parse_args({"Pod": _pod("1500m"), "Nodes": nodes})
     result = extender.filter_result(
-        call, extender.judge(call, fleet=fleet, policy=extender.Policy())
+        call, extender.judge(call, summaries=summaries, policy=extender.Policy())
     )
     assert [n["metadata"]["name"] for n in result["Nodes"]["items"]] == ["vn-b"]
 
 
-def test_prioritize_prefers_the_tightest_hole(fleet: Fleet) -> None:
+def test_prioritize_prefers_the_tightest_hole(summaries: Summaries) -> None:
     call = extender.parse_args({"Pod": _pod("1500m"), "NodeNames": ["vn-a", "vn-b", "vn-c", "x"]})
-    scores = extender.priorities(extender.judge(call, fleet=fleet, policy=extender.Policy()))
+    scores = extender.priorities(
+        extender.judge(call, summaries=summaries, policy=extender.Policy())
+    )
     assert scores == [
         {"Host": "vn-a", "Score": 0},
         {"Host": "vn-b", "Score": 3},  # 1.5 of 8 free cpu: 1 + round(9 * 0.1875)
@@ -114,9 +116,9 @@ def test_prioritize_prefers_the_tightest_hole(fleet: Fleet) -> None:
     assert all(0 <= s["Score"] <= extender.MAX_EXTENDER_PRIORITY for s in scores)
 
 
-def test_headroom_scores_zero_but_never_filters(fleet: Fleet) -> None:
+def test_headroom_scores_zero_but_never_filters(summaries: Summaries) -> None:
     call = extender.parse_args({"Pod": _pod("1500m"), "NodeNames": ["vn-c"]})
-    verdicts = extender.judge(call, fleet=fleet, policy=extender.Policy(headroom=0.5))
+    verdicts = extender.judge(call, summaries=summaries, policy=extender.Policy(headroom=0.5))
     assert verdicts[0].fits
     assert verdicts[0].score == 0
 
@@ -137,18 +139,18 @@ def test_bad_args_say_what_is_wrong(body: Any, error: str) -> None:
 
 
 def test_an_unreadable_summary_leaves_the_node_untouched() -> None:
-    fleet = Fleet()
-    fleet.put({"metadata": {"name": "vn", "annotations": {summary.ANNOTATION: "{"}}})
-    assert fleet.get("vn") is None
-    assert "not JSON" in fleet.unreadable["vn"]
+    summaries = Summaries()
+    summaries.put({"metadata": {"name": "vn", "annotations": {summary.ANNOTATION: "{"}}})
+    assert summaries.get("vn") is None
+    assert "not JSON" in summaries.unreadable["vn"]
     call = extender.parse_args({"Pod": _pod("100"), "NodeNames": ["vn"]})
     result = extender.filter_result(
-        call, extender.judge(call, fleet=fleet, policy=extender.Policy())
+        call, extender.judge(call, summaries=summaries, policy=extender.Policy())
     )
     assert result["NodeNames"] == ["vn"]
 
 
-def test_args_as_go_writes_them_are_read(fleet: Fleet) -> None:
+def test_args_as_go_writes_them_are_read(summaries: Summaries) -> None:
     """extender/v1 has no JSON tags: kube-scheduler writes the field names, a nil Nodes as
     null; keys are matched case-insensitively, as Go reads them."""
     sent = {"Pod": _pod("1500m"), "Nodes": None, "NodeNames": ["vn-a", "vn-b"]}

@@ -19,7 +19,7 @@ from tensile.placement import summary
 
 
 @dataclass(frozen=True, kw_only=True)
-class VirtualNode:
+class NodeSummary:
     """A virtual Node of the upper cluster and its lower cluster's summary."""
 
     name: str
@@ -28,14 +28,14 @@ class VirtualNode:
     text: str
     """The annotation value `summary` was parsed from."""
     generation: int = 0
-    """Grows with every new summary the fleet takes in (a key for what was judged on it)."""
+    """Grows with every new summary `Summaries` takes in (a key for what was judged on it)."""
 
 
-class Fleet:
-    """Node name -> `VirtualNode`, updated with `put`/`remove` from Node events."""
+class Summaries:
+    """Node name -> `NodeSummary`, updated with `put`/`remove` from Node events."""
 
     def __init__(self) -> None:
-        self._nodes: dict[str, VirtualNode] = {}
+        self._nodes: dict[str, NodeSummary] = {}
         self._generation = 0
         self.unreadable: dict[str, str] = {}
         """Node name -> why its summary could not be read (the latest error)."""
@@ -43,7 +43,7 @@ class Fleet:
     def __len__(self) -> int:
         return len(self._nodes)
 
-    def get(self, name: str) -> VirtualNode | None:
+    def get(self, name: str) -> NodeSummary | None:
         """Return the virtual node `name`, or None when it is not one (or unknown)."""
         return self._nodes.get(name)
 
@@ -59,7 +59,7 @@ class Fleet:
         known = self._nodes.get(name)
         if known is not None and known.text == text:
             if known.labels != labels:
-                self._nodes[name] = VirtualNode(
+                self._nodes[name] = NodeSummary(
                     name=name,
                     labels=labels,
                     summary=known.summary,
@@ -74,7 +74,7 @@ class Fleet:
             self.unreadable[name] = str(exc)
             return
         self.unreadable.pop(name, None)
-        self._nodes[name] = VirtualNode(
+        self._nodes[name] = NodeSummary(
             name=name, labels=labels, summary=parsed, text=text, generation=self._next()
         )
 
