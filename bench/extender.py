@@ -319,7 +319,9 @@ def main() -> int:
     decisions = []
     cpus = ["500m", "1500m", "3", "6", "12"]
     for i in range(args.calls):
-        call = extender.parse_args({"Pod": pod(cpus[i % len(cpus)]), "NodeNames": list(texts)})
+        call = extender.read_extender_args(
+            {"Pod": pod(cpus[i % len(cpus)]), "NodeNames": list(texts)}
+        )
         started = time.perf_counter()
         extender.filter_result(
             call, extender.judge(call, summaries=summaries, policy=extender.Policy())

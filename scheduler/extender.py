@@ -2,7 +2,7 @@
 
 Shapes are those of k8s.io/kube-scheduler/extender/v1 (types.go), whose fields carry no
 JSON tags: Go writes them under their field names, and reads them matching names
-case-insensitively (encoding/json), which `parse_args` does too:
+case-insensitively (encoding/json), which `read_extender_args` does too:
 
 - ExtenderArgs: {"Pod": Pod, "Nodes": NodeList or null, "NodeNames": [string] or null};
   with `nodeCacheCapable: true` the scheduler sends only "NodeNames".
@@ -95,7 +95,7 @@ class Verdict:
         return f"lower cluster of {self.name}: {self.choice.message()}"
 
 
-def parse_args(body: object) -> Call:
+def read_extender_args(body: object) -> Call:
     """Return the call in `body` (decoded JSON). Raises BadArgs naming the bad part."""
     if not isinstance(body, Mapping):
         raise BadArgs("the body must be a JSON object (ExtenderArgs)")

@@ -106,7 +106,7 @@ def _handler(verb: str, decide: Decide) -> Callable[[web.Request], Any]:
             except ValueError as exc:
                 raise web.HTTPBadRequest(text=f"not JSON: {exc}") from None
             try:
-                call = extender.parse_args(decoded)
+                call = extender.read_extender_args(decoded)
             except extender.BadArgs as exc:
                 raise web.HTTPBadRequest(text=f"not an ExtenderArgs: {exc}") from None
             try:

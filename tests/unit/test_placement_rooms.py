@@ -54,7 +54,7 @@ def test_prioritize_reuses_filters_verdicts_and_filter_never_takes_one_without_r
     summaries.put(_virtual_node("vn-a", _lower_node("a1", "1")))
     pod = _pod("1500m")
     pod["metadata"].update(uid="u1", resourceVersion="7")
-    call = extender.parse_args({"Pod": pod, "NodeNames": ["vn-a"]})
+    call = extender.read_extender_args({"Pod": pod, "NodeNames": ["vn-a"]})
     recent = extender.Recent()
     policy = extender.Policy()
     [after_prioritize] = extender.judge(
@@ -69,6 +69,6 @@ def test_prioritize_reuses_filters_verdicts_and_filter_never_takes_one_without_r
     [again] = extender.judge(call, summaries=summaries, policy=policy, recent=recent, explain=False)
     assert again is after_filter
     pod["metadata"]["resourceVersion"] = "8"
-    changed = extender.parse_args({"Pod": pod, "NodeNames": ["vn-a"]})
+    changed = extender.read_extender_args({"Pod": pod, "NodeNames": ["vn-a"]})
     [fresh] = extender.judge(changed, summaries=summaries, policy=policy, recent=recent)
     assert fresh is not after_filter

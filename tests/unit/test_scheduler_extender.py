@@ -73,7 +73,7 @@ FILTER_CASES = [
 def test_filter_passes_what_fits_below_and_what_is_not_virtual(
     summaries: Summaries, what: str, pod: Any, passes: list[str], fails: list[str]
 ) -> None:
-    call = extender.parse_args({"pod": pod, "NodeNames": ["vn-a", "vn-b", "vn-c", "real"]})
+    call = extender.read_extender_args({"pod": pod, "NodeNames": ["vn-a", "vn-b", "vn-c", "real"]})
     result = extender.filter_result(
         call, extender.judge(call, summaries=summaries, policy=extender.Policy())
     )
@@ -84,7 +84,7 @@ def test_filter_passes_what_fits_below_and_what_is_not_virtual(
 
 
 def test_the_reason_reads_like_the_schedulers(summaries: Summaries) -> None:
-    call = extender.parse_args({"Pod": _pod("1500m"), "NodeNames": ["vn-a"]})
+    call = extender.read_extender_args({"Pod": _pod("1500m"), "NodeNames": ["vn-a"]})
     result = extender.filter_result(
         call, extender.judge(call, summaries=summaries, policy=extender.Policy())
     )
@@ -95,7 +95,7 @@ def test_the_reason_reads_like_the_schedulers(summaries: Summaries) -> None:
 
 def test_a_node_list_is_answered_with_a_node_list(summaries: Summaries) -> None:
     nodes = {"items": [{"metadata": {"name": "vn-a"}}, {"metadata": {"name": "vn-b"}}]}
-    call = extender.parse_args({"Pod": _pod("1500m"), "Nodes": nodes})
+    call = extender.read_extender_args({"Pod": _pod("1500m"), "Nodes": nodes})
     result = extender.filter_result(
         call, extender.judge(call, summaries=summaries, policy=extender.Policy())
     )
@@ -103,7 +103,9 @@ def test_a_node_list_is_answered_with_a_node_list(summaries: Summaries) -> None:
 
 
 def test_prioritize_prefers_the_tightest_hole(summaries: Summaries) -> None:
-    call = extender.parse_args({"Pod": _pod("1500m"), "NodeNames": ["vn-a", "vn-b", "vn-c", "x"]})
+    call = extender.read_extender_args(
+        {"Pod": _pod("1500m"), "NodeNames": ["vn-a", "vn-b", "vn-c", "x"]}
+    )
     scores = extender.priorities(
         extender.judge(call, summaries=summaries, policy=extender.Policy())
     )
@@ -117,7 +119,7 @@ def test_prioritize_prefers_the_tightest_hole(summaries: Summaries) -> None:
 
 
 def test_headroom_scores_zero_but_never_filters(summaries: Summaries) -> None:
-    call = extender.parse_args({"Pod": _pod("1500m"), "NodeNames": ["vn-c"]})
+    call = extender.read_extender_args({"Pod": _pod("1500m"), "NodeNames": ["vn-c"]})
     verdicts = extender.judge(call, summaries=summaries, policy=extender.Policy(headroom=0.5))
     assert verdicts[0].fits
     assert verdicts[0].score == 0
@@ -135,7 +137,7 @@ def test_headroom_scores_zero_but_never_filters(summaries: Summaries) -> None:
 )
 def test_bad_args_say_what_is_wrong(body: Any, error: str) -> None:
     with pytest.raises(extender.BadArgs, match=error):
-        extender.parse_args(body)
+        extender.read_extender_args(body)
 
 
 def test_an_unreadable_summary_leaves_the_node_untouched() -> None:
@@ -143,7 +145,7 @@ def test_an_unreadable_summary_leaves_the_node_untouched() -> None:
     summaries.put({"metadata": {"name": "vn", "annotations": {summary.ANNOTATION: "{"}}})
     assert summaries.get("vn") is None
     assert "not JSON" in summaries.unreadable["vn"]
-    call = extender.parse_args({"Pod": _pod("100"), "NodeNames": ["vn"]})
+    call = extender.read_extender_args({"Pod": _pod("100"), "NodeNames": ["vn"]})
     result = extender.filter_result(
         call, extender.judge(call, summaries=summaries, policy=extender.Policy())
     )
@@ -154,8 +156,8 @@ def test_args_as_go_writes_them_are_read(summaries: Summaries) -> None:
     """extender/v1 has no JSON tags: kube-scheduler writes the field names, a nil Nodes as
     null; keys are matched case-insensitively, as Go reads them."""
     sent = {"Pod": _pod("1500m"), "Nodes": None, "NodeNames": ["vn-a", "vn-b"]}
-    call = extender.parse_args(sent)
+    call = extender.read_extender_args(sent)
     assert call.names == ("vn-a", "vn-b")
     assert call.nodes is None
-    lower = extender.parse_args({"pod": _pod("1"), "nodenames": ["x"]})
+    lower = extender.read_extender_args({"pod": _pod("1"), "nodenames": ["x"]})
     assert lower.names == ("x",)
