@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             report = asyncio.run(
                 gather.why_report(target, namespace=namespace, name=args.pod, now=now)
             )
-    except (gather.NotFound, errors.ApiError, errors.ApiUnavailable) as exc:
+    except (gather.NoSuchPod, errors.ApiError, errors.ApiUnavailable) as exc:
         print(f"{PROGRAM}: error: {exc}", file=sys.stderr)
         return 1
     sys.stdout.write(render.render(report, command=args.command, output=args.output))

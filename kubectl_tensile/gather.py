@@ -29,8 +29,9 @@ LOWER_TIMEOUT = 5.0
 """Seconds a lower cluster gets to answer before it is reported as not answering."""
 
 
-class NotFound(Exception):
-    """The object asked about does not exist; the message says which."""
+class NoSuchPod(Exception):
+    """The pod asked about does not exist; the message names it and its namespace, as
+    kubectl's does (the API's `errors.NotFound`, which it replaces, prints an HTTP status)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,12 +104,12 @@ async def why_report(
     target: Target, *, namespace: str, name: str, now: dt.datetime
 ) -> dict[str, Any]:
     """Read what `why.why` needs about pod `namespace`/`name` and return its report.
-    Raises NotFound (no such pod), errors.ApiError, errors.ApiUnavailable (upper cluster)."""
+    Raises NoSuchPod, errors.ApiError, errors.ApiUnavailable (upper cluster)."""
     async with _client(target.upper, "upper") as upper:
         try:
             pod = await upper.request("GET", PODS.path(namespace=namespace, name=name))
         except errors.NotFound:
-            raise NotFound(f"pod {name} not found in namespace {namespace}") from None
+            raise NoSuchPod(f"pod {name} not found in namespace {namespace}") from None
         bound = str((pod.get("spec") or {}).get("nodeName") or "")
         node = None
         if bound:
