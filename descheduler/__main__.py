@@ -3,7 +3,7 @@
 Exit codes: 0 after SIGTERM/SIGINT (the Lease released) or after the one round of
 `--descheduling-interval=0`, and for `version`/`--version`; 1 when the upper cluster cannot
 be reached at start, the metrics address cannot be listened on, or the Lease or the
-avoidance record could never be written (`room`: a missing namespace it may not create,
+avoidance record could never be written (`preflight`: a missing namespace it may not create,
 missing RBAC); 2 for invalid flags, a bad policy file or kubeconfig.
 """
 
@@ -14,7 +14,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from descheduler import cli, room
+from descheduler import cli, preflight
 from descheduler.loop import Descheduler
 from descheduler.settings import Settings
 from tensile.kube import config, errors
@@ -48,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         asyncio.run(_run(settings, info))
-    except (errors.ApiUnavailable, errors.ApiError, OSError, room.NoRoom) as exc:
+    except (errors.ApiUnavailable, errors.ApiError, OSError, preflight.PreflightFailed) as exc:
         logger.error("tensile-descheduler stopped: %s", exc)
         return 1
     except KeyboardInterrupt:  # pragma: no cover - a second Ctrl-C
@@ -74,7 +74,7 @@ async def _run(settings: Settings, info: config.ConnectionInfo) -> None:
         ) as events,
     ):
         await client.request("GET", "/version")  # reachable at start, or exit 1
-        await room.ensure(client, settings)  # the Lease and the record can be kept, or exit 1
+        await preflight.ensure(client, settings)  # the Lease and the record can be kept, or exit 1
         descheduler = Descheduler(client=client, events=events, settings=settings, identity=holder)
         health = Health()
         health.add_check("informers", descheduler.not_synced)

@@ -1,5 +1,5 @@
-"""Before the descheduler competes for its Lease: make sure it CAN hold the Lease and write
-the avoidance record, or stop at once saying what to do.
+"""The descheduler's preflight check: before it competes for its Lease, make sure it CAN hold
+the Lease and write the avoidance record, or stop at once saying what to do.
 
 tensile-kube's descheduler had neither: started the way it was (a kubeconfig or its
 ServiceAccount, a policy file), ours would otherwise retry the Lease forever after one
@@ -7,7 +7,7 @@ warning, in a namespace (tensile-system) that does not exist or with an identity
 not create Leases. So, for the Lease's namespace and the avoidance record's, a dry-run
 create (`dryRun=All`: the apiserver authorizes and admits it, stores nothing) says which:
 
-- accepted, or AlreadyExists: there is room;
+- accepted, or AlreadyExists: it can be written;
 - NotFound: the namespace is missing; it is created (it is ours, named by our defaults:
   creating it is what an administrator would do, and is harmless if someone else just did);
   if this identity may not create namespaces, stop with what to do;
@@ -17,7 +17,7 @@ First of all, one SelfSubjectAccessReview per cluster-wide permission its caches
 moves need (`PERMISSIONS`; tensile-kube's ClusterRole granted fewer): a missing one would
 otherwise make a reflector retry forever; all missing ones are named in one message.
 
-A stop is `NoRoom` (the command exits 1 with its message). Other answers (a 5xx, an
+A stop is `PreflightFailed` (the command exits 1 with its message). Other answers (a 5xx, an
 unreachable apiserver) are raised as they are: they are not configuration.
 """
 
@@ -71,10 +71,10 @@ PERMISSIONS = (
 )
 """What the caches (descheduler.loop) and moves (descheduler.mover) do across the cluster:
 manifests/descheduler/rbac.yaml's ClusterRole."""
-Verdict = Literal["room", "create-namespace", "forbidden"]
+Verdict = Literal["writable", "create-namespace", "forbidden"]
 
 
-class NoRoom(Exception):
+class PreflightFailed(Exception):
     """The descheduler cannot keep its Lease or its record; the message says what to do."""
 
 
@@ -121,7 +121,7 @@ def verdict(code: int) -> Verdict | None:
     """Return what the HTTP status of a dry-run create means (None: not configuration; the
     caller raises the error)."""
     if code in (200, 201, 409):
-        return "room"
+        return "writable"
     if code == 404:
         return "create-namespace"
     if code == 403:
@@ -161,18 +161,18 @@ def missing_message(missing: list[Permission]) -> str:
 
 
 async def ensure(client: ApiClient, settings: Settings) -> None:
-    """Check `PERMISSIONS`, then make room for every `needs(settings)` (see the module
-    docstring). Raises NoRoom, errors.ApiError (other refusals), errors.ApiUnavailable."""
+    """Check `PERMISSIONS`, then make every `needs(settings)` writable (see the module
+    docstring). Raises PreflightFailed, errors.ApiError (other refusals), errors.ApiUnavailable."""
     missing = [p for p in PERMISSIONS if not await _allowed(client, p)]
     if missing:
-        raise NoRoom(missing_message(missing))
+        raise PreflightFailed(missing_message(missing))
     for need in needs(settings):
         code, answer = await _dry_run(client, need)
         if verdict(code) == "create-namespace":
             await _create_namespace(client, need)
             code, answer = await _dry_run(client, need)
         if verdict(code) == "forbidden":
-            raise NoRoom(forbidden_message(need, answer))
+            raise PreflightFailed(forbidden_message(need, answer))
 
 
 async def _allowed(client: ApiClient, permission: Permission) -> bool:
@@ -228,7 +228,7 @@ async def _create_namespace(client: ApiClient, need: Need) -> None:
     except errors.AlreadyExists:
         return
     except errors.Forbidden:
-        raise NoRoom(no_namespace_message(need)) from None
+        raise PreflightFailed(no_namespace_message(need)) from None
     logger.warning(
         "created namespace %s for the %s %s: it did not exist", need.namespace, need.kind, need.name
     )
