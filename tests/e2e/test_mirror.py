@@ -23,7 +23,7 @@ from tensile.contracts.objects import Obj
 from tensile.kube import config, errors
 from tensile.kube.client import ApiClient
 from tensile.kube.informer_factory import InformerFactory
-from tensile.kube.mirror.engine import Mirror, MirrorConflict
+from tensile.kube.mirror.engine import Mirror, NameTakenError
 from tensile.kube.mirror.spec import Change, Creation, KindSpec, Patch, Replace
 from tensile.kube.resources import CONFIG_MAPS
 from tests.e2e.helpers import until
@@ -323,7 +323,7 @@ async def test_on_request_copies_are_made_when_asked_and_kept_while_in_use(
         foreign = cm("theirs", {"v": "x"}, labels=labels)
         foreign["metadata"]["annotations"] = annotations
         await lower.request("POST", path, body=foreign)
-        with pytest.raises(MirrorConflict):
+        with pytest.raises(NameTakenError):
             await mirror.ensure(f"{namespace}/theirs")
         with pytest.raises(KeyError):
             await mirror.ensure(f"{namespace}/missing")

@@ -19,10 +19,10 @@ import pytest
 from tensile.contracts.objects import Obj
 from tensile.kube.mirror.decide import (
     Action,
-    Conflict,
     Create,
     Delete,
     Missing,
+    NameTaken,
     Nothing,
     Occasion,
     Recreate,
@@ -130,12 +130,12 @@ GOING["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
 FIRST_WAIT = Waiting(resource_version="10", due=NOW + SIBLING_GRACE)
 """The wait a sibling's copy (version 10) first seen differing at NOW gets."""
 
-CONFLICT = (
+TAKEN = (
     "ConfigMap ns/cfg exists in the target cluster and is {whose}; leaving it alone "
     "(the ConfigMap ns/cfg is not mirrored)"
 )
-STRANGERS = CONFLICT.format(whose=naming.owner_of(FOREIGN))
-EARLIER = CONFLICT.format(whose="kept for an earlier object of the same name")
+STRANGERS = TAKEN.format(whose=naming.owner_of(FOREIGN))
+EARLIER = TAKEN.format(whose="kept for an earlier object of the same name")
 NOT_OURS = "ConfigMap ns/cfg is not this mirror's"
 KEPT_FOR_EARLIER = "ConfigMap ns/cfg is kept for an earlier ConfigMap of the same name"
 
@@ -339,9 +339,9 @@ ROWS = [
             occasion="ensure",
             creation="on_request",
             in_use=True,
-            expect=Conflict(OURS_EARLIER, KEPT_FOR_EARLIER),
+            expect=NameTaken(OURS_EARLIER, KEPT_FOR_EARLIER),
         ),
-        id="ensure, ours for an earlier source, in use: conflict",
+        id="ensure, ours for an earlier source, in use: name taken",
     ),
     pytest.param(
         Row(
@@ -360,8 +360,8 @@ ROWS = [
     ),
     # -- not ours ----------------------------------------------------------------------
     pytest.param(
-        Row(source=upper(), cached=FOREIGN, expect=Conflict(FOREIGN, STRANGERS)),
-        id="another tenant's: conflict, saying whose",
+        Row(source=upper(), cached=FOREIGN, expect=NameTaken(FOREIGN, STRANGERS)),
+        id="another tenant's: name taken, saying whose",
     ),
     pytest.param(
         Row(cached=FOREIGN, expect=Nothing()), id="another tenant's, source gone: nothing"
@@ -376,26 +376,26 @@ ROWS = [
             cached=FOREIGN,
             occasion="ensure",
             creation="on_request",
-            expect=Conflict(FOREIGN, NOT_OURS),
+            expect=NameTaken(FOREIGN, NOT_OURS),
         ),
-        id="ensure, another tenant's: conflict",
+        id="ensure, another tenant's: name taken",
     ),
     pytest.param(
         Row(
             source=upper(),
             cached=THEIRS_OTHER_KEY,
-            expect=Conflict(THEIRS_OTHER_KEY, CONFLICT.format(whose=naming.owner_of(THEIRS))),
+            expect=NameTaken(THEIRS_OTHER_KEY, TAKEN.format(whose=naming.owner_of(THEIRS))),
         ),
-        id="a sibling's copy of another source key: conflict",
+        id="a sibling's copy of another source key: name taken",
     ),
     pytest.param(
         Row(
             source=upper(),
             cached=THEIRS,
             siblings=False,
-            expect=Conflict(THEIRS, CONFLICT.format(whose=naming.owner_of(THEIRS))),
+            expect=NameTaken(THEIRS, TAKEN.format(whose=naming.owner_of(THEIRS))),
         ),
-        id="a sibling's copy, of a kind that keeps none: conflict",
+        id="a sibling's copy, of a kind that keeps none: name taken",
     ),
     # -- a sibling's copy ----------------------------------------------------------------
     pytest.param(
@@ -544,7 +544,7 @@ ROWS = [
             source=upper(),
             cached=FOREIGN,
             deleted=OURS["metadata"]["uid"] + "-gone",
-            expect=Conflict(FOREIGN, STRANGERS),
+            expect=NameTaken(FOREIGN, STRANGERS),
         ),
         id="deleted by us, another object cached since: that one counts",
     ),
@@ -558,17 +558,17 @@ ROWS = [
         id="met ours, equal: up to date",
     ),
     pytest.param(
-        Row(source=upper(), cached=FOREIGN, occasion="met", expect=Conflict(FOREIGN, STRANGERS)),
-        id="met another tenant's: conflict, saying whose",
+        Row(source=upper(), cached=FOREIGN, occasion="met", expect=NameTaken(FOREIGN, STRANGERS)),
+        id="met another tenant's: name taken, saying whose",
     ),
     pytest.param(
         Row(
             source=upper(),
             cached=OURS_EARLIER,
             occasion="met",
-            expect=Conflict(OURS_EARLIER, EARLIER),
+            expect=NameTaken(OURS_EARLIER, EARLIER),
         ),
-        id="met ours for an earlier source: conflict",
+        id="met ours for an earlier source: name taken",
     ),
     pytest.param(
         Row(
@@ -588,9 +588,9 @@ ROWS = [
             source=upper(),
             cached=FOREIGN,
             occasion="met_ensure",
-            expect=Conflict(FOREIGN, NOT_OURS),
+            expect=NameTaken(FOREIGN, NOT_OURS),
         ),
-        id="ensure met another tenant's: conflict",
+        id="ensure met another tenant's: name taken",
     ),
     pytest.param(
         Row(

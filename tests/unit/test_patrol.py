@@ -17,9 +17,9 @@ from tensile.kube import errors
 from tensile.kube.cacheaudit import Suspect, confirmed, page_suspects, repaired, unlisted_suspects
 from tensile.kube.mirror.decide import (
     Action,
-    Conflict,
     Create,
     Delete,
+    NameTaken,
     Nothing,
     Recreate,
     StillDeleting,
@@ -192,7 +192,7 @@ ACTIONS: dict[str, tuple[Action, str | None]] = {
         None,
     ),
     "still deleting": (StillDeleting(target=T), None),
-    "conflict (the event path reports it)": (Conflict(target=T, message="m"), None),
+    "name taken (the event path reports it)": (NameTaken(target=T, message="m"), None),
 }
 
 

@@ -21,8 +21,8 @@ The rules, which `decide` states case by case:
   object, then creating, patching, replacing or deleting the target; failures come back
   with per-key backoff;
 - a target that is neither the writer's own nor a sibling's copy the kind keeps is never
-  changed or deleted: a mirror that finds one where its copy belongs reports a conflict
-  (`on_problem`) and leaves it alone;
+  changed or deleted: a mirror that finds one holding its copy's name reports the name
+  taken (`NameTaken`, `on_problem`) and leaves it alone;
 - a sibling's copy (made by another writer of the same copies, e.g. another virtual node
   of the same upper cluster over the same lower cluster) serves as the copy and is kept
   like an owned one, in its owner's name (also when it is replaced or made again):

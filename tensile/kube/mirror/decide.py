@@ -27,7 +27,7 @@ way (`met`, or `met_ensure` for the create of an `ensure`)."""
 @dataclass(frozen=True)
 class Nothing:
     """Nothing to write: no copy is wanted and none is kept, or one is kept as it is
-    (needed, or not ours to change; a conflict is its own action)."""
+    (needed, or not ours to change; a name taken is its own action, `NameTaken`)."""
 
 
 @dataclass(frozen=True)
@@ -90,8 +90,10 @@ class StillDeleting:
 
 
 @dataclass(frozen=True)
-class Conflict:
-    """`target` is where the copy belongs and may not be used: `message` says why."""
+class NameTaken:
+    """`target` holds the copy's name and may not be used (someone else's object, a sibling's
+    copy the kind does not keep, or our copy kept for an earlier source of the same name):
+    `message` says why."""
 
     target: Obj
     message: str
@@ -111,7 +113,7 @@ Action = (
     | Delete
     | WaitForMaker
     | StillDeleting
-    | Conflict
+    | NameTaken
     | Missing
 )
 
@@ -188,7 +190,7 @@ class _Rules:
             return Nothing()
         if not self.siblings.keeps(self.key, current):
             if source is not None and always:
-                return self.conflict(current, whose=self.siblings.tenancy.describe(current))
+                return self.name_taken(current, whose=self.siblings.tenancy.describe(current))
             return Nothing()
         mine = source if source is None or self.spec.stands_for(current, source) else None
         if self.collectable(current, mine):
@@ -200,7 +202,7 @@ class _Rules:
             return Delete(current)
         if mine is None:
             if source is not None and always:
-                return self.conflict(current, whose=_EARLIER)
+                return self.name_taken(current, whose=_EARLIER)
             return Nothing()
         return self.apply(mine, current, wait=True)
 
@@ -210,14 +212,14 @@ class _Rules:
         keeps = self.siblings.keeps(self.key, current)
         if keeps and not self.spec.stands_for(current, source):
             if not self.collectable(current, None):
-                return Conflict(
+                return NameTaken(
                     current,
                     f"{self.spec.target.kind} {object_key(current)} is kept for an earlier "
                     f"{self.spec.kind} of the same name",
                 )
             return self.leftover(source, current)
         if not keeps:
-            return Conflict(current, f"{self.spec.target.kind} {object_key(current)} {_NOT_OURS}")
+            return NameTaken(current, f"{self.spec.target.kind} {object_key(current)} {_NOT_OURS}")
         return self.apply(source, current, wait=False)
 
     def collect(self, source: Obj | None, current: Obj | None) -> Action:
@@ -233,16 +235,16 @@ class _Rules:
         if _deleting(current):
             return StillDeleting(current)
         if not self.siblings.keeps(self.key, current):
-            return self.conflict(current, whose=self.siblings.tenancy.describe(current))
+            return self.name_taken(current, whose=self.siblings.tenancy.describe(current))
         if not self.spec.stands_for(current, source):
-            return self.conflict(current, whose=_EARLIER)
+            return self.name_taken(current, whose=_EARLIER)
         return self.apply(source, current, wait=True)
 
     def met_ensure(self, source: Obj, current: Obj) -> Action:
         if _deleting(current):
             return StillDeleting(current)
         if not self.siblings.keeps(self.key, current):
-            return Conflict(current, f"{self.spec.target.kind} {object_key(current)} {_NOT_OURS}")
+            return NameTaken(current, f"{self.spec.target.kind} {object_key(current)} {_NOT_OURS}")
         return self.apply(source, current, wait=False)
 
     # -- the parts ---------------------------------------------------------------------
@@ -293,8 +295,8 @@ class _Rules:
             return None
         return WaitForMaker(current, waiting, waiting.due - self.now)
 
-    def conflict(self, current: Obj, *, whose: str) -> Conflict:
-        return Conflict(
+    def name_taken(self, current: Obj, *, whose: str) -> NameTaken:
+        return NameTaken(
             current,
             f"{self.spec.target.kind} {object_key(current)} exists in the target cluster and "
             f"is {whose}; leaving it alone (the {self.spec.kind} {self.key} is not mirrored)",

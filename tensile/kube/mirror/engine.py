@@ -20,10 +20,10 @@ from tensile.kube.client import MERGE_PATCH, ApiClient
 from tensile.kube.informer import Handlers, Informer
 from tensile.kube.mirror.decide import (
     Action,
-    Conflict,
     Create,
     Delete,
     Missing,
+    NameTaken,
     Nothing,
     Occasion,
     Recreate,
@@ -49,8 +49,9 @@ _REFUSALS = (errors.Invalid, errors.Forbidden, errors.BadRequest)
 """What the target cluster answers to a write it will not take as things are."""
 
 
-class MirrorConflict(Exception):
-    """A target object where the copy belongs is not the mirror's own; `target` is it."""
+class NameTakenError(Exception):
+    """What `ensure` raises for `NameTaken`: a target object holding the copy's name may not
+    be used; `target` is it."""
 
     def __init__(self, message: str, *, target: Obj) -> None:
         super().__init__(message)
@@ -114,8 +115,8 @@ class Mirror:
         when a create meets it). `in_use(target key)` (on-request mirrors; "namespace/name")
         tells whether something still needs the target there: an owned one is not collected,
         and one that is gone is made again. `namespaces` makes target namespaces exist
-        before creates. `on_problem(source, message)` is told about conflicts and targets
-        the target cluster refuses; `on_notice(source, message)` of the spec's `notice`
+        before creates. `on_problem(source, message)` is told about names taken (`NameTaken`) and
+        targets the target cluster refuses; `on_notice(source, message)` of the spec's `notice`
         once a target stands for the source (once per source UID and message).
         `collect_delay` (seconds) is how long `schedule_collection` waits, so a burst of pod
         deletions is collected once.
@@ -143,7 +144,7 @@ class Mirror:
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._in_flight = WritesInFlight()
         self._reported: set[tuple[str, str]] = set()
-        """(source key, target UID) conflicts already logged."""
+        """(source key, target UID) of the names found taken, already logged."""
         self._waits = MakerWaits(self.siblings)
         """Source key -> the wait for its sibling's copy's maker, until the key settles."""
         self._remade: dict[str, Obj] = {}
@@ -298,7 +299,7 @@ class Mirror:
 
         Returns "created" (made now), "present" (it existed; brought up to date) or
         "shared" (a sibling's copy serves; brought up to date in its owner's name). Raises KeyError
-        when the source is missing or not selected, MirrorConflict when an object that is
+        when the source is missing or not selected, NameTakenError when an object that is
         not the mirror's own is in the way, and kube errors for API failures.
         """
         async with self._locked(key):
@@ -316,8 +317,8 @@ class Mirror:
                     except _Existed as existed:
                         action = self._decide(key, source, existed.current, "met_ensure")
             match action:
-                case Conflict(target=target, message=message):
-                    raise MirrorConflict(message, target=target)
+                case NameTaken(target=target, message=message):
+                    raise NameTakenError(message, target=target)
                 case UpToDate(target=target) | Update(target=target) | Recreate(target=target):
                     # No wait for a sibling's copy here: the pod being made needs it now.
                     await self._perform(key, source, action)
@@ -360,8 +361,8 @@ class Mirror:
                 # Replaced, or collected a moment ago, and held by a finalizer: make the copy
                 # once the old one is gone.
                 raise Requeue(_STILL_DELETING_RETRY, f"{object_key(target)} is still being deleted")
-            case Conflict(target=target, message=message):
-                await self._conflict(key, source, target, message)
+            case NameTaken(target=target, message=message):
+                await self._name_taken(key, source, target, message)
                 return None
         assert source is not None  # the writes below are decided only for a source
         match action:
@@ -391,8 +392,8 @@ class Mirror:
                 return created or target
         raise AssertionError(f"unhandled {action!r}")
 
-    async def _conflict(self, key: str, source: Obj | None, target: Obj, message: str) -> None:
-        """Report a conflict the worker met (logged once per key and target)."""
+    async def _name_taken(self, key: str, source: Obj | None, target: Obj, message: str) -> None:
+        """Report a name taken that the worker met (logged once per key and target)."""
         if source is None:
             return
         if (key, uid(target)) not in self._reported:
@@ -478,7 +479,7 @@ class Mirror:
         try:
             await self._target_client.request("DELETE", path, body=body)
         except (errors.NotFound, errors.Conflict):
-            pass  # gone already, or another object now has the name: not ours to delete
+            pass  # gone already, or (409) another object now has the name: not ours to delete
         self._in_flight.deleted(object_key(current), uid(current))
 
     async def _report(self, source: Obj, target: Obj) -> None:

@@ -58,7 +58,7 @@ class Tenancy(Protocol):
         marks instead: a sibling's copy stays its maker's when we write it."""
 
     def describe(self, target: Obj) -> str:
-        """Whose `target` is, for conflict messages ("owned by ...")."""
+        """Whose `target` is, for the messages of a name taken ("owned by ...")."""
 
 
 def _never(_key: str, _target: Obj) -> bool:

@@ -28,7 +28,7 @@ from tensile.kube import errors
 from tensile.kube.client import ApiClient
 from tensile.kube.informer import Handlers, Informer
 from tensile.kube.informer_factory import InformerFactory
-from tensile.kube.mirror.engine import EnsureResult, Mirror, MirrorConflict
+from tensile.kube.mirror.engine import EnsureResult, Mirror, NameTakenError
 from tensile.kube.mirror.spec import Change, KindSpec, Patch, Replace
 from tensile.kube.resources import CONFIG_MAPS, SECRETS, SERVICE_ACCOUNTS, Resource
 from vnode import provider_errors
@@ -384,7 +384,7 @@ class DependencySync:
             return await self.mirrors[kind].ensure(f"{upper_ns}/{name}")
         except KeyError:
             return None
-        except MirrorConflict as exc:
+        except NameTakenError as exc:
             raise provider_errors.InvalidPod(
                 f"{kind} {lower_ns}/{name} exists in the lower cluster and is "
                 f"{naming.owner_of(exc.target)}; refusing to use or overwrite it (the pod "

@@ -30,7 +30,7 @@ from tensile.kube.client import MERGE_PATCH, ApiClient
 from tensile.kube.events import EventRecorder
 from tensile.kube.informer import Handlers, Informer
 from tensile.kube.informer_factory import InformerFactory
-from tensile.kube.mirror.engine import Mirror, MirrorConflict, Refused
+from tensile.kube.mirror.engine import Mirror, NameTakenError, Refused
 from tensile.kube.resources import (
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
@@ -329,7 +329,7 @@ class VolumeProvisioner:
             return
         try:
             await self.mirror.ensure(key)
-        except MirrorConflict as exc:
+        except NameTakenError as exc:
             await self._failed(
                 claim,
                 f"claim {object_key(exc.target)} exists in the lower cluster and is "
@@ -549,7 +549,7 @@ class VolumeProvisioner:
             raise missing("is being provisioned")
         try:
             await self.mirror.ensure(key)
-        except MirrorConflict as exc:
+        except NameTakenError as exc:
             raise provider_errors.InvalidPod(
                 f"PersistentVolumeClaim {lower_key} exists in the lower cluster and is "
                 f"{_owner_of_claim(exc.target, self._owner)}; refusing to use or overwrite it"
