@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from scheduler.extender import Policy
 from scheduler.server import MAX_REQUEST_BYTES
 from scheduler.settings import ServerSettings, Settings
-from scheduler.slices_flags import add_slice_flags, slice_settings
+from scheduler.slices.flags import add_slice_flags, slice_settings
 from tensile.contracts import selectors
 from tensile.contracts.labels import DEFAULT_TAINT_KEY
 from tensile.serving import flags

@@ -19,7 +19,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from scheduler import extender, metrics
-from scheduler.slices_filter import Refusals, within_slices
+from scheduler.slices.filter import Refusals, within_slices
 from scheduler.summaries import Summaries
 from tensile.kube import codec
 from tensile.serving import endpoints

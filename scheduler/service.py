@@ -24,8 +24,8 @@ from aiohttp import web
 from scheduler import metrics
 from scheduler.server import Judge, make_app
 from scheduler.settings import Settings
-from scheduler.slices_controller import SliceController
-from scheduler.slices_filter import Refusals
+from scheduler.slices.controller import SliceController
+from scheduler.slices.filter import Refusals
 from scheduler.summaries import Summaries
 from tensile.kube.client import ApiClient
 from tensile.kube.config import ConnectionInfo

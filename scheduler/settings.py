@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from scheduler.extender import Policy
 from scheduler.server import MAX_REQUEST_BYTES
-from scheduler.slices_settings import SliceSettings
+from scheduler.slices.settings import SliceSettings
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 from devcluster.fleet import Fleet
-from scheduler.slices_controller import VIRTUAL_NODES, SliceController
-from scheduler.slices_settings import SliceSettings
+from scheduler.slices.controller import VIRTUAL_NODES, SliceController
+from scheduler.slices.settings import SliceSettings
 from tensile.contracts.quotaslices import SLICES_ANNOTATION, STATUS_ANNOTATION
 from tensile.kube import config, errors
 from tensile.kube.client import MERGE_PATCH, ApiClient

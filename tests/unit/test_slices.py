@@ -11,7 +11,11 @@ from typing import Any
 import pytest
 
 from scheduler import cli as scheduler_cli
-from scheduler.slices import (
+from scheduler.slices.admission import admit
+from scheduler.slices.decide import decide
+from scheduler.slices.filter import within_slices
+from scheduler.slices.flags import add_slice_flags, slice_settings
+from scheduler.slices.placement import (
     MAX_SLICES,
     PodUse,
     allocatable,
@@ -24,11 +28,7 @@ from scheduler.slices import (
     usable,
     usage_by_place,
 )
-from scheduler.slices_admission import admit
-from scheduler.slices_decide import decide
-from scheduler.slices_filter import within_slices
-from scheduler.slices_flags import add_slice_flags, slice_settings
-from scheduler.slices_record import (
+from scheduler.slices.record import (
     Holding,
     RecordError,
     Slice,

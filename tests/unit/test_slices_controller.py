@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.slices import PodUse
-from scheduler.slices_controller import SliceController
-from scheduler.slices_pods import BoundPods, pod_use, slim_pod
-from scheduler.slices_settings import SliceSettings
+from scheduler.slices.controller import SliceController
+from scheduler.slices.placement import PodUse
+from scheduler.slices.pods import BoundPods, pod_use, slim_pod
+from scheduler.slices.settings import SliceSettings
 from tensile.contracts.quotaslices import SLICES_ANNOTATION
 from tensile.kube.informer import Informer
 from tensile.kube.resources import NAMESPACES

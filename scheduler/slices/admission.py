@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from scheduler.slices_record import Record, format_record, show
+from scheduler.slices.record import Record, format_record, show
 
 
 def admit(

@@ -8,7 +8,7 @@ import math
 import re
 from fractions import Fraction
 
-from scheduler.slices_settings import DEFAULT_SLICE_CPU, DEFAULT_SLICE_MEMORY, SliceSettings
+from scheduler.slices.settings import DEFAULT_SLICE_CPU, DEFAULT_SLICE_MEMORY, SliceSettings
 from tensile.kube.quantity import format_quantity, parse_quantity
 from tensile.serving import flags
 from tensile.serving.flags import UsageError

@@ -23,8 +23,10 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from scheduler import slices_metrics as metrics
-from scheduler.slices import (
+from scheduler.slices import metrics
+from scheduler.slices.admission import admit
+from scheduler.slices.decide import decide
+from scheduler.slices.placement import (
     Commitments,
     allocatable,
     commitments,
@@ -34,11 +36,9 @@ from scheduler.slices import (
     rooms,
     usable,
 )
-from scheduler.slices_admission import admit
-from scheduler.slices_decide import decide
-from scheduler.slices_pods import BoundPods, slim_pod
-from scheduler.slices_record import Holding, Units, record_of, units
-from scheduler.slices_settings import SliceSettings
+from scheduler.slices.pods import BoundPods, slim_pod
+from scheduler.slices.record import Holding, Units, record_of, units
+from scheduler.slices.settings import SliceSettings
 from tensile.contracts import labels
 from tensile.contracts.objects import Obj, as_mapping
 from tensile.contracts.quotaslices import SLICES_ANNOTATION

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from scheduler.slices import PodUse
-from scheduler.slices_record import Units, units
+from scheduler.slices.placement import PodUse
+from scheduler.slices.record import Units, units
 from tensile.contracts.objects import Obj, as_mapping, dicts_in
 from tensile.kube.resources import object_key
 from tensile.placement.requests import pod_requests

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
-from scheduler.slices_record import Holding, Record, Slice, Units, units
+from scheduler.slices.record import Holding, Record, Slice, Units, units
 from tensile.contracts.objects import as_list, as_mapping
 from tensile.kube.quantity import parse_quantity
 from tensile.placement import summary

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from scheduler.slices import Placement, place, record_of_placement, slice_for
-from scheduler.slices_record import (
+from scheduler.slices.placement import Placement, place, record_of_placement, slice_for
+from scheduler.slices.record import (
     Holding,
     RecordError,
     Status,
