@@ -18,8 +18,8 @@ def admit(
     """Return None when a pod may go to virtual node `node`, else why not (one line, shown
     in the pod's FailedScheduling event).
 
-    `record`: its namespace's slices (`slices_record.record_of`; None: no record, the
-    namespace is unconstrained); `requests`: the pod's requests (`slices_record.Units`:
+    `record`: its namespace's slices (`record.record_of`; None: no record, the
+    namespace is unconstrained); `requests`: the pod's requests (`record.Units`:
     millicores, bytes; `units(pod_requests(pod))`); `placed`: the requests of the
     namespace's pods already bound to `node` and not finished (one by one, or summed).
     The pod is admitted when, for every resource its slices bound, what is placed plus

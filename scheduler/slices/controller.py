@@ -5,7 +5,7 @@ same caches.
     upper Namespaces                              -> store --+-> queue quota_slices (key: namespace)
     upper ResourceQuotas                          -> store --+        |
     upper virtual nodes (type=virtual-kubelet)    -> store --+        v
-    upper pods bound, not finished                -> store --+   slices_decide.decide -> PATCH
+    upper pods bound, not finished                -> store --+   decide.decide -> PATCH
                                                                   Namespace annotations + Events
 
 A namespace is looked at when it, or one of its quotas, changes; a change of the virtual
@@ -169,7 +169,7 @@ class SliceController:
 
     def refusals(self, pod: Mapping[str, Any], nodes: Iterable[str]) -> dict[str, str]:
         """Which of the virtual `nodes` `pod` may not go to within its namespace's slices,
-        and why (`slices_admission.admit`); {} for a namespace without a record. The
+        and why (`admission.admit`); {} for a namespace without a record. The
         pod's requests are read once for all nodes (the extender's hot path)."""
         namespace = str(as_mapping(pod.get("metadata")).get("namespace") or "")
         found = self.namespaces.store.get(namespace)
@@ -295,7 +295,7 @@ class SliceController:
         self._set_gauges(namespace, decision.held, decision.unplaced)
 
     def _record(self, annotations: Mapping[str, Any]) -> dict[str, Holding] | None:
-        """`slices_record.record_of`, each distinct value read once."""
+        """`record.record_of`, each distinct value read once."""
         value = annotations.get(SLICES_ANNOTATION)
         if not isinstance(value, str):
             return None

@@ -2,7 +2,7 @@
 and which Events say so.
 
 Who wrote the record decides: the controller's own (its status's `written` equals the
-record) is recomputed from where it is (`slices.place`); an administrator's (any other
+record) is recomputed from where it is (`placement.place`); an administrator's (any other
 value, or a record with no status) is respected as it is, and only its status says so (or
 that it cannot be read); a record removed by hand is computed again from nothing. Without
 a quota the controller's record is removed and an administrator's left alone.
@@ -76,9 +76,9 @@ def decide(
     unusable: Mapping[str, str],
 ) -> Decision:
     """Decide for one namespace with `annotations` (its metadata.annotations) and `quota`
-    (`slices.quota_of`, `Units`); `cpu` (cores) and `memory` (bytes) size a slice, `headroom` is
+    (`placement.quota_of`, `Units`); `cpu` (cores) and `memory` (bytes) size a slice, `headroom` is
     the share of each node kept free (for messages: `rooms` already leave it out),
-    `rooms`/`unusable` as `slices.place` takes them. Raises nothing."""
+    `rooms`/`unusable` as `placement.place` takes them. Raises nothing."""
     value = annotations.get(SLICES_ANNOTATION)
     status = parse_status(annotations.get(STATUS_ANNOTATION))
     ours = controller_wrote(annotations)

@@ -4,7 +4,7 @@ The super-cluster pool's namespace scheduler, on virtual nodes: a namespace's Re
 on requests (cpu, memory) is cut into slices of a fixed size (`--slice-cpu`,
 `--slice-memory`), and the slices are spread over the virtual nodes in proportion to the
 room each has for them. The extender then admits the namespace's pods to a virtual node
-only within the slices it holds there (`slices_admission`).
+only within the slices it holds there (`admission`).
 
 Which quota is read: `spec.hard` of the namespace's unscoped ResourceQuotas, keys
 `requests.cpu` / `cpu` and `requests.memory` / `memory` (Kubernetes treats the bare name as

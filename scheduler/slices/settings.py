@@ -1,5 +1,5 @@
 """The slice controller's settings: frozen, built once from the command line
-(`slices_flags`)."""
+(`flags`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The names of the namespace quota slices record: which virtual nodes hold how many slices
 of a namespace's ResourceQuota, as written on the upper Namespace by tensile-scheduler's
 slice controller (or by an administrator) and read by its extender. The format is read and
-written by `scheduler.slices_record`; its description is here, with the names.
+written by `scheduler.slices.record`; its description is here, with the names.
 
 Two annotations on the Namespace:
 
