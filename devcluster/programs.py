@@ -1,7 +1,7 @@
-"""tensile's own commands (`virtual-node`, `tensile-webhook`, `tensile-descheduler`) run as
-child processes for tests and the demo, all started, waited for, checked, killed, restarted
-and stopped the same way; and the local pods of `podrun`, which share the checking and
-stopping.
+"""tensile's own commands (`virtual-node`, `tensile-webhook`, `tensile-descheduler`,
+`tensile-scheduler`) run as child processes for tests and the demo, all started, waited for,
+checked, killed, restarted and stopped the same way; and the local pods of `podrun`, which
+share the checking and stopping.
 
 Each runs exactly as users run it (`python -m <package>` with its flags), logging to a file
 whose tail explains a death (`processes.ComponentDied`). What differs between them is only

@@ -1,4 +1,4 @@
-"""The agreements between tensile's three programs, as pure code: annotation and label
+"""The agreements between tensile's programs, as pure code: annotation and label
 names, their JSON shapes, and the records one program writes for another to read (the
 webhook writes `clusterSelector`, the virtual node reads it; the descheduler records which
 virtual nodes an owner must avoid, the webhook applies it), and what they must read alike:

@@ -3,9 +3,9 @@
 Kubernetes' grammar and matching rules (k8s.io/apimachinery/pkg/labels `Parse` and
 metav1.LabelSelectorAsSelector).
 
-One parser for both programs: the webhook converts the pods its `--pod-selector` selects,
+One parser for every program: the webhook converts the pods its `--pod-selector` selects,
 and the descheduler moves a pod with a controller only when the same `--pod-selector`
-selects it, so the two must accept and match the same selectors."""
+selects it, so those two must accept and match the same selectors."""
 
 from __future__ import annotations
 

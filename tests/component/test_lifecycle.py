@@ -1,4 +1,4 @@
-"""The one lifecycle of the three programs (`tensile.serving.lifecycle`): a `Runner` starts
+"""The one lifecycle of the programs (`tensile.serving.lifecycle`): a `Runner` starts
 components in order, runs their informers (each once), runs the components once all have
 synced, and on `stop()` shuts them down in reverse order and drains in-flight work within
 its timeout. Fake components and informers record what happens to them."""
