@@ -40,7 +40,8 @@ lint: venv
 docs: venv
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:$(DOCS_PORT)
 
-# docs/reference/*.md from the programs' parsers, metric registries and contracts
+# docs/reference/*.md from the programs' parsers, metric registries and contracts, and
+# docs/layout.md from the docstrings and the import graph
 # (tests/unit/test_docs_reference.py fails while they are stale).
 docs-gen: venv
 	$(BIN)/python hack/gen-docs.py

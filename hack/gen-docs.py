@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Write the generated reference pages of the documentation site (docs/reference/) from the
-code, never by hand:
+"""Write the generated pages of the documentation site (docs/reference/, docs/layout.md)
+from the code, never by hand:
 
 - flags.md: every program's flags from its own argparse parser (built with an empty
   environment, so the defaults shown are the programs' own) and the environment variables
@@ -10,7 +10,11 @@ code, never by hand:
   the metric objects of the modules its entry point imports;
 - annotations.md: the labels, annotations, taints and scheduling gates the programs agree
   on, from the module-level constants of tensile/contracts/ and the modules listed in
-  MARK_MODULES, with the docstring under each constant.
+  MARK_MODULES, with the docstring under each constant;
+- layout.md (docs/, not docs/reference/): the code layout: the programs, the local fleet and
+  the parts of the shared library, each with its package docstring and the first paragraph
+  of every module's; which imports which (the import graph, from grimp); and the
+  import-linter contracts of pyproject.toml.
 
 `hack/gen-docs.py` writes the pages (`make docs-gen`); `hack/gen-docs.py --check` writes
 nothing and exits 1 naming the stale pages (tests/unit/test_docs_reference.py runs it).
@@ -26,14 +30,16 @@ import importlib
 import inspect
 import re
 import sys
-from collections.abc import Iterator
+import tomllib
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import grimp
 from prometheus_client.metrics import MetricWrapperBase
 
 ROOT = Path(__file__).resolve().parent.parent
-REFERENCE = ROOT / "docs" / "reference"
+DOCS = ROOT / "docs"
 REGENERATE = "make docs-gen  (or: .venv/bin/python hack/gen-docs.py)"
 
 
@@ -390,20 +396,260 @@ def annotations_page() -> str:
     return "\n".join(out)
 
 
+# --- the code layout (docs/layout.md) ---------------------------------------------------
+
+LIBRARY = "tensile"
+"""The shared library: shown as its subpackages (kube, serving, ...), each a part of its own."""
+
+_LAYOUT_INTRO = (
+    "Each name says what a module holds; pure modules (decisions, translations, objects "
+    "built from settings) never do I/O and never change their inputs, and I/O stays at the "
+    "edges. The programs and the local fleet share one library, `tensile/`, which imports "
+    "none of them. This page is generated from the package and module docstrings, the "
+    "import graph (grimp, import-linter's own library) and the import-linter contracts of "
+    "pyproject.toml: edit those, then `make docs-gen`."
+)
+
+_OTHER_DIRECTORIES = (
+    ("manifests/", "deployment YAML, one directory per program"),
+    ("charts/", "the Helm chart (`charts/tensile`)"),
+    ("hack/", "the control-plane build, pinned versions, the demo, the generated pages"),
+    ("bench/", "benchmarks: ratios against a baseline measured in the same run"),
+    (
+        "tests/",
+        "unit/ (pure, and controller logic against FakeApi and FakeProvider), component/ "
+        "(async, real HTTP), e2e/ (real control planes), image/ (the built image), "
+        "fixtures.py (the local fleet as pytest fixtures)",
+    ),
+    ("docs/", "this site"),
+)
+"""Directories beside the packages, which have no docstring to read."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """A unit of the map: a program's package, the local fleet's, or one subpackage of the
+    library. `program` is the command it builds ("" for the library's parts)."""
+
+    package: str
+    program: str
+
+    @property
+    def path(self) -> str:
+        return self.package.replace(".", "/") + "/"
+
+
+def _docstring(module: str) -> str:
+    """The docstring of `module` (a package's from its __init__.py), read without importing."""
+    base = ROOT / module.replace(".", "/")
+    path = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+    return ast.get_docstring(ast.parse(path.read_text(), filename=str(path))) or ""
+
+
+def _first_paragraph(text: str) -> str:
+    return " ".join(text.split("\n\n", maxsplit=1)[0].split())
+
+
+def _plain(text: str, *, in_table: bool = False) -> str:
+    """`text` kept literal outside code spans: "<" (Markdown would take it for HTML) and, in
+    a table cell, "|" (a column break; the table extension leaves code spans whole)."""
+    pieces = text.split("`")
+    for i in range(0, len(pieces), 2):
+        pieces[i] = pieces[i].replace("<", "&lt;")
+        if in_table:
+            pieces[i] = pieces[i].replace("|", "\\|")
+    return "`".join(pieces)
+
+
+def _summary_cell(module: str) -> str:
+    """The first paragraph of `module`'s docstring, for one table cell."""
+    return _plain(_first_paragraph(_docstring(module)), in_table=True)
+
+
+def _importlinter() -> dict[str, Any]:
+    with (ROOT / "pyproject.toml").open("rb") as file:
+        return dict(tomllib.load(file)["tool"]["importlinter"])
+
+
+def _layout_parts(roots: list[str]) -> list[Part]:
+    """The programs in PROGRAMS' order (the local fleet after them), then the library's
+    subpackages, each before those it imports."""
+    programs = {p.main.split(".")[0]: p.name for p in PROGRAMS}
+    named = [pkg for pkg in programs if pkg in roots and pkg != "devcluster"]
+    named += [pkg for pkg in roots if pkg not in named and pkg not in (LIBRARY, "devcluster")]
+    if "devcluster" in roots:
+        named.append("devcluster")
+    library = sorted(
+        f"{LIBRARY}.{d.name}" for d in (ROOT / LIBRARY).iterdir() if (d / "__init__.py").exists()
+    )
+    return [Part(pkg, programs.get(pkg, "")) for pkg in named] + [Part(pkg, "") for pkg in library]
+
+
+def _part_of(module: str, parts: list[Part]) -> Part | None:
+    for part in parts:
+        if module == part.package or module.startswith(part.package + "."):
+            return part
+    return None
+
+
+def _import_edges(parts: list[Part], roots: list[str]) -> dict[tuple[str, str], set[str]]:
+    """(importing part, imported part) -> the imported part's modules the other imports, from
+    the import graph (imports under `if TYPE_CHECKING:` left out)."""
+    graph = grimp.build_graph(*roots, exclude_type_checking_imports=True)
+    edges: dict[tuple[str, str], set[str]] = {}
+    for module in sorted(graph.modules):
+        source = _part_of(module, parts)
+        for imported in graph.find_modules_directly_imported_by(module):
+            target = _part_of(imported, parts)
+            if source is None or target is None or source == target:
+                continue
+            edges.setdefault((source.package, target.package), set()).add(imported)
+    return edges
+
+
+def _library_order(parts: list[Part], edges: dict[tuple[str, str], set[str]]) -> list[Part]:
+    """`parts` with the library's subpackages ordered importers first (ties by name)."""
+    library = [p for p in parts if not p.program and p.package.startswith(LIBRARY + ".")]
+    ordered: list[Part] = []
+    left = list(library)
+    while left:
+        free = [p for p in left if not any((q.package, p.package) in edges for q in left if q != p)]
+        pick = free[0] if free else left[0]  # a cycle: name order
+        ordered.append(pick)
+        left.remove(pick)
+    return [p for p in parts if p not in library] + ordered
+
+
+def _part_name(part: Part) -> str:
+    return f"`{part.path}` ({part.program})" if part.program else f"`{part.path}`"
+
+
+def _map_rows(parts: list[Part], edges: dict[tuple[str, str], set[str]]) -> list[str]:
+    rows = ["| package | what it is | imports |", "|---|---|---|"]
+    for part in parts:
+        imported = [f"`{p.package}`" for p in parts if (part.package, p.package) in edges]
+        what = _summary_cell(part.package)
+        rows.append(f"| {_part_name(part)} | {what} | {', '.join(imported) or 'nothing'} |")
+    return rows
+
+
+def _matrix(parts: list[Part], edges: dict[tuple[str, str], set[str]]) -> list[str]:
+    header = "| imports → | " + " | ".join(f"`{p.package}`" for p in parts) + " |"
+    rows = [header, "|---" * (len(parts) + 1) + "|"]
+    for part in parts:
+        cells = [
+            "" if p == part else ("✓" if (part.package, p.package) in edges else "") for p in parts
+        ]
+        rows.append(f"| `{part.package}` | " + " | ".join(cells) + " |")
+    return rows
+
+
+def _between_programs(parts: list[Part], edges: dict[tuple[str, str], set[str]]) -> list[str]:
+    programs = [p for p in parts if p.program]
+    lines = []
+    for source in programs:
+        for target in programs:
+            imported = edges.get((source.package, target.package))
+            if imported:
+                names = ", ".join(f"`{m}`" for m in sorted(imported))
+                lines.append(f"- `{source.package}` imports from `{target.package}`: {names}")
+    return lines or ["No program imports another program's modules."]
+
+
+def _contract_lines(contract: Mapping[str, Any]) -> str:
+    name = _cell(contract.get("name", ""))
+    kind = contract.get("type", "")
+    if kind == "layers":
+        containers = contract.get("containers") or []
+        within = f" within `{'`, `'.join(containers)}`" if containers else ""
+        layers = " > ".join(f"`{layer}`" for layer in contract.get("layers", []))
+        return f"- {name}: layers{within}, top to bottom, none importing one above it: {layers}"
+    if kind == "forbidden":
+        sources = ", ".join(f"`{m}`" for m in contract.get("source_modules", []))
+        forbidden = ", ".join(f"`{m}`" for m in contract.get("forbidden_modules", []))
+        return f"- {name}: {sources} may not import {forbidden}"
+    return f"- {name} ({kind})"
+
+
+def _module_rows(part: Part, parts: list[Part]) -> list[str]:
+    """Every module and subpackage of `part` (not those of another part inside it)."""
+    base = ROOT / part.package.replace(".", "/")
+    rows = ["| module | what it holds |", "|---|---|"]
+    for path in sorted(base.rglob("*.py")):
+        relative = path.relative_to(ROOT).with_suffix("")
+        names = list(relative.parts)
+        if names[-1] == "__init__":
+            names = names[:-1]
+        module = ".".join(names)
+        if module == part.package or _part_of(module, parts) != part:
+            continue
+        shown = path.relative_to(base).as_posix()
+        if path.name == "__init__.py":
+            shown = path.parent.relative_to(base).as_posix() + "/"
+        what = _summary_cell(module)
+        rows.append(f"| `{shown}` | {what or '(no docstring)'} |")
+    return rows
+
+
+def layout_page() -> str:
+    contracts = _importlinter()
+    roots = list(contracts["root_packages"])
+    parts = _layout_parts(roots)
+    edges = _import_edges(parts, roots)
+    parts = _library_order(parts, edges)
+    out = [_HEADER, "# Code layout", "", _LAYOUT_INTRO, ""]
+    out += ["## The map", ""]
+    out += [
+        "The programs (the command each builds in brackets), the local fleet, and the parts "
+        f"of the shared library `{LIBRARY}/`; *imports* names the other packages of this "
+        "table a package's modules import.",
+        "",
+        *_map_rows(parts, edges),
+        "",
+    ]
+    out += ["## Which imports which", ""]
+    out += ["A row's package imports the columns' packages it has a ✓ under.", ""]
+    out += [*_matrix(parts, edges), ""]
+    out += ["Imports from one program's package into another's:", ""]
+    out += [*_between_programs(parts, edges), ""]
+    out += ["## The layers import-linter keeps", ""]
+    out += [
+        "`lint-imports` (in `make lint`) fails when an import breaks one of the contracts of "
+        "pyproject.toml:",
+        "",
+        *(_contract_lines(c) for c in contracts.get("contracts", [])),
+        "",
+    ]
+    out += ["## Each package", ""]
+    library_shown = False
+    for part in parts:
+        if not part.program and not library_shown:
+            library_shown = True
+            out += [f"### `{LIBRARY}/`: the shared library", "", _plain(_docstring(LIBRARY)), ""]
+        title = f"### `{part.path}`: {part.program}" if part.program else f"### `{part.path}`"
+        out += [title, "", _plain(_docstring(part.package)), "", *_module_rows(part, parts), ""]
+    out += ["## Beside the packages", "", "| directory | what it holds |", "|---|---|"]
+    out += [f"| `{d}` | {what} |" for d, what in _OTHER_DIRECTORIES if (ROOT / d).is_dir()]
+    out.append("")
+    return "\n".join(out)
+
+
 # --- the command -----------------------------------------------------------------------
 
 PAGES = {
-    "flags.md": flags_page,
-    "metrics.md": metrics_page,
-    "annotations.md": annotations_page,
+    "reference/flags.md": flags_page,
+    "reference/metrics.md": metrics_page,
+    "reference/annotations.md": annotations_page,
+    "layout.md": layout_page,
 }
+"""Generated pages, by their path under docs/."""
 
 
 def stale_pages() -> dict[Path, str]:
     """The generated pages whose file differs from what the code gives now: path -> text."""
     stale = {}
     for name, render in PAGES.items():
-        path = REFERENCE / name
+        path = DOCS / name
         text = render()
         if not path.exists() or path.read_text() != text:
             stale[path] = text

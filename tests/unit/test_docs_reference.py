@@ -1,5 +1,6 @@
-"""The generated reference pages (docs/reference/) match the code: hack/gen-docs.py --check
-renders them from the programs' parsers, metric registries and contracts and compares."""
+"""The generated pages (docs/reference/, docs/layout.md) match the code: hack/gen-docs.py
+--check renders them from the programs' parsers, metric registries, contracts, docstrings
+and import graph, and compares."""
 
 from __future__ import annotations
 
@@ -84,3 +85,10 @@ def test_a_mark_carries_the_docstring_under_its_constant(tmp_path: Path) -> None
         ("example.io/a", "label", "Who writes it."),
         ("example.io/b", "annotation", ""),
     ]
+
+
+def test_docstring_text_stays_literal_in_the_layout_page() -> None:
+    plain = _generator()._plain
+    text = "up|down `a|b <c>` <upper>-x"
+    assert plain(text) == "up|down `a|b <c>` &lt;upper>-x"
+    assert plain(text, in_table=True) == "up\\|down `a|b <c>` &lt;upper>-x"
