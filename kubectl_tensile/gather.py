@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubectl_tensile import status, why
-from tensile.contracts import labels
+from tensile.contracts import labels, ownership
 from tensile.kube import config, errors
 from tensile.kube.client import ApiClient
 from tensile.kube.resources import CONFIG_MAPS, EVENTS, LEASES, NODES, PODS
-from vnode.providers.k2k import naming
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 LOWER_TIMEOUT = 5.0
@@ -140,7 +139,7 @@ async def _lower(
                 _items(
                     lower,
                     PODS.path(),
-                    labelSelector=f"{naming.NODE_LABEL}={naming.label_value(node_name)}",
+                    labelSelector=f"{ownership.NODE_LABEL}={ownership.label_value(node_name)}",
                 ),
                 LOWER_TIMEOUT,
             )
@@ -148,7 +147,7 @@ async def _lower(
                 (
                     p
                     for p in candidates
-                    if (p["metadata"].get("annotations") or {}).get(naming.UPPER_UID_ANNOTATION)
+                    if (p["metadata"].get("annotations") or {}).get(ownership.UPPER_UID_ANNOTATION)
                     == uid
                 ),
                 None,
