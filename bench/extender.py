@@ -49,6 +49,7 @@ from aiohttp import web
 from scheduler import extender
 from scheduler.fleet import Fleet
 from scheduler.server import Judge, make_app
+from tensile.contracts.labels import NODE_TYPE_LABEL, VIRTUAL_NODE_TYPE
 from tensile.placement import fit, summary
 from tensile.placement.requests import plus, pod_requests
 from tensile.serving import endpoints
@@ -167,7 +168,7 @@ def virtual_node(name: str, text: str) -> dict[str, Any]:
     return {
         "metadata": {
             "name": name,
-            "labels": {"type": "virtual-kubelet"},
+            "labels": {NODE_TYPE_LABEL: VIRTUAL_NODE_TYPE},
             "annotations": {summary.ANNOTATION: text},
         }
     }

@@ -84,7 +84,7 @@ class Descheduler:
             client,
             NODES,
             name="upper-virtual-nodes",
-            label_selector=f"{labels.NODE_TYPE_LABEL}={labels.VIRTUAL_NODE_TYPE}",
+            label_selector=labels.VIRTUAL_NODE_SELECTOR,
         )
         self.budgets = Informer(client, POD_DISRUPTION_BUDGETS, name="upper-pdbs")
         # A pod whose volume only its virtual node reaches must stay there (policy.pinned_volumes).

@@ -77,7 +77,7 @@ async def status_report(target: Target, *, now: dt.datetime) -> dict[str, Any]:
         nodes = await _items(
             upper,
             NODES.path(),
-            labelSelector=f"{labels.NODE_TYPE_LABEL}={labels.VIRTUAL_NODE_TYPE}",
+            labelSelector=labels.VIRTUAL_NODE_SELECTOR,
         )
         leases = await _items(upper, LEASES.path(namespace=NODE_LEASE_NAMESPACE))
         pods = await _items(

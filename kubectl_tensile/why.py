@@ -24,6 +24,7 @@ from typing import Any
 
 from kubectl_tensile.status import age_seconds, condition, short_duration
 from tensile.contracts import avoidance, clusterselector, descheduling
+from tensile.contracts.labels import NODE_TYPE_LABEL, VIRTUAL_NODE_TYPE
 from tensile.contracts.objects import as_list, as_mapping
 
 MAX_EVENTS = 8
@@ -66,7 +67,7 @@ def placement(
             "reason": f"not scheduled upstairs ({told or 'no scheduling decision yet'})",
         }
     labels = as_mapping(as_mapping((node or {}).get("metadata")).get("labels"))
-    if node is not None and labels.get("type") != "virtual-kubelet":
+    if node is not None and labels.get(NODE_TYPE_LABEL) != VIRTUAL_NODE_TYPE:
         return {
             **result,
             "state": "not-virtual",
