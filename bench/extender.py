@@ -46,6 +46,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from devcluster.pki import CertificateAuthority, KeyPair
 from scheduler import extender
 from scheduler.fleet import Fleet
 from scheduler.server import Judge, make_app
@@ -53,7 +54,6 @@ from tensile.contracts.labels import NODE_TYPE_LABEL, VIRTUAL_NODE_TYPE
 from tensile.placement import fit, summary
 from tensile.placement.requests import plus, pod_requests
 from tensile.serving import endpoints
-from vnode.testing.pki import CertificateAuthority, KeyPair
 
 TARGET_P99 = 0.005  # seconds
 SIZES = ((4, 16), (8, 32), (16, 64), (32, 128))  # (cpu cores, memory GiB)

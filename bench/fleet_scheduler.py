@@ -16,11 +16,10 @@ import fleet_plan as plan
 import harness
 import yaml
 
-from devcluster import schedulers
+from devcluster import binaries, ports, schedulers
 from devcluster.fleet import Fleet
+from devcluster.ports import LOOPBACK
 from devcluster.programs import Program
-from vnode.testing import binaries, ports
-from vnode.testing.ports import LOOPBACK
 
 
 class UpperScheduler(Program):

@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from devcluster import kwok
+from devcluster import binaries, kwok
+from devcluster.pki import KeyPair
 from devcluster.rest import RestClient
-from vnode.testing import binaries
-from vnode.testing.pki import KeyPair
 
 STATE_FILE = "devcluster.json"
 PROCESSES_FILE = "processes.json"

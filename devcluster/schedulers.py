@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from devcluster import programs
-from vnode.testing import ports
+from devcluster import ports, programs
 
 if TYPE_CHECKING:
     from devcluster.fleet import Fleet

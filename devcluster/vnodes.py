@@ -14,11 +14,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from devcluster import programs
+from devcluster import ports, programs
 from devcluster.fleet import Fleet
 from devcluster.rest import ApiStatusError, RestClient
 from tensile.contracts.ownership import NodeIdentity
-from vnode.testing import ports
 
 _SERVING_FILES = ("APISERVER_CERT_LOCATION", "APISERVER_KEY_LOCATION")
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from devcluster import __main__ as devcluster
-from devcluster import netns, webhooks
+from devcluster import netns, processes, webhooks
 from devcluster.cluster import Cluster
 from devcluster.deschedulers import DeschedulerProcess
 from devcluster.fleet import ENV_FILE, Fleet
@@ -34,7 +34,6 @@ from devcluster.vnodes import VirtualNodeProcess
 from devcluster.webhooks import WebhookProcess
 from tensile.contracts.labels import VIRTUAL_NODE_SELECTOR
 from tensile.placement import summary
-from vnode.testing import processes
 
 NODE = "tensile"
 FLEET = [

@@ -23,6 +23,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
+from devcluster.pki import CertificateAuthority
 from tensile.contracts import ownership
 from tensile.kube import errors
 from tensile.kube.client import ApiClient
@@ -42,7 +43,6 @@ from vnode.providers.k2k.scrape import (
     ToKubelets,
 )
 from vnode.testing.fakeprovider import FakeProvider, FakeSession
-from vnode.testing.pki import CertificateAuthority
 
 NODE = "vn-1"
 CLUSTER_ID = "0f3c2a9e-7b1d-4c55-8e2f-5a6b7c8d9e01"

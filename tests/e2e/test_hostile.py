@@ -25,12 +25,12 @@ from typing import Any
 import pytest
 
 from devcluster.fleet import Fleet
+from devcluster.pki import CertificateAuthority, KeyPair
 from devcluster.rest import RestClient
 from devcluster.vnodes import VirtualNodeProcess
 from tensile.contracts import ownership
 from tests.e2e.helpers import create, kubelet_request, phase, pod_manifest, wait_for
 from vnode.api import spdy
-from vnode.testing.pki import CertificateAuthority, KeyPair
 
 LEASE_RENEW_INTERVAL = 10.0  # the node's, seconds
 LATE = 4.0  # seconds a renewal may come after its interval on 2 busy cores

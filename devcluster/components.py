@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from vnode.testing.pki import KeyPair
-from vnode.testing.ports import LOOPBACK
+from devcluster.pki import KeyPair
+from devcluster.ports import LOOPBACK
 
 FRONT_PROXY_CLIENT = "front-proxy-client"
 """Common name of the aggregation layer's client certificate."""
