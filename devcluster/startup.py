@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from devcluster import binaries, components, kwok, metricsserver, ports, processes, schedulers
+from devcluster import binaries, components, kwok, metricsserver, ports, processes
 from devcluster.cluster import (
     ATTACH_LOG,
     FORWARD_TARGET_TEXT,
@@ -437,7 +437,7 @@ class Startup:
                 started[f"{name}-scheduler-extender"] = extender_port
                 config = self.data / f"{name}-scheduler-config.yaml"
                 config.write_text(
-                    schedulers.scheduler_configuration(
+                    components.scheduler_configuration(
                         kubeconfig=self.pki / f"{name}-scheduler.kubeconfig",
                         url=f"https://{ports.LOOPBACK}:{extender_port}",
                         ca=material[f"{name}-ca"].cert,
