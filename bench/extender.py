@@ -46,13 +46,14 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from devcluster.pki import CertificateAuthority, KeyPair
 from scheduler import extender
 from scheduler.server import Judge, make_app
 from scheduler.summaries import Summaries
+from tensile.contracts.labels import NODE_TYPE_LABEL, VIRTUAL_NODE_TYPE
 from tensile.placement import fit, summary
 from tensile.placement.requests import plus, pod_requests
 from tensile.serving import endpoints
-from vnode.testing.pki import CertificateAuthority, KeyPair
 
 TARGET_P99 = 0.005  # seconds
 SIZES = ((4, 16), (8, 32), (16, 64), (32, 128))  # (cpu cores, memory GiB)
@@ -167,7 +168,7 @@ def virtual_node(name: str, text: str) -> dict[str, Any]:
     return {
         "metadata": {
             "name": name,
-            "labels": {"type": "virtual-kubelet"},
+            "labels": {NODE_TYPE_LABEL: VIRTUAL_NODE_TYPE},
             "annotations": {summary.ANNOTATION: text},
         }
     }

@@ -49,6 +49,7 @@ import fleet_plan as plan
 import fleet_scheduler as upper_scheduler
 import harness
 
+from devcluster import processes
 from devcluster.deschedulers import DeschedulerProcess
 from devcluster.fleet import Fleet
 from devcluster.programs import Program
@@ -58,7 +59,6 @@ from tensile.kube import errors
 from tensile.kube.client import ApiClient
 from tensile.kube.informer import Handlers, Informer
 from tensile.kube.resources import PODS
-from vnode.testing import processes
 
 FLEET_SCHEDULER = "upper-scheduler"
 

@@ -20,6 +20,7 @@ from devcluster.cluster import LOWER_CONTROLLERS, Cluster, FleetSettings, LowerC
 from devcluster.fleet import Fleet
 from devcluster.vnodes import VirtualNodeProcess
 from devcluster.webhooks import WebhookProcess
+from tensile.contracts.labels import NODE_TYPE_LABEL, VIRTUAL_NODE_SELECTOR, VIRTUAL_NODE_TYPE
 from tensile.kube import errors
 from tensile.kube.client import ApiClient
 
@@ -157,7 +158,11 @@ async def upper_storage(fleet: Fleet) -> None:
                 "volumeBindingMode": "WaitForFirstConsumer",
                 "reclaimPolicy": "Delete",
                 "allowedTopologies": [
-                    {"matchLabelExpressions": [{"key": "type", "values": ["virtual-kubelet"]}]}
+                    {
+                        "matchLabelExpressions": [
+                            {"key": NODE_TYPE_LABEL, "values": [VIRTUAL_NODE_TYPE]}
+                        ]
+                    }
                 ],
             },
         )
@@ -196,7 +201,7 @@ async def offered_cpu(fleet: Fleet) -> dict[str, int]:
     async with harness.client_for(fleet.upper.kubeconfig) as client:
         found = (
             await client.request(
-                "GET", "/api/v1/nodes", params={"labelSelector": "type=virtual-kubelet"}
+                "GET", "/api/v1/nodes", params={"labelSelector": VIRTUAL_NODE_SELECTOR}
             )
         )["items"]
     return {n["metadata"]["name"]: _millicores(n["status"]["allocatable"]["cpu"]) for n in found}

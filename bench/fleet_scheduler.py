@@ -16,23 +16,22 @@ import fleet_plan as plan
 import harness
 import yaml
 
-from devcluster import schedulers
+from devcluster import binaries, components, ports, schedulers
 from devcluster.fleet import Fleet
+from devcluster.ports import LOOPBACK
 from devcluster.programs import Program
-from vnode.testing import binaries, ports
-from vnode.testing.ports import LOOPBACK
 
 
 class UpperScheduler(Program):
     """kube-scheduler for the upper cluster, configured as the fleet's would be with the
-    extender (`devcluster.schedulers.scheduler_configuration`), or without it: the same
+    extender (`devcluster.components.scheduler_configuration`), or without it: the same
     configuration less its `extenders`. Ready when its /readyz answers (always allowed
     without credentials)."""
 
     def __init__(self, fleet: Fleet, *, config: str, extender: bool, log_dir: Path) -> None:
         kubeconfig = fleet.directory / "pki" / "upper-scheduler.kubeconfig"
         settings = yaml.safe_load(
-            schedulers.scheduler_configuration(
+            components.scheduler_configuration(
                 kubeconfig=kubeconfig,
                 url=f"https://{LOOPBACK}:{fleet.ports[EXTENDER_PORT]}",
                 ca=fleet.upper.ca,

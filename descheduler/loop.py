@@ -23,13 +23,13 @@ import logging
 import time
 from collections.abc import Callable
 
-from descheduler import metrics, move_objects
+from descheduler import metrics
 from descheduler.mover import Mover, NotLeading
 from descheduler.policy import plan
 from descheduler.record import AvoidanceRecord, RecordConflict
 from descheduler.settings import Settings
 from descheduler.waits import Waits
-from tensile.contracts import labels
+from tensile.contracts import descheduling, labels
 from tensile.kube import errors
 from tensile.kube.backoff import TokenBucket
 from tensile.kube.client import ApiClient
@@ -84,7 +84,7 @@ class Descheduler:
             client,
             NODES,
             name="upper-virtual-nodes",
-            label_selector=f"{labels.NODE_TYPE_LABEL}={labels.VIRTUAL_NODE_TYPE}",
+            label_selector=labels.VIRTUAL_NODE_SELECTOR,
         )
         self.budgets = Informer(client, POD_DISRUPTION_BUDGETS, name="upper-pdbs")
         # A pod whose volume only its virtual node reaches must stay there (policy.pinned_volumes).
@@ -173,7 +173,7 @@ class Descheduler:
         metrics.ROUNDS.inc()
         now = self._now()
         pods = list(self.pods.store)
-        await self.mover.recover(p for p in pods if move_objects.is_gated(p))
+        await self.mover.recover(p for p in pods if descheduling.is_gated(p))
         decided = plan(
             pods,
             nodes=list(self.nodes.store),

@@ -8,7 +8,8 @@ re-creates it. The replacement is the same pod -- labels, annotations, spec -- p
 original's with `-d<count>` (`web` -> `web-d1` -> `web-d2`): the two exist side by side
 for a moment, and a name derived from the count makes a retried step find the replacement
 it already made. It is created behind a scheduling gate, so it cannot be scheduled, let alone
-run, until the old pod is gone: never two of them running.
+run, until the old pod is gone: never two of them running. The marks themselves, which
+kubectl tensile reads too, are `tensile.contracts.descheduling`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tensile.contracts import avoidance, labels
+from tensile.contracts.descheduling import (
+    DESCHEDULE_COUNT_ANNOTATION,
+    LEFT_ALONE_ANNOTATION,
+    REPLACES_ANNOTATION,
+    REPLACES_UID_ANNOTATION,
+    SCHEDULING_GATE,
+    deschedule_count,
+)
 from tensile.contracts.objects import as_list, as_mapping
 from tensile.kube.timestamps import rfc3339
 
@@ -31,30 +40,6 @@ _DROPPED_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimesta
 _DROPPED_SPEC = ("nodeName", "priority", "preemptionPolicy", "overhead", "ephemeralContainers")
 _SUFFIX = re.compile(r"-d[0-9]+$")
 MAX_NAME = 253
-DESCHEDULE_COUNT_ANNOTATION = "sigs.k8s.io/deschedule-count"
-"""How many times the descheduler moved a pod (a decimal string), tensile-kube's name."""
-SCHEDULING_GATE = "tensile.io/descheduler"
-"""Holds a bare pod's replacement back from the scheduler until the old pod is gone."""
-REPLACES_ANNOTATION = "tensile.io/replaces"
-"""On a bare pod's replacement: the name of the pod it replaces."""
-REPLACES_UID_ANNOTATION = "tensile.io/replaces-uid"
-"""On a bare pod's replacement: the UID of the pod it replaces."""
-LEFT_ALONE_ANNOTATION = "tensile.io/no-virtual-node-left"
-"""On an upper pod the descheduler found with no virtual node left to go to: when it found
-so (RFC 3339). Whatever its value, the descheduler never judges that pod again: kept on the
-pod, the verdict outlives restarts and leader changes, and unlike an avoidance it never
-expires -- which is what stops an owner's pods from cycling between full lower clusters.
-Removing it has the pod judged again."""
-
-
-def deschedule_count(pod: Mapping[str, Any]) -> int:
-    """Return the pod's `sigs.k8s.io/deschedule-count` (0 when absent or not a number)."""
-    annotations = as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
-    value = annotations.get(DESCHEDULE_COUNT_ANNOTATION)
-    try:
-        return max(0, int(str(value)))
-    except ValueError:
-        return 0
 
 
 def count_patch(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -80,11 +65,6 @@ def left_alone_patch(pod: Mapping[str, Any], *, now: dt.datetime) -> dict[str, A
     return {
         "metadata": {"uid": meta.get("uid"), "annotations": {LEFT_ALONE_ANNOTATION: rfc3339(now)}}
     }
-
-
-def is_left_alone(pod: Mapping[str, Any]) -> bool:
-    """Tell whether `pod` carries LEFT_ALONE_ANNOTATION (any value)."""
-    return LEFT_ALONE_ANNOTATION in as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
 
 
 def eviction(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -150,19 +130,3 @@ def ungate_patch() -> dict[str, Any]:
     """Return the strategic merge patch that removes the descheduler's scheduling gate (and
     only it: schedulingGates merge by name)."""
     return {"spec": {"schedulingGates": [{"$patch": "delete", "name": SCHEDULING_GATE}]}}
-
-
-def replaces(pod: Mapping[str, Any]) -> tuple[str, str] | None:
-    """Return (name, UID) of the pod that `pod` replaces; None unless it is a replacement."""
-    annotations = as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
-    name = annotations.get(REPLACES_ANNOTATION)
-    uid = annotations.get(REPLACES_UID_ANNOTATION)
-    if isinstance(name, str) and isinstance(uid, str) and name and uid:
-        return name, uid
-    return None
-
-
-def is_gated(pod: Mapping[str, Any]) -> bool:
-    """Tell whether `pod` still carries the descheduler's scheduling gate."""
-    gates = as_list(as_mapping(pod.get("spec")).get("schedulingGates"))
-    return any(as_mapping(g).get("name") == SCHEDULING_GATE for g in gates)

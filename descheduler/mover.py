@@ -39,6 +39,7 @@ from typing import Any, Literal
 from descheduler import metrics, move_objects
 from descheduler.policy import Decision
 from descheduler.record import AvoidanceRecord, RecordConflict
+from tensile.contracts import descheduling
 from tensile.kube import errors
 from tensile.kube.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiClient
 from tensile.kube.events import EventRecorder
@@ -237,8 +238,8 @@ class Mover:
         replacement whose old pod is gone is released; one whose old pod is still there and
         not being deleted is removed. Raises NotLeading."""
         for pod in pods:
-            replaced = move_objects.replaces(pod)
-            if not move_objects.is_gated(pod) or replaced is None or self._settings.dry_run:
+            replaced = descheduling.replaces(pod)
+            if not descheduling.is_gated(pod) or replaced is None or self._settings.dry_run:
                 continue
             self._check_leading()
             meta = pod.get("metadata") or {}
@@ -342,7 +343,7 @@ class Mover:
             made = await self._client.request("POST", PODS.path(namespace=namespace), body=wanted)
         except errors.AlreadyExists:
             made = await self._current(namespace, name) or {}
-            if move_objects.replaces(made) != (meta.get("name"), _uid(old)):
+            if descheduling.replaces(made) != (meta.get("name"), _uid(old)):
                 return await self._failed(decision, f"a pod named {name} exists already")
         self._check_leading()
         try:
@@ -460,7 +461,7 @@ def _left_alone_text(decision: Decision) -> str:
     """What the Event of a pod left alone adds: where it waits, and how to have it tried
     again (a new pod from its controller; for a bare pod, removing the mark)."""
     text = (
-        f" (annotation {move_objects.LEFT_ALONE_ANNOTATION}),"
+        f" (annotation {descheduling.LEFT_ALONE_ANNOTATION}),"
         " Pending until that lower cluster has room."
     )
     owner = decision.owner

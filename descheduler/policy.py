@@ -17,8 +17,8 @@ hostPath) and `evict_local_storage_pods` is off (the rules of sigs.k8s.io/desche
 IsEvictable).
 
 A pod found with no virtual node left (every one tried, or ruled out by its own placement)
-is marked so by the mover and never judged again (`move_objects.LEFT_ALONE_ANNOTATION`): it waits
-on its virtual node for its lower cluster to have room. The mark is per pod, not per owner,
+is marked so by the mover and never judged again (`descheduling.LEFT_ALONE_ANNOTATION`): it
+waits on its virtual node for its lower cluster to have room. The mark is per pod, not per owner,
 so the owner's avoidances expire as always and its other pods may use every virtual node
 again; judged again instead, the pod would go back to a full lower cluster each time an
 avoidance expired, and the next pod on to the other, forever.
@@ -33,8 +33,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from descheduler import move_objects
-from tensile.contracts import avoidance, labels, scheduling, selectors
+from tensile.contracts import avoidance, descheduling, labels, scheduling, selectors
 from tensile.contracts.objects import as_list, as_mapping
 from tensile.kube.timestamps import parse_rfc3339
 
@@ -43,7 +42,6 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 SOURCE_ANNOTATION = "kubernetes.io/config.source"
 SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
 """scheduling.SystemCriticalPriority: system-cluster-critical and above never move."""
-UNPLACEABLE_REASONS = frozenset({"Unschedulable", "SchedulerError"})
 POD_SELECTOR = f"{labels.VIRTUAL_POD_LABEL}={labels.VIRTUAL_POD_VALUE}"
 """The webhook's default --pod-selector (tensile-kube's label)."""
 
@@ -105,7 +103,7 @@ class Decision:
     message: str = ""
     for_good: bool = False
     """exhausted only: no virtual node is left for it whatever the avoidances' expiry, so it
-    is marked (`move_objects.LEFT_ALONE_ANNOTATION`) and never judged again. False while an
+    is marked (`descheduling.LEFT_ALONE_ANNOTATION`) and never judged again. False while an
     untried considered virtual node is not Ready or cordoned: judged again every round."""
 
 
@@ -147,27 +145,6 @@ def considered_nodes(
     }
 
 
-def unplaceable_condition(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """Return the PodScheduled condition of `pod` when it says the lower cluster cannot
-    place it (False, reason Unschedulable or SchedulerError) and the pod is Pending and not
-    going away; else None."""
-    status = as_mapping(pod.get("status"))
-    meta = as_mapping(pod.get("metadata"))
-    if status.get("phase") != "Pending" or meta.get("deletionTimestamp"):
-        return None
-    scheduled = next(
-        (
-            as_mapping(c)
-            for c in as_list(status.get("conditions"))
-            if as_mapping(c).get("type") == "PodScheduled"
-        ),
-        {},
-    )
-    if scheduled.get("status") == "False" and scheduled.get("reason") in UNPLACEABLE_REASONS:
-        return scheduled
-    return None
-
-
 def due(
     pod: Mapping[str, Any], *, criteria: Criteria, now: dt.datetime, waited: float | None
 ) -> str | None:
@@ -180,7 +157,7 @@ def due(
     meta = as_mapping(pod.get("metadata"))
     if as_mapping(pod.get("status")).get("phase") != "Pending" or meta.get("deletionTimestamp"):
         return None
-    scheduled = unplaceable_condition(pod)
+    scheduled = descheduling.unplaceable_condition(pod)
     why = ""
     if scheduled is not None:
         why = f"{scheduled.get('reason')}: {scheduled.get('message') or 'no message'}"
@@ -210,11 +187,11 @@ def _exclusions(pod: Mapping[str, Any], *, criteria: Criteria) -> Iterator[str]:
         yield "a static pod"
     if any(as_mapping(r).get("kind") == "DaemonSet" for r in as_list(meta.get("ownerReferences"))):
         yield "a DaemonSet's pod"
-    if move_objects.is_gated(pod):
+    if descheduling.is_gated(pod):
         yield "a replacement waiting for the pod it replaces to go"
-    if move_objects.is_left_alone(pod):
+    if descheduling.is_left_alone(pod):
         # Not overridden by the evict annotation: removing this mark is how to undo it.
-        yield f"no virtual node was left for it ({move_objects.LEFT_ALONE_ANNOTATION})"
+        yield f"no virtual node was left for it ({descheduling.LEFT_ALONE_ANNOTATION})"
     pod_labels = {str(k): str(v) for k, v in as_mapping(meta.get("labels")).items()}
     if avoidance.controller_of(pod) is not None and not criteria.pod_selector.matches(pod_labels):
         yield (

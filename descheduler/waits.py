@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from descheduler.policy import unplaceable_condition
+from tensile.contracts import descheduling
 from tensile.contracts.objects import as_mapping
 from tensile.kube.informer import Handlers
 
@@ -41,9 +41,9 @@ class Sighting:
 
 def sighting(previous: Sighting | None, pod: Mapping[str, Any], *, at: float) -> Sighting | None:
     """Return the sighting of `pod` as it is now, seen at monotonic second `at`: None when it
-    is not unplaceable (`policy.unplaceable_condition`), `previous` when it is the same spell
-    (same transition time, whatever the message says now), else a new one from `at`."""
-    condition = unplaceable_condition(pod)
+    is not unplaceable (`descheduling.unplaceable_condition`), `previous` when it is the same
+    spell (same transition time, whatever the message says now), else a new one from `at`."""
+    condition = descheduling.unplaceable_condition(pod)
     if condition is None:
         return None
     transition = condition.get("lastTransitionTime")

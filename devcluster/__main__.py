@@ -22,11 +22,10 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from devcluster import cluster, netns
+from devcluster import binaries, cluster, netns, processes
 from devcluster.fleet import ENV_FILE, Fleet, remove_created, stop_leftovers
 from devcluster.rest import ApiStatusError
 from tensile.kube import quantity
-from vnode.testing import binaries, processes
 
 # Label syntax (Kubernetes "Labels and Selectors": an optional DNS-subdomain prefix, a name
 # of at most 63 characters; values of at most 63, possibly empty).

@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from devcluster import kwok
+from devcluster import binaries, kwok
+from devcluster.pki import KeyPair
 from devcluster.rest import RestClient
-from vnode.testing import binaries
-from vnode.testing.pki import KeyPair
 
 STATE_FILE = "devcluster.json"
 PROCESSES_FILE = "processes.json"
@@ -112,8 +111,9 @@ class FleetSettings:
     """Seconds to wait for the fleet to be ready."""
     scheduler_extender: bool = False
     """Run each upper kube-scheduler with `tensile-scheduler` configured as its extender
-    (`devcluster.schedulers`: its port is reserved, `<upper>-scheduler-extender` in the
-    fleet's ports; ignorable, so the scheduler works on while the extender is not running)."""
+    (`devcluster.components.scheduler_configuration`; its port is reserved,
+    `<upper>-scheduler-extender` in the fleet's ports, for `devcluster.schedulers`;
+    ignorable, so the scheduler works on while the extender is not running)."""
 
     def __post_init__(self) -> None:
         if self.uppers < 1 or not self.lowers:

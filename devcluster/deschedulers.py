@@ -11,9 +11,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from devcluster import programs
+from devcluster import ports, programs
 from devcluster.fleet import Fleet
-from vnode.testing import ports
 
 
 class DeschedulerProcess(programs.Program):

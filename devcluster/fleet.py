@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from devcluster import kwok, netns
+from devcluster import binaries, kwok, netns, processes
 from devcluster.cluster import (
     ATTACH_LOG,
     PROCESSES_FILE,
@@ -28,9 +28,8 @@ from devcluster.cluster import (
     VirtualNodeMaterial,
     wait_nodes_ready,
 )
+from devcluster.pki import KeyPair
 from devcluster.startup import Startup
-from vnode.testing import binaries, processes
-from vnode.testing.pki import KeyPair
 
 logger = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vnode.testing.pki import KeyPair
-from vnode.testing.ports import LOOPBACK
+from devcluster.pki import KeyPair
+from devcluster.ports import LOOPBACK
 
 MANAGED_ANNOTATION = "kwok.x-k8s.io/node"
 MANAGED_VALUE = "fake"

@@ -29,11 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from devcluster import programs
+from devcluster import processes, programs
 from devcluster.cluster import Cluster
+from devcluster.kubeconfig import write_kubeconfig
 from devcluster.rest import ApiStatusError, RestClient
-from vnode.testing import processes
-from vnode.testing.kubeconfig import write_kubeconfig
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 _TOKEN_SECONDS = 24 * 3600

@@ -1,11 +1,11 @@
 """Run the real `tensile-scheduler` command for an upper cluster of a fleet, for tests and
-the demo, and the KubeSchedulerConfiguration the fleet's kube-scheduler calls it with.
+the demo.
 
 A fleet started with `FleetSettings(scheduler_extender=True)` runs its upper
-kube-schedulers with `scheduler_configuration` (the extender ignorable, so they schedule on
-while it is not running) and reserves the extender's port (`<upper>-scheduler-extender` in
-`fleet.ports`); `SchedulerExtenderProcess` then serves on that port with the fleet's
-serving certificate for it, signed by the upper cluster's CA.
+kube-schedulers with `components.scheduler_configuration` (the extender ignorable, so they
+schedule on while it is not running) and reserves the extender's port
+(`<upper>-scheduler-extender` in `fleet.ports`); `SchedulerExtenderProcess` then serves on
+that port with the fleet's serving certificate for it, signed by the upper cluster's CA.
 """
 
 from __future__ import annotations
@@ -13,47 +13,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-import yaml
-
-from devcluster import programs
-from vnode.testing import ports
-
-if TYPE_CHECKING:
-    from devcluster.fleet import Fleet
-
-EXTENDER_WEIGHT = 2
-"""The extender's prioritize weight (its 0..10 scores count as 0..100 times this, beside
-each plugin's 0..100 times its weight)."""
-EXTENDER_TIMEOUT = "2s"
-"""How long kube-scheduler waits for an extender call before going on without it."""
-
-
-def scheduler_configuration(*, kubeconfig: Path, url: str, ca: Path) -> str:
-    """Return a KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1, YAML) whose one
-    extender is `tensile-scheduler` at `url` (HTTPS, its certificate signed by `ca`):
-    filter and prioritize, node names only, ignorable."""
-    config = {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        "clientConnection": {"kubeconfig": str(kubeconfig), "qps": 200, "burst": 400},
-        "leaderElection": {"leaderElect": False},
-        "extenders": [
-            {
-                "urlPrefix": url,
-                "filterVerb": "filter",
-                "prioritizeVerb": "prioritize",
-                "weight": EXTENDER_WEIGHT,
-                "enableHTTPS": True,
-                "tlsConfig": {"caFile": str(ca)},
-                "nodeCacheCapable": True,
-                "ignorable": True,
-                "httpTimeout": EXTENDER_TIMEOUT,
-            }
-        ],
-    }
-    return yaml.safe_dump(config, sort_keys=False)
+from devcluster import ports, programs
+from devcluster.fleet import Fleet
 
 
 class SchedulerExtenderProcess(programs.Program):

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from devcluster import kwok, metricsserver, schedulers
+from devcluster import binaries, components, kwok, metricsserver, ports, processes
 from devcluster.cluster import (
     ATTACH_LOG,
     FORWARD_TARGET_TEXT,
@@ -39,11 +39,10 @@ from devcluster.cluster import (
     lower_node_name,
     wait_nodes_ready,
 )
+from devcluster.kubeconfig import write_kubeconfig
 from devcluster.netns import Network
+from devcluster.pki import CertificateAuthority, KeyPair, write_signing_key
 from devcluster.rest import ApiStatusError, RestClient
-from vnode.testing import binaries, components, ports, processes
-from vnode.testing.kubeconfig import write_kubeconfig
-from vnode.testing.pki import CertificateAuthority, KeyPair, write_signing_key
 
 _METRICS_TOKEN_SECONDS = 30 * 24 * 3600
 HOST_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
@@ -438,7 +437,7 @@ class Startup:
                 started[f"{name}-scheduler-extender"] = extender_port
                 config = self.data / f"{name}-scheduler-config.yaml"
                 config.write_text(
-                    schedulers.scheduler_configuration(
+                    components.scheduler_configuration(
                         kubeconfig=self.pki / f"{name}-scheduler.kubeconfig",
                         url=f"https://{ports.LOOPBACK}:{extender_port}",
                         ca=material[f"{name}-ca"].cert,

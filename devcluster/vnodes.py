@@ -14,11 +14,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from devcluster import programs
+from devcluster import ports, programs
 from devcluster.fleet import Fleet
 from devcluster.rest import ApiStatusError, RestClient
-from vnode.providers.k2k.naming import Owner
-from vnode.testing import ports
+from tensile.contracts.ownership import NodeIdentity
 
 _SERVING_FILES = ("APISERVER_CERT_LOCATION", "APISERVER_KEY_LOCATION")
 
@@ -115,14 +114,14 @@ class VirtualNodeProcess(programs.Program):
         return self.upper.rest()
 
     @property
-    def owner(self) -> Owner:
+    def owner(self) -> NodeIdentity:
         """The owner this node marks its lower objects with: its name and the upper cluster's
         identity (--cluster-id when given, else the UID of the upper kube-system namespace)."""
         given = [a.partition("=")[2] for a in self.argv if a.startswith("--cluster-id=")]
         if given and given[-1]:
-            return Owner(node_name=self.name, cluster_id=given[-1])
+            return NodeIdentity(node_name=self.name, cluster_id=given[-1])
         namespace = self.upper.rest().request("GET", "/api/v1/namespaces/kube-system")
-        return Owner(node_name=self.name, cluster_id=str(namespace["metadata"]["uid"]))
+        return NodeIdentity(node_name=self.name, cluster_id=str(namespace["metadata"]["uid"]))
 
     def delete_node(self) -> None:
         """Delete the Node object (and so its Lease) from the upper cluster."""

@@ -33,7 +33,7 @@ fi
 # module) and a stamp per binary naming the recipe it was built with, so a changed recipe
 # rebuilds only what it touches.
 # The kwok recipe names the version and a digest of the patch files (sorted by name), as
-# vnode/testing/binaries.py computes it.
+# devcluster/binaries.py computes it.
 kwok_recipe="${KWOK_VERSION}+$(cat $(ls "${here}"/kwok-patch/* | LC_ALL=C sort) | sha256sum | cut -c1-16)"
 # The e2e suite's recipe names the version and a digest of our wrapper test.
 vk_e2e_recipe="${VIRTUAL_KUBELET_VERSION}+$(sha256sum < "${here}/vk-e2e/e2e_test.go" | cut -c1-16)"

@@ -25,15 +25,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from devcluster import __main__ as devcluster
-from devcluster import netns, webhooks
+from devcluster import netns, processes, webhooks
 from devcluster.cluster import Cluster
 from devcluster.deschedulers import DeschedulerProcess
 from devcluster.fleet import ENV_FILE, Fleet
 from devcluster.schedulers import SchedulerExtenderProcess
 from devcluster.vnodes import VirtualNodeProcess
 from devcluster.webhooks import WebhookProcess
+from tensile.contracts.labels import VIRTUAL_NODE_SELECTOR
 from tensile.placement import summary
-from vnode.testing import processes
 
 NODE = "tensile"
 FLEET = [
@@ -179,7 +179,7 @@ def up(directory: Path) -> int:
     ).stdout
     steps: list[tuple[str, Cluster, list[str]]] = [
         ("upper cluster: one virtual node per lower cluster", fleet.upper,
-         ["get", "nodes", "-l", "type=virtual-kubelet", "-o",
+         ["get", "nodes", "-l", VIRTUAL_NODE_SELECTOR, "-o",
           "custom-columns=NODE:.metadata.name,ADDRESS:.status.addresses[0].address,"
           "CPU:.status.capacity.cpu,MEMORY:.status.capacity.memory,PODS:.status.capacity.pods"]),
         ("upper cluster: the pods, spread over both", fleet.upper, ["get", "pods", "-o", "wide"]),
@@ -219,7 +219,7 @@ def up(directory: Path) -> int:
     for title, cluster, args in steps:
         _show(title, cluster, args)
     print("\n== kubectl top, through metrics-server scraping the virtual nodes (<= 60 s) ...")
-    for args in (["top", "node", "-l", "type=virtual-kubelet"], ["top", "pod"]):
+    for args in (["top", "node", "-l", VIRTUAL_NODE_SELECTOR], ["top", "pod"]):
         _show_when_ready(fleet.upper, args)
     _placement_scenario(fleet)
     directory_arg = shlex.quote(str(directory))
@@ -271,7 +271,7 @@ def _placement_scenario(fleet: Fleet) -> None:
         "virtual Node (annotation tensile.io/placement-summary)"
     )
     nodes = fleet.upper.rest().request(
-        "GET", "/api/v1/nodes", query={"labelSelector": "type=virtual-kubelet"}
+        "GET", "/api/v1/nodes", query={"labelSelector": VIRTUAL_NODE_SELECTOR}
     )
     print(f"{'NODE':<16} {'CPU (sum)':>10} {'LOWER NODES':>12} {'LARGEST FREE CPU':>17}")
     for node in nodes.get("items") or []:

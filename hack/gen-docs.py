@@ -70,9 +70,10 @@ MARK_MODULES = (
     "vnode/providers/k2k/naming.py",
     "vnode/providers/k2k/volumes.py",
     "vnode/providers/k2k/services.py",
-    "descheduler/move_objects.py",
 )
-"""Modules beside tensile/contracts/ that define labels and annotations of their own."""
+"""Modules beside tensile/contracts/ that define labels and annotations of their own: marks
+the virtual node alone writes and reads (those another program reads are agreements and
+live in tensile/contracts/)."""
 
 _MARK_NAME = re.compile(r"(^|_)(LABEL|ANNOTATIONS?|ANNOTATION_PREFIX|TAINT(_KEY)?|GATE)$")
 _ENV_IN_HELP = re.compile(r"\benv(?:ironment variable)? ([A-Z][A-Z0-9_]{2,})")

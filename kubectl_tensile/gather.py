@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubectl_tensile import status, why
-from tensile.contracts import labels
+from tensile.contracts import labels, ownership
 from tensile.kube import config, errors
 from tensile.kube.client import ApiClient
 from tensile.kube.resources import CONFIG_MAPS, EVENTS, LEASES, NODES, PODS
-from vnode.providers.k2k import naming
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 LOWER_TIMEOUT = 5.0
@@ -79,7 +78,7 @@ async def status_report(target: Target, *, now: dt.datetime) -> dict[str, Any]:
         nodes = await _items(
             upper,
             NODES.path(),
-            labelSelector=f"{labels.NODE_TYPE_LABEL}={labels.VIRTUAL_NODE_TYPE}",
+            labelSelector=labels.VIRTUAL_NODE_SELECTOR,
         )
         leases = await _items(upper, LEASES.path(namespace=NODE_LEASE_NAMESPACE))
         pods = await _items(
@@ -141,7 +140,7 @@ async def _lower(
                 _items(
                     lower,
                     PODS.path(),
-                    labelSelector=f"{naming.NODE_LABEL}={naming.label_value(node_name)}",
+                    labelSelector=f"{ownership.NODE_LABEL}={ownership.label_value(node_name)}",
                 ),
                 LOWER_TIMEOUT,
             )
@@ -149,7 +148,7 @@ async def _lower(
                 (
                     p
                     for p in candidates
-                    if (p["metadata"].get("annotations") or {}).get(naming.UPPER_UID_ANNOTATION)
+                    if (p["metadata"].get("annotations") or {}).get(ownership.UPPER_UID_ANNOTATION)
                     == uid
                 ),
                 None,

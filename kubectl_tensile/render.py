@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from kubectl_tensile.status import short_duration
+from tensile.contracts.labels import VIRTUAL_NODE_SELECTOR
 
 WIDTH = 80
 """Columns of a terminal the text fits in."""
@@ -80,7 +81,7 @@ def status_text(report: dict[str, Any]) -> str:
         for node in report["nodes"]
     ]
     if not rows:
-        return "No virtual nodes (nodes labelled type=virtual-kubelet).\n"
+        return f"No virtual nodes (nodes labelled {VIRTUAL_NODE_SELECTOR}).\n"
     header = ("NODE", "LOWER", "BEAT", "CPU USED/FREE", "MEM USED/FREE", "PODS", "MOVES")
     lines = table(header, rows)
     moves = report["pendingMoves"]

@@ -19,9 +19,7 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
-from descheduler import move_objects
-from descheduler.policy import unplaceable_condition
-from tensile.contracts import avoidance
+from tensile.contracts import avoidance, descheduling
 from tensile.contracts.objects import as_list, as_mapping
 from tensile.kube.quantity import format_quantity, parse_quantity
 from tensile.kube.resources import pod_is_terminal
@@ -165,10 +163,10 @@ def re_creations(pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     that still carry its scheduling gate): `pod` ("namespace/name"), `replaces`."""
     found = []
     for pod in pods:
-        if not move_objects.is_gated(pod):
+        if not descheduling.is_gated(pod):
             continue
         meta = as_mapping(pod.get("metadata"))
-        replaced = move_objects.replaces(pod)
+        replaced = descheduling.replaces(pod)
         found.append(
             {
                 "pod": f"{meta.get('namespace')}/{meta.get('name')}",
@@ -180,12 +178,12 @@ def re_creations(pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def unplaceable(pods: Iterable[Mapping[str, Any]], *, now: dt.datetime) -> list[dict[str, Any]]:
     """Return the pods bound to a node whose lower cluster cannot place them (the
-    descheduler's candidates, `descheduler.policy.unplaceable_condition`): `pod`, `node`,
-    `forSeconds` (since the condition changed), `message` (the lower scheduler's)."""
+    descheduler's candidates, `tensile.contracts.descheduling.unplaceable_condition`): `pod`,
+    `node`, `forSeconds` (since the condition changed), `message` (the lower scheduler's)."""
     found = []
     for pod in pods:
         node = as_mapping(pod.get("spec")).get("nodeName")
-        scheduled = unplaceable_condition(pod)
+        scheduled = descheduling.unplaceable_condition(pod)
         if scheduled is None or not node:
             continue
         meta = as_mapping(pod.get("metadata"))

@@ -4,16 +4,16 @@ upper cluster (and, when read, the lower one) holds.
 What it reads and who wrote it:
 - `spec.nodeName`, the PodScheduled condition: the upper scheduler, or the virtual node
   mirroring the lower scheduler's verdict (reason Unschedulable/SchedulerError on a pod
-  bound to a virtual node: `descheduler.policy.unplaceable_condition`);
+  bound to a virtual node: `tensile.contracts.descheduling.unplaceable_condition`);
 - annotation `clusterSelector`: the webhook's conversion (placement moved for the lower
   scheduler; `tensile.contracts.clusterselector`), `tensile.io/avoided-nodes`: the virtual
   nodes the webhook kept it off (`tensile.contracts.avoidance`);
-- the descheduler's marks (`descheduler.move_objects`): its scheduling gate, `tensile.io/
+- the descheduler's marks (`tensile.contracts.descheduling`): its scheduling gate, `tensile.io/
   replaces`, `sigs.k8s.io/deschedule-count`, `tensile.io/no-virtual-node-left`, and its
   avoidance record's entry for the pod's controller;
 - the pod's Events upstairs (the virtual node copies the lower pod's there) and, with the
   lower cluster read, the lower pod (found by the virtual node's ownership marks,
-  `vnode.providers.k2k.naming`), its node and its Events.
+  `tensile.contracts.ownership`), its node and its Events.
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from descheduler import move_objects
-from descheduler.policy import unplaceable_condition
 from kubectl_tensile.status import age_seconds, condition, short_duration
-from tensile.contracts import avoidance, clusterselector
+from tensile.contracts import avoidance, clusterselector, descheduling
+from tensile.contracts.labels import NODE_TYPE_LABEL, VIRTUAL_NODE_TYPE
 from tensile.contracts.objects import as_list, as_mapping
 
 MAX_EVENTS = 8
@@ -50,8 +49,8 @@ def placement(
     result: dict[str, Any] = {"node": bound, "phase": phase}
     if meta.get("deletionTimestamp"):
         return {**result, "state": "deleting", "reason": "the pod is being deleted"}
-    if move_objects.is_gated(pod):
-        replaced = move_objects.replaces(pod)
+    if descheduling.is_gated(pod):
+        replaced = descheduling.replaces(pod)
         what = f" of {replaced[0]}" if replaced else ""
         return {
             **result,
@@ -68,13 +67,13 @@ def placement(
             "reason": f"not scheduled upstairs ({told or 'no scheduling decision yet'})",
         }
     labels = as_mapping(as_mapping((node or {}).get("metadata")).get("labels"))
-    if node is not None and labels.get("type") != "virtual-kubelet":
+    if node is not None and labels.get(NODE_TYPE_LABEL) != VIRTUAL_NODE_TYPE:
         return {
             **result,
             "state": "not-virtual",
             "reason": f"runs on {bound}, an ordinary node: tensile plays no part",
         }
-    below = unplaceable_condition(pod)
+    below = descheduling.unplaceable_condition(pod)
     if below is not None:
         age = age_seconds(below.get("lastTransitionTime"), now=now)
         since = "" if age is None else f" for {short_duration(age)}"
@@ -129,14 +128,14 @@ def descheduler_marks(pod: Mapping[str, Any]) -> list[str]:
     """Return one sentence per mark the descheduler left on `pod`."""
     annotations = as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
     marks = []
-    replaced = move_objects.replaces(pod)
+    replaced = descheduling.replaces(pod)
     if replaced:
         marks.append(f"replaces pod {replaced[0]} (re-created by the descheduler)")
-    count = move_objects.deschedule_count(pod)
+    count = descheduling.deschedule_count(pod)
     if count:
         marks.append(f"moved {count} time(s) by the descheduler")
-    if move_objects.is_left_alone(pod):
-        since = annotations.get(move_objects.LEFT_ALONE_ANNOTATION)
+    if descheduling.is_left_alone(pod):
+        since = annotations.get(descheduling.LEFT_ALONE_ANNOTATION)
         marks.append(f"no virtual node left to move it to (since {since}); left where it is")
     return marks
 

@@ -11,7 +11,7 @@ from scheduler.server import MAX_REQUEST_BYTES
 from scheduler.settings import ServerSettings, Settings
 from scheduler.slices.flags import add_slice_flags, slice_settings
 from tensile.contracts import selectors
-from tensile.contracts.labels import DEFAULT_TAINT_KEY
+from tensile.contracts.labels import DEFAULT_TAINT_KEY, VIRTUAL_NODE_SELECTOR
 from tensile.serving import flags
 from tensile.serving.flags import UsageError
 
@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     a(
         "--virtual-node-selector",
-        default="type=virtual-kubelet",
+        default=VIRTUAL_NODE_SELECTOR,
         help="label selector of the virtual nodes whose placement summaries are read "
         "(default type=virtual-kubelet)",
     )

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from scheduler.extender import Policy
 from scheduler.server import MAX_REQUEST_BYTES
 from scheduler.slices.settings import SliceSettings
+from tensile.contracts.labels import VIRTUAL_NODE_SELECTOR
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,7 +44,7 @@ class Settings:
     policy: Policy = field(default_factory=Policy)
     kubeconfig: str | None = None
     """Upper cluster kubeconfig (--kubeconfig; then $KUBECONFIG, ~/.kube/config, in-cluster)."""
-    virtual_node_selector: str = "type=virtual-kubelet"
+    virtual_node_selector: str = VIRTUAL_NODE_SELECTOR
     """Label selector of the Nodes watched for placement summaries (--virtual-node-selector)."""
     slices: SliceSettings = field(default_factory=SliceSettings)
     """The namespace quota slices (--slice-cpu, --slice-memory, --slice-sync-delay, and

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from vnode.testing import processes
+from devcluster import processes
 
 # The fleet's fixtures; also the hook that enters its private network before any test runs.
 pytest_plugins = ["tests.fixtures"]

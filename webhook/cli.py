@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from tensile.contracts import avoidance, clusterselector, selectors
-from tensile.contracts.labels import DEFAULT_TAINT_KEY
+from tensile.contracts.labels import DEFAULT_TAINT_KEY, VIRTUAL_NODE_SELECTOR
 from tensile.kube import names
 from tensile.serving import flags
 from tensile.serving.flags import UsageError
@@ -87,7 +87,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     a(
         "--virtual-node-selector",
-        default="type=virtual-kubelet",
+        default=VIRTUAL_NODE_SELECTOR,
         help="label selector of the virtual nodes (default type=virtual-kubelet)",
     )
     a(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tensile.contracts import avoidance
+from tensile.contracts.labels import VIRTUAL_NODE_SELECTOR
 from webhook.mutation import MutationSettings
 from webhook.server import MAX_REQUEST_BYTES
 from webhook.tls import TlsSettings
@@ -41,7 +42,7 @@ class Settings:
     """Upper cluster kubeconfig (--kubeconfig; then $KUBECONFIG, ~/.kube/config, in-cluster)."""
     master: str = ""
     """--master: the apiserver URL used instead of the kubeconfig's ("": the kubeconfig's)."""
-    virtual_node_selector: str = "type=virtual-kubelet"
+    virtual_node_selector: str = VIRTUAL_NODE_SELECTOR
     """Label selector of the virtual nodes (--virtual-node-selector)."""
     avoid_configmap: tuple[str, str] = avoidance.DEFAULT_LOCATION
     """(namespace, name) of the descheduler's avoidance record (--avoid-configmap)."""

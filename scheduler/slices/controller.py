@@ -58,8 +58,6 @@ COMPONENT = "tensile-scheduler"
 BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 """The pods that hold resources on a node (kube-scheduler's own selection of assigned,
 unfinished pods)."""
-VIRTUAL_NODES = f"{labels.NODE_TYPE_LABEL}={labels.VIRTUAL_NODE_TYPE}"
-"""The label selector of every virtual node."""
 _QUOTA_NAMESPACE = "quota-slices/namespace"
 
 
@@ -81,7 +79,7 @@ class SliceController:
         identity: str,
         factory: InformerFactory | None = None,
         may_act: Callable[[], bool] = lambda: True,
-        node_selector: str = VIRTUAL_NODES,
+        node_selector: str = labels.VIRTUAL_NODE_SELECTOR,
     ) -> None:
         """`client` reads and writes Namespaces; `events` records Events (a budget of its
         own); `identity` names this replica (the Events' source host); `factory` shares

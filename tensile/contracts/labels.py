@@ -13,6 +13,10 @@ the webhook leaves it alone."""
 NODE_TYPE_LABEL = "type"
 """Node label telling virtual nodes apart, value `VIRTUAL_NODE_TYPE`."""
 VIRTUAL_NODE_TYPE = "virtual-kubelet"
+VIRTUAL_NODE_SELECTOR = f"{NODE_TYPE_LABEL}={VIRTUAL_NODE_TYPE}"
+"""The label selector of the virtual nodes, `type=virtual-kubelet`: the webhook's and the
+scheduler's default --virtual-node-selector, and the nodes the descheduler, the quota
+slices and kubectl tensile read."""
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 """The well-known node label holding the node's name (set on virtual nodes too)."""
 DEFAULT_TAINT_KEY = "virtual-kubelet.io/provider"

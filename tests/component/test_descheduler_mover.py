@@ -33,7 +33,7 @@ from descheduler.mover import Mover, MoveSettings, NotLeading
 from descheduler.policy import Decision
 from descheduler.record import WRITE_ATTEMPTS, AvoidanceRecord
 from descheduler.settings import Settings
-from tensile.contracts import avoidance
+from tensile.contracts import avoidance, descheduling
 from tensile.kube.client import ApiClient
 from tensile.kube.config import ConnectionInfo
 from tensile.kube.events import EventRecorder
@@ -416,7 +416,7 @@ async def test_the_count_is_incremented_once_the_eviction_is_accepted(
     api: FakeApi, client: ApiClient
 ) -> None:
     pod = a_pod("web-1-x", owned=True)
-    pod["metadata"]["annotations"] = {"keep": "me", move_objects.DESCHEDULE_COUNT_ANNOTATION: "1"}
+    pod["metadata"]["annotations"] = {"keep": "me", descheduling.DESCHEDULE_COUNT_ANNOTATION: "1"}
     path = "/api/v1/namespaces/shop/pods/web-1-x"
     api.routes[("POST", path + "/eviction")] = lambda r: web.json_response({}, status=201)
     api.routes[("PATCH", path)] = lambda r: web.json_response(pod)

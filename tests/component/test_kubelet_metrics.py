@@ -23,6 +23,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
+from devcluster.pki import CertificateAuthority
+from tensile.contracts import ownership
 from tensile.kube import errors
 from tensile.kube.client import ApiClient
 from tensile.kube.config import ConnectionInfo
@@ -31,7 +33,7 @@ from vnode import provider_errors
 from vnode.api import run, stats
 from vnode.api.server import ApiContext, make_app
 from vnode.provider import ContainerUsage, NodeUsage, PodUsage, RemoteCommand, Usage
-from vnode.providers.k2k import naming, resource_usage
+from vnode.providers.k2k import resource_usage
 from vnode.providers.k2k.scrape import (
     BODY_LIMIT,
     BearerTokenFile,
@@ -41,11 +43,10 @@ from vnode.providers.k2k.scrape import (
     ToKubelets,
 )
 from vnode.testing.fakeprovider import FakeProvider, FakeSession
-from vnode.testing.pki import CertificateAuthority
 
 NODE = "vn-1"
 CLUSTER_ID = "0f3c2a9e-7b1d-4c55-8e2f-5a6b7c8d9e01"
-OWNER = naming.Owner(node_name=NODE, cluster_id=CLUSTER_ID)
+OWNER = ownership.NodeIdentity(node_name=NODE, cluster_id=CLUSTER_ID)
 NOW = 1_700_000_000.0
 
 # -- the API routes, with a fake provider ------------------------------------------------
@@ -203,9 +204,11 @@ async def test_run_is_bounded_in_time_and_output() -> None:
 
 
 def lower_pod(name: str, *, node: str, uid: str, owner: str = NODE) -> dict[str, Any]:
-    labels, annotations = naming.owner_marks(naming.Owner(node_name=owner, cluster_id=CLUSTER_ID))
-    annotations[naming.UPPER_UID_ANNOTATION] = uid
-    annotations[naming.UPPER_NAMESPACE_ANNOTATION] = "team"
+    labels, annotations = ownership.owner_marks(
+        ownership.NodeIdentity(node_name=owner, cluster_id=CLUSTER_ID)
+    )
+    annotations[ownership.UPPER_UID_ANNOTATION] = uid
+    annotations[ownership.UPPER_NAMESPACE_ANNOTATION] = "team"
     return {
         "metadata": {
             "name": name,

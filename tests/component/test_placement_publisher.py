@@ -9,9 +9,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+from tensile.contracts import ownership
 from tensile.kube.resources import NODES
 from tensile.placement import summary
-from vnode.providers.k2k import naming
 from vnode.providers.k2k.lowerpods import LowerPodBook
 from vnode.providers.k2k.publisher import RESYNC, SummaryPublisher
 from vnode.testing.fakeapi import FakeApi
@@ -30,7 +30,7 @@ def _publisher(upper: FakeApi, clock: list[float]) -> SummaryPublisher:
     return SummaryPublisher(
         upper=upper,
         node_name="vn",
-        book=LowerPodBook(owner=naming.Owner(node_name="vn", cluster_id="c")),
+        book=LowerPodBook(owner=ownership.NodeIdentity(node_name="vn", cluster_id="c")),
         nodes=lower_nodes,
         pods=lower_nodes,
         interval=1.0,

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from devcluster import programs
-from vnode.testing import ports, processes
+from devcluster import ports, processes, programs
 
 # Answers /readyz 503 until it has been asked three times, then 200; /metrics in the
 # Prometheus text format.

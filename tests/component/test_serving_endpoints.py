@@ -10,8 +10,8 @@ import signal
 import aiohttp
 from prometheus_client import Counter
 
+from devcluster import ports
 from tensile.serving import endpoints, shutdown
-from vnode.testing import ports
 
 PROBE = Counter("tensile_test_serving_probe", "A counter only this test increments.")
 

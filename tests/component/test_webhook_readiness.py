@@ -23,8 +23,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from devcluster import ports
 from tensile.kube.config import ConnectionInfo
-from vnode.testing import ports
 from webhook.__main__ import _run
 from webhook.service import Webhook
 from webhook.settings import ServerSettings, Settings

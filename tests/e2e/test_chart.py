@@ -20,12 +20,11 @@ from typing import Any
 import pytest
 import yaml
 
-from devcluster import netns
+from devcluster import binaries, netns, ports
 from devcluster.cluster import Cluster
 from devcluster.fleet import Fleet
 from devcluster.podrun import LocalPod
 from tests.e2e.helpers import get, phase, pod_manifest, token_kubeconfig, wait_for
-from vnode.testing import binaries, ports
 
 ROOT = Path(__file__).parents[2]
 CHART = ROOT / "charts" / "tensile"

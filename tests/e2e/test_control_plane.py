@@ -12,10 +12,9 @@ from typing import Any
 
 import pytest
 
-from devcluster import cluster
+from devcluster import binaries, cluster
 from devcluster.fleet import Fleet
 from tests.e2e.helpers import wait_for
-from vnode.testing import binaries
 
 
 def _pod_manifest(name: str, namespace: str) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from devcluster.fleet import Fleet
+from tensile.contracts import ownership
 from tensile.contracts.objects import Obj
 from tensile.kube import config, errors
 from tensile.kube.client import ApiClient
@@ -26,7 +27,6 @@ from tensile.kube.informer import Informer
 from tensile.kube.informer_factory import InformerFactory
 from tensile.kube.resources import PODS, SECRETS
 from tests.e2e.helpers import until
-from vnode.providers.k2k import naming
 from vnode.providers.k2k.dependencies import DependencySync
 from vnode.providers.k2k.naming import NodeTenancy
 from vnode.providers.k2k.translate import TranslationPolicy, lower_pod
@@ -186,7 +186,7 @@ async def test_copies_of_a_creation_that_failed_are_collected(fleet: Fleet, name
                 assert (await sync.ensure(aborted)).created == [("Secret", namespace, "t")]
                 copy = await copy_of(lower, namespace, "t")
                 assert copy is not None
-                assert naming.is_owned(copy, owner=T.owner)
+                assert ownership.is_owned(copy, owner=T.owner)
                 raise RuntimeError("the lower apiserver went away before the pod's POST")
 
         with pytest.raises(RuntimeError):

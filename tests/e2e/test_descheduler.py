@@ -30,7 +30,7 @@ from devcluster.fleet import Fleet
 from devcluster.rest import RestClient
 from devcluster.vnodes import VirtualNodeProcess
 from devcluster.webhooks import WebhookProcess
-from tensile.contracts import avoidance
+from tensile.contracts import avoidance, descheduling
 from tests.e2e.helpers import events_for, get, pod, token_kubeconfig, wait_for
 from tests.fixtures import create_namespace, delete_namespace, long_lived_pids
 
@@ -374,7 +374,7 @@ def test_a_deployments_pod_with_nowhere_left_stays_while_its_new_pods_use_a_clus
             (
                 p
                 for p in pods_of(upper, ns, "picky")
-                if move_objects.LEFT_ALONE_ANNOTATION in (p["metadata"].get("annotations") or {})
+                if descheduling.LEFT_ALONE_ANNOTATION in (p["metadata"].get("annotations") or {})
             ),
             None,
         )
@@ -582,7 +582,7 @@ def test_dry_run_moves_no_pod_with_a_controller(
     assert after["metadata"]["uid"] == before["metadata"]["uid"]
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
     assert after["metadata"].get("deletionTimestamp") is None
-    assert move_objects.DESCHEDULE_COUNT_ANNOTATION not in (
+    assert descheduling.DESCHEDULE_COUNT_ANNOTATION not in (
         after["metadata"].get("annotations") or {}
     )
     assert [p["metadata"]["name"] for p in pods_of(upper, ns, "dry")] == [name]
@@ -830,7 +830,7 @@ def test_a_pod_no_lower_cluster_can_place_stays_pending_with_an_event(
     assert stays["metadata"]["name"] == "nowhere-d1"
     assert stays["spec"]["nodeName"] == "vn-b"
     assert stays["status"]["phase"] == "Pending"
-    assert move_objects.LEFT_ALONE_ANNOTATION in stays["metadata"]["annotations"]
+    assert descheduling.LEFT_ALONE_ANNOTATION in stays["metadata"]["annotations"]
     assert [
         e["count"]
         for e in events_for(upper, ns, "nowhere-d1")
@@ -853,7 +853,7 @@ def test_a_pod_no_lower_cluster_can_place_stays_pending_with_an_event(
     assert stays["metadata"]["name"] == "pinned"
     assert stays["metadata"].get("deletionTimestamp") is None
     assert stays["spec"]["nodeName"] == "vn-a"
-    assert move_objects.LEFT_ALONE_ANNOTATION in stays["metadata"]["annotations"]
+    assert descheduling.LEFT_ALONE_ANNOTATION in stays["metadata"]["annotations"]
 
 
 def test_the_leader_stops_while_the_upper_apiserver_is_down_and_leads_again_after(

@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from devcluster import netns
+from devcluster import netns, ports, processes
 from devcluster.cluster import STATE_FILE, kubectl_binary
-from vnode.testing import ports, processes
 
 
 def _devcluster(

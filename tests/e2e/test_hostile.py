@@ -25,12 +25,12 @@ from typing import Any
 import pytest
 
 from devcluster.fleet import Fleet
+from devcluster.pki import CertificateAuthority, KeyPair
 from devcluster.rest import RestClient
 from devcluster.vnodes import VirtualNodeProcess
+from tensile.contracts import ownership
 from tests.e2e.helpers import create, kubelet_request, phase, pod_manifest, wait_for
 from vnode.api import spdy
-from vnode.providers.k2k import naming
-from vnode.testing.pki import CertificateAuthority, KeyPair
 
 LEASE_RENEW_INTERVAL = 10.0  # the node's, seconds
 LATE = 4.0  # seconds a renewal may come after its interval on 2 busy cores
@@ -277,12 +277,12 @@ def test_a_flood_of_lower_events_delays_neither_statuses_nor_heartbeats(
     upper, lower = fleet.upper.rest(), fleet.lower.rest()
     owner = virtual_node.owner
     owned = lower.request(
-        "GET", "/api/v1/pods", query={"labelSelector": naming.owner_selector(owner)}
+        "GET", "/api/v1/pods", query={"labelSelector": ownership.owner_selector(owner)}
     )["items"]
     lower_pod = next(
         p
         for p in owned
-        if p["metadata"]["annotations"].get(naming.UPPER_NAMESPACE_ANNOTATION) == namespace
+        if p["metadata"]["annotations"].get(ownership.UPPER_NAMESPACE_ANNOTATION) == namespace
     )
     lower_ns, lower_name = lower_pod["metadata"]["namespace"], lower_pod["metadata"]["name"]
     events = 2000

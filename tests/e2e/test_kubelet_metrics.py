@@ -28,6 +28,7 @@ from prometheus_client.samples import Sample
 from devcluster import kwok
 from devcluster.fleet import Fleet
 from devcluster.vnodes import VirtualNodeProcess
+from tensile.contracts import ownership
 from tests.e2e.helpers import (
     create,
     get,
@@ -38,7 +39,6 @@ from tests.e2e.helpers import (
     token_kubeconfig,
     wait_for,
 )
-from vnode.providers.k2k import naming
 
 MEMORY = 48 * 1024 * 1024  # the usage the pod's kwok annotations ask for, per container
 CPU_CORES = 0.2
@@ -111,14 +111,14 @@ def _lower_kubelet_pods(fleet: Fleet, node_name: str, namespace: str) -> set[str
 
 
 def _neighbour(
-    name: str, *, node: str, owner: naming.Owner | None, upper_namespace: str
+    name: str, *, node: str, owner: ownership.NodeIdentity | None, upper_namespace: str
 ) -> dict[str, Any]:
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
     if owner is not None:
-        labels, annotations = naming.owner_marks(owner)
-        annotations[naming.UPPER_UID_ANNOTATION] = "00000000-0000-0000-0000-000000000000"
-        annotations[naming.UPPER_NAMESPACE_ANNOTATION] = upper_namespace
+        labels, annotations = ownership.owner_marks(owner)
+        annotations[ownership.UPPER_UID_ANNOTATION] = "00000000-0000-0000-0000-000000000000"
+        annotations[ownership.UPPER_NAMESPACE_ANNOTATION] = upper_namespace
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -158,7 +158,9 @@ def test_resource_metrics_and_summary_show_our_pods_under_upper_names(
         _neighbour(
             "other-vn",
             node=lower_node,
-            owner=naming.Owner(node_name="vn-someone-else", cluster_id=node.owner.cluster_id),
+            owner=ownership.NodeIdentity(
+                node_name="vn-someone-else", cluster_id=node.owner.cluster_id
+            ),
             upper_namespace=namespace,
         ),
     ):

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from devcluster.fleet import Fleet
+from tensile.contracts import ownership
 from tensile.contracts.objects import Obj
 from tensile.kube import config, errors
 from tensile.kube.client import ApiClient
@@ -29,16 +30,16 @@ from tensile.kube.resources import CONFIG_MAPS
 from tests.e2e.helpers import until
 from vnode.providers.k2k import naming
 
-OWNER = naming.Owner(node_name="mirror-test", cluster_id="mirror-test-cluster")
-OTHER = naming.Owner(node_name="mirror-test", cluster_id="someone-else")
-SIBLING = naming.Owner(node_name="mirror-sibling", cluster_id=OWNER.cluster_id)
+OWNER = ownership.NodeIdentity(node_name="mirror-test", cluster_id="mirror-test-cluster")
+OTHER = ownership.NodeIdentity(node_name="mirror-test", cluster_id="someone-else")
+SIBLING = ownership.NodeIdentity(node_name="mirror-sibling", cluster_id=OWNER.cluster_id)
 """Another node of OWNER's cluster: its copies are shared."""
 TENANCY = naming.NodeTenancy(owner=OWNER, prefix="")
 """OWNER's copies and its siblings' (no prefix: a copy's key is its source's)."""
 
 
 def spec(*, creation: Creation = "always") -> KindSpec:
-    labels, annotations = naming.owner_marks(OWNER)
+    labels, annotations = ownership.owner_marks(OWNER)
 
     def translate(upper: Obj) -> Obj:
         meta = upper["metadata"]
@@ -109,7 +110,7 @@ async def running(
     source = factory.informer(upper, CONFIG_MAPS, namespace=namespace)
     # The copies of OWNER's whole cluster: its siblings' too, as the virtual node's are.
     target = factory.informer(
-        lower, CONFIG_MAPS, namespace=namespace, label_selector=naming.cluster_selector(OWNER)
+        lower, CONFIG_MAPS, namespace=namespace, label_selector=ownership.cluster_selector(OWNER)
     )
 
     async def on_problem(_source: Obj, message: str) -> None:
@@ -172,7 +173,7 @@ async def test_copies_follow_their_source_are_repaired_and_collected(
         await until("the copy", copy_data)
         copy = await get(lower, namespace, "a")
         assert copy is not None
-        assert naming.is_owned(copy, owner=OWNER)
+        assert ownership.is_owned(copy, owner=OWNER)
         source = await until(
             "the copy's UID recorded on the source",
             lambda: _annotated(upper, namespace, "a", copy["metadata"]["uid"]),
@@ -207,7 +208,7 @@ async def test_the_engine_mirrors_from_the_lower_cluster_up_as_well(
         await until("the copy upstairs", lambda: _data_is(upper, namespace, "up", {"v": "1"}))
         copy = await get(upper, namespace, "up")
         assert copy is not None
-        assert naming.is_owned(copy, owner=OWNER)
+        assert ownership.is_owned(copy, owner=OWNER)
         up = CONFIG_MAPS.path(namespace=namespace, name="up")
         merge = "application/merge-patch+json"
         await lower.request("PATCH", up, body={"data": {"v": "2"}}, content_type=merge)
@@ -222,7 +223,7 @@ async def test_an_object_that_is_not_ours_is_a_conflict_and_never_touched(
     problems: list[str] = []
     async with clients(fleet) as (upper, lower):
         path = CONFIG_MAPS.path(namespace=namespace)
-        labels, annotations = naming.owner_marks(OTHER)
+        labels, annotations = ownership.owner_marks(OTHER)
         theirs = cm("taken", {"v": "theirs"}, labels=labels)
         theirs["metadata"]["annotations"] = annotations
         await lower.request("POST", path, body=theirs)
@@ -241,7 +242,7 @@ async def test_copies_whose_source_went_while_no_one_watched_are_collected_at_st
     fleet: Fleet, namespace: str
 ) -> None:
     async with clients(fleet) as (upper, lower):
-        labels, annotations = naming.owner_marks(OWNER)
+        labels, annotations = ownership.owner_marks(OWNER)
         leftover = cm("leftover", {}, labels=labels)
         leftover["metadata"]["annotations"] = annotations
         await lower.request("POST", CONFIG_MAPS.path(namespace=namespace), body=leftover)
@@ -319,7 +320,7 @@ async def test_on_request_copies_are_made_when_asked_and_kept_while_in_use(
         assert await mirror.ensure(f"{namespace}/race") == "created"
         assert await get(lower, namespace, "race") is not None
 
-        labels, annotations = naming.owner_marks(OTHER)
+        labels, annotations = ownership.owner_marks(OTHER)
         foreign = cm("theirs", {"v": "x"}, labels=labels)
         foreign["metadata"]["annotations"] = annotations
         await lower.request("POST", path, body=foreign)
@@ -342,7 +343,7 @@ async def test_a_siblings_copy_is_kept_like_our_own_after_the_sibling_is_gone(
         made = {}
         for name in ("always", "asked", "frozen"):
             source = await upper.request("POST", path, body=cm(name, {"v": "1"}))
-            labels, annotations = naming.owner_marks(SIBLING)
+            labels, annotations = ownership.owner_marks(SIBLING)
             copy = cm(name, {"v": "1"}, labels=labels)
             copy["metadata"]["annotations"] = {
                 **annotations,
@@ -358,7 +359,7 @@ async def test_a_siblings_copy_is_kept_like_our_own_after_the_sibling_is_gone(
                 found is not None
                 and found.get("data") == data
                 and found["metadata"]["uid"] == made[name]["metadata"]["uid"]
-                and naming.is_owned(found, owner=SIBLING)
+                and ownership.is_owned(found, owner=SIBLING)
             )
 
         async def remade_theirs(name: str, data: dict[str, str]) -> bool:
@@ -367,8 +368,8 @@ async def test_a_siblings_copy_is_kept_like_our_own_after_the_sibling_is_gone(
                 found is not None
                 and found.get("data") == data
                 and found["metadata"]["uid"] != made[name]["metadata"]["uid"]
-                and naming.is_owned(found, owner=SIBLING)
-                and not naming.is_owned(found, owner=OWNER)
+                and ownership.is_owned(found, owner=SIBLING)
+                and not ownership.is_owned(found, owner=OWNER)
             )
 
         always = CONFIG_MAPS.path(namespace=namespace, name="always")

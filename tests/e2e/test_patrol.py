@@ -23,8 +23,8 @@ import pytest
 from devcluster import missed_events
 from devcluster.fleet import Fleet
 from devcluster.vnodes import VirtualNodeProcess
+from tensile.contracts import ownership
 from tests.e2e.helpers import create, get, phase, pod, pod_manifest, wait_for
-from vnode.providers.k2k import naming
 
 PATROL_PERIOD = 3.0
 """Seconds between patrols here (the command's default is minutes)."""
@@ -138,7 +138,7 @@ def test_an_orphan_lower_pod_with_our_marks_made_unseen_is_deleted(
     fleet: Fleet, patrolled: VirtualNodeProcess, gate: Path, namespace: str
 ) -> None:
     lower = fleet.lower.rest()
-    labels, annotations = naming.owner_marks(patrolled.owner)
+    labels, annotations = ownership.owner_marks(patrolled.owner)
     orphan = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -147,8 +147,8 @@ def test_an_orphan_lower_pod_with_our_marks_made_unseen_is_deleted(
             "labels": labels,
             "annotations": {
                 **annotations,
-                naming.UPPER_NAMESPACE_ANNOTATION: namespace,
-                naming.UPPER_UID_ANNOTATION: "a0000000-0000-4000-8000-000000000000",
+                ownership.UPPER_NAMESPACE_ANNOTATION: namespace,
+                ownership.UPPER_UID_ANNOTATION: "a0000000-0000-4000-8000-000000000000",
             },
         },
         # On no node: nothing changes it later, so no later event shows it to the node.

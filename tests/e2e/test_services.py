@@ -16,8 +16,9 @@ import pytest
 from devcluster.fleet import Fleet
 from devcluster.rest import ApiStatusError, RestClient
 from devcluster.vnodes import VirtualNodeProcess
+from tensile.contracts import ownership
 from tests.e2e.helpers import get, wait_for
-from vnode.providers.k2k import naming, services
+from vnode.providers.k2k import services
 
 SLICES = "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices"
 MERGE = "application/merge-patch+json"
@@ -343,7 +344,7 @@ def test_a_service_reaches_below_without_a_selector_and_its_endpoints_follow_sca
         kept = get(lower, f"{services_path}/theirs")
         assert kept is not None
         assert [p["port"] for p in kept["spec"]["ports"]] == [1]
-        assert naming.NODE_LABEL not in (kept["metadata"].get("labels") or {})
+        assert ownership.NODE_LABEL not in (kept["metadata"].get("labels") or {})
         kept_slice = get(lower, f"{slices_path}/theirs-1")
         assert kept_slice is not None
         assert kept_slice["metadata"]["labels"][services.MANAGED_BY_LABEL] == "else.example"
@@ -383,7 +384,7 @@ def _mirrors_a_service_through_scaling(
     assert below["spec"]["ports"][0]["name"] == "http"
     assert below["spec"]["type"] == "ClusterIP"
     assert below["metadata"]["labels"]["tier"] == "front"
-    assert naming.is_owned(below, owner=node.owner)
+    assert ownership.is_owned(below, owner=node.owner)
     above = upper.request("GET", path)
     assert below["spec"]["clusterIP"] != above["spec"]["clusterIP"]
     key = services.cluster_ip_annotation(node.name)
@@ -400,7 +401,7 @@ def _mirrors_a_service_through_scaling(
         for s in slices_of(lower, namespace, "web")
         if s["metadata"]["labels"].get(services.MANAGED_BY_LABEL) == services.MANAGED_BY
     ]
-    assert all(naming.is_owned(s, owner=node.owner) for s in mirrored)
+    assert all(ownership.is_owned(s, owner=node.owner) for s in mirrored)
     assert all(not e.get("nodeName") for s in mirrored for e in s.get("endpoints") or [])
 
     scale(upper, namespace, "web", 5)
@@ -459,7 +460,7 @@ def test_headless_stays_headless_external_name_is_copied_and_conflicts_are_repor
             )
             or {}
         )
-        assert not naming.is_owned(
+        assert not ownership.is_owned(
             lower.request("GET", "/api/v1/namespaces/default/services/kubernetes"),
             owner=virtual_node.owner,
         )

@@ -25,8 +25,9 @@ from typing import Any
 import pytest
 
 from devcluster.fleet import Fleet
-from scheduler.slices.controller import VIRTUAL_NODES, SliceController
+from scheduler.slices.controller import SliceController
 from scheduler.slices.settings import SliceSettings
+from tensile.contracts.labels import VIRTUAL_NODE_SELECTOR
 from tensile.contracts.quotaslices import SLICES_ANNOTATION, STATUS_ANNOTATION
 from tensile.kube import config, errors
 from tensile.kube.client import MERGE_PATCH, ApiClient
@@ -129,7 +130,7 @@ async def setup(fleet: Fleet) -> AsyncIterator[Setup]:
             events=client,
             settings=SliceSettings(sync_delay=0.05),
             identity="e2e",
-            node_selector=f"{VIRTUAL_NODES},{TAINT}={run}",
+            node_selector=f"{VIRTUAL_NODE_SELECTOR},{TAINT}={run}",
         )
         runner = Runner(startup_timeout=30, shutdown_timeout=5)
         task = asyncio.create_task(runner.run([controller]), name="slice-controller")

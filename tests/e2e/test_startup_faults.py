@@ -17,8 +17,8 @@ from devcluster.cluster import Cluster
 from devcluster.fleet import Fleet
 from devcluster.rest import ApiStatusError
 from devcluster.vnodes import VirtualNodeProcess
+from tensile.contracts import ownership
 from tests.e2e.helpers import create, get, phase, pod, pod_manifest, wait_for
-from vnode.providers.k2k import naming
 
 _WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 
@@ -162,7 +162,7 @@ def test_copies_left_by_a_create_cut_short_are_collected_at_the_next_start(
     lower = fleet.lower.rest()
     node = VirtualNodeProcess(fleet, name=f"vn-{secrets.token_hex(3)}", log_dir=tmp_path)
     nodes.append(node)
-    labels, annotations = naming.owner_marks(node.owner)
+    labels, annotations = ownership.owner_marks(node.owner)
     leftover = {
         "apiVersion": "v1",
         "kind": "Secret",

@@ -19,9 +19,9 @@ from devcluster.cluster import Cluster
 from devcluster.fleet import Fleet
 from devcluster.rest import ApiStatusError, RestClient
 from devcluster.vnodes import VirtualNodeProcess
+from tensile.contracts import ownership
 from tests.e2e.helpers import create, get, phase, pod, pod_manifest, wait_for
 from tests.fixtures import create_namespace, delete_namespace
-from vnode.providers.k2k import naming
 
 
 @pytest.fixture
@@ -91,8 +91,8 @@ def test_same_node_name_in_two_upper_clusters_never_touches_the_others_pods(
     assert all(before.values())
     for name in a_pods:
         marks = (pod(lower.rest(), shared, name) or {}).get("metadata") or {}
-        assert marks["labels"][naming.CLUSTER_LABEL] == cluster_a
-        assert marks["annotations"][naming.CLUSTER_ANNOTATION] == cluster_a
+        assert marks["labels"][ownership.CLUSTER_LABEL] == cluster_a
+        assert marks["annotations"][ownership.CLUSTER_ANNOTATION] == cluster_a
     assert node_a.owner.cluster_id == cluster_a
     assert node_a.owner != node_b.owner
     assert node_a.owner.node_name == node_b.owner.node_name
@@ -155,7 +155,7 @@ def test_a_name_taken_below_by_another_cluster_is_a_conflict_not_an_adoption(
     assert f"Secret {shared}/creds exists in the lower cluster" in message
     copy = lower.request("GET", f"/api/v1/namespaces/{shared}/secrets/creds")
     assert base64.b64decode(copy["data"]["k"]) == b"a's"
-    assert naming.is_owned(copy, owner=node_a.owner)
+    assert ownership.is_owned(copy, owner=node_a.owner)
     assert pod(lower, shared, "b-creds") is None
     below = pod(lower, shared, "web")
     assert below is not None
@@ -186,7 +186,9 @@ def test_prefixed_namespaces_that_collide_are_refused(
         wait_for("a Running", lambda: phase(first.rest(), above_a, "a") == "Running")
         made = lower.rest().request("GET", f"/api/v1/namespaces/{lower_ns}")
         assert made["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
-        assert made["metadata"]["annotations"][naming.CLUSTER_ANNOTATION] == node_a.owner.cluster_id
+        assert (
+            made["metadata"]["annotations"][ownership.CLUSTER_ANNOTATION] == node_a.owner.cluster_id
+        )
         create(second.rest(), above_b, pod_manifest("b", node=node_b.name))
         message = wait_for("b refused", lambda: provider_failure(second.rest(), above_b, "b"))
         assert f"lower namespace {lower_ns} belongs to upper cluster" in message
@@ -332,7 +334,7 @@ def test_a_service_account_token_secret_is_never_copied_below(
     assert not [v for v in below["spec"]["containers"][0].get("env") or [] if v["name"] == "TOKEN"]
     theirs = lower.request("GET", f"/api/v1/namespaces/{shared}/secrets/token")
     assert theirs["data"] == {"token": lower_only}
-    assert not naming.is_owned(theirs, owner=node.owner)
+    assert not ownership.is_owned(theirs, owner=node.owner)
 
 
 def test_pods_above_the_pod_security_level_are_refused_even_in_adopted_namespaces(
@@ -431,8 +433,8 @@ def test_a_pod_whose_lower_namespace_is_still_being_deleted_waits_for_it_then_ru
         )
         made = lower.rest().request("GET", f"/api/v1/namespaces/{below}")
         annotations = made["metadata"]["annotations"]
-        assert annotations[naming.CLUSTER_ANNOTATION] == node.owner.cluster_id
-        assert annotations[naming.UPPER_NAMESPACE_ANNOTATION] == above
+        assert annotations[ownership.CLUSTER_ANNOTATION] == node.owner.cluster_id
+        assert annotations[ownership.UPPER_NAMESPACE_ANNOTATION] == above
         assert pod(lower.rest(), below, "second") is not None
     finally:
         with contextlib.suppress(ApiStatusError):

@@ -28,10 +28,10 @@ from devcluster.cluster import FleetSettings, LowerClusterSettings
 from devcluster.fleet import Fleet
 from devcluster.rest import RestClient
 from devcluster.vnodes import VirtualNodeProcess
+from tensile.contracts import ownership
 from tests.e2e import tensile_kube_shapes as shapes
 from tests.e2e.helpers import create, get, phase, pod, wait_for
 from tests.fixtures import create_namespace
-from vnode.providers.k2k import naming
 
 FLAG = "--adopt-tensile-kube"
 PODS = ("web-0", "web-1")
@@ -165,7 +165,7 @@ def _migrate(
                          ("secrets", "web-secret"), ("services", "web")):  # fmt: skip
         found = get(lower, f"/api/v1/namespaces/{namespace}/{plural}/{name}")
         assert found is not None, (plural, name)
-        assert naming.is_owned(found, owner=owner), (plural, name, found)
+        assert ownership.is_owned(found, owner=owner), (plural, name, found)
     for name in PODS:
         after = pod(lower, namespace, name)
         assert after is not None

@@ -20,11 +20,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from devcluster import netns
+from devcluster import binaries, netns
 from devcluster.fleet import Fleet
 from devcluster.podrun import LocalPod
 from tests.e2e.helpers import get, token_kubeconfig, wait_for
-from vnode.testing import binaries
 
 MANIFESTS = Path(__file__).parents[2] / "manifests" / "vnode"
 NAMESPACE = "tensile-system"

@@ -10,6 +10,8 @@ from typing import Any
 from devcluster.fleet import Fleet
 from devcluster.rest import RestClient
 from devcluster.vnodes import VirtualNodeProcess
+from tensile.contracts import ownership
+from tensile.contracts.labels import VIRTUAL_POD_LABEL
 from tensile.placement import summary
 from tests.e2e.helpers import create, events_for, get, phase, pod, pod_manifest, wait_for
 from vnode.providers.k2k import naming
@@ -165,9 +167,9 @@ def test_pods_run_below_with_their_config_maps_and_secrets(
     assert up is not None
     assert below is not None
     meta = below["metadata"]
-    assert meta["labels"][naming.VIRTUAL_POD_LABEL] == "true"
-    assert naming.is_owned(below, owner=virtual_node.owner)
-    assert meta["annotations"][naming.UPPER_UID_ANNOTATION] == up["metadata"]["uid"]
+    assert meta["labels"][VIRTUAL_POD_LABEL] == "true"
+    assert ownership.is_owned(below, owner=virtual_node.owner)
+    assert meta["annotations"][ownership.UPPER_UID_ANNOTATION] == up["metadata"]["uid"]
     assert below["spec"]["nodeName"].startswith("lower-node-")
     assert up["status"]["podIP"] == below["status"]["podIP"]
     assert up["status"]["hostIP"] == fleet.node_ip
@@ -180,7 +182,7 @@ def test_pods_run_below_with_their_config_maps_and_secrets(
     assert below["spec"]["serviceAccountName"] == "runner"
     sa = get(lower, f"/api/v1/namespaces/{namespace}/serviceaccounts/runner")
     assert sa is not None
-    assert naming.is_owned(sa, owner=virtual_node.owner)
+    assert ownership.is_owned(sa, owner=virtual_node.owner)
     upper_token = next(v["name"] for v in up["spec"]["volumes"] if v["name"] != "s")
     lower_token = next(v["name"] for v in below["spec"]["volumes"] if v["name"] != "s")
     assert lower_token.startswith("kube-api-access-")
@@ -192,7 +194,7 @@ def test_pods_run_below_with_their_config_maps_and_secrets(
     assert copies["configmaps"] is not None
     assert copies["configmaps"]["data"] == {"greeting": "hello"}
     assert copies["secrets"] is not None
-    assert naming.is_owned(copies["secrets"], owner=virtual_node.owner)
+    assert ownership.is_owned(copies["secrets"], owner=virtual_node.owner)
     assert elapsed < 20
 
 
@@ -264,7 +266,7 @@ def test_a_copy_deleted_below_is_made_again_while_a_pod_uses_it(
 
     again = wait_for("the copy made again below", made_again, timeout=5)
     assert again["data"] == {"v": "1"}
-    assert naming.is_owned(again, owner=virtual_node.owner)
+    assert ownership.is_owned(again, owner=virtual_node.owner)
 
 
 def test_graceful_deletion_goes_down_then_finishes_upstairs(

@@ -18,9 +18,9 @@ import pytest
 from devcluster.fleet import Fleet
 from devcluster.kwok import FakeNode
 from devcluster.vnodes import VirtualNodeProcess
+from tensile.contracts import ownership
 from tensile.kube.quantity import parse_quantity
 from tests.e2e.helpers import create, get, phase, pod, pod_manifest, wait_for
-from vnode.providers.k2k import naming
 
 
 def _lower_pods(fleet: Fleet, namespace: str) -> dict[str, str]:
@@ -82,7 +82,9 @@ def test_two_virtual_nodes_share_a_lower_cluster_without_touching_each_other(
         for name in ("on-a", "on-b"):
             wait_for(f"{name} Running", lambda n=name: phase(upper, namespace, n) == "Running")
         owner = {
-            n: (pod(lower, namespace, n) or {})["metadata"]["annotations"][naming.NODE_ANNOTATION]
+            n: (pod(lower, namespace, n) or {})["metadata"]["annotations"][
+                ownership.NODE_ANNOTATION
+            ]
             for n in ("on-a", "on-b")
         }
         assert owner == {"on-a": a.name, "on-b": b.name}

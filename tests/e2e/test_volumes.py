@@ -17,8 +17,9 @@ import pytest
 from devcluster.fleet import Fleet
 from devcluster.rest import RestClient
 from devcluster.vnodes import VirtualNodeProcess
+from tensile.contracts import ownership
 from tests.e2e.helpers import Storage, delete_if_present, get, phase, wait_for
-from vnode.providers.k2k import naming, volumes
+from vnode.providers.k2k import volumes
 
 MERGE = "application/merge-patch+json"
 TOLERATE = [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}]
@@ -181,7 +182,7 @@ def test_a_stateful_set_gets_volumes_on_the_virtual_node_and_keeps_them(
         assert affinity_node(pv) == node.name
         assert pv["metadata"]["annotations"][volumes.PROVISIONED_BY] == volumes.PROVISIONER
         assert above["metadata"]["annotations"][volumes.SELECTED_NODE] == node.name
-        assert naming.is_owned(below, owner=node.owner)
+        assert ownership.is_owned(below, owner=node.owner)
         assert below["spec"]["storageClassName"] == storage.lower_class
         assert volumes.SELECTED_NODE not in (below["metadata"].get("annotations") or {}) or (
             below["metadata"]["annotations"][volumes.SELECTED_NODE] != node.name
@@ -622,7 +623,7 @@ def test_a_generic_ephemeral_volume_of_the_virtual_nodes_class_runs_and_goes_wit
     assert upper_claim is not None
     assert upper_claim["metadata"]["ownerReferences"][0]["uid"] == above["metadata"]["uid"]
     below = wait_for("the lower claim Bound", lambda: bound(lower, namespace, "scratch-cache"))
-    assert naming.is_owned(below, owner=node.owner)
+    assert ownership.is_owned(below, owner=node.owner)
     lower_pod = lower.request("GET", f"/api/v1/namespaces/{namespace}/pods/scratch")
     assert lower_pod["status"]["phase"] == "Running"
     cache = [v for v in lower_pod["spec"]["volumes"] if v["name"] == "cache"]

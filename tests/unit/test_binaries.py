@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vnode.testing import binaries
+from devcluster import binaries
 
 
 def _fake_binaries(directory: Path, names: tuple[str, ...], *, stamp: bool = True) -> None:

@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
+from tensile.contracts import ownership
 from tensile.kube.informer_factory import InformerFactory
 from tensile.kube.resources import CONFIG_MAPS, PODS, SECRETS
 from tensile.serving import flags as serving_flags
 from vnode import cli
-from vnode.providers.k2k import boundtokens, naming, slim, translate
+from vnode.providers.k2k import boundtokens, slim, translate
 from vnode.providers.k2k.tokens import RETRY, UpperTokens
 from vnode.settings import ServiceAccountSettings
 from vnode.testing.fakeapi import FakeApi, unreachable
@@ -244,7 +245,7 @@ LOWER_WEB = {"metadata": {"name": "web", "namespace": "app", "uid": "lower-uid"}
 
 def _tokens(upper: FakeApi, lower: FakeApi, clock: Clock) -> UpperTokens:
     pods = InformerFactory().informer(lower, PODS, name="lower-pods")
-    owner = naming.Owner(node_name="vn", cluster_id="c")
+    owner = ownership.NodeIdentity(node_name="vn", cluster_id="c")
     return UpperTokens(
         upper=upper, lower=lower, owner=owner, lower_pods=pods, refresh_fraction=0.5, clock=clock
     )
@@ -450,9 +451,11 @@ async def test_a_lower_pod_issued_without_its_uid_is_read(whose: str) -> None:
     # FakeApi: the provider's create found the lower pod made already (AlreadyExists) and
     # issues with the body it sent, which has no UID; the Secret's owner is read below.
     upper, lower = _token_clusters()
-    labels, annotations = naming.owner_marks(naming.Owner(node_name="vn", cluster_id="c"))
+    labels, annotations = ownership.owner_marks(
+        ownership.NodeIdentity(node_name="vn", cluster_id="c")
+    )
     upper_uid = "u-1" if whose == "this pod's" else "u-0"
-    annotations = {**annotations, naming.UPPER_UID_ANNOTATION: upper_uid}
+    annotations = {**annotations, ownership.UPPER_UID_ANNOTATION: upper_uid}
     existing = lower.put(
         PODS,
         {"metadata": {"name": "web", "namespace": "app", "labels": labels,
@@ -482,7 +485,7 @@ async def test_at_start_the_cached_lower_pods_mounting_a_token_are_taken_over() 
     # FakeApi; the store is filled by hand as the provider's informer fills it: slim lower
     # pods (`slim.SlimLowerPods`, no volumes kept), after a restart of the node.
     upper, lower = _token_clusters()
-    owner = naming.Owner(node_name="vn", cluster_id="c")
+    owner = ownership.NodeIdentity(node_name="vn", cluster_id="c")
     policy = translate.TranslationPolicy(
         node_name="vn", cluster_id="c", node_labels={}, upper_api_address="h:6443"
     )

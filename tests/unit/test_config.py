@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from devcluster.pki import CertificateAuthority
 from tensile.kube import config
-from vnode.testing.pki import CertificateAuthority
 
 
 def _kubeconfig(

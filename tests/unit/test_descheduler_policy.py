@@ -19,7 +19,7 @@ from descheduler.policy import (
     exclusion,
 )
 from descheduler.policy import plan as plan_with_waits
-from tensile.contracts import avoidance, selectors
+from tensile.contracts import avoidance, descheduling, selectors
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
 OWNER_UID = "0f3c2a9e-7b1d-4c55-8e2f-5a6b7c8d9e01"
@@ -453,7 +453,7 @@ def test_a_pod_with_nowhere_left_is_left_alone_for_good_instead_of_cycling() -> 
         now += dt.timedelta(seconds=interval)
     assert decided == [(NOW, "exhausted", True)]
     assert stuck["metadata"]["annotations"] == {
-        move_objects.LEFT_ALONE_ANNOTATION: "2026-03-01T12:00:00Z"
+        descheduling.LEFT_ALONE_ANNOTATION: "2026-03-01T12:00:00Z"
     }
 
 
@@ -751,13 +751,13 @@ def test_the_count_patch_names_one_annotation_and_the_pod_s_uid() -> None:
     counted = pod()
     counted["metadata"]["annotations"] = {
         "keep": "me",
-        move_objects.DESCHEDULE_COUNT_ANNOTATION: "2",
+        descheduling.DESCHEDULE_COUNT_ANNOTATION: "2",
     }
     assert move_objects.count_patch(counted) == {
         "metadata": {"uid": "uid-web-1", "annotations": {"sigs.k8s.io/deschedule-count": "3"}}
     }
     garbled = _with(
-        pod(), "metadata.annotations", {move_objects.DESCHEDULE_COUNT_ANNOTATION: "many"}
+        pod(), "metadata.annotations", {descheduling.DESCHEDULE_COUNT_ANNOTATION: "many"}
     )
     assert move_objects.count_patch(garbled)["metadata"]["annotations"] == {
         "sigs.k8s.io/deschedule-count": "1"
@@ -773,10 +773,10 @@ def test_the_left_alone_patch_names_one_annotation_and_the_pod_s_uid() -> None:
             "annotations": {"tensile.io/no-virtual-node-left": "2026-03-01T12:00:00Z"},
         }
     }
-    assert not move_objects.is_left_alone(marked)
-    assert move_objects.is_left_alone(left_alone(marked, now=NOW))
-    assert move_objects.is_left_alone(
-        _with(pod(), "metadata.annotations", {move_objects.LEFT_ALONE_ANNOTATION: ""})
+    assert not descheduling.is_left_alone(marked)
+    assert descheduling.is_left_alone(left_alone(marked, now=NOW))
+    assert descheduling.is_left_alone(
+        _with(pod(), "metadata.annotations", {descheduling.LEFT_ALONE_ANNOTATION: ""})
     )
 
 
@@ -822,8 +822,8 @@ def test_a_bare_pods_replacement() -> None:
         **avoidance.avoiding(None, ["vn-a"]),
     }  # type: ignore[dict-item]
     assert "status" not in made
-    assert move_objects.is_gated(made)
-    assert move_objects.replaces(made) == ("web", "uid-web")
+    assert descheduling.is_gated(made)
+    assert descheduling.replaces(made) == ("web", "uid-web")
     # Moved again: the count grows, the name keeps its stem.
     again = copy.deepcopy(made)
     again["metadata"]["uid"] = "uid-web-d1"

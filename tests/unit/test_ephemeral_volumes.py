@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tensile.contracts import ownership
 from tensile.kube.informer_factory import InformerFactory
 from tensile.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
 from vnode import provider_errors
@@ -21,7 +22,7 @@ from vnode.providers.k2k.namespaces import LowerNamespaces
 from vnode.providers.k2k.provisioner import VolumeProvisioner
 from vnode.testing.fakeapi import FakeApi
 
-OWNER = naming.Owner(node_name="vn-a", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")
+OWNER = ownership.NodeIdentity(node_name="vn-a", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")
 POD = {
     "metadata": {"name": "web", "namespace": "app", "uid": "p-1"},
     "spec": {

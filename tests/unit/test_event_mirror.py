@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tensile.contracts import ownership
 from tensile.kube import codec
-from vnode.providers.k2k import naming
 from vnode.providers.k2k.events import slim_event, upper_event
 
 LOWER_POD = {
@@ -13,8 +13,8 @@ LOWER_POD = {
         "name": "web-1",
         "namespace": "team-a",
         "annotations": {
-            naming.UPPER_UID_ANNOTATION: "upper-uid-1",
-            naming.UPPER_NAMESPACE_ANNOTATION: "team-a",
+            ownership.UPPER_UID_ANNOTATION: "upper-uid-1",
+            ownership.UPPER_NAMESPACE_ANNOTATION: "team-a",
         },
     }
 }

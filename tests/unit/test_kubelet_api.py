@@ -8,8 +8,8 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
+from devcluster.pki import CertificateAuthority
 from vnode.api import auth, logs
-from vnode.testing.pki import CertificateAuthority
 
 
 def test_log_options_map_to_the_log_subresource() -> None:

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from devcluster import kwok
+from devcluster import components, kwok
 from devcluster.cluster import LOWER_CONTROLLERS, LowerClusterSettings
-from vnode.testing import components
-from vnode.testing.pki import KeyPair
+from devcluster.pki import KeyPair
 
 
 def test_node_manifest_is_managed_and_has_no_addresses() -> None:

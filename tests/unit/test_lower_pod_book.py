@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
-from vnode.providers.k2k import capacity, naming
+from tensile.contracts import ownership
+from vnode.providers.k2k import capacity
 from vnode.providers.k2k.lowerpods import LowerPodBook, Write
 
-OWNER = naming.Owner(node_name="vn-1", cluster_id="c-1")
-OTHER = naming.Owner(node_name="vn-2", cluster_id="c-1")
+OWNER = ownership.NodeIdentity(node_name="vn-1", cluster_id="c-1")
+OTHER = ownership.NodeIdentity(node_name="vn-2", cluster_id="c-1")
 NODE = {
     "metadata": {"name": "n1"},
     "status": {
@@ -25,13 +26,13 @@ def lower_pod(
     name: str = "p",
     *,
     uid: str = "u-1",
-    owner: naming.Owner | None = OWNER,
+    owner: ownership.NodeIdentity | None = OWNER,
     cpu: str = "1",
     node: str | None = "n1",
 ) -> dict[str, Any]:
-    labels, annotations = naming.owner_marks(owner) if owner else ({}, {})
+    labels, annotations = ownership.owner_marks(owner) if owner else ({}, {})
     if owner:
-        annotations = {**annotations, naming.UPPER_UID_ANNOTATION: uid}
+        annotations = {**annotations, ownership.UPPER_UID_ANNOTATION: uid}
     return {
         "metadata": {
             "namespace": "ns",

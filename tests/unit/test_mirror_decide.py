@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tensile.contracts import ownership
 from tensile.contracts.objects import Obj
 from tensile.kube.mirror.decide import (
     Action,
@@ -38,9 +39,11 @@ from tensile.kube.mirror.spec import Change, Creation, KindSpec, Patch, Replace
 from tensile.kube.resources import CONFIG_MAPS
 from vnode.providers.k2k import naming
 
-US = naming.Owner(node_name="vn-us", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")
-SIBLING = naming.Owner(node_name="vn-sibling", cluster_id=US.cluster_id)
-STRANGER = naming.Owner(node_name="vn-us", cluster_id="bbbbbbbb-0000-4000-8000-000000000002")
+US = ownership.NodeIdentity(node_name="vn-us", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")
+SIBLING = ownership.NodeIdentity(node_name="vn-sibling", cluster_id=US.cluster_id)
+STRANGER = ownership.NodeIdentity(
+    node_name="vn-us", cluster_id="bbbbbbbb-0000-4000-8000-000000000002"
+)
 TENANCY = naming.NodeTenancy(owner=US, prefix="")
 KEY = "ns/cfg"
 NOW = 1000.0
@@ -82,9 +85,9 @@ def upper(data: str = "v1", *, uid: str = "u1", selected: bool = True) -> Obj:
     }
 
 
-def translation(data: Any, *, owner: naming.Owner = US, source_uid: str = "u1") -> Obj:
+def translation(data: Any, *, owner: ownership.NodeIdentity = US, source_uid: str = "u1") -> Obj:
     """What the spec makes of `upper(data, uid=source_uid)`, in `owner`'s name."""
-    labels, annotations = naming.owner_marks(owner)
+    labels, annotations = ownership.owner_marks(owner)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -101,7 +104,7 @@ def translation(data: Any, *, owner: naming.Owner = US, source_uid: str = "u1") 
 def copy(
     data: str = "v1",
     *,
-    owner: naming.Owner = US,
+    owner: ownership.NodeIdentity = US,
     source_uid: str = "u1",
     version: str = "10",
     uid: str = "c1",
@@ -123,7 +126,7 @@ THEIRS_OLD_MOVED = copy("v0", owner=SIBLING, version="11")
 THEIRS_FROZEN = copy("v0", owner=SIBLING, immutable=True)
 THEIRS_EARLIER = copy(owner=SIBLING, source_uid="u0")
 THEIRS_OTHER_KEY = copy(owner=SIBLING)
-THEIRS_OTHER_KEY["metadata"]["annotations"][naming.UPPER_NAMESPACE_ANNOTATION] = "elsewhere"
+THEIRS_OTHER_KEY["metadata"]["annotations"][ownership.UPPER_NAMESPACE_ANNOTATION] = "elsewhere"
 FOREIGN = copy(owner=STRANGER)
 GOING = copy()
 GOING["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
@@ -134,7 +137,7 @@ TAKEN = (
     "ConfigMap ns/cfg exists in the target cluster and is {whose}; leaving it alone "
     "(the ConfigMap ns/cfg is not mirrored)"
 )
-STRANGERS = TAKEN.format(whose=naming.owner_of(FOREIGN))
+STRANGERS = TAKEN.format(whose=ownership.owner_of(FOREIGN))
 EARLIER = TAKEN.format(whose="kept for an earlier object of the same name")
 NOT_OURS = "ConfigMap ns/cfg is not this mirror's"
 KEPT_FOR_EARLIER = "ConfigMap ns/cfg is kept for an earlier ConfigMap of the same name"
@@ -384,7 +387,7 @@ ROWS = [
         Row(
             source=upper(),
             cached=THEIRS_OTHER_KEY,
-            expect=NameTaken(THEIRS_OTHER_KEY, TAKEN.format(whose=naming.owner_of(THEIRS))),
+            expect=NameTaken(THEIRS_OTHER_KEY, TAKEN.format(whose=ownership.owner_of(THEIRS))),
         ),
         id="a sibling's copy of another source key: name taken",
     ),
@@ -393,7 +396,7 @@ ROWS = [
             source=upper(),
             cached=THEIRS,
             siblings=False,
-            expect=NameTaken(THEIRS, TAKEN.format(whose=naming.owner_of(THEIRS))),
+            expect=NameTaken(THEIRS, TAKEN.format(whose=ownership.owner_of(THEIRS))),
         ),
         id="a sibling's copy, of a kind that keeps none: name taken",
     ),

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tensile.contracts import ownership
 from tensile.contracts.objects import Obj
 from tensile.kube import errors
 from tensile.kube.informer import Informer
@@ -26,8 +27,8 @@ from tensile.kube.resources import CONFIG_MAPS
 from tensile.kube.workqueue import Requeue
 from vnode.providers.k2k import naming
 
-US = naming.Owner(node_name="vn-us", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")
-SIBLING = naming.Owner(node_name="vn-sibling", cluster_id=US.cluster_id)
+US = ownership.NodeIdentity(node_name="vn-us", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")
+SIBLING = ownership.NodeIdentity(node_name="vn-sibling", cluster_id=US.cluster_id)
 TENANCY = naming.NodeTenancy(owner=US, prefix="")
 """Our copies and our siblings' (no prefix: a copy's key is its source's)."""
 KEY = "ns/cfg"
@@ -36,7 +37,7 @@ PATH = CONFIG_MAPS.path(namespace="ns", name="cfg")
 
 def spec(*, creation: Creation = "always") -> KindSpec:
     """ConfigMaps copied as they are; an immutable copy is replaced."""
-    labels, annotations = naming.owner_marks(US)
+    labels, annotations = ownership.owner_marks(US)
 
     def translate(upper: Obj) -> Obj:
         meta = upper["metadata"]
@@ -80,9 +81,14 @@ def upper(data: dict[str, str], *, uid: str = "u1") -> Obj:
 
 
 def copy(
-    data: dict[str, str], *, owner: naming.Owner, version: str, source_uid: str = "u1", **extra: Any
+    data: dict[str, str],
+    *,
+    owner: ownership.NodeIdentity,
+    version: str,
+    source_uid: str = "u1",
+    **extra: Any,
 ) -> Obj:
-    labels, annotations = naming.owner_marks(owner)
+    labels, annotations = ownership.owner_marks(owner)
     return {
         "metadata": {
             "name": "cfg",
@@ -97,7 +103,9 @@ def copy(
     }
 
 
-STRANGER = naming.Owner(node_name="vn-us", cluster_id="bbbbbbbb-0000-4000-8000-000000000002")
+STRANGER = ownership.NodeIdentity(
+    node_name="vn-us", cluster_id="bbbbbbbb-0000-4000-8000-000000000002"
+)
 
 
 def policy(*, creation: Creation = "always", siblings: bool = True) -> SiblingPolicy:
@@ -145,10 +153,10 @@ def test_a_copy_made_in_place_of_a_siblings_keeps_its_makers_marks() -> None:
     assert policy().in_makers_name(desired, None) is desired
     assert policy().in_makers_name(desired, copy({}, owner=US, version="1")) is desired
     made = policy().in_makers_name(desired, theirs)
-    assert naming.is_owned(made, owner=SIBLING)
-    assert not naming.is_owned(made, owner=US)
+    assert ownership.is_owned(made, owner=SIBLING)
+    assert not ownership.is_owned(made, owner=US)
     assert made["data"] == {"v": "2"}
-    assert naming.is_owned(desired, owner=US)  # unchanged
+    assert ownership.is_owned(desired, owner=US)  # unchanged
 
 
 @pytest.mark.parametrize(
@@ -180,7 +188,11 @@ def test_a_copy_made_in_place_of_a_siblings_keeps_its_makers_marks() -> None:
     ],
 )
 def test_the_maker_goes_first(
-    owner: naming.Owner, version: str, waited: Waiting | None, now: float, turn: Waiting | None
+    owner: ownership.NodeIdentity,
+    version: str,
+    waited: Waiting | None,
+    now: float,
+    turn: Waiting | None,
 ) -> None:
     assert policy().turn(copy({}, owner=owner, version=version), waited, now=now) == turn
 
@@ -318,8 +330,8 @@ async def test_a_replaced_siblings_copy_is_made_again_in_its_makers_name() -> No
     assert methods == ["DELETE", "POST", "POST"]
     made = engine.lower.writes[-1][2]
     assert made["data"] == {"v": "2"}
-    assert naming.is_owned(made, owner=SIBLING)
-    assert not naming.is_owned(made, owner=US)
+    assert ownership.is_owned(made, owner=SIBLING)
+    assert not ownership.is_owned(made, owner=US)
 
 
 async def test_a_siblings_copy_of_an_earlier_object_is_made_again_in_its_makers_name() -> None:
@@ -333,7 +345,7 @@ async def test_a_siblings_copy_of_an_earlier_object_is_made_again_in_its_makers_
     assert methods == ["DELETE", "POST"]
     made = engine.lower.writes[-1][2]
     assert made["metadata"]["annotations"]["test/source-uid"] == "u2"
-    assert naming.is_owned(made, owner=SIBLING)
+    assert ownership.is_owned(made, owner=SIBLING)
 
 
 async def test_a_siblings_copy_whose_source_went_is_left_to_its_maker_then_deleted() -> None:
@@ -362,4 +374,4 @@ async def test_a_siblings_copy_we_need_is_made_again_when_its_maker_collects_it(
     [(method, path, made)] = engine.lower.writes
     assert (method, path) == ("POST", CONFIG_MAPS.path(namespace="ns"))
     assert made["data"] == {"v": "1"}
-    assert naming.is_owned(made, owner=US)  # ours now: our pods use it, we collect it
+    assert ownership.is_owned(made, owner=US)  # ours now: our pods use it, we collect it

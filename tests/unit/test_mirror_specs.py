@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tensile.contracts import ownership
 from tensile.kube.client import ApiClient
 from tensile.kube.config import ConnectionInfo
 from tensile.kube.informer import compact
@@ -19,9 +20,9 @@ from tensile.kube.resources import CONFIG_MAPS, PODS
 from tensile.kube.store import Store
 from vnode.providers.k2k import dependencies, naming, slim
 
-A = naming.Owner(node_name="vn-a", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")
-A2 = naming.Owner(node_name="vn-a2", cluster_id=A.cluster_id)
-B = naming.Owner(node_name="vn-a", cluster_id="bbbbbbbb-0000-4000-8000-000000000002")
+A = ownership.NodeIdentity(node_name="vn-a", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")
+A2 = ownership.NodeIdentity(node_name="vn-a2", cluster_id=A.cluster_id)
+B = ownership.NodeIdentity(node_name="vn-a", cluster_id="bbbbbbbb-0000-4000-8000-000000000002")
 
 
 def config_map(data: dict[str, str], **extra: Any) -> dict[str, Any]:
@@ -34,7 +35,7 @@ def config_map(data: dict[str, str], **extra: Any) -> dict[str, Any]:
     }
 
 
-def copy_by(owner: naming.Owner) -> KindSpec:
+def copy_by(owner: ownership.NodeIdentity) -> KindSpec:
     return dependencies.copy_spec(
         kind="ConfigMap", tenancy=naming.NodeTenancy(owner=owner, prefix="")
     )
@@ -50,7 +51,7 @@ def test_a_copy_carries_the_owner_and_its_upper_namespace_and_nothing_server_set
     assert lower["metadata"]["namespace"] == "t1-app"
     assert "uid" not in lower["metadata"]
     assert lower["metadata"]["labels"]["l"] == "1"
-    assert naming.is_owned(lower, owner=A)
+    assert ownership.is_owned(lower, owner=A)
     assert tenancy.owned(lower)
     assert tenancy.source_key(lower) == "app/cfg"
     assert tenancy.target_key("app/cfg") == "t1-app/cfg"
@@ -93,7 +94,7 @@ def test_a_sibling_copy_of_the_same_upper_cluster_is_shared_and_kept_not_another
     assert siblings.keeps("app/cfg", sibling)
     assert not siblings.keeps("app/cfg", stranger)
     changed = siblings.in_makers_name(mine.translate(config_map({"k": "other"})), sibling)
-    assert naming.is_owned(changed, owner=A2)
+    assert ownership.is_owned(changed, owner=A2)
     assert mine.compare(sibling, changed) == Patch(
         {"data": {"k": "other"}, "binaryData": None, "immutable": None}
     )
@@ -109,9 +110,9 @@ def test_a_copy_in_its_owners_name_changes_only_the_owner_marks() -> None:
     assert renamed["metadata"]["labels"] == theirs["metadata"]["labels"]
     assert renamed["metadata"]["annotations"] == {
         **ours["metadata"]["annotations"],
-        naming.NODE_ANNOTATION: "vn-a2",
+        ownership.NODE_ANNOTATION: "vn-a2",
     }
-    assert naming.cluster_selector(A) == f"{naming.CLUSTER_LABEL}={A.cluster_id}"
+    assert ownership.cluster_selector(A) == f"{ownership.CLUSTER_LABEL}={A.cluster_id}"
 
 
 def test_upper_keys_come_from_the_annotation_or_the_prefix() -> None:
@@ -119,7 +120,7 @@ def test_upper_keys_come_from_the_annotation_or_the_prefix() -> None:
         "metadata": {
             "name": "x",
             "namespace": "t1-app",
-            "annotations": {naming.UPPER_NAMESPACE_ANNOTATION: "app"},
+            "annotations": {ownership.UPPER_NAMESPACE_ANNOTATION: "app"},
         }
     }
     assert naming.upper_key_of(annotated, prefix="t1-") == "app/x"

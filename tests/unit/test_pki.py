@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from vnode.testing.pki import CertificateAuthority, write_signing_key
+from devcluster.pki import CertificateAuthority, write_signing_key
 
 
 def test_issued_client_certificate_names_user_and_groups_and_verifies(tmp_path: Path) -> None:

@@ -8,14 +8,14 @@ from typing import Any
 
 from scheduler import extender
 from scheduler.summaries import Summaries
+from tensile.contracts import ownership
 from tensile.placement import fit
 from tests.unit.test_lower_pod_book import NODE, OTHER, lower_pod
 from tests.unit.test_scheduler_extender import _lower_node, _pod, _virtual_node
-from vnode.providers.k2k import naming
 from vnode.providers.k2k.lowerpods import LowerPodBook
 from vnode.providers.k2k.slim import slim_lower_pod
 
-OWNER = naming.Owner(node_name="vn-1", cluster_id="c-1")
+OWNER = ownership.NodeIdentity(node_name="vn-1", cluster_id="c-1")
 
 
 def _with_port(pod: dict[str, Any]) -> dict[str, Any]:

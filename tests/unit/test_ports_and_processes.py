@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from vnode.testing import ports, processes
+from devcluster import ports, processes
 
 
 def test_an_occupied_preferred_port_gives_another(caplog: pytest.LogCaptureFixture) -> None:

@@ -10,13 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tensile.contracts import ownership
 from vnode.api import stats
 from vnode.provider import ContainerUsage, NodeUsage, PodUsage, Usage
-from vnode.providers.k2k import naming, resource_usage
+from vnode.providers.k2k import resource_usage
 
 NODE = "vn-1"
 CLUSTER_ID = "0f3c2a9e-7b1d-4c55-8e2f-5a6b7c8d9e01"
-OWNER = naming.Owner(node_name=NODE, cluster_id=CLUSTER_ID)
+OWNER = ownership.NodeIdentity(node_name=NODE, cluster_id=CLUSTER_ID)
 
 # What a kubelet (or kwok) serves: other series, HELP/TYPE lines, timestamps or none.
 KUBELET_TEXT = """\
@@ -55,13 +56,13 @@ def lower_pod(
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
     if owner is not None:
-        labels, annotations = naming.owner_marks(
-            naming.Owner(node_name=owner, cluster_id=CLUSTER_ID)
+        labels, annotations = ownership.owner_marks(
+            ownership.NodeIdentity(node_name=owner, cluster_id=CLUSTER_ID)
         )
     if uid is not None:
-        annotations[naming.UPPER_UID_ANNOTATION] = uid
+        annotations[ownership.UPPER_UID_ANNOTATION] = uid
     if upper_namespace is not None:
-        annotations[naming.UPPER_NAMESPACE_ANNOTATION] = upper_namespace
+        annotations[ownership.UPPER_NAMESPACE_ANNOTATION] = upper_namespace
     pod: dict[str, Any] = {
         "metadata": {
             "name": name,

@@ -1,6 +1,6 @@
 """What manifests/scheduler says: RBAC verb by verb (least privilege: any added right fails
 here), Deployment flags the command accepts, and a kube-scheduler configuration whose
-extender entry is the one the local fleet runs with (devcluster.schedulers). That the
+extender entry is the one the local fleet runs with (devcluster.components). That the
 program needs nothing more than this RBAC is tests/e2e/test_scheduler.py (it runs with
 this account's token)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from devcluster import schedulers
+from devcluster import components
 from scheduler.cli import parse as scheduler_flags
 from tests.unit.test_manifests import documents, grants, one, verbs
 
@@ -40,7 +40,7 @@ def test_the_deployment_flags_parse() -> None:
 def test_the_kube_scheduler_configuration_matches_the_fleets() -> None:
     shipped = yaml.safe_load((MANIFESTS / "kube-scheduler-config.yaml").read_text())
     fleet = yaml.safe_load(
-        schedulers.scheduler_configuration(
+        components.scheduler_configuration(
             kubeconfig=Path("/k"), url="https://127.0.0.1:1", ca=Path("/ca")
         )
     )

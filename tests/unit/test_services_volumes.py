@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tensile.contracts import ownership
 from tensile.kube.mirror.decide import Delete, decide
 from tensile.kube.mirror.siblings import SiblingPolicy
 from tensile.kube.mirror.spec import Patch, Replace
@@ -15,8 +16,8 @@ from vnode import cli
 from vnode.providers.k2k import naming, services, volumes
 from vnode.settings import ControllerSettings
 
-OWNER = naming.Owner(node_name="vn-a", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")
-SIBLING = naming.Owner(node_name="vn-b", cluster_id=OWNER.cluster_id)
+OWNER = ownership.NodeIdentity(node_name="vn-a", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")
+SIBLING = ownership.NodeIdentity(node_name="vn-b", cluster_id=OWNER.cluster_id)
 TENANCY = naming.NodeTenancy(owner=OWNER, prefix="")
 ALL = services.ServiceSelection()
 BASE = ["--client-kubeconfig=lower.kubeconfig"]
@@ -71,8 +72,8 @@ def test_a_lower_service_has_no_selector_no_node_ports_and_a_clusterip_of_its_ow
     assert lower["metadata"]["labels"]["tier"] == "front"
     annotations = lower["metadata"]["annotations"]
     assert "service.beta.kubernetes.io/aws-load-balancer-type" not in annotations
-    assert annotations[naming.UPPER_UID_ANNOTATION] == "u-1"
-    assert naming.is_owned(lower, owner=OWNER)
+    assert annotations[ownership.UPPER_UID_ANNOTATION] == "u-1"
+    assert ownership.is_owned(lower, owner=OWNER)
 
 
 def test_headless_stays_headless_and_external_name_is_copied() -> None:
@@ -257,7 +258,7 @@ def test_a_lower_slice_is_managed_by_us_and_names_no_upper_node_or_pod() -> None
     labels = lower["metadata"]["labels"]
     assert labels[services.MANAGED_BY_LABEL] == services.MANAGED_BY
     assert labels[services.SERVICE_NAME_LABEL] == "web"
-    assert naming.is_owned(lower, owner=OWNER)
+    assert ownership.is_owned(lower, owner=OWNER)
     [endpoint] = lower["endpoints"]
     assert endpoint == {
         "addresses": ["10.244.1.5"],
@@ -286,7 +287,7 @@ def test_a_sibling_nodes_copy_is_kept_like_our_own_in_its_name() -> None:
     assert shared.keeps("app/web", theirs)
     stranger = {"metadata": {"name": "web", "namespace": "app", "labels": {}, "annotations": {}}}
     assert not shared.keeps("app/web", stranger)
-    other_cluster = naming.Owner(node_name="vn-a", cluster_id="another-cluster")
+    other_cluster = ownership.NodeIdentity(node_name="vn-a", cluster_id="another-cluster")
     assert not shared.keeps(
         "app/web", services.lower_service(upper_service(), owner=other_cluster, prefix="")
     )
@@ -297,8 +298,8 @@ def test_a_sibling_nodes_copy_is_kept_like_our_own_in_its_name() -> None:
 
     changed = upper_service(ports=[{"name": "http", "protocol": "TCP", "port": 81}])
     desired = shared.in_makers_name(spec.translate(changed), theirs)
-    assert naming.is_owned(desired, owner=SIBLING)
-    assert not naming.is_owned(desired, owner=OWNER)
+    assert ownership.is_owned(desired, owner=SIBLING)
+    assert not ownership.is_owned(desired, owner=OWNER)
     change = spec.compare(theirs, desired)
     assert isinstance(change, Patch)
     assert "metadata" not in change.body  # the copy stays its maker's

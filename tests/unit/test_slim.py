@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from vnode.providers.k2k import naming
+from tensile.contracts import ownership
 from vnode.providers.k2k.slim import REFS, SlimLowerPods, slim_lower_pod
 
-OWNER = naming.Owner(node_name="vn-1", cluster_id="c-1")
+OWNER = ownership.NodeIdentity(node_name="vn-1", cluster_id="c-1")
 
 
 def lower_pod(uid: str = "u-1", **spec: Any) -> dict[str, Any]:

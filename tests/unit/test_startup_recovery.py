@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from devcluster import netns
+from devcluster import netns, ports, processes
 from devcluster.cluster import FleetSettings
 from devcluster.startup import Startup
 from tensile.kube import errors
 from tensile.kube.resources import NAMESPACES
 from vnode import __main__ as main
-from vnode.testing import ports, processes
 from vnode.testing.fakeapi import FakeApi
 
 

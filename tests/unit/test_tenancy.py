@@ -8,44 +8,49 @@ from typing import Any
 
 import pytest
 
+from tensile.contracts import ownership
 from tensile.kube.resources import NAMESPACES
 from tensile.kube.workqueue import Requeue
 from vnode.providers.k2k import naming, podsecurity
 from vnode.providers.k2k.namespaces import LowerNamespaces, terminating
 from vnode.testing.fakeapi import FakeApi
 
-A = naming.Owner(node_name="virtual-kubelet", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")
-B = naming.Owner(node_name="virtual-kubelet", cluster_id="bbbbbbbb-0000-4000-8000-000000000002")
+A = ownership.NodeIdentity(
+    node_name="virtual-kubelet", cluster_id="aaaaaaaa-0000-4000-8000-000000000001"
+)
+B = ownership.NodeIdentity(
+    node_name="virtual-kubelet", cluster_id="bbbbbbbb-0000-4000-8000-000000000002"
+)
 
 
-def namespace(name: str, *, owner: naming.Owner | None, upper: str) -> dict[str, Any]:
+def namespace(name: str, *, owner: ownership.NodeIdentity | None, upper: str) -> dict[str, Any]:
     labels, annotations = (
-        naming.namespace_marks(owner=owner, upper_namespace=upper) if owner else ({}, {})
+        ownership.namespace_marks(owner=owner, upper_namespace=upper) if owner else ({}, {})
     )
     return {"metadata": {"name": name, "labels": labels, "annotations": annotations}}
 
 
 def test_marks_name_node_and_cluster_and_select_only_their_owner() -> None:
-    labels, annotations = naming.owner_marks(A)
+    labels, annotations = ownership.owner_marks(A)
     obj = {"metadata": {"labels": labels, "annotations": annotations}}
-    assert naming.is_owned(obj, owner=A)
-    assert not naming.is_owned(obj, owner=B)
-    assert naming.owner_selector(A) == (
-        f"{naming.NODE_LABEL}=virtual-kubelet,{naming.CLUSTER_LABEL}={A.cluster_id}"
+    assert ownership.is_owned(obj, owner=A)
+    assert not ownership.is_owned(obj, owner=B)
+    assert ownership.owner_selector(A) == (
+        f"{ownership.NODE_LABEL}=virtual-kubelet,{ownership.CLUSTER_LABEL}={A.cluster_id}"
     )
     assert (
-        naming.owner_of(obj)
+        ownership.owner_of(obj)
         == f"owned by virtual node virtual-kubelet of upper cluster {A.cluster_id}"
     )
-    assert naming.owner_of({"metadata": {}}) == "not managed by tensile"
+    assert ownership.owner_of({"metadata": {}}) == "not managed by tensile"
 
 
 def test_label_values_that_are_not_valid_are_hashed() -> None:
-    assert naming.label_value("eu-west.prod_1") == "eu-west.prod_1"
+    assert ownership.label_value("eu-west.prod_1") == "eu-west.prod_1"
     for text in ("x" * 64, "with space", "-dash", "ünicode"):
-        value = naming.label_value(text)
+        value = ownership.label_value(text)
         assert value.startswith("h-")
-        assert naming.is_label_value(value)
+        assert ownership.is_label_value(value)
 
 
 def test_namespaces_without_a_prefix_are_shared() -> None:

@@ -9,14 +9,15 @@ from typing import Any
 
 import pytest
 
+from tensile.contracts import ownership
 from tensile.kube import names
 from tensile.kube.mirror.spec import Patch, Replace
 from tensile.serving.flags import UsageError
 from vnode import cli
-from vnode.providers.k2k import namespaces, naming, services, translate
+from vnode.providers.k2k import namespaces, services, translate
 
-OWNER = naming.Owner(node_name="vn-a", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")
-OTHER = naming.Owner(node_name="vn-a", cluster_id="bbbbbbbb-0000-4000-8000-000000000002")
+OWNER = ownership.NodeIdentity(node_name="vn-a", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")
+OTHER = ownership.NodeIdentity(node_name="vn-a", cluster_id="bbbbbbbb-0000-4000-8000-000000000002")
 BASE = ["--client-kubeconfig=lower.kubeconfig"]
 ONLY_CLUSTER_IP = services.ServiceExposure()
 NO_BALANCERS = services.ServiceExposure(types=frozenset({"ClusterIP", "NodePort"}))
@@ -129,7 +130,7 @@ def test_annotations_travel_only_with_an_allowed_exposure_type(
     # kubectl's record and what virtual nodes write upstairs never go below.
     assert "kubectl.kubernetes.io/last-applied-configuration" not in annotations
     assert services.cluster_ip_annotation("vn-b") not in annotations
-    assert annotations[naming.UPPER_UID_ANNOTATION] == "u-1"
+    assert annotations[ownership.UPPER_UID_ANNOTATION] == "u-1"
 
 
 def test_headless_and_external_name_are_copied_whatever_the_flag() -> None:
@@ -342,9 +343,9 @@ def test_the_lower_pod_carries_the_mapped_class_and_never_priority_or_preemption
 # -- the lower administrator's namespace marks ----------------------------------------
 
 
-def namespace(*, owner: naming.Owner | None, **extra: dict[str, str]) -> dict[str, Any]:
+def namespace(*, owner: ownership.NodeIdentity | None, **extra: dict[str, str]) -> dict[str, Any]:
     labels, annotations = (
-        naming.namespace_marks(owner=owner, upper_namespace="app") if owner else ({}, {})
+        ownership.namespace_marks(owner=owner, upper_namespace="app") if owner else ({}, {})
     )
     labels.update(extra.get("labels", {}))
     annotations.update(extra.get("annotations", {}))

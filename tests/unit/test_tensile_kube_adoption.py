@@ -8,17 +8,18 @@ from typing import Any
 
 import pytest
 
+from tensile.contracts import ownership
 from tensile.kube.events import EventRecorder
 from tensile.kube.resources import CONFIG_MAPS, EVENTS, PODS
 from tensile.serving import flags as serving_flags
 from tensile.serving.lifecycle import StartupError
 from vnode import cli
-from vnode.providers.k2k import naming, services, tensilekube
+from vnode.providers.k2k import services, tensilekube
 from vnode.providers.k2k.adoption import ADOPTION_OBJECTS, TensileKubeAdoption
 from vnode.settings import MigrationSettings
 from vnode.testing.fakeapi import FakeApi, status_error, unreachable
 
-OWNER = naming.Owner(node_name="tk-node", cluster_id="cluster-a")
+OWNER = ownership.NodeIdentity(node_name="tk-node", cluster_id="cluster-a")
 SCOPE = tensilekube.Scope(owner=OWNER)
 NS = "app"
 
@@ -68,7 +69,7 @@ def born(obj: dict[str, Any], when: str) -> dict[str, Any]:
 def ours(obj: dict[str, Any]) -> dict[str, Any]:
     """`obj` carrying tensile's owner annotations (made by tensile, never a candidate)."""
     result = copy.deepcopy(obj)
-    result["metadata"].setdefault("annotations", {})[naming.NODE_ANNOTATION] = "other"
+    result["metadata"].setdefault("annotations", {})[ownership.NODE_ANNOTATION] = "other"
     return result
 
 
@@ -246,20 +247,20 @@ def test_the_patch_adds_the_owner_marks_guarded_by_the_lower_uid() -> None:
         upper=UPPER,
     )
     pod_patch, copy_patch = (a.patch["metadata"] for a in decided.adopt)
-    labels, annotations = naming.owner_marks(OWNER)
+    labels, annotations = ownership.owner_marks(OWNER)
     assert pod_patch["uid"] == "uid-web"
     assert pod_patch["labels"] == labels
     assert pod_patch["annotations"] == {
         **annotations,
-        naming.UPPER_NAMESPACE_ANNOTATION: NS,
-        naming.UPPER_UID_ANNOTATION: "upper-web",
+        ownership.UPPER_NAMESPACE_ANNOTATION: NS,
+        ownership.UPPER_UID_ANNOTATION: "upper-web",
     }
-    assert naming.UPPER_UID_ANNOTATION not in copy_patch["annotations"]
+    assert ownership.UPPER_UID_ANNOTATION not in copy_patch["annotations"]
     # Patched, the pod is this node's (what the pod controller and the mirrors check).
     patched = copy.deepcopy(lower_pod())
     for key in ("labels", "annotations"):
         patched["metadata"].setdefault(key, {}).update(pod_patch[key])
-    assert naming.is_owned(patched, owner=OWNER)
+    assert ownership.is_owned(patched, owner=OWNER)
 
 
 def test_adopting_twice_finds_nothing_left() -> None:
@@ -337,10 +338,10 @@ async def test_adoption_patches_the_pods_and_records_what_it_left() -> None:
     assert patched == ["app"]  # the pod of another namespace is not this node's (--namespace)
     adopted = lower.get(PODS, "web", namespace="app")
     assert adopted is not None
-    assert naming.is_owned(adopted, owner=OWNER)
+    assert ownership.is_owned(adopted, owner=OWNER)
     left = lower.get(PODS, "web", namespace="other")
     assert left is not None
-    assert not naming.is_owned(left, owner=OWNER)
+    assert not ownership.is_owned(left, owner=OWNER)
     assert adoption.ready()
     reasons = sorted(e["reason"] for e in upper.objects(EVENTS))
     assert reasons == ["TensileKubeAdopted", "TensileKubeLeftovers"]
@@ -353,7 +354,7 @@ async def test_an_object_changed_under_the_patch_is_left_and_the_start_goes_on()
     adoption = _adoption(upper, lower)
     await adoption.start()
     assert adoption.ready()
-    assert not naming.is_owned(lower.get(PODS, "web", namespace="app") or {}, owner=OWNER)
+    assert not ownership.is_owned(lower.get(PODS, "web", namespace="app") or {}, owner=OWNER)
 
 
 async def test_a_lower_cluster_that_cannot_be_read_stops_the_start() -> None:

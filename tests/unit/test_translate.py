@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensile.contracts import clusterselector
+from tensile.contracts import clusterselector, ownership
 from tensile.contracts.clusterselector import parse as parse_cluster_selector
+from tensile.contracts.labels import VIRTUAL_POD_LABEL
 from tensile.contracts.scheduling import selector_matches, term_matches
 from tensile.placement.lower import lower_placement
 from tests.unit.bounds import within
@@ -40,7 +41,7 @@ NODE_LABELS = {
     "cores": "64",
 }
 CLUSTER_ID = "0f3c2a9e-7b1d-4c55-8e2f-5a6b7c8d9e01"
-OWNER = naming.Owner(node_name=NODE, cluster_id=CLUSTER_ID)
+OWNER = ownership.NodeIdentity(node_name=NODE, cluster_id=CLUSTER_ID)
 T = TranslationPolicy(cluster_id=CLUSTER_ID, node_name=NODE, node_labels=NODE_LABELS)
 UID = "5b0e9c1a-3f7d-4e2b-9a61-0c8d2f4b7e11"
 NOW = "2025-01-02T03:04:05Z"
@@ -207,7 +208,7 @@ def unchanged(function: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
 def annotated(pod: dict[str, Any], selector: object) -> dict[str, Any]:
     pod = copy.deepcopy(pod)
     value = selector if isinstance(selector, str) else json.dumps(selector)
-    pod["metadata"]["annotations"][naming.CLUSTER_SELECTOR_ANNOTATION] = value
+    pod["metadata"]["annotations"][clusterselector.ANNOTATION] = value
     return pod
 
 
@@ -244,20 +245,22 @@ def test_lower_pod_keeps_identity_and_drops_server_set_metadata() -> None:
     assert meta["labels"] == {
         "app": "web",
         "pod-template-hash": "7d9f8b6c5",
-        naming.VIRTUAL_POD_LABEL: "true",
-        naming.NODE_LABEL: NODE,
-        naming.CLUSTER_LABEL: CLUSTER_ID,
+        VIRTUAL_POD_LABEL: "true",
+        ownership.NODE_LABEL: NODE,
+        ownership.CLUSTER_LABEL: CLUSTER_ID,
     }
     assert meta["annotations"] == {
         "kubectl.kubernetes.io/restartedAt": "2025-01-01T00:00:00Z",
-        naming.NODE_ANNOTATION: NODE,
-        naming.CLUSTER_ANNOTATION: CLUSTER_ID,
-        naming.GLOBAL_ANNOTATION: "true",
-        naming.UPPER_UID_ANNOTATION: UID,
-        naming.UPPER_NAMESPACE_ANNOTATION: "shop",
+        ownership.NODE_ANNOTATION: NODE,
+        ownership.CLUSTER_ANNOTATION: CLUSTER_ID,
+        ownership.GLOBAL_ANNOTATION: "true",
+        ownership.UPPER_UID_ANNOTATION: UID,
+        ownership.UPPER_NAMESPACE_ANNOTATION: "shop",
     }
     assert "status" not in lower
-    assert naming.is_owned(lower, owner=naming.Owner(node_name=NODE, cluster_id=CLUSTER_ID))
+    assert ownership.is_owned(
+        lower, owner=ownership.NodeIdentity(node_name=NODE, cluster_id=CLUSTER_ID)
+    )
 
 
 def test_lower_pod_drops_a_terminating_pods_deletion_fields() -> None:
@@ -278,38 +281,42 @@ def test_prefixed_namespace_and_long_node_name() -> None:
     lower = unchanged(lower_pod, deployment_pod(), policy=policy)
     meta = lower["metadata"]
     assert meta["namespace"] == "up1-shop"
-    assert meta["annotations"][naming.UPPER_NAMESPACE_ANNOTATION] == "shop"
-    assert meta["annotations"][naming.NODE_ANNOTATION] == long_name
-    assert meta["labels"][naming.NODE_LABEL] == naming.label_value(long_name)
-    assert len(meta["labels"][naming.NODE_LABEL]) <= 63
-    assert naming.is_owned(lower, owner=naming.Owner(node_name=long_name, cluster_id=CLUSTER_ID))
-    assert not naming.is_owned(lower, owner=naming.Owner(node_name=NODE, cluster_id=CLUSTER_ID))
+    assert meta["annotations"][ownership.UPPER_NAMESPACE_ANNOTATION] == "shop"
+    assert meta["annotations"][ownership.NODE_ANNOTATION] == long_name
+    assert meta["labels"][ownership.NODE_LABEL] == ownership.label_value(long_name)
+    assert len(meta["labels"][ownership.NODE_LABEL]) <= 63
+    assert ownership.is_owned(
+        lower, owner=ownership.NodeIdentity(node_name=long_name, cluster_id=CLUSTER_ID)
+    )
+    assert not ownership.is_owned(
+        lower, owner=ownership.NodeIdentity(node_name=NODE, cluster_id=CLUSTER_ID)
+    )
     env = {e["name"]: e for e in lower["spec"]["containers"][0]["env"]}
     assert env["NODE"] == {"name": "NODE", "value": long_name}
 
 
 def test_upper_marks_cannot_claim_another_node() -> None:
     pod = deployment_pod()
-    pod["metadata"]["labels"][naming.NODE_LABEL] = "someone-else"
-    pod["metadata"]["annotations"][naming.NODE_ANNOTATION] = "someone-else"
-    pod["metadata"]["labels"][naming.CLUSTER_LABEL] = "another-cluster"
-    pod["metadata"]["annotations"][naming.CLUSTER_ANNOTATION] = "another-cluster"
+    pod["metadata"]["labels"][ownership.NODE_LABEL] = "someone-else"
+    pod["metadata"]["annotations"][ownership.NODE_ANNOTATION] = "someone-else"
+    pod["metadata"]["labels"][ownership.CLUSTER_LABEL] = "another-cluster"
+    pod["metadata"]["annotations"][ownership.CLUSTER_ANNOTATION] = "another-cluster"
     lower = lower_pod(pod, policy=T)
-    assert naming.is_owned(lower, owner=OWNER)
-    assert lower["metadata"]["labels"][naming.CLUSTER_LABEL] == CLUSTER_ID
+    assert ownership.is_owned(lower, owner=OWNER)
+    assert lower["metadata"]["labels"][ownership.CLUSTER_LABEL] == CLUSTER_ID
 
 
 def test_the_same_node_name_of_another_upper_cluster_owns_nothing_of_ours() -> None:
     # Two upper clusters, both with the default node name, sharing one lower cluster.
     lower = lower_pod(deployment_pod(), policy=T)
-    twin = naming.Owner(node_name=NODE, cluster_id="6d1e0b7a-0000-4000-8000-000000000002")
-    assert not naming.is_owned(lower, owner=twin)
-    assert naming.owner_selector(twin) != naming.owner_selector(OWNER)
+    twin = ownership.NodeIdentity(node_name=NODE, cluster_id="6d1e0b7a-0000-4000-8000-000000000002")
+    assert not ownership.is_owned(lower, owner=twin)
+    assert ownership.owner_selector(twin) != ownership.owner_selector(OWNER)
     # A half-marked object (label without annotation, or the reverse) is nobody's.
     for marks in ("labels", "annotations"):
         broken = copy.deepcopy(lower)
-        del broken["metadata"][marks][naming.CLUSTER_LABEL]
-        assert not naming.is_owned(broken, owner=OWNER)
+        del broken["metadata"][marks][ownership.CLUSTER_LABEL]
+        assert not ownership.is_owned(broken, owner=OWNER)
 
 
 def test_references_that_are_not_copied_are_removed_below() -> None:
@@ -387,7 +394,7 @@ def test_missing_uid_writes_no_uid_annotation() -> None:
     pod = deployment_pod()
     del pod["metadata"]["uid"]
     lower = lower_pod(pod, policy=T)
-    assert naming.UPPER_UID_ANNOTATION not in lower["metadata"]["annotations"]
+    assert ownership.UPPER_UID_ANNOTATION not in lower["metadata"]["annotations"]
     env = {e["name"]: e for e in lower["spec"]["containers"][0]["env"]}
     assert env["POD_UID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
 
@@ -835,7 +842,7 @@ def test_pod_with_cluster_selector() -> None:
     assert spec["affinity"] == webhook_selector()["affinity"]
     # The webhook's unlimited tolerations stay upstairs; the originals apply below.
     assert spec["tolerations"] == [NOT_READY_300, UNREACHABLE_300]
-    assert lower["metadata"]["annotations"][naming.CLUSTER_SELECTOR_ANNOTATION] == value
+    assert lower["metadata"]["annotations"][clusterselector.ANNOTATION] == value
 
 
 @pytest.mark.parametrize(
@@ -874,7 +881,7 @@ def test_unusable_cluster_selector_counts_as_absent(value: str) -> None:
     plain = lower_pod(pod, policy=T)
     lower = lower_pod(annotated(pod, value), policy=T)
     assert lower["spec"] == plain["spec"]
-    assert lower["metadata"]["annotations"][naming.CLUSTER_SELECTOR_ANNOTATION] == value
+    assert lower["metadata"]["annotations"][clusterselector.ANNOTATION] == value
 
 
 def test_cluster_selector_parsing_keeps_only_known_non_null_keys() -> None:
@@ -1137,7 +1144,7 @@ def test_restored_labels_round_trip() -> None:
 def test_restored_labels_ignore_a_broken_tripped_annotation() -> None:
     lower = {
         "metadata": {
-            "labels": {"app": "web", naming.NODE_LABEL: NODE, "virtual-pod": "true"},
+            "labels": {"app": "web", ownership.NODE_LABEL: NODE, "virtual-pod": "true"},
             "annotations": {naming.TRIPPED_LABELS_ANNOTATION: "{broken"},
         }
     }
@@ -1199,9 +1206,7 @@ def test_added_tolerations_are_appended_to_the_existing_list() -> None:
     patch = unchanged(spec_update, annotated(pod, selector), lower, policy=T)
     assert patch is not None
     assert patch["spec"] == {"tolerations": [*lower["spec"]["tolerations"], gpu]}
-    assert patch["metadata"] == {
-        "annotations": {naming.CLUSTER_SELECTOR_ANNOTATION: json.dumps(selector)}
-    }
+    assert patch["metadata"] == {"annotations": {clusterselector.ANNOTATION: json.dumps(selector)}}
 
 
 def test_label_and_annotation_changes_keep_ownership_and_tripped_labels() -> None:
@@ -1237,20 +1242,20 @@ def test_label_and_annotation_changes_keep_ownership_and_tripped_labels() -> Non
     wanted = lower_pod(pod, policy=policy)["metadata"]
     assert merged["labels"] == {**wanted["labels"], "pod-template-hash": "7d9f8b6c5"}
     assert merged["annotations"] == wanted["annotations"]
-    assert naming.is_owned(
-        {"metadata": merged}, owner=naming.Owner(node_name=NODE, cluster_id=CLUSTER_ID)
+    assert ownership.is_owned(
+        {"metadata": merged}, owner=ownership.NodeIdentity(node_name=NODE, cluster_id=CLUSTER_ID)
     )
 
 
 def test_marks_removed_below_are_restored() -> None:
     pod = deployment_pod()
     lower = lower_pod(pod, policy=T)
-    del lower["metadata"]["labels"][naming.NODE_LABEL]
-    lower["metadata"]["annotations"][naming.NODE_ANNOTATION] = "other"
+    del lower["metadata"]["labels"][ownership.NODE_LABEL]
+    lower["metadata"]["annotations"][ownership.NODE_ANNOTATION] = "other"
     assert spec_update(pod, lower, policy=T) == {
         "metadata": {
-            "labels": {naming.NODE_LABEL: NODE},
-            "annotations": {naming.NODE_ANNOTATION: NODE},
+            "labels": {ownership.NODE_LABEL: NODE},
+            "annotations": {ownership.NODE_ANNOTATION: NODE},
         }
     }
 
@@ -1330,10 +1335,10 @@ def test_lower_pod_never_raises_nor_leaks_upper_identity(
     prefix: str,
 ) -> None:
     pod = deployment_pod()
-    ownership = (naming.VIRTUAL_POD_LABEL, naming.NODE_LABEL)
-    labels = {k: v for k, v in labels.items() if k not in ownership}
+    marks = (VIRTUAL_POD_LABEL, ownership.NODE_LABEL)
+    labels = {k: v for k, v in labels.items() if k not in marks}
     pod["metadata"]["labels"] = labels
-    pod["metadata"]["annotations"] = {**annotations, naming.CLUSTER_SELECTOR_ANNOTATION: selector}
+    pod["metadata"]["annotations"] = {**annotations, clusterselector.ANNOTATION: selector}
     policy = TranslationPolicy(
         cluster_id=CLUSTER_ID,
         node_name=NODE,
@@ -1345,7 +1350,9 @@ def test_lower_pod_never_raises_nor_leaks_upper_identity(
     assert "nodeName" not in lower["spec"]
     assert "uid" not in lower["metadata"]
     assert "resourceVersion" not in lower["metadata"]
-    assert naming.is_owned(lower, owner=naming.Owner(node_name=NODE, cluster_id=CLUSTER_ID))
+    assert ownership.is_owned(
+        lower, owner=ownership.NodeIdentity(node_name=NODE, cluster_id=CLUSTER_ID)
+    )
     assert restored_labels(lower) == labels
     assert spec_update(pod, lower, policy=policy) is None
 

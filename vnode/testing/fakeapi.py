@@ -7,8 +7,8 @@ it runs no admission, no validation (no 422 unless injected), no defaulting, no 
 deletion and no garbage collection; a strategic merge patch is applied as a JSON merge
 patch. Use it to test controller logic in isolation, and for the faults a real server
 cannot produce on demand (a 5xx, an unreachable server, a slow answer: `fail`, `delay`).
-What crosses a real control plane is tested against one (`vnode.testing.cluster`, the
-end-to-end suite).
+What crosses a real control plane is tested against one (the local fleet, `devcluster`, in
+the end-to-end suite).
 
 `FakeApi` is an `ApiClient` (it overrides every method that would do I/O), so it goes
 wherever the code takes one; it never opens a connection. Streams (`stream`: watches,

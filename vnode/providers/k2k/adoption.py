@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from prometheus_client import Gauge
 
+from tensile.contracts.labels import VIRTUAL_POD_LABEL
 from tensile.contracts.objects import Obj
 from tensile.kube import errors
 from tensile.kube.client import MERGE_PATCH, ApiClient
@@ -35,7 +36,7 @@ from tensile.kube.resources import (
     Resource,
 )
 from tensile.serving.lifecycle import StartupError
-from vnode.providers.k2k import naming, tensilekube
+from vnode.providers.k2k import tensilekube
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +133,7 @@ class TensileKubeAdoption:
             "Pod": await self._list(
                 self._lower,
                 PODS,
-                params={"labelSelector": f"{naming.VIRTUAL_POD_LABEL}=true"},
+                params={"labelSelector": f"{VIRTUAL_POD_LABEL}=true"},
             )
         }
         upper: dict[str, dict[str, Obj]] = {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from tensile.contracts import ownership
 from tensile.contracts.objects import Obj
 from tensile.kube.client import ApiClient
 from tensile.kube.events import EventRecorder
@@ -224,7 +225,7 @@ def _adoption(
     upper_events: ApiClient,
     lower: ApiClient,
     controllers: ControllerSettings,
-    owner: naming.Owner,
+    owner: ownership.NodeIdentity,
     namespace: str | None,
 ) -> TensileKubeAdoption:
     """The adoption of tensile-kube's lower objects (--adopt-tensile-kube), scoped to what
@@ -287,7 +288,7 @@ def _service_mirrors(
                     lower,
                     resource,
                     name=f"lower-copies-{resource.plural}",
-                    label_selector=naming.cluster_selector(tenancy.owner),
+                    label_selector=ownership.cluster_selector(tenancy.owner),
                 ),
                 source_client=upper,
                 target_client=lower,

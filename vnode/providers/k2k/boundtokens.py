@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tensile.contracts import ownership
 from tensile.contracts.objects import as_mapping, dicts_in
-from vnode.providers.k2k import naming
 
 DEFAULT_EXPIRATION = 3607
 """Seconds a token lives when the projected source names no expiry (the ServiceAccount
@@ -212,7 +212,7 @@ def is_token_secret(secret: Mapping[str, Any], *, cluster_id: str) -> bool:
     annotations = as_mapping(as_mapping(secret.get("metadata")).get("annotations"))
     return (
         secret.get("type") == SECRET_TYPE
-        and annotations.get(naming.CLUSTER_ANNOTATION) == cluster_id
+        and annotations.get(ownership.CLUSTER_ANNOTATION) == cluster_id
     )
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tensile.contracts import ownership
 from tensile.contracts.objects import Obj
 from tensile.kube import errors
 from tensile.kube.client import ApiClient
@@ -54,10 +55,12 @@ REFS_INDEX = "tensile.io/refs"
 """Index of the lower pod store: "namespace/kind/name" of each object a pod references."""
 
 
-def copy_of(upper: Mapping[str, Any], *, kind: str, namespace: str, owner: naming.Owner) -> Obj:
+def copy_of(
+    upper: Mapping[str, Any], *, kind: str, namespace: str, owner: ownership.NodeIdentity
+) -> Obj:
     """Return the lower copy of an upper ConfigMap, Secret or ServiceAccount (pure)."""
     meta = upper.get("metadata") or {}
-    labels, annotations = naming.owner_marks(owner)
+    labels, annotations = ownership.owner_marks(owner)
     copy: Obj = {
         "apiVersion": "v1",
         "kind": kind,
@@ -67,7 +70,7 @@ def copy_of(upper: Mapping[str, Any], *, kind: str, namespace: str, owner: namin
             "labels": {**(meta.get("labels") or {}), **labels},
             "annotations": {
                 **annotations,
-                naming.UPPER_NAMESPACE_ANNOTATION: str(meta.get("namespace")),
+                ownership.UPPER_NAMESPACE_ANNOTATION: str(meta.get("namespace")),
             },
         },
     }
@@ -223,7 +226,7 @@ class DependencySync:
                 lower,
                 resource,
                 name=f"lower-copies-{resource.plural}",
-                label_selector=naming.cluster_selector(owner),
+                label_selector=ownership.cluster_selector(owner),
             )
             self.mirrors[kind] = Mirror(
                 spec=copy_spec(kind=kind, tenancy=tenancy),
@@ -276,7 +279,7 @@ class DependencySync:
             self._creations.pop(key, None)
 
     def _lower_pod_gone(self, pod: Obj) -> None:
-        if not naming.is_owned(pod, owner=self._owner):
+        if not ownership.is_owned(pod, owner=self._owner):
             return
         upper = naming.upper_key_of(pod, prefix=self._prefix)
         if upper is None:
@@ -387,7 +390,7 @@ class DependencySync:
         except NameTakenError as exc:
             raise provider_errors.InvalidPod(
                 f"{kind} {lower_ns}/{name} exists in the lower cluster and is "
-                f"{naming.owner_of(exc.target)}; refusing to use or overwrite it (the pod "
+                f"{ownership.owner_of(exc.target)}; refusing to use or overwrite it (the pod "
                 "would run with another tenant's object)"
             ) from exc
         except (errors.Invalid, errors.Forbidden, errors.BadRequest) as exc:
@@ -430,5 +433,5 @@ class DependencySync:
 
 def _upper_keys(lower_pod: Obj) -> list[str]:
     annotations = (lower_pod.get("metadata") or {}).get("annotations") or {}
-    namespace = annotations.get(naming.UPPER_NAMESPACE_ANNOTATION)
+    namespace = annotations.get(ownership.UPPER_NAMESPACE_ANNOTATION)
     return [f"{namespace}/{lower_pod['metadata']['name']}"] if namespace else []

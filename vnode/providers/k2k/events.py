@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tensile.contracts import ownership
 from tensile.contracts.objects import Obj
 from tensile.kube import errors
 from tensile.kube.client import MERGE_PATCH, ApiClient
@@ -18,7 +19,6 @@ from tensile.kube.informer import Handlers, Informer
 from tensile.kube.informer_factory import InformerFactory
 from tensile.kube.resources import EVENTS
 from tensile.kube.workqueue import WorkQueue
-from vnode.providers.k2k import naming
 
 _COPIED = (
     "reason",
@@ -75,8 +75,8 @@ def upper_event(
     reporting component) is kept.
     """
     annotations = (lower_pod.get("metadata") or {}).get("annotations") or {}
-    upper_uid = annotations.get(naming.UPPER_UID_ANNOTATION)
-    upper_ns = annotations.get(naming.UPPER_NAMESPACE_ANNOTATION)
+    upper_uid = annotations.get(ownership.UPPER_UID_ANNOTATION)
+    upper_ns = annotations.get(ownership.UPPER_NAMESPACE_ANNOTATION)
     if not upper_uid or not upper_ns:
         return None
     involved = lower_event.get("involvedObject") or {}
@@ -107,7 +107,7 @@ class EventMirror:
         *,
         upper: ApiClient,
         lower: ApiClient,
-        owner: naming.Owner,
+        owner: ownership.NodeIdentity,
         lower_objects: Informer,
         informers: InformerFactory,
         kind: str = "Pod",
@@ -133,7 +133,7 @@ class EventMirror:
     def _owned_object(self, event: Mapping[str, Any]) -> Obj | None:
         involved = event.get("involvedObject") or {}
         pod = self._lower_objects.store.get(f"{involved.get('namespace')}/{involved.get('name')}")
-        if pod is None or not naming.is_owned(pod, owner=self._owner):
+        if pod is None or not ownership.is_owned(pod, owner=self._owner):
             return None
         if involved.get("uid") and involved["uid"] != pod["metadata"].get("uid"):
             return None  # about an earlier pod of the same name

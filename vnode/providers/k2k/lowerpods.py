@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
+from tensile.contracts import ownership
 from tensile.contracts.objects import Obj
 from tensile.kube.resources import object_key
 from tensile.placement import fit
-from vnode.providers.k2k import capacity, naming
+from vnode.providers.k2k import capacity
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ class Write:
 def upper_uid_of(lower: Mapping[str, Any]) -> str:
     """Return the upper UID a lower pod stands for, as text ("None" when unmarked)."""
     annotations = (lower.get("metadata") or {}).get("annotations") or {}
-    return str(annotations.get(naming.UPPER_UID_ANNOTATION))
+    return str(annotations.get(ownership.UPPER_UID_ANNOTATION))
 
 
 class LowerPodBook:
@@ -58,8 +59,8 @@ class LowerPodBook:
     - Lower pods that are not ours are counted against the capacity (`free`).
     """
 
-    def __init__(self, *, owner: naming.Owner) -> None:
-        """`owner` tells this node's lower pods from the others (`naming.is_owned`)."""
+    def __init__(self, *, owner: ownership.NodeIdentity) -> None:
+        """`owner` tells this node's lower pods from the others (`ownership.is_owned`)."""
         self._owner = owner
         self._others = capacity.Ledger()
         """Requests of the lower pods that are not this node's (the capacity they take)."""
@@ -80,7 +81,7 @@ class LowerPodBook:
 
     def ours(self, lower: Mapping[str, Any] | None) -> bool:
         """Tell whether `lower` is a lower pod of this node."""
-        return lower is not None and naming.is_owned(lower, owner=self._owner)
+        return lower is not None and ownership.is_owned(lower, owner=self._owner)
 
     # -- the provider's writes -------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tensile.contracts import ownership
 from tensile.kube import errors
 from tensile.kube.backoff import ExponentialBackoff
 from tensile.kube.client import MERGE_PATCH, ApiClient
@@ -49,21 +50,21 @@ class _Going:
 def marks_patch(
     namespace: Mapping[str, Any],
     *,
-    owner: naming.Owner,
+    owner: ownership.NodeIdentity,
     labels: Mapping[str, str],
     annotations: Mapping[str, str],
 ) -> dict[str, Any] | None:
     """Return the merge patch that gives an existing lower namespace the administrator's
     `labels` and `annotations` (--lower-namespace-labels/-annotations), or None (pure).
 
-    Only a namespace tensile made for `owner`'s upper cluster (`naming.namespace_marks`) is
+    Only a namespace tensile made for `owner`'s upper cluster (`ownership.namespace_marks`) is
     patched, with the keys it lacks or holds another value of: the flags are the lower
     administrator's word on the namespaces tensile makes, even those made before the flags
     changed. A namespace someone else made (the administrator's own, another upper
     cluster's) is theirs to label: None. Keys not named in the flags are never removed."""
     meta = namespace.get("metadata") or {}
     have_labels = meta.get("labels") or {}
-    if have_labels.get(naming.MANAGED_NAMESPACE_LABEL) != "true" or not naming.same_cluster(
+    if have_labels.get(ownership.MANAGED_NAMESPACE_LABEL) != "true" or not ownership.same_cluster(
         namespace, owner=owner
     ):
         return None
@@ -94,7 +95,7 @@ class LowerNamespaces:
         *,
         lower: ApiClient,
         upper: ApiClient | None = None,
-        owner: naming.Owner,
+        owner: ownership.NodeIdentity,
         prefix: str,
         pod_security_level: PodSecurityLevel,
         extra_labels: Mapping[str, str] | None = None,
@@ -167,7 +168,7 @@ class LowerNamespaces:
     async def _look(self, namespace: str, *, source_namespace: str) -> None:
         """Make the lower `namespace` or check the existing one (see `ensure`)."""
         await self._check_upper(source_namespace)
-        labels, annotations = naming.namespace_marks(
+        labels, annotations = ownership.namespace_marks(
             owner=self._owner, upper_namespace=source_namespace
         )
         labels.update(self._extra_labels)

@@ -20,6 +20,7 @@ from collections.abc import (
 )
 from typing import Any
 
+from tensile.contracts import ownership
 from tensile.contracts.objects import Obj
 from tensile.kube import errors
 from tensile.kube.client import STRATEGIC_MERGE_PATCH, ApiClient
@@ -58,7 +59,7 @@ _LOG_CHUNK = 256 * 1024
 
 def _upper_key_of(pod: Obj) -> list[str]:
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    ns = annotations.get(naming.UPPER_NAMESPACE_ANNOTATION)
+    ns = annotations.get(ownership.UPPER_NAMESPACE_ANNOTATION)
     return [f"{ns}/{pod['metadata']['name']}"] if ns else []
 
 
@@ -201,7 +202,7 @@ class K2KProvider:
         lower = self.pods.store.get(self._lower_key(pod))
         if not self._ours(lower) or lower is None:
             return None
-        uid = (lower["metadata"].get("annotations") or {}).get(naming.UPPER_UID_ANNOTATION)
+        uid = (lower["metadata"].get("annotations") or {}).get(ownership.UPPER_UID_ANNOTATION)
         return lower if uid == pod["metadata"].get("uid") else None
 
     async def create_pod(self, pod: Obj) -> list[PodEvent]:
@@ -273,7 +274,7 @@ class K2KProvider:
             found = await self._lower.request("GET", PODS.path(namespace=namespace, name=name))
         except (errors.ApiError, errors.ApiUnavailable):
             return "not managed by this virtual node"
-        return naming.owner_of(found)
+        return ownership.owner_of(found)
 
     async def _create_lower(self, pod: Obj, *, lower_ns: str, lower_key: str) -> list[PodEvent]:
         # A create that fails after copying (the lower apiserver went away, a cancellation)
@@ -519,7 +520,7 @@ class K2KProvider:
         for lower in self.pods.store:
             if not self._ours(lower):
                 continue
-            uid = (lower["metadata"].get("annotations") or {}).get(naming.UPPER_UID_ANNOTATION)
+            uid = (lower["metadata"].get("annotations") or {}).get(ownership.UPPER_UID_ANNOTATION)
             if uid not in alive and not lower["metadata"].get("deletionTimestamp"):
                 logger.info("deleting lower pod %s: its upper pod is gone", object_key(lower))
                 await self._delete_lower(lower, grace_period=None)

@@ -24,6 +24,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tensile.contracts import ownership
 from tensile.contracts.objects import Obj
 from tensile.kube import errors
 from tensile.kube.client import MERGE_PATCH, ApiClient
@@ -98,7 +99,7 @@ class VolumeProvisioner:
             upper,
             PERSISTENT_VOLUMES,
             name="upper-owned-persistentvolumes",
-            label_selector=f"{naming.NODE_LABEL}={naming.label_value(owner.node_name)}",
+            label_selector=f"{ownership.NODE_LABEL}={ownership.label_value(owner.node_name)}",
         )
         self.storage_classes = informers.informer(
             upper, STORAGE_CLASSES, name="upper-storageclasses"
@@ -107,7 +108,7 @@ class VolumeProvisioner:
             lower,
             PERSISTENT_VOLUME_CLAIMS,
             name="lower-owned-persistentvolumeclaims",
-            label_selector=naming.owner_selector(owner),
+            label_selector=ownership.owner_selector(owner),
         )
         self.recorder = EventRecorder(
             upper_events, component=f"{owner.node_name}/volume-provisioner", host=owner.node_name
@@ -261,7 +262,7 @@ class VolumeProvisioner:
 
     def _lower_claim_changed(self, lower: Obj) -> None:
         key = naming.upper_key_of(lower, prefix=self._prefix)
-        if key is not None and naming.is_owned(lower, owner=self._owner):
+        if key is not None and ownership.is_owned(lower, owner=self._owner):
             self.queue.add(f"claim/{key}")
 
     async def _sync(self, key: str) -> None:
@@ -282,7 +283,7 @@ class VolumeProvisioner:
 
     def _lower_of(self, key: str, claim: Mapping[str, Any]) -> Obj | None:
         lower = self.mirror.current(key)
-        if lower is None or not naming.is_owned(lower, owner=self._owner):
+        if lower is None or not ownership.is_owned(lower, owner=self._owner):
             return None
         return lower if volumes.stands_for(lower, claim) else None
 
@@ -424,8 +425,8 @@ class VolumeProvisioner:
         key = f"{ref.get('namespace')}/{ref.get('name')}"
         lower = self.mirror.current(key)
         if lower is not None and not (
-            naming.is_owned(lower, owner=self._owner)
-            and (lower["metadata"].get("annotations") or {}).get(naming.UPPER_UID_ANNOTATION)
+            ownership.is_owned(lower, owner=self._owner)
+            and (lower["metadata"].get("annotations") or {}).get(ownership.UPPER_UID_ANNOTATION)
             == ref.get("uid")
         ):
             lower = None
@@ -610,7 +611,7 @@ def _missing(key: str, *, volume: str, message: str) -> provider_errors.MissingD
     )
 
 
-def _owner_of_claim(lower: Obj, owner: naming.Owner) -> str:
-    if naming.is_owned(lower, owner=owner):
+def _owner_of_claim(lower: Obj, owner: ownership.NodeIdentity) -> str:
+    if ownership.is_owned(lower, owner=owner):
         return "the retained claim of an earlier claim of the same name (reclaim policy Retain)"
-    return naming.owner_of(lower)
+    return ownership.owner_of(lower)

@@ -25,8 +25,8 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Timestamp
 
+from tensile.contracts import ownership
 from vnode.provider import ContainerUsage, NodeUsage, PodUsage, Usage
-from vnode.providers.k2k import naming
 
 DEFAULT_PATH = "/metrics/resource"
 PATH_ANNOTATION = "metrics.k8s.io/resource-metrics-path"
@@ -178,7 +178,7 @@ def kubelet_url(node: Mapping[str, Any], path: str) -> str:
 
 
 def owned_pods(
-    pods: Iterable[Mapping[str, Any]], *, owner: naming.Owner
+    pods: Iterable[Mapping[str, Any]], *, owner: ownership.NodeIdentity
 ) -> dict[LowerKey, OwnedPod]:
     """Return this virtual node's lower pods that are placed on a lower node, by lower key.
 
@@ -187,13 +187,13 @@ def owned_pods(
     """
     result = {}
     for pod in pods:
-        if not naming.is_owned(pod, owner=owner):
+        if not ownership.is_owned(pod, owner=owner):
             continue
         meta = pod.get("metadata") or {}
         annotations = meta.get("annotations") or {}
         node = (pod.get("spec") or {}).get("nodeName")
-        uid = annotations.get(naming.UPPER_UID_ANNOTATION)
-        namespace = annotations.get(naming.UPPER_NAMESPACE_ANNOTATION)
+        uid = annotations.get(ownership.UPPER_UID_ANNOTATION)
+        namespace = annotations.get(ownership.UPPER_NAMESPACE_ANNOTATION)
         if not (node and uid and namespace):
             continue
         result[(str(meta.get("namespace")), str(meta.get("name")))] = OwnedPod(

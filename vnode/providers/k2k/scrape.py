@@ -26,13 +26,14 @@ from typing import Protocol
 
 import aiohttp
 
+from tensile.contracts import ownership
 from tensile.contracts.objects import Obj
 from tensile.kube import errors
 from tensile.kube.client import ApiClient, read_bounded
 from tensile.kube.config import ConnectionInfo
 from tensile.kube.store import Store
 from vnode.provider import NodeUsage, PodUsage
-from vnode.providers.k2k import naming, resource_usage
+from vnode.providers.k2k import resource_usage
 from vnode.providers.k2k.resource_usage import LowerKey, OwnedPod
 
 logger = logging.getLogger(__name__)
@@ -252,7 +253,7 @@ class ResourceScraper:
         access: KubeletAccess,
         pods: Store,
         nodes: Store,
-        owner: naming.Owner,
+        owner: ownership.NodeIdentity,
         ttl: float = 10.0,
         timeout: float = 5.0,
         deadline: float = 8.0,
@@ -425,7 +426,9 @@ def _measure(
     )
 
 
-def _placement(pods: Store, *, owner: naming.Owner) -> frozenset[tuple[str, float | None]]:
+def _placement(
+    pods: Store, *, owner: ownership.NodeIdentity
+) -> frozenset[tuple[str, float | None]]:
     # What decides whether a cached answer still covers the node's pods: (upper UID, start).
     owned = resource_usage.owned_pods(pods, owner=owner)
     return frozenset((pod.uid, pod.start_time) for pod in owned.values())

@@ -58,6 +58,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tensile.contracts import ownership
 from tensile.contracts.objects import Obj
 from tensile.kube.mirror.spec import Change, KindSpec, Patch, Replace
 from tensile.kube.resources import ENDPOINT_SLICES, SERVICES
@@ -72,7 +73,7 @@ MANAGED_BY = "endpointslice-mirror.tensile.io"
 """Our `managed-by` value: the lower controllers manage only slices with theirs
 (`endpointslice-controller.k8s.io`, `endpointslicemirroring-controller.k8s.io`)."""
 CLUSTER_IP_ANNOTATION_PREFIX = "cluster-ip.tensile.io/"
-"""+ `naming.label_value(<virtual node>)`: the lower ClusterIP of an upper Service as one
+"""+ `ownership.label_value(<virtual node>)`: the lower ClusterIP of an upper Service as one
 virtual node mirrored it ("None" for a headless one)."""
 COPIED_ANNOTATIONS = "tensile.io/copied-annotations"
 """On a lower Service: the comma-separated keys of the upper annotations copied with an
@@ -167,16 +168,16 @@ class ServiceExposure:
 def cluster_ip_annotation(node_name: str) -> str:
     """Return the annotation on upper Services that records `node_name`'s lower ClusterIP
     (an annotation name part is at most 63 characters: longer node names are hashed)."""
-    return CLUSTER_IP_ANNOTATION_PREFIX + naming.label_value(node_name)
+    return CLUSTER_IP_ANNOTATION_PREFIX + ownership.label_value(node_name)
 
 
 def _marks(
-    upper: Mapping[str, Any], *, owner: naming.Owner
+    upper: Mapping[str, Any], *, owner: ownership.NodeIdentity
 ) -> tuple[dict[str, str], dict[str, str]]:
     meta = upper.get("metadata") or {}
-    labels, annotations = naming.owner_marks(owner)
-    annotations[naming.UPPER_NAMESPACE_ANNOTATION] = str(meta.get("namespace"))
-    annotations[naming.UPPER_UID_ANNOTATION] = str(meta.get("uid"))
+    labels, annotations = ownership.owner_marks(owner)
+    annotations[ownership.UPPER_NAMESPACE_ANNOTATION] = str(meta.get("namespace"))
+    annotations[ownership.UPPER_UID_ANNOTATION] = str(meta.get("uid"))
     return labels, annotations
 
 
@@ -192,7 +193,7 @@ def is_headless(service: Mapping[str, Any]) -> bool:
 def lower_service(
     upper: Mapping[str, Any],
     *,
-    owner: naming.Owner,
+    owner: ownership.NodeIdentity,
     prefix: str,
     exposure: ServiceExposure = ServiceExposure(),
 ) -> Obj:
@@ -438,7 +439,7 @@ def service_spec(
     )
 
 
-def lower_slice(upper: Mapping[str, Any], *, owner: naming.Owner, prefix: str) -> Obj:
+def lower_slice(upper: Mapping[str, Any], *, owner: ownership.NodeIdentity, prefix: str) -> Obj:
     """Return the lower EndpointSlice standing for an upper one (see the module docstring)."""
     meta = upper.get("metadata") or {}
     labels, annotations = _marks(upper, owner=owner)

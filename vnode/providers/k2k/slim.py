@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tensile.contracts import ownership
 from tensile.kube.informer import compact
-from vnode.providers.k2k import naming, translate
+from vnode.providers.k2k import translate
 
 REFS = "tensile.io/refs"
 """Key of the precomputed references, a sorted list of [kind, name] (not a Kubernetes field)."""
@@ -34,7 +35,7 @@ class SlimLowerPods:
     change, so its references are worked out once, not at each of its watch events (a pod
     has several as it starts)."""
 
-    owner: naming.Owner
+    owner: ownership.NodeIdentity
     remembered: int = 4096
     """How many pods' references are remembered (the oldest are forgotten first)."""
     _refs: dict[tuple[str, int], list[list[str]]] = field(
@@ -69,11 +70,11 @@ def references_of(pod: Mapping[str, Any]) -> list[list[str]]:
 
 
 def slim_lower_pod(
-    pod: Mapping[str, Any], *, owner: naming.Owner, refs: list[list[str]] | None = None
+    pod: Mapping[str, Any], *, owner: ownership.NodeIdentity, refs: list[list[str]] | None = None
 ) -> dict[str, Any]:
     """Return the cached form of a lower pod (a new object; `pod` is not changed).
     `refs`: its `references_of`, when already known."""
-    owned = naming.is_owned(pod, owner=owner)
+    owned = ownership.is_owned(pod, owner=owner)
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}

@@ -20,7 +20,7 @@ node with the same containers (by name, init containers too); a copy that such a
 (tensile-kube made copies only for its pods; a copy no pod of ours uses would be garbage
 the moment it is ours) and that tensile's mirror would keep in place rather than replace;
 a Service tensile's Service mirror covers. Adopting is a metadata patch adding tensile's
-owner marks (`naming.owner_marks`, the upper namespace and, for pods, Services and claims,
+owner marks (`ownership.owner_marks`, the upper namespace and, for pods, Services and claims,
 the upper UID), guarded by the object's UID: nothing is created, replaced or deleted.
 Everything else that looks like tensile-kube's is listed (`Leftover`), never touched.
 """
@@ -31,9 +31,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tensile.contracts import ownership
+from tensile.contracts.labels import VIRTUAL_POD_LABEL, VIRTUAL_POD_VALUE
 from tensile.contracts.objects import Obj, as_mapping, dicts_in
 from tensile.kube import timestamps
-from vnode.providers.k2k import dependencies, naming, services, translate
+from vnode.providers.k2k import dependencies, services, translate
 
 ADOPTED_KINDS = ("Pod", "ConfigMap", "Secret", "PersistentVolumeClaim", "Service")
 """The kinds a virtual node takes over from tensile-kube."""
@@ -86,7 +88,7 @@ class Leftover:
 class Scope:
     """What this virtual node mirrors, so that it adopts only what it will keep."""
 
-    owner: naming.Owner
+    owner: ownership.NodeIdentity
     mirror_services: bool = True
     """ServiceControllers enabled."""
     mirror_claims: bool = True
@@ -105,23 +107,21 @@ class Plan:
 def made_by_tensile(obj: Mapping[str, Any]) -> bool:
     """Tell whether a lower object carries tensile's owner annotations (any node's)."""
     annotations = as_mapping(as_mapping(obj.get("metadata")).get("annotations"))
-    return naming.NODE_ANNOTATION in annotations or naming.CLUSTER_ANNOTATION in annotations
+    return ownership.NODE_ANNOTATION in annotations or ownership.CLUSTER_ANNOTATION in annotations
 
 
 def is_tensile_kube_pod(lower: Mapping[str, Any]) -> bool:
     """Tell whether a lower pod looks like tensile-kube's: `virtual-pod=true`, no tensile
     owner marks."""
     labels = as_mapping(as_mapping(lower.get("metadata")).get("labels"))
-    return labels.get(naming.VIRTUAL_POD_LABEL) == naming.VIRTUAL_POD_VALUE and not made_by_tensile(
-        lower
-    )
+    return labels.get(VIRTUAL_POD_LABEL) == VIRTUAL_POD_VALUE and not made_by_tensile(lower)
 
 
 def is_tensile_kube_copy(lower: Mapping[str, Any]) -> bool:
     """Tell whether a lower ConfigMap, Secret, claim, Service or Endpoints looks like a
     tensile-kube copy: annotation `global=true`, no tensile owner marks."""
     annotations = as_mapping(as_mapping(lower.get("metadata")).get("annotations"))
-    return annotations.get(naming.GLOBAL_ANNOTATION) == "true" and not made_by_tensile(lower)
+    return annotations.get(ownership.GLOBAL_ANNOTATION) == "true" and not made_by_tensile(lower)
 
 
 def plan(
@@ -251,11 +251,11 @@ def _service_outcome(candidate: Obj, *, upper: Mapping[str, Obj], scope: Scope) 
 def _adopt(kind: str, lower: Obj, upper: Mapping[str, Any], *, scope: Scope, uid: bool) -> Adopt:
     """The merge patch giving `lower` tensile's owner marks for `upper` (its own UID kept as
     a precondition: the patch fails on another object of that name)."""
-    labels, annotations = naming.owner_marks(scope.owner)
+    labels, annotations = ownership.owner_marks(scope.owner)
     meta = as_mapping(upper.get("metadata"))
-    annotations = {**annotations, naming.UPPER_NAMESPACE_ANNOTATION: str(meta.get("namespace"))}
+    annotations = {**annotations, ownership.UPPER_NAMESPACE_ANNOTATION: str(meta.get("namespace"))}
     if uid:
-        annotations[naming.UPPER_UID_ANNOTATION] = str(meta.get("uid"))
+        annotations[ownership.UPPER_UID_ANNOTATION] = str(meta.get("uid"))
     lower_meta = as_mapping(lower.get("metadata"))
     patch = {
         "metadata": {"uid": lower_meta.get("uid"), "labels": labels, "annotations": annotations}

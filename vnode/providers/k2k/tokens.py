@@ -25,12 +25,13 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from tensile.contracts import ownership
 from tensile.contracts.objects import Obj, as_mapping, dicts_in
 from tensile.kube import errors, timestamps
 from tensile.kube.client import MERGE_PATCH, ApiClient
 from tensile.kube.informer import Informer
 from tensile.kube.resources import CONFIG_MAPS, PODS, SECRETS, object_key
-from vnode.providers.k2k import boundtokens, naming, slim
+from vnode.providers.k2k import boundtokens, slim
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ class UpperTokens:
         *,
         upper: ApiClient,
         lower: ApiClient,
-        owner: naming.Owner,
+        owner: ownership.NodeIdentity,
         lower_pods: Informer,
         refresh_fraction: float,
         clock: Callable[[], float] = time.time,
@@ -114,10 +115,10 @@ class UpperTokens:
     async def run(self) -> None:
         """Renew until `shut_down`."""
         for lower in self._pods.store:
-            if naming.is_owned(lower, owner=self._owner) and _mounts_token(lower):
+            if ownership.is_owned(lower, owner=self._owner) and _mounts_token(lower):
                 annotations = as_mapping(as_mapping(lower.get("metadata")).get("annotations"))
-                namespace = annotations.get(naming.UPPER_NAMESPACE_ANNOTATION)
-                upper_uid = annotations.get(naming.UPPER_UID_ANNOTATION)
+                namespace = annotations.get(ownership.UPPER_NAMESPACE_ANNOTATION)
+                upper_uid = annotations.get(ownership.UPPER_UID_ANNOTATION)
                 if namespace and upper_uid:
                     key = f"{namespace}/{lower['metadata']['name']}"
                     self._due_now(key, str(upper_uid), lower)
@@ -179,8 +180,8 @@ class UpperTokens:
         )
         annotations = as_mapping(as_mapping(found.get("metadata")).get("annotations"))
         if (
-            not naming.is_owned(found, owner=self._owner)
-            or annotations.get(naming.UPPER_UID_ANNOTATION) != entry.upper_uid
+            not ownership.is_owned(found, owner=self._owner)
+            or annotations.get(ownership.UPPER_UID_ANNOTATION) != entry.upper_uid
         ):
             raise errors.NotFound(
                 code=404, status={"message": "the lower pod of that name is not this pod's"}
@@ -222,7 +223,7 @@ class UpperTokens:
         ca = str(as_mapping(root.get("data")).get(boundtokens.CA_KEY) or "")
         # The owner's annotations say whose it is; not its labels, which the copies' mirrors
         # select on: this Secret is no copy of an upper one (the lower pod owns it).
-        _, annotations = naming.owner_marks(self._owner)
+        _, annotations = ownership.owner_marks(self._owner)
         lower_meta = entry.lower["metadata"]
         body = boundtokens.secret(
             name=boundtokens.secret_name(str(lower_meta["name"])),
@@ -232,7 +233,7 @@ class UpperTokens:
             ca=ca,
             upper_namespace=namespace,
             labels={},
-            annotations={**annotations, naming.UPPER_NAMESPACE_ANNOTATION: namespace},
+            annotations={**annotations, ownership.UPPER_NAMESPACE_ANNOTATION: namespace},
             owner=lower_meta,
         )
         path = SECRETS.path(namespace=str(lower_meta["namespace"]))
@@ -250,7 +251,7 @@ class UpperTokens:
                     code=409,
                     status={
                         "message": f"the lower Secret {object_key(found)} is not a token "
-                        f"Secret of this cluster's virtual nodes ({naming.owner_of(found)}); "
+                        f"Secret of this cluster's virtual nodes ({ownership.owner_of(found)}); "
                         "left as it is"
                     },
                 ) from None

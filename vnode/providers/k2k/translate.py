@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tensile.contracts import clusterselector
+from tensile.contracts import clusterselector, ownership
 from tensile.contracts.labels import DEFAULT_TAINT_KEY
 from tensile.contracts.objects import as_list, as_mapping, dicts_in
 from tensile.kube import codec
@@ -64,7 +64,8 @@ class TranslationPolicy:
 
     node_name: str
     cluster_id: str
-    """The upper cluster's identity, recorded on every lower object (see `naming.Owner`)."""
+    """The upper cluster's identity, recorded on every lower object (see
+    `ownership.NodeIdentity`)."""
     node_labels: Mapping[str, str]
     namespace_prefix: str = ""
     ignore_labels: tuple[str, ...] = ()
@@ -86,9 +87,9 @@ class TranslationPolicy:
         return self.enable_service_account and bool(self.upper_api_address)
 
     @property
-    def owner(self) -> naming.Owner:
+    def owner(self) -> ownership.NodeIdentity:
         """The owner marked on the lower objects of this virtual node."""
-        return naming.Owner(node_name=self.node_name, cluster_id=self.cluster_id)
+        return ownership.NodeIdentity(node_name=self.node_name, cluster_id=self.cluster_id)
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,7 @@ def lower_pod(
     """
     meta = as_mapping(upper.get("metadata"))
     namespace = str(meta.get("namespace") or "default")
-    annotation = as_mapping(meta.get("annotations")).get(naming.CLUSTER_SELECTOR_ANNOTATION)
+    annotation = as_mapping(meta.get("annotations")).get(clusterselector.ANNOTATION)
     spec = lower_placement(
         _spec(upper),
         cluster_selector=clusterselector.parse(annotation),
@@ -291,7 +292,9 @@ def restored_labels(lower: Mapping[str, Any]) -> dict[str, str]:
     """
     meta = as_mapping(lower.get("metadata"))
     labels = {
-        k: v for k, v in as_mapping(meta.get("labels")).items() if k not in naming.OWNERSHIP_LABELS
+        k: v
+        for k, v in as_mapping(meta.get("labels")).items()
+        if k not in ownership.OWNERSHIP_LABELS
     }
     tripped = as_mapping(meta.get("annotations")).get(naming.TRIPPED_LABELS_ANNOTATION)
     try:
@@ -326,7 +329,7 @@ def spec_update(
         zip(("labels", "annotations"), _lower_marks(upper_meta, policy=policy), strict=True)
     )
     selector = clusterselector.parse(
-        as_mapping(upper_meta.get("annotations")).get(naming.CLUSTER_SELECTOR_ANNOTATION)
+        as_mapping(upper_meta.get("annotations")).get(clusterselector.ANNOTATION)
     )
     wanted_tolerations = lower_tolerations(
         upper_spec, cluster_selector=selector, taint_key=policy.taint_key
@@ -377,12 +380,12 @@ def _lower_marks(
         annotations[naming.TRIPPED_LABELS_ANNOTATION] = json.dumps(
             moved, separators=(",", ":"), sort_keys=True, ensure_ascii=False
         )
-    owner_labels, owner_annotations = naming.owner_marks(policy.owner)
+    owner_labels, owner_annotations = ownership.owner_marks(policy.owner)
     labels.update(owner_labels)
     annotations.update(owner_annotations)
     if meta.get("uid"):
-        annotations[naming.UPPER_UID_ANNOTATION] = str(meta["uid"])
-    annotations[naming.UPPER_NAMESPACE_ANNOTATION] = str(meta.get("namespace") or "default")
+        annotations[ownership.UPPER_UID_ANNOTATION] = str(meta["uid"])
+    annotations[ownership.UPPER_NAMESPACE_ANNOTATION] = str(meta.get("namespace") or "default")
     return codec.deep_copy(labels), codec.deep_copy(annotations)
 
 

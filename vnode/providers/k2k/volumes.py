@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tensile.contracts import labels
+from tensile.contracts import labels, ownership
 from tensile.contracts.objects import Obj
 from tensile.kube.mirror.spec import Change, KindSpec, Patch
 from tensile.kube.quantity import parse_quantity
@@ -166,7 +166,7 @@ def volume_name(claim: Mapping[str, Any]) -> str:
 def lower_claim(
     upper: Mapping[str, Any],
     *,
-    owner: naming.Owner,
+    owner: ownership.NodeIdentity,
     prefix: str,
     storage_class: str | None,
     reclaim_policy: str,
@@ -178,7 +178,7 @@ def lower_claim(
     upper one, a defect)."""
     meta = upper.get("metadata") or {}
     spec = upper.get("spec") or {}
-    labels, annotations = naming.owner_marks(owner)
+    labels, annotations = ownership.owner_marks(owner)
     lower_spec: dict[str, Any] = {
         "accessModes": list(spec.get("accessModes") or []),
         "resources": {
@@ -200,8 +200,8 @@ def lower_claim(
             "labels": {**(meta.get("labels") or {}), **labels},
             "annotations": {
                 **annotations,
-                naming.UPPER_NAMESPACE_ANNOTATION: str(meta.get("namespace")),
-                naming.UPPER_UID_ANNOTATION: str(meta.get("uid")),
+                ownership.UPPER_NAMESPACE_ANNOTATION: str(meta.get("namespace")),
+                ownership.UPPER_UID_ANNOTATION: str(meta.get("uid")),
                 RECLAIM_ANNOTATION: reclaim_policy,
             },
         },
@@ -241,7 +241,7 @@ def stands_for(lower: Mapping[str, Any], upper: Mapping[str, Any]) -> bool:
     re-created upstairs under the same name must not get the data of the one before."""
     annotations = (lower.get("metadata") or {}).get("annotations") or {}
     return bool(
-        annotations.get(naming.UPPER_UID_ANNOTATION) == (upper.get("metadata") or {}).get("uid")
+        annotations.get(ownership.UPPER_UID_ANNOTATION) == (upper.get("metadata") or {}).get("uid")
     )
 
 
@@ -250,7 +250,7 @@ def upper_volume_name(lower: Mapping[str, Any]) -> str | None:
     `volume_name` names both provisioned and shown volumes), or None when the lower claim
     names no upper claim."""
     annotations = (lower.get("metadata") or {}).get("annotations") or {}
-    upper_uid = annotations.get(naming.UPPER_UID_ANNOTATION)
+    upper_uid = annotations.get(ownership.UPPER_UID_ANNOTATION)
     return f"pvc-{upper_uid}" if upper_uid else None
 
 
@@ -267,7 +267,7 @@ def reclaim_policy(
         return None
     annotations = (lower.get("metadata") or {}).get("annotations") or {}
     spec = volume.get("spec") or {}
-    if (spec.get("claimRef") or {}).get("uid") != annotations.get(naming.UPPER_UID_ANNOTATION):
+    if (spec.get("claimRef") or {}).get("uid") != annotations.get(ownership.UPPER_UID_ANNOTATION):
         return None
     return str(spec.get("persistentVolumeReclaimPolicy") or "") or None
 
@@ -362,10 +362,10 @@ def upper_volume(
         "kind": "PersistentVolume",
         "metadata": {
             "name": volume_name(claim),
-            "labels": {naming.NODE_LABEL: naming.label_value(node_name)},
+            "labels": {ownership.NODE_LABEL: ownership.label_value(node_name)},
             "annotations": {
                 PROVISIONED_BY: PROVISIONER,
-                naming.NODE_ANNOTATION: node_name,
+                ownership.NODE_ANNOTATION: node_name,
                 LOWER_CLAIM_ANNOTATION: lower_claim_key,
             },
         },
@@ -380,7 +380,7 @@ def is_our_volume(volume: Mapping[str, Any] | None, *, node_name: str) -> bool:
     annotations = (volume.get("metadata") or {}).get("annotations") or {}
     return bool(
         annotations.get(PROVISIONED_BY) == PROVISIONER
-        and annotations.get(naming.NODE_ANNOTATION) == node_name
+        and annotations.get(ownership.NODE_ANNOTATION) == node_name
         and annotations.get(LOWER_CLAIM_ANNOTATION)
     )
 

@@ -1,4 +1,5 @@
-"""Command lines of the control-plane components (pure: paths and ports in, argv out).
+"""Command lines of the control-plane components, and the kube-scheduler's configuration
+with tensile-scheduler as its extender (pure: paths and ports in, argv and YAML out).
 
 Flags follow the components' own documentation (kube-apiserver, kube-controller-manager,
 kube-scheduler and etcd reference pages) with the choices a two-cluster test bed needs:
@@ -11,11 +12,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from vnode.testing.pki import KeyPair
-from vnode.testing.ports import LOOPBACK
+import yaml
+
+from devcluster.pki import KeyPair
+from devcluster.ports import LOOPBACK
 
 FRONT_PROXY_CLIENT = "front-proxy-client"
 """Common name of the aggregation layer's client certificate."""
+EXTENDER_WEIGHT = 2
+"""The extender's prioritize weight (its 0..10 scores count as 0..100 times this, beside
+each plugin's 0..100 times its weight)."""
+EXTENDER_TIMEOUT = "2s"
+"""How long kube-scheduler waits for an extender call before going on without it."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,6 +178,32 @@ def scheduler_argv(
     leader election (kube-scheduler ignores those deprecated flags beside --config)."""
     argv = _controller_flags(binary=binary, kubeconfig=kubeconfig, port=port)
     return [*argv, f"--config={config}"] if config is not None else argv
+
+
+def scheduler_configuration(*, kubeconfig: Path, url: str, ca: Path) -> str:
+    """Return a KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1, YAML) whose one
+    extender is `tensile-scheduler` at `url` (HTTPS, its certificate signed by `ca`):
+    filter and prioritize, node names only, ignorable."""
+    config = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig), "qps": 200, "burst": 400},
+        "leaderElection": {"leaderElect": False},
+        "extenders": [
+            {
+                "urlPrefix": url,
+                "filterVerb": "filter",
+                "prioritizeVerb": "prioritize",
+                "weight": EXTENDER_WEIGHT,
+                "enableHTTPS": True,
+                "tlsConfig": {"caFile": str(ca)},
+                "nodeCacheCapable": True,
+                "ignorable": True,
+                "httpTimeout": EXTENDER_TIMEOUT,
+            }
+        ],
+    }
+    return yaml.safe_dump(config, sort_keys=False)
 
 
 def _controller_flags(*, binary: Path, kubeconfig: Path, port: int) -> list[str]:

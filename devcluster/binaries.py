@@ -28,7 +28,7 @@ COMPONENTS = (
 """Everything the build script makes: the control plane, metrics-server,
 virtual-kubelet's provider e2e suite (a Go test binary), and helm (the chart's tests)."""
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
+_REPO_ROOT = Path(__file__).resolve().parents[1]
 VERSIONS_FILE = _REPO_ROOT / "hack" / "versions.env"
 BUILD_SCRIPT = _REPO_ROOT / "hack" / "build-control-plane.sh"
 KWOK_PATCH_DIR = _REPO_ROOT / "hack" / "kwok-patch"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from vnode.testing.pki import KeyPair
+from devcluster.pki import KeyPair
 
 
 def write_kubeconfig(
