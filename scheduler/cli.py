@@ -75,7 +75,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def parse(argv: Sequence[str]) -> Settings:
-    """Return the settings of the command line `argv`. Raises UsageError."""
+    """Return the settings of the command line `argv`. Raises UsageError naming the flag,
+    VersionRequested."""
     args = _parser().parse_args(list(argv))
     if not args.tls_cert_file or not args.tls_private_key_file:
         raise UsageError("--tls-cert-file and --tls-private-key-file are required (HTTPS only)")
@@ -90,6 +91,7 @@ def parse(argv: Sequence[str]) -> Settings:
     except selectors.SelectorError as exc:
         raise UsageError(f"--virtual-node-selector: {exc}") from None
     metrics_addr = flags.address(args.metrics_addr, "--metrics-addr") if args.metrics_addr else ""
+    log_choice = flags.logging_choice(args)
     return Settings(
         server=ServerSettings(
             address=args.address,
@@ -106,11 +108,7 @@ def parse(argv: Sequence[str]) -> Settings:
         kubeconfig=args.kubeconfig,
         virtual_node_selector=args.virtual_node_selector,
         slices=slice_settings(args),
-        log_level=flags.log_level(args.log_level),
-        log_format=args.log_format,
+        log_level=log_choice.level,
+        log_format=log_choice.format,
+        notes=log_choice.notes,
     )
-
-
-def wants_version(argv: Sequence[str]) -> bool:
-    """Whether `--version` is on the command line (answered before any parsing)."""
-    return "--version" in argv

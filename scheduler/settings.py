@@ -50,3 +50,5 @@ class Settings:
     --headroom)."""
     log_level: str = "info"
     log_format: str = "text"
+    notes: tuple[str, ...] = ()
+    """Flags given that are accepted but ignored, one sentence each (logged at start)."""

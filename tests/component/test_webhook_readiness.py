@@ -1,5 +1,5 @@
 """The webhook process's own readiness (`webhook.service.Webhook`, run as the command runs
-it, signals included): `/readyz` fails until its caches have listed AND it serves a
+it, `tensile.serving.program.run`, signals included): `/readyz` fails until its caches have listed AND it serves a
 certificate, and fails again from SIGTERM on while calls are still answered for
 --shutdown-delay.
 
@@ -24,9 +24,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from tensile.kube.config import ConnectionInfo
+from tensile.serving import program
 from vnode.testing import ports
-from webhook.__main__ import _run
-from webhook.service import Webhook
+from webhook.__main__ import PROGRAM
 from webhook.settings import ServerSettings, Settings
 from webhook.tls import TlsSettings
 
@@ -118,16 +118,13 @@ async def test_ready_only_with_caches_and_a_certificate_and_not_from_sigterm_on(
         ),
         tls=TlsSettings(webhook_configuration="", names=("127.0.0.1",)),
     )
-    webhook = Webhook(
-        settings,
-        upper=ConnectionInfo(server=f"http://127.0.0.1:{api.server.port}", ssl_context=None),
-    )
+    upper = ConnectionInfo(server=f"http://127.0.0.1:{api.server.port}", ssl_context=None)
     readyz = f"http://127.0.0.1:{metrics_port}/readyz?verbose"
     healthz = f"http://127.0.0.1:{metrics_port}/healthz"
     insecure = ssl.create_default_context()
     insecure.check_hostname = False
     insecure.verify_mode = ssl.CERT_NONE
-    running = asyncio.create_task(_run(webhook), name="webhook-under-test")
+    running = asyncio.create_task(program.run(PROGRAM, settings, upper), name="webhook-under-test")
     try:
         async with aiohttp.ClientSession() as session:
 
