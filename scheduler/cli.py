@@ -8,12 +8,13 @@ from collections.abc import Sequence
 
 from scheduler.extender import Policy
 from scheduler.server import MAX_REQUEST_BYTES
-from scheduler.settings import ServerSettings, Settings
+from scheduler.settings import DEFAULT_SERVER, Settings
 from scheduler.slices_flags import add_slice_flags, slice_settings
 from tensile.contracts import selectors
 from tensile.contracts.labels import DEFAULT_TAINT_KEY
 from tensile.serving import flags
 from tensile.serving.flags import UsageError
+from tensile.serving.https import ServerSettings
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -67,8 +68,18 @@ def _parser() -> argparse.ArgumentParser:
         default="",
         help="host:port of a plain-HTTP /metrics, /healthz, /readyz (default: HTTPS port only)",
     )
-    a("--shutdown-delay", type=flags.duration, default=2.0, help="seconds (default 2s)")
-    a("--shutdown-timeout", type=flags.duration, default=5.0, help="seconds (default 5s)")
+    a(
+        "--shutdown-delay",
+        type=flags.duration,
+        default=DEFAULT_SERVER.shutdown_delay,
+        help="seconds (default 2s)",
+    )
+    a(
+        "--shutdown-timeout",
+        type=flags.duration,
+        default=DEFAULT_SERVER.shutdown_timeout,
+        help="seconds (default 5s)",
+    )
     add_slice_flags(p, headroom=False)  # the quota slices keep the same --headroom free
     flags.add_logging_flags(p)
     return p
@@ -99,6 +110,7 @@ def parse(argv: Sequence[str]) -> Settings:
             cert_file=args.tls_cert_file,
             key_file=args.tls_private_key_file,
             client_ca_file=args.client_ca_file,
+            require_client_certificate=True,
             max_request_bytes=args.max_request_bytes,
             metrics_addr=metrics_addr,
             shutdown_delay=args.shutdown_delay,
