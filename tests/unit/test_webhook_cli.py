@@ -113,8 +113,3 @@ def test_bad_values_are_one_usage_error_naming_the_flag(
     err = capsys.readouterr().err
     assert err.startswith("tensile-webhook: error: ")
     assert err.count("\n") == 1
-
-
-def test_version(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--version"]) == 0
-    assert capsys.readouterr().out.startswith("tensile-webhook ")
