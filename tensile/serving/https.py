@@ -116,6 +116,8 @@ class _Bound:
     """What `start` claimed."""
 
     sock: socket.socket
+    port: int
+    """The port bound (the one chosen when the settings say 0)."""
     app_runner: web.AppRunner
     tls: RotatingTls
 
@@ -174,7 +176,7 @@ class HttpsServer:
     def port(self) -> int:
         """The port bound (the one chosen when the settings say 0). Only once started."""
         assert self._bound is not None  # started
-        return int(self._bound.sock.getsockname()[1])
+        return self._bound.port
 
     async def start(self) -> None:
         """Bind the port, load the client CA, set up the application, serve
@@ -214,7 +216,8 @@ class HttpsServer:
         await app_runner.setup()
         # Stops listening, then waits for calls in flight: before the socket is closed.
         self._stack.push_async_callback(app_runner.cleanup)
-        self._bound = _Bound(sock=sock, app_runner=app_runner, tls=tls)
+        port = int(sock.getsockname()[1])
+        self._bound = _Bound(sock=sock, port=port, app_runner=app_runner, tls=tls)
         try:
             await self._stack.enter_async_context(
                 endpoints.metrics_server(settings.metrics_addr, health=self.health)
