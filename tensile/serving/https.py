@@ -166,6 +166,7 @@ class HttpsServer:
         self._listening = False
         self._stopping = False
         self._failed = False
+        self._stop_asked = asyncio.Event()
         self._drained = asyncio.Event()
 
     def informers(self) -> Sequence[Informer]:
@@ -252,15 +253,15 @@ class HttpsServer:
             if self._certified and not self._listening:
                 await self._listen()
             async with asyncio.TaskGroup() as group:
-                tasks = [
+                informers = [
                     group.create_task(i.run(), name=f"informer-{i.name}")
                     for i in (*self._background, *self._source.informers())
                 ]
-                tasks.append(
-                    group.create_task(self._source.keep(tls), name=f"{self.name}-certificate")
-                )
-                await self._drained.wait()
-                for task in tasks:
+                keep = group.create_task(self._source.keep(tls), name=f"{self.name}-certificate")
+                await self._stop_asked.wait()
+                keep.cancel()  # no new certificate while stopping
+                await self._drained.wait()  # calls answered meanwhile read the caches
+                for task in informers:
                     task.cancel()
         except asyncio.CancelledError:
             raise
@@ -272,6 +273,7 @@ class HttpsServer:
         """Fail `/readyz`; a server that served answers calls for the shutdown delay more;
         then stop listening and give calls in flight the shutdown timeout."""
         self._stopping = True
+        self._stop_asked.set()
         served = self._listening and not self._failed
         delay = self._settings.shutdown_delay
         if served and delay > 0:
@@ -287,7 +289,7 @@ class HttpsServer:
     async def _certificate_ready(self, _context: ssl.SSLContext) -> None:
         """`RotatingTls`' serve: the first certificate is in the context."""
         self._certified = True
-        if self._may_listen:
+        if self._may_listen and not self._stopping:
             await self._listen()
 
     async def _listen(self) -> None:

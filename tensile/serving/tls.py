@@ -78,11 +78,11 @@ async def reload_certificates(
 
 
 class RotatingTls:
-    """The TLS side of a serving certificate that changes (CSR-issued, renewed,
-    bootstrapped): the context (`tls_context`) is made at once, so a bad client CA file
-    fails at startup; the first certificate goes into it and starts serving; each later
-    one replaces the certificate in that same context, so new handshakes get it while
-    established connections keep theirs."""
+    """The TLS side of a server whose certificate comes from a `TlsSource` (files,
+    bootstrapped, CSR-issued, renewed): the context (`tls_context`) is made at once, so a
+    bad client CA file fails at startup; the first certificate goes into it and starts
+    serving; each later one replaces the certificate in that same context, so new
+    handshakes get it while established connections keep theirs."""
 
     def __init__(
         self,
