@@ -1,4 +1,5 @@
-"""The `tensile-descheduler` command: flags -> settings -> client -> caches -> rounds.
+"""The `tensile-descheduler` command: flags -> settings -> client -> caches -> rounds (the
+start, the exits and the signals are every program's: `tensile.serving.program`).
 
 Exit codes: 0 after SIGTERM/SIGINT (the Lease released) or after the one round of
 `--descheduling-interval=0`, and for `version`/`--version`; 1 when the upper cluster cannot
@@ -9,7 +10,7 @@ missing RBAC); 2 for invalid flags, a bad policy file or kubeconfig.
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 import logging
 import sys
 from collections.abc import Sequence
@@ -19,44 +20,28 @@ from descheduler.loop import Descheduler
 from descheduler.settings import Settings
 from tensile.kube import config, errors
 from tensile.kube.client import ApiClient
-from tensile.serving import election_flags, logs, version
+from tensile.serving import election_flags, program
 from tensile.serving.endpoints import Health, metrics_server
-from tensile.serving.flags import UsageError, VersionRequested
 from tensile.serving.lifecycle import Runner
-from tensile.serving.shutdown import stop_on_signals
 
 logger = logging.getLogger("descheduler")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the descheduler; returns the exit code."""
-    try:
-        settings, warnings = cli.parse(sys.argv[1:] if argv is None else argv)
-    except VersionRequested:
-        print(version.text("tensile-descheduler"))
-        return 0
-    except UsageError as exc:
-        print(f"tensile-descheduler: error: {exc}", file=sys.stderr)
-        return 2
-    logs.configure(level=settings.log_level, fmt=settings.log_format)
-    for warning in (*settings.notes, *warnings):
-        logger.warning("%s", warning)
-    try:
-        info = config.load(settings.kubeconfig)
-    except config.ConfigError as exc:
-        print(f"tensile-descheduler: error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        asyncio.run(_run(settings, info))
-    except (errors.ApiUnavailable, errors.ApiError, OSError, preflight.PreflightFailed) as exc:
-        logger.error("tensile-descheduler stopped: %s", exc)
-        return 1
-    except KeyboardInterrupt:  # pragma: no cover - a second Ctrl-C
-        return 130
-    return 0
+def _parse(argv: Sequence[str]) -> Settings:
+    """The settings of `argv` (`descheduler.cli`), the policy file's warnings among the
+    start-up notes. Raises UsageError, VersionRequested."""
+    settings, warnings = cli.parse(argv)
+    return dataclasses.replace(settings, notes=(*settings.notes, *warnings))
 
 
-async def _run(settings: Settings, info: config.ConnectionInfo) -> None:
+def _load(settings: Settings) -> config.ConnectionInfo:
+    """The upper cluster's kubeconfig (--kubeconfig). Raises config.ConfigError."""
+    return config.load(settings.kubeconfig)
+
+
+async def _run(settings: Settings, info: config.ConnectionInfo, stopping: program.Stopping) -> None:
+    """The descheduler's assembly: client, caches, rounds; until stopped or, with
+    --descheduling-interval=0, after one round."""
     holder = (
         settings.leader_election.identity if settings.leader_election else election_flags.identity()
     )
@@ -89,9 +74,24 @@ async def _run(settings: Settings, info: config.ConnectionInfo) -> None:
                 ", dry run" if settings.moves.dry_run else "",
                 "" if settings.leader_election else ", without leader election",
             )
-            with stop_on_signals(runner.stop):
+            with stopping.calls(runner.stop):
                 await runner.run([descheduler])
     logger.info("tensile-descheduler %s stopped", holder)
+
+
+PROGRAM = program.Program(
+    name="tensile-descheduler",
+    parse=_parse,
+    logging=program.logging_of,
+    load=_load,
+    run=_run,
+    failures=(errors.ApiUnavailable, errors.ApiError, OSError, preflight.PreflightFailed),
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the descheduler; returns the exit code (see the module docstring)."""
+    return program.main(PROGRAM, argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -38,4 +38,5 @@ class Settings:
     log_level: str = "info"
     log_format: str = "text"
     notes: tuple[str, ...] = ()
-    """Flags given that are accepted but ignored, one sentence each (logged at start)."""
+    """Flags given that are accepted but ignored, and the policy file's warnings, one
+    sentence each (logged at start)."""

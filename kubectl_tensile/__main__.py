@@ -7,24 +7,23 @@ The upper cluster is found as kubectl finds it: --kubeconfig, else $KUBECONFIG, 
 ~/.kube/config (else in-cluster), with --context choosing a context; the namespace of `why`
 is -n, else the context's, else "default".
 
-Exit codes: 0 reported; 1 the upper cluster did not answer or the pod does not exist;
-2 invalid flags or kubeconfig.
+Exit codes: 0 reported (and for `version`/`--version`); 1 the upper cluster did not answer
+or the pod does not exist; 2 invalid flags or kubeconfig (the parsing, the version and the
+exits are every program's: `tensile.serving.program`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from kubectl_tensile import gather, render
 from tensile.contracts import avoidance
 from tensile.kube import config, errors
-from tensile.serving import flags, version
-
-PROGRAM = "kubectl-tensile"
+from tensile.serving import flags, program
 
 
 def _parser() -> flags.Parser:
@@ -93,40 +92,78 @@ def _context_namespace(kubeconfig: str | None, context: str | None) -> str:
     return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the plugin; returns the exit code."""
-    try:
-        args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-        if args.command == "why" and not args.pod:
-            raise flags.UsageError("why needs the pod's name: kubectl tensile why POD")
-        if args.command == "status" and args.pod:
-            raise flags.UsageError(f"status takes no pod (got {args.pod!r})")
-        avoid = flags.namespaced(args.avoid_configmap, "--avoid-configmap")
-        target = gather.Target(
-            upper=config.load(args.kubeconfig, context=args.context),
-            lowers=_lowers(args.lower),
-            avoid_configmap=avoid,
-        )
-    except flags.VersionRequested:
-        print(version.text(PROGRAM))
-        return 0
-    except (flags.UsageError, config.ConfigError) as exc:
-        print(f"{PROGRAM}: error: {exc}", file=sys.stderr)
-        return 2
+@dataclass(frozen=True, kw_only=True)
+class Request:
+    """What the command line asks for."""
+
+    command: str
+    """status or why."""
+    pod: str | None
+    """why: the pod's name."""
+    namespace: str | None
+    """why: -n (None: the context's, else "default")."""
+    output: str
+    """text, json or yaml."""
+    kubeconfig: str | None
+    context: str | None
+    lowers: tuple[str, ...]
+    """--lower NODE=KUBECONFIG items."""
+    avoid_configmap: tuple[str, str]
+
+
+def parse(argv: Sequence[str]) -> Request:
+    """The request of `argv`. Raises flags.UsageError naming the flag, VersionRequested."""
+    args = _parser().parse_args(list(argv))
+    if args.command == "why" and not args.pod:
+        raise flags.UsageError("why needs the pod's name: kubectl tensile why POD")
+    if args.command == "status" and args.pod:
+        raise flags.UsageError(f"status takes no pod (got {args.pod!r})")
+    return Request(
+        command=args.command,
+        pod=args.pod,
+        namespace=args.namespace,
+        output=args.output,
+        kubeconfig=args.kubeconfig,
+        context=args.context,
+        lowers=tuple(args.lower),
+        avoid_configmap=flags.namespaced(args.avoid_configmap, "--avoid-configmap"),
+    )
+
+
+def _load(request: Request) -> gather.Target:
+    """The clusters to read. Raises config.ConfigError, flags.UsageError."""
+    return gather.Target(
+        upper=config.load(request.kubeconfig, context=request.context),
+        lowers=_lowers(request.lowers),
+        avoid_configmap=request.avoid_configmap,
+    )
+
+
+async def _run(request: Request, target: gather.Target, _stopping: program.Stopping) -> None:
+    """Gather the report and write it on stdout. Raises gather.NoSuchPod, errors.ApiError,
+    errors.ApiUnavailable."""
     now = dt.datetime.now(dt.UTC)
-    try:
-        if args.command == "status":
-            report = asyncio.run(gather.status_report(target, now=now))
-        else:
-            namespace = args.namespace or _context_namespace(args.kubeconfig, args.context)
-            report = asyncio.run(
-                gather.why_report(target, namespace=namespace, name=args.pod, now=now)
-            )
-    except (gather.NoSuchPod, errors.ApiError, errors.ApiUnavailable) as exc:
-        print(f"{PROGRAM}: error: {exc}", file=sys.stderr)
-        return 1
-    sys.stdout.write(render.render(report, command=args.command, output=args.output))
-    return 0
+    if request.command == "status":
+        report = await gather.status_report(target, now=now)
+    else:
+        assert request.pod is not None  # parse: why has its pod
+        namespace = request.namespace or _context_namespace(request.kubeconfig, request.context)
+        report = await gather.why_report(target, namespace=namespace, name=request.pod, now=now)
+    sys.stdout.write(render.render(report, command=request.command, output=request.output))
+
+
+PROGRAM = program.Program(
+    name="kubectl-tensile",
+    parse=parse,
+    load=_load,
+    run=_run,
+    failures=(gather.NoSuchPod, errors.ApiError, errors.ApiUnavailable),
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the plugin; returns the exit code (see the module docstring)."""
+    return program.main(PROGRAM, argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

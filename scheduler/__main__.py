@@ -1,63 +1,57 @@
-"""The `tensile-scheduler` command: flags -> settings -> run.
+"""The `tensile-scheduler` command: flags -> settings -> run (the start, the exits and the
+signals are every program's: `tensile.serving.program`).
 
-Exit codes: 0 after a clean stop (SIGTERM/SIGINT) and for --version; 1 when it cannot start
-(a busy port, certificate files that cannot be loaded); 2 for invalid flags or an upper
-cluster configuration that cannot be loaded.
+Exit codes: 0 after a clean stop (SIGTERM/SIGINT) and for `version`/`--version`; 1 when it
+cannot start (a busy port, certificate files that cannot be loaded); 2 for invalid flags or
+an upper cluster configuration that cannot be loaded.
 """
 
 from __future__ import annotations
 
-import asyncio
-import importlib.metadata
 import logging
 import sys
 from collections.abc import Sequence
 
 from scheduler import cli
 from scheduler.service import Extender
+from scheduler.settings import Settings
 from tensile.kube import config
-from tensile.serving import flags, logs, shutdown
-from tensile.serving.lifecycle import StartupError
+from tensile.serving import program
 
 logger = logging.getLogger("scheduler")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the extender; returns the exit code."""
-    args = sys.argv[1:] if argv is None else list(argv)
-    if cli.wants_version(args):
-        print(f"tensile-scheduler {importlib.metadata.version('tensile')}")
-        return 0
-    try:
-        settings = cli.parse(args)
-    except flags.UsageError as exc:
-        print(f"tensile-scheduler: error: {exc}", file=sys.stderr)
-        return 2
-    logs.configure(level=settings.log_level, fmt=settings.log_format)
-    try:
-        upper = config.load(settings.kubeconfig)
-    except config.ConfigError as exc:
-        print(f"tensile-scheduler: error: {exc}", file=sys.stderr)
-        return 2
+def _load(settings: Settings) -> config.ConnectionInfo:
+    """The upper cluster's kubeconfig (--kubeconfig). Raises config.ConfigError."""
+    return config.load(settings.kubeconfig)
+
+
+async def _run(
+    settings: Settings, upper: config.ConnectionInfo, stopping: program.Stopping
+) -> None:
+    """The extender's assembly: run until stopped."""
     extender = Extender(settings, upper=upper)
-    try:
-        asyncio.run(_run(extender))
-    except StartupError as exc:
-        logger.error("tensile-scheduler stopped: %s", exc)
-        return 1
-    except KeyboardInterrupt:  # pragma: no cover - a second Ctrl-C
-        return 130
-    return 0
-
-
-async def _run(extender: Extender) -> None:
-    with shutdown.stop_on_signals(extender.stop):
+    with stopping.calls(extender.stop):
         logger.info(
             "tensile-scheduler starting (upper %s, virtual nodes %r)",
-            extender.settings.kubeconfig or "in-cluster or $KUBECONFIG",
-            extender.settings.virtual_node_selector,
+            settings.kubeconfig or "in-cluster or $KUBECONFIG",
+            settings.virtual_node_selector,
         )
         await extender.run()
+
+
+PROGRAM = program.Program(
+    name="tensile-scheduler",
+    parse=cli.parse,
+    logging=program.logging_of,
+    load=_load,
+    run=_run,
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the extender; returns the exit code (see the module docstring)."""
+    return program.main(PROGRAM, argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

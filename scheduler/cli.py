@@ -8,12 +8,13 @@ from collections.abc import Sequence
 
 from scheduler.extender import Policy
 from scheduler.server import MAX_REQUEST_BYTES
-from scheduler.settings import ServerSettings, Settings
+from scheduler.settings import DEFAULT_SERVER, Settings
 from scheduler.slices.flags import add_slice_flags, slice_settings
 from tensile.contracts import selectors
 from tensile.contracts.labels import DEFAULT_TAINT_KEY, VIRTUAL_NODE_SELECTOR
 from tensile.serving import flags
 from tensile.serving.flags import UsageError
+from tensile.serving.https import ServerSettings
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -67,15 +68,26 @@ def _parser() -> argparse.ArgumentParser:
         default="",
         help="host:port of a plain-HTTP /metrics, /healthz, /readyz (default: HTTPS port only)",
     )
-    a("--shutdown-delay", type=flags.duration, default=2.0, help="seconds (default 2s)")
-    a("--shutdown-timeout", type=flags.duration, default=5.0, help="seconds (default 5s)")
+    a(
+        "--shutdown-delay",
+        type=flags.duration,
+        default=DEFAULT_SERVER.shutdown_delay,
+        help="seconds (default 2s)",
+    )
+    a(
+        "--shutdown-timeout",
+        type=flags.duration,
+        default=DEFAULT_SERVER.shutdown_timeout,
+        help="seconds (default 5s)",
+    )
     add_slice_flags(p, headroom=False)  # the quota slices keep the same --headroom free
     flags.add_logging_flags(p)
     return p
 
 
 def parse(argv: Sequence[str]) -> Settings:
-    """Return the settings of the command line `argv`. Raises UsageError."""
+    """Return the settings of the command line `argv`. Raises UsageError naming the flag,
+    VersionRequested."""
     args = _parser().parse_args(list(argv))
     if not args.tls_cert_file or not args.tls_private_key_file:
         raise UsageError("--tls-cert-file and --tls-private-key-file are required (HTTPS only)")
@@ -90,6 +102,7 @@ def parse(argv: Sequence[str]) -> Settings:
     except selectors.SelectorError as exc:
         raise UsageError(f"--virtual-node-selector: {exc}") from None
     metrics_addr = flags.address(args.metrics_addr, "--metrics-addr") if args.metrics_addr else ""
+    log_choice = flags.logging_choice(args)
     return Settings(
         server=ServerSettings(
             address=args.address,
@@ -97,6 +110,7 @@ def parse(argv: Sequence[str]) -> Settings:
             cert_file=args.tls_cert_file,
             key_file=args.tls_private_key_file,
             client_ca_file=args.client_ca_file,
+            require_client_certificate=True,
             max_request_bytes=args.max_request_bytes,
             metrics_addr=metrics_addr,
             shutdown_delay=args.shutdown_delay,
@@ -106,11 +120,7 @@ def parse(argv: Sequence[str]) -> Settings:
         kubeconfig=args.kubeconfig,
         virtual_node_selector=args.virtual_node_selector,
         slices=slice_settings(args),
-        log_level=flags.log_level(args.log_level),
-        log_format=args.log_format,
+        log_level=log_choice.level,
+        log_format=log_choice.format,
+        notes=log_choice.notes,
     )
-
-
-def wants_version(argv: Sequence[str]) -> bool:
-    """Whether `--version` is on the command line (answered before any parsing)."""
-    return "--version" in argv

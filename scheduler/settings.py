@@ -8,39 +8,27 @@ from scheduler.extender import Policy
 from scheduler.server import MAX_REQUEST_BYTES
 from scheduler.slices.settings import SliceSettings
 from tensile.contracts.labels import VIRTUAL_NODE_SELECTOR
+from tensile.serving.https import ServerSettings
 
-
-@dataclass(frozen=True, kw_only=True)
-class ServerSettings:
-    """Where and how the extender serves (flags in parentheses)."""
-
-    address: str = "0.0.0.0"  # noqa: S104 - kube-scheduler calls it from wherever it runs
-    """Listen address (--address)."""
-    port: int = 8443
-    """Listen port (--port)."""
-    cert_file: str = ""
-    """Serving certificate file, reloaded when it changes (--tls-cert-file; required)."""
-    key_file: str = ""
-    """Its private key (--tls-private-key-file; required)."""
-    client_ca_file: str = ""
-    """Require client certificates signed by this CA ("" : none) (--client-ca-file); the
-    extender's tlsConfig in kube-scheduler's configuration then names certFile/keyFile."""
-    max_request_bytes: int = MAX_REQUEST_BYTES
-    """Largest body accepted (--max-request-bytes); larger gets 413."""
-    metrics_addr: str = ""
-    """host:port of a plain-HTTP /metrics, /healthz, /readyz as well ("" : only on the
-    HTTPS port) (--metrics-addr)."""
-    shutdown_delay: float = 2.0
-    """Seconds it keeps answering after SIGTERM, not ready (--shutdown-delay)."""
-    shutdown_timeout: float = 5.0
-    """Seconds in-flight calls get to finish after that (--shutdown-timeout)."""
+DEFAULT_SERVER = ServerSettings(
+    port=8443,
+    max_request_bytes=MAX_REQUEST_BYTES,
+    shutdown_delay=2.0,
+    shutdown_timeout=5.0,
+)
+"""Where and how the extender serves by default (flags in parentheses): --address 0.0.0.0,
+--port 8443; the certificate from --tls-cert-file and --tls-private-key-file (required),
+reloaded when they change; with --client-ca-file, callers must present a certificate of it
+(the extender's tlsConfig in kube-scheduler's configuration then names certFile/keyFile);
+--max-request-bytes; --metrics-addr; after SIGTERM it answers, not ready, for
+--shutdown-delay (2s), then calls in flight get --shutdown-timeout (5s)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     """Everything `tensile-scheduler` runs with."""
 
-    server: ServerSettings = field(default_factory=ServerSettings)
+    server: ServerSettings = DEFAULT_SERVER
     policy: Policy = field(default_factory=Policy)
     kubeconfig: str | None = None
     """Upper cluster kubeconfig (--kubeconfig; then $KUBECONFIG, ~/.kube/config, in-cluster)."""
@@ -51,3 +39,5 @@ class Settings:
     --headroom)."""
     log_level: str = "info"
     log_format: str = "text"
+    notes: tuple[str, ...] = ()
+    """Flags given that are accepted but ignored, one sentence each (logged at start)."""

@@ -1,15 +1,15 @@
-"""The `virtual-node` command: flags + env -> settings -> clients + provider -> run.
+"""The `virtual-node` command: flags + env -> settings -> clients + provider -> run (the
+start, the exits and the signals are every program's: `tensile.serving.program`).
 
-Exit codes: 0 after a clean stop (SIGTERM/SIGINT), 1 when a cluster cannot be reached, the
-node cannot start (caches not synced, a busy KUBELET_PORT, a certificate or CA file that
-cannot be loaded) or, with --leader-elect, the Lease was lost after leading (the process
-comes back as a fresh standby), 2 for invalid flags or environment (a --cert-dir that
-cannot be written included).
+Exit codes: 0 after a clean stop (SIGTERM/SIGINT) and for `version`/`--version`, 1 when a
+cluster cannot be reached, the node cannot start (caches not synced, a busy KUBELET_PORT, a
+certificate or CA file that cannot be loaded) or, with --leader-elect, the Lease was lost
+after leading (the process comes back as a fresh standby), 2 for invalid flags or
+environment (a --cert-dir that cannot be written included).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -23,8 +23,7 @@ from tensile.kube import config, errors, retry
 from tensile.kube.client import ApiClient
 from tensile.kube.informer_factory import InformerFactory
 from tensile.kube.leaderelection import LeaseLost
-from tensile.serving import flags, logs, shutdown, version
-from tensile.serving.lifecycle import StartupError
+from tensile.serving import flags, program
 from vnode import cli
 from vnode.api import auth
 from vnode.controllers.node_objects import node_labels
@@ -46,76 +45,67 @@ from vnode.settings import ClientSettings, Settings
 logger = logging.getLogger("vnode")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the virtual node; returns the exit code."""
-    settings = _settings(sys.argv[1:] if argv is None else argv)
-    if isinstance(settings, int):
-        return settings
-    logs.configure(level=settings.log_level, fmt=settings.log_format)
-    for note in settings.notes:
-        logger.warning("%s", note)
-    mock: MockSettings | None = None
-    lower_info: config.ConnectionInfo | None = None
-    try:
-        upper_info = config.load(settings.upper.kubeconfig, server=settings.upper.server)
-        if settings.provider == "mock":
-            mock = load_config(settings.provider_config, node_name=settings.node.name)
-        else:
-            lower_info = config.load(settings.lower.kubeconfig)
-    except (config.ConfigError, ValueError) as exc:
-        print(f"virtual-node: error: {exc}", file=sys.stderr)
-        return 2
+def _parse(argv: Sequence[str]) -> Settings:
+    """The settings of `argv` (`vnode.cli`), the --cert-dir checked writable. Raises
+    UsageError, VersionRequested."""
+    settings = cli.parse(argv)
+    cli.check_cert_dir(settings.api)
+    return settings
+
+
+def _notes(settings: Settings) -> list[program.Note]:
+    """What the kubelet API's and the lower kubelets' settings deserve a word about."""
+    notes: list[program.Note] = []
     if not settings.api.verify_clients:
-        logger.warning("--no-verify-clients: the kubelet API accepts ANY caller; development only")
+        message = "--no-verify-clients: the kubelet API accepts ANY caller; development only"
+        notes.append((logging.WARNING, message))
+    notes += access_warnings(
+        direct=settings.lower_kubelets.access == "direct",
+        insecure_tls=settings.lower_kubelets.insecure_tls,
+        token_file=bool(settings.lower_kubelets.token_file),
+    )
+    return notes
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Loaded:
+    """What the node reads once at start."""
+
+    upper: config.ConnectionInfo
+    lower: config.ConnectionInfo | None
+    """None with the mock provider."""
+    mock: MockSettings | None
+    """The mock provider's configuration (None: the k8s provider)."""
+    kubelet_token: BearerTokenFile | None
+    """--lower-kubelet-token-file, read once to check it (re-read when it changes)."""
+
+
+def _load(settings: Settings) -> Loaded:
+    """Load the kubeconfigs, the mock provider's configuration and the lower kubelets'
+    token. Raises config.ConfigError, UsageError."""
+    upper = config.load(settings.upper.kubeconfig, server=settings.upper.server)
+    mock: MockSettings | None = None
+    lower: config.ConnectionInfo | None = None
+    if settings.provider == "mock":
+        try:
+            mock = load_config(settings.provider_config, node_name=settings.node.name)
+        except ValueError as exc:
+            raise flags.UsageError(str(exc)) from None
+    else:
+        lower = config.load(settings.lower.kubeconfig)
     kubelet_token: BearerTokenFile | None = None
     if settings.lower_kubelets.token_file:
         kubelet_token = BearerTokenFile(settings.lower_kubelets.token_file)
         try:
             kubelet_token.authorization()  # unreadable at start is a configuration error
         except (OSError, ValueError) as exc:
-            print(f"virtual-node: error: --lower-kubelet-token-file: {exc}", file=sys.stderr)
-            return 2
-    for level, message in access_warnings(
-        direct=settings.lower_kubelets.access == "direct",
-        insecure_tls=settings.lower_kubelets.insecure_tls,
-        token_file=kubelet_token is not None,
-    ):
-        logger.log(level, "%s", message)
-    try:
-        asyncio.run(_run(settings, upper_info, lower_info, kubelet_token=kubelet_token, mock=mock))
-    except (errors.ApiUnavailable, errors.ApiError, StartupError, LeaseLost) as exc:
-        # A lost Lease: kube-controller-manager's choice, start again as a fresh standby
-        # rather than lead again with memory built while leading.
-        logger.error("virtual-node stopped: %s", exc)
-        return 1
-    except KeyboardInterrupt:  # pragma: no cover - a second Ctrl-C
-        return 130
-    return 0
+            raise flags.UsageError(f"--lower-kubelet-token-file: {exc}") from None
+    return Loaded(upper=upper, lower=lower, mock=mock, kubelet_token=kubelet_token)
 
 
-def _settings(argv: Sequence[str]) -> Settings | int:
-    """Return the settings of `argv`, or the exit code after printing the version (0) or
-    what is wrong with the command line (2)."""
-    try:
-        settings = cli.parse(argv)
-        cli.check_cert_dir(settings.api)
-    except flags.VersionRequested:
-        print(version.text("virtual-node"))
-        return 0
-    except flags.UsageError as exc:
-        print(f"virtual-node: error: {exc}", file=sys.stderr)
-        return 2
-    return settings
-
-
-async def _run(
-    settings: Settings,
-    upper_info: config.ConnectionInfo,
-    lower_info: config.ConnectionInfo | None,
-    *,
-    kubelet_token: BearerTokenFile | None,
-    mock: MockSettings | None,
-) -> None:
+async def _run(settings: Settings, loaded: Loaded, stopping: program.Stopping) -> None:
+    """The node's assembly: clients, the provider, the node; run until stopped."""
+    upper_info, lower_info = loaded.upper, loaded.lower
     node_ip = settings.node.internal_ip or _reachable_address(upper_info.server)
     settings = _with_ip(settings, node_ip)
     agent = f"tensile-virtual-node/{settings.node.name}"
@@ -164,7 +154,7 @@ async def _run(
         informers = InformerFactory()
         provider: Provider
         if lower_info is None:
-            provider = MockProvider(node_ip=node_ip, settings=mock)
+            provider = MockProvider(node_ip=node_ip, settings=loaded.mock)
             lower_server = "none (mock provider)"
         else:
             lower = await stack.enter_async_context(client(lower_info, "lower", settings.lower))
@@ -191,7 +181,7 @@ async def _run(
                 stack=stack,
                 cluster_id=cluster_id,
                 node_ip=node_ip,
-                kubelet_token=kubelet_token,
+                kubelet_token=loaded.kubelet_token,
             )
             lower_server = lower_info.server
             patrol_clients[lower.name] = await stack.enter_async_context(
@@ -210,7 +200,7 @@ async def _run(
             informers=informers,
             patrol_clients=patrol_clients,
         )
-        with shutdown.stop_on_signals(node.stop):
+        with stopping.calls(node.stop):
             logger.info(
                 "virtual node %s starting (upper %s, cluster ID %s, lower %s, InternalIP %s)",
                 settings.node.name,
@@ -321,6 +311,24 @@ def _reachable_address(server: str) -> str:
 
 def _with_ip(settings: Settings, ip: str) -> Settings:
     return dataclasses.replace(settings, node=dataclasses.replace(settings.node, internal_ip=ip))
+
+
+PROGRAM = program.Program(
+    name="virtual-node",
+    parse=_parse,
+    logging=program.logging_of,
+    notes=_notes,
+    load=_load,
+    run=_run,
+    # A lost Lease: kube-controller-manager's choice, start again as a fresh standby rather
+    # than lead again with memory built while leading.
+    failures=(errors.ApiUnavailable, errors.ApiError, LeaseLost),
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the virtual node; returns the exit code (see the module docstring)."""
+    return program.main(PROGRAM, argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -15,11 +15,12 @@ from tensile.contracts import avoidance, clusterselector, selectors
 from tensile.contracts.labels import DEFAULT_TAINT_KEY, VIRTUAL_NODE_SELECTOR
 from tensile.kube import names
 from tensile.serving import flags
+from tensile.serving.bootstrap import SecretSettings
 from tensile.serving.flags import UsageError
+from tensile.serving.https import ServerSettings
 from webhook.mutation import MutationSettings
 from webhook.server import MAX_REQUEST_BYTES
-from webhook.settings import ServerSettings, Settings
-from webhook.tls import TlsSettings
+from webhook.settings import DEFAULT_SERVER, FLAGS, Settings
 
 DEFAULT_NAMESPACE = "tensile-system"
 DEFAULT_SERVICE = "tensile-webhook"
@@ -135,7 +136,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     a(
         "--tls-resync",
         type=flags.duration,
-        default=TlsSettings().resync,
+        default=DEFAULT_SERVER.resync,
         help="how often a bootstrapped certificate (renewed by another replica, or due) and "
         "the caBundle are checked again (default 1m)",
     )
@@ -155,14 +156,14 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     a(
         "--shutdown-delay",
         type=flags.duration,
-        default=ServerSettings().shutdown_delay,
+        default=DEFAULT_SERVER.shutdown_delay,
         help="after SIGTERM, keep answering (not ready) this long while endpoints stop "
         "sending calls (default 3s)",
     )
     a(
         "--shutdown-timeout",
         type=flags.duration,
-        default=ServerSettings().shutdown_timeout,
+        default=DEFAULT_SERVER.shutdown_timeout,
         help="then give in-flight calls this long (default 10s)",
     )
     flags.add_logging_flags(p)
@@ -209,23 +210,25 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
         server=ServerSettings(
             address=_address(args.address),
             port=args.port,
+            cert_file=args.tlscert,
+            key_file=args.tlskey,
+            secret=SecretSettings(
+                namespace=secret_namespace,
+                name=secret,
+                names=(*service_names(service_namespace, service), *sans),
+            ),
+            resync=_positive(args.tls_resync, "--tls-resync"),
+            client_ca_file=args.client_ca,
+            require_client_certificate=True,
             max_request_bytes=args.max_request_bytes,
             metrics_addr=flags.address(args.metrics_addr, "--metrics-addr")
             if args.metrics_addr
             else "",
             shutdown_delay=args.shutdown_delay,
             shutdown_timeout=args.shutdown_timeout,
+            flags=FLAGS,
         ),
-        tls=TlsSettings(
-            cert_file=args.tlscert,
-            key_file=args.tlskey,
-            client_ca_file=args.client_ca,
-            secret_namespace=secret_namespace,
-            secret_name=secret,
-            webhook_configuration=args.webhook_configuration,
-            names=(*service_names(service_namespace, service), *sans),
-            resync=_positive(args.tls_resync, "--tls-resync"),
-        ),
+        webhook_configuration=args.webhook_configuration,
         kubeconfig=args.kubeconfig or None,
         master=flags.server_url(args.master, "--master"),
         virtual_node_selector=args.virtual_node_selector,

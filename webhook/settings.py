@@ -6,29 +6,28 @@ from dataclasses import dataclass, field
 
 from tensile.contracts import avoidance
 from tensile.contracts.labels import VIRTUAL_NODE_SELECTOR
+from tensile.serving.bootstrap import SecretSettings
+from tensile.serving.https import FlagNames, ServerSettings
 from webhook.mutation import MutationSettings
 from webhook.server import MAX_REQUEST_BYTES
-from webhook.tls import TlsSettings
 
-
-@dataclass(frozen=True, kw_only=True)
-class ServerSettings:
-    """Where and how the webhook serves (flags in parentheses)."""
-
-    address: str = "0.0.0.0"  # noqa: S104 - a webhook serves the apiserver, wherever it is
-    """Listen address (--address)."""
-    port: int = 8080
-    """Listen port (--port; tensile-kube's default, its manifest used 443)."""
-    max_request_bytes: int = MAX_REQUEST_BYTES
-    """Largest AdmissionReview body accepted (--max-request-bytes); larger gets 413."""
-    metrics_addr: str = ""
-    """host:port of a plain-HTTP /metrics, /healthz, /readyz as well ("" : only on the HTTPS
-    port) (--metrics-addr)."""
-    shutdown_delay: float = 3.0
-    """Seconds the webhook keeps answering after SIGTERM, not ready, while endpoints stop
-    sending it calls (--shutdown-delay)."""
-    shutdown_timeout: float = 10.0
-    """Seconds in-flight calls get to finish after that (--shutdown-timeout)."""
+FLAGS = FlagNames(cert_file="--tlscert", key_file="--tlskey", client_ca_file="--CA")
+"""tensile-kube's names of the webhook's serving flags."""
+DEFAULT_SERVER = ServerSettings(
+    port=8080,
+    secret=SecretSettings(namespace="tensile-system", name="tensile-webhook-tls"),
+    max_request_bytes=MAX_REQUEST_BYTES,
+    shutdown_delay=3.0,
+    shutdown_timeout=10.0,
+    flags=FLAGS,
+)
+"""Where and how the webhook serves by default (flags in parentheses): --address 0.0.0.0,
+--port 8080 (tensile-kube's default; its manifest used 443); the certificate from --tlscert
+and --tlskey, reloaded when they change, else bootstrapped into the Secret --tls-secret
+(named for --service and --tls-san, checked every --tls-resync, 1m); callers present a
+certificate of --CA when it is given (the apiserver's); --max-request-bytes; --metrics-addr;
+after SIGTERM the webhook keeps answering, not ready, for --shutdown-delay (3s) while
+endpoints stop sending it calls, then calls in flight get --shutdown-timeout (10s)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,8 +35,10 @@ class Settings:
     """Everything `tensile-webhook` runs with."""
 
     mutation: MutationSettings = field(default_factory=MutationSettings)
-    server: ServerSettings = field(default_factory=ServerSettings)
-    tls: TlsSettings = field(default_factory=TlsSettings)
+    server: ServerSettings = DEFAULT_SERVER
+    webhook_configuration: str = "tensile-webhook"
+    """The MutatingWebhookConfiguration whose caBundle is set to a bootstrapped CA, "" for
+    none (--webhook-configuration)."""
     kubeconfig: str | None = None
     """Upper cluster kubeconfig (--kubeconfig; then $KUBECONFIG, ~/.kube/config, in-cluster)."""
     master: str = ""

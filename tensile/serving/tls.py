@@ -1,5 +1,9 @@
-"""Serving TLS: server contexts, certificates loaded from files (and reloaded when they
-change) or from memory (rotated in place).
+"""Serving TLS: server contexts, and where a server's certificate comes from.
+
+A `TlsSource` gets a server's certificate and keeps it current: `CertificateFiles` (files
+named by flags, reloaded when they change), `certsecret.SecretBootstrap` (made and kept in
+a Secret every replica shares), the kubelet API's CSRs (`vnode.api.certmanager`). It hands
+each certificate to the server's `RotatingTls`, whose first one starts serving.
 
 Python's `ssl` reads a new certificate into a live context for the handshakes that follow
 (`SSLContext.load_cert_chain`), so rotation never restarts a listener: established
@@ -14,9 +18,17 @@ import logging
 import os
 import ssl
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from tensile.kube.informer import Informer
+from tensile.serving.lifecycle import StartupError
 
 logger = logging.getLogger(__name__)
+
+FILE_CHECK_INTERVAL = 10.0
+"""Seconds between two looks at certificate files for a new certificate (at most)."""
 
 
 def tls_context(*, client_ca_file: str, require_client_certificate: bool = False) -> ssl.SSLContext:
@@ -66,11 +78,11 @@ async def reload_certificates(
 
 
 class RotatingTls:
-    """The TLS side of a serving certificate that changes (CSR-issued, renewed,
-    bootstrapped): the context (`tls_context`) is made at once, so a bad client CA file
-    fails at startup; the first certificate goes into it and starts serving; each later
-    one replaces the certificate in that same context, so new handshakes get it while
-    established connections keep theirs."""
+    """The TLS side of a server whose certificate comes from a `TlsSource` (files,
+    bootstrapped, CSR-issued, renewed): the context (`tls_context`) is made at once, so a
+    bad client CA file fails at startup; the first certificate goes into it and starts
+    serving; each later one replaces the certificate in that same context, so new
+    handshakes get it while established connections keep theirs."""
 
     def __init__(
         self,
@@ -100,6 +112,76 @@ class RotatingTls:
             self._serving = True
             return
         logger.info("%s: new connections get the renewed certificate", self._name)
+
+    async def use_files(self, *, cert_file: str, key_file: str) -> None:
+        """Serve the certificate in `cert_file` with the key in `key_file` (PEM) from now
+        on. Raises ssl.SSLError / OSError when they cannot be loaded, and what `serve`
+        raises."""
+        self.context.load_cert_chain(cert_file, key_file)
+        if not self._serving:
+            await self._serve(self.context)
+            self._serving = True
+
+
+class TlsSource(Protocol):
+    """Where a server's certificate comes from, and how it is kept current."""
+
+    def informers(self) -> Sequence[Informer]:
+        """What the source watches: its server runs these beside `keep`."""
+
+    async def load(self, tls: RotatingTls) -> None:
+        """Hand `tls` the certificate now when it is at hand (files); a source whose
+        certificate comes later (a Secret, a CSR) hands nothing here. Raises StartupError
+        when it is at hand but cannot be used."""
+
+    async def keep(self, tls: RotatingTls) -> None:
+        """Hand `tls` the first certificate when `load` had none (it starts serving), then
+        each new one; run until cancelled. Failures it can outlive are logged and retried;
+        what it raises ends the server."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CertificateFiles:
+    """A `TlsSource`: a certificate and its key in files (tensile-kube's `--tlscert`,
+    the kubelet's `APISERVER_CERT_LOCATION`), loaded at start and again whenever they
+    change; a pair that cannot be loaded later (half-written, mismatched) is logged and
+    the previous one kept."""
+
+    cert_file: str
+    key_file: str
+    cert_flag: str
+    """How the command line names `cert_file` (for the message when it cannot be loaded)."""
+    key_flag: str
+    """How it names `key_file`."""
+    interval: float = FILE_CHECK_INTERVAL
+    """Seconds between two looks at the files."""
+    label: str = "server"
+    """Prefixes the log lines and messages ("webhook", "kubelet API")."""
+
+    def informers(self) -> Sequence[Informer]:
+        """None: the files are looked at, not watched."""
+        return ()
+
+    async def load(self, tls: RotatingTls) -> None:
+        """Load the files into `tls`. Raises StartupError naming the flags when they
+        cannot be loaded."""
+        try:
+            await tls.use_files(cert_file=self.cert_file, key_file=self.key_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise StartupError(
+                f"{self.label}: cannot load the serving certificate {self.cert_flag}="
+                f"{self.cert_file} with {self.key_flag}={self.key_file}: {exc}"
+            ) from exc
+
+    async def keep(self, tls: RotatingTls) -> None:
+        """Load the files again whenever they change, until cancelled."""
+        await reload_certificates(
+            tls.context,
+            cert_file=self.cert_file,
+            key_file=self.key_file,
+            interval=self.interval,
+            name=self.label,
+        )
 
 
 async def load_pem_chain(context: ssl.SSLContext, pem: bytes) -> None:

@@ -139,7 +139,7 @@ def test_a_bad_client_ca_fails_when_the_tls_side_is_made(tmp_path: Path, content
 async def test_certificates_from_memory_serve_and_rotate_on_the_bound_socket(
     tmp_path: Path,
 ) -> None:
-    # The order of KubeletApiServer._kubelet_api: runner cleaned up, then the socket closed.
+    # The order of tensile.serving.https.HttpsServer: runner cleaned up, then the socket closed.
     with bound_socket("127.0.0.1", 0) as sock:
         async with _runner() as runner:
             port = sock.getsockname()[1]

@@ -1,7 +1,7 @@
 """The webhook process's own readiness (`webhook.service.Webhook`, run as the command runs
-it, signals included): `/readyz` fails until its caches have listed AND it serves a
-certificate, and fails again from SIGTERM on while calls are still answered for
---shutdown-delay.
+it, `tensile.serving.program.run`, signals included): `/readyz` fails until its caches have
+listed AND it serves a certificate, and fails again from SIGTERM on while calls are still
+answered for --shutdown-delay.
 
 Against a scripted FAKE apiserver on 127.0.0.1, on purpose: the two moments in between --
 caches listed but no certificate yet, a certificate but caches not listed -- need a list
@@ -25,10 +25,11 @@ from aiohttp.test_utils import TestServer
 
 from devcluster import ports
 from tensile.kube.config import ConnectionInfo
-from webhook.__main__ import _run
-from webhook.service import Webhook
-from webhook.settings import ServerSettings, Settings
-from webhook.tls import TlsSettings
+from tensile.serving import program
+from tensile.serving.bootstrap import SecretSettings
+from tensile.serving.https import ServerSettings
+from webhook.__main__ import PROGRAM
+from webhook.settings import Settings
 
 SECRET = "/api/v1/namespaces/tensile-system/secrets/tensile-webhook-tls"
 LISTS = (
@@ -113,21 +114,21 @@ async def test_ready_only_with_caches_and_a_certificate_and_not_from_sigterm_on(
             address="127.0.0.1",
             port=port,
             metrics_addr=f"127.0.0.1:{metrics_port}",
+            secret=SecretSettings(
+                namespace="tensile-system", name="tensile-webhook-tls", names=("127.0.0.1",)
+            ),
             shutdown_delay=1.5,
             shutdown_timeout=1.0,
         ),
-        tls=TlsSettings(webhook_configuration="", names=("127.0.0.1",)),
+        webhook_configuration="",
     )
-    webhook = Webhook(
-        settings,
-        upper=ConnectionInfo(server=f"http://127.0.0.1:{api.server.port}", ssl_context=None),
-    )
+    upper = ConnectionInfo(server=f"http://127.0.0.1:{api.server.port}", ssl_context=None)
     readyz = f"http://127.0.0.1:{metrics_port}/readyz?verbose"
     healthz = f"http://127.0.0.1:{metrics_port}/healthz"
     insecure = ssl.create_default_context()
     insecure.check_hostname = False
     insecure.verify_mode = ssl.CERT_NONE
-    running = asyncio.create_task(_run(webhook), name="webhook-under-test")
+    running = asyncio.create_task(program.run(PROGRAM, settings, upper), name="webhook-under-test")
     try:
         async with aiohttp.ClientSession() as session:
 

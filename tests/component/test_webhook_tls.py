@@ -1,13 +1,14 @@
-"""The webhook's certificate from files (`webhook.tls.ServingTls`, tensile-kube's
-`--tlscert`/`--tlskey`/`--CA`) on a real socket on 127.0.0.1: served at once, replaced for
-new connections when the files change, client certificates required with a CA. (The
-bootstrapped certificate needs the apiserver: tests/e2e/test_webhook.py,
-tests/e2e/test_webhook_tls.py.)"""
+"""The webhook's certificate from files (`tensile.serving.https.HttpsServer` with
+`tensile.serving.tls.CertificateFiles`, tensile-kube's `--tlscert`/`--tlskey`/`--CA`) on a
+real socket on 127.0.0.1: served at once, replaced for new connections when the files
+change, client certificates required with a CA. (The bootstrapped certificate needs the
+apiserver: tests/e2e/test_webhook.py, tests/e2e/test_webhook_tls.py.)"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import os
 import ssl
@@ -22,9 +23,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tensile.serving import selfsigned
+from tensile.serving.https import HttpsServer, ServerSettings, certificate_files
+from tensile.serving.lifecycle import StartupError
 from tensile.serving.selfsigned import SubjectNames
-from tensile.serving.sockets import bound_socket
-from webhook.tls import ServingTls, TlsError, TlsSettings
+from webhook.settings import DEFAULT_SERVER
 
 NOW = dt.datetime.now(dt.UTC)
 DAY = dt.timedelta(days=1)
@@ -102,33 +104,40 @@ async def _answered(port: int, context: ssl.SSLContext) -> bool:
             await writer.wait_closed()
 
 
+def _settings(**files: str | float) -> ServerSettings:
+    """The webhook's server settings (its flags' names) on 127.0.0.1, any free port."""
+    return dataclasses.replace(
+        DEFAULT_SERVER, address="127.0.0.1", port=0, shutdown_delay=0.0, shutdown_timeout=0.5,
+        **files,
+    )  # fmt: skip
+
+
 @contextlib.asynccontextmanager
-async def _serving(settings: TlsSettings) -> AsyncIterator[tuple[int, ServingTls]]:
-    runner = web.AppRunner(web.Application(), shutdown_timeout=0.5)
-    await runner.setup()
-    with bound_socket("127.0.0.1", 0) as sock:
-
-        async def serve(context: ssl.SSLContext) -> None:
-            await web.SockSite(runner, sock, ssl_context=context).start()
-
-        try:
-            tls = ServingTls(settings, client=None, serve=serve)  # type: ignore[arg-type]
-            await tls.start()
-            yield sock.getsockname()[1], tls
-        finally:
-            await runner.cleanup()
+async def _serving(settings: ServerSettings) -> AsyncIterator[tuple[int, HttpsServer]]:
+    server = HttpsServer(
+        settings,
+        app=web.Application(),
+        tls=certificate_files(settings, label="webhook"),
+        name="webhook",
+        label="webhook",
+    )
+    await server.start()
+    try:
+        yield server.port, server
+    finally:
+        await server.shut_down()
 
 
 async def test_files_are_served_at_once_and_reloaded_when_they_change(tmp_path: Path) -> None:
     first = _write(tmp_path)
-    settings = TlsSettings(
+    settings = _settings(
         cert_file=str(tmp_path / "tls.crt"), key_file=str(tmp_path / "tls.key"), resync=0.1
     )
-    async with _serving(settings) as (port, tls):
-        assert tls.not_ready() is None
+    async with _serving(settings) as (port, server):
+        assert server.not_serving() is None
         client = _client(tmp=tmp_path)
         assert await _serial(port, client) == first.serial_number
-        keeper = asyncio.create_task(tls.keep(), name="keep")
+        keeper = asyncio.create_task(server.run(), name="keep")
         try:
             await asyncio.sleep(0.05)
             second = _write(tmp_path)
@@ -150,12 +159,12 @@ async def test_files_are_served_at_once_and_reloaded_when_they_change(tmp_path: 
 async def test_with_a_ca_clients_must_present_a_certificate_of_it(tmp_path: Path) -> None:
     _write(tmp_path)
     (tmp_path / "ca.crt").write_bytes(AUTHORITY.cert_pem)
-    settings = TlsSettings(
+    settings = _settings(
         cert_file=str(tmp_path / "tls.crt"),
         key_file=str(tmp_path / "tls.key"),
         client_ca_file=str(tmp_path / "ca.crt"),
     )
-    async with _serving(settings) as (port, _tls):
+    async with _serving(settings) as (port, _server):
         assert await _answered(port, _client(certificate=_client_certificate(), tmp=tmp_path))
         # A certificate of the CA, but for serving, not client authentication.
         server_only = selfsigned.issue(AUTHORITY, names=NAMES, now=NOW, lifetime=DAY)
@@ -166,13 +175,12 @@ async def test_with_a_ca_clients_must_present_a_certificate_of_it(tmp_path: Path
 async def test_files_that_cannot_be_loaded_fail_the_start(tmp_path: Path) -> None:
     (tmp_path / "tls.crt").write_text("not a certificate")
     (tmp_path / "tls.key").write_text("not a key")
-    settings = TlsSettings(cert_file=str(tmp_path / "tls.crt"), key_file=str(tmp_path / "tls.key"))
-    with pytest.raises(TlsError, match="cannot load the serving certificate --tlscert="):
+    settings = _settings(cert_file=str(tmp_path / "tls.crt"), key_file=str(tmp_path / "tls.key"))
+    with pytest.raises(StartupError, match="cannot load the serving certificate --tlscert="):
         async with _serving(settings):
             pass
-    with pytest.raises(TlsError, match="cannot load the client CA file --CA="):
-        ServingTls(
-            TlsSettings(client_ca_file=str(tmp_path / "missing.crt")),
-            client=None,  # type: ignore[arg-type]
-            serve=lambda _context: asyncio.sleep(0),
-        )
+    with pytest.raises(StartupError, match="cannot load the client CA file --CA="):
+        async with _serving(
+            dataclasses.replace(settings, client_ca_file=str(tmp_path / "missing.crt"))
+        ):
+            pass

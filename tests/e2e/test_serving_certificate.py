@@ -284,7 +284,7 @@ def test_a_bad_client_ca_fails_at_start_before_any_csr(fleet: Fleet, tmp_path: P
     finally:
         node.stop()
         node.delete_node()
-    assert f"cannot load the client CA file {bad} (--client-verify-ca" in log
+    assert f"cannot load the client CA file --client-verify-ca={bad}" in log
     assert "NO_CERTIFICATE_OR_CRL_FOUND" in log
     assert _node_csrs(upper, node.name) == []
 

@@ -5,12 +5,13 @@ lifetimes. Tables of pure decisions; the parsers are the programs' own."""
 from __future__ import annotations
 
 import argparse
-import importlib
 from pathlib import Path
 
 import pytest
 
 from descheduler import cli as descheduler_cli
+from kubectl_tensile import __main__ as kubectl_tensile
+from scheduler import cli as scheduler_cli
 from tensile.serving import flags, pflag, version
 from vnode import cli as vnode_cli
 from vnode.api import auth
@@ -321,6 +322,8 @@ def test_parsers_have_no_store_true_left() -> None:
         vnode_cli._parser({}),
         webhook_cli._parser({}),
         descheduler_cli._parser(),
+        scheduler_cli._parser(),
+        kubectl_tensile._parser(),
     ):
         kinds = {
             type(action).__name__
@@ -328,24 +331,6 @@ def test_parsers_have_no_store_true_left() -> None:
             if isinstance(action, argparse._StoreTrueAction)
         }
         assert kinds == set()
-
-
-@pytest.mark.parametrize(
-    ("main", "program"),
-    [
-        ("vnode.__main__", "virtual-node"),
-        ("webhook.__main__", "tensile-webhook"),
-        ("descheduler.__main__", "tensile-descheduler"),
-        ("kubectl_tensile.__main__", "kubectl-tensile"),
-    ],
-)
-@pytest.mark.parametrize("argv", [["version"], ["--version"], ["--v=3", "version"]])
-def test_every_program_prints_its_version(
-    main: str, program: str, argv: list[str], capsys: pytest.CaptureFixture[str]
-) -> None:
-    # Nothing else is needed (no kubeconfig): the version is asked before anything is judged.
-    assert importlib.import_module(main).main(argv) == 0
-    assert capsys.readouterr().out == version.text(program) + "\n"
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
@@ -30,8 +30,10 @@ from cryptography import x509
 from tensile.kube import errors
 from tensile.kube.backoff import ExponentialBackoff, jittered
 from tensile.kube.client import ApiClient
+from tensile.kube.informer import Informer
 from tensile.kube.reflector import ReflectorSettings
 from tensile.kube.timestamps import rfc3339
+from tensile.serving.tls import RotatingTls
 from vnode.api import csr
 from vnode.api.certificates import (
     CertificateRejected,
@@ -137,6 +139,11 @@ class ServingCertificateManager:
         self._store = store
         self._settings = settings or CertificateManagerSettings()
         self._clock = clock or SystemClock()
+
+    @property
+    def directory(self) -> Path:
+        """Where the certificates are stored."""
+        return self._store.directory
 
     async def run(self, *, on_certificate: OnCertificate) -> None:
         """Hand `on_certificate` the first usable certificate (stored or newly issued),
@@ -315,6 +322,36 @@ class ServingCertificateManager:
                 rfc3339(leaf.not_valid_before_utc),
                 ahead.total_seconds(),
             )
+
+
+class CsrCertificates:
+    """A `tensile.serving.tls.TlsSource`: the serving certificate a manager obtains and
+    renews through CSRs. Nothing is at hand at start; `keep` hands the server each
+    certificate, the first one (stored, or issued once the CSR is approved, maybe hours
+    later) starting to serve."""
+
+    def __init__(self, manager: ServingCertificateManager) -> None:
+        self._manager = manager
+
+    def informers(self) -> Sequence[Informer]:
+        """None: a pending CSR is watched by the manager itself."""
+        return ()
+
+    async def load(self, tls: RotatingTls) -> None:
+        """Nothing: say where the certificate will come from."""
+        logger.info(
+            "kubelet API: no APISERVER_CERT_LOCATION; the serving certificate comes from a "
+            "CSR to the upper cluster (kept in %s)",
+            self._manager.directory,
+        )
+
+    async def keep(self, tls: RotatingTls) -> None:
+        """Run the manager until cancelled (it logs and retries every failure)."""
+
+        async def use(certificate: ServingCertificate) -> None:
+            await tls.use(certificate.pem)
+
+        await self._manager.run(on_certificate=use)
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
