@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensile.contracts.labels import VIRTUAL_POD_LABEL, VIRTUAL_POD_VALUE
+from tensile.contracts.objects import annotations_of
 
 GLOBAL_ANNOTATION = "global"
 """On every owned lower object, value "true" (tensile-kube's mark of what a virtual node made)."""
@@ -35,7 +36,8 @@ CLUSTER_LABEL = "tensile.io/cluster-id"
 CLUSTER_ANNOTATION = "tensile.io/cluster-id"
 """Annotation on every owned lower object: the owning upper cluster's full ID."""
 UPPER_UID_ANNOTATION = "tensile.io/upper-uid"
-"""Annotation on a lower pod: the UID of the upper pod it stands for."""
+"""Annotation on a lower pod (and the lower copies of Services and claims): the UID of the
+upper object it stands for (read it with `upper_uid_of`)."""
 UPPER_NAMESPACE_ANNOTATION = "tensile.io/upper-namespace"
 """Annotation on a lower pod: the upper pod's namespace (differs when a prefix is used)."""
 OWNERSHIP_LABELS = (VIRTUAL_POD_LABEL, NODE_LABEL, CLUSTER_LABEL)
@@ -85,6 +87,15 @@ def label_value(text: str) -> str:
     if is_label_value(text):
         return text
     return "h-" + hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
+
+
+def upper_uid_of(lower: Mapping[str, Any]) -> str | None:
+    """Return the UID of the upper object a lower copy stands for (its
+    `UPPER_UID_ANNOTATION`), or None when it carries none (absent, empty or not text).
+    An accessor like those of `tensile.contracts.objects`: never raises on a malformed
+    object, never copies it."""
+    uid = annotations_of(lower).get(UPPER_UID_ANNOTATION)
+    return uid if isinstance(uid, str) and uid else None
 
 
 def owner_selector(owner: NodeIdentity) -> str:
