@@ -32,15 +32,10 @@ class Write:
 
     verb: Verb
     upper_uid: str
-    """The UID of the upper pod it is for ("None" for a lower pod without the annotation)."""
+    """The UID of the upper pod it is for, as the book keys it:
+    `str(ownership.upper_uid_of(lower))` ("None" for a lower pod without the annotation)."""
     lower_key: str
     """"namespace/name" of the lower pod."""
-
-
-def upper_uid_of(lower: Mapping[str, Any]) -> str:
-    """Return the upper UID a lower pod stands for, as text ("None" when unmarked)."""
-    annotations = (lower.get("metadata") or {}).get("annotations") or {}
-    return str(annotations.get(ownership.UPPER_UID_ANNOTATION))
 
 
 class LowerPodBook:
@@ -132,7 +127,7 @@ class LowerPodBook:
         key = object_key(lower)
         self._count_on_node(key, lower)
         if self.ours(lower):
-            uid = upper_uid_of(lower)
+            uid = str(ownership.upper_uid_of(lower))
             if (write := self._creates.get(uid)) is not None and write.lower_key == key:
                 del self._creates[uid]
             return self._others.remove(key)
@@ -151,7 +146,7 @@ class LowerPodBook:
         self._all.remove(key)
         self._ports.pop(key, None)
         if self.ours(lower):
-            uid = upper_uid_of(lower)
+            uid = str(ownership.upper_uid_of(lower))
             if (write := self._creates.get(uid)) is not None and write.lower_key == key:
                 del self._creates[uid]
             answered = self._answered.get(uid) == key

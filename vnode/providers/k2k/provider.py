@@ -39,7 +39,7 @@ from vnode.provider import (
 from vnode.providers.k2k import capacity, naming, podsecurity, streams, translate
 from vnode.providers.k2k.dependencies import DependencySync
 from vnode.providers.k2k.events import EventMirror
-from vnode.providers.k2k.lowerpods import LowerPodBook, Write, upper_uid_of
+from vnode.providers.k2k.lowerpods import LowerPodBook, Write
 from vnode.providers.k2k.namespaces import LowerNamespaces
 from vnode.providers.k2k.provisioner import VolumeProvisioner
 from vnode.providers.k2k.scrape import ResourceScraper
@@ -379,7 +379,7 @@ class K2KProvider:
             return None
         except errors.TRANSIENT as exc:
             raise provider_errors.BackendUnavailable(f"lower cluster: {exc}") from exc
-        if self._ours(found) and upper_uid_of(found) == create.upper_uid:
+        if self._ours(found) and str(ownership.upper_uid_of(found)) == create.upper_uid:
             return found
         return None
 
@@ -400,7 +400,9 @@ class K2KProvider:
         """Delete `lower` (this UID only), recorded in flight in the book until the
         informer shows it gone. True when it was gone already."""
         meta = lower["metadata"]
-        self.book.delete_sent(upper_uid=upper_uid_of(lower), lower_key=object_key(lower))
+        self.book.delete_sent(
+            upper_uid=str(ownership.upper_uid_of(lower)), lower_key=object_key(lower)
+        )
         body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "DeleteOptions",
@@ -413,7 +415,7 @@ class K2KProvider:
                 "DELETE", PODS.path(namespace=meta["namespace"], name=meta["name"]), body=body
             )
         except (errors.NotFound, errors.Conflict):
-            self.book.delete_answered_gone(upper_uid_of(lower))
+            self.book.delete_answered_gone(str(ownership.upper_uid_of(lower)))
             return True  # gone already, or a different pod now has the name
         except errors.TRANSIENT as exc:
             # Unreachable, overloaded or failing: the DELETE may not have happened, and is
@@ -508,7 +510,7 @@ class K2KProvider:
         for lower in self.pods.store:
             if self._ours(lower) and not lower["metadata"].get("deletionTimestamp"):
                 for key in _upper_key_of(lower):
-                    yield key, upper_uid_of(lower)
+                    yield key, str(ownership.upper_uid_of(lower))
 
     def backend_writing(self, upper_uid: str) -> bool:
         """Tell whether the book has a create or delete in flight for `upper_uid`."""
