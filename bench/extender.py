@@ -51,6 +51,7 @@ from scheduler import extender
 from scheduler.server import Judge, make_app
 from scheduler.summaries import Summaries
 from tensile.contracts.labels import NODE_TYPE_LABEL, VIRTUAL_NODE_TYPE
+from tensile.contracts.objects import name_of
 from tensile.placement import fit, summary
 from tensile.placement.requests import plus, pod_requests
 from tensile.serving import endpoints
@@ -149,7 +150,7 @@ def cluster(index: int, nodes: int) -> tuple[list[dict[str, Any]], list[dict[str
         used, k = 0, 0
         while used < target:
             piece = rng.choice((500, 1000, 1500))
-            pods.append(filler_pod(node["metadata"]["name"], k, piece))
+            pods.append(filler_pod(name_of(node), k, piece))
             used += piece
             k += 1
     return made_nodes, pods
@@ -161,7 +162,7 @@ def rooms_of(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> list[fi
     for pod in pods:
         name = pod["spec"]["nodeName"]
         requested[name] = plus(requested.get(name, {}), pod_requests(pod))
-    return [fit.node_room(n, requested=requested.get(n["metadata"]["name"], {})) for n in nodes]
+    return [fit.node_room(n, requested=requested.get(name_of(n), {})) for n in nodes]
 
 
 def virtual_node(name: str, text: str) -> dict[str, Any]:

@@ -55,6 +55,7 @@ from devcluster.fleet import Fleet
 from devcluster.programs import Program
 from devcluster.vnodes import VirtualNodeProcess
 from devcluster.webhooks import WebhookProcess
+from tensile.contracts.objects import deletion_timestamp_of, name_of, namespace_of, uid_of
 from tensile.kube import errors
 from tensile.kube.client import ApiClient
 from tensile.kube.informer import Handlers, Informer
@@ -121,7 +122,7 @@ class PodTracker:
         self._task: asyncio.Task[None] | None = None
 
     def _seen(self, pod: dict[str, Any]) -> None:
-        uid, now = pod["metadata"]["uid"], time.monotonic()
+        uid, now = uid_of(pod), time.monotonic()
         if pod["spec"].get("nodeName") and uid not in self.bound:
             self.bound[uid] = now
         if (pod.get("status") or {}).get("phase") == "Running" and uid not in self.running:
@@ -139,14 +140,14 @@ class PodTracker:
 
     def live(self) -> list[dict[str, Any]]:
         """Pods not being deleted."""
-        return [p for p in self.informer.store if not p["metadata"].get("deletionTimestamp")]
+        return [p for p in self.informer.store if not deletion_timestamp_of(p)]
 
     def state(self) -> tuple[int, int, frozenset[str], int]:
         """(pods, Running pods, names of the Pending ones, pods ever bound)."""
         pods = self.live()
         running = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
         pending = frozenset(
-            f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+            f"{namespace_of(p)}/{name_of(p)}"
             for p in pods
             if (p.get("status") or {}).get("phase", "Pending") == "Pending"
         )
@@ -278,7 +279,7 @@ async def run_config(bench: Bench, config: Config, say: Any, *, last: bool) -> R
             say(f"  ({config.name}) {work.pods} pods made in {time.monotonic() - started:.0f} s")
             # Pods with a claim wait for their volume (provisioned by a virtual node) before
             # they are bound: the scheduler's throughput is measured without them.
-            first_wave = {p["metadata"]["uid"] for p in tracker.live() if not _claims(p)}
+            first_wave = {uid_of(p) for p in tracker.live() if not _claims(p)}
             scheduler = upper_scheduler.UpperScheduler(
                 fleet, config=config.name, extender=config.extender, log_dir=bench.log_dir
             )
@@ -479,9 +480,7 @@ async def _pods(client: ApiClient, namespaces: Iterable[str]) -> list[str]:
     paths = []
     for namespace in namespaces:
         found = await client.request("GET", f"/api/v1/namespaces/{namespace}/pods")
-        paths += [
-            f"/api/v1/namespaces/{namespace}/pods/{p['metadata']['name']}" for p in found["items"]
-        ]
+        paths += [f"/api/v1/namespaces/{namespace}/pods/{name_of(p)}" for p in found["items"]]
     return paths
 
 

@@ -21,6 +21,7 @@ from devcluster.fleet import Fleet
 from devcluster.vnodes import VirtualNodeProcess
 from devcluster.webhooks import WebhookProcess
 from tensile.contracts.labels import NODE_TYPE_LABEL, VIRTUAL_NODE_SELECTOR, VIRTUAL_NODE_TYPE
+from tensile.contracts.objects import name_of
 from tensile.kube import errors
 from tensile.kube.client import ApiClient
 
@@ -204,7 +205,7 @@ async def offered_cpu(fleet: Fleet) -> dict[str, int]:
                 "GET", "/api/v1/nodes", params={"labelSelector": VIRTUAL_NODE_SELECTOR}
             )
         )["items"]
-    return {n["metadata"]["name"]: _millicores(n["status"]["allocatable"]["cpu"]) for n in found}
+    return {name_of(n): _millicores(n["status"]["allocatable"]["cpu"]) for n in found}
 
 
 def _millicores(text: str) -> int:

@@ -49,6 +49,7 @@ from harness import CpuMeter, Timed, pct
 from devcluster.cluster import FleetSettings, LowerClusterSettings
 from devcluster.fleet import Fleet
 from devcluster.vnodes import VirtualNodeProcess
+from tensile.contracts.objects import meta_of
 from tensile.kube.client import ApiClient
 
 TARGETS = {
@@ -203,9 +204,9 @@ async def stages(
     path = f"/api/v1/namespaces/{namespace}/pods/{name}"
     up, down = await upper.request("GET", path), await lower.request("GET", path)
     marks = [
-        _seconds(up["metadata"].get("creationTimestamp")),
+        _seconds(meta_of(up).get("creationTimestamp")),
         _condition_time(up, "PodScheduled"),
-        _seconds(down["metadata"].get("creationTimestamp")),
+        _seconds(meta_of(down).get("creationTimestamp")),
         _condition_time(down, "PodScheduled"),
         _condition_time(down, "Ready"),
         running_at,

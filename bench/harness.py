@@ -24,6 +24,7 @@ from typing import Any
 from devcluster.cluster import FleetSettings, LowerClusterSettings
 from devcluster.fleet import Fleet
 from devcluster.vnodes import VirtualNodeProcess
+from tensile.contracts.objects import name_of, namespace_of
 from tensile.kube import config, errors
 from tensile.kube.client import ApiClient
 from tensile.kube.informer import Handlers, Informer
@@ -82,7 +83,7 @@ class PodWatch:
         self._task: asyncio.Task[None] | None = None
 
     def _seen(self, obj: dict[str, Any]) -> None:
-        name = obj["metadata"]["name"]
+        name = name_of(obj)
         if (obj.get("status") or {}).get("phase") == "Running" and name not in self.running:
             self.running[name] = time.monotonic()
             if name in self._waiters:
@@ -183,7 +184,7 @@ async def delete_namespaces(
         async with client_for(cluster.kubeconfig) as client:
             while True:
                 items = (await client.request("GET", "/api/v1/pods"))["items"]
-                if not [p for p in items if p["metadata"]["namespace"] in namespaces]:
+                if not [p for p in items if namespace_of(p) in namespaces]:
                     break
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"bench pods of {namespaces} still there after {timeout}s")

@@ -38,6 +38,7 @@ from harness import pct
 
 from devcluster.fleet import Fleet
 from devcluster.vnodes import VirtualNodeProcess
+from tensile.contracts.objects import name_of
 
 RECONCILE_TARGET = 10.0
 DEFAULT_PATROL_PERIOD = 300.0
@@ -88,7 +89,7 @@ def wait_idle(node: VirtualNodeProcess, *, quiet: float = 2.0, timeout: float = 
 async def upper_statuses(fleet: Fleet, namespace: str) -> dict[str, dict[str, object]]:
     async with harness.client_for(fleet.upper.kubeconfig) as client:
         found = await client.request("GET", f"/api/v1/namespaces/{namespace}/pods")
-    return {p["metadata"]["name"]: p.get("status") or {} for p in found["items"]}
+    return {name_of(p): p.get("status") or {} for p in found["items"]}
 
 
 def changed_fields(

@@ -38,6 +38,7 @@ from devcluster import webhooks
 from devcluster.cluster import FleetSettings, LowerClusterSettings
 from devcluster.fleet import Fleet
 from devcluster.webhooks import WebhookProcess
+from tensile.contracts.objects import annotations_of, meta_of
 from tensile.kube import config, errors
 from tensile.kube.client import ApiClient
 
@@ -152,11 +153,11 @@ async def creates(
     template = pod("create")
 
     async def send(i: int) -> None:
-        body = {**template, "metadata": {**template["metadata"], "name": f"bench-{i}"}}
+        body = {**template, "metadata": {**meta_of(template), "name": f"bench-{i}"}}
         created = await client.request(
             "POST", f"/api/v1/namespaces/{namespace}/pods", body=body, params={"dryRun": "All"}
         )
-        assert ("clusterSelector" in (created["metadata"].get("annotations") or {})) is mutated
+        assert ("clusterSelector" in annotations_of(created)) is mutated
 
     return await steady(send, rate=rate, duration=duration)
 
@@ -199,7 +200,7 @@ async def wait_not_admitting(client: ApiClient, *, namespace: str) -> None:
             "POST", f"/api/v1/namespaces/{namespace}/pods", body=pod("probe"),
             params={"dryRun": "All"},
         )  # fmt: skip
-        if "clusterSelector" not in (created["metadata"].get("annotations") or {}):
+        if "clusterSelector" not in annotations_of(created):
             return
         if time.monotonic() > deadline:
             raise TimeoutError("the apiserver kept calling the unregistered webhook")

@@ -29,7 +29,7 @@ from tensile.contracts.descheduling import (
     SCHEDULING_GATE,
     deschedule_count,
 )
-from tensile.contracts.objects import as_list, as_mapping
+from tensile.contracts.objects import as_list, as_mapping, meta_of, name_of, uid_of
 from tensile.kube.timestamps import rfc3339
 
 _DROPPED_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
@@ -48,7 +48,7 @@ def count_patch(pod: Mapping[str, Any]) -> dict[str, Any]:
     the pod's UID, so another pod that took its name meanwhile (a StatefulSet's next one) is
     not touched -- the apiserver refuses to change a UID. No resourceVersion: it is written
     once the pod is evicted, when the eviction has changed it already."""
-    meta = as_mapping(pod.get("metadata"))
+    meta = meta_of(pod)
     return {
         "metadata": {
             "uid": meta.get("uid"),
@@ -61,7 +61,7 @@ def left_alone_patch(pod: Mapping[str, Any], *, now: dt.datetime) -> dict[str, A
     """Return the JSON merge patch that marks `pod` as left alone (LEFT_ALONE_ANNOTATION,
     `now` as its value): that one annotation and the pod's UID, as `count_patch` (another
     pod that took its name meanwhile is refused by the apiserver, not marked)."""
-    meta = as_mapping(pod.get("metadata"))
+    meta = meta_of(pod)
     return {
         "metadata": {"uid": meta.get("uid"), "annotations": {LEFT_ALONE_ANNOTATION: rfc3339(now)}}
     }
@@ -70,7 +70,7 @@ def left_alone_patch(pod: Mapping[str, Any], *, now: dt.datetime) -> dict[str, A
 def eviction(pod: Mapping[str, Any]) -> dict[str, Any]:
     """Return the policy/v1 Eviction of `pod`, with preconditions on its UID and
     resourceVersion: the eviction applies to the pod as judged, or fails with 409."""
-    meta = as_mapping(pod.get("metadata"))
+    meta = meta_of(pod)
     return {
         "apiVersion": "policy/v1",
         "kind": "Eviction",
@@ -87,7 +87,7 @@ def eviction(pod: Mapping[str, Any]) -> dict[str, Any]:
 def replacement_name(pod: Mapping[str, Any]) -> str:
     """Return the name of the replacement of bare pod `pod`: its original name (a previous
     replacement's `-d<n>` removed) with `-d<count+1>`."""
-    meta = as_mapping(pod.get("metadata"))
+    meta = meta_of(pod)
     name = str(meta.get("name") or "")
     if as_mapping(meta.get("labels")).get(labels.CREATED_BY_DESCHEDULER_LABEL) == "true":
         name = _SUFFIX.sub("", name)
@@ -97,7 +97,7 @@ def replacement_name(pod: Mapping[str, Any]) -> str:
 
 def replacement(pod: Mapping[str, Any], *, avoid: Iterable[str]) -> dict[str, Any]:
     """Return the replacement of bare pod `pod` (see the module docstring), gated."""
-    meta = {k: copy.deepcopy(v) for k, v in as_mapping(pod.get("metadata")).items()}
+    meta = {k: copy.deepcopy(v) for k, v in meta_of(pod).items()}
     for key in _DROPPED_META:
         meta.pop(key, None)
     meta["name"] = replacement_name(pod)
@@ -108,8 +108,8 @@ def replacement(pod: Mapping[str, Any], *, avoid: Iterable[str]) -> dict[str, An
     meta["annotations"] = {
         **as_mapping(meta.get("annotations")),
         DESCHEDULE_COUNT_ANNOTATION: str(deschedule_count(pod) + 1),
-        REPLACES_ANNOTATION: str(as_mapping(pod.get("metadata")).get("name") or ""),
-        REPLACES_UID_ANNOTATION: str(as_mapping(pod.get("metadata")).get("uid") or ""),
+        REPLACES_ANNOTATION: name_of(pod),
+        REPLACES_UID_ANNOTATION: uid_of(pod),
     }
     spec = {k: copy.deepcopy(v) for k, v in as_mapping(pod.get("spec")).items()}
     for key in _DROPPED_SPEC:

@@ -40,6 +40,7 @@ from descheduler import metrics, move_objects
 from descheduler.policy import Decision
 from descheduler.record import AvoidanceRecord, RecordConflict
 from tensile.contracts import descheduling
+from tensile.contracts.objects import deletion_timestamp_of, meta_of, name_of, uid_of
 from tensile.kube import errors
 from tensile.kube.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiClient
 from tensile.kube.events import EventRecorder
@@ -153,7 +154,7 @@ class Mover:
         if self._settings.dry_run:
             logger.info("dry run: would mark %s as left alone (no virtual node left)", _name(pod))
             return "exhausted"
-        meta = pod.get("metadata") or {}
+        meta = meta_of(pod)
         self._check_leading()
         try:
             await self._client.request(
@@ -242,12 +243,12 @@ class Mover:
             if not descheduling.is_gated(pod) or replaced is None or self._settings.dry_run:
                 continue
             self._check_leading()
-            meta = pod.get("metadata") or {}
+            meta = meta_of(pod)
             try:
                 old = await self._current(str(meta.get("namespace")), replaced[0])
                 if old is None or _uid(old) != replaced[1]:
                     await self._release(pod, old_name=replaced[0])
-                elif not (old.get("metadata") or {}).get("deletionTimestamp"):
+                elif not deletion_timestamp_of(old):
                     logger.info(
                         "%s: its move was interrupted before %s was deleted; removing it",
                         _name(pod),
@@ -262,7 +263,7 @@ class Mover:
 
     async def _evict(self, decision: Decision, *, now: dt.datetime) -> Outcome:
         pod = decision.pod
-        meta = pod.get("metadata") or {}
+        meta = meta_of(pod)
         namespace, name = str(meta.get("namespace")), str(meta.get("name"))
         self._check_leading()
         try:
@@ -298,7 +299,7 @@ class Mover:
         so it counts moves, not attempts (a 429 leaves it as it was). A pod already gone
         (or a new one of the same name: the patch names the UID) keeps no count; the move
         is told by its Event and metrics all the same."""
-        meta = pod.get("metadata") or {}
+        meta = meta_of(pod)
         try:
             await self._client.request(
                 "PATCH",
@@ -334,10 +335,10 @@ class Mover:
 
     async def _recreate(self, decision: Decision) -> Outcome:
         old = decision.pod
-        meta = old.get("metadata") or {}
+        meta = meta_of(old)
         namespace = str(meta.get("namespace"))
         wanted = move_objects.replacement(old, avoid=decision.avoid)
-        name = str(wanted["metadata"]["name"])
+        name = name_of(wanted)
         self._check_leading()
         try:
             made = await self._client.request("POST", PODS.path(namespace=namespace), body=wanted)
@@ -389,7 +390,7 @@ class Mover:
 
     async def _release(self, pod: Mapping[str, Any], *, old_name: str) -> None:
         self._check_leading()
-        meta = pod.get("metadata") or {}
+        meta = meta_of(pod)
         try:
             await self._client.request(
                 "PATCH",
@@ -403,7 +404,7 @@ class Mover:
         logger.info("%s released: %s is gone", _name(pod), old_name)
 
     async def _delete(self, pod: Mapping[str, Any], *, resource_version: str = "") -> None:
-        meta = pod.get("metadata") or {}
+        meta = meta_of(pod)
         preconditions = {"uid": meta.get("uid")}
         if resource_version:
             preconditions["resourceVersion"] = resource_version
@@ -449,11 +450,11 @@ class Mover:
 
 
 def _uid(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("metadata") or {}).get("uid") or "")
+    return uid_of(pod)
 
 
 def _name(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
+    meta = meta_of(pod)
     return f"pod {meta.get('namespace')}/{meta.get('name')}"
 
 

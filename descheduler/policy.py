@@ -34,7 +34,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from tensile.contracts import avoidance, descheduling, labels, scheduling, selectors
-from tensile.contracts.objects import as_list, as_mapping
+from tensile.contracts.objects import (
+    as_list,
+    as_mapping,
+    deletion_timestamp_of,
+    labels_of,
+    meta_of,
+    name_of,
+)
 from tensile.kube.timestamps import parse_rfc3339
 
 EVICT_ANNOTATION = "descheduler.alpha.kubernetes.io/evict"
@@ -139,7 +146,7 @@ def considered_nodes(
 ) -> dict[str, Mapping[str, Any]]:
     """Return the usable virtual nodes that `criteria.node_selector` selects, by name."""
     return {
-        str(as_mapping(n.get("metadata")).get("name")): n
+        name_of(n): n
         for n in nodes
         if is_virtual_node(n) and node_usable(n) and criteria.node_selector.matches(_labels(n))
     }
@@ -154,7 +161,7 @@ def due(
     seen so); the condition's lastTransitionTime, by the lower cluster's clock, is never
     compared with `now`. `now` (the descheduler's wall clock) is compared with the upper
     pod's creationTimestamp for PodLifeTime only."""
-    meta = as_mapping(pod.get("metadata"))
+    meta = meta_of(pod)
     if as_mapping(pod.get("status")).get("phase") != "Pending" or meta.get("deletionTimestamp"):
         return None
     scheduled = descheduling.unplaceable_condition(pod)
@@ -177,7 +184,7 @@ def exclusion(pod: Mapping[str, Any], *, criteria: Criteria) -> str | None:
 
 
 def _exclusions(pod: Mapping[str, Any], *, criteria: Criteria) -> Iterator[str]:
-    meta = as_mapping(pod.get("metadata"))
+    meta = meta_of(pod)
     annotations = as_mapping(meta.get("annotations"))
     if meta.get("namespace") == "kube-system":
         yield "in kube-system"
@@ -222,11 +229,11 @@ def disruption_blocker(pod: Mapping[str, Any], budgets: Iterable[Mapping[str, An
     desiredHealthy > 0), or it allows a disruption; refused when more than one budget
     selects the pod, or the budget's status is not up to date yet.
     """
-    meta = as_mapping(pod.get("metadata"))
+    meta = meta_of(pod)
     pod_labels = {str(k): str(v) for k, v in as_mapping(meta.get("labels")).items()}
     matching = []
     for budget in budgets:
-        bmeta = as_mapping(budget.get("metadata"))
+        bmeta = meta_of(budget)
         if bmeta.get("namespace") != meta.get("namespace"):
             continue
         selector = selectors.from_object(as_mapping(budget.get("spec")).get("selector"))
@@ -234,7 +241,7 @@ def disruption_blocker(pod: Mapping[str, Any], budgets: Iterable[Mapping[str, An
             matching.append(budget)
     if not matching:
         return None
-    names = sorted(str(as_mapping(b.get("metadata")).get("name")) for b in matching)
+    names = sorted(name_of(b) for b in matching)
     if len(matching) > 1:
         return f"more than one PodDisruptionBudget selects it ({', '.join(names)})"
     return _budget_blocker(matching[0], name=names[0])
@@ -245,7 +252,7 @@ def _budget_blocker(budget: Mapping[str, Any], *, name: str) -> str | None:
     current, desired = _int(status.get("currentHealthy")), _int(status.get("desiredHealthy"))
     if spec.get("unhealthyPodEvictionPolicy") == "AlwaysAllow" or current >= desired > 0:
         return None
-    generation = _int(as_mapping(budget.get("metadata")).get("generation"))
+    generation = _int(meta_of(budget).get("generation"))
     if _int(status.get("observedGeneration")) < generation:
         return f"PodDisruptionBudget {name} is still being processed"
     if _int(status.get("disruptionsAllowed")) > 0:
@@ -286,15 +293,14 @@ def plan(
     # Selected but not Ready, or cordoned: a pod that has not tried one of these is not
     # given up on for good (a lower cluster's outage must not pin pods elsewhere forever).
     unusable = frozenset(
-        str(as_mapping(n.get("metadata")).get("name"))
+        name_of(n)
         for n in nodes
         if is_virtual_node(n) and criteria.node_selector.matches(_labels(n))
     ) - set(usable)
     leaving = {
         controller.uid
         for pod in pods
-        if as_mapping(pod.get("metadata")).get("deletionTimestamp")
-        and (controller := avoidance.controller_of(pod)) is not None
+        if deletion_timestamp_of(pod) and (controller := avoidance.controller_of(pod)) is not None
     }
     considered = 0
     found: list[tuple[dt.datetime, Decision]] = []
@@ -303,7 +309,7 @@ def plan(
         if node not in usable:
             continue
         considered += 1
-        uid = as_mapping(pod.get("metadata")).get("uid")
+        uid = meta_of(pod).get("uid")
         why = due(
             pod, criteria=criteria, now=now, waited=waited(uid) if isinstance(uid, str) else None
         )
@@ -315,7 +321,7 @@ def plan(
         else:
             tried = avoidance.avoided_by_affinity(as_mapping(pod.get("spec")).get("affinity"))
         avoid = frozenset({*tried, node})
-        created = parse_rfc3339(as_mapping(pod.get("metadata")).get("creationTimestamp")) or now
+        created = parse_rfc3339(meta_of(pod).get("creationTimestamp")) or now
         decision = _decide(
             pod,
             node=node,
@@ -425,7 +431,7 @@ def pinned_volumes(
     pod off nodes such a volume's affinity does not select; a virtual node provisions its
     volumes pinned to itself, so a pod of such a claim can only ever run there.
     """
-    meta, spec = as_mapping(pod.get("metadata")), as_mapping(pod.get("spec"))
+    meta, spec = meta_of(pod), as_mapping(pod.get("spec"))
     namespace, pod_name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     found: list[tuple[str, Mapping[str, Any]]] = []
     for item in as_list(spec.get("volumes")):
@@ -452,7 +458,7 @@ _NOTHING: Mapping[str, Mapping[str, Any]] = {}
 def _volume_unfit(
     pins: Sequence[tuple[str, Mapping[str, Any]]], node: Mapping[str, Any]
 ) -> str | None:
-    meta = as_mapping(node.get("metadata"))
+    meta = meta_of(node)
     name = str(meta.get("name") or "")
     node_labels = {str(k): str(v) for k, v in as_mapping(meta.get("labels")).items()}
     for what, required in pins:
@@ -462,7 +468,7 @@ def _volume_unfit(
 
 
 def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
-    found = as_mapping(as_mapping(obj.get("metadata")).get("labels"))
+    found = labels_of(obj)
     return {str(k): str(v) for k, v in found.items()}
 
 

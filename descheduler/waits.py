@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensile.contracts import descheduling
-from tensile.contracts.objects import as_mapping
+from tensile.contracts.objects import uid_of
 from tensile.kube.informer import Handlers
 
 
@@ -87,5 +87,5 @@ class Waits:
 
 
 def _uid(pod: Mapping[str, Any]) -> str:
-    uid = as_mapping(pod.get("metadata")).get("uid")
+    uid = uid_of(pod)
     return uid if isinstance(uid, str) else ""

@@ -19,6 +19,7 @@ from typing import Any
 from devcluster import binaries, kwok
 from devcluster.pki import KeyPair
 from devcluster.rest import RestClient
+from tensile.contracts.objects import name_of
 
 STATE_FILE = "devcluster.json"
 PROCESSES_FILE = "processes.json"
@@ -255,7 +256,7 @@ def wait_nodes_ready(
     not_ready = wanted
     while True:
         nodes = client.request("GET", "/api/v1/nodes").get("items", [])
-        ready = {n["metadata"]["name"] for n in nodes if _node_ready(n)}
+        ready = {name_of(n) for n in nodes if _node_ready(n)}
         not_ready = wanted - ready
         if not not_ready:
             return

@@ -13,6 +13,8 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from tensile.contracts.objects import namespace_of
+
 NAMESPACE = "kube-system"
 NAME = "metrics-server"
 SERVICE_DNS_NAME = f"{NAME}.{NAMESPACE}.svc"
@@ -135,7 +137,7 @@ def collection_path(obj: dict[str, Any]) -> str:
         "APIService": "apiservices",
     }[kind]
     prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-    namespace = obj["metadata"].get("namespace")
+    namespace = namespace_of(obj)
     return f"{prefix}/namespaces/{namespace}/{plural}" if namespace else f"{prefix}/{plural}"
 
 

@@ -17,6 +17,7 @@ import os
 import sys
 from pathlib import Path
 
+from tensile.contracts.objects import meta_of
 from tensile.kube import reflector
 
 GATE = "TENSILE_MISS_EVENTS_WHILE"
@@ -38,7 +39,7 @@ def patch(*, gate: Path, informers: frozenset[str]) -> None:
             and isinstance(event.get("object"), dict)
             and gate.exists()
         ):
-            meta = event["object"].get("metadata") or {}
+            meta = meta_of(event["object"])
             self._rv = str(meta.get("resourceVersion") or "") or self._rv
             return
         original(self, event)

@@ -33,6 +33,7 @@ from devcluster import processes, programs
 from devcluster.cluster import Cluster
 from devcluster.kubeconfig import write_kubeconfig
 from devcluster.rest import ApiStatusError, RestClient
+from tensile.contracts.objects import meta_of
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 _TOKEN_SECONDS = 24 * 3600
@@ -72,7 +73,7 @@ def expand(text: str, env: Mapping[str, str]) -> str:
 def field_value(pod: Mapping[str, Any], path: str) -> str:
     """Return a downward-API field of `pod` (the fieldRef paths an env var may name).
     Raises PodRunError for others."""
-    meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+    meta, spec, status = meta_of(pod), pod.get("spec") or {}, pod.get("status") or {}
     values = {
         "metadata.name": meta.get("name"),
         "metadata.namespace": meta.get("namespace"),
@@ -308,7 +309,7 @@ class LocalPod(programs.ChildProcess):
         if spec.get("automountServiceAccountToken") is False:
             return ""
         account = spec.get("serviceAccountName") or "default"
-        meta = pod["metadata"]
+        meta = meta_of(pod)
         answer = client.request(
             "POST",
             f"/api/v1/namespaces/{self.namespace}/serviceaccounts/{account}/token",

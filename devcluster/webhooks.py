@@ -21,6 +21,7 @@ from devcluster import ports, programs
 from devcluster.cluster import Cluster
 from devcluster.fleet import Fleet
 from devcluster.rest import ApiStatusError
+from tensile.contracts.objects import annotations_of, name_of
 
 CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 
@@ -121,7 +122,7 @@ def configuration(
 def register(cluster: Cluster, manifest: Mapping[str, Any]) -> None:
     """Create (or replace) the MutatingWebhookConfiguration `manifest` in `cluster`."""
     client = cluster.rest()
-    name = manifest["metadata"]["name"]
+    name = name_of(manifest)
     unregister(cluster, name)
     client.request("POST", CONFIGURATIONS, body=dict(manifest))
 
@@ -168,7 +169,7 @@ def wait_admitting(cluster: Cluster, *, namespace: str, timeout: float = 30.0) -
                 body=probe,
                 query={"dryRun": "All"},
             )
-            if "clusterSelector" in (created["metadata"].get("annotations") or {}):
+            if "clusterSelector" in annotations_of(created):
                 return created
             last = "not mutated yet"
         except ApiStatusError as exc:

@@ -33,6 +33,7 @@ from devcluster.schedulers import SchedulerExtenderProcess
 from devcluster.vnodes import VirtualNodeProcess
 from devcluster.webhooks import WebhookProcess
 from tensile.contracts.labels import VIRTUAL_NODE_SELECTOR
+from tensile.contracts.objects import annotations_of, name_of
 from tensile.placement import summary
 
 NODE = "tensile"
@@ -275,10 +276,10 @@ def _placement_scenario(fleet: Fleet) -> None:
     )
     print(f"{'NODE':<16} {'CPU (sum)':>10} {'LOWER NODES':>12} {'LARGEST FREE CPU':>17}")
     for node in nodes.get("items") or []:
-        text = (node["metadata"].get("annotations") or {}).get(summary.ANNOTATION, "")
+        text = annotations_of(node).get(summary.ANNOTATION, "")
         lower = summary.parse(text) if text else None
         largest = max((r.free.get("cpu", 0) for r in lower.rows()), default=0) if lower else 0
-        print(f"{node['metadata']['name']:<16} {node['status']['capacity']['cpu']:>10} "
+        print(f"{name_of(node):<16} {node['status']['capacity']['cpu']:>10} "
               f"{lower.node_count if lower else 0:>12} {largest / 1000:>16g}")  # fmt: skip
     _show("the upper scheduler's Scheduled events: where each pod was bound",
           fleet.upper, ["get", "events", "--field-selector", "reason=Scheduled", "-o",

@@ -19,6 +19,7 @@ from typing import Any
 
 from kubectl_tensile import status, why
 from tensile.contracts import labels, ownership
+from tensile.contracts.objects import name_of, namespace_of, uid_of
 from tensile.kube import config, errors
 from tensile.kube.client import ApiClient
 from tensile.kube.resources import CONFIG_MAPS, EVENTS, LEASES, NODES, PODS
@@ -85,13 +86,13 @@ async def status_report(target: Target, *, now: dt.datetime) -> dict[str, Any]:
             upper, PODS.path(), fieldSelector="status.phase!=Succeeded,status.phase!=Failed"
         )
         record = await _record(upper, target)
-    names = {str(n["metadata"]["name"]) for n in nodes}
+    names = {name_of(n) for n in nodes}
     ready = {
         node: await _readyz(info, node) for node, info in target.lowers.items() if node in names
     }
     return status.status(
         nodes=nodes,
-        leases={str(lease["metadata"]["name"]): lease for lease in leases},
+        leases={name_of(lease): lease for lease in leases},
         pods=pods,
         record=record,
         lower_ready=ready,
@@ -119,7 +120,7 @@ async def why_report(
         events = await _items(
             upper,
             EVENTS.path(namespace=namespace),
-            fieldSelector=f"involvedObject.uid={pod['metadata']['uid']}",
+            fieldSelector=f"involvedObject.uid={uid_of(pod)}",
         )
         record = await _record(upper, target)
     lower = None
@@ -133,7 +134,7 @@ async def _lower(
 ) -> dict[str, Any]:
     """The lower pod of `pod` (by the virtual node's ownership marks) and its Events, or
     {"error": ...} when the lower cluster does not answer."""
-    uid = pod["metadata"]["uid"]
+    uid = uid_of(pod)
     try:
         async with _client(info, f"lower-{node_name}") as lower:
             candidates = await asyncio.wait_for(
@@ -145,12 +146,7 @@ async def _lower(
                 LOWER_TIMEOUT,
             )
             found = next(
-                (
-                    p
-                    for p in candidates
-                    if (p["metadata"].get("annotations") or {}).get(ownership.UPPER_UID_ANNOTATION)
-                    == uid
-                ),
+                (p for p in candidates if ownership.upper_uid_of(p) == uid),
                 None,
             )
             if found is None:
@@ -158,8 +154,8 @@ async def _lower(
             events = await asyncio.wait_for(
                 _items(
                     lower,
-                    EVENTS.path(namespace=found["metadata"]["namespace"]),
-                    fieldSelector=f"involvedObject.uid={found['metadata']['uid']}",
+                    EVENTS.path(namespace=namespace_of(found)),
+                    fieldSelector=f"involvedObject.uid={uid_of(found)}",
                 ),
                 LOWER_TIMEOUT,
             )

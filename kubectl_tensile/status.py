@@ -20,7 +20,7 @@ from fractions import Fraction
 from typing import Any
 
 from tensile.contracts import avoidance, descheduling
-from tensile.contracts.objects import as_list, as_mapping
+from tensile.contracts.objects import as_list, as_mapping, meta_of, name_of
 from tensile.kube.quantity import format_quantity, parse_quantity
 from tensile.kube.resources import pod_is_terminal
 from tensile.placement.requests import pod_requests
@@ -165,7 +165,7 @@ def re_creations(pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for pod in pods:
         if not descheduling.is_gated(pod):
             continue
-        meta = as_mapping(pod.get("metadata"))
+        meta = meta_of(pod)
         replaced = descheduling.replaces(pod)
         found.append(
             {
@@ -186,7 +186,7 @@ def unplaceable(pods: Iterable[Mapping[str, Any]], *, now: dt.datetime) -> list[
         scheduled = descheduling.unplaceable_condition(pod)
         if scheduled is None or not node:
             continue
-        meta = as_mapping(pod.get("metadata"))
+        meta = meta_of(pod)
         age = age_seconds(scheduled.get("lastTransitionTime"), now=now)
         found.append(
             {
@@ -222,8 +222,8 @@ def status(
             by_node.setdefault(name, []).append(pod)
     waiting = unplaceable(pod_list, now=now)
     entries = []
-    for node in sorted(nodes, key=lambda n: str(as_mapping(n.get("metadata")).get("name"))):
-        name = str(as_mapping(node.get("metadata")).get("name") or "")
+    for node in sorted(nodes, key=name_of):
+        name = name_of(node)
         lower = health(node, leases.get(name), now=now)
         if name in lower_ready:
             lower["readyz"] = lower_ready[name]

@@ -25,14 +25,14 @@ from typing import Any
 from kubectl_tensile.status import age_seconds, condition, short_duration
 from tensile.contracts import avoidance, clusterselector, descheduling
 from tensile.contracts.labels import NODE_TYPE_LABEL, VIRTUAL_NODE_TYPE
-from tensile.contracts.objects import as_list, as_mapping
+from tensile.contracts.objects import annotations_of, as_list, as_mapping, labels_of, meta_of
 
 MAX_EVENTS = 8
 """Events shown per cluster, the latest."""
 
 
 def _name(obj: Mapping[str, Any]) -> str:
-    meta = as_mapping(obj.get("metadata"))
+    meta = meta_of(obj)
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
@@ -42,7 +42,7 @@ def placement(
     """Return where `pod` is: `state` (one of "deleting", "re-creating", "unscheduled",
     "not-virtual", "unplaceable-below", "on-virtual-node"), `node`, `phase` and `reason`
     (one sentence). `node` is the Node object it is bound to (None: unbound or not found)."""
-    meta = as_mapping(pod.get("metadata"))
+    meta = meta_of(pod)
     spec = as_mapping(pod.get("spec"))
     phase = str(as_mapping(pod.get("status")).get("phase") or "Unknown")
     bound = str(spec.get("nodeName") or "")
@@ -66,7 +66,7 @@ def placement(
             "state": "unscheduled",
             "reason": f"not scheduled upstairs ({told or 'no scheduling decision yet'})",
         }
-    labels = as_mapping(as_mapping((node or {}).get("metadata")).get("labels"))
+    labels = labels_of(node or {})
     if node is not None and labels.get(NODE_TYPE_LABEL) != VIRTUAL_NODE_TYPE:
         return {
             **result,
@@ -93,7 +93,7 @@ def placement(
 
 def webhook_changes(pod: Mapping[str, Any]) -> list[str]:
     """Return one sentence per change the webhook made to `pod` (none: not converted)."""
-    annotations = as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
+    annotations = annotations_of(pod)
     raw = annotations.get(clusterselector.ANNOTATION)
     if raw is None:
         return []
@@ -126,7 +126,7 @@ def webhook_changes(pod: Mapping[str, Any]) -> list[str]:
 
 def descheduler_marks(pod: Mapping[str, Any]) -> list[str]:
     """Return one sentence per mark the descheduler left on `pod`."""
-    annotations = as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
+    annotations = annotations_of(pod)
     marks = []
     replaced = descheduling.replaces(pod)
     if replaced:

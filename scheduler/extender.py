@@ -29,7 +29,7 @@ from typing import Any, Final
 from scheduler.summaries import NodeSummary, Summaries
 from tensile.contracts import clusterselector
 from tensile.contracts.labels import DEFAULT_TAINT_KEY
-from tensile.contracts.objects import as_mapping
+from tensile.contracts.objects import as_mapping, meta_of, name_of
 from tensile.contracts.scheduling import REQUIRED
 from tensile.placement import fit
 from tensile.placement.lower import lower_placement
@@ -113,7 +113,7 @@ def read_extender_args(body: object) -> Call:
         items = as_mapping(node_list).get("items")
         if not isinstance(items, list) or not all(isinstance(i, Mapping) for i in items):
             raise BadArgs('"Nodes" must be a NodeList with "items"')
-        found = tuple(str(as_mapping(i.get("metadata")).get("name") or "") for i in items)
+        found = tuple(name_of(i) for i in items)
         return Call(pod=pod, names=found, nodes=tuple(items))
     raise BadArgs('neither "NodeNames" nor "Nodes" is given')
 
@@ -150,7 +150,7 @@ def judge(
     out why a virtual node does not fit (filter's reasons; prioritize needs none);
     `recent` remembers verdicts between the calls for one pod."""
     spec = as_mapping(call.pod.get("spec"))
-    meta = as_mapping(call.pod.get("metadata"))
+    meta = meta_of(call.pod)
     annotations = as_mapping(meta.get("annotations"))
     selector = clusterselector.parse(annotations.get(clusterselector.ANNOTATION))
     pod_key = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
@@ -229,7 +229,7 @@ def filter_result(call: Call, verdicts: Sequence[Verdict]) -> dict[str, Any]:
         result["NodeNames"] = passed
     else:
         kept = set(passed)
-        items = [n for n in call.nodes if as_mapping(n.get("metadata")).get("name") in kept]
+        items = [n for n in call.nodes if name_of(n) in kept]
         result["Nodes"] = {"apiVersion": "v1", "kind": "NodeList", "items": items}
     return result
 

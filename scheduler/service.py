@@ -22,6 +22,7 @@ from scheduler.server import Judge, make_app
 from scheduler.settings import Settings
 from scheduler.slices.controller import SliceController
 from scheduler.summaries import Summaries
+from tensile.contracts.objects import meta_of, name_of
 from tensile.kube.client import ApiClient
 from tensile.kube.config import ConnectionInfo
 from tensile.kube.informer import Handlers, Informer
@@ -35,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 def slim_node(node: Mapping[str, Any]) -> dict[str, Any]:
     """What the informer keeps of a Node: its name, labels and summary annotation."""
-    meta = node.get("metadata") or {}
+    meta = meta_of(node)
     annotations = meta.get("annotations") or {}
     kept = {k: meta[k] for k in ("name", "resourceVersion", "labels") if k in meta}
     if summary.ANNOTATION in annotations:
@@ -118,12 +119,12 @@ class VirtualNodes:
             Handlers(
                 on_add=self._put,
                 on_modify=self._put,
-                on_delete=lambda node: self._remove(str(node["metadata"]["name"])),
+                on_delete=lambda node: self._remove(name_of(node)),
             )
         )
 
     def _put(self, node: Mapping[str, Any]) -> None:
-        name = str((node.get("metadata") or {}).get("name"))
+        name = name_of(node)
         self.summaries.put(node)
         if name in self.summaries.unreadable:
             logger.warning(

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tensile.contracts.objects import as_mapping
+from tensile.contracts.objects import as_mapping, meta_of
 from tensile.placement import summary
 
 
@@ -49,7 +49,7 @@ class Summaries:
 
     def put(self, node: Mapping[str, Any]) -> None:
         """Take in a Node added or modified (a Node object as the API returns it)."""
-        meta = as_mapping(node.get("metadata"))
+        meta = meta_of(node)
         name = str(meta.get("name") or "")
         text = as_mapping(meta.get("annotations")).get(summary.ANNOTATION)
         labels = {str(k): str(v) for k, v in as_mapping(meta.get("labels")).items()}

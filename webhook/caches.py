@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tensile.contracts import avoidance
+from tensile.contracts.objects import meta_of
 from tensile.kube.client import ApiClient
 from tensile.kube.informer import Informer
 from tensile.kube.resources import CONFIG_MAPS, NODES, Resource
@@ -93,7 +94,7 @@ class Caches:
 
 
 def _slim(obj: dict[str, Any]) -> dict[str, Any]:
-    meta = obj.get("metadata") or {}
+    meta = meta_of(obj)
     slim = {k: meta[k] for k in ("name", "namespace", "resourceVersion") if k in meta}
     node = (meta.get("annotations") or {}).get(SELECTED_NODE_ANNOTATION)
     if node:

@@ -53,7 +53,7 @@ from typing import Any, Final
 
 from tensile.contracts import avoidance, clusterselector, selectors
 from tensile.contracts import labels as contract_labels
-from tensile.contracts.objects import as_list, as_mapping
+from tensile.contracts.objects import annotations_of, as_list, as_mapping, meta_of
 from webhook import patches
 
 SELECTED_NODE_ANNOTATION = contract_labels.SELECTED_NODE_ANNOTATION
@@ -172,7 +172,7 @@ def skip_reason(admission: PodAdmission, *, settings: MutationSettings) -> str |
         return f"operation {admission.operation or '(none)'}: only CREATE is converted"
     if admission.namespace in settings.excluded_namespaces:
         return f"namespace {admission.namespace} is excluded"
-    labels = _string_map(as_mapping(admission.pod.get("metadata")).get("labels"))
+    labels = _string_map(meta_of(admission.pod).get("labels"))
     if (
         labels.get(contract_labels.CREATED_BY_DESCHEDULER_LABEL)
         == contract_labels.VIRTUAL_POD_VALUE
@@ -210,7 +210,7 @@ def claim_node(claim: Mapping[str, Any] | None) -> str | None:
     rescheduleProvisioning; `vnode.providers.k2k.provisioner`)."""
     if claim is None:
         return None
-    meta = as_mapping(claim.get("metadata"))
+    meta = meta_of(claim)
     node = as_mapping(meta.get("annotations")).get(SELECTED_NODE_ANNOTATION)
     bound = as_mapping(claim.get("status")).get("phase") == "Bound" and bool(
         as_mapping(claim.get("spec")).get("volumeName")
@@ -382,7 +382,7 @@ last."""
 def _draft(admission: PodAdmission, *, lookups: Lookups) -> Draft:
     pod = admission.pod
     spec = as_mapping(pod.get("spec"))
-    annotations = as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
+    annotations = annotations_of(pod)
     previous = clusterselector.parse(annotations.get(clusterselector.ANNOTATION))
     owner = avoidance.controller_of(pod)
     if clusterselector.ANNOTATION in annotations and previous is None:
@@ -485,7 +485,7 @@ def _annotation_patch(
     """The operations that set (a string) or remove (None) each annotation of `changes`:
     one `add` of the whole map when the pod has no annotations yet (an `add` per key would
     each replace the map the one before made)."""
-    current = as_mapping(pod.get("metadata")).get("annotations")
+    current = meta_of(pod).get("annotations")
     if not isinstance(current, Mapping):
         values = {k: v for k, v in changes.items() if v is not None}
         return patches.set_member(pod, ("metadata", "annotations"), values) if values else []

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tensile.contracts.objects import meta_of
 from webhook.mutation import CREATE, PodAdmission
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
@@ -69,7 +70,7 @@ def parse(body: bytes) -> Review:
     for part in ("metadata", "spec"):
         if not isinstance(pod.get(part, {}), dict):
             raise BadReview(f"request.object is not a Pod: {part} is not an object")
-    metadata = pod.get("metadata", {})
+    metadata = meta_of(pod)
     for part in ("labels", "annotations"):
         # null is how JSON says "none" (the decision reads it so); anything else but an
         # object is not a Pod's metadata.

@@ -40,7 +40,14 @@ from scheduler.slices.pods import BoundPods, slim_pod
 from scheduler.slices.record import Holding, Units, record_of, units
 from scheduler.slices.settings import SliceSettings
 from tensile.contracts import labels
-from tensile.contracts.objects import Obj, as_mapping
+from tensile.contracts.objects import (
+    Obj,
+    annotations_of,
+    as_mapping,
+    meta_of,
+    name_of,
+    namespace_of,
+)
 from tensile.contracts.quotaslices import SLICES_ANNOTATION
 from tensile.kube import errors
 from tensile.kube.client import MERGE_PATCH, ApiClient
@@ -62,7 +69,7 @@ _QUOTA_NAMESPACE = "quota-slices/namespace"
 
 
 def _namespace_index(obj: Obj) -> list[str]:
-    return [str(as_mapping(obj.get("metadata")).get("namespace") or "")]
+    return [namespace_of(obj)]
 
 
 class SliceController:
@@ -169,13 +176,9 @@ class SliceController:
         """Which of the virtual `nodes` `pod` may not go to within its namespace's slices,
         and why (`admission.admit`); {} for a namespace without a record. The
         pod's requests are read once for all nodes (the extender's hot path)."""
-        namespace = str(as_mapping(pod.get("metadata")).get("namespace") or "")
+        namespace = namespace_of(pod)
         found = self.namespaces.store.get(namespace)
-        record = (
-            self._record(as_mapping(as_mapping(found.get("metadata")).get("annotations")))
-            if found is not None
-            else None
-        )
+        record = self._record(annotations_of(found)) if found is not None else None
         if record is None:
             self._unconstrained.inc()
             return {}
@@ -204,7 +207,7 @@ class SliceController:
         self.queue.add(object_key(obj))
 
     def _enqueue_namespace_of(self, obj: Obj) -> None:
-        self.queue.add(str(as_mapping(obj.get("metadata")).get("namespace") or ""))
+        self.queue.add(namespace_of(obj))
 
     def _resync_soon(self, _obj: Obj | None = None) -> None:
         """Look at every namespace with a quota or a record again, after `sync_delay`."""
@@ -236,7 +239,7 @@ class SliceController:
         """Decide for one namespace and write what changed. Raises the API errors of the
         write (the queue retries it with backoff)."""
         obj = self.namespaces.store.get(namespace)
-        meta = as_mapping(obj.get("metadata")) if obj is not None else {}
+        meta = meta_of(obj) if obj is not None else {}
         if obj is None or meta.get("deletionTimestamp"):
             self._written.pop(namespace, None)
             self._set_gauges(namespace, None, 0)
@@ -329,7 +332,7 @@ class SliceController:
         unusable: dict[str, str] = {}
         kept: dict[str, Units] = {}
         for node in self.nodes.store:
-            name = str(as_mapping(node.get("metadata")).get("name") or "")
+            name = name_of(node)
             why = usable(node)
             if why is None:
                 nodes[name] = allocatable(node)
@@ -343,7 +346,7 @@ class SliceController:
         """Every namespace's record in force (the cache, with our writes not yet in it)."""
         out: dict[str, Mapping[str, Holding]] = {}
         for obj in self.namespaces.store:
-            meta = as_mapping(obj.get("metadata"))
+            meta = meta_of(obj)
             name = str(meta.get("name") or "")
             annotations = dict(as_mapping(meta.get("annotations")))
             written = self._written.get(name)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from tensile.contracts.objects import as_list, as_mapping
+from tensile.contracts.objects import as_list, as_mapping, name_of
 
 Refusals = Callable[[Mapping[str, Any], Iterable[str]], Mapping[str, str]]
 """(pod, virtual node names) -> the nodes refused and why (`SliceController.refusals`)."""
@@ -48,7 +48,7 @@ def within_slices(
         node_list["items"] = [
             item
             for item in as_list(node_list.get("items"))
-            if as_mapping(as_mapping(item).get("metadata")).get("name") not in refused
+            if name_of(as_mapping(item)) not in refused
         ]
         out[nodes] = node_list
     return out

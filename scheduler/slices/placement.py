@@ -38,7 +38,7 @@ from fractions import Fraction
 from typing import Any, Final
 
 from scheduler.slices.record import Holding, Record, Slice, Units, units
-from tensile.contracts.objects import as_list, as_mapping
+from tensile.contracts.objects import annotations_of, as_list, as_mapping
 from tensile.kube.quantity import parse_quantity
 from tensile.placement import summary
 
@@ -192,7 +192,7 @@ def headroom_base(node: Mapping[str, Any]) -> Units:
     placement summary the virtual node publishes (`tensile.placement.summary`, the same base
     the extender keeps headroom of); the virtual node's own allocatable when it publishes
     none, or one that cannot be read. `Units`."""
-    annotations = as_mapping(as_mapping(node.get("metadata")).get("annotations"))
+    annotations = annotations_of(node)
     text = annotations.get(summary.ANNOTATION)
     if isinstance(text, str):
         try:

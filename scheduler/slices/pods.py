@@ -9,7 +9,7 @@ from typing import Any
 
 from scheduler.slices.placement import PodUse
 from scheduler.slices.record import Units, units
-from tensile.contracts.objects import Obj, as_mapping, dicts_in
+from tensile.contracts.objects import Obj, as_mapping, dicts_in, meta_of
 from tensile.kube.resources import object_key
 from tensile.placement.requests import pod_requests
 
@@ -18,7 +18,7 @@ def slim_pod(pod: Obj) -> Obj:
     """What the bound-pods informer keeps of a pod: its name and namespace, its node and
     what `pod_requests` reads (containers' and init containers' resources, sidecar
     restart policies, pod-level resources, overhead): a tenth of a pod, at 10,000 pods."""
-    meta = as_mapping(pod.get("metadata"))
+    meta = meta_of(pod)
     spec = as_mapping(pod.get("spec"))
     kept_spec: Obj = {
         key: spec[key] for key in ("nodeName", "overhead", "resources") if key in spec
@@ -39,7 +39,7 @@ def pod_use(pod: Mapping[str, Any]) -> PodUse | None:
     """The namespace, node and cpu/memory requests (`Units`) of a bound pod; None when
     unbound or when a quantity in it cannot be read (the apiserver validates them: only a
     hand-made object)."""
-    meta = as_mapping(pod.get("metadata"))
+    meta = meta_of(pod)
     node = as_mapping(pod.get("spec")).get("nodeName")
     if not node:
         return None

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensile.contracts import labels
-from tensile.contracts.objects import as_list, as_mapping
+from tensile.contracts.objects import annotations_of, as_list, as_mapping, meta_of
 from tensile.contracts.scheduling import REQUIRED
 
 DEFAULT_LOCATION: tuple[str, str] = ("tensile-system", "tensile-avoid")
@@ -91,7 +91,7 @@ class Avoidance:
 def controller_of(pod: Mapping[str, Any]) -> Owner | None:
     """Return the pod's controller (its ownerReference with `controller: true` and a UID
     usable as a ConfigMap key), or None for a bare pod."""
-    meta = as_mapping(pod.get("metadata"))
+    meta = meta_of(pod)
     for item in as_list(meta.get("ownerReferences")):
         ref = as_mapping(item)
         uid = ref.get("uid")
@@ -295,7 +295,7 @@ def excluded_by_name(affinity: Mapping[str, Any] | None) -> frozenset[str]:
 def added_nodes(pod: Mapping[str, Any]) -> frozenset[str]:
     """Return the virtual nodes the webhook's `ADDED_ANNOTATION` on `pod` names (empty when
     it has none)."""
-    annotations = as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
+    annotations = annotations_of(pod)
     value = annotations.get(ADDED_ANNOTATION)
     if not isinstance(value, str):
         return frozenset()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tensile.contracts.objects import as_list, as_mapping
+from tensile.contracts.objects import annotations_of, as_list, as_mapping, meta_of
 
 DESCHEDULE_COUNT_ANNOTATION = "sigs.k8s.io/deschedule-count"
 """How many times the descheduler moved a pod (a decimal string), tensile-kube's name."""
@@ -37,7 +37,7 @@ UNPLACEABLE_REASONS = frozenset({"Unschedulable", "SchedulerError"})
 
 def deschedule_count(pod: Mapping[str, Any]) -> int:
     """Return the pod's `sigs.k8s.io/deschedule-count` (0 when absent or not a number)."""
-    annotations = as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
+    annotations = annotations_of(pod)
     value = annotations.get(DESCHEDULE_COUNT_ANNOTATION)
     try:
         return max(0, int(str(value)))
@@ -47,12 +47,12 @@ def deschedule_count(pod: Mapping[str, Any]) -> int:
 
 def is_left_alone(pod: Mapping[str, Any]) -> bool:
     """Tell whether `pod` carries LEFT_ALONE_ANNOTATION (any value)."""
-    return LEFT_ALONE_ANNOTATION in as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
+    return LEFT_ALONE_ANNOTATION in annotations_of(pod)
 
 
 def replaces(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     """Return (name, UID) of the pod that `pod` replaces; None unless it is a replacement."""
-    annotations = as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
+    annotations = annotations_of(pod)
     name = annotations.get(REPLACES_ANNOTATION)
     uid = annotations.get(REPLACES_UID_ANNOTATION)
     if isinstance(name, str) and isinstance(uid, str) and name and uid:
@@ -71,7 +71,7 @@ def unplaceable_condition(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
     place it (False, reason Unschedulable or SchedulerError) and the pod is Pending and not
     going away; else None."""
     status = as_mapping(pod.get("status"))
-    meta = as_mapping(pod.get("metadata"))
+    meta = meta_of(pod)
     if status.get("phase") != "Pending" or meta.get("deletionTimestamp"):
         return None
     scheduled = next(

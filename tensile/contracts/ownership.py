@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensile.contracts.labels import VIRTUAL_POD_LABEL, VIRTUAL_POD_VALUE
-from tensile.contracts.objects import annotations_of
+from tensile.contracts.objects import annotations_of, meta_of
 
 GLOBAL_ANNOTATION = "global"
 """On every owned lower object, value "true" (tensile-kube's mark of what a virtual node made)."""
@@ -112,7 +112,7 @@ def is_owned(obj: Mapping[str, Any], *, owner: NodeIdentity) -> bool:
     All four marks must agree: the labels (what we select on) and the annotations (the
     full values, which labels only hash when they are long).
     """
-    meta = obj.get("metadata") or {}
+    meta = meta_of(obj)
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
     return bool(
@@ -126,7 +126,7 @@ def is_owned(obj: Mapping[str, Any], *, owner: NodeIdentity) -> bool:
 def same_cluster(obj: Mapping[str, Any], *, owner: NodeIdentity) -> bool:
     """Tell whether a lower object was made for `owner`'s upper cluster (by any of its
     virtual nodes): both cluster marks agree."""
-    meta = obj.get("metadata") or {}
+    meta = meta_of(obj)
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
     return bool(
@@ -159,7 +159,7 @@ def owner_marks(owner: NodeIdentity) -> tuple[dict[str, str], dict[str, str]]:
 def owner_of(obj: Mapping[str, Any]) -> str:
     """Describe who owns a lower object by its marks, for messages ("virtual node X of
     cluster Y", or "not tensile")."""
-    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    annotations = annotations_of(obj)
     node, cluster = annotations.get(NODE_ANNOTATION), annotations.get(CLUSTER_ANNOTATION)
     if not node:
         return "not managed by tensile"

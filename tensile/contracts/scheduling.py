@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from tensile.contracts.objects import as_list, as_mapping
+from tensile.contracts.objects import as_list, as_mapping, meta_of
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 """The affinity field the scheduler must satisfy (node, pod and pod anti-affinity)."""
@@ -94,7 +94,7 @@ def unfit(spec: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
     Node object) for its node selection -- its nodeSelector, its required node affinity, a
     NoSchedule/NoExecute taint it does not tolerate -- or None when nothing of that rules
     the node out. Raises nothing for any JSON-shaped input."""
-    meta = as_mapping(node.get("metadata"))
+    meta = meta_of(node)
     name = str(meta.get("name") or "")
     labels = {str(k): str(v) for k, v in as_mapping(meta.get("labels")).items()}
     selector = as_mapping(spec.get("nodeSelector"))

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from tensile.contracts.objects import meta_of
 from tensile.kube.client import METADATA_LIST, ApiClient
 from tensile.kube.informer import Informer
 from tensile.kube.resources import object_key
@@ -122,7 +123,7 @@ async def audit(informer: Informer, *, client: ApiClient, settings: AuditSetting
         pairs = [(object_key(item), _version(item)) for item in page.get("items") or []]
         listed.update(key for key, _ in pairs)
         suspects += page_suspects(pairs, store.version)
-        token = (page.get("metadata") or {}).get("continue")
+        token = meta_of(page).get("continue")
         if not token:
             break
         params["continue"] = token

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
+from tensile.contracts.objects import meta_of
 from tensile.kube import errors
 from tensile.kube.client import MERGE_PATCH, ApiClient
 from tensile.kube.resources import EVENTS
@@ -58,7 +59,7 @@ class EventRecorder:
 
         `kind`/`api_version` name the involved object's type when `obj` does not (objects
         from a list carry neither; default: its own, else a v1 Pod)."""
-        meta: Mapping[str, Any] = obj.get("metadata") or {}
+        meta: Mapping[str, Any] = meta_of(obj)
         namespace = str(meta.get("namespace") or "default")
         message = message[:1024]
         now = rfc3339(dt.datetime.now(dt.UTC))

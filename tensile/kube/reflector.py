@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import aiohttp
 
-from tensile.contracts.objects import Obj
+from tensile.contracts.objects import Obj, meta_of, resource_version_of
 from tensile.kube import codec, errors, metrics
 from tensile.kube.backoff import ExponentialBackoff, jittered
 from tensile.kube.client import ApiClient
@@ -247,7 +247,7 @@ class Reflector:
                 seen.clear()
                 continue
             self._store_page(page.get("items") or [], seen=seen)
-            meta = page.get("metadata") or {}
+            meta = meta_of(page)
             token = meta.get("continue")
             if not token:
                 self._delete_unseen(seen)
@@ -359,7 +359,7 @@ def _is_object(obj: dict[str, Any]) -> bool:
 
 
 def _rv_of(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    return resource_version_of(obj)
 
 
 async def _idle_bounded(response: Any, idle: float, *, ended: Callable[[], bool]) -> Any:

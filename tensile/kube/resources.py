@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tensile.contracts.objects import meta_of
+
 
 @dataclass(frozen=True, kw_only=True)
 class Resource:
@@ -60,7 +62,7 @@ def _quote(segment: str) -> str:
 
 def object_key(obj: Mapping[str, Any]) -> str:
     """Return the cache key of an object: "namespace/name", or "name" for cluster objects."""
-    meta = obj.get("metadata") or {}
+    meta = meta_of(obj)
     namespace = meta.get("namespace")
     name = str(meta.get("name", ""))
     return f"{namespace}/{name}" if namespace else name

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
-from tensile.contracts.objects import as_list, as_mapping
+from tensile.contracts.objects import as_list, as_mapping, meta_of
 from tensile.contracts.scheduling import FILTERED_EFFECTS, REQUIRED, selector_matches, tolerates
 from tensile.kube.quantity import parse_quantity
 from tensile.placement.requests import pod_requests
@@ -161,7 +161,7 @@ def node_room(
     """Return the `NodeRoom` of `node` (a Node object) whose pods request `requested`
     (summed `pod_requests`, "pods" their count) and hold `held_ports`.
     Raises ValueError for a malformed quantity."""
-    meta = as_mapping(node.get("metadata"))
+    meta = meta_of(node)
     spec = as_mapping(node.get("spec"))
     status = as_mapping(node.get("status"))
     allocatable = units(

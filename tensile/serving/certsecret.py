@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tensile.contracts.objects import meta_of
 from tensile.kube import errors
 from tensile.kube.client import ApiClient
 from tensile.kube.resources import SECRETS
@@ -171,7 +172,7 @@ def _secret(
 ) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": name, "namespace": namespace}
     if previous is not None:
-        metadata = {**previous.get("metadata", {}), **metadata}
+        metadata = {**meta_of(previous), **metadata}
     else:
         metadata["labels"] = {MANAGED_BY: manager}
     encoded = {

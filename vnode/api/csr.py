@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tensile.contracts.objects import Obj
+from tensile.contracts.objects import Obj, meta_of, uid_of
 from tensile.kube import errors
 from tensile.kube.backoff import ExponentialBackoff, jittered
 from tensile.kube.client import ApiClient
@@ -113,7 +113,7 @@ async def request_certificate(
     what we asked for; errors.ApiError / ApiUnavailable when it cannot be created.
     """
     created = await upper.request("POST", CSRS.path(), body=manifest)
-    meta = created.get("metadata") or {}
+    meta = meta_of(created)
     name, uid = str(meta.get("name", "")), str(meta.get("uid", ""))
     logger.info("kubelet API: requested a serving certificate: CSR %s (signer %s)", name, SIGNER)
     store = Store()
@@ -201,7 +201,7 @@ class _Waiting:
         CertificateRejected when it can never be issued to us."""
         self.retry_in = None
         name = self._name
-        if csr is None or (csr.get("metadata") or {}).get("uid") != self._uid:
+        if csr is None or uid_of(csr) != self._uid:
             raise CertificateRejected(f"CSR {name} was deleted before a certificate was issued")
         state = csr_status(csr)
         if state.phase in ("Denied", "Failed"):

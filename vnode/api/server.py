@@ -20,7 +20,7 @@ from typing import Final, NoReturn, Protocol
 
 from aiohttp import typedefs, web
 
-from tensile.contracts.objects import Obj
+from tensile.contracts.objects import Obj, uid_of
 from vnode import provider_errors
 from vnode.api import auth, channels, logs, portforward, remotecommand, run, stats, streaming
 from vnode.api.spdy_session import SpdyTransport
@@ -377,7 +377,7 @@ def _bound_pod(context: ApiContext, request: web.Request) -> Obj:
     namespace, name = request.match_info["namespace"], request.match_info["pod"]
     pod = context.pod(namespace, name)
     uid = request.match_info.get("uid")
-    if pod is None or (uid and uid != pod["metadata"].get("uid")):
+    if pod is None or (uid and uid != uid_of(pod)):
         raise web.HTTPNotFound(text=f"pod {namespace}/{name} not found on this node")
     return pod
 

@@ -18,6 +18,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from tensile.contracts.objects import meta_of, name_of, namespace_of
 from tensile.kube.timestamps import rfc3339
 from vnode.provider import NodeUsage, Usage
 
@@ -162,7 +163,7 @@ def running_pods(pods: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     UID; name and image of the running containers)."""
     items: list[dict[str, Any]] = []
     for pod in pods:
-        meta = pod.get("metadata") or {}
+        meta = meta_of(pod)
         statuses = (pod.get("status") or {}).get("containerStatuses") or []
         running = [
             {"name": s.get("name"), "image": s.get("image")}
@@ -181,5 +182,5 @@ def running_pods(pods: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
                     "status": {},
                 }
             )
-    items.sort(key=lambda p: (str(p["metadata"]["namespace"]), str(p["metadata"]["name"])))
+    items.sort(key=lambda p: (namespace_of(p), name_of(p)))
     return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}

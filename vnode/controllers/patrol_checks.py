@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import AsyncIterator, Iterable
 from typing import Protocol, TypeVar
 
+from tensile.contracts.objects import uid_of
 from tensile.kube.mirror.engine import Mirror
 from tensile.kube.resources import object_key
 from vnode.controllers import patrol_decisions
@@ -67,7 +68,7 @@ class PodCheck:
         async for pod in paced(store):
             key = object_key(pod)
             backend = self._provider.backend_pod(pod)
-            uid = str(pod["metadata"].get("uid"))
+            uid = uid_of(pod)
             reason = patrol_decisions.upper_pod_drift(
                 pod,
                 backend=backend,
@@ -82,7 +83,7 @@ class PodCheck:
             upper = store.get(key)
             reason = patrol_decisions.backend_pod_drift(
                 upper_uid=uid,
-                upper_uid_now=None if upper is None else str(upper["metadata"].get("uid")),
+                upper_uid_now=None if upper is None else uid_of(upper),
                 deleting=self._pods.deleting(key),
                 in_hand=self._in_hand(key) or book.backend_writing(uid),
             )

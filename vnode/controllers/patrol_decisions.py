@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tensile.contracts.objects import deletion_timestamp_of
 from tensile.kube.mirror.decide import Action, Create, Delete, Recreate, Update
 from tensile.kube.resources import pod_is_terminal
 from vnode.controllers import pod_decisions
@@ -47,11 +48,9 @@ def upper_pod_drift(
     """
     if in_hand or pod_decisions.rejection(pod) is not None:
         return None
-    deleting = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+    deleting = bool(deletion_timestamp_of(pod))
     if deleting:
-        below_deleting = backend is not None and (backend.get("metadata") or {}).get(
-            "deletionTimestamp"
-        )
+        below_deleting = backend is not None and deletion_timestamp_of(backend)
         return None if below_deleting else "lost_deletion"
     if pod_is_terminal(pod):
         return None

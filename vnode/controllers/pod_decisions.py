@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tensile.contracts.objects import meta_of
 from tensile.kube.resources import TERMINAL_PHASES
 
 _MUTABLE_SPEC = ("containers", "initContainers", "activeDeadlineSeconds", "tolerations")
@@ -17,7 +18,7 @@ _MUTABLE_SPEC = ("containers", "initContainers", "activeDeadlineSeconds", "toler
 def spec_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """Tell whether an upper pod update needs the provider (virtual-kubelet's podShouldEnqueue):
     a mutable spec field, labels, annotations or the deletion state changed."""
-    old_meta, new_meta = old.get("metadata") or {}, new.get("metadata") or {}
+    old_meta, new_meta = meta_of(old), meta_of(new)
     for f in ("labels", "annotations", "deletionTimestamp", "deletionGracePeriodSeconds", "uid"):
         if old_meta.get(f) != new_meta.get(f):
             return True
@@ -53,7 +54,7 @@ def rejection(pod: Mapping[str, Any]) -> str | None:
     node, which a whole lower cluster is not) are refused with a status saying so,
     instead of being left Pending forever as tensile-kube did.
     """
-    meta = pod.get("metadata") or {}
+    meta = meta_of(pod)
     if meta.get("namespace") == "kube-system":
         return "pods in kube-system are not forwarded by a virtual node"
     for owner in meta.get("ownerReferences") or []:

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from tensile.contracts.objects import Obj
+from tensile.contracts.objects import Obj, deletion_timestamp_of, meta_of
 from tensile.kube import errors, timestamps
 from tensile.kube.backoff import ExponentialBackoff
 from tensile.kube.client import MERGE_PATCH, ApiClient
@@ -193,7 +193,7 @@ class PodController:
                     pod, type="Warning", reason="UnsupportedPod", message=refusal
                 )
             return
-        meta = pod["metadata"]
+        meta = meta_of(pod)
         if meta.get("deletionTimestamp"):
             if await self._delete_below(pod):
                 await self._final_delete(pod)
@@ -236,7 +236,7 @@ class PodController:
     async def _delete_below(self, pod: Obj) -> bool:
         """Have the provider delete `pod` (its grace period); True once it is gone below.
         Raises Transient while the backend is unavailable: a deletion is never given up."""
-        grace = (pod.get("metadata") or {}).get("deletionGracePeriodSeconds")
+        grace = meta_of(pod).get("deletionGracePeriodSeconds")
         try:
             return await self._provider.delete_pod(pod, grace_period=grace)
         except provider_errors.BackendUnavailable as exc:
@@ -282,7 +282,7 @@ class PodController:
             )
 
     async def _final_delete(self, pod: Obj) -> None:
-        meta = pod["metadata"]
+        meta = meta_of(pod)
         body = {
             "apiVersion": "v1",
             "kind": "DeleteOptions",
@@ -304,11 +304,7 @@ class PodController:
             self._moved.discard(key)
             # Only a deletion below concerns the spec side (finishing an upper deletion, or
             # failing a pod whose backend pod vanished).
-            if (
-                pod is None
-                or pod["metadata"].get("deletionTimestamp")
-                or self._provider.backend_pod(pod) is None
-            ):
+            if pod is None or deletion_timestamp_of(pod) or self._provider.backend_pod(pod) is None:
                 self.pods_from_upper.add(key)
         if pod is None or pod_is_terminal(pod):
             return

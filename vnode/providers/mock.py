@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tensile.contracts.objects import Obj
+from tensile.contracts.objects import Obj, uid_of
 from tensile.kube.informer import Informer
 from tensile.kube.quantity import parse_quantity
 from tensile.kube.resources import object_key
@@ -215,7 +215,7 @@ class MockProvider:
         else:
             now = rfc3339(dt.datetime.now(dt.UTC))
             status = running_status(pod, node_ip=self._node_ip, now=now)
-        self._pods[key] = (str(pod["metadata"].get("uid")), status)
+        self._pods[key] = (uid_of(pod), status)
         self._notify(key)
         return []
 
@@ -226,14 +226,14 @@ class MockProvider:
         """Forget the pod; it is gone at once (True)."""
         key = object_key(pod)
         held = self._pods.get(key)
-        if held is not None and held[0] == str(pod["metadata"].get("uid")):
+        if held is not None and held[0] == uid_of(pod):
             del self._pods[key]
         return True
 
     def backend_pod(self, pod: Obj) -> Obj | None:
         """Return the pod as the mock runs it (same UID), or None."""
         held = self._pods.get(object_key(pod))
-        if held is None or held[0] != str(pod["metadata"].get("uid")):
+        if held is None or held[0] != uid_of(pod):
             return None
         return {"metadata": pod["metadata"], "status": held[1]}
 

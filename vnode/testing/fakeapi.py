@@ -32,7 +32,7 @@ from typing import Any
 
 import aiohttp
 
-from tensile.contracts.objects import Obj
+from tensile.contracts.objects import Obj, meta_of, resource_version_of, uid_of
 from tensile.kube import errors
 from tensile.kube.client import JSON, ApiClient
 from tensile.kube.config import ConnectionInfo
@@ -174,7 +174,7 @@ class FakeApi(ApiClient):
         """Store `obj` (a copy) as `resource`, replacing one of the same name, without a
         request being recorded; assigns what a create would. Returns the stored copy."""
         stored = self._stamp(copy.deepcopy(dict(obj)), new=True)
-        meta = stored["metadata"]
+        meta = meta_of(stored)
         self._collection(_api(resource), resource.plural).objects[
             (meta.get("namespace") or "", meta["name"])
         ] = stored
@@ -397,7 +397,7 @@ class FakeApi(ApiClient):
             obj
             for (ns, _), obj in objects.items()
             if (target.namespace is None or ns == target.namespace)
-            and _selects(selector, (obj.get("metadata") or {}).get("labels") or {})
+            and _selects(selector, meta_of(obj).get("labels") or {})
         ]
         revision = str(next(self._revision))
         return {"kind": "List", "metadata": {"resourceVersion": revision}, "items": items}
@@ -435,8 +435,8 @@ def _not_allowed(method: str, target: Target) -> errors.ApiError:
 def _replaced(current: Mapping[str, Any], body: Any, target: Target) -> dict[str, Any]:
     """What a PUT of `body` makes of `current` (the status only, for /status); raises a
     409 Conflict when the body's resourceVersion is set and not the current one."""
-    wanted = str((body.get("metadata") or {}).get("resourceVersion") or "")
-    if wanted and wanted != current["metadata"]["resourceVersion"]:
+    wanted = resource_version_of(body)
+    if wanted and wanted != resource_version_of(current):
         raise status_error(
             409,
             reason="Conflict",
@@ -447,9 +447,9 @@ def _replaced(current: Mapping[str, Any], body: Any, target: Target) -> dict[str
         return {**copy.deepcopy(dict(current)), "status": copy.deepcopy(body.get("status"))}
     replaced = copy.deepcopy(dict(body))
     replaced["metadata"] = {
-        **replaced.get("metadata", {}),
-        "uid": current["metadata"]["uid"],
-        "creationTimestamp": current["metadata"].get("creationTimestamp"),
+        **meta_of(replaced),
+        "uid": uid_of(current),
+        "creationTimestamp": meta_of(current).get("creationTimestamp"),
     }
     return replaced
 
@@ -466,7 +466,7 @@ def _not_found(target: Target) -> errors.ApiError:
 
 def _check_preconditions(current: Mapping[str, Any], body: Any, target: Target) -> None:
     wanted = (body or {}).get("preconditions") or {}
-    meta = current["metadata"]
+    meta = meta_of(current)
     for field_name in ("uid", "resourceVersion"):
         if wanted.get(field_name) and wanted[field_name] != meta.get(field_name):
             raise status_error(

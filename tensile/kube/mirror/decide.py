@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from tensile.contracts.objects import Obj
+from tensile.contracts.objects import Obj, deletion_timestamp_of
 from tensile.kube.mirror.siblings import SiblingPolicy, Waiting
 from tensile.kube.mirror.spec import KindSpec, Patch, Replace
 from tensile.kube.resources import object_key
@@ -308,4 +308,4 @@ _NOT_OURS = "is not this mirror's"
 
 
 def _deleting(target: Obj) -> bool:
-    return bool(target.get("metadata", {}).get("deletionTimestamp"))
+    return bool(deletion_timestamp_of(target))

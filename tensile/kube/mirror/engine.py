@@ -14,7 +14,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Literal, NoReturn, Protocol
 
-from tensile.contracts.objects import Obj
+from tensile.contracts.objects import Obj, deletion_timestamp_of, meta_of, name_of, namespace_of
 from tensile.kube import errors
 from tensile.kube.client import MERGE_PATCH, ApiClient
 from tensile.kube.informer import Handlers, Informer
@@ -370,7 +370,7 @@ class Mirror:
                 return await self._create(key, source, desired)
             case Update(target=target, patch=patch):
                 logger.info("%s: updating %s", self.name, object_key(target))
-                meta = target["metadata"]
+                meta = meta_of(target)
                 path = self.spec.target.path(namespace=meta.get("namespace"), name=meta["name"])
                 try:
                     updated: Obj = await self._target_client.request(
@@ -406,7 +406,7 @@ class Mirror:
     ) -> Obj | None:
         """POST `desired`; on AlreadyExists hand the existing object to `ensure` (`_Existed`,
         when `asked`), else decide and perform what the met object needs."""
-        namespace = desired.get("metadata", {}).get("namespace")
+        namespace = namespace_of(desired)
         await self._prepare_namespace(namespace, source)
         path = self.spec.target.path(namespace=namespace)
         target_key = self.tenancy.target_key(key)
@@ -418,11 +418,11 @@ class Mirror:
                     break
                 except errors.AlreadyExists:
                     self._in_flight.abandoned(target_key)
-                    name = desired["metadata"]["name"]
+                    name = name_of(desired)
                     existing = await self._target_client.request(
                         "GET", self.spec.target.path(namespace=namespace, name=name)
                     )
-                    if asked and not existing.get("metadata", {}).get("deletionTimestamp"):
+                    if asked and not deletion_timestamp_of(existing):
                         raise _Existed(existing) from None
                     met = self._decide(key, source, existing, "met")
                     return await self._perform(key, source, met)
@@ -447,9 +447,7 @@ class Mirror:
         if not namespace or self._namespaces is None:
             return
         try:
-            await self._namespaces.ensure(
-                namespace, source_namespace=str(source["metadata"]["namespace"])
-            )
+            await self._namespaces.ensure(namespace, source_namespace=namespace_of(source))
         except Refused as exc:
             await self._problem(source, str(exc))
             raise
@@ -469,7 +467,7 @@ class Mirror:
         sibling's copy made again for it is made in its owner's name."""
         if not self.tenancy.owned(current):
             self._remade[remade_for] = current
-        meta = current["metadata"]
+        meta = meta_of(current)
         path = self.spec.target.path(namespace=meta.get("namespace"), name=meta["name"])
         body = {
             "apiVersion": "v1",
@@ -488,7 +486,7 @@ class Mirror:
         patch = self.spec.report(source, target)
         if patch is None:
             return
-        meta = source["metadata"]
+        meta = meta_of(source)
         try:
             await self._source_client.request(
                 "PATCH",

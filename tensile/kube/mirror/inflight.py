@@ -4,7 +4,7 @@ made is deleted by its UID if its source goes at once."""
 
 from __future__ import annotations
 
-from tensile.contracts.objects import Obj
+from tensile.contracts.objects import Obj, uid_of
 
 
 def known_target(cached: Obj | None, *, created: Obj | None, deleted: str | None) -> Obj | None:
@@ -24,7 +24,7 @@ def deletion_seen(cached: Obj | None, deleted: str) -> bool:
 
 def uid(obj: Obj) -> str:
     """The UID of `obj` ("" if it has none)."""
-    return str((obj.get("metadata") or {}).get("uid") or "")
+    return uid_of(obj)
 
 
 class WritesInFlight:

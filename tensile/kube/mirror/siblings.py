@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tensile.contracts.objects import Obj
+from tensile.contracts.objects import Obj, resource_version_of
 from tensile.kube.mirror.spec import Creation, KindSpec, Tenancy
 
 SIBLING_GRACE = 3.0
@@ -96,7 +96,7 @@ class SiblingPolicy:
         seconds."""
         if self.tenancy.owned(target):
             return None
-        version = str(target.get("metadata", {}).get("resourceVersion") or "")
+        version = resource_version_of(target)
         if waited is None or waited.resource_version != version or self.stale(waited, now):
             waited = Waiting(resource_version=version, due=now + self.grace)
         return waited if now < waited.due else None

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from prometheus_client import Gauge
 
 from tensile.contracts.labels import VIRTUAL_POD_LABEL
-from tensile.contracts.objects import Obj
+from tensile.contracts.objects import Obj, meta_of
 from tensile.kube import errors
 from tensile.kube.client import MERGE_PATCH, ApiClient
 from tensile.kube.events import EventRecorder
@@ -229,12 +229,12 @@ class TensileKubeAdoption:
             for item in page.get("items") or []:
                 if isinstance(item, dict):
                     items.append(item)
-            token = (page.get("metadata") or {}).get("continue")
+            token = meta_of(page).get("continue")
             if not token:
                 return items
             query["continue"] = str(token)
 
 
 def _key(obj: Obj) -> str:
-    meta = obj.get("metadata") or {}
+    meta = meta_of(obj)
     return f"{meta.get('namespace')}/{meta.get('name')}"

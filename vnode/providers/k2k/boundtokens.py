@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensile.contracts import ownership
-from tensile.contracts.objects import as_mapping, dicts_in
+from tensile.contracts.objects import annotations_of, as_mapping, dicts_in, meta_of
 
 DEFAULT_EXPIRATION = 3607
 """Seconds a token lives when the projected source names no expiry (the ServiceAccount
@@ -104,7 +104,7 @@ def asks(pod: Mapping[str, Any]) -> list[TokenAsk]:
 
 def token_request(ask: TokenAsk, *, pod: Mapping[str, Any]) -> dict[str, Any]:
     """The TokenRequest body for `ask`, bound to upper `pod` (name and UID)."""
-    meta = as_mapping(pod.get("metadata"))
+    meta = meta_of(pod)
     spec: dict[str, Any] = {
         "expirationSeconds": ask.expiration,
         "boundObjectRef": {
@@ -209,7 +209,7 @@ def is_token_secret(secret: Mapping[str, Any], *, cluster_id: str) -> bool:
     """Tell whether lower `secret` is a token Secret written for a virtual node of upper
     cluster `cluster_id` (this type, that cluster's annotation): the only Secrets the token
     writer may take over when the name it wants is taken."""
-    annotations = as_mapping(as_mapping(secret.get("metadata")).get("annotations"))
+    annotations = annotations_of(secret)
     return (
         secret.get("type") == SECRET_TYPE
         and annotations.get(ownership.CLUSTER_ANNOTATION) == cluster_id
@@ -224,7 +224,7 @@ def renewal_ends(
     there, or None to renew. They end with the pod, as the kubelet's do: once the upper pod
     is deleting or another pod of that name, once it has finished (Succeeded or Failed:
     nothing in it runs to use a token), and once the lower pod is gone."""
-    meta = as_mapping(upper_pod.get("metadata"))
+    meta = meta_of(upper_pod)
     if meta.get("deletionTimestamp"):
         return "the upper pod is going"
     if meta.get("uid") != upper_uid:

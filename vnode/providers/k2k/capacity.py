@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from fractions import Fraction
 from typing import Any, Final
 
+from tensile.contracts.objects import name_of
 from tensile.kube.quantity import format_quantity
 from tensile.kube.resources import pod_is_terminal
 from tensile.placement.requests import (
@@ -146,7 +147,7 @@ class Ledger:
         used: dict[str, Fraction] = {}
         for node in nodes:
             if node_is_usable(node):
-                name = (node.get("metadata") or {}).get("name") or ""
+                name = name_of(node)
                 total = plus(total, resource_list((node.get("status") or {}).get("allocatable")))
                 used = plus(used, self._nodes.get(name, {}))
         return {name: max(_ZERO, amount - used.get(name, _ZERO)) for name, amount in total.items()}

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensile.contracts import ownership
-from tensile.contracts.objects import Obj
+from tensile.contracts.objects import Obj, annotations_of, meta_of, name_of, namespace_of
 from tensile.kube import errors
 from tensile.kube.client import ApiClient
 from tensile.kube.informer import Handlers, Informer
@@ -59,7 +59,7 @@ def copy_of(
     upper: Mapping[str, Any], *, kind: str, namespace: str, owner: ownership.NodeIdentity
 ) -> Obj:
     """Return the lower copy of an upper ConfigMap, Secret or ServiceAccount (pure)."""
-    meta = upper.get("metadata") or {}
+    meta = meta_of(upper)
     labels, annotations = ownership.owner_marks(owner)
     copy: Obj = {
         "apiVersion": "v1",
@@ -115,7 +115,7 @@ def copy_spec(*, kind: str, tenancy: naming.NodeTenancy) -> KindSpec:
     owner, prefix = tenancy.owner, tenancy.prefix
 
     def translate_one(upper: Obj) -> Obj:
-        namespace = naming.lower_namespace(str(upper["metadata"]["namespace"]), prefix=prefix)
+        namespace = naming.lower_namespace(namespace_of(upper), prefix=prefix)
         return copy_of(upper, kind=kind, namespace=namespace, owner=owner)
 
     def compare(lower: Obj, desired: Obj) -> Change:
@@ -148,7 +148,7 @@ def _refs_of(pod: Mapping[str, Any]) -> set[tuple[str, str]]:
 
 
 def _ref_index(pod: Obj) -> list[str]:
-    namespace = (pod.get("metadata") or {}).get("namespace")
+    namespace = namespace_of(pod)
     return [f"{namespace}/{kind}/{name}" for kind, name in _refs_of(pod)]
 
 
@@ -242,7 +242,7 @@ class DependencySync:
 
     def _handlers_for(self, kind: str) -> Handlers:
         def changed(obj: Obj) -> None:
-            meta = obj.get("metadata") or {}
+            meta = meta_of(obj)
             for pod_key in self._waiting.pop(
                 (kind, str(meta.get("namespace")), str(meta.get("name"))), ()
             ):
@@ -295,7 +295,7 @@ class DependencySync:
         """Mark `pod`'s creation while it runs and until its lower pod is cached, so the
         copies it needs are not collected in between. A creation that fails has its copies
         looked at again (they may be unused now)."""
-        meta = pod["metadata"]
+        meta = meta_of(pod)
         key = f"{meta['namespace']}/{meta['name']}"
         lower_ns = naming.lower_namespace(str(meta["namespace"]), prefix=self._prefix)
         refs = _refs_of(pod)
@@ -317,8 +317,8 @@ class DependencySync:
         for a same-named lower object that is not ours or a copy the lower cluster refuses
         (the copies made so far are removed again), and kube errors for API failures.
         """
-        upper_ns = str(pod["metadata"]["namespace"])
-        pod_key = f"{upper_ns}/{pod['metadata']['name']}"
+        upper_ns = namespace_of(pod)
+        pod_key = f"{upper_ns}/{name_of(pod)}"
         lower_ns = naming.lower_namespace(upper_ns, prefix=self._prefix)
         deps = translate.dependencies(pod)
 
@@ -381,7 +381,7 @@ class DependencySync:
         return the mirror's result, None when the object was deleted upstairs just now.
         Raises InvalidPod when a same-named lower object is not ours or the lower cluster
         refuses the copy (then the copies in `created`, made for `pod` so far, go again)."""
-        upper_ns = str(pod["metadata"]["namespace"])
+        upper_ns = namespace_of(pod)
         lower_ns = naming.lower_namespace(upper_ns, prefix=self._prefix)
         try:
             return await self.mirrors[kind].ensure(f"{upper_ns}/{name}")
@@ -425,13 +425,13 @@ class DependencySync:
     ) -> None:
         """Delete the copies made for `pod`, which the lower cluster refused, unless another
         pod uses them (at once: the refusal is reported only after this)."""
-        meta = pod["metadata"]
+        meta = meta_of(pod)
         self._creations.pop(f"{meta['namespace']}/{meta['name']}", None)
         for kind, _namespace, name in created:
             await self.mirrors[kind].collect(f"{meta['namespace']}/{name}")
 
 
 def _upper_keys(lower_pod: Obj) -> list[str]:
-    annotations = (lower_pod.get("metadata") or {}).get("annotations") or {}
+    annotations = annotations_of(lower_pod)
     namespace = annotations.get(ownership.UPPER_NAMESPACE_ANNOTATION)
-    return [f"{namespace}/{lower_pod['metadata']['name']}"] if namespace else []
+    return [f"{namespace}/{name_of(lower_pod)}"] if namespace else []

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tensile.contracts import ownership
-from tensile.contracts.objects import Obj
+from tensile.contracts.objects import Obj, annotations_of, meta_of, name_of, namespace_of, uid_of
 from tensile.kube import errors
 from tensile.kube.client import MERGE_PATCH, ApiClient
 from tensile.kube.informer import Handlers, Informer
@@ -49,7 +49,7 @@ def slim_event(event: Mapping[str, Any]) -> Obj:
     and the mirror read. The lower cluster's Events about all its pods are cached, so the
     rest (managedFields, the lower UID and times of the Event object itself) is left out;
     routine Events, which are never mirrored, keep only what says they are routine."""
-    meta = event.get("metadata") or {}
+    meta = meta_of(event)
     involved = event.get("involvedObject") or {}
     slim: Obj = {
         "metadata": {k: meta[k] for k in _META_KEPT if k in meta},
@@ -74,8 +74,8 @@ def upper_event(
     annotations); everything the user reads (reason, message, type, counts, times,
     reporting component) is kept.
     """
-    annotations = (lower_pod.get("metadata") or {}).get("annotations") or {}
-    upper_uid = annotations.get(ownership.UPPER_UID_ANNOTATION)
+    annotations = annotations_of(lower_pod)
+    upper_uid = ownership.upper_uid_of(lower_pod)
     upper_ns = annotations.get(ownership.UPPER_NAMESPACE_ANNOTATION)
     if not upper_uid or not upper_ns:
         return None
@@ -83,7 +83,7 @@ def upper_event(
     event: Obj = {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"name": lower_event["metadata"]["name"], "namespace": upper_ns},
+        "metadata": {"name": name_of(lower_event), "namespace": upper_ns},
         "involvedObject": {
             "apiVersion": "v1",
             "kind": kind,
@@ -135,7 +135,7 @@ class EventMirror:
         pod = self._lower_objects.store.get(f"{involved.get('namespace')}/{involved.get('name')}")
         if pod is None or not ownership.is_owned(pod, owner=self._owner):
             return None
-        if involved.get("uid") and involved["uid"] != pod["metadata"].get("uid"):
+        if involved.get("uid") and involved["uid"] != uid_of(pod):
             return None  # about an earlier pod of the same name
         return pod
 
@@ -143,7 +143,7 @@ class EventMirror:
         if _routine(event):
             return
         if self._owned_object(event) is not None:
-            meta = event["metadata"]
+            meta = meta_of(event)
             self.queue.add(f"{meta['namespace']}/{meta['name']}")
 
     async def sync(self, key: str) -> None:
@@ -157,14 +157,14 @@ class EventMirror:
         event = upper_event(lower_event, lower_pod=pod, kind=self._kind)
         if event is None:
             return
-        ns = event["metadata"]["namespace"]
+        ns = namespace_of(event)
         try:
             await self._upper.request("POST", EVENTS.path(namespace=ns), body=event)
         except errors.AlreadyExists:
             patch = {f: event.get(f) for f in _REPEAT_FIELDS if f in event}
             await self._upper.request(
                 "PATCH",
-                EVENTS.path(namespace=ns, name=event["metadata"]["name"]),
+                EVENTS.path(namespace=ns, name=name_of(event)),
                 body=patch,
                 content_type=MERGE_PATCH,
             )

@@ -16,7 +16,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from tensile.contracts import ownership
-from tensile.contracts.objects import Obj
+from tensile.contracts.objects import Obj, name_of
 from tensile.kube.resources import object_key
 from tensile.placement import fit
 from vnode.providers.k2k import capacity
@@ -218,7 +218,7 @@ class LowerPodBook:
             held.setdefault(node_name, set()).update(ports)
         rooms = []
         for node in nodes:
-            name = str((node.get("metadata") or {}).get("name") or "")
+            name = name_of(node)
             try:
                 rooms.append(
                     fit.node_room(

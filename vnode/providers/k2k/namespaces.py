@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensile.contracts import ownership
+from tensile.contracts.objects import meta_of, name_of
 from tensile.kube import errors
 from tensile.kube.backoff import ExponentialBackoff
 from tensile.kube.client import MERGE_PATCH, ApiClient
@@ -62,7 +63,7 @@ def marks_patch(
     administrator's word on the namespaces tensile makes, even those made before the flags
     changed. A namespace someone else made (the administrator's own, another upper
     cluster's) is theirs to label: None. Keys not named in the flags are never removed."""
-    meta = namespace.get("metadata") or {}
+    meta = meta_of(namespace)
     have_labels = meta.get("labels") or {}
     if have_labels.get(ownership.MANAGED_NAMESPACE_LABEL) != "true" or not ownership.same_cluster(
         namespace, owner=owner
@@ -82,7 +83,7 @@ def marks_patch(
 
 def terminating(namespace: Mapping[str, Any]) -> bool:
     """Tell whether a Namespace object is being deleted (pure)."""
-    meta = namespace.get("metadata") or {}
+    meta = meta_of(namespace)
     status = namespace.get("status") or {}
     return bool(meta.get("deletionTimestamp")) or status.get("phase") == "Terminating"
 
@@ -209,7 +210,7 @@ class LowerNamespaces:
         )
         if patch is None:
             return
-        name = str(existing["metadata"]["name"])
+        name = name_of(existing)
         try:
             await self._lower.request(
                 "PATCH", NAMESPACES.path(name=name), body=patch, content_type=MERGE_PATCH

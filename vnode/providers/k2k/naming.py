@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tensile.contracts.objects import meta_of
 from tensile.contracts.ownership import (
     CLUSTER_ANNOTATION,
     CLUSTER_LABEL,
@@ -56,7 +57,7 @@ def upper_key_of(lower: Mapping[str, Any], *, prefix: str) -> str | None:
     The upper namespace is the `UPPER_NAMESPACE_ANNOTATION` when the object has it, else
     its lower namespace without `prefix` (copies made before the annotation existed).
     """
-    meta = lower.get("metadata") or {}
+    meta = meta_of(lower)
     namespace = (meta.get("annotations") or {}).get(UPPER_NAMESPACE_ANNOTATION)
     lower_ns = str(meta.get("namespace") or "")
     if not namespace:
@@ -70,7 +71,7 @@ def in_name_of(obj: Mapping[str, Any], target: Mapping[str, Any]) -> dict[str, A
     """Return `obj` (a copy carrying some owner's marks) with `target`'s owner marks instead:
     what a sibling's copy should be, in its owner's name. Pure: `obj` is not changed."""
     meta = dict(obj.get("metadata") or {})
-    target_meta = target.get("metadata") or {}
+    target_meta = meta_of(target)
     labels = dict(meta.get("labels") or {})
     annotations = dict(meta.get("annotations") or {})
     for marks, theirs, keys in (
@@ -137,7 +138,7 @@ def namespace_conflict(
     """
     if not prefix:
         return None
-    meta = namespace.get("metadata") or {}
+    meta = meta_of(namespace)
     annotations = meta.get("annotations") or {}
     name = meta.get("name")
     cluster = annotations.get(CLUSTER_ANNOTATION)

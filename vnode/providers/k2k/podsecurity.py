@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from tensile.contracts.objects import as_list, as_mapping, dicts_in
+from tensile.contracts.objects import annotations_of, as_list, as_mapping, dicts_in
 from vnode.settings import PodSecurityLevel
 
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
@@ -126,7 +126,7 @@ def _host_access(
 def _apparmor(
     pod: Mapping[str, Any], pod_context: Mapping[str, Any], containers: list[dict[str, Any]]
 ) -> Iterator[str]:
-    annotations = as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
+    annotations = annotations_of(pod)
     bad = [
         f"{key.removeprefix(_APPARMOR_ANNOTATION)}={value}"
         for key, value in annotations.items()

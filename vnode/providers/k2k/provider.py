@@ -21,7 +21,15 @@ from collections.abc import (
 from typing import Any
 
 from tensile.contracts import ownership
-from tensile.contracts.objects import Obj
+from tensile.contracts.objects import (
+    Obj,
+    annotations_of,
+    deletion_timestamp_of,
+    meta_of,
+    name_of,
+    namespace_of,
+    uid_of,
+)
 from tensile.kube import errors
 from tensile.kube.client import STRATEGIC_MERGE_PATCH, ApiClient
 from tensile.kube.informer import Informer
@@ -58,9 +66,9 @@ _LOG_CHUNK = 256 * 1024
 
 
 def _upper_key_of(pod: Obj) -> list[str]:
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    annotations = annotations_of(pod)
     ns = annotations.get(ownership.UPPER_NAMESPACE_ANNOTATION)
-    return [f"{ns}/{pod['metadata']['name']}"] if ns else []
+    return [f"{ns}/{name_of(pod)}"] if ns else []
 
 
 class PodChanges:
@@ -185,7 +193,7 @@ class K2KProvider:
     # -- PodLifecycleHandler ---------------------------------------------------------------
 
     def _lower_key(self, pod: Mapping[str, Any]) -> str:
-        meta = pod["metadata"]
+        meta = meta_of(pod)
         return self._lower_key_of(f"{meta['namespace']}/{meta['name']}")
 
     def _lower_key_of(self, key: str) -> str:
@@ -202,8 +210,8 @@ class K2KProvider:
         lower = self.pods.store.get(self._lower_key(pod))
         if not self._ours(lower) or lower is None:
             return None
-        uid = (lower["metadata"].get("annotations") or {}).get(ownership.UPPER_UID_ANNOTATION)
-        return lower if uid == pod["metadata"].get("uid") else None
+        uid = ownership.upper_uid_of(lower)
+        return lower if uid == uid_of(pod) else None
 
     async def create_pod(self, pod: Obj) -> list[PodEvent]:
         """Create the lower pod (with its namespace and dependencies) for `pod`.
@@ -218,7 +226,7 @@ class K2KProvider:
         being deleted, above or below (`LowerNamespaces.going`: below, the pod waits until
         the namespace is gone and makes it again).
         """
-        upper_ns = str(pod["metadata"]["namespace"])
+        upper_ns = namespace_of(pod)
         problem = naming.namespace_problem(upper_ns, prefix=self.policy.namespace_prefix)
         if problem is not None:
             raise provider_errors.InvalidPod(problem)
@@ -287,7 +295,7 @@ class K2KProvider:
             body = translate.lower_pod(
                 pod, policy=self.policy, absent=ensured.absent, provisioned=provisioned
             )
-            uid = str(pod["metadata"].get("uid"))
+            uid = uid_of(pod)
             self.book.create_sent(upper_uid=uid, lower_key=lower_key)
             try:
                 created = await self._lower.request(
@@ -334,7 +342,7 @@ class K2KProvider:
         patch = translate.spec_update(pod, lower, policy=self.policy)
         if patch is None:
             return
-        meta = lower["metadata"]
+        meta = meta_of(lower)
         try:
             await self._lower.request(
                 "PATCH",
@@ -358,14 +366,14 @@ class K2KProvider:
         self.dependencies.pod_deleted(object_key(pod))
         if self.volumes is not None:
             self.volumes.forget_waiting(object_key(pod))
-        uid = str(pod["metadata"].get("uid"))
+        uid = uid_of(pod)
         lower = self.backend_pod(pod)
         if lower is None and (create := self.book.creating(uid)) is not None:
             lower = await self._landed(create)
         if lower is None:
             self.book.forget(uid)
             return True
-        if lower["metadata"].get("deletionTimestamp"):
+        if deletion_timestamp_of(lower):
             return False
         return await self._delete_lower(lower, grace_period=grace_period)
 
@@ -391,7 +399,7 @@ class K2KProvider:
         lower = self.pods.store.get(self._lower_key_of(key))
         if lower is None or not self._ours(lower) or _upper_key_of(lower) != [key]:
             return
-        if lower["metadata"].get("deletionTimestamp"):
+        if deletion_timestamp_of(lower):
             return
         logger.info("deleting lower pod %s: its upper pod %s is gone", object_key(lower), key)
         await self._delete_lower(lower, grace_period=None)
@@ -399,7 +407,7 @@ class K2KProvider:
     async def _delete_lower(self, lower: Obj, *, grace_period: int | None) -> bool:
         """Delete `lower` (this UID only), recorded in flight in the book until the
         informer shows it gone. True when it was gone already."""
-        meta = lower["metadata"]
+        meta = meta_of(lower)
         self.book.delete_sent(
             upper_uid=str(ownership.upper_uid_of(lower)), lower_key=object_key(lower)
         )
@@ -432,7 +440,7 @@ class K2KProvider:
         when there is no lower pod yet, BackendUnavailable, or ProviderError with the lower
         apiserver's message (e.g. a container that has not started).
         """
-        meta = self._lower_of(pod)["metadata"]
+        meta = meta_of(self._lower_of(pod))
         path = PODS.path(namespace=meta["namespace"], name=meta["name"], subresource="log")
         with _as_provider_errors():
             async with self._lower.stream(
@@ -454,7 +462,7 @@ class K2KProvider:
         """Start `options.command` (or attach) in the lower pod, over a WebSocket to the
         lower apiserver (v5.channel.k8s.io, else v4). Raises NotFound, BackendUnavailable
         or ProviderError (with the lower apiserver's refusal)."""
-        meta = self._lower_of(pod)["metadata"]
+        meta = meta_of(self._lower_of(pod))
         params = [("container", container)]
         if not attach:
             params += [("command", c) for c in options.command]
@@ -477,7 +485,7 @@ class K2KProvider:
     async def open_port_forward(self, pod: Obj, *, port: int) -> PortSession:
         """Connect to `port` of the lower pod through the lower apiserver (WebSocket
         port-forward, v4.channel.k8s.io). Raises NotFound, BackendUnavailable, ProviderError."""
-        meta = self._lower_of(pod)["metadata"]
+        meta = meta_of(self._lower_of(pod))
         path = PODS.path(namespace=meta["namespace"], name=meta["name"], subresource="portforward")
         with _as_provider_errors():
             ws = await self._lower.websocket(
@@ -502,13 +510,13 @@ class K2KProvider:
 
     def vanished(self, pod: Obj) -> bool:
         """Tell whether the lower pod of `pod` was deleted by someone other than us."""
-        return self.book.vanished(str(pod["metadata"].get("uid")))
+        return self.book.vanished(uid_of(pod))
 
     def owned_backend_pods(self) -> Iterator[tuple[str, str]]:
         """(upper "namespace/name", upper UID) of every lower pod of ours that is not being
         deleted (the patrol looks for those without their upper pod)."""
         for lower in self.pods.store:
-            if self._ours(lower) and not lower["metadata"].get("deletionTimestamp"):
+            if self._ours(lower) and not deletion_timestamp_of(lower):
                 for key in _upper_key_of(lower):
                     yield key, str(ownership.upper_uid_of(lower))
 
@@ -518,12 +526,12 @@ class K2KProvider:
 
     async def cleanup_dangling(self, upper_pods: Iterable[Obj]) -> None:
         """Delete owned lower pods whose upper pod no longer exists (run once at start)."""
-        alive = {str(p["metadata"].get("uid")) for p in upper_pods}
+        alive = {uid_of(p) for p in upper_pods}
         for lower in self.pods.store:
             if not self._ours(lower):
                 continue
-            uid = (lower["metadata"].get("annotations") or {}).get(ownership.UPPER_UID_ANNOTATION)
-            if uid not in alive and not lower["metadata"].get("deletionTimestamp"):
+            uid = ownership.upper_uid_of(lower)
+            if uid not in alive and not deletion_timestamp_of(lower):
                 logger.info("deleting lower pod %s: its upper pod is gone", object_key(lower))
                 await self._delete_lower(lower, grace_period=None)
 

@@ -25,7 +25,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tensile.contracts import ownership
-from tensile.contracts.objects import Obj
+from tensile.contracts.objects import (
+    Obj,
+    annotations_of,
+    deletion_timestamp_of,
+    meta_of,
+    name_of,
+    namespace_of,
+    uid_of,
+)
 from tensile.kube import errors
 from tensile.kube.client import MERGE_PATCH, ApiClient
 from tensile.kube.events import EventRecorder
@@ -244,7 +252,7 @@ class VolumeProvisioner:
         key = object_key(claim)
         for pod_key in self._waiting.pop(key, ()):
             self._on_resolved(pod_key)
-        meta = claim["metadata"]
+        meta = meta_of(claim)
         annotations = meta.get("annotations") or {}
         bound_to = (claim.get("spec") or {}).get("volumeName")
         if (
@@ -255,7 +263,7 @@ class VolumeProvisioner:
             self.queue.add(f"claim/{key}")
 
     def _volume_changed(self, volume: Obj) -> None:
-        self.queue.add(f"volume/{volume['metadata']['name']}")
+        self.queue.add(f"volume/{name_of(volume)}")
         ref = (volume.get("spec") or {}).get("claimRef") or {}
         if ref.get("namespace") and ref.get("name"):
             self.queue.add(f"claim/{ref['namespace']}/{ref['name']}")
@@ -309,12 +317,10 @@ class VolumeProvisioner:
                 claim, volumes.claim_status_patch(claim, lower), subresource="status"
             )
             await self._patch(
-                PERSISTENT_VOLUMES.path(name=volume["metadata"]["name"]),
+                PERSISTENT_VOLUMES.path(name=name_of(volume)),
                 volumes.volume_capacity_patch(volume, lower),
             )
-            if (claim["metadata"].get("annotations") or {}).get(
-                volumes.SELECTED_NODE
-            ) != self._node:
+            if annotations_of(claim).get(volumes.SELECTED_NODE) != self._node:
                 # A migrated claim: the webhook pins later pods by this annotation.
                 await self._patch_claim(
                     claim, {"metadata": {"annotations": {volumes.SELECTED_NODE: self._node}}}
@@ -361,15 +367,13 @@ class VolumeProvisioner:
         except errors.AlreadyExists:
             return  # an earlier attempt made it; the PV controller binds it
         lower_class = self._classes.lower(volumes.claim_class(claim))
-        logger.info(
-            "provisioned %s for claim %s (lower claim %s)", body["metadata"]["name"], key, lower_key
-        )
+        logger.info("provisioned %s for claim %s (lower claim %s)", name_of(body), key, lower_key)
         await self.recorder.record(
             claim,
             type="Normal",
             reason="ProvisioningSucceeded",
             message=(
-                f"Successfully provisioned volume {body['metadata']['name']}: claim {lower_key} "
+                f"Successfully provisioned volume {name_of(body)}: claim {lower_key} "
                 f"in the lower cluster of virtual node {self._node}, StorageClass "
                 f"{lower_class or '(the lower default)'}"
             ),
@@ -426,20 +430,16 @@ class VolumeProvisioner:
         lower = self.mirror.current(key)
         if lower is not None and not (
             ownership.is_owned(lower, owner=self._owner)
-            and (lower["metadata"].get("annotations") or {}).get(ownership.UPPER_UID_ANNOTATION)
-            == ref.get("uid")
+            and ownership.upper_uid_of(lower) == ref.get("uid")
         ):
             lower = None
         policy = str((volume.get("spec") or {}).get("persistentVolumeReclaimPolicy") or "")
         if (
             lower is not None
             and policy
-            and (
-                (lower["metadata"].get("annotations") or {}).get(volumes.RECLAIM_ANNOTATION)
-                != policy
-            )
+            and (annotations_of(lower).get(volumes.RECLAIM_ANNOTATION) != policy)
         ):
-            meta = lower["metadata"]
+            meta = meta_of(lower)
             await self._patch(
                 PERSISTENT_VOLUME_CLAIMS.path(namespace=meta["namespace"], name=meta["name"]),
                 {"metadata": {"annotations": {volumes.RECLAIM_ANNOTATION: policy}}},
@@ -453,7 +453,7 @@ class VolumeProvisioner:
         body = {
             "apiVersion": "v1",
             "kind": "DeleteOptions",
-            "preconditions": {"uid": volume["metadata"]["uid"]},
+            "preconditions": {"uid": uid_of(volume)},
         }
         try:
             await self._upper.request("DELETE", PERSISTENT_VOLUMES.path(name=name), body=body)
@@ -477,8 +477,8 @@ class VolumeProvisioner:
         the way) or an ephemeral volume's claim that is not the pod's, kube errors for API
         failures.
         """
-        namespace = str(pod["metadata"]["namespace"])
-        pod_key = f"{namespace}/{pod['metadata']['name']}"
+        namespace = namespace_of(pod)
+        pod_key = f"{namespace}/{name_of(pod)}"
         provisioned: set[str] = set()
         for volume in (pod.get("spec") or {}).get("volumes") or []:
             source = volume.get("persistentVolumeClaim")
@@ -503,7 +503,7 @@ class VolumeProvisioner:
         ours (True); False when it is another class's (the lower cluster makes the claim
         from the template, as before). Raises as `ensure_for_pod`."""
         claim = self.claims.store.get(key)
-        if claim is None or claim["metadata"].get("deletionTimestamp"):
+        if claim is None or deletion_timestamp_of(claim):
             raise _missing(key, volume=volume, message="not found")
         if not volumes.is_claim_of_pod(claim, pod):
             raise provider_errors.InvalidPod(
@@ -521,7 +521,7 @@ class VolumeProvisioner:
         def missing(message: str) -> provider_errors.MissingDependency:
             return _missing(key, volume=volume, message=message)
 
-        if claim is None or claim["metadata"].get("deletionTimestamp"):
+        if claim is None or deletion_timestamp_of(claim):
             raise missing("not found")
         bound_to = (claim.get("spec") or {}).get("volumeName")
         lower_key = naming.lower_key(key, prefix=self._prefix)
@@ -540,7 +540,7 @@ class VolumeProvisioner:
             return
         storage_class = self._class_of(claim)
         if volumes.is_ours(storage_class):
-            annotations = claim["metadata"].get("annotations") or {}
+            annotations = annotations_of(claim)
             if annotations.get(volumes.SELECTED_NODE) != self._node:
                 # The pod was placed here without the scheduler (spec.nodeName): do what
                 # the scheduler would have done, so the claim is provisioned here.
@@ -581,7 +581,7 @@ class VolumeProvisioner:
     async def _patch_claim(
         self, claim: Obj, patch: Obj | None, *, subresource: str | None = None
     ) -> None:
-        meta = claim["metadata"]
+        meta = meta_of(claim)
         path = PERSISTENT_VOLUME_CLAIMS.path(
             namespace=meta["namespace"], name=meta["name"], subresource=subresource
         )

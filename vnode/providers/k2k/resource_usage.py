@@ -26,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Timestamp
 
 from tensile.contracts import ownership
+from tensile.contracts.objects import annotations_of, meta_of, name_of
 from vnode.provider import ContainerUsage, NodeUsage, PodUsage, Usage
 
 DEFAULT_PATH = "/metrics/resource"
@@ -131,7 +132,7 @@ def _milliseconds(timestamp: float | Timestamp | None) -> int | None:
 def metrics_path(node: Mapping[str, Any]) -> str:
     """Return the path of a lower node's resource metrics: its PATH_ANNOTATION when that is
     a plain absolute path, else DEFAULT_PATH (as metrics-server does, minus the odd values)."""
-    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    annotations = annotations_of(node)
     path = annotations.get(PATH_ANNOTATION)
     if (
         isinstance(path, str)
@@ -165,7 +166,7 @@ def kubelet_url(node: Mapping[str, Any], path: str) -> str:
     }
     host = next((str(addresses[t]) for t in _ADDRESS_TYPES if t in addresses), None)
     if host is None:
-        name = (node.get("metadata") or {}).get("name")
+        name = name_of(node)
         raise ValueError(f"node {name} publishes no address")
     try:
         if ipaddress.ip_address(host).version == 6:
@@ -189,10 +190,10 @@ def owned_pods(
     for pod in pods:
         if not ownership.is_owned(pod, owner=owner):
             continue
-        meta = pod.get("metadata") or {}
+        meta = meta_of(pod)
         annotations = meta.get("annotations") or {}
         node = (pod.get("spec") or {}).get("nodeName")
-        uid = annotations.get(ownership.UPPER_UID_ANNOTATION)
+        uid = ownership.upper_uid_of(pod)
         namespace = annotations.get(ownership.UPPER_NAMESPACE_ANNOTATION)
         if not (node and uid and namespace):
             continue

@@ -27,7 +27,7 @@ from typing import Protocol
 import aiohttp
 
 from tensile.contracts import ownership
-from tensile.contracts.objects import Obj
+from tensile.contracts.objects import Obj, name_of
 from tensile.kube import errors
 from tensile.kube.client import ApiClient, read_bounded
 from tensile.kube.config import ConnectionInfo
@@ -72,7 +72,7 @@ class ThroughApiserver:
         self._lower = lower
 
     async def fetch(self, node: Obj, path: str, *, limit: int) -> str:
-        name = node["metadata"]["name"]
+        name = name_of(node)
         # Error answers are read bounded by the client (ApiClient.stream).
         async with self._lower.stream(
             f"/api/v1/nodes/{name}/proxy{path}", accept=ACCEPT

@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensile.contracts import ownership
-from tensile.contracts.objects import Obj
+from tensile.contracts.objects import Obj, annotations_of, labels_of, meta_of, name_of, namespace_of
 from tensile.kube.mirror.spec import Change, KindSpec, Patch, Replace
 from tensile.kube.resources import ENDPOINT_SLICES, SERVICES
 from vnode.providers.k2k import naming
@@ -128,9 +128,9 @@ class ServiceSelection:
         write EndpointSlices upstairs chooses their addresses; Kubernetes keeps that right
         from namespace editors since 1.22 (CVE-2021-25740), and a copy below must not hand
         it back to them in the lower cluster."""
-        labels = (endpoint_slice.get("metadata") or {}).get("labels") or {}
+        labels = labels_of(endpoint_slice)
         service = labels.get(SERVICE_NAME_LABEL)
-        namespace = str((endpoint_slice.get("metadata") or {}).get("namespace"))
+        namespace = namespace_of(endpoint_slice)
         if not service or not self.covers(namespace, str(service)):
             return False
         return not self.slice_managers or labels.get(MANAGED_BY_LABEL) in self.slice_managers
@@ -174,7 +174,7 @@ def cluster_ip_annotation(node_name: str) -> str:
 def _marks(
     upper: Mapping[str, Any], *, owner: ownership.NodeIdentity
 ) -> tuple[dict[str, str], dict[str, str]]:
-    meta = upper.get("metadata") or {}
+    meta = meta_of(upper)
     labels, annotations = ownership.owner_marks(owner)
     annotations[ownership.UPPER_NAMESPACE_ANNOTATION] = str(meta.get("namespace"))
     annotations[ownership.UPPER_UID_ANNOTATION] = str(meta.get("uid"))
@@ -198,7 +198,7 @@ def lower_service(
     exposure: ServiceExposure = ServiceExposure(),
 ) -> Obj:
     """Return the lower Service standing for an upper one (see the module docstring)."""
-    meta = upper.get("metadata") or {}
+    meta = meta_of(upper)
     spec = upper.get("spec") or {}
     labels, annotations = _marks(upper, owner=owner)
     lower_spec: dict[str, Any] = {"type": exposure.lower_type(upper)}
@@ -278,8 +278,8 @@ def _service_view(service: Mapping[str, Any]) -> dict[str, Any]:
 
 def _metadata_patch(lower: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
     """The merge patch of labels (exactly the desired ones) and of our annotations."""
-    current_meta = lower.get("metadata") or {}
-    desired_meta = desired.get("metadata") or {}
+    current_meta = meta_of(lower)
+    desired_meta = meta_of(desired)
     patch: dict[str, Any] = {}
     current_labels = current_meta.get("labels") or {}
     desired_labels = desired_meta.get("labels") or {}
@@ -381,7 +381,7 @@ def report_cluster_ip(node_name: str) -> Callable[[Obj, Obj], Obj | None]:
         ip = (lower.get("spec") or {}).get("clusterIP")
         if not ip:
             return None
-        if ((upper.get("metadata") or {}).get("annotations") or {}).get(key) == ip:
+        if annotations_of(upper).get(key) == ip:
             return None
         return {"metadata": {"annotations": {key: ip}}}
 
@@ -417,7 +417,7 @@ def service_spec(
     def selects(upper: Obj) -> bool:
         # A Service being deleted (held by a finalizer, e.g. a load balancer's cleanup, or
         # its namespace going) no longer serves upstairs: its copy goes too.
-        meta = upper.get("metadata") or {}
+        meta = meta_of(upper)
         return not meta.get("deletionTimestamp") and selection.covers(
             str(meta.get("namespace")), str(meta.get("name"))
         )
@@ -432,16 +432,14 @@ def service_spec(
         compare=compare_service,
         notice=lambda upper: exposure.narrowed(upper, node_name=owner.node_name),
         collectable=lambda _lower, upper: upper is None,
-        keeps_siblings=_siblings_within(
-            selection, service_of=lambda lower: (lower.get("metadata") or {}).get("name")
-        ),
+        keeps_siblings=_siblings_within(selection, service_of=name_of),
         report=report_cluster_ip(owner.node_name),
     )
 
 
 def lower_slice(upper: Mapping[str, Any], *, owner: ownership.NodeIdentity, prefix: str) -> Obj:
     """Return the lower EndpointSlice standing for an upper one (see the module docstring)."""
-    meta = upper.get("metadata") or {}
+    meta = meta_of(upper)
     labels, annotations = _marks(upper, owner=owner)
     endpoints = [
         {f: e[f] for f in _ENDPOINT_FIELDS if e.get(f) is not None}
@@ -507,8 +505,6 @@ def slice_spec(*, tenancy: naming.NodeTenancy, selection: ServiceSelection) -> K
         collectable=lambda _lower, upper: upper is None,
         keeps_siblings=_siblings_within(
             selection,
-            service_of=lambda lower: ((lower.get("metadata") or {}).get("labels") or {}).get(
-                SERVICE_NAME_LABEL
-            ),
+            service_of=lambda lower: labels_of(lower).get(SERVICE_NAME_LABEL),
         ),
     )

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tensile.contracts import ownership
+from tensile.contracts.objects import meta_of
 from tensile.kube.informer import compact
 from vnode.providers.k2k import translate
 
@@ -43,7 +44,7 @@ class SlimLowerPods:
     )
 
     def __call__(self, pod: Mapping[str, Any]) -> dict[str, Any]:
-        meta = pod.get("metadata") or {}
+        meta = meta_of(pod)
         spec = pod.get("spec") or {}
         # Ephemeral containers are the one part that can be added later, with references.
         seen = (
@@ -75,7 +76,7 @@ def slim_lower_pod(
     """Return the cached form of a lower pod (a new object; `pod` is not changed).
     `refs`: its `references_of`, when already known."""
     owned = ownership.is_owned(pod, owner=owner)
-    meta = pod.get("metadata") or {}
+    meta = meta_of(pod)
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
     keep_meta = _META_ALWAYS + (_META_OWNED if owned else ())

@@ -33,7 +33,15 @@ from typing import Any, Literal
 
 from tensile.contracts import ownership
 from tensile.contracts.labels import VIRTUAL_POD_LABEL, VIRTUAL_POD_VALUE
-from tensile.contracts.objects import Obj, as_mapping, dicts_in
+from tensile.contracts.objects import (
+    Obj,
+    annotations_of,
+    as_mapping,
+    dicts_in,
+    labels_of,
+    meta_of,
+    namespace_of,
+)
 from tensile.kube import timestamps
 from vnode.providers.k2k import dependencies, services, translate
 
@@ -106,21 +114,21 @@ class Plan:
 
 def made_by_tensile(obj: Mapping[str, Any]) -> bool:
     """Tell whether a lower object carries tensile's owner annotations (any node's)."""
-    annotations = as_mapping(as_mapping(obj.get("metadata")).get("annotations"))
+    annotations = annotations_of(obj)
     return ownership.NODE_ANNOTATION in annotations or ownership.CLUSTER_ANNOTATION in annotations
 
 
 def is_tensile_kube_pod(lower: Mapping[str, Any]) -> bool:
     """Tell whether a lower pod looks like tensile-kube's: `virtual-pod=true`, no tensile
     owner marks."""
-    labels = as_mapping(as_mapping(lower.get("metadata")).get("labels"))
+    labels = labels_of(lower)
     return labels.get(VIRTUAL_POD_LABEL) == VIRTUAL_POD_VALUE and not made_by_tensile(lower)
 
 
 def is_tensile_kube_copy(lower: Mapping[str, Any]) -> bool:
     """Tell whether a lower ConfigMap, Secret, claim, Service or Endpoints looks like a
     tensile-kube copy: annotation `global=true`, no tensile owner marks."""
-    annotations = as_mapping(as_mapping(lower.get("metadata")).get("annotations"))
+    annotations = annotations_of(lower)
     return annotations.get(ownership.GLOBAL_ANNOTATION) == "true" and not made_by_tensile(lower)
 
 
@@ -252,11 +260,11 @@ def _adopt(kind: str, lower: Obj, upper: Mapping[str, Any], *, scope: Scope, uid
     """The merge patch giving `lower` tensile's owner marks for `upper` (its own UID kept as
     a precondition: the patch fails on another object of that name)."""
     labels, annotations = ownership.owner_marks(scope.owner)
-    meta = as_mapping(upper.get("metadata"))
+    meta = meta_of(upper)
     annotations = {**annotations, ownership.UPPER_NAMESPACE_ANNOTATION: str(meta.get("namespace"))}
     if uid:
         annotations[ownership.UPPER_UID_ANNOTATION] = str(meta.get("uid"))
-    lower_meta = as_mapping(lower.get("metadata"))
+    lower_meta = meta_of(lower)
     patch = {
         "metadata": {"uid": lower_meta.get("uid"), "labels": labels, "annotations": annotations}
     }
@@ -267,12 +275,8 @@ def _pod_mismatch(upper: Mapping[str, Any], lower: Mapping[str, Any]) -> str | N
     """Why `lower` was not made for `upper` (created before it: made for an earlier pod of
     that name, e.g. a StatefulSet's pod re-created while no virtual node ran; or other
     containers), or None."""
-    born_above = timestamps.parse_rfc3339(
-        as_mapping(upper.get("metadata")).get("creationTimestamp")
-    )
-    born_below = timestamps.parse_rfc3339(
-        as_mapping(lower.get("metadata")).get("creationTimestamp")
-    )
+    born_above = timestamps.parse_rfc3339(meta_of(upper).get("creationTimestamp"))
+    born_below = timestamps.parse_rfc3339(meta_of(lower).get("creationTimestamp"))
     if born_above and born_below and (born_above - born_below).total_seconds() > CLOCK_SKEW:
         return (
             f"it was created {born_below:%Y-%m-%dT%H:%M:%SZ}, before the upper pod "
@@ -316,9 +320,9 @@ def _sorted(objects: Iterable[Obj], shaped: Any) -> list[Obj]:
 
 
 def _namespace(obj: Mapping[str, Any]) -> str:
-    return str(as_mapping(obj.get("metadata")).get("namespace") or "")
+    return namespace_of(obj)
 
 
 def _key(obj: Mapping[str, Any]) -> str:
-    meta = as_mapping(obj.get("metadata"))
+    meta = meta_of(obj)
     return f"{meta.get('namespace')}/{meta.get('name')}"

@@ -26,7 +26,16 @@ from typing import Any
 from prometheus_client import Counter
 
 from tensile.contracts import ownership
-from tensile.contracts.objects import Obj, as_mapping, dicts_in
+from tensile.contracts.objects import (
+    Obj,
+    annotations_of,
+    as_mapping,
+    dicts_in,
+    meta_of,
+    name_of,
+    namespace_of,
+    uid_of,
+)
 from tensile.kube import errors, timestamps
 from tensile.kube.client import MERGE_PATCH, ApiClient
 from tensile.kube.informer import Informer
@@ -101,11 +110,11 @@ class UpperTokens:
         the create found it made already, then it is read) asked for now."""
         if not boundtokens.asks(upper_pod):
             return
-        upper_uid = str(as_mapping(upper_pod.get("metadata")).get("uid"))
+        upper_uid = uid_of(upper_pod)
         self._due_now(object_key(upper_pod), upper_uid, lower_pod)
 
     def _due_now(self, upper_key: str, upper_uid: str, lower_pod: Mapping[str, Any]) -> None:
-        meta = as_mapping(lower_pod.get("metadata"))
+        meta = meta_of(lower_pod)
         lower = {"metadata": {k: meta.get(k) for k in ("name", "namespace", "uid")}}
         self._entries[upper_key] = _Entry(
             upper_key=upper_key, upper_uid=upper_uid, lower=lower, due=self._clock()
@@ -116,11 +125,11 @@ class UpperTokens:
         """Renew until `shut_down`."""
         for lower in self._pods.store:
             if ownership.is_owned(lower, owner=self._owner) and _mounts_token(lower):
-                annotations = as_mapping(as_mapping(lower.get("metadata")).get("annotations"))
+                annotations = annotations_of(lower)
                 namespace = annotations.get(ownership.UPPER_NAMESPACE_ANNOTATION)
-                upper_uid = annotations.get(ownership.UPPER_UID_ANNOTATION)
+                upper_uid = ownership.upper_uid_of(lower)
                 if namespace and upper_uid:
-                    key = f"{namespace}/{lower['metadata']['name']}"
+                    key = f"{namespace}/{name_of(lower)}"
                     self._due_now(key, str(upper_uid), lower)
         self._started = True
         while not self._stopping:
@@ -178,15 +187,14 @@ class UpperTokens:
         found = await self._lower.request(
             "GET", PODS.path(namespace=str(meta["namespace"]), name=str(meta["name"]))
         )
-        annotations = as_mapping(as_mapping(found.get("metadata")).get("annotations"))
         if (
             not ownership.is_owned(found, owner=self._owner)
-            or annotations.get(ownership.UPPER_UID_ANNOTATION) != entry.upper_uid
+            or ownership.upper_uid_of(found) != entry.upper_uid
         ):
             raise errors.NotFound(
                 code=404, status={"message": "the lower pod of that name is not this pod's"}
             )
-        meta["uid"] = as_mapping(found.get("metadata")).get("uid")
+        meta["uid"] = uid_of(found)
 
     def _lower_pod_there(self, entry: _Entry) -> bool:
         """Whether the entry's lower pod is in the informer's store (same UID); a pod just
@@ -197,13 +205,13 @@ class UpperTokens:
         found = self._pods.store.get(f"{meta['namespace']}/{meta['name']}")
         if found is None:
             return False
-        uid = as_mapping(found.get("metadata")).get("uid")
+        uid = uid_of(found)
         return meta.get("uid") is None or uid == meta.get("uid")
 
     async def _write(self, entry: _Entry, upper_pod: Obj) -> float:
         """Ask for the tokens and write the lower Secret; return their earliest expiry
         (seconds, the clock's)."""
-        namespace = str(upper_pod["metadata"]["namespace"])
+        namespace = namespace_of(upper_pod)
         account = boundtokens.service_account(upper_pod)
         tokens: dict[str, str] = {}
         expiry = float("inf")
@@ -242,9 +250,7 @@ class UpperTokens:
         except errors.AlreadyExists:
             # Ours (a renewal, or a Secret left by an earlier pod of the same name): its
             # tokens replaced, for this pod. Anyone else's Secret of that name is not touched.
-            secret_path = SECRETS.path(
-                namespace=str(lower_meta["namespace"]), name=body["metadata"]["name"]
-            )
+            secret_path = SECRETS.path(namespace=str(lower_meta["namespace"]), name=name_of(body))
             found = await self._lower.request("GET", secret_path)
             if not boundtokens.is_token_secret(found, cluster_id=self._owner.cluster_id):
                 raise errors.Conflict(
@@ -255,10 +261,10 @@ class UpperTokens:
                         "left as it is"
                     },
                 ) from None
-            meta = body["metadata"]
+            meta = meta_of(body)
             patch = {
                 "metadata": {
-                    "uid": as_mapping(found.get("metadata")).get("uid"),
+                    "uid": uid_of(found),
                     **{k: meta[k] for k in ("annotations", "ownerReferences")},
                 },
                 "stringData": body["stringData"],
@@ -270,7 +276,7 @@ class UpperTokens:
 def _mounts_token(lower: Mapping[str, Any]) -> bool:
     """Whether lower pod `lower` mounts its token Secret: as the informer caches it (slim:
     no volumes, its references under `slim.REFS`), or whole."""
-    name = boundtokens.secret_name(str(as_mapping(lower.get("metadata")).get("name")))
+    name = boundtokens.secret_name(name_of(lower))
     if ["Secret", name] in (lower.get(slim.REFS) or []):
         return True
     for volume in dicts_in(as_mapping(lower.get("spec")).get("volumes")):

@@ -17,7 +17,7 @@ from typing import Any
 
 from tensile.contracts import clusterselector, ownership
 from tensile.contracts.labels import DEFAULT_TAINT_KEY
-from tensile.contracts.objects import as_list, as_mapping, dicts_in
+from tensile.contracts.objects import as_list, as_mapping, dicts_in, meta_of
 from tensile.kube import codec
 from tensile.placement.lower import lower_placement, lower_tolerations
 from vnode.providers.k2k import boundtokens, naming, volumes
@@ -131,7 +131,7 @@ def lower_pod(
     the lower pod itself (it refuses a claim of that name it did not make). The others stay
     `ephemeral`: the lower cluster makes their claims, owned by the lower pod.
     """
-    meta = as_mapping(upper.get("metadata"))
+    meta = meta_of(upper)
     namespace = str(meta.get("namespace") or "default")
     annotation = as_mapping(meta.get("annotations")).get(clusterselector.ANNOTATION)
     spec = lower_placement(
@@ -290,7 +290,7 @@ def restored_labels(lower: Mapping[str, Any]) -> dict[str, str]:
     `lower_pod` moved into the `tripped-labels` annotation put back (tensile-kube's GetPod
     recovery). An unparseable `tripped-labels` is ignored.
     """
-    meta = as_mapping(lower.get("metadata"))
+    meta = meta_of(lower)
     labels = {
         k: v
         for k, v in as_mapping(meta.get("labels")).items()
@@ -324,7 +324,7 @@ def spec_update(
     """
     # What `lower_pod` would make of these fields, worked out without the rest of the pod:
     # every pod of the node is compared at each start, most of them to find nothing.
-    upper_meta, upper_spec = as_mapping(upper.get("metadata")), _spec(upper)
+    upper_meta, upper_spec = meta_of(upper), _spec(upper)
     marks = dict(
         zip(("labels", "annotations"), _lower_marks(upper_meta, policy=policy), strict=True)
     )
@@ -334,7 +334,7 @@ def spec_update(
     wanted_tolerations = lower_tolerations(
         upper_spec, cluster_selector=selector, taint_key=policy.taint_key
     )
-    have_meta, have_spec = as_mapping(lower.get("metadata")), _spec(lower)
+    have_meta, have_spec = meta_of(lower), _spec(lower)
     meta_patch: dict[str, Any] = {}
     for key in ("labels", "annotations"):
         want, have = marks[key], as_mapping(have_meta.get(key))

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensile.contracts import labels, ownership
-from tensile.contracts.objects import Obj
+from tensile.contracts.objects import Obj, annotations_of, meta_of, owner_references_of, uid_of
 from tensile.kube.mirror.spec import Change, KindSpec, Patch
 from tensile.kube.quantity import parse_quantity
 from tensile.kube.resources import PERSISTENT_VOLUME_CLAIMS
@@ -91,7 +91,7 @@ class StorageClassMap:
 
 def claim_class(claim: Mapping[str, Any]) -> str | None:
     """The claim's StorageClass name (the beta annotation wins, as in the PV controller)."""
-    annotations = (claim.get("metadata") or {}).get("annotations") or {}
+    annotations = annotations_of(claim)
     beta = annotations.get("volume.beta.kubernetes.io/storage-class")
     if beta is not None:
         return str(beta)
@@ -109,7 +109,7 @@ def wants_provisioning(
 ) -> bool:
     """Tell whether `node_name` must provision `claim` now: unbound, not being deleted, of a
     class of ours, marked for us by the PV controller, and selected for this node."""
-    meta = claim.get("metadata") or {}
+    meta = meta_of(claim)
     annotations = meta.get("annotations") or {}
     marked = annotations.get(STORAGE_PROVISIONER) or annotations.get(BETA_STORAGE_PROVISIONER)
     return bool(
@@ -148,13 +148,13 @@ def is_claim_of_pod(claim: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
     """Tell whether `claim` was made for `pod`'s ephemeral volume: its controller
     ownerReference is the pod (same UID), the kubelet's and scheduler's check
     (storage/ephemeral VolumeIsForPod)."""
-    uid = (pod.get("metadata") or {}).get("uid")
+    uid = uid_of(pod)
     return bool(uid) and any(
         isinstance(ref, Mapping)
         and ref.get("controller") is True
         and ref.get("kind") == "Pod"
         and ref.get("uid") == uid
-        for ref in (claim.get("metadata") or {}).get("ownerReferences") or []
+        for ref in owner_references_of(claim)
     )
 
 
@@ -176,7 +176,7 @@ def lower_claim(
     selector, volume name or data source (they name upper objects), and no
     `selected-node` (the lower scheduler selects its own node; tensile-kube copied the
     upper one, a defect)."""
-    meta = upper.get("metadata") or {}
+    meta = meta_of(upper)
     spec = upper.get("spec") or {}
     labels, annotations = ownership.owner_marks(owner)
     lower_spec: dict[str, Any] = {
@@ -239,18 +239,14 @@ def compare_claim(lower: Mapping[str, Any], desired: Mapping[str, Any]) -> Chang
 def stands_for(lower: Mapping[str, Any], upper: Mapping[str, Any]) -> bool:
     """Tell whether a lower claim was made for this very upper claim (same UID): a claim
     re-created upstairs under the same name must not get the data of the one before."""
-    annotations = (lower.get("metadata") or {}).get("annotations") or {}
-    return bool(
-        annotations.get(ownership.UPPER_UID_ANNOTATION) == (upper.get("metadata") or {}).get("uid")
-    )
+    return bool(ownership.upper_uid_of(lower) == uid_of(upper))
 
 
 def upper_volume_name(lower: Mapping[str, Any]) -> str | None:
     """The name of the upper PV that stands for a lower claim (`pvc-<upper claim UID>`, as
     `volume_name` names both provisioned and shown volumes), or None when the lower claim
     names no upper claim."""
-    annotations = (lower.get("metadata") or {}).get("annotations") or {}
-    upper_uid = annotations.get(ownership.UPPER_UID_ANNOTATION)
+    upper_uid = ownership.upper_uid_of(lower)
     return f"pvc-{upper_uid}" if upper_uid else None
 
 
@@ -265,9 +261,8 @@ def reclaim_policy(
     `RECLAIM_ANNOTATION` is a copy for people below and may be stale."""
     if volume is None or not is_our_volume(volume, node_name=node_name):
         return None
-    annotations = (lower.get("metadata") or {}).get("annotations") or {}
     spec = volume.get("spec") or {}
-    if (spec.get("claimRef") or {}).get("uid") != annotations.get(ownership.UPPER_UID_ANNOTATION):
+    if (spec.get("claimRef") or {}).get("uid") != ownership.upper_uid_of(lower):
         return None
     return str(spec.get("persistentVolumeReclaimPolicy") or "") or None
 
@@ -324,7 +319,7 @@ def upper_volume(
     pinned to the virtual node by required node affinity on `kubernetes.io/hostname`
     (which the upper scheduler checks against the Node's labels), annotated as provisioned
     by us (so the upper PV controller leaves its deletion to us), `capacity` as a quantity."""
-    meta = claim.get("metadata") or {}
+    meta = meta_of(claim)
     spec = claim.get("spec") or {}
     pv_spec: dict[str, Any] = {
         "capacity": {"storage": capacity},
@@ -377,7 +372,7 @@ def is_our_volume(volume: Mapping[str, Any] | None, *, node_name: str) -> bool:
     """Tell whether an upper PV stands for a lower claim of `node_name`."""
     if volume is None:
         return False
-    annotations = (volume.get("metadata") or {}).get("annotations") or {}
+    annotations = annotations_of(volume)
     return bool(
         annotations.get(PROVISIONED_BY) == PROVISIONER
         and annotations.get(ownership.NODE_ANNOTATION) == node_name
@@ -422,7 +417,7 @@ def volume_capacity_patch(volume: Mapping[str, Any], lower: Mapping[str, Any]) -
 def lower_state_patch(upper: Mapping[str, Any], lower: Mapping[str, Any]) -> Obj | None:
     """Return the merge patch recording the lower claim's phase and volume on the upper
     claim (`kubectl describe pvc` shows them), or None when it shows them already."""
-    annotations = (upper.get("metadata") or {}).get("annotations") or {}
+    annotations = annotations_of(upper)
     phase = (lower.get("status") or {}).get("phase") or "Pending"
     volume = (lower.get("spec") or {}).get("volumeName") or None
     wanted = {LOWER_PHASE_ANNOTATION: phase, LOWER_VOLUME_ANNOTATION: volume}
