@@ -106,7 +106,7 @@ class Mover:
     def waiting(self, decision: Decision) -> bool:
         """Tell whether this pod's last eviction was refused and its Retry-After has not
         passed."""
-        uid = _uid(decision.pod)
+        uid = uid_of(decision.pod)
         until = self._not_before.get(uid)
         if until is not None and self._clock() >= until:
             del self._not_before[uid]  # served its wait: forget it (bounded memory)
@@ -246,7 +246,7 @@ class Mover:
             meta = meta_of(pod)
             try:
                 old = await self._current(str(meta.get("namespace")), replaced[0])
-                if old is None or _uid(old) != replaced[1]:
+                if old is None or uid_of(old) != replaced[1]:
                     await self._release(pod, old_name=replaced[0])
                 elif not deletion_timestamp_of(old):
                     logger.info(
@@ -315,7 +315,7 @@ class Mover:
     async def _refused(self, decision: Decision, exc: errors.TooManyRequests) -> Outcome:
         wait = exc.retry_after or DEFAULT_RETRY_AFTER
         now = self._clock()
-        self._not_before[_uid(decision.pod)] = now + wait
+        self._not_before[uid_of(decision.pod)] = now + wait
         if len(self._not_before) > 4096:  # pods that went away while waiting: forget them
             self._not_before = {k: t for k, t in self._not_before.items() if t > now}
         causes = "; ".join(str(c.get("message")) for c in exc.causes if c.get("message"))
@@ -344,7 +344,7 @@ class Mover:
             made = await self._client.request("POST", PODS.path(namespace=namespace), body=wanted)
         except errors.AlreadyExists:
             made = await self._current(namespace, name) or {}
-            if descheduling.replaces(made) != (meta.get("name"), _uid(old)):
+            if descheduling.replaces(made) != (meta.get("name"), uid_of(old)):
                 return await self._failed(decision, f"a pod named {name} exists already")
         self._check_leading()
         try:
@@ -379,7 +379,7 @@ class Mover:
         try:
             while self._clock() < deadline:
                 current = await self._current(namespace, str(meta.get("name")))
-                if current is None or _uid(current) != _uid(old):
+                if current is None or uid_of(current) != uid_of(old):
                     await self._release(made, old_name=str(meta.get("name")))
                     return "moved"
                 await asyncio.sleep(0.25)
@@ -430,7 +430,7 @@ class Mover:
     async def _warn_once(self, pod: Mapping[str, Any], *, reason: str, message: str) -> None:
         """Log and record a Warning about `pod`; the same one again only after
         REPORT_EVERY (a debug line meanwhile). With dry_run, only the log line."""
-        key = (_uid(pod), reason, message)
+        key = (uid_of(pod), reason, message)
         last = self._reported.get(key)
         now = self._clock()
         if last is not None and now - last < REPORT_EVERY:
@@ -447,10 +447,6 @@ class Mover:
     def _check_leading(self) -> None:
         if not self._may_act():
             raise NotLeading("the leader-election Lease was lost")
-
-
-def _uid(pod: Mapping[str, Any]) -> str:
-    return uid_of(pod)
 
 
 def _name(pod: Mapping[str, Any]) -> str:

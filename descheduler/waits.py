@@ -67,7 +67,7 @@ class Waits:
 
     def observe(self, pod: Mapping[str, Any]) -> None:
         """Note `pod` as it is now."""
-        uid = _uid(pod)
+        uid = uid_of(pod)
         if not uid:
             return
         found = sighting(self._seen.get(uid), pod, at=self._clock())
@@ -78,14 +78,9 @@ class Waits:
 
     def forget(self, pod: Mapping[str, Any]) -> None:
         """Drop `pod` (deleted, or no longer Pending)."""
-        self._seen.pop(_uid(pod), None)
+        self._seen.pop(uid_of(pod), None)
 
     def waited(self) -> dict[str, float]:
         """Seconds each unplaceable pod (by UID) has been seen so, as of now."""
         now = self._clock()
         return {uid: now - seen.since for uid, seen in self._seen.items()}
-
-
-def _uid(pod: Mapping[str, Any]) -> str:
-    uid = uid_of(pod)
-    return uid if isinstance(uid, str) else ""

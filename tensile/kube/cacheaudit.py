@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from tensile.contracts.objects import meta_of
+from tensile.contracts.objects import meta_of, resource_version_of
 from tensile.kube.client import METADATA_LIST, ApiClient
 from tensile.kube.informer import Informer
 from tensile.kube.resources import object_key
@@ -120,7 +120,7 @@ async def audit(informer: Informer, *, client: ApiClient, settings: AuditSetting
     suspects: list[Suspect] = []
     while True:
         page = await client.request("GET", path, params=params, accept=METADATA_LIST)
-        pairs = [(object_key(item), _version(item)) for item in page.get("items") or []]
+        pairs = [(object_key(item), resource_version_of(item)) for item in page.get("items") or []]
         listed.update(key for key, _ in pairs)
         suspects += page_suspects(pairs, store.version)
         token = meta_of(page).get("continue")
@@ -155,10 +155,5 @@ async def _server_version(client: ApiClient, informer: Informer, key: str) -> st
     page = await client.request("GET", path, params=params, accept=METADATA_LIST)
     for item in page.get("items") or []:
         if object_key(item) == key:
-            return _version(item)
+            return resource_version_of(item)
     return None
-
-
-def _version(obj: dict[str, object]) -> str:
-    meta = obj.get("metadata")
-    return str((meta.get("resourceVersion") if isinstance(meta, dict) else "") or "")

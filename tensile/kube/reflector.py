@@ -334,7 +334,7 @@ class Reflector:
         self._progress = True
         self.last_error = None  # the stream works again
         if kind == "BOOKMARK":
-            self._rv = _rv_of(obj) or self._rv
+            self._rv = resource_version_of(obj) or self._rv
             return
         if self._transform is not None:
             obj = self._transform(obj)
@@ -349,17 +349,13 @@ class Reflector:
         else:
             logger.warning("reflector %s: unknown watch event type %r", self.name, kind)
             return
-        self._rv = _rv_of(obj) or self._rv
+        self._rv = resource_version_of(obj) or self._rv
 
 
 def _is_object(obj: dict[str, Any]) -> bool:
     # What the store and handlers rely on: metadata is a mapping with a string name.
     meta = obj.get("metadata")
     return isinstance(meta, dict) and isinstance(meta.get("name", ""), str)
-
-
-def _rv_of(obj: Obj) -> str:
-    return resource_version_of(obj)
 
 
 async def _idle_bounded(response: Any, idle: float, *, ended: Callable[[], bool]) -> Any:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
-from tensile.contracts.objects import Obj
+from tensile.contracts.objects import Obj, resource_version_of
 from tensile.kube import codec
 from tensile.kube.resources import object_key
 
@@ -159,8 +159,7 @@ def decoded(value: Obj | bytes) -> Obj:
 
 
 def _version(obj: Obj | bytes) -> str:
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    return str((meta or {}).get("resourceVersion") or "")
+    return resource_version_of(obj) if isinstance(obj, dict) else ""
 
 
 def _decoded(value: Obj | bytes) -> Obj:

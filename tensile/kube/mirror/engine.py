@@ -14,7 +14,14 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Literal, NoReturn, Protocol
 
-from tensile.contracts.objects import Obj, deletion_timestamp_of, meta_of, name_of, namespace_of
+from tensile.contracts.objects import (
+    Obj,
+    deletion_timestamp_of,
+    meta_of,
+    name_of,
+    namespace_of,
+    uid_of,
+)
 from tensile.kube import errors
 from tensile.kube.client import MERGE_PATCH, ApiClient
 from tensile.kube.informer import Handlers, Informer
@@ -33,7 +40,7 @@ from tensile.kube.mirror.decide import (
     WaitForMaker,
     decide,
 )
-from tensile.kube.mirror.inflight import WritesInFlight, uid
+from tensile.kube.mirror.inflight import WritesInFlight
 from tensile.kube.mirror.siblings import SIBLING_GRACE, MakerWaits, SiblingPolicy
 from tensile.kube.mirror.spec import KindSpec, Tenancy
 from tensile.kube.resources import object_key
@@ -396,8 +403,8 @@ class Mirror:
         """Report a name taken that the worker met (logged once per key and target)."""
         if source is None:
             return
-        if (key, uid(target)) not in self._reported:
-            self._reported.add((key, uid(target)))
+        if (key, uid_of(target)) not in self._reported:
+            self._reported.add((key, uid_of(target)))
             logger.warning("%s: %s", self.name, message)
         await self._problem(source, message)
 
@@ -472,13 +479,13 @@ class Mirror:
         body = {
             "apiVersion": "v1",
             "kind": "DeleteOptions",
-            "preconditions": {"uid": uid(current)},
+            "preconditions": {"uid": uid_of(current)},
         }
         try:
             await self._target_client.request("DELETE", path, body=body)
         except (errors.NotFound, errors.Conflict):
             pass  # gone already, or (409) another object now has the name: not ours to delete
-        self._in_flight.deleted(object_key(current), uid(current))
+        self._in_flight.deleted(object_key(current), uid_of(current))
 
     async def _report(self, source: Obj, target: Obj) -> None:
         if self.spec.report is None:
@@ -505,9 +512,9 @@ class Mirror:
         if message is None:
             self._noticed.pop(key, None)
             return
-        if told == (uid(source), message):
+        if told == (uid_of(source), message):
             return
-        self._noticed[key] = (uid(source), message)
+        self._noticed[key] = (uid_of(source), message)
         await self._on_notice(source, message)
 
     async def _problem(self, source: Obj, message: str) -> None:

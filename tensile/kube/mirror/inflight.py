@@ -19,12 +19,7 @@ def known_target(cached: Obj | None, *, created: Obj | None, deleted: str | None
 def deletion_seen(cached: Obj | None, deleted: str) -> bool:
     """Whether the cache shows the deletion of the object with UID `deleted`: it holds no
     object there, or another one."""
-    return cached is None or uid(cached) != deleted
-
-
-def uid(obj: Obj) -> str:
-    """The UID of `obj` ("" if it has none)."""
-    return uid_of(obj)
+    return cached is None or uid_of(cached) != deleted
 
 
 class WritesInFlight:
@@ -68,7 +63,7 @@ class WritesInFlight:
         """The mirror created `target` at `target_key` (remembered unless the informer has
         shown its deletion already)."""
         self._deleted.pop(target_key, None)
-        if uid(target) in self._shown_gone.pop(target_key, set()):
+        if uid_of(target) in self._shown_gone.pop(target_key, set()):
             self._created.pop(target_key, None)
             return
         self._created[target_key] = target
@@ -81,14 +76,14 @@ class WritesInFlight:
     def shown(self, target_key: str, target: Obj) -> None:
         """The target informer showed `target` (added or changed) at `target_key`."""
         created = self._created.get(target_key)
-        if created is not None and uid(created) == uid(target):
+        if created is not None and uid_of(created) == uid_of(target):
             del self._created[target_key]
 
     def shown_gone(self, target_key: str, target: Obj) -> None:
         """The target informer showed the deletion of `target` at `target_key`."""
-        gone = uid(target)
+        gone = uid_of(target)
         created = self._created.get(target_key)
-        if created is not None and uid(created) == gone:
+        if created is not None and uid_of(created) == gone:
             del self._created[target_key]
         if self._deleted.get(target_key) == gone:
             del self._deleted[target_key]

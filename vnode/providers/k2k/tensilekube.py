@@ -173,7 +173,7 @@ def _plan_pods(
     *, scope: Scope, upper_pods: Iterable[Mapping[str, Any]], lower: Mapping[str, Iterable[Obj]]
 ) -> tuple[list[Adopt], list[Leftover], dict[str, set[str]]]:
     """The pods of `plan`, and what the adopted ones use ("namespace/name" by kind)."""
-    pods = {_key(p): p for p in upper_pods if _namespace(p) != SKIPPED_NAMESPACE}
+    pods = {_key(p): p for p in upper_pods if namespace_of(p) != SKIPPED_NAMESPACE}
     adopt: list[Adopt] = []
     leftovers: list[Leftover] = []
     used: dict[str, set[str]] = {
@@ -194,7 +194,7 @@ def _plan_pods(
             continue
         adopt.append(_adopt("Pod", candidate, upper_pod, scope=scope, uid=True))
         for kind, names in _uses(upper_pod).items():
-            used[kind] |= {f"{_namespace(upper_pod)}/{n}" for n in names}
+            used[kind] |= {f"{namespace_of(upper_pod)}/{n}" for n in names}
     return adopt, leftovers, used
 
 
@@ -315,12 +315,8 @@ def _left(kind: str, key: str, outcome: Outcome, reason: str) -> Leftover:
 
 def _sorted(objects: Iterable[Obj], shaped: Any) -> list[Obj]:
     return sorted(
-        (o for o in objects if shaped(o) and _namespace(o) != SKIPPED_NAMESPACE), key=_key
+        (o for o in objects if shaped(o) and namespace_of(o) != SKIPPED_NAMESPACE), key=_key
     )
-
-
-def _namespace(obj: Mapping[str, Any]) -> str:
-    return namespace_of(obj)
 
 
 def _key(obj: Mapping[str, Any]) -> str:
