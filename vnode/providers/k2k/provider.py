@@ -23,10 +23,8 @@ from typing import Any
 from tensile.contracts import ownership
 from tensile.contracts.objects import (
     Obj,
-    annotations_of,
     deletion_timestamp_of,
     meta_of,
-    name_of,
     namespace_of,
     uid_of,
 )
@@ -63,12 +61,6 @@ PRIORITY_DROPPED = "PriorityClassNotMapped"
 """Reason of the Event on an upper pod whose priority class does not go below."""
 _LOG_CHUNK = 256 * 1024
 """Bytes of log joined into one downstream write at most."""
-
-
-def _upper_key_of(pod: Obj) -> list[str]:
-    annotations = annotations_of(pod)
-    ns = annotations.get(ownership.UPPER_NAMESPACE_ANNOTATION)
-    return [f"{ns}/{name_of(pod)}"] if ns else []
 
 
 class PodChanges:
@@ -194,13 +186,9 @@ class K2KProvider:
 
     def _lower_key(self, pod: Mapping[str, Any]) -> str:
         meta = meta_of(pod)
-        return self._lower_key_of(f"{meta['namespace']}/{meta['name']}")
-
-    def _lower_key_of(self, key: str) -> str:
-        """The lower "namespace/name" of upper pod `key` ("namespace/name")."""
-        namespace, _, name = key.partition("/")
-        ns = naming.lower_namespace(namespace, prefix=self.policy.namespace_prefix)
-        return f"{ns}/{name}"
+        return naming.lower_key(
+            f"{meta['namespace']}/{meta['name']}", prefix=self.policy.namespace_prefix
+        )
 
     def _ours(self, lower: Mapping[str, Any] | None) -> bool:
         return self.book.ours(lower)
@@ -396,8 +384,12 @@ class K2KProvider:
         which the node does not have (any upper UID): e.g. a create in doubt that landed
         after its upper pod was finalized. Raises BackendUnavailable while the lower
         cluster cannot take the DELETE."""
-        lower = self.pods.store.get(self._lower_key_of(key))
-        if lower is None or not self._ours(lower) or _upper_key_of(lower) != [key]:
+        lower = self.pods.store.get(naming.lower_key(key, prefix=self.policy.namespace_prefix))
+        if (
+            lower is None
+            or not self._ours(lower)
+            or naming.upper_key_of(lower, prefix=self.policy.namespace_prefix) != key
+        ):
             return
         if deletion_timestamp_of(lower):
             return
@@ -516,9 +508,11 @@ class K2KProvider:
         """(upper "namespace/name", upper UID) of every lower pod of ours that is not being
         deleted (the patrol looks for those without their upper pod)."""
         for lower in self.pods.store:
-            if self._ours(lower) and not deletion_timestamp_of(lower):
-                for key in _upper_key_of(lower):
-                    yield key, str(ownership.upper_uid_of(lower))
+            if not self._ours(lower) or deletion_timestamp_of(lower):
+                continue
+            key = naming.upper_key_of(lower, prefix=self.policy.namespace_prefix)
+            if key is not None:
+                yield key, str(ownership.upper_uid_of(lower))
 
     def backend_writing(self, upper_uid: str) -> bool:
         """Tell whether the book has a create or delete in flight for `upper_uid`."""
@@ -570,7 +564,7 @@ class K2KProvider:
             self._notify(pod)
 
     def _notify(self, lower: Obj) -> None:
-        for key in _upper_key_of(lower):
+        if (key := naming.upper_key_of(lower, prefix=self.policy.namespace_prefix)) is not None:
             self._pod_changes(key)
 
     # -- NodeProvider -----------------------------------------------------------------------
