@@ -15,7 +15,6 @@ import argparse
 import contextlib
 import logging
 import os
-import re
 import shlex
 import signal
 import sys
@@ -25,13 +24,10 @@ from pathlib import Path
 from devcluster import binaries, cluster, netns, processes
 from devcluster.fleet import ENV_FILE, Fleet, remove_created, stop_leftovers
 from devcluster.rest import ApiStatusError
+from tensile.contracts.labels import is_label_value
 from tensile.kube import quantity
+from tensile.kube.names import qualified_name_problem
 
-# Label syntax (Kubernetes "Labels and Selectors": an optional DNS-subdomain prefix, a name
-# of at most 63 characters; values of at most 63, possibly empty).
-_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
-_LABEL_KEY = re.compile(rf"^([a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_LABEL_NAME}$")
-_LABEL_VALUE = re.compile(rf"^({_LABEL_NAME})?$")
 _CAPACITY_KEYS = ("cpu", "memory", "pods")
 
 
@@ -187,7 +183,7 @@ def fleet_settings(args: argparse.Namespace) -> cluster.FleetSettings:
         if index >= counts[name]:
             raise _Usage(f"--node-label {item!r}: {name} has {counts[name]} nodes (indexes from 0)")
         key, _, value = parts[2].partition("=")
-        if not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
+        if qualified_name_problem(key) is not None or not is_label_value(value):
             raise _Usage(f"--node-label {item!r}: not a valid label key=value")
         labels[name].setdefault(index, {})[key] = value
     return cluster.FleetSettings(

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tensile.contracts.labels import DEFAULT_TAINT_KEY
+from tensile.contracts.labels import DEFAULT_TAINT_KEY, is_label_value
 from tensile.kube import names
 from tensile.serving import election_flags, flags
 from tensile.serving.flags import UsageError, boolean, duration
@@ -52,7 +52,6 @@ _OWN_NAMESPACE_KEYS = ("tensile.io/", "pod-security.kubernetes.io/enforce")
 # A comma starts a new key=value item only when `key=` follows it and it is not escaped.
 _ITEM_SPLIT = re.compile(r"(?<!\\),(?=\s*[A-Za-z0-9][-A-Za-z0-9_./]*=)")
 MAX_NAMESPACE_PREFIX = 30
-_LABEL_VALUE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9](?:[-a-z0-9.]*[a-z0-9])?")
 
@@ -796,7 +795,7 @@ def _cluster_id(text: str) -> str:
     value = text.strip()
     if text and not value:
         raise UsageError("--cluster-id must not be blank")
-    if value and not (len(value) <= 63 and _LABEL_VALUE.fullmatch(value)):
+    if value and not is_label_value(value):
         raise UsageError(
             "--cluster-id must be a label value (at most 63 characters: letters, digits, '-', "
             f"'_' and '.', starting and ending with a letter or digit), got {text!r}"
@@ -857,7 +856,7 @@ def _endpointslice_managers(text: str) -> tuple[str, ...]:
             "--endpointslice-managers: name at least one managed-by value, or * for every slice"
         )
     for name in names:
-        if not (len(name) <= 63 and _LABEL_VALUE.fullmatch(name)):
+        if not is_label_value(name):
             raise UsageError(
                 f"--endpointslice-managers: {name!r} is not a label value "
                 "(* alone stands for every slice)"

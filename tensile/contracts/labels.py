@@ -1,7 +1,9 @@
 """Labels and taints the programs agree on (tensile-kube's exact strings: users and tools
-move between the two)."""
+move between the two), and the syntax every label value has (`is_label_value`)."""
 
 from __future__ import annotations
+
+import re
 
 VIRTUAL_POD_LABEL = "virtual-pod"
 """On pods meant for lower clusters: the webhook converts those with value "true", the
@@ -25,3 +27,13 @@ SELECTED_NODE_ANNOTATION = "volume.kubernetes.io/selected-node"
 """On claims (the scheduler's own annotation): the node the claim's volume is for. The
 virtual node sets it on claims whose lower volume it shows upstairs (tensile-kube's path);
 the webhook pins later pods using the claim to that node."""
+
+_LABEL_VALUE_MAX = 63
+_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
+
+
+def is_label_value(text: str) -> bool:
+    """Tell whether `text` is a valid label value (at most 63 characters of alphanumerics,
+    '-', '_' and '.', starting and ending alphanumeric; empty is valid), as Kubernetes'
+    apimachinery validation (IsValidLabelValue) defines it."""
+    return len(text) <= _LABEL_VALUE_MAX and _LABEL_VALUE.fullmatch(text) is not None

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tensile.contracts.labels import VIRTUAL_POD_LABEL, VIRTUAL_POD_VALUE
+from tensile.contracts.labels import VIRTUAL_POD_LABEL, VIRTUAL_POD_VALUE, is_label_value
 from tensile.contracts.objects import annotations_of, meta_of
 
 GLOBAL_ANNOTATION = "global"
@@ -45,9 +44,6 @@ OWNERSHIP_LABELS = (VIRTUAL_POD_LABEL, NODE_LABEL, CLUSTER_LABEL)
 MANAGED_NAMESPACE_LABEL = "tensile.io/managed"
 """Label on lower namespaces a virtual node created (never deleted by it)."""
 
-_LABEL_VALUE_MAX = 63
-_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
-
 
 @dataclass(frozen=True, kw_only=True)
 class NodeIdentity:
@@ -58,7 +54,7 @@ class NodeIdentity:
     node_name: str
     cluster_id: str
     """The upper cluster's identity: the UID of its `kube-system` namespace unless
-    `--cluster-id` says otherwise (a valid label value, see `is_label_value`)."""
+    `--cluster-id` says otherwise (a valid label value, `labels.is_label_value`)."""
 
     @functools.cached_property
     def node_label(self) -> str:
@@ -69,13 +65,6 @@ class NodeIdentity:
     def cluster_label(self) -> str:
         """`label_value(cluster_id)`, worked out once."""
         return label_value(self.cluster_id)
-
-
-def is_label_value(text: str) -> bool:
-    """Tell whether `text` is a valid label value (at most 63 characters of alphanumerics,
-    '-', '_' and '.', starting and ending alphanumeric; empty is valid), as Kubernetes'
-    apimachinery validation defines it."""
-    return len(text) <= _LABEL_VALUE_MAX and _LABEL_VALUE.fullmatch(text) is not None
 
 
 def label_value(text: str) -> str:

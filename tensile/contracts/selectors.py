@@ -14,9 +14,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tensile.contracts.labels import is_label_value
+
 _NAME = r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 _KEY = re.compile(rf"(?:[a-z0-9](?:[-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_NAME}")
-_VALUE = re.compile(rf"(?:{_NAME})?")
 _SET = re.compile(r"^\s*(!)?\s*([^\s!=<>(),]+)(?:\s+(in|notin)\s*\(([^()]*)\))?\s*$")
 _BINARY = re.compile(r"^\s*([^\s!=<>(),]+)\s*(==|=|!=|<|>)\s*([^\s!=<>(),]*)\s*$")
 
@@ -180,5 +181,5 @@ def _check_key(key: str, part: str) -> None:
 
 
 def _check_value(value: str, part: str) -> None:
-    if len(value) > 63 or not _VALUE.fullmatch(value):
+    if not is_label_value(value):
         raise SelectorError(f"{part.strip()!r}: invalid label value {value!r}")

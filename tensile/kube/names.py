@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+from tensile.contracts.labels import is_label_value
+
 _DNS1123_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?")
 _DNS1123_SUBDOMAIN = re.compile(
     r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*"
@@ -34,7 +36,6 @@ def is_dns1035_label(text: str) -> bool:
 
 
 _QUALIFIED_NAME_PART = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 
 
 def qualified_name_problem(text: str) -> str | None:
@@ -66,7 +67,7 @@ def label_value_problem(text: str) -> str | None:
     at most 63 alphanumerics, '-', '_' and '.', alphanumeric at both ends), or None."""
     if len(text) > LABEL_MAX:
         return f"{text!r} is longer than {LABEL_MAX} characters"
-    if _LABEL_VALUE.fullmatch(text) is None:
+    if not is_label_value(text):
         return (
             f"{text!r} may hold only alphanumerics, '-', '_' and '.', and must start and end "
             "with an alphanumeric"
