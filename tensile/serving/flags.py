@@ -87,14 +87,13 @@ class Parser(argparse.ArgumentParser):
 
 
 def boolean(text: str) -> bool:
-    """Return the boolean of `text` as Go's strconv.ParseBool reads flags (1, t, true, yes,
-    ... case-insensitively). Raises argparse.ArgumentTypeError otherwise."""
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "t", "yes", "y"):
-        return True
-    if lowered in ("0", "false", "f", "no", "n"):
-        return False
-    raise argparse.ArgumentTypeError(f"not a boolean: {text!r} (true or false)")
+    """Return the boolean of `text` as Go's strconv.ParseBool reads flags
+    (`pflag.parse_bool`: 1 t T TRUE true True, 0 f F FALSE false False, nothing else).
+    Raises argparse.ArgumentTypeError otherwise (argparse names the flag in its message)."""
+    try:
+        return pflag.parse_bool(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 _DURATION_UNITS = {

@@ -25,7 +25,21 @@ from collections.abc import Collection, Sequence
 KLOG_PREFIX = "klog."
 """node-cli registers klog's flags under this prefix (`--klog.v`)."""
 VERSION_COMMAND = "version"
-_TRUE_WORDS = ("1", "t", "true", "yes", "y")
+_GO_BOOLEANS = {
+    **dict.fromkeys(("1", "t", "T", "TRUE", "true", "True"), True),
+    **dict.fromkeys(("0", "f", "F", "FALSE", "false", "False"), False),
+}
+"""The words Go's strconv.ParseBool takes (pflag's booleans), exactly as written here."""
+
+
+def parse_bool(text: str) -> bool:
+    """Return the boolean `text` stands for as Go's strconv.ParseBool reads it: 1 t T TRUE
+    true True, 0 f F FALSE false False, and nothing else (no other case, no spaces, no
+    yes/no). Raises ValueError for anything else."""
+    try:
+        return _GO_BOOLEANS[text]
+    except KeyError:
+        raise ValueError(f"not a boolean: {text!r} (true or false)") from None
 
 
 def canonical_name(name: str, *, known: Collection[str]) -> str:
@@ -93,5 +107,7 @@ def wants_version(argv: Sequence[str]) -> bool:
             return word == VERSION_COMMAND
         name, _, value = word.partition("=")
         if name == "--version":
-            return value.strip().lower() in _TRUE_WORDS
+            # Anything but a true word is no request: argparse refuses a word that is not a
+            # boolean with the flag named.
+            return _GO_BOOLEANS.get(value, False)
     return False

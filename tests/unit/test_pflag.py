@@ -67,6 +67,7 @@ def test_normalize(argv: list[str], expected: list[str]) -> None:
         (["--version=true"], True),
         (["--version=1"], True),
         (["--version=false"], False),
+        (["--version=yes"], False),  # not Go's: argparse refuses it, naming the flag
         (["--kubeconfig=version"], False),  # a flag's value, not the command
         (["--", "version"], False),
         (["why", "version"], False),  # a pod named version
@@ -111,6 +112,8 @@ def test_every_boolean_is_pflags(argv: list[str], attribute: str, value: object)
     ("argv", "message"),
     [
         (["--store=maybe"], "argument --store: not a boolean: 'maybe' (true or false)"),
+        (["--store=yes"], "argument --store: not a boolean: 'yes' (true or false)"),
+        (["--version=yes"], "argument --version: not a boolean: 'yes' (true or false)"),
         (["--v=-1"], "argument --v: klog verbosity must be a whole number >= 0, got '-1'"),
         (["--v=high"], "argument --v: klog verbosity must be a whole number >= 0, got 'high'"),
         (["--nam=x"], "unrecognized arguments: --nam=x"),  # no abbreviations, as pflag

@@ -11,15 +11,19 @@ from tensile.serving import flags
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("true", True), ("T", True), ("1", True), ("yes", True), ("false", False), ("0", False)],
+    [
+        *[(word, True) for word in ("1", "t", "T", "TRUE", "true", "True")],
+        *[(word, False) for word in ("0", "f", "F", "FALSE", "false", "False")],
+    ],
 )
 def test_booleans_read_like_go_flags(text: str, value: bool) -> None:
     assert flags.boolean(text) is value
 
 
-def test_a_bad_boolean_names_the_value() -> None:
-    with pytest.raises(argparse.ArgumentTypeError, match="not a boolean: 'maybe'"):
-        flags.boolean("maybe")
+@pytest.mark.parametrize("text", ["maybe", "yes", "y", "no", "n", "tRUE", "fALSE", " true", ""])
+def test_a_word_go_refuses_is_refused_naming_the_value(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=f"not a boolean: {text!r}"):
+        flags.boolean(text)
 
 
 @pytest.mark.parametrize(
