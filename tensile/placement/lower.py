@@ -56,23 +56,31 @@ def lower_placement(
       are left there: below, the originals the webhook copied into the annotation apply,
       and a pod on a dead lower node is evicted and replaced;
     - empty nodeSelector / affinity parts removed, so the lower API server accepts the pod.
+    The result shares nothing with `spec` or `cluster_selector` (neither is changed); the
+    requirements of its ANDed node-affinity terms may be shared between those terms.
     """
+    # The one copy, at the boundary: what follows rearranges parts of these two copies,
+    # which are this call's own, and copies nothing again.
     placed = codec.deep_copy(dict(spec))
-    chosen = cluster_selector or {}
+    chosen = codec.deep_copy(dict(cluster_selector)) if cluster_selector is not None else {}
     selector = {
         key: value
-        for key, value in as_mapping(spec.get("nodeSelector")).items()
+        for key, value in as_mapping(placed.get("nodeSelector")).items()
         if node_labels.get(key) != value  # the upper scheduler already matched this entry
     }
     selector.update(as_mapping(chosen.get("nodeSelector")))
     affinity = _lower_affinity(
-        as_mapping(spec.get("affinity")),
+        placed.get("affinity"),
         extra=as_mapping(chosen.get("affinity")),
         node_name=node_name,
         node_labels=node_labels,
     )
-    tolerations = lower_tolerations(spec, cluster_selector=cluster_selector, taint_key=taint_key)
-    _put(placed, "nodeSelector", codec.deep_copy(selector))
+    tolerations = _tolerations(
+        as_list(placed.get("tolerations")),
+        cluster_selector=chosen if cluster_selector is not None else None,
+        taint_key=taint_key,
+    )
+    _put(placed, "nodeSelector", selector)
     _put(placed, "affinity", affinity)
     _put(placed, "tolerations", tolerations)
     return placed
@@ -84,22 +92,35 @@ def lower_tolerations(
     cluster_selector: Mapping[str, Any] | None,
     taint_key: str = DEFAULT_TAINT_KEY,
 ) -> list[Any]:
-    """Return the tolerations `lower_placement` gives the lower pod (a new list; see there)."""
-    own = as_list(spec.get("tolerations"))
+    """Return the tolerations `lower_placement` gives the lower pod (a new list of copies,
+    sharing nothing with the inputs; see there)."""
+    return codec.deep_copy(
+        _tolerations(
+            as_list(spec.get("tolerations")), cluster_selector=cluster_selector, taint_key=taint_key
+        )
+    )
+
+
+def _tolerations(
+    own: list[Any], *, cluster_selector: Mapping[str, Any] | None, taint_key: str
+) -> list[Any]:
+    # A new list holding the inputs' items (not copies).
     if cluster_selector is not None:
         own = [t for t in own if not clusterselector.is_added_toleration(t, taint_key=taint_key)]
-    return _union(own, as_list((cluster_selector or {}).get("tolerations")))
+    return clusterselector.union(own, as_list((cluster_selector or {}).get("tolerations")))
 
 
 def _lower_affinity(
-    affinity: Mapping[str, Any],
+    affinity: object,
     *,
     extra: Mapping[str, Any],
     node_name: str,
     node_labels: Mapping[str, str],
 ) -> dict[str, Any]:
-    merged = codec.deep_copy(dict(affinity))
-    node = dict(as_mapping(merged.get("nodeAffinity")))
+    # `affinity` and `extra` are parts of `lower_placement`'s copies: changed in place.
+    merged: dict[str, Any] = affinity if isinstance(affinity, dict) else {}
+    node = merged.get("nodeAffinity")
+    node = node if isinstance(node, dict) else {}
     extra_node = as_mapping(extra.get("nodeAffinity"))
     required = node.get(REQUIRED)
     if not isinstance(required, Mapping) or selector_matches(
@@ -110,7 +131,8 @@ def _lower_affinity(
     _put(node, PREFERRED, _union(as_list(node.get(PREFERRED)), as_list(extra_node.get(PREFERRED))))
     _put(merged, "nodeAffinity", node)
     for kind in _POD_AFFINITIES:
-        terms = dict(as_mapping(merged.get(kind)))
+        terms = merged.get(kind)
+        terms = terms if isinstance(terms, dict) else {}
         extra_terms = as_mapping(extra.get(kind))
         for field in (REQUIRED, PREFERRED):
             _put(terms, field, _union(as_list(terms.get(field)), as_list(extra_terms.get(field))))
@@ -120,19 +142,17 @@ def _lower_affinity(
 
 def _and_selectors(
     kept: Mapping[str, Any] | None, extra: Mapping[str, Any] | None
-) -> dict[str, Any] | None:
+) -> Mapping[str, Any] | None:
     if kept is None or extra is None:
-        chosen = kept if kept is not None else extra
-        return codec.deep_copy(dict(chosen)) if chosen is not None else None
+        return kept if kept is not None else extra
     kept_terms = as_list(kept.get("nodeSelectorTerms"))
     extra_terms = as_list(extra.get("nodeSelectorTerms"))
-    terms = clusterselector.and_terms(kept_terms, extra_terms, **TERM_RULES)
-    return {"nodeSelectorTerms": codec.deep_copy(terms)}
+    return {"nodeSelectorTerms": clusterselector.and_terms(kept_terms, extra_terms, **TERM_RULES)}
 
 
 def _union(first: list[Any], second: list[Any]) -> list[Any]:
     # Order-preserving, the webhook's rule (linear: a pod may carry very many tolerations).
-    return codec.deep_copy(clusterselector.union(first, second))
+    return clusterselector.union(first, second)
 
 
 def _put(target: dict[str, Any], key: str, value: object) -> None:

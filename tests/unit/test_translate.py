@@ -16,7 +16,7 @@ from tensile.contracts import clusterselector, ownership
 from tensile.contracts.clusterselector import parse as parse_cluster_selector
 from tensile.contracts.labels import VIRTUAL_POD_LABEL
 from tensile.contracts.scheduling import selector_matches, term_matches
-from tensile.placement.lower import lower_placement
+from tensile.placement.lower import lower_placement, lower_tolerations
 from tests.unit.bounds import within
 from vnode.providers.k2k import naming
 from vnode.providers.k2k.translate import (
@@ -1376,6 +1376,80 @@ def test_placement_never_raises_on_arbitrary_shapes(
         node_labels=node_labels,
     )
     assert isinstance(placed_spec, dict)
+    assert not _containers(placed_spec) & (_containers(spec) | _containers(cluster_selector))
+
+
+def _containers(value: object) -> set[int]:
+    """The ids of every dict and list in `value` (itself included)."""
+    found: set[int] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            found.add(id(item))
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            found.add(id(item))
+            stack.extend(item)
+    return found
+
+
+def test_placement_copies_once_and_shares_nothing_with_its_inputs() -> None:
+    # Every part of the placement is rewritten at once: kept and spent node selector
+    # entries, required terms ANDed with the annotation's, preferred and pod affinities
+    # merged, tolerations the webhook added left upstairs.
+    term = {"matchExpressions": [expr("disk", "In", "ssd")], "matchFields": []}
+    spec = {
+        "containers": [{"name": "app", "image": "app:1", "env": [{"name": "A", "value": "1"}]}],
+        "nodeSelector": {"clusterID": "lower-1", "disk": "ssd"},
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": required(term, term),
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 1, "preference": term}
+                ],
+            },
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "zone"}]
+            },
+        },
+        "tolerations": [
+            clusterselector.virtual_node_toleration(),
+            {"key": "gpu", "operator": "Exists"},
+        ],
+    }
+    selector = {
+        "nodeSelector": {"zone": "a"},
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": required(
+                    {"matchExpressions": [expr("zone", "In", "a")]},
+                    {"matchExpressions": [expr("zone", "In", "b")]},
+                ),
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 2, "preference": {"matchExpressions": [expr("ssd", "Exists")]}}
+                ],
+            },
+            "podAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 1, "podAffinityTerm": {"topologyKey": "zone"}}
+                ]
+            },
+        },
+        "tolerations": [{"key": "spot", "operator": "Exists"}],
+    }
+    lowered = placed(spec, selector)
+    node = lowered["affinity"]["nodeAffinity"]
+    assert len(node["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]) == 4
+    assert lowered["nodeSelector"] == {"disk": "ssd", "zone": "a"}
+    assert lowered["tolerations"] == [
+        {"key": "gpu", "operator": "Exists"},
+        {"key": "spot", "operator": "Exists"},
+    ]
+    assert not _containers(lowered) & (_containers(spec) | _containers(selector))
+    wanted = lower_tolerations(spec, cluster_selector=selector)
+    assert wanted == lowered["tolerations"]
+    assert not _containers(wanted) & (_containers(spec) | _containers(selector))
 
 
 def test_spec_update_wants_what_lower_pod_would_make() -> None:
