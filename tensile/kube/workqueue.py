@@ -42,7 +42,7 @@ class Transient(Exception):
     dropped after `max_retries`, since giving up would lose the work for good."""
 
 
-def namespace_of(key: str) -> str:
+def key_namespace(key: str) -> str:
     """Return the namespace of a "namespace/name" key ("" for a cluster-scoped "name")."""
     namespace, sep, _name = key.partition("/")
     return namespace if sep else ""
@@ -52,7 +52,7 @@ def namespace_of(key: str) -> str:
 class FairQueuing:
     """How a fair queue groups its keys and weighs the groups (weighted round robin)."""
 
-    group: Callable[[str], str] = namespace_of
+    group: Callable[[str], str] = key_namespace
     """Key -> the group (tenant) it is queued under; default: its namespace."""
     weights: Mapping[str, int] = field(default_factory=dict)
     """Keys a group may take in a row per round, by group; groups not named get

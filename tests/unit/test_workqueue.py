@@ -24,7 +24,7 @@ from tensile.kube.workqueue import (
     Requeue,
     Transient,
     WorkQueue,
-    namespace_of,
+    key_namespace,
 )
 
 _names = itertools.count()
@@ -546,5 +546,5 @@ def test_weights_below_one_are_refused() -> None:
 
 
 def test_keys_are_grouped_by_namespace() -> None:
-    assert namespace_of("team-a/pod-1") == "team-a"
-    assert namespace_of("node-1") == ""
+    assert key_namespace("team-a/pod-1") == "team-a"
+    assert key_namespace("node-1") == ""
