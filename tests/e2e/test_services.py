@@ -435,6 +435,14 @@ def _mirrors_a_service_through_scaling(
             ]
         ),
     )
+    # Pods came and went while their slices changed: every endpoint was verified, none
+    # told dropped (a pod the node's cache shows a moment after its slice is no drop).
+    dropped = upper.request(
+        "GET",
+        f"/api/v1/namespaces/{namespace}/events",
+        query={"fieldSelector": "reason=EndpointsDropped"},
+    )
+    assert not dropped.get("items")
 
 
 def test_headless_stays_headless_external_name_is_copied_and_conflicts_are_reported(
