@@ -353,11 +353,19 @@ def _add_tenant_boundary_flags(p: flags.Parser) -> None:
     )
     a(
         "--endpointslice-managers",
-        default="endpointslice-controller.k8s.io",
-        help="ServiceControllers: comma-separated endpointslice.kubernetes.io/managed-by values "
-        "of the upper EndpointSlices copied below, or * for every slice of a mirrored Service "
-        "(default: only the EndpointSlice controller's, whose addresses are selected pods' IPs; "
-        "a hand-written slice names any address of the lower network)",
+        default="*",
+        help="ServiceControllers: comma-separated endpointslice.kubernetes.io/managed-by values: "
+        "only upper EndpointSlices labelled so are considered (default *: all). It grants no "
+        "trust, the label is the writer's: an endpoint crosses only as the IP of an upper pod "
+        "its Service selects",
+    )
+    a(
+        "--selectorless-services",
+        default="",
+        help="ServiceControllers: comma-separated NAMESPACE/NAME (or NAMESPACE/* for a whole "
+        "namespace) of upper Services without a selector whose EndpointSlices cross as written: "
+        "their addresses are their writer's choice, so only the administrator of the lower "
+        "network may vouch for them (default: none; their slices cross without endpoints)",
     )
     a(
         "--priority-class-map",
@@ -536,6 +544,7 @@ def parse(
             service_namespaces=_service_namespaces(args.service_namespaces),
             lower_service_types=_service_types(args.lower_service_types),
             endpointslice_managers=_endpointslice_managers(args.endpointslice_managers),
+            selectorless_services=_selectorless_services(args.selectorless_services),
             **_storage_classes(args.lower_storage_class),
         ),
         metrics_addr=flags.address(args.metrics_addr, "--metrics-addr")
@@ -558,7 +567,8 @@ def parse(
 
 
 def _compatibility_notes(args: argparse.Namespace) -> tuple[str, ...]:
-    """Return one sentence per node-cli flag given that is accepted and ignored. Raises
+    """Return one sentence per flag given that is accepted and ignored (node-cli's), or
+    whose meaning narrowed (--endpointslice-managers no longer grants trust). Raises
     UsageError for --authentication-token-webhook=false (we never serve unauthenticated
     unless --no-verify-clients says so, for development)."""
     if not args.authentication_token_webhook and not args.no_verify_clients:
@@ -566,13 +576,21 @@ def _compatibility_notes(args: argparse.Namespace) -> tuple[str, ...]:
             "--authentication-token-webhook=false: the kubelet API always checks bearer tokens "
             "with a TokenReview (node-cli then checked nothing); drop the flag"
         )
-    if args.full_resync_period is None:
-        return ()
-    return (
-        f"--full-resync-period={args.full_resync_period:g}s is ignored: informers are "
-        f"event-driven and the patrol re-checks both clusters every {args.patrol_period:g}s "
-        "(--patrol-period)",
-    )
+    notes = []
+    if args.full_resync_period is not None:
+        notes.append(
+            f"--full-resync-period={args.full_resync_period:g}s is ignored: informers are "
+            f"event-driven and the patrol re-checks both clusters every {args.patrol_period:g}s "
+            "(--patrol-period)"
+        )
+    if args.endpointslice_managers.strip() != "*":
+        notes.append(
+            f"--endpointslice-managers={args.endpointslice_managers} only narrows which upper "
+            "EndpointSlices are considered; it grants no trust: an endpoint crosses only as the "
+            "IP of an upper pod its Service selects, and a selector-less Service's only when "
+            "--selectorless-services names it"
+        )
+    return tuple(notes)
 
 
 def lease_name(node_name: str) -> str:
@@ -862,6 +880,30 @@ def _endpointslice_managers(text: str) -> tuple[str, ...]:
                 "(* alone stands for every slice)"
             )
     return names
+
+
+def _selectorless_services(text: str) -> tuple[tuple[str, str], ...]:
+    """--selectorless-services "NAMESPACE/NAME,NAMESPACE/*,..." -> (namespace, name) pairs
+    ("*": every Service of the namespace). Raises UsageError for an item that is not a
+    namespace name (DNS-1123 label), "/", and a Service name (DNS-1035 label) or "*"."""
+    pairs: dict[tuple[str, str], None] = {}
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        namespace, sep, name = (part.strip() for part in item.partition("/"))
+        if not sep:
+            raise UsageError(
+                f"--selectorless-services: expected NAMESPACE/NAME or NAMESPACE/*, got {item!r}"
+            )
+        if not names.is_dns1123_label(namespace):
+            raise UsageError(f"--selectorless-services: {namespace!r} is not a namespace name")
+        if name != "*" and not names.is_dns1035_label(name):
+            raise UsageError(
+                f"--selectorless-services: {name!r} is not a Service name "
+                "(or * for every Service of the namespace)"
+            )
+        pairs[(namespace, name)] = None
+    return tuple(pairs)
 
 
 def _priority_class_map(text: str) -> tuple[tuple[str, str], ...]:

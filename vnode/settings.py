@@ -188,11 +188,14 @@ class ControllerSettings:
     """--lower-service-types: the Service types copied below as they are, with their
     exposure fields; any other exposure type (NodePort, LoadBalancer) becomes ClusterIP
     below. ExternalName always travels (it exposes nothing)."""
-    endpointslice_managers: tuple[str, ...] = ("endpointslice-controller.k8s.io",)
-    """--endpointslice-managers: the `endpointslice.kubernetes.io/managed-by` values of the
-    upper EndpointSlices copied below; empty: every slice of a mirrored Service, whoever
-    wrote it. The default takes only the upper EndpointSlice controller's, whose addresses
-    are the IPs of pods its Services select: a slice written by hand names any address."""
+    endpointslice_managers: tuple[str, ...] = ()
+    """--endpointslice-managers: only upper EndpointSlices with one of these
+    `endpointslice.kubernetes.io/managed-by` values are considered; empty: every slice of a
+    mirrored Service. It grants no trust (the label is the writer's choice): what crosses
+    is verified (vnode.providers.k2k.endpointslices)."""
+    selectorless_services: tuple[tuple[str, str], ...] = ()
+    """--selectorless-services: (namespace, name or "*") of the selector-less upper Services
+    whose hand-written endpoints cross as written (the administrator vouches for them)."""
 
 
 KubeletAccessMode = Literal["proxy", "direct"]

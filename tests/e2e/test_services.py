@@ -17,7 +17,7 @@ from devcluster.fleet import Fleet
 from devcluster.rest import ApiStatusError, RestClient
 from devcluster.vnodes import VirtualNodeProcess
 from tensile.contracts import ownership
-from tests.e2e.helpers import get, wait_for
+from tests.e2e.helpers import create, get, pod_manifest, wait_for
 from vnode.providers.k2k import services
 
 SLICES = "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices"
@@ -236,7 +236,7 @@ def test_a_service_reaches_below_without_a_selector_and_its_endpoints_follow_sca
             "--enable-controllers=ServiceControllers",
             # Two namespaces, so the node watches all and its selection does the filtering.
             f"--service-namespaces={namespace},listed-{suffix}",
-            # test.example's slices are taken; intruder.example's (below) are not.
+            # Only test.example's slices are considered; intruder.example's (below) are not.
             "--endpointslice-managers=endpointslice-controller.k8s.io,test.example",
         ],
     )
@@ -278,8 +278,8 @@ def test_a_service_reaches_below_without_a_selector_and_its_endpoints_follow_sca
         slices_path,
         body=endpoint_slice("theirs-1", service="theirs", managed_by="test.example", ip="10.1.1.1"),
     )
-    # A slice written by hand by a manager the node does not take: its Service goes
-    # below, the addresses it names never do.
+    # A slice written by hand by a manager the node does not consider: its Service goes
+    # below, the slice never does.
     upper.request(
         "POST",
         services_path,
@@ -329,15 +329,14 @@ def test_a_service_reaches_below_without_a_selector_and_its_endpoints_follow_sca
         )
         assert "PVControllers" in refused
         assert get(lower, f"/api/v1/namespaces/{namespace}/pods/with-claim") is None
-        # The foreign objects were met (a Warning on each upper object), and left as they were.
-        for kind, name in (("Service", "theirs"), ("EndpointSlice", "theirs-1")):
-            event = wait_for(
-                f"the conflict about {kind} {name}",
-                lambda kind=kind, name=name: warnings_about(
-                    upper, namespace, kind, name, node=node.name
-                ),
-            )[0]
-            assert "exists in the target cluster" in event["message"]
+        # The foreign Service was met (a Warning on the upper one), and left as it was; the
+        # upper slice of that Service does not cross at all (its Service below is not ours).
+        event = wait_for(
+            "the conflict about Service theirs",
+            lambda: warnings_about(upper, namespace, "Service", "theirs", node=node.name),
+        )[0]
+        assert "exists in the target cluster" in event["message"]
+        assert not warnings_about(upper, namespace, "EndpointSlice", "theirs-1", node=node.name)
         upper.request("DELETE", f"{services_path}/theirs")
         upper.request("DELETE", f"{slices_path}/theirs-1")
         wait_for("theirs gone upstairs", lambda: get(upper, f"{services_path}/theirs") is None)
@@ -436,6 +435,14 @@ def _mirrors_a_service_through_scaling(
             ]
         ),
     )
+    # Pods came and went while their slices changed: every endpoint was verified, none
+    # told dropped (a pod the node's cache shows a moment after its slice is no drop).
+    dropped = upper.request(
+        "GET",
+        f"/api/v1/namespaces/{namespace}/events",
+        query={"fieldSelector": "reason=EndpointsDropped"},
+    )
+    assert not dropped.get("items")
 
 
 def test_headless_stays_headless_external_name_is_copied_and_conflicts_are_reported(
@@ -598,3 +605,231 @@ def test_a_service_being_deleted_leaves_and_brings_no_namespace_back(
             except ApiStatusError as exc:
                 if exc.code != 404:
                     raise
+
+
+# -- what crosses with a Service's endpoints (issue 31) -----------------------------------
+
+FORGED_IP = "10.99.0.1"
+"""An address no upper pod has (a hand-written endpoint's choice)."""
+DROPPED = "EndpointsDropped"
+"""Reason of the Event telling which endpoints of an upper EndpointSlice stayed upstairs."""
+
+
+def selectorless(name: str) -> dict[str, Any]:
+    """A Service without a selector: its endpoints are whatever slices name it."""
+    body = service(name)
+    del body["spec"]["selector"]
+    return body
+
+
+def copies_of(lower: RestClient, namespace: str, name: str) -> list[dict[str, Any]]:
+    """The lower EndpointSlices of Service `name` a virtual node made (its managed-by value)."""
+    return [
+        s
+        for s in slices_of(lower, namespace, name)
+        if (s["metadata"].get("labels") or {}).get(services.MANAGED_BY_LABEL) == services.MANAGED_BY
+    ]
+
+
+def all_ips(slices: list[dict[str, Any]]) -> set[str]:
+    """Every address of `slices`, ready or not."""
+    return {a for s in slices for e in s.get("endpoints") or [] for a in e.get("addresses") or []}
+
+
+def events_of(
+    client: RestClient, namespace: str, kind: str, name: str, reason: str
+) -> list[dict[str, Any]]:
+    found = client.request(
+        "GET",
+        f"/api/v1/namespaces/{namespace}/events",
+        query={
+            "fieldSelector": (
+                f"involvedObject.name={name},involvedObject.kind={kind},reason={reason}"
+            )
+        },
+    )
+    return list(found.get("items") or [])
+
+
+def pod_ip(client: RestClient, namespace: str, name: str) -> str | None:
+    status = (get(client, f"/api/v1/namespaces/{namespace}/pods/{name}") or {}).get("status")
+    return (status or {}).get("podIP")
+
+
+def test_the_lower_clusters_own_service_keeps_only_its_own_endpoints(
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str
+) -> None:
+    """Traffic hijack: the lower cluster has its own Service `payments` with its own
+    endpoints; a tenant's upper Service `payments` selects the tenant's pod on the virtual
+    node. The Service copy is refused (the name is taken below), and so are its slices:
+    the lower Service keeps only the endpoints of the lower cluster."""
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    services_path = f"/api/v1/namespaces/{namespace}/services"
+    own = pod_manifest("payments-own", node="unused")
+    own["spec"].pop("nodeSelector")
+    create(lower, namespace, own)
+    lower.request("POST", services_path, body=service("payments", selector={"app": "payments-own"}))
+    own_ips = wait_for(
+        "the lower Service's own endpoints",
+        lambda: endpoint_ips(slices_of(lower, namespace, "payments")),
+        timeout=60,
+    )
+
+    create(upper, namespace, pod_manifest("payments", node=virtual_node.name))
+    upper.request("POST", services_path, body=service("payments"))
+    # The same pod behind a Service whose name is free below: its slice crossing shows the
+    # node has handled the slices of this namespace.
+    upper.request("POST", services_path, body=service("marker", selector={"app": "payments"}))
+    ip = wait_for("the tenant's pod IP", lambda: pod_ip(upper, namespace, "payments"), timeout=60)
+    wait_for(
+        "the tenant's endpoint upstairs",
+        lambda: endpoint_ips(slices_of(upper, namespace, "payments")) == {ip},
+        timeout=60,
+    )
+    wait_for(
+        "the marker's endpoint below", lambda: mirrored_ips(lower, namespace, "marker") == {ip}
+    )
+    wait_for(
+        "the name taken reported on the upper Service",
+        lambda: warnings_about(upper, namespace, "Service", "payments", node=virtual_node.name),
+    )
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        below = slices_of(lower, namespace, "payments")
+        made = [
+            s["metadata"]["name"]
+            for s in below
+            if ownership.same_cluster(s, owner=virtual_node.owner)
+        ]
+        assert not made, f"the tenant's slices {made} were copied beside the lower Service's own"
+        assert all_ips(below) == own_ips
+        time.sleep(0.2)
+
+
+def test_slice_copies_go_when_their_service_copy_is_no_longer_ours(
+    fleet: Fleet, nodes: list[VirtualNodeProcess], tmp_path: Path, namespace: str
+) -> None:
+    """Copies already below are deleted once the Service copy is someone else's: here the
+    lower administrator took the name while the node was stopped."""
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    node = VirtualNodeProcess(fleet, name=f"vn-{secrets.token_hex(3)}", log_dir=tmp_path)
+    nodes.append(node.start())
+    services_path = f"/api/v1/namespaces/{namespace}/services"
+    create(upper, namespace, pod_manifest("ledger", node=node.name))
+    upper.request("POST", services_path, body=service("ledger"))
+    ip = wait_for("the pod IP", lambda: pod_ip(upper, namespace, "ledger"), timeout=60)
+    wait_for("the endpoint below", lambda: mirrored_ips(lower, namespace, "ledger") == {ip})
+
+    assert node.stop() == 0, f"virtual-node exited non-zero; log {node.log}"
+    lower.request("DELETE", f"{services_path}/ledger")
+    wait_for("the copy gone", lambda: get(lower, f"{services_path}/ledger") is None)
+    lower.request("POST", services_path, body=selectorless("ledger"))
+    node.start()
+    wait_for(
+        "the name taken reported",
+        lambda: warnings_about(upper, namespace, "Service", "ledger", node=node.name),
+    )
+    wait_for("the slice copies deleted", lambda: not copies_of(lower, namespace, "ledger"))
+    theirs = get(lower, f"{services_path}/ledger")
+    assert theirs is not None
+    assert not ownership.same_cluster(theirs, owner=node.owner)
+
+
+def test_a_forged_manager_label_carries_no_address_below(
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str
+) -> None:
+    """Forged slices: a hand-written EndpointSlice labelled as the EndpointSlice
+    controller's, of a selector-less Service no administrator named, with an address of
+    the writer's choice. The Service crosses; no address does, and the slice gets an
+    Event saying why."""
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    upper.request("POST", f"/api/v1/namespaces/{namespace}/services", body=selectorless("forged"))
+    upper.request(
+        "POST",
+        SLICES.format(ns=namespace),
+        body=endpoint_slice(
+            "forged-1", service="forged", managed_by="endpointslice-controller.k8s.io", ip=FORGED_IP
+        ),
+    )
+    wait_for(
+        "the Service copy",
+        lambda: get(lower, f"/api/v1/namespaces/{namespace}/services/forged"),
+    )
+    copied = wait_for(
+        "the slice copy", lambda: get(lower, f"{SLICES.format(ns=namespace)}/forged-1")
+    )
+    assert FORGED_IP not in all_ips([copied]), "the forged address crossed"
+    [event] = wait_for(
+        "the Event on the slice",
+        lambda: events_of(upper, namespace, "EndpointSlice", "forged-1", DROPPED),
+    )
+    assert event["type"] == "Warning"
+    assert FORGED_IP in event["message"]
+    assert "--selectorless-services" in event["message"]
+    assert FORGED_IP not in all_ips(copies_of(lower, namespace, "forged"))
+
+
+def test_an_administrator_named_selectorless_service_crosses_as_written(
+    fleet: Fleet, nodes: list[VirtualNodeProcess], tmp_path: Path, namespace: str
+) -> None:
+    """--selectorless-services names the selector-less Services whose hand-written
+    endpoints the administrator vouches for: theirs cross as written, any other's do not."""
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    node = VirtualNodeProcess(
+        fleet,
+        name=f"vn-{secrets.token_hex(3)}",
+        log_dir=tmp_path,
+        args=[f"--selectorless-services={namespace}/external"],
+    )
+    nodes.append(node.start())
+    for name, ip in (("external", "10.99.0.7"), ("other", FORGED_IP)):
+        upper.request("POST", f"/api/v1/namespaces/{namespace}/services", body=selectorless(name))
+        upper.request(
+            "POST",
+            SLICES.format(ns=namespace),
+            body=endpoint_slice(f"{name}-1", service=name, managed_by="staff.example", ip=ip),
+        )
+    wait_for(
+        "the named Service's endpoint below",
+        lambda: mirrored_ips(lower, namespace, "external") == {"10.99.0.7"},
+    )
+    wait_for(
+        "the Event on the other slice",
+        lambda: events_of(upper, namespace, "EndpointSlice", "other-1", DROPPED),
+    )
+    assert not all_ips(copies_of(lower, namespace, "other"))
+    assert not events_of(upper, namespace, "EndpointSlice", "external-1", DROPPED)
+
+
+def test_a_selected_pods_address_crosses_and_an_unverified_endpoint_is_dropped(
+    fleet: Fleet, virtual_node: VirtualNodeProcess, running_pod: str, namespace: str
+) -> None:
+    """The normal path: a Service selecting a forwarded pod gets its slice below with the
+    pod's address. Endpoints of a hand-written slice of the same Service cross only where
+    their targetRef is a pod the Service selects and the address is that pod's; the others
+    are dropped, with one Event on the slice naming them."""
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    upper.request("POST", f"/api/v1/namespaces/{namespace}/services", body=service(running_pod))
+    ip = wait_for("the pod IP", lambda: pod_ip(upper, namespace, running_pod))
+    wait_for("the endpoint below", lambda: mirrored_ips(lower, namespace, running_pod) == {ip})
+    uid = upper.request("GET", f"/api/v1/namespaces/{namespace}/pods/{running_pod}")["metadata"][
+        "uid"
+    ]
+    ref = {"kind": "Pod", "name": running_pod, "namespace": namespace, "uid": uid}
+    extra = endpoint_slice("extra", service=running_pod, managed_by="someone.example", ip=ip)
+    extra["endpoints"] = [
+        {"addresses": [ip], "conditions": {"ready": True}, "targetRef": ref},
+        {"addresses": ["10.99.0.2"], "conditions": {"ready": True}, "targetRef": ref},
+        {"addresses": ["10.99.0.3"], "conditions": {"ready": True}},
+    ]
+    upper.request("POST", SLICES.format(ns=namespace), body=extra)
+    [event] = wait_for(
+        "the Event on the slice",
+        lambda: events_of(upper, namespace, "EndpointSlice", "extra", DROPPED),
+    )
+    assert event["type"] == "Warning"
+    assert "10.99.0.2" in event["message"]
+    assert "10.99.0.3" in event["message"]
+    copied = get(lower, f"{SLICES.format(ns=namespace)}/extra")
+    assert copied is not None
+    assert all_ips([copied]) == {ip}

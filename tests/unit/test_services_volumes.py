@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from tensile.contracts import ownership
-from tensile.kube.mirror.decide import Delete, decide
 from tensile.kube.mirror.siblings import SiblingPolicy
 from tensile.kube.mirror.spec import Patch, Replace
 from vnode import cli
@@ -140,11 +139,6 @@ def test_which_services_are_mirrored() -> None:
     only = services.ServiceSelection(namespaces=frozenset({"app"}))
     assert only.covers("app", "web")
     assert not only.covers("other", "web")
-    spec = services.slice_spec(tenancy=TENANCY, selection=only)
-    assert spec.selects(
-        {"metadata": {"namespace": "app", "labels": {services.SERVICE_NAME_LABEL: "web"}}}
-    )
-    assert not spec.selects({"metadata": {"namespace": "app", "labels": {}}})
 
 
 def _slice_by(manager: str | None, *, namespace: str = "app") -> dict[str, Any]:
@@ -158,52 +152,27 @@ CONTROLLER = "endpointslice-controller.k8s.io"
 
 
 @pytest.mark.parametrize(
-    ("managers", "slice_", "taken"),
+    ("managers", "slice_", "considered"),
     [
-        # The default: only the EndpointSlice controller's slices (selected pods' IPs).
-        ((CONTROLLER,), _slice_by(CONTROLLER), True),
-        ((CONTROLLER,), _slice_by("endpointslicemirroring-controller.k8s.io"), False),
-        ((CONTROLLER,), _slice_by("someone.example"), False),
-        ((CONTROLLER,), _slice_by(None), False),
-        # A chosen list, and `*` (empty): every slice of a mirrored Service.
-        ((CONTROLLER, "someone.example"), _slice_by("someone.example"), True),
+        # The default (`*`, empty): every slice of a mirrored Service; what of it crosses is
+        # verified (tests/unit/test_endpointslices.py), whatever its label says.
         ((), _slice_by("someone.example"), True),
         ((), _slice_by(None), True),
+        # --endpointslice-managers narrows to the managers it names.
+        ((CONTROLLER,), _slice_by(CONTROLLER), True),
+        ((CONTROLLER,), _slice_by("endpointslicemirroring-controller.k8s.io"), False),
+        ((CONTROLLER,), _slice_by(None), False),
+        ((CONTROLLER, "someone.example"), _slice_by("someone.example"), True),
         # The Service selection still applies first.
         ((), _slice_by(CONTROLLER, namespace="kube-system"), False),
         ((CONTROLLER,), {"metadata": {"namespace": "app", "labels": {}}}, False),
     ],
 )
-def test_which_endpoint_slices_are_copied_below(
-    managers: tuple[str, ...], slice_: dict[str, Any], taken: bool
+def test_which_endpoint_slices_are_considered(
+    managers: tuple[str, ...], slice_: dict[str, Any], considered: bool
 ) -> None:
     selection = services.ServiceSelection(slice_managers=frozenset(managers))
-    assert selection.takes_slice(slice_) is taken
-    assert services.slice_spec(tenancy=TENANCY, selection=selection).selects(slice_) is taken
-
-
-def test_a_copied_slice_whose_manager_is_no_longer_taken_is_deleted_below() -> None:
-    """A node restarted with a narrower --endpointslice-managers deletes its copies of the
-    slices it no longer takes (the mirror's decision for a source it does not select)."""
-    spec = services.slice_spec(
-        tenancy=TENANCY, selection=services.ServiceSelection(slice_managers=frozenset({CONTROLLER}))
-    )
-    upper = {
-        **_slice_by("someone.example"),
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": ["10.2.2.2"], "conditions": {"ready": True}}],
-    }
-    upper["metadata"]["name"] = "web-1"
-    ours = services.lower_slice(upper, owner=OWNER, prefix="")
-    action = decide(
-        "app/web-1",
-        source=upper,
-        current=ours,
-        spec=spec,
-        siblings=SiblingPolicy.of(spec, tenancy=TENANCY),
-        now=0.0,
-    )
-    assert isinstance(action, Delete)
+    assert selection.takes_slice(slice_) is considered
 
 
 def test_a_service_being_deleted_is_not_mirrored() -> None:
@@ -278,7 +247,7 @@ def test_a_sibling_nodes_copy_is_kept_like_our_own_in_its_name() -> None:
     them, whichever comes first. Each keeps it (compare and patch, in its maker's name),
     so the copy stays up to date after its maker is gone; what the mirror does with a
     sibling's copy is in tests/unit/test_mirror_decide.py, and against real apiservers in
-    tests/e2e/test_mirror.py.
+    tests/e2e/test_mirror.py (and of slices in tests/unit/test_endpointslices.py).
     Outside a node's --service-namespaces the siblings' copies are not its to keep."""
     spec = services.service_spec(tenancy=TENANCY, selection=ALL)
     shared = SiblingPolicy.of(spec, tenancy=TENANCY)
@@ -304,16 +273,6 @@ def test_a_sibling_nodes_copy_is_kept_like_our_own_in_its_name() -> None:
     assert isinstance(change, Patch)
     assert "metadata" not in change.body  # the copy stays its maker's
     assert [p["port"] for p in change.body["spec"]["ports"]] == [81]
-
-    slices = services.slice_spec(tenancy=TENANCY, selection=ALL)
-    shared_slices = SiblingPolicy.of(slices, tenancy=TENANCY)
-    their_slice = services.lower_slice(upper_slice(), owner=SIBLING, prefix="")
-    assert shared_slices.keeps("app/web-abcde", their_slice)
-    assert not shared_slices.keeps(
-        "app/web-abcde", services.lower_slice(upper_slice(), owner=other_cluster, prefix="")
-    )
-    fewer = shared_slices.in_makers_name(slices.translate(upper_slice(endpoints=[])), their_slice)
-    assert slices.compare(their_slice, fewer) == Patch({"endpoints": []})
 
 
 # -- volumes ------------------------------------------------------------------------------
@@ -576,6 +535,22 @@ def test_controller_flags() -> None:
     assert managers.controllers.endpointslice_managers == ("a.example", "b")
     every = cli.parse([*BASE, "--endpointslice-managers=*"], env={})
     assert every.controllers.endpointslice_managers == ()
+    named = cli.parse([*BASE, "--selectorless-services=app/db, ops/*,app/db"], env={})
+    assert named.controllers.selectorless_services == (("app", "db"), ("ops", "*"))
+
+
+def test_endpointslice_managers_given_narrow_and_say_they_grant_no_trust() -> None:
+    """The flag's meaning narrowed (it no longer lets a label decide what crosses): a start
+    note says so whenever it names managers."""
+    assert not [n for n in cli.parse(BASE, env={}).notes if "endpointslice" in n]
+    assert not [
+        n
+        for n in cli.parse([*BASE, "--endpointslice-managers=*"], env={}).notes
+        if "endpointslice" in n
+    ]
+    [note] = cli.parse([*BASE, f"--endpointslice-managers={CONTROLLER}"], env={}).notes
+    assert note.startswith(f"--endpointslice-managers={CONTROLLER} only narrows")
+    assert "grants no trust" in note
 
 
 @pytest.mark.parametrize(
@@ -586,6 +561,10 @@ def test_controller_flags() -> None:
         ("--endpointslice-managers=", "name at least one managed-by value, or \\*"),
         ("--endpointslice-managers=a b", "'a b' is not a label value"),
         ("--endpointslice-managers=*,x", "'\\*' is not a label value"),
+        ("--selectorless-services=db", "expected NAMESPACE/NAME or NAMESPACE/\\*, got 'db'"),
+        ("--selectorless-services=App/db", "'App' is not a namespace name"),
+        ("--selectorless-services=app/1db", "'1db' is not a Service name"),
+        ("--selectorless-services=app/", "'' is not a Service name"),
         ("--lower-storage-class=a=B", "'B' in 'a=B' is not a StorageClass name"),
         ("--lower-storage-class=a=b,a=c", "a is mapped twice"),
         ("--lower-storage-class=x,y", "two classes for all others"),

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Literal, NoReturn, Protocol
 
 from tensile.contracts.objects import (
@@ -110,6 +110,7 @@ class Mirror:
         namespaces: Namespaces | None = None,
         on_problem: Callable[[Obj, str], Awaitable[None]] | None = None,
         on_notice: Callable[[Obj, str], Awaitable[None]] | None = None,
+        reads: Sequence[Informer] = (),
         queue_settings: QueueSettings | None = None,
         collect_delay: float = 2.0,
         sibling_grace: float = SIBLING_GRACE,
@@ -124,7 +125,10 @@ class Mirror:
         and one that is gone is made again. `namespaces` makes target namespaces exist
         before creates. `on_problem(source, message)` is told about names taken (`NameTaken`) and
         targets the target cluster refuses; `on_notice(source, message)` of the spec's `notice`
-        once a target stands for the source (once per source UID and message).
+        once a target stands for the source (once per source UID and message, and only after
+        it has stayed the same for the spec's `notice_settle` seconds). `reads` are the
+        informers of other caches the spec's functions read (synced before `run`, like
+        `source` and `target`); their changes reach a key through `revisit`.
         `collect_delay` (seconds) is how long `schedule_collection` waits, so a burst of pod
         deletions is collected once.
         `sibling_grace` (seconds, default `SIBLING_GRACE`) is how long a sibling's copy must
@@ -141,9 +145,13 @@ class Mirror:
         self._namespaces = namespaces
         self._on_problem = on_problem
         self._on_notice = on_notice
+        self._reads = tuple(reads)
         self._noticed: dict[str, tuple[str, str]] = {}
         """Source key -> (source UID, message) of the last notice told, so one is told once
         (not at every sync) and again when the object or the message changes."""
+        self._pending_notices: dict[str, tuple[str, str, float]] = {}
+        """Source key -> (source UID, message, clock time first seen) of a notice not told
+        yet, while it settles (`KindSpec.notice_settle`)."""
         self._collect_delay = collect_delay
         self._clock = clock
         self.siblings = SiblingPolicy.of(spec, tenancy=tenancy, grace=sibling_grace)
@@ -173,15 +181,15 @@ class Mirror:
     # -- the Component contract ------------------------------------------------------------
 
     def informers(self) -> Sequence[Informer]:
-        """The source and target informers (synced before `run`)."""
-        return [self.source, self.target]
+        """The source and target informers and those the spec reads (synced before `run`)."""
+        return [self.source, self.target, *self._reads]
 
     async def start(self) -> None:
         """Nothing to prepare: the informers carry the state."""
 
     def ready(self) -> bool:
-        """Whether both informers have synced."""
-        return self.source.has_synced() and self.target.has_synced()
+        """Whether every informer of `informers` has synced."""
+        return all(informer.has_synced() for informer in self.informers())
 
     async def run(self) -> None:
         """Work the queue until `shut_down`. Every owned target is looked at once first
@@ -215,6 +223,12 @@ class Mirror:
     def _enqueue_target(self, target: Obj) -> None:
         key = self.tenancy.source_key(target)
         if key is not None and self.siblings.keeps(key, target):
+            self.queue.add(key)
+
+    def revisit(self, keys: Iterable[str]) -> None:
+        """Look at source `keys` again: something the spec's functions read for them (not
+        their source or target) changed."""
+        for key in keys:
             self.queue.add(key)
 
     def schedule_collection(self, keys: Sequence[str]) -> None:
@@ -297,6 +311,7 @@ class Mirror:
                 await self._notice(key, source)
             elif source is None:
                 self._noticed.pop(key, None)
+                self._pending_notices.pop(key, None)
             # Settled: what was waited for or remembered for this key is moot now.
             self._waits.settle(key)
             self._remade.pop(key, None)
@@ -511,10 +526,25 @@ class Mirror:
         told = self._noticed.get(key)
         if message is None:
             self._noticed.pop(key, None)
+            self._pending_notices.pop(key, None)
             return
-        if told == (uid_of(source), message):
+        uid = uid_of(source)
+        if told == (uid, message):
             return
-        self._noticed[key] = (uid_of(source), message)
+        settle = self.spec.notice_settle
+        if settle > 0:
+            now = self._clock()
+            pending = self._pending_notices.get(key)
+            if pending is None or pending[:2] != (uid, message):
+                # First seen: told only if a look after `settle` finds it still so.
+                self._pending_notices[key] = (uid, message, now)
+                self.queue.add_after(key, settle)
+                return
+            if now < pending[2] + settle:
+                self.queue.add_after(key, pending[2] + settle - now)
+                return
+            del self._pending_notices[key]
+        self._noticed[key] = (uid, message)
         await self._on_notice(source, message)
 
     async def _problem(self, source: Obj, message: str) -> None:

@@ -1,6 +1,10 @@
 """What a mirror knows of the kind it mirrors (`KindSpec`) and of whose targets it keeps
 (`Tenancy`, one for every kind of one writer). Pure: every function gets read-only objects
-(a source as its informer caches it, a target as the target's informer does)."""
+(a source as its informer caches it, a target as the target's informer does). A spec may
+also be built over read-only views of other caches (the EndpointSlice mirror reads Services
+and pods to decide what crosses); its functions then answer for those caches as they are,
+the mirror is given their informers (`Mirror(reads=...)`), and whoever wires it revisits the
+keys a change of them concerns (`Mirror.revisit`)."""
 
 from __future__ import annotations
 
@@ -101,6 +105,10 @@ class KindSpec:
     """(source) -> what its user should know about how it was mirrored (e.g. a Service
     type the target cluster does not take), told once per source object and message, or
     None."""
+    notice_settle: float = 0.0
+    """Seconds a `notice` must stay the same before it is told (0: at once). For notices
+    that other caches the functions read can make true for a moment (an endpoint whose pod
+    another informer has not shown yet): only one that outlasts such a lag is told."""
     keeps_siblings: Callable[[str, Obj], bool] = _never
     """(source key, a sibling's copy of it) -> whether this kind keeps it like its own
     (e.g. within this node's --service-namespaces); default: never."""

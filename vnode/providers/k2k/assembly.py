@@ -13,12 +13,20 @@ from tensile.contracts import ownership
 from tensile.contracts.objects import Obj
 from tensile.kube.client import ApiClient
 from tensile.kube.events import EventRecorder
-from tensile.kube.informer import Handlers
+from tensile.kube.informer import Handlers, Informer
 from tensile.kube.informer_factory import InformerFactory
 from tensile.kube.mirror.engine import Mirror
 from tensile.kube.mirror.spec import KindSpec
-from tensile.kube.resources import NODES, PODS
-from vnode.providers.k2k import naming, services, slim, tensilekube, translate, volumes
+from tensile.kube.resources import NODES, PODS, SERVICES, Resource, object_key
+from vnode.providers.k2k import (
+    endpointslices,
+    naming,
+    services,
+    slim,
+    tensilekube,
+    translate,
+    volumes,
+)
 from vnode.providers.k2k.adoption import TensileKubeAdoption
 from vnode.providers.k2k.dependencies import DependencySync
 from vnode.providers.k2k.events import EventMirror
@@ -257,7 +265,8 @@ def _service_mirrors(
     tenancy: naming.NodeTenancy,
     namespaces: LowerNamespaces,
 ) -> list[Mirror]:
-    """The mirrors of the upper Services and EndpointSlices (ServiceControllers)."""
+    """The mirrors of the upper Services and EndpointSlices (ServiceControllers). The slice
+    mirror reads the Service mirror's caches and the upper pods (`endpointslices.Caches`)."""
     selection = services.ServiceSelection(
         namespaces=frozenset(controllers.service_namespaces),
         slice_managers=frozenset(controllers.endpointslice_managers),
@@ -268,36 +277,122 @@ def _service_mirrors(
     namespace = only[0] if len(only) == 1 else None
     node = tenancy.owner.node_name
     recorder = EventRecorder(upper_events, component=f"{node}/service-mirror", host=node)
-    mirrors = []
-    specs = (
-        services.service_spec(tenancy=tenancy, selection=selection, exposure=exposure),
-        services.slice_spec(tenancy=tenancy, selection=selection),
+
+    def source(resource: Resource) -> Informer:
+        return informers.informer(
+            upper, resource, name=f"upper-{resource.plural}", namespace=namespace
+        )
+
+    def target(resource: Resource) -> Informer:
+        # Every copy of this upper cluster's (ours and sibling nodes'), so a copy whose
+        # maker is gone is still kept (see `Mirror`).
+        return informers.informer(
+            lower,
+            resource,
+            name=f"lower-copies-{resource.plural}",
+            label_selector=ownership.cluster_selector(tenancy.owner),
+        )
+
+    # Every upper pod that may be an endpoint, whichever node runs it (a sibling's, the
+    # upper cluster's own): kept slim and encoded, about 360 bytes a pod.
+    upper_pods = informers.informer(
+        upper,
+        PODS,
+        name="upper-endpoint-pods",
+        namespace=namespace,
+        field_selector=endpointslices.UPPER_POD_FIELD_SELECTOR,
+        transform=endpointslices.slim_upper_pod,
+        encoded=True,
     )
-    for spec in specs:
-        resource = spec.source
+    slice_spec = endpointslices.slice_spec(
+        tenancy=tenancy,
+        selection=selection,
+        selectorless=endpointslices.SelectorlessServices(
+            names=frozenset(controllers.selectorless_services)
+        ),
+        caches=endpointslices.Caches(
+            upper_services=source(SERVICES).store,
+            service_copies=target(SERVICES).store,
+            upper_pods=upper_pods.store,
+        ),
+    )
+    mirrors = []
+    for spec, reason, reads in (
+        (
+            services.service_spec(tenancy=tenancy, selection=selection, exposure=exposure),
+            NARROWED,
+            (),
+        ),
+        (slice_spec, DROPPED, (source(SERVICES), target(SERVICES), upper_pods)),
+    ):
         mirrors.append(
             Mirror(
                 spec=spec,
                 tenancy=tenancy,
-                source=informers.informer(
-                    upper, resource, name=f"upper-{resource.plural}", namespace=namespace
-                ),
-                # Every copy of this upper cluster's (ours and sibling nodes'), so a copy
-                # whose maker is gone is still kept (see `Mirror`).
-                target=informers.informer(
-                    lower,
-                    resource,
-                    name=f"lower-copies-{resource.plural}",
-                    label_selector=ownership.cluster_selector(tenancy.owner),
-                ),
+                source=source(spec.source),
+                target=target(spec.target),
                 source_client=upper,
                 target_client=lower,
                 namespaces=namespaces,
                 on_problem=_problem_recorder(recorder, spec),
-                on_notice=_notice_recorder(recorder, spec),
+                on_notice=_notice_recorder(recorder, spec, reason=reason),
+                reads=reads,
             )
         )
+    _revisit_slices(
+        mirrors[1],
+        upper_services=source(SERVICES),
+        service_copies=target(SERVICES),
+        upper_pods=upper_pods,
+        tenancy=tenancy,
+    )
     return mirrors
+
+
+def _revisit_slices(
+    slices: Mirror,
+    *,
+    upper_services: Informer,
+    service_copies: Informer,
+    upper_pods: Informer,
+    tenancy: naming.NodeTenancy,
+) -> None:
+    """Look at the upper slices again when what `endpointslices.judge` read for them
+    changes: their upper Service (selector, UID, deletion), its lower copy (made, taken,
+    gone) or a pod their endpoints name (labels, IPs). The upper EndpointSlice controller
+    rewrites its slices after such changes too, but an endpoint this node's caches could
+    not verify yet (the pod cache a moment behind) must not wait for the next rewrite; the
+    patrol compares every slice with the same decision behind both."""
+    store = slices.source.store
+    store.add_indexer(_BY_SERVICE, endpointslices.service_of_slice)
+    store.add_indexer(_BY_POD, endpointslices.pods_of_slice)
+
+    def by_service(key: str | None) -> None:
+        if key is not None:
+            slices.revisit(store.index_keys(_BY_SERVICE, key))
+
+    def service_changed(service: Obj) -> None:
+        by_service(object_key(service))
+
+    def copy_changed(copy: Obj) -> None:
+        by_service(tenancy.source_key(copy))
+
+    def pod_changed(pod: Obj) -> None:
+        slices.revisit(store.index_keys(_BY_POD, object_key(pod)))
+
+    def pod_updated(old: Obj, new: Obj) -> None:
+        if endpointslices.pod_changed(old, new):
+            pod_changed(new)
+
+    for informer, changed in ((upper_services, service_changed), (service_copies, copy_changed)):
+        informer.add_handlers(Handlers(on_add=changed, on_modify=changed, on_delete=changed))
+    upper_pods.add_handlers(
+        Handlers(on_add=pod_changed, on_update=pod_updated, on_delete=pod_changed)
+    )
+
+
+_BY_SERVICE = "endpointslices-by-service"
+_BY_POD = "endpointslices-by-pod"
 
 
 def _problem_recorder(
@@ -322,20 +417,23 @@ def _problem_recorder(
 
 NARROWED = "ServiceTypeNarrowed"
 """Reason of the Event on an upper Service whose lower copy has a narrower type."""
+DROPPED = "EndpointsDropped"
+"""Reason of the Event on an upper EndpointSlice some of whose endpoints stay upstairs
+(`endpointslices.dropped_message`)."""
 
 
 def _notice_recorder(
-    recorder: EventRecorder, spec: KindSpec
+    recorder: EventRecorder, spec: KindSpec, *, reason: str
 ) -> Callable[[Obj, str], Awaitable[None]]:
-    """Tell a mirror's notices (e.g. a Service copied as ClusterIP) as Warning Events on
-    the upper object."""
+    """Tell a mirror's notices (e.g. a Service copied as ClusterIP) as Warning Events of
+    `reason` on the upper object."""
     api_version = spec.source.api_version
 
     async def notice(source: Obj, message: str) -> None:
         await recorder.record(
             source,
             type="Warning",
-            reason=NARROWED,
+            reason=reason,
             message=message,
             kind=spec.kind,
             api_version=api_version,

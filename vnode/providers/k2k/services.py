@@ -10,14 +10,12 @@ any upper Service by its usual DNS name, and the addresses it gets are the pod I
 pods' clusters gave them: this works where pod networks are routable between the
 clusters (tensile-kube's flat-network assumption, see the README).
 
-Whose endpoints travel is the lower administrator's call too: by default only the slices
-the upper EndpointSlice controller wrote (their addresses are the IPs of pods the Service
-selects) are copied; a slice written by hand, or by the EndpointSlice-mirroring controller
-from a hand-written Endpoints object, names whatever address its author chose, and a copy
-would let that author steer lower-cluster traffic anywhere in the lower network (the shape
-of CVE-2021-25740, which is why Kubernetes 1.22 took endpoint writes away from namespace
-editors). --endpointslice-managers names more managers, or `*` for all
-(`ServiceSelection.takes_slice`); a copy whose manager is no longer taken is deleted.
+Which slices and endpoints travel is decided in `endpointslices` from what the node can
+verify, never from a label the slice's writer chooses: a slice goes only beside this upper
+cluster's copy of its very Service, and an endpoint only when it is the IP of an upper pod
+that Service selects (a selector-less Service's endpoints only when the administrator names
+it, --selectorless-services). --endpointslice-managers only narrows which slices are
+considered (`ServiceSelection.takes_slice`).
 
 Exposure is the lower administrator's call (issue 22): a copy exists so that pods below
 reach the Service, not to open it outside the lower cluster. So a copy is ClusterIP below
@@ -54,14 +52,14 @@ What is left out below, and why:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tensile.contracts import ownership
 from tensile.contracts.objects import Obj, annotations_of, labels_of, meta_of, name_of, namespace_of
 from tensile.kube.mirror.spec import Change, KindSpec, Patch, Replace
-from tensile.kube.resources import ENDPOINT_SLICES, SERVICES
+from tensile.kube.resources import SERVICES
 from vnode.providers.k2k import naming
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
@@ -113,7 +111,8 @@ class ServiceSelection:
     """--service-namespaces: only these upper namespaces (empty: all but kube-system)."""
     slice_managers: frozenset[str] = frozenset()
     """--endpointslice-managers: only upper EndpointSlices whose managed-by label is one of
-    these (empty: all)."""
+    these are considered (empty: all). It narrows, it grants no trust: the label is the
+    slice writer's choice."""
 
     def covers(self, namespace: str, name: str) -> bool:
         """Tell whether the Service `namespace/name` is mirrored: never kube-system's or
@@ -123,11 +122,10 @@ class ServiceSelection:
         return not self.namespaces or namespace in self.namespaces
 
     def takes_slice(self, endpoint_slice: Mapping[str, Any]) -> bool:
-        """Tell whether the upper EndpointSlice `endpoint_slice` is copied below: one of a
-        mirrored Service, written by a manager --endpointslice-managers names. Whoever may
-        write EndpointSlices upstairs chooses their addresses; Kubernetes keeps that right
-        from namespace editors since 1.22 (CVE-2021-25740), and a copy below must not hand
-        it back to them in the lower cluster."""
+        """Tell whether the upper EndpointSlice `endpoint_slice` is considered at all: one
+        of a mirrored Service, with a managed-by label --endpointslice-managers names (when
+        it names any). Whether it is copied, and which of its endpoints, is
+        `endpointslices.judge`'s: the label proves nothing (its writer chooses it)."""
         labels = labels_of(endpoint_slice)
         service = labels.get(SERVICE_NAME_LABEL)
         namespace = namespace_of(endpoint_slice)
@@ -388,7 +386,7 @@ def report_cluster_ip(node_name: str) -> Callable[[Obj, Obj], Obj | None]:
     return report
 
 
-def _siblings_within(
+def siblings_within(
     selection: ServiceSelection, *, service_of: Callable[[Obj], Any]
 ) -> Callable[[str, Obj], bool]:
     """Return `KindSpec.keeps_siblings` of the Service and slice mirrors: a lower copy
@@ -410,7 +408,7 @@ def service_spec(
 ) -> KindSpec:
     """Return the mirror of upper Services into the lower cluster (pure; see the module
     docstring). A lower Service of the same name that another virtual node of the same
-    upper cluster made serves as the copy and is kept like our own (`_siblings_within`).
+    upper cluster made serves as the copy and is kept like our own (`siblings_within`).
     A Service whose type `exposure` narrows gets one notice (`ServiceExposure.narrowed`)."""
     owner, prefix = tenancy.owner, tenancy.prefix
 
@@ -432,19 +430,24 @@ def service_spec(
         compare=compare_service,
         notice=lambda upper: exposure.narrowed(upper, node_name=owner.node_name),
         collectable=lambda _lower, upper: upper is None,
-        keeps_siblings=_siblings_within(selection, service_of=name_of),
+        keeps_siblings=siblings_within(selection, service_of=name_of),
         report=report_cluster_ip(owner.node_name),
     )
 
 
-def lower_slice(upper: Mapping[str, Any], *, owner: ownership.NodeIdentity, prefix: str) -> Obj:
-    """Return the lower EndpointSlice standing for an upper one (see the module docstring)."""
+def lower_slice(
+    upper: Mapping[str, Any],
+    *,
+    owner: ownership.NodeIdentity,
+    prefix: str,
+    endpoints: Sequence[Mapping[str, Any]] | None = None,
+) -> Obj:
+    """Return the lower EndpointSlice standing for an upper one (see the module docstring),
+    with `endpoints` of it (those that cross, `endpointslices.judge`; None: all of them)."""
     meta = meta_of(upper)
     labels, annotations = _marks(upper, owner=owner)
-    endpoints = [
-        {f: e[f] for f in _ENDPOINT_FIELDS if e.get(f) is not None}
-        for e in upper.get("endpoints") or []
-    ]
+    chosen = (upper.get("endpoints") or []) if endpoints is None else endpoints
+    kept = [{f: e[f] for f in _ENDPOINT_FIELDS if e.get(f) is not None} for e in chosen]
     return {
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
@@ -455,7 +458,7 @@ def lower_slice(upper: Mapping[str, Any], *, owner: ownership.NodeIdentity, pref
             "annotations": annotations,
         },
         "addressType": upper.get("addressType"),
-        "endpoints": endpoints,
+        "endpoints": kept,
         "ports": _ports(upper.get("ports"), _SLICE_PORT_FIELDS),
     }
 
@@ -485,26 +488,3 @@ def compare_slice(lower: Mapping[str, Any], desired: Mapping[str, Any]) -> Chang
     if current_ports != wanted_ports:
         patch["ports"] = desired.get("ports") or []
     return Patch(patch) if patch else None
-
-
-def slice_spec(*, tenancy: naming.NodeTenancy, selection: ServiceSelection) -> KindSpec:
-    """Return the mirror of upper EndpointSlices into the lower cluster (pure): the slices
-    of every mirrored Service written by a manager the node takes
-    (`ServiceSelection.takes_slice`); a sibling's copy is kept like our own
-    (`_siblings_within`)."""
-    owner, prefix = tenancy.owner, tenancy.prefix
-
-    return KindSpec(
-        name="endpointslices_to_lower",
-        kind="EndpointSlice",
-        source=ENDPOINT_SLICES,
-        target=ENDPOINT_SLICES,
-        selects=selection.takes_slice,
-        translate=lambda upper: lower_slice(upper, owner=owner, prefix=prefix),
-        compare=compare_slice,
-        collectable=lambda _lower, upper: upper is None,
-        keeps_siblings=_siblings_within(
-            selection,
-            service_of=lambda lower: labels_of(lower).get(SERVICE_NAME_LABEL),
-        ),
-    )
