@@ -520,8 +520,10 @@ def test_a_legacy_token_secret_volume_is_dropped_with_an_upper_address_too() -> 
 class Clock:
     def __init__(self) -> None:
         self.now = 1_000.0
+        self.reads = 0
 
     def __call__(self) -> float:
+        self.reads += 1
         return self.now
 
 
@@ -890,13 +892,16 @@ async def test_renewals_run_at_once_up_to_the_bound() -> None:
         upper.put(PODS, pod)
     gate = asyncio.Event()
     upper.delay("POST", "serviceaccounts", until=gate)
-    tokens = _tokens(upper, lower, Clock())
+    clock = Clock()
+    tokens = _tokens(upper, lower, clock)
     async with Running(tokens):
         for i, pod in enumerate(pods):
             tokens.issue(pod, {"metadata": {"name": f"p{i}", "namespace": "app", "uid": f"l{i}"}})
         await _settle(lambda: len(upper.requests_of("POST")) == CONCURRENCY)
+        reads = clock.reads
         await asyncio.sleep(0.05)
-        assert len(upper.requests_of("POST")) == CONCURRENCY  # the rest wait their turn
+        assert len(upper.requests_of("POST")) == CONCURRENCY  # the rest wait their turn...
+        assert clock.reads - reads < 5  # ... asleep, not looking again and again
         gate.set()
         await _settle(lambda: all(e.issued for e in tokens._entries.values()))
     assert len(upper.requests_of("POST")) == count

@@ -273,7 +273,10 @@ class UpperTokens:
                 self._start_due()
                 now = self._clock()
                 upcoming = [e.due for k, e in self._entries.items() if k not in self._renewing]
-                delay = max(0.0, min(upcoming) - now) if upcoming else IDLE
+                if upcoming and len(self._renewing) < CONCURRENCY:
+                    delay = max(0.0, min(upcoming) - now)
+                else:
+                    delay = IDLE  # nothing to do, or no room: a renewal that ends wakes it
                 self._wake.clear()
                 try:
                     await asyncio.wait_for(self._wake.wait(), timeout=delay)
