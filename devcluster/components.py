@@ -91,11 +91,14 @@ def apiserver_argv(
     admission_plugins: tuple[str, ...] = (),
 ) -> list[str]:
     """Return the argv of a kube-apiserver bound to loopback `port`, storing under
-    `etcd_prefix`, with `admission_plugins` enabled beyond the default ones."""
-    enabled = [f"--enable-admission-plugins={','.join(admission_plugins)}"]
+    `etcd_prefix`, with NodeRestriction and `admission_plugins` enabled beyond the default
+    ones."""
+    # NodeRestriction, as kubeadm enables it: a node's credentials (system:node:<name>) may
+    # then only ask for tokens bound to pods bound to that node (docs/serviceaccount.md).
+    enabled = ",".join(dict.fromkeys(("NodeRestriction", *admission_plugins)))
     return [
         str(binary),
-        *(enabled if admission_plugins else []),
+        f"--enable-admission-plugins={enabled}",
         f"--etcd-servers=https://{LOOPBACK}:{etcd_port}",
         f"--etcd-cafile={files.etcd_ca}",
         f"--etcd-certfile={files.etcd_client.cert}",

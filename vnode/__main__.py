@@ -29,7 +29,7 @@ from vnode.api import auth
 from vnode.controllers.node_objects import node_labels
 from vnode.node import UpperClients, VirtualNode
 from vnode.provider import Provider
-from vnode.providers.k2k import assembly
+from vnode.providers.k2k import assembly, tokens
 from vnode.providers.k2k.provider import PING_TIMEOUT, K2KProvider
 from vnode.providers.k2k.scrape import (
     BearerTokenFile,
@@ -78,6 +78,8 @@ class Loaded:
     """The mock provider's configuration (None: the k8s provider)."""
     kubelet_token: BearerTokenFile | None
     """--lower-kubelet-token-file, read once to check it (re-read when it changes)."""
+    upper_tokens: config.ConnectionInfo | None = None
+    """--upper-token-kubeconfig (None: not given)."""
 
 
 def _load(settings: Settings) -> Loaded:
@@ -100,7 +102,15 @@ def _load(settings: Settings) -> Loaded:
             kubelet_token.authorization()  # unreadable at start is a configuration error
         except (OSError, ValueError) as exc:
             raise flags.UsageError(f"--lower-kubelet-token-file: {exc}") from None
-    return Loaded(upper=upper, lower=lower, mock=mock, kubelet_token=kubelet_token)
+    token_kubeconfig = settings.serviceaccount.token_kubeconfig
+    upper_tokens = config.load(token_kubeconfig) if token_kubeconfig else None
+    return Loaded(
+        upper=upper,
+        lower=lower,
+        mock=mock,
+        kubelet_token=kubelet_token,
+        upper_tokens=upper_tokens,
+    )
 
 
 async def _run(settings: Settings, loaded: Loaded, stopping: program.Stopping) -> None:
@@ -182,6 +192,7 @@ async def _run(settings: Settings, loaded: Loaded, stopping: program.Stopping) -
                 cluster_id=cluster_id,
                 node_ip=node_ip,
                 kubelet_token=loaded.kubelet_token,
+                upper_tokens=loaded.upper_tokens,
             )
             lower_server = lower_info.server
             patrol_clients[lower.name] = await stack.enter_async_context(
@@ -226,9 +237,24 @@ async def _k2k_provider(
     cluster_id: str,
     node_ip: str,
     kubelet_token: BearerTokenFile | None,
+    upper_tokens: config.ConnectionInfo | None,
 ) -> K2KProvider:
     """Return the Kubernetes-to-Kubernetes provider for the `lower` cluster (the node starts
-    it as its first component)."""
+    it as its first component). With `upper_tokens` (--upper-token-kubeconfig), the upper
+    tokens are asked for with it once it is shown to be this node's identity (raises
+    StartupError otherwise)."""
+    minter: ApiClient | None = None
+    if upper_tokens is not None:
+        minter = await stack.enter_async_context(
+            ApiClient(
+                upper_tokens,
+                name="upper-tokens",
+                qps=settings.upper.qps,
+                burst=settings.upper.burst,
+                user_agent=f"tensile-virtual-node/{settings.node.name}",
+            )
+        )
+        await tokens.check_identity(minter, node_name=settings.node.name)
     kubelets: KubeletAccess = ThroughApiserver(lower)
     if settings.lower_kubelets.access == "direct":
         verify = not settings.lower_kubelets.insecure_tls
@@ -262,6 +288,7 @@ async def _k2k_provider(
         namespace_annotations=settings.pods.lower_namespace_annotations,
         adopt_tensile_kube=settings.migration.adopt_tensile_kube,
         token_refresh_fraction=settings.serviceaccount.token_refresh_fraction,
+        token_minter=minter,
         summary_interval=settings.node.placement_summary_interval,
         upper_placement=upper_placement,
     )

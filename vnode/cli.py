@@ -423,6 +423,15 @@ def _add_serviceaccount_flags(p: flags.Parser) -> None:
         default=0.8,
         help="renew an upper token after this part of its life (0 < f < 1; the kubelet's 0.8)",
     )
+    p.add_argument(
+        "--upper-token-kubeconfig",
+        default="",
+        help="kubeconfig of the upper cluster whose user is this node's identity "
+        "(system:node:<nodename>, group system:nodes): the upper tokens are asked for with "
+        "it, so the upper Node authorizer and NodeRestriction admission grant only tokens "
+        "bound to pods bound to this node (default: none, the upper kubeconfig's user asks, "
+        "which needs create on serviceaccounts/token)",
+    )
 
 
 def _serviceaccount_settings(args: argparse.Namespace) -> ServiceAccountSettings:
@@ -438,7 +447,16 @@ def _serviceaccount_settings(args: argparse.Namespace) -> ServiceAccountSettings
         not sep or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536
     ):
         raise UsageError(f"--upper-api-address must be HOST:PORT, got {address!r}")
-    return ServiceAccountSettings(upper_api_address=address, token_refresh_fraction=fraction)
+    if args.upper_token_kubeconfig and not (address and args.enable_serviceaccount):
+        raise UsageError(
+            "--upper-token-kubeconfig needs --upper-api-address (and --enable-serviceaccount): "
+            "without them no upper token is asked for"
+        )
+    return ServiceAccountSettings(
+        upper_api_address=address,
+        token_refresh_fraction=fraction,
+        token_kubeconfig=args.upper_token_kubeconfig,
+    )
 
 
 def _migration_settings(args: argparse.Namespace) -> MigrationSettings:

@@ -255,6 +255,12 @@ class ServiceAccountSettings:
     token_refresh_fraction: float = 0.8
     """--serviceaccount-token-refresh-fraction: the part of a token's life after which it
     is renewed (the kubelet's 0.8); 0 < fraction < 1."""
+    token_kubeconfig: str = ""
+    """--upper-token-kubeconfig: a kubeconfig of the upper cluster whose user is this node's
+    identity (`system:node:<node>`, group `system:nodes`), with which the tokens are asked
+    for: the upper Node authorizer and NodeRestriction then grant only tokens bound to
+    pods bound to this node ("": the upper kubeconfig's user, which needs `create` on
+    `serviceaccounts/token` for every ServiceAccount)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -297,4 +303,5 @@ class Settings:
     migration: MigrationSettings = field(default_factory=MigrationSettings)
     """--adopt-tensile-kube."""
     serviceaccount: ServiceAccountSettings = field(default_factory=ServiceAccountSettings)
-    """--upper-api-address, --serviceaccount-token-refresh-fraction."""
+    """--upper-api-address, --serviceaccount-token-refresh-fraction,
+    --upper-token-kubeconfig."""

@@ -157,6 +157,31 @@ def test_the_scheduler_extender_is_off_by_default_and_reads_only_nodes(helm: str
     assert by_kind(objects, "Service", scheduler)["spec"]["ports"][0]["port"] == 443
 
 
+@pytest.mark.parametrize(
+    ("common", "own", "granted"),
+    [
+        ([], ["--upper-api-address=upper:6443"], True),
+        (["--upper-api-address=upper:6443"], [], True),
+        # The node asks as its own identity (system:node:<name>): no token rule.
+        (
+            ["--upper-api-address=upper:6443"],
+            ["--upper-token-kubeconfig=/etc/tensile/lower/upper-token-kubeconfig"],
+            False,
+        ),
+        ([], [], False),
+    ],
+)
+def test_the_token_rule_is_granted_only_to_nodes_that_ask_with_the_account(
+    helm: str, common: list[str], own: list[str], granted: bool
+) -> None:
+    values = {"virtualNode": {"args": common, "nodes": [
+        {"name": "lower-a", "kubeconfigSecret": "lower-a", "args": own},
+    ]}}  # fmt: skip
+    rules = by_kind(render(helm, values), "ClusterRole", f"{FULLNAME}-virtual-node")["rules"]
+    token_rule = {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]}
+    assert (token_rule in rules) is granted
+
+
 def _namespace(cluster: Cluster, name: str) -> None:
     manifest = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(manifest))

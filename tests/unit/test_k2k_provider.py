@@ -16,9 +16,10 @@ from tensile.kube.resources import (
     NAMESPACES,
     PERSISTENT_VOLUME_CLAIMS,
     PODS,
+    SECRETS,
 )
 from vnode import provider_errors
-from vnode.providers.k2k import assembly, naming, slim, translate
+from vnode.providers.k2k import assembly, boundtokens, naming, slim, translate
 from vnode.providers.k2k.provider import K2KProvider
 from vnode.settings import SERVICE_CONTROLLERS, ControllerSettings
 from vnode.testing.fakeapi import FakeApi, server_error, status_error, unreachable
@@ -405,3 +406,59 @@ async def test_a_create_that_finds_its_pod_made_has_its_upper_tokens_asked_for()
     assert await provider.create_pod(pod) == []  # 409 AlreadyExists
     assert provider.tokens is not None
     assert list(provider.tokens._entries) == ["team/web"]
+
+
+TOKEN_VOLUME = {
+    "name": "kube-api-access-x",
+    "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]},
+}
+
+
+def _token_setup() -> tuple[K2KProvider, FakeApi]:
+    policy = translate.TranslationPolicy(
+        node_name="vn-1", cluster_id="c-1", node_labels={}, upper_api_address="h:6443"
+    )
+    upper, lower = FakeApi(name="upper"), FakeApi(name="lower")
+    upper.put(NAMESPACES, {"metadata": {"name": "team"}, "status": {"phase": "Active"}})
+    provider = assembly.build(
+        upper=upper, lower=lower, informers=InformerFactory(), policy=policy, node_ip="10.0.0.9"
+    )
+    return provider, lower
+
+
+async def test_the_token_secret_is_the_node_s_before_the_lower_pod_exists() -> None:
+    provider, lower = _token_setup()
+    pod = upper_pod(volumes=[TOKEN_VOLUME])
+    await provider.create_pod(pod)
+    posts = [r.target.plural for r in lower.requests if r.method == "POST"]
+    assert posts.index("secrets") < posts.index("pods")
+    assert lower.get(SECRETS, boundtokens.secret_name("web", "uid-web"), namespace="team")
+
+
+async def test_a_pod_refused_below_leaves_no_token_secret() -> None:
+    provider, lower = _token_setup()
+    lower.fail("POST", "pods", error=status_error(422, reason="Invalid", message="spec: bad"))
+    with pytest.raises(provider_errors.InvalidPod, match="refused the pod"):
+        await provider.create_pod(upper_pod(volumes=[TOKEN_VOLUME]))
+    assert lower.objects(SECRETS) == []
+
+
+async def test_a_pod_deleted_before_it_got_below_leaves_no_token_secret() -> None:
+    provider, lower = _token_setup()
+    lower.fail("POST", "pods", error=server_error(503))
+    pod = upper_pod(volumes=[TOKEN_VOLUME])
+    with pytest.raises(provider_errors.BackendUnavailable):
+        await provider.create_pod(pod)
+    assert lower.objects(SECRETS) != []
+    lower.heal()
+    assert await provider.delete_pod(pod, grace_period=None) is True
+    assert lower.objects(SECRETS) == []
+
+
+async def test_a_pod_naming_a_token_secret_of_the_node_is_refused() -> None:
+    provider, lower = _token_setup()
+    stolen = boundtokens.secret_name("other", "uid-other")
+    pod = upper_pod(volumes=[{"name": "s", "secret": {"secretName": stolen}}])
+    with pytest.raises(provider_errors.InvalidPod, match=f"references Secret {stolen}"):
+        await provider.create_pod(pod)
+    assert lower.requests_of("POST") == []

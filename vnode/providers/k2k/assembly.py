@@ -57,6 +57,7 @@ def build(
     namespace_annotations: tuple[tuple[str, str], ...] = (),
     adopt_tensile_kube: bool = False,
     token_refresh_fraction: float = 0.8,
+    token_minter: ApiClient | None = None,
     summary_interval: float = 0.0,
     upper_placement: ApiClient | None = None,
 ) -> K2KProvider:
@@ -76,9 +77,10 @@ def build(
     namespaces the node makes (--lower-namespace-labels/-annotations);
     `adopt_tensile_kube` takes over tensile-kube's lower objects at start;
     `token_refresh_fraction` of an upper token's life passes before it is renewed (with
-    `policy.upper_tokens`); `summary_interval` the seconds between two looks for the
-    placement summary (--placement-summary-interval; 0: not published), written through
-    `upper_placement` (default `upper`). Nothing is
+    `policy.upper_tokens`), asked for through `token_minter` (the node's own identity,
+    --upper-token-kubeconfig; default `upper`); `summary_interval` the seconds between two
+    looks for the placement summary (--placement-summary-interval; 0: not published),
+    written through `upper_placement` (default `upper`). Nothing is
     started and no request is made: the node starts the provider and its informers.
     """
     owner = policy.owner
@@ -201,8 +203,10 @@ def build(
         else None,
         tokens=UpperTokens(
             upper=upper,
+            minter=token_minter,
             lower=lower,
             owner=owner,
+            prefix=policy.namespace_prefix,
             lower_pods=pods,
             refresh_fraction=token_refresh_fraction,
         )

@@ -34,7 +34,7 @@ from tensile.kube.mirror.spec import Change, KindSpec, Patch, Replace
 from tensile.kube.resources import CONFIG_MAPS, SECRETS, SERVICE_ACCOUNTS, Resource
 from vnode import provider_errors
 from vnode.provider import PodEvent
-from vnode.providers.k2k import missing, naming, slim, translate
+from vnode.providers.k2k import boundtokens, missing, naming, slim, translate
 
 logger = logging.getLogger(__name__)
 
@@ -98,8 +98,14 @@ def compare_copy(lower: Mapping[str, Any], desired: Mapping[str, Any], *, kind: 
 
 def copyable(upper: Mapping[str, Any], *, kind: str) -> bool:
     """Tell whether an upper object may be copied below at all (pure): ServiceAccount
-    token Secrets never are."""
-    return not (kind == "Secret" and upper.get("type") in _SKIPPED_SECRET_TYPES)
+    token Secrets never are, nor Secrets named like the virtual nodes' own token Secrets
+    below (`boundtokens.SECRET_PREFIX`): a lower pod that mounts its token Secret would
+    otherwise have it "in use" and the copy made in its place once it is gone."""
+    if kind != "Secret":
+        return True
+    return upper.get("type") not in _SKIPPED_SECRET_TYPES and not name_of(upper).startswith(
+        boundtokens.SECRET_PREFIX
+    )
 
 
 def copy_spec(*, kind: str, tenancy: naming.NodeTenancy) -> KindSpec:

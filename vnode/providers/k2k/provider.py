@@ -42,7 +42,7 @@ from vnode.provider import (
     RemoteCommand,
     RemoteSession,
 )
-from vnode.providers.k2k import capacity, naming, podsecurity, streams, translate
+from vnode.providers.k2k import boundtokens, capacity, naming, podsecurity, streams, translate
 from vnode.providers.k2k.dependencies import DependencySync
 from vnode.providers.k2k.events import EventMirror
 from vnode.providers.k2k.lowerpods import LowerPodBook, Write
@@ -223,6 +223,8 @@ class K2KProvider:
             raise provider_errors.InvalidPod(
                 f'violates PodSecurity "{level}" (--pod-security-level): {"; ".join(reasons)}'
             )
+        if reserved := boundtokens.reserved_secret(translate.dependencies(pod).secrets):
+            raise provider_errors.InvalidPod(reserved)
         if self.volumes is None and (claims := _claims_of(pod)):
             raise provider_errors.InvalidPod(
                 f"the pod mounts PersistentVolumeClaim {claims[0]}, and this virtual node runs "
@@ -280,6 +282,13 @@ class K2KProvider:
             provisioned: frozenset[str] = frozenset()
             if self.volumes is not None:
                 provisioned = await self.volumes.ensure_for_pod(pod)
+            if self.tokens is not None:
+                # Its token Secret is the node's before the pod can mount that name.
+                try:
+                    await self.tokens.prepare(pod)
+                except provider_errors.InvalidPod:
+                    await self.dependencies.rollback(pod, ensured.created)
+                    raise
             body = translate.lower_pod(
                 pod, policy=self.policy, absent=ensured.absent, provisioned=provisioned
             )
@@ -307,6 +316,8 @@ class K2KProvider:
                     logger.info("lower pod %s waits: %s", lower_key, exc.message)
                     raise self.namespaces.going(lower_ns) from exc
                 await self.dependencies.rollback(pod, ensured.created)
+                if self.tokens is not None:
+                    await self.tokens.discard(pod)
                 raise provider_errors.InvalidPod(
                     f"lower cluster refused the pod: {exc.message}"
                 ) from exc
@@ -359,6 +370,8 @@ class K2KProvider:
         if lower is None and (create := self.book.creating(uid)) is not None:
             lower = await self._landed(create)
         if lower is None:
+            if self.tokens is not None:
+                await self.tokens.discard(pod)  # made before a create that did not land
             self.book.forget(uid)
             return True
         if deletion_timestamp_of(lower):

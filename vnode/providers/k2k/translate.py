@@ -154,7 +154,7 @@ def lower_pod(
     if bound:
         # The upper token, kept below by the node (`boundtokens`), where the injected one was
         # (a legacy token Secret volume is dropped as before: no upper token is asked for it).
-        name = boundtokens.secret_name(str(meta.get("name")))
+        name = boundtokens.secret_name(str(meta.get("name")), str(meta.get("uid") or ""))
         spec["volumes"] = [
             boundtokens.lower_volume(v, secret=name, upper_ca=True) if v.get("name") in bound else v
             for v in dicts_in(spec["volumes"])
@@ -225,9 +225,11 @@ def dependencies(upper: Mapping[str, Any]) -> Dependencies:
 
     Covers what tensile-kube missed (projected sources, CSI and other secret-backed volumes,
     env and envFrom of every container kind), plus imagePullSecrets. Left out: the token
-    volumes `lower_pod` removes (legacy `default-token-*`, projected `kube-api-access-*`), and
-    ConfigMap `kube-root-ca.crt`, which every lower namespace has of its own. The ServiceAccount is
-    `serviceAccountName` (or the deprecated `serviceAccount`), else `default` as in Kubernetes.
+    volumes `lower_pod` removes or rewrites (legacy `default-token-*`; of a projected
+    `kube-api-access-*`, the sources the admission injects, `boundtokens.injected_source`),
+    and ConfigMap `kube-root-ca.crt`, which every lower namespace has of its own. The
+    ServiceAccount is `serviceAccountName` (or the deprecated `serviceAccount`), else
+    `default` as in Kubernetes.
     """
     refs = list(_references(upper))
     spec = as_mapping(upper.get("spec"))
@@ -537,8 +539,9 @@ def references(upper: Mapping[str, Any]) -> Iterator[Reference]:
     """Yield every ConfigMap and Secret reference of the pod, in the order a kubelet meets them:
     volumes (mounted first), then env and envFrom of each container, then imagePullSecrets.
 
-    Empty or missing names are skipped, as are the token volumes `lower_pod` removes and the
-    lower cluster's own `kube-root-ca.crt`.
+    Empty or missing names are skipped, as are the token volumes `lower_pod` removes (of a
+    `kube-api-access-*` volume, the sources the admission injected) and the lower
+    cluster's own `kube-root-ca.crt`.
     """
     spec = _spec(upper)
     refs = _volume_references(dicts_in(spec.get("volumes")))
@@ -576,9 +579,17 @@ _Ref = tuple[str, object, object, dict[str, Any]]
 def _volume_references(volumes: list[dict[str, Any]]) -> list[_Ref]:
     refs: list[_Ref] = []
     for volume in volumes:
-        if _is_injected_token_volume(volume):
-            continue  # lower_pod removes it; the lower admission injects its own
         at = {"volume": str(volume.get("name") or "")}
+        if _is_injected_token_volume(volume):
+            # What the admission injected is rewritten or removed by lower_pod; any other
+            # source a tenant adds to the volume is a reference like any other, or it would
+            # mount whatever the lower namespace holds of that name.
+            for source in dicts_in(as_mapping(volume.get("projected")).get("sources")):
+                if not boundtokens.injected_source(source):
+                    for field, kind in (("configMap", CONFIG_MAP), ("secret", SECRET)):
+                        ref = as_mapping(source.get(field))
+                        refs.append((kind, ref.get("name"), ref.get("optional"), at))
+            continue
         config_map = as_mapping(volume.get("configMap"))
         refs.append((CONFIG_MAP, config_map.get("name"), config_map.get("optional"), at))
         secret = as_mapping(volume.get("secret"))
