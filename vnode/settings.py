@@ -108,6 +108,16 @@ class PodSettings:
     """--priority-class-map UPPER=LOWER pairs: the lower pod's priorityClassName for an
     upper one; a class not mapped is dropped (the lower default priority applies). No
     LOWER starts with `system-`."""
+    scheduler_name_map: tuple[tuple[str, str], ...] = ()
+    """--scheduler-name-map UPPER=LOWER pairs: the lower pod's schedulerName for an upper
+    one; a name not mapped is dropped (the lower default scheduler places the pod)."""
+    runtime_class_map: tuple[tuple[str, str], ...] = ()
+    """--runtime-class-map UPPER=LOWER pairs: the lower pod's runtimeClassName for an upper
+    one; a class not mapped is dropped (the lower default runtime handler)."""
+    allowed_volume_types: frozenset[str] = frozenset()
+    """--allowed-volume-types: the volume types reaching outside the pod
+    (`tensile.contracts.podpolicy.OUTSIDE_VOLUMES`) that go below; pods with others are
+    refused."""
     lower_namespace_labels: tuple[tuple[str, str], ...] = ()
     """--lower-namespace-labels: labels set on every lower namespace tensile creates (and
     on those it created before, when they lack or differ in one)."""

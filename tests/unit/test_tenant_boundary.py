@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tensile.contracts import ownership
+from tensile.contracts import ownership, podpolicy
 from tensile.kube import names
 from tensile.kube.mirror.spec import Patch, Replace
 from tensile.serving.flags import UsageError
@@ -308,7 +308,9 @@ MAPPED = translate.TranslationPolicy(
 def test_priority_classes_go_below_only_mapped(
     upper_class: object, lower_class: str | None, note: str | None
 ) -> None:
-    got_class, got_note = translate.lower_priority_class(upper_class, policy=MAPPED)
+    got_class, got_note = podpolicy.lower_class(
+        podpolicy.PRIORITY_CLASSES, upper_class, policy=MAPPED.pods
+    )
     assert got_class == lower_class
     if note is None:
         assert got_note is None
@@ -392,6 +394,9 @@ def test_the_defaults_expose_nothing_map_no_class_and_mark_no_namespace() -> Non
     settings = cli.parse(BASE, env={})
     assert settings.controllers.lower_service_types == ("ClusterIP",)
     assert settings.pods.priority_class_map == ()
+    assert settings.pods.scheduler_name_map == ()
+    assert settings.pods.runtime_class_map == ()
+    assert settings.pods.allowed_volume_types == frozenset()
     assert settings.pods.lower_namespace_labels == ()
     assert settings.pods.lower_namespace_annotations == ()
 
@@ -403,6 +408,9 @@ def test_good_boundary_flags() -> None:
             *BASE,
             "--lower-service-types=LoadBalancer, NodePort",
             "--priority-class-map=tenant-high=lower-gold,system-cluster-critical=tenant-top",
+            "--scheduler-name-map=batch-profile=volcano, default-scheduler=tenant-scheduler",
+            "--runtime-class-map=sandboxed=gvisor",
+            "--allowed-volume-types=nfs, csi,nfs",
             "--lower-namespace-labels=team=tenants,example.com/tier=b",
             "--lower-namespace-labels=empty=",
             f"--lower-namespace-annotations={WHITELIST}={whitelist},"
@@ -415,6 +423,12 @@ def test_good_boundary_flags() -> None:
         ("tenant-high", "lower-gold"),
         ("system-cluster-critical", "tenant-top"),
     )
+    assert settings.pods.scheduler_name_map == (
+        ("batch-profile", "volcano"),
+        ("default-scheduler", "tenant-scheduler"),
+    )
+    assert settings.pods.runtime_class_map == (("sandboxed", "gvisor"),)
+    assert settings.pods.allowed_volume_types == frozenset({"nfs", "csi"})
     assert settings.pods.lower_namespace_labels == (
         ("team", "tenants"),
         ("example.com/tier", "b"),
@@ -435,6 +449,13 @@ def test_good_boundary_flags() -> None:
         ("--priority-class-map=High=x", "'High' in 'High=x' is not a PriorityClass name"),
         ("--priority-class-map=a=system-node-critical", "maps onto system-node-critical"),
         ("--priority-class-map=a=b,a=c", "a is mapped twice"),
+        ("--scheduler-name-map=profile", "--scheduler-name-map: expected UPPER=LOWER"),
+        ("--scheduler-name-map=a=My_Scheduler", "'My_Scheduler' in 'a=My_Scheduler' is not a"),
+        ("--scheduler-name-map=a=b,a=c", "--scheduler-name-map: a is mapped twice"),
+        ("--runtime-class-map=kata=", "'' in 'kata=' is not a RuntimeClass name"),
+        ("--allowed-volume-types=hostPath", "--pod-security-level=privileged allows it"),
+        ("--allowed-volume-types=secret", "secret volumes always go below"),
+        ("--allowed-volume-types=NFS", "unknown volume type 'NFS' \\(known: awsElasticBlockStore"),
         ("--lower-namespace-labels=team", "expected key=value, got 'team'"),
         ("--lower-namespace-labels=team=a b", "the value of team is not a label value"),
         ("--lower-namespace-labels=team=" + "x" * 64, "longer than 63 characters"),

@@ -18,7 +18,7 @@ from tensile.kube.informer_factory import InformerFactory
 from tensile.kube.mirror.engine import Mirror
 from tensile.kube.mirror.spec import KindSpec
 from tensile.kube.resources import NODES, PODS
-from vnode.providers.k2k import naming, services, slim, tensilekube, translate, volumes
+from vnode.providers.k2k import naming, services, slim, tensilekube, translate
 from vnode.providers.k2k.adoption import TensileKubeAdoption
 from vnode.providers.k2k.dependencies import DependencySync
 from vnode.providers.k2k.events import EventMirror
@@ -137,10 +137,7 @@ def build(
             informers=informers,
             tenancy=tenancy,
             namespaces=namespaces,
-            classes=volumes.StorageClassMap(
-                classes=controllers.lower_storage_classes,
-                default=controllers.lower_storage_class_default,
-            ),
+            classes=policy.storage_classes,
             on_resolved=changes,
             upper_namespace=upper_namespace,
         )
