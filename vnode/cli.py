@@ -359,6 +359,14 @@ def _add_tenant_boundary_flags(p: flags.Parser) -> None:
         "a hand-written slice names any address of the lower network)",
     )
     a(
+        "--lower-service-annotations",
+        default="",
+        help="ServiceControllers: comma-separated annotation keys, or prefixes ending in *, "
+        "of upper Services copied onto the NodePort and LoadBalancer copies "
+        "--lower-service-types allows (* alone: every annotation; default: none, as "
+        "annotations pin addresses and pools of the lower network)",
+    )
+    a(
         "--priority-class-map",
         default="",
         help="comma-separated UPPER=LOWER PriorityClass names: the lower pod's class for an "
@@ -560,6 +568,7 @@ def parse(
             enabled=controllers,
             service_namespaces=_service_namespaces(args.service_namespaces),
             lower_service_types=_service_types(args.lower_service_types),
+            lower_service_annotations=_service_annotations(args.lower_service_annotations),
             endpointslice_managers=_endpointslice_managers(args.endpointslice_managers),
             **_storage_classes(args.lower_storage_class),
         ),
@@ -949,6 +958,25 @@ def _volume_types(text: str) -> frozenset[str]:
                 f"{', '.join(sorted(podpolicy.OUTSIDE_VOLUMES))})"
             )
     return frozenset(chosen)
+
+
+def _service_annotations(text: str) -> tuple[str, ...]:
+    """--lower-service-annotations "KEY,PREFIX*,..." -> the items (`*` alone: every key).
+    Raises UsageError for an item that is neither an annotation key nor a prefix of one
+    followed by `*`."""
+    items = tuple(dict.fromkeys(i.strip() for i in text.split(",") if i.strip()))
+    for item in items:
+        if item == "*":
+            continue
+        stem = item.removesuffix("*")
+        # A prefix need not be a whole key ("example.com/lb-*"): what it has must start one.
+        problem = names.qualified_name_problem(stem.rstrip("/-_.") if item.endswith("*") else stem)
+        if "*" in stem or problem is not None:
+            raise UsageError(
+                f"--lower-service-annotations: {item!r} is not an annotation key or a prefix "
+                f"of one followed by * ({problem or 'a * only at the end'})"
+            )
+    return items
 
 
 def _namespace_marks(

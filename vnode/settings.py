@@ -198,6 +198,10 @@ class ControllerSettings:
     """--lower-service-types: the Service types copied below as they are, with their
     exposure fields; any other exposure type (NodePort, LoadBalancer) becomes ClusterIP
     below. ExternalName always travels (it exposes nothing)."""
+    lower_service_annotations: tuple[str, ...] = ()
+    """--lower-service-annotations: the annotation keys (or prefixes ending in `*`; `*`
+    alone: all) of an upper Service copied onto a NodePort or LoadBalancer copy the
+    --lower-service-types allow; none by default."""
     endpointslice_managers: tuple[str, ...] = ("endpointslice-controller.k8s.io",)
     """--endpointslice-managers: the `endpointslice.kubernetes.io/managed-by` values of the
     upper EndpointSlices copied below; empty: every slice of a mirrored Service, whoever

@@ -24,6 +24,9 @@ from tests.fixtures import create_namespace, delete_namespace
 from vnode.providers.k2k import services
 
 WIDE = "--lower-service-types=ClusterIP,NodePort,LoadBalancer"
+INTERNAL = "networking.example.com/load-balancer-internal"
+PINNED = "metallb.universe.tf/loadBalancerIPs"
+"""A tenant's annotation pinning an address of the lower network: never copied unless named."""
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 
 
@@ -43,7 +46,11 @@ def _events(client: RestClient, namespace: str, kind: str, name: str, reason: st
 def _restart_with(node: VirtualNodeProcess, *args: str) -> None:
     """Stop `node` and start it again with `args` in place of the ones it had."""
     assert node.stop() == 0, f"virtual-node exited non-zero; log {node.log}"
-    base = [a for a in node.argv if not a.startswith(("--lower-service-types",))]
+    base = [
+        a
+        for a in node.argv
+        if not a.startswith(("--lower-service-types", "--lower-service-annotations"))
+    ]
     node.argv = [*base, *args]
     node.start()  # a new process of the new command line (`restart` runs the old one)
 
@@ -55,7 +62,7 @@ def _exposed(name: str) -> dict[str, Any]:
         "kind": "Service",
         "metadata": {
             "name": name,
-            "annotations": {"networking.example.com/load-balancer-internal": "true"},
+            "annotations": {INTERNAL: "true", PINNED: "192.0.2.50"},
         },
         "spec": {
             "type": "LoadBalancer",
@@ -93,7 +100,7 @@ def test_service_copies_are_cluster_ip_unless_the_lower_cluster_takes_their_type
         assert copy["spec"]["type"] == "ClusterIP", copy["spec"]
         assert not any(p.get("nodePort") for p in copy["spec"]["ports"])
     assert "loadBalancerSourceRanges" not in lb["spec"]
-    assert "networking.example.com/load-balancer-internal" not in lb["metadata"]["annotations"]
+    assert INTERNAL not in lb["metadata"]["annotations"]
     for name in ("lb", "np"):
         event = wait_for(
             f"the narrowing Warning on {name}",
@@ -116,8 +123,9 @@ def test_service_copies_are_cluster_ip_unless_the_lower_cluster_takes_their_type
     assert event.get("count", 1) == 1
 
     # The lower cluster takes every type: the same copies become them, in place, with
-    # what restricts the exposure; the node ports are the lower cluster's own.
-    _restart_with(node, WIDE)
+    # what restricts the exposure and the annotations it names (not the pinned address);
+    # the node ports are the lower cluster's own.
+    _restart_with(node, WIDE, f"--lower-service-annotations={INTERNAL}")
 
     def widened() -> dict[str, Any] | None:
         found = get(lower, f"{base}/lb")
@@ -130,7 +138,8 @@ def test_service_copies_are_cluster_ip_unless_the_lower_cluster_takes_their_type
     assert spec["loadBalancerClass"] == "example.com/internal"
     assert spec["externalTrafficPolicy"] == "Local"
     annotations = lb_wide["metadata"]["annotations"]
-    assert annotations["networking.example.com/load-balancer-internal"] == "true"
+    assert annotations[INTERNAL] == "true"
+    assert PINNED not in annotations
     np_wide = wait_for(
         "the NodePort below",
         lambda: (f := get(lower, f"{base}/np")) and f["spec"]["type"] == "NodePort" and f,
@@ -149,7 +158,7 @@ def test_service_copies_are_cluster_ip_unless_the_lower_cluster_takes_their_type
     assert "loadBalancerClass" not in lb_back["spec"]
     assert not any(p.get("nodePort") for p in lb_back["spec"]["ports"])
     kept = lb_back["metadata"]["annotations"]
-    assert "networking.example.com/load-balancer-internal" not in kept
+    assert INTERNAL not in kept
     assert services.COPIED_ANNOTATIONS not in kept
 
 

@@ -210,6 +210,24 @@ def test_every_volume_type_has_one_verdict() -> None:
     assert sum(len(s) for s in sets) == len(VOLUME_SOURCES)
 
 
+@pytest.mark.parametrize(
+    ("key", "allowed", "copied"),
+    [
+        ("example.com/internal", (), False),
+        ("example.com/internal", ("example.com/internal",), True),
+        ("example.com/internal-x", ("example.com/internal",), False),
+        ("example.com/internal-x", ("example.com/internal*",), True),
+        ("example.com/lb", ("example.com/*",), True),
+        ("example.org/lb", ("example.com/*",), False),
+        ("anything/at-all", ("*",), True),
+    ],
+)
+def test_service_annotations_cross_as_named(
+    key: str, allowed: tuple[str, ...], copied: bool
+) -> None:
+    assert podpolicy.annotation_allowed(key, allowed) is copied
+
+
 # -- the translation applies the table ---------------------------------------------------
 
 POLICY = translate.TranslationPolicy(

@@ -21,8 +21,16 @@ OTHER = ownership.NodeIdentity(node_name="vn-a", cluster_id="bbbbbbbb-0000-4000-
 BASE = ["--client-kubeconfig=lower.kubeconfig"]
 ONLY_CLUSTER_IP = services.ServiceExposure()
 NO_BALANCERS = services.ServiceExposure(types=frozenset({"ClusterIP", "NodePort"}))
-EVERY_TYPE = services.ServiceExposure(types=frozenset({"ClusterIP", "NodePort", "LoadBalancer"}))
 INTERNAL = "networking.example.com/load-balancer-internal"
+EVERY_TYPE = services.ServiceExposure(
+    types=frozenset({"ClusterIP", "NodePort", "LoadBalancer"}), annotations=(INTERNAL,)
+)
+PINNING = {
+    "metallb.universe.tf/loadBalancerIPs": "203.0.113.9",
+    "metallb.universe.tf/address-pool": "production",
+    "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
+}
+"""Annotations a tenant may write to pin an address or a pool of the lower network."""
 
 
 def upper_service(service_type: str, **spec: Any) -> dict[str, Any]:
@@ -131,6 +139,53 @@ def test_annotations_travel_only_with_an_allowed_exposure_type(
     assert "kubectl.kubernetes.io/last-applied-configuration" not in annotations
     assert services.cluster_ip_annotation("vn-b") not in annotations
     assert annotations[ownership.UPPER_UID_ANNOTATION] == "u-1"
+
+
+@pytest.mark.parametrize(
+    ("allowed", "copied"),
+    [
+        # Default: none, whatever the type allows.
+        ((), set()),
+        ((INTERNAL,), {INTERNAL}),
+        (
+            ("service.beta.kubernetes.io/aws-load-balancer-*", "metallb.universe.tf/address-pool"),
+            {
+                "service.beta.kubernetes.io/aws-load-balancer-internal",
+                "metallb.universe.tf/address-pool",
+            },
+        ),
+        (
+            ("metallb.universe.tf/*",),
+            {"metallb.universe.tf/loadBalancerIPs", "metallb.universe.tf/address-pool"},
+        ),
+        (("*",), {INTERNAL, *PINNING}),
+        # A key is a whole key, not a prefix.
+        (("metallb.universe.tf/address",), set()),
+    ],
+)
+def test_annotations_travel_only_as_the_lower_administrator_names_them(
+    allowed: tuple[str, ...], copied: set[str]
+) -> None:
+    """Issue 31: annotations that pin addresses or pools of the lower network are filtered
+    like loadBalancerIP; --lower-service-annotations names those that cross."""
+    upper = upper_service("LoadBalancer")
+    upper["metadata"]["annotations"].update(PINNING)
+    exposure = services.ServiceExposure(types=EVERY_TYPE.types, annotations=allowed)
+    annotations = lower(upper, exposure)["metadata"]["annotations"]
+    assert {*PINNING, INTERNAL} & annotations.keys() == copied
+    assert annotations.get(services.COPIED_ANNOTATIONS, "") == ",".join(sorted(copied))
+    # kubectl's record and what virtual nodes write upstairs never go, even with *.
+    assert "kubectl.kubernetes.io/last-applied-configuration" not in annotations
+    assert services.cluster_ip_annotation("vn-b") not in annotations
+    # A narrower list later: what it no longer names goes from the copy.
+    narrower = services.ServiceExposure(types=EVERY_TYPE.types, annotations=())
+    change = services.compare_service(served(lower(upper, exposure)), lower(upper, narrower))
+    if copied:
+        assert isinstance(change, Patch)
+        assert {k for k, v in change.body["metadata"]["annotations"].items() if v is None} == {
+            *copied,
+            services.COPIED_ANNOTATIONS,
+        }
 
 
 def test_headless_and_external_name_are_copied_whatever_the_flag() -> None:
@@ -397,6 +452,7 @@ def test_the_defaults_expose_nothing_map_no_class_and_mark_no_namespace() -> Non
     assert settings.pods.scheduler_name_map == ()
     assert settings.pods.runtime_class_map == ()
     assert settings.pods.allowed_volume_types == frozenset()
+    assert settings.controllers.lower_service_annotations == ()
     assert settings.pods.lower_namespace_labels == ()
     assert settings.pods.lower_namespace_annotations == ()
 
@@ -411,6 +467,8 @@ def test_good_boundary_flags() -> None:
             "--scheduler-name-map=batch-profile=volcano, default-scheduler=tenant-scheduler",
             "--runtime-class-map=sandboxed=gvisor",
             "--allowed-volume-types=nfs, csi,nfs",
+            "--lower-service-annotations=example.com/internal,"
+            "service.beta.kubernetes.io/aws-load-balancer-*,example.org/*",
             "--lower-namespace-labels=team=tenants,example.com/tier=b",
             "--lower-namespace-labels=empty=",
             f"--lower-namespace-annotations={WHITELIST}={whitelist},"
@@ -429,6 +487,14 @@ def test_good_boundary_flags() -> None:
     )
     assert settings.pods.runtime_class_map == (("sandboxed", "gvisor"),)
     assert settings.pods.allowed_volume_types == frozenset({"nfs", "csi"})
+    assert settings.controllers.lower_service_annotations == (
+        "example.com/internal",
+        "service.beta.kubernetes.io/aws-load-balancer-*",
+        "example.org/*",
+    )
+    assert cli.parse(
+        [*BASE, "--lower-service-annotations=*"], env={}
+    ).controllers.lower_service_annotations == ("*",)
     assert settings.pods.lower_namespace_labels == (
         ("team", "tenants"),
         ("example.com/tier", "b"),
@@ -456,6 +522,10 @@ def test_good_boundary_flags() -> None:
         ("--allowed-volume-types=hostPath", "--pod-security-level=privileged allows it"),
         ("--allowed-volume-types=secret", "secret volumes always go below"),
         ("--allowed-volume-types=NFS", "unknown volume type 'NFS' \\(known: awsElasticBlockStore"),
+        ("--lower-service-annotations=a b", "'a b' is not an annotation key"),
+        ("--lower-service-annotations=example.com/*/x", "is not an annotation key or a prefix"),
+        ("--lower-service-annotations=example.com/", "'example.com/' is not an annotation key"),
+        ("--lower-service-annotations=*.example.com/x", "not an annotation key"),
         ("--lower-namespace-labels=team", "expected key=value, got 'team'"),
         ("--lower-namespace-labels=team=a b", "the value of team is not a label value"),
         ("--lower-namespace-labels=team=" + "x" * 64, "longer than 63 characters"),

@@ -259,7 +259,10 @@ def _service_mirrors(
         namespaces=frozenset(controllers.service_namespaces),
         slice_managers=frozenset(controllers.endpointslice_managers),
     )
-    exposure = services.ServiceExposure(types=frozenset(controllers.lower_service_types))
+    exposure = services.ServiceExposure(
+        types=frozenset(controllers.lower_service_types),
+        annotations=controllers.lower_service_annotations,
+    )
     # One namespace: watch only it (and need only a Role there upstairs).
     only = controllers.service_namespaces
     namespace = only[0] if len(only) == 1 else None

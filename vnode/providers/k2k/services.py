@@ -26,8 +26,11 @@ narrowed gets one Event upstairs saying so (`narrowed`). ExternalName is always 
 DNS alias inside the tenant's namespace exposes nothing). A NodePort or LoadBalancer copy
 the flag allows carries what restricts or places that exposure: `externalTrafficPolicy`,
 `loadBalancerSourceRanges`, `loadBalancerClass`, `allocateLoadBalancerNodePorts` and the
-upper Service's annotations (cloud load-balancer settings such as "internal"; their keys
-are listed in `COPIED_ANNOTATIONS` so they go again when the upper ones or the type go).
+upper Service's annotations --lower-service-annotations names (cloud load-balancer
+settings such as "internal"; none by default: others pin addresses, pools or subnets of
+the lower network, like `loadBalancerIP`; `podpolicy.annotation_allowed`). Their keys are
+listed in `COPIED_ANNOTATIONS` so they go again when the upper ones, the type or the
+flag's permission go.
 When the flag changes, existing copies are patched in place (Kubernetes allows ClusterIP,
 NodePort and LoadBalancer to change into each other; the apiserver frees the node ports);
 only a changed `loadBalancerClass` (immutable) or a change to or from ExternalName or
@@ -58,7 +61,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tensile.contracts import ownership
+from tensile.contracts import ownership, podpolicy
 from tensile.contracts.objects import Obj, annotations_of, labels_of, meta_of, name_of, namespace_of
 from tensile.kube.mirror.spec import Change, KindSpec, Patch, Replace
 from tensile.kube.resources import ENDPOINT_SLICES, SERVICES
@@ -138,10 +141,14 @@ class ServiceSelection:
 
 @dataclass(frozen=True, kw_only=True)
 class ServiceExposure:
-    """Which Service types the lower cluster takes as they are (--lower-service-types)."""
+    """Which Service types the lower cluster takes as they are (--lower-service-types), and
+    which annotations go with them (--lower-service-annotations)."""
 
     types: frozenset[str] = frozenset({CLUSTER_IP})
     """Types copied as they are, with their exposure fields; ClusterIP always."""
+    annotations: tuple[str, ...] = ()
+    """Annotation keys, or prefixes ending in `*` (`*`: all), copied onto a copy of an
+    allowed exposing type (`podpolicy.annotation_allowed`); none by default."""
 
     def lower_type(self, upper: Mapping[str, Any]) -> str:
         """Return the type of the lower copy of the upper Service `upper`: its own when
@@ -223,8 +230,11 @@ def lower_service(
             and k not in _UNCOPIED_ANNOTATIONS
             and not k.startswith(CLUSTER_IP_ANNOTATION_PREFIX)
             and k != COPIED_ANNOTATIONS
+            and podpolicy.annotation_allowed(k, exposure.annotations)
         }
-        annotations = {**copied, **annotations, COPIED_ANNOTATIONS: ",".join(sorted(copied))}
+        annotations = {**copied, **annotations}
+        if copied:
+            annotations[COPIED_ANNOTATIONS] = ",".join(sorted(copied))
     return {
         "apiVersion": "v1",
         "kind": "Service",
