@@ -19,6 +19,8 @@ mutates its input.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -271,6 +273,25 @@ def annotation_allowed(key: str, allowed: Iterable[str]) -> bool:
         elif key == item:
             return True
     return False
+
+
+def digest(settings: Mapping[str, object]) -> str:
+    """Return a short, stable digest (16 hex digits of SHA-256 over canonical JSON) of the
+    settings a copy's translation depends on: written on the copy, it tells sibling virtual
+    nodes whether they would write it alike. `settings` maps names to JSON-able values
+    (sets are written as sorted lists, so their order does not count; tuples as lists)."""
+    canonical = json.dumps(
+        {k: _canonical(v) for k, v in settings.items()}, sort_keys=True, separators=(",", ":")
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _canonical(value: object) -> object:
+    if isinstance(value, frozenset | set):
+        return sorted(_canonical(v) for v in value)  # type: ignore[type-var]
+    if isinstance(value, tuple | list):
+        return [_canonical(v) for v in value]
+    return value
 
 
 def _named(found: Mapping[str, list[str]]) -> str:

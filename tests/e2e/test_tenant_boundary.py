@@ -541,3 +541,61 @@ def test_volumes_that_reach_outside_the_pod_are_refused_unless_allowed(
     assert 'nfs: volume "share"' in message, message
     assert "--allowed-volume-types allows none" in message, message
     assert pod(lower, namespace, "mounter") is None
+
+
+# -- sibling virtual nodes agree (issue 31, section 3) --------------------------------------
+
+
+def test_sibling_nodes_of_different_policies_leave_each_others_copies_alone(
+    fleet: Fleet, nodes: list[VirtualNodeProcess], tmp_path: Path, namespace: str
+) -> None:
+    """Two virtual nodes of one upper cluster over one lower cluster, one taking NodePort
+    Services below and one not: the copy of a NodePort Service is written by whichever made
+    it and left alone by the other (a Warning upstairs says why), not turned back and forth
+    between NodePort and ClusterIP."""
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    tag = secrets.token_hex(3)
+    narrow = VirtualNodeProcess(fleet, name=f"vn-narrow-{tag}", log_dir=tmp_path)
+    wide = VirtualNodeProcess(
+        fleet,
+        name=f"vn-wide-{tag}",
+        log_dir=tmp_path,
+        args=("--lower-service-types=ClusterIP,NodePort",),
+    )
+    nodes += [narrow, wide]
+    narrow.start()
+    wide.start()
+    base = f"/api/v1/namespaces/{namespace}/services"
+    upper.request(
+        "POST",
+        base,
+        body={
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "shared"},
+            "spec": {"type": "NodePort", "ports": [{"port": 80}]},
+        },
+    )
+    wait_for("the copy below", lambda: get(lower, f"{base}/shared"), timeout=60)
+    time.sleep(2)  # both nodes have seen it
+    versions = []
+    deadline = time.monotonic() + 12  # four times the siblings' grace (3 s)
+    while time.monotonic() < deadline:
+        copy = get(lower, f"{base}/shared") or {}
+        versions.append((copy["metadata"]["resourceVersion"], copy["spec"]["type"]))
+        time.sleep(0.2)
+    changes = sorted(set(versions))
+    assert len(changes) == 1, f"the copy was rewritten {len(changes) - 1} times: {changes}"
+    assert copy["metadata"]["annotations"][services.POLICY_ANNOTATION]
+    # Its maker may be any sibling (another test's node of this upper cluster too): the
+    # node of the other policy is the one that leaves it alone.
+    other = narrow.name if copy["spec"]["type"] == "NodePort" else wide.name
+    warning = wait_for(
+        "the other node's Warning",
+        lambda: [
+            e
+            for e in _events(upper, namespace, "Service", "shared", "MirrorFailed")
+            if other in str(e.get("source", {}).get("component", ""))
+        ],
+    )[0]
+    assert "policy" in warning["message"], warning["message"]

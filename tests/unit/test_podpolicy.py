@@ -228,6 +228,15 @@ def test_service_annotations_cross_as_named(
     assert podpolicy.annotation_allowed(key, allowed) is copied
 
 
+def test_a_policy_digest_depends_on_the_settings_not_their_order() -> None:
+    one = podpolicy.digest({"types": frozenset({"NodePort", "ClusterIP"}), "annotations": ("a",)})
+    same = podpolicy.digest({"annotations": ["a"], "types": ("ClusterIP", "NodePort")})
+    other = podpolicy.digest({"types": ("ClusterIP",), "annotations": ("a",)})
+    assert one == same
+    assert one != other
+    assert re.fullmatch(r"[0-9a-f]{16}", one)
+
+
 # -- the translation applies the table ---------------------------------------------------
 
 POLICY = translate.TranslationPolicy(

@@ -14,9 +14,10 @@ from tensile.kube import names
 from tensile.kube.mirror.spec import Patch, Replace
 from tensile.serving.flags import UsageError
 from vnode import cli
-from vnode.providers.k2k import namespaces, services, translate
+from vnode.providers.k2k import namespaces, naming, services, translate
 
 OWNER = ownership.NodeIdentity(node_name="vn-a", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")
+OTHER_NODE = ownership.NodeIdentity(node_name="vn-sibling", cluster_id=OWNER.cluster_id)
 OTHER = ownership.NodeIdentity(node_name="vn-a", cluster_id="bbbbbbbb-0000-4000-8000-000000000002")
 BASE = ["--client-kubeconfig=lower.kubeconfig"]
 ONLY_CLUSTER_IP = services.ServiceExposure()
@@ -335,6 +336,75 @@ def test_source_ranges_and_traffic_policy_are_patched_on_an_allowed_load_balance
         "loadBalancerSourceRanges": ["192.0.2.0/24"],
         "externalTrafficPolicy": None,
     }
+
+
+# -- siblings of other settings (issue 31, section 3) --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("upper_type", "stamped"),
+    [("LoadBalancer", True), ("NodePort", True), ("ClusterIP", False), ("ExternalName", False)],
+)
+def test_copies_the_exposure_flags_decide_record_them(upper_type: str, stamped: bool) -> None:
+    for exposure in (ONLY_CLUSTER_IP, EVERY_TYPE):
+        annotations = lower(upper_service(upper_type), exposure)["metadata"]["annotations"]
+        assert annotations.get(services.POLICY_ANNOTATION) == (exposure.policy if stamped else None)
+    assert ONLY_CLUSTER_IP.policy != EVERY_TYPE.policy
+    assert EVERY_TYPE.policy != services.ServiceExposure(types=EVERY_TYPE.types).policy
+
+
+def sibling_conflict(exposure: services.ServiceExposure) -> Any:
+    kind = services.service_spec(
+        tenancy=naming.NodeTenancy(owner=OWNER, prefix=""),
+        selection=services.ServiceSelection(),
+        exposure=exposure,
+    )
+    assert kind.sibling_conflict is not None
+    return kind.sibling_conflict
+
+
+@pytest.mark.parametrize(
+    ("upper_type", "theirs", "ours", "left"),
+    [
+        # The sibling would write a NodePort copy as ClusterIP, or the other way round.
+        ("NodePort", ONLY_CLUSTER_IP, NO_BALANCERS, True),
+        ("LoadBalancer", EVERY_TYPE, ONLY_CLUSTER_IP, True),
+        # The same settings: the copy is kept like our own, as before.
+        ("LoadBalancer", EVERY_TYPE, EVERY_TYPE, False),
+        # Settings that do not decide the copy: no quarrel.
+        ("ClusterIP", ONLY_CLUSTER_IP, EVERY_TYPE, False),
+    ],
+)
+def test_a_siblings_copy_of_other_settings_is_left_to_its_maker(
+    upper_type: str,
+    theirs: services.ServiceExposure,
+    ours: services.ServiceExposure,
+    left: bool,
+) -> None:
+    upper = upper_service(upper_type)
+    made = services.lower_service(upper, owner=OTHER_NODE, prefix="", exposure=theirs)
+    why = sibling_conflict(ours)(served(made), upper)
+    assert (why is not None) is left
+    if why is not None:
+        assert theirs.policy in why
+        assert ours.policy in why
+        assert "--lower-service-types" in why
+
+
+def test_a_copy_from_before_the_record_counts_as_another_policys() -> None:
+    upper = upper_service("LoadBalancer")
+    made = served(services.lower_service(upper, owner=OTHER_NODE, prefix="", exposure=EVERY_TYPE))
+    del made["metadata"]["annotations"][services.POLICY_ANNOTATION]
+    why = sibling_conflict(EVERY_TYPE)(made, upper)
+    assert why is not None
+    assert "(none)" in why
+
+
+def test_the_record_goes_when_the_settings_no_longer_decide_the_copy() -> None:
+    current = served(lower(upper_service("LoadBalancer"), EVERY_TYPE))
+    change = services.compare_service(current, lower(upper_service("ClusterIP"), EVERY_TYPE))
+    assert isinstance(change, Patch)
+    assert change.body["metadata"]["annotations"][services.POLICY_ANNOTATION] is None
 
 
 # -- priority classes ------------------------------------------------------------------
