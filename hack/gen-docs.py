@@ -11,6 +11,9 @@ from the code, never by hand:
 - annotations.md: the labels, annotations, taints and scheduling gates the programs agree
   on, from the module-level constants of tensile/contracts/ and the modules listed in
   MARK_MODULES, with the docstring under each constant;
+- tenancy.md, its section between the `pod-policy` markers: the pod table of
+  tensile/contracts/podpolicy.py (`ROWS`), one row per field a tenant writes that reaches
+  the lower cluster (generated sections of hand-written pages are in SECTIONS);
 - layout.md (docs/, not docs/reference/): the code layout: the programs, the local fleet and
   the parts of the shared library, each with its package docstring and the first paragraph
   of every module's; which imports which (the import graph, from grimp); and the
@@ -397,6 +400,24 @@ def annotations_page() -> str:
     return "\n".join(out)
 
 
+# --- the pod table (a section of docs/tenancy.md) ----------------------------------------
+
+
+def pod_policy_section() -> str:
+    from tensile.contracts import podpolicy  # noqa: PLC0415 - after sys.path is set
+
+    out = [
+        "| object | field | by default | flag: what it makes of it | why |",
+        "|---|---|---|---|---|",
+    ]
+    for row in podpolicy.ROWS:
+        flag = f"`{row.flag}`: {_cell(row.with_flag)}" if row.flag else ""
+        out.append(
+            f"| {row.kind} | {_cell(row.field)} | **{row.verdict}** | {flag} | {_cell(row.why)} |"
+        )
+    return "\n".join(out)
+
+
 # --- the code layout (docs/layout.md) ---------------------------------------------------
 
 LIBRARY = "tensile"
@@ -645,14 +666,46 @@ PAGES = {
 }
 """Generated pages, by their path under docs/."""
 
+SECTIONS = {
+    "tenancy.md": {"pod-policy": pod_policy_section},
+}
+"""Generated sections of hand-written pages, by the page's path under docs/ and the section's
+name: each between a `_BEGIN` and an `_END` line of that name."""
+_BEGIN = "<!-- generated section {name}: by hack/gen-docs.py from the code, run `make docs-gen` -->"
+_END = "<!-- end of generated section {name} -->"
+
+
+def with_sections(text: str, sections: Mapping[str, Any], *, page: str) -> str:
+    """`text` (a hand-written page) with each of its generated `sections` (name -> render())
+    rendered anew between its markers. Raises ValueError naming `page` and the section when
+    its markers are missing or out of order."""
+    for name, render in sections.items():
+        begin, end = _BEGIN.format(name=name), _END.format(name=name)
+        head, found, rest = text.partition(begin + "\n")
+        _, ended, tail = rest.partition(end + "\n")
+        if not found or not ended:
+            raise ValueError(
+                f"docs/{page}: no generated section {name!r}: write {begin!r} and "
+                f"{end!r} on lines of their own where it goes"
+            )
+        text = f"{head}{begin}\n\n{render()}\n\n{end}\n{tail}"
+    return text
+
 
 def stale_pages() -> dict[Path, str]:
-    """The generated pages whose file differs from what the code gives now: path -> text."""
+    """The generated pages, and the pages with generated sections, whose file differs from
+    what the code gives now: path -> text."""
     stale = {}
     for name, render in PAGES.items():
         path = DOCS / name
         text = render()
         if not path.exists() or path.read_text() != text:
+            stale[path] = text
+    for name, sections in SECTIONS.items():
+        path = DOCS / name
+        current = path.read_text()
+        text = with_sections(current, sections, page=name)
+        if text != current:
             stale[path] = text
     return stale
 

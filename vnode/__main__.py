@@ -39,6 +39,7 @@ from vnode.providers.k2k.scrape import (
     access_warnings,
 )
 from vnode.providers.k2k.translate import TranslationPolicy
+from vnode.providers.k2k.volumes import StorageClassMap
 from vnode.providers.mock import MockProvider, MockSettings, load_config
 from vnode.settings import ClientSettings, Settings
 
@@ -277,6 +278,13 @@ async def _k2k_provider(
             pod_security_level=settings.pods.pod_security_level,
             taint_key=settings.node.taint.key if settings.node.taint else DEFAULT_TAINT_KEY,
             priority_classes=settings.pods.priority_class_map,
+            scheduler_names=settings.pods.scheduler_name_map,
+            runtime_classes=settings.pods.runtime_class_map,
+            volume_types=settings.pods.allowed_volume_types,
+            storage_classes=StorageClassMap(
+                classes=settings.controllers.lower_storage_classes,
+                default=settings.controllers.lower_storage_class_default,
+            ),
             upper_api_address=settings.serviceaccount.upper_api_address,
         ),
         node_ip=node_ip,

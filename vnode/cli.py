@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tensile.contracts import podpolicy
 from tensile.contracts.labels import DEFAULT_TAINT_KEY, is_label_value
 from tensile.kube import names
 from tensile.serving import election_flags, flags
@@ -45,8 +46,6 @@ LEASE_NAME_PREFIX = "tensile-virtual-node-"
 POD_SECURITY_LEVELS = ("privileged", "baseline", "restricted")
 SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
 """What --lower-service-types may name (ExternalName exposes nothing and always travels)."""
-SYSTEM_PRIORITY_PREFIX = "system-"
-"""Kubernetes reserves PriorityClass names with this prefix for its own critical pods."""
 # Keys of lower namespaces that tensile writes itself: a flag must not change them.
 _OWN_NAMESPACE_KEYS = ("tensile.io/", "pod-security.kubernetes.io/enforce")
 # A comma starts a new key=value item only when `key=` follows it and it is not escaped.
@@ -368,11 +367,38 @@ def _add_tenant_boundary_flags(p: flags.Parser) -> None:
         "network may vouch for them (default: none; their slices cross without endpoints)",
     )
     a(
+        "--lower-service-annotations",
+        default="",
+        help="ServiceControllers: comma-separated annotation keys, or prefixes ending in *, "
+        "of upper Services copied onto the NodePort and LoadBalancer copies "
+        "--lower-service-types allows (* alone: every annotation; default: none, as "
+        "annotations pin addresses and pools of the lower network)",
+    )
+    a(
         "--priority-class-map",
         default="",
         help="comma-separated UPPER=LOWER PriorityClass names: the lower pod's class for an "
         "upper one; pods of other classes run at the lower default priority (no LOWER may "
         "start with system-)",
+    )
+    a(
+        "--scheduler-name-map",
+        default="",
+        help="comma-separated UPPER=LOWER scheduler names: the lower pod's schedulerName for "
+        "an upper one; other names are dropped, so the lower default scheduler places the pod",
+    )
+    a(
+        "--runtime-class-map",
+        default="",
+        help="comma-separated UPPER=LOWER RuntimeClass names: the lower pod's class for an "
+        "upper one; other classes are dropped (the lower default runtime handler)",
+    )
+    a(
+        "--allowed-volume-types",
+        default="",
+        help="comma-separated volume types that reach outside the pod and may go below ("
+        + ", ".join(sorted(podpolicy.OUTSIDE_VOLUMES))
+        + "); pods with others are refused (default: none; hostPath is --pod-security-level's)",
     )
     a(
         "--lower-namespace-labels",
@@ -532,6 +558,13 @@ def parse(
             workers=args.pod_sync_workers,
             namespace_weights=_namespace_weights(args.namespace_weights),
             priority_class_map=_priority_class_map(args.priority_class_map),
+            scheduler_name_map=_name_map(
+                args.scheduler_name_map, flag="--scheduler-name-map", what="scheduler name"
+            ),
+            runtime_class_map=_name_map(
+                args.runtime_class_map, flag="--runtime-class-map", what="RuntimeClass name"
+            ),
+            allowed_volume_types=_volume_types(args.allowed_volume_types),
             lower_namespace_labels=_namespace_marks(
                 args.lower_namespace_labels, flag="--lower-namespace-labels", labels=True
             ),
@@ -561,6 +594,7 @@ def parse(
             enabled=controllers,
             service_namespaces=_service_namespaces(args.service_namespaces),
             lower_service_types=_service_types(args.lower_service_types),
+            lower_service_annotations=_service_annotations(args.lower_service_annotations),
             endpointslice_managers=_endpointslice_managers(args.endpointslice_managers),
             selectorless_services=_selectorless_services(args.selectorless_services),
             **_storage_classes(args.lower_storage_class),
@@ -924,33 +958,85 @@ def _selectorless_services(text: str) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def _priority_class_map(text: str) -> tuple[tuple[str, str], ...]:
-    """--priority-class-map "UPPER=LOWER,..." -> pairs. Raises UsageError for a malformed
-    item, a name that is not a PriorityClass name, an UPPER mapped twice, or a LOWER class
-    of Kubernetes' own (`system-*`: a tenant must never get node- or cluster-critical
-    priority below; an administrator maps onto classes of theirs)."""
+def _name_map(text: str, *, flag: str, what: str) -> tuple[tuple[str, str], ...]:
+    """`flag` "UPPER=LOWER,..." -> pairs of `what`s (DNS-1123 subdomains, as the apiserver
+    validates PriorityClass, RuntimeClass and scheduler names). Raises UsageError for a
+    malformed item, a name that is not one, or an UPPER mapped twice."""
     pairs: dict[str, str] = {}
     for item in (i.strip() for i in text.split(",")):
         if not item:
             continue
         upper, sep, lower = (part.strip() for part in item.partition("="))
         if not sep:
-            raise UsageError(f"--priority-class-map: expected UPPER=LOWER, got {item!r}")
+            raise UsageError(f"{flag}: expected UPPER=LOWER, got {item!r}")
         for name in (upper, lower):
             if not names.is_dns1123_subdomain(name):
                 raise UsageError(
-                    f"--priority-class-map: {name!r} in {item!r} is not a PriorityClass name "
-                    "(a DNS-1123 subdomain)"
+                    f"{flag}: {name!r} in {item!r} is not a {what} (a DNS-1123 subdomain)"
                 )
-        if lower.startswith(SYSTEM_PRIORITY_PREFIX):
-            raise UsageError(
-                f"--priority-class-map: {item!r} maps onto {lower}, a class Kubernetes reserves "
-                "for its own critical pods; map onto a class of the lower cluster's own"
-            )
         if upper in pairs:
-            raise UsageError(f"--priority-class-map: {upper} is mapped twice")
+            raise UsageError(f"{flag}: {upper} is mapped twice")
         pairs[upper] = lower
     return tuple(pairs.items())
+
+
+def _priority_class_map(text: str) -> tuple[tuple[str, str], ...]:
+    """--priority-class-map "UPPER=LOWER,..." -> pairs (`_name_map`). Raises UsageError as
+    it does, and for a LOWER class of Kubernetes' own (`system-*`: a tenant must never get
+    node- or cluster-critical priority below; an administrator maps onto classes of
+    theirs)."""
+    flag = "--priority-class-map"
+    pairs = _name_map(text, flag=flag, what="PriorityClass name")
+    for upper, lower in pairs:
+        if lower.startswith(podpolicy.SYSTEM_PRIORITY_PREFIX):
+            raise UsageError(
+                f"{flag}: '{upper}={lower}' maps onto {lower}, a class Kubernetes reserves "
+                "for its own critical pods; map onto a class of the lower cluster's own"
+            )
+    return pairs
+
+
+def _volume_types(text: str) -> frozenset[str]:
+    """--allowed-volume-types "TYPE,..." -> the types. Raises UsageError for a type that does
+    not reach outside the pod (always allowed, or hostPath: --pod-security-level's) or is
+    not a volume type."""
+    chosen = {t.strip() for t in text.split(",") if t.strip()}
+    for kind in sorted(chosen):
+        if kind in podpolicy.POD_SECURITY_VOLUMES:
+            raise UsageError(
+                f"--allowed-volume-types: {kind} is decided by the Pod Security level "
+                "(--pod-security-level=privileged allows it)"
+            )
+        if kind in podpolicy.POD_VOLUMES | podpolicy.CLAIM_VOLUMES:
+            raise UsageError(
+                f"--allowed-volume-types: {kind} volumes always go below; name only types "
+                "that reach outside the pod"
+            )
+        if kind not in podpolicy.OUTSIDE_VOLUMES:
+            raise UsageError(
+                f"--allowed-volume-types: unknown volume type {kind!r} (known: "
+                f"{', '.join(sorted(podpolicy.OUTSIDE_VOLUMES))})"
+            )
+    return frozenset(chosen)
+
+
+def _service_annotations(text: str) -> tuple[str, ...]:
+    """--lower-service-annotations "KEY,PREFIX*,..." -> the items (`*` alone: every key).
+    Raises UsageError for an item that is neither an annotation key nor a prefix of one
+    followed by `*`."""
+    items = tuple(dict.fromkeys(i.strip() for i in text.split(",") if i.strip()))
+    for item in items:
+        if item == "*":
+            continue
+        stem = item.removesuffix("*")
+        # A prefix need not be a whole key ("example.com/lb-*"): what it has must start one.
+        problem = names.qualified_name_problem(stem.rstrip("/-_.") if item.endswith("*") else stem)
+        if "*" in stem or problem is not None:
+            raise UsageError(
+                f"--lower-service-annotations: {item!r} is not an annotation key or a prefix "
+                f"of one followed by * ({problem or 'a * only at the end'})"
+            )
+    return items
 
 
 def _namespace_marks(

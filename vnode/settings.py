@@ -108,6 +108,16 @@ class PodSettings:
     """--priority-class-map UPPER=LOWER pairs: the lower pod's priorityClassName for an
     upper one; a class not mapped is dropped (the lower default priority applies). No
     LOWER starts with `system-`."""
+    scheduler_name_map: tuple[tuple[str, str], ...] = ()
+    """--scheduler-name-map UPPER=LOWER pairs: the lower pod's schedulerName for an upper
+    one; a name not mapped is dropped (the lower default scheduler places the pod)."""
+    runtime_class_map: tuple[tuple[str, str], ...] = ()
+    """--runtime-class-map UPPER=LOWER pairs: the lower pod's runtimeClassName for an upper
+    one; a class not mapped is dropped (the lower default runtime handler)."""
+    allowed_volume_types: frozenset[str] = frozenset()
+    """--allowed-volume-types: the volume types reaching outside the pod
+    (`tensile.contracts.podpolicy.OUTSIDE_VOLUMES`) that go below; pods with others are
+    refused."""
     lower_namespace_labels: tuple[tuple[str, str], ...] = ()
     """--lower-namespace-labels: labels set on every lower namespace tensile creates (and
     on those it created before, when they lack or differ in one)."""
@@ -188,6 +198,10 @@ class ControllerSettings:
     """--lower-service-types: the Service types copied below as they are, with their
     exposure fields; any other exposure type (NodePort, LoadBalancer) becomes ClusterIP
     below. ExternalName always travels (it exposes nothing)."""
+    lower_service_annotations: tuple[str, ...] = ()
+    """--lower-service-annotations: the annotation keys (or prefixes ending in `*`; `*`
+    alone: all) of an upper Service copied onto a NodePort or LoadBalancer copy the
+    --lower-service-types allow; none by default."""
     endpointslice_managers: tuple[str, ...] = ()
     """--endpointslice-managers: only upper EndpointSlices with one of these
     `endpointslice.kubernetes.io/managed-by` values are considered; empty: every slice of a

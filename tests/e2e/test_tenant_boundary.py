@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,9 @@ from tests.fixtures import create_namespace, delete_namespace
 from vnode.providers.k2k import services
 
 WIDE = "--lower-service-types=ClusterIP,NodePort,LoadBalancer"
+INTERNAL = "networking.example.com/load-balancer-internal"
+PINNED = "metallb.universe.tf/loadBalancerIPs"
+"""A tenant's annotation pinning an address of the lower network: never copied unless named."""
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 
 
@@ -42,7 +46,11 @@ def _events(client: RestClient, namespace: str, kind: str, name: str, reason: st
 def _restart_with(node: VirtualNodeProcess, *args: str) -> None:
     """Stop `node` and start it again with `args` in place of the ones it had."""
     assert node.stop() == 0, f"virtual-node exited non-zero; log {node.log}"
-    base = [a for a in node.argv if not a.startswith(("--lower-service-types",))]
+    base = [
+        a
+        for a in node.argv
+        if not a.startswith(("--lower-service-types", "--lower-service-annotations"))
+    ]
     node.argv = [*base, *args]
     node.start()  # a new process of the new command line (`restart` runs the old one)
 
@@ -54,7 +62,7 @@ def _exposed(name: str) -> dict[str, Any]:
         "kind": "Service",
         "metadata": {
             "name": name,
-            "annotations": {"networking.example.com/load-balancer-internal": "true"},
+            "annotations": {INTERNAL: "true", PINNED: "192.0.2.50"},
         },
         "spec": {
             "type": "LoadBalancer",
@@ -92,7 +100,7 @@ def test_service_copies_are_cluster_ip_unless_the_lower_cluster_takes_their_type
         assert copy["spec"]["type"] == "ClusterIP", copy["spec"]
         assert not any(p.get("nodePort") for p in copy["spec"]["ports"])
     assert "loadBalancerSourceRanges" not in lb["spec"]
-    assert "networking.example.com/load-balancer-internal" not in lb["metadata"]["annotations"]
+    assert INTERNAL not in lb["metadata"]["annotations"]
     for name in ("lb", "np"):
         event = wait_for(
             f"the narrowing Warning on {name}",
@@ -115,8 +123,9 @@ def test_service_copies_are_cluster_ip_unless_the_lower_cluster_takes_their_type
     assert event.get("count", 1) == 1
 
     # The lower cluster takes every type: the same copies become them, in place, with
-    # what restricts the exposure; the node ports are the lower cluster's own.
-    _restart_with(node, WIDE)
+    # what restricts the exposure and the annotations it names (not the pinned address);
+    # the node ports are the lower cluster's own.
+    _restart_with(node, WIDE, f"--lower-service-annotations={INTERNAL}")
 
     def widened() -> dict[str, Any] | None:
         found = get(lower, f"{base}/lb")
@@ -129,7 +138,8 @@ def test_service_copies_are_cluster_ip_unless_the_lower_cluster_takes_their_type
     assert spec["loadBalancerClass"] == "example.com/internal"
     assert spec["externalTrafficPolicy"] == "Local"
     annotations = lb_wide["metadata"]["annotations"]
-    assert annotations["networking.example.com/load-balancer-internal"] == "true"
+    assert annotations[INTERNAL] == "true"
+    assert PINNED not in annotations
     np_wide = wait_for(
         "the NodePort below",
         lambda: (f := get(lower, f"{base}/np")) and f["spec"]["type"] == "NodePort" and f,
@@ -148,7 +158,7 @@ def test_service_copies_are_cluster_ip_unless_the_lower_cluster_takes_their_type
     assert "loadBalancerClass" not in lb_back["spec"]
     assert not any(p.get("nodePort") for p in lb_back["spec"]["ports"])
     kept = lb_back["metadata"]["annotations"]
-    assert "networking.example.com/load-balancer-internal" not in kept
+    assert INTERNAL not in kept
     assert services.COPIED_ANNOTATIONS not in kept
 
 
@@ -301,3 +311,291 @@ def test_the_lower_admission_governs_tenants_in_the_namespaces_tensile_makes(
         assert json.loads(whitelist) == WHITELIST
     finally:
         delete_namespace((fleet.upper, fleet.cluster("lower-2")), namespace)
+
+
+# -- the pod policy (issue 31, section 2) ---------------------------------------------------
+
+POLICY_TAG = secrets.token_hex(3)
+MAPPED_PROFILE = "mapped-profile"
+LOWER_PROFILE = "lower-profile"
+"""A scheduler of the lower administrator's (none runs on the local fleet)."""
+SANDBOX = f"sandbox-{POLICY_TAG}"
+"""An upper RuntimeClass mapped onto `LOWER_SANDBOX`."""
+LOWER_SANDBOX = f"lower-sandbox-{POLICY_TAG}"
+PLAIN = f"plain-{POLICY_TAG}"
+"""An upper RuntimeClass not mapped."""
+POLICY_ARGS = (
+    f"--scheduler-name-map={MAPPED_PROFILE}={LOWER_PROFILE}",
+    f"--runtime-class-map={SANDBOX}={LOWER_SANDBOX}",
+)
+RUNTIME_CLASSES = "/apis/node.k8s.io/v1/runtimeclasses"
+
+
+@pytest.fixture(scope="module")
+def policy_node(
+    fleet: Fleet, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[VirtualNodeProcess]:
+    """One virtual node over `lower` for the pod-policy tests (default flags but the maps),
+    and the RuntimeClasses they name (upstairs `SANDBOX` and `PLAIN`, below
+    `LOWER_SANDBOX`; all with a handler kwok ignores)."""
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    made = [(upper, SANDBOX), (upper, PLAIN), (lower, LOWER_SANDBOX)]
+    for client, name in made:
+        client.request(
+            "POST",
+            RUNTIME_CLASSES,
+            body={
+                "apiVersion": "node.k8s.io/v1",
+                "kind": "RuntimeClass",
+                "metadata": {"name": name},
+                "handler": "runc",
+            },
+        )
+    node = VirtualNodeProcess(
+        fleet,
+        name=f"vn-policy-{POLICY_TAG}",
+        log_dir=tmp_path_factory.mktemp("policy"),
+        args=POLICY_ARGS,
+    )
+    try:
+        node.start()
+        try:
+            yield node
+        finally:
+            code = node.stop()
+            node.delete_node()
+            assert code == 0, f"virtual-node exited {code}; log {node.log}"
+    finally:
+        for client, name in made:
+            delete_if_present(client, f"{RUNTIME_CLASSES}/{name}")
+
+
+def _bound_pod(name: str, *, node: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A pod bound to `node` by its creator (spec.nodeName): the upper scheduler, and so its
+    volume checks and profiles, never see it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": "busybox"}],
+            **spec,
+        },
+    }
+
+
+def _refusal(client: RestClient, namespace: str, name: str) -> str | None:
+    status = (pod(client, namespace, name) or {}).get("status") or {}
+    return str(status.get("message")) if status.get("reason") == "ProviderFailed" else None
+
+
+def test_an_ephemeral_claim_template_naming_a_lower_volume_never_gets_it(
+    fleet: Fleet, policy_node: VirtualNodeProcess, namespace: str
+) -> None:
+    """A tenant's generic ephemeral volume names a static PersistentVolume of the lower
+    cluster (someone else's data) in its claim template; bound by spec.nodeName, nothing
+    upstairs looks at it. The pod is refused with a reason naming the field, and the lower
+    volume stays Available: no claim of the tenant's is ever made for it below."""
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    volume = f"someone-elses-{POLICY_TAG}"
+    volume_path = f"/api/v1/persistentvolumes/{volume}"
+    lower.request(
+        "POST",
+        "/api/v1/persistentvolumes",
+        body={
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": volume},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "",
+                "hostPath": {"path": f"/srv/{volume}"},
+            },
+        },
+    )
+    try:
+        wait_for(
+            "the lower volume Available",
+            lambda: (get(lower, volume_path) or {}).get("status", {}).get("phase") == "Available",
+        )
+        template = {
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "",
+                "volumeName": volume,
+                "resources": {"requests": {"storage": "1Gi"}},
+            }
+        }
+        create(
+            upper,
+            namespace,
+            _bound_pod(
+                "grabber",
+                node=policy_node.name,
+                spec={
+                    "volumes": [{"name": "data", "ephemeral": {"volumeClaimTemplate": template}}]
+                },
+            ),
+        )
+
+        def claimed() -> str | None:
+            ref = (get(lower, volume_path) or {}).get("spec", {}).get("claimRef")
+            return f"{ref.get('namespace')}/{ref.get('name')}" if ref else None
+
+        wait_for(
+            "the pod refused, or the lower volume claimed",
+            lambda: _refusal(upper, namespace, "grabber") or claimed(),
+            timeout=60,
+        )
+        assert claimed() is None, f"the lower volume {volume} was bound to claim {claimed()}"
+        message = _refusal(upper, namespace, "grabber")
+        assert message is not None
+        assert "spec.volumeName" in message, message
+        assert 'ephemeral volume "data"' in message, message
+        # Nothing changes later: no lower pod, no lower claim, the volume still free.
+        time.sleep(3)
+        assert pod(lower, namespace, "grabber") is None
+        assert (
+            get(lower, f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/grabber-data")
+            is None
+        )
+        assert (get(lower, volume_path) or {})["status"]["phase"] == "Available"
+    finally:
+        delete_if_present(upper, f"/api/v1/namespaces/{namespace}/pods/grabber")
+        delete_if_present(lower, f"/api/v1/namespaces/{namespace}/pods/grabber")
+        delete_if_present(
+            lower, f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/grabber-data"
+        )
+        delete_if_present(lower, volume_path)
+
+
+def test_a_scheduler_name_of_the_upper_cluster_is_dropped_below_unless_mapped(
+    fleet: Fleet, policy_node: VirtualNodeProcess, namespace: str
+) -> None:
+    """A pod of an upper scheduler profile (bound by spec.nodeName: the upper cluster may run
+    that profile, the lower one does not) runs below under the lower default scheduler, and
+    is told so; a name the lower administrator maps gets the lower scheduler's name."""
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    create(
+        upper,
+        namespace,
+        _bound_pod("profiled", node=policy_node.name, spec={"schedulerName": "my-upper-profile"}),
+    )
+    create(
+        upper,
+        namespace,
+        _bound_pod("mapped", node=policy_node.name, spec={"schedulerName": MAPPED_PROFILE}),
+    )
+    wait_for(
+        "profiled Running", lambda: phase(upper, namespace, "profiled") == "Running", timeout=60
+    )
+    below = (pod(lower, namespace, "profiled") or {})["spec"]
+    assert below["schedulerName"] == "default-scheduler", below
+    [event] = _events(upper, namespace, "Pod", "profiled", "SchedulerNameNotMapped")
+    assert event["type"] == "Warning"
+    assert "--scheduler-name-map" in event["message"], event["message"]
+    # Mapped: the lower pod names the lower administrator's scheduler (none runs here, so it
+    # waits for it below, as any pod of that scheduler would).
+    mapped = wait_for("the mapped pod below", lambda: pod(lower, namespace, "mapped"))
+    assert mapped["spec"]["schedulerName"] == LOWER_PROFILE
+    assert not _events(upper, namespace, "Pod", "mapped", "SchedulerNameNotMapped")
+
+
+def test_a_runtime_class_goes_below_only_mapped(
+    fleet: Fleet, policy_node: VirtualNodeProcess, namespace: str
+) -> None:
+    """A RuntimeClass selects a runtime handler of the lower nodes: mapped, the lower pod
+    names the lower administrator's class; not mapped, it is dropped and the tenant told."""
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    for name, runtime in (("sandboxed", SANDBOX), ("plain", PLAIN)):
+        create(
+            upper,
+            namespace,
+            _bound_pod(name, node=policy_node.name, spec={"runtimeClassName": runtime}),
+        )
+    for name in ("sandboxed", "plain"):
+        wait_for(f"{name} Running", lambda n=name: phase(upper, namespace, n) == "Running")
+    assert (pod(lower, namespace, "sandboxed") or {})["spec"]["runtimeClassName"] == LOWER_SANDBOX
+    assert "runtimeClassName" not in (pod(lower, namespace, "plain") or {})["spec"]
+    [event] = _events(upper, namespace, "Pod", "plain", "RuntimeClassNotMapped")
+    assert PLAIN in event["message"]
+    assert "--runtime-class-map" in event["message"]
+    assert not _events(upper, namespace, "Pod", "sandboxed", "RuntimeClassNotMapped")
+
+
+def test_volumes_that_reach_outside_the_pod_are_refused_unless_allowed(
+    fleet: Fleet, policy_node: VirtualNodeProcess, namespace: str
+) -> None:
+    """An NFS volume names a server of the lower network: refused by default, saying which
+    flag would allow it; nothing is made below."""
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    share = {"name": "share", "nfs": {"server": "192.0.2.10", "path": "/exports/other-tenant"}}
+    create(
+        upper, namespace, _bound_pod("mounter", node=policy_node.name, spec={"volumes": [share]})
+    )
+    message = wait_for("the refusal", lambda: _refusal(upper, namespace, "mounter"))
+    assert 'nfs: volume "share"' in message, message
+    assert "--allowed-volume-types allows none" in message, message
+    assert pod(lower, namespace, "mounter") is None
+
+
+# -- sibling virtual nodes agree (issue 31, section 3) --------------------------------------
+
+
+def test_sibling_nodes_of_different_policies_leave_each_others_copies_alone(
+    fleet: Fleet, nodes: list[VirtualNodeProcess], tmp_path: Path, namespace: str
+) -> None:
+    """Two virtual nodes of one upper cluster over one lower cluster, one taking NodePort
+    Services below and one not: the copy of a NodePort Service is written by whichever made
+    it and left alone by the other (a Warning upstairs says why), not turned back and forth
+    between NodePort and ClusterIP."""
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    tag = secrets.token_hex(3)
+    narrow = VirtualNodeProcess(fleet, name=f"vn-narrow-{tag}", log_dir=tmp_path)
+    wide = VirtualNodeProcess(
+        fleet,
+        name=f"vn-wide-{tag}",
+        log_dir=tmp_path,
+        args=("--lower-service-types=ClusterIP,NodePort",),
+    )
+    nodes += [narrow, wide]
+    narrow.start()
+    wide.start()
+    base = f"/api/v1/namespaces/{namespace}/services"
+    upper.request(
+        "POST",
+        base,
+        body={
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "shared"},
+            "spec": {"type": "NodePort", "ports": [{"port": 80}]},
+        },
+    )
+    wait_for("the copy below", lambda: get(lower, f"{base}/shared"), timeout=60)
+    time.sleep(2)  # both nodes have seen it
+    versions = []
+    deadline = time.monotonic() + 12  # four times the siblings' grace (3 s)
+    while time.monotonic() < deadline:
+        copy = get(lower, f"{base}/shared") or {}
+        versions.append((copy["metadata"]["resourceVersion"], copy["spec"]["type"]))
+        time.sleep(0.2)
+    changes = sorted(set(versions))
+    assert len(changes) == 1, f"the copy was rewritten {len(changes) - 1} times: {changes}"
+    assert copy["metadata"]["annotations"][services.POLICY_ANNOTATION]
+    # Its maker may be any sibling (another test's node of this upper cluster too): the
+    # node of the other policy is the one that leaves it alone.
+    other = narrow.name if copy["spec"]["type"] == "NodePort" else wide.name
+    warning = wait_for(
+        "the other node's Warning",
+        lambda: [
+            e
+            for e in _events(upper, namespace, "Service", "shared", "MirrorFailed")
+            if other in str(e.get("source", {}).get("component", ""))
+        ],
+    )[0]
+    assert "policy" in warning["message"], warning["message"]

@@ -92,3 +92,14 @@ def test_docstring_text_stays_literal_in_the_layout_page() -> None:
     text = "up|down `a|b <c>` <upper>-x"
     assert plain(text) == "up|down `a|b <c>` &lt;upper>-x"
     assert plain(text, in_table=True) == "up\\|down `a|b <c>` &lt;upper>-x"
+
+
+def test_a_generated_section_is_rendered_between_its_markers_only() -> None:
+    generator = _generator()
+    begin, end = generator._BEGIN.format(name="s"), generator._END.format(name="s")
+    page = f"# Page\n\nhand-written\n\n{begin}\nstale\n{end}\nafter\n"
+    rendered = generator.with_sections(page, {"s": lambda: "| fresh |"}, page="p.md")
+    assert rendered == f"# Page\n\nhand-written\n\n{begin}\n\n| fresh |\n\n{end}\nafter\n"
+    assert generator.with_sections(rendered, {"s": lambda: "| fresh |"}, page="p.md") == rendered
+    with pytest.raises(ValueError, match=r"docs/p\.md: no generated section 's'"):
+        generator.with_sections("# Page\n", {"s": lambda: ""}, page="p.md")

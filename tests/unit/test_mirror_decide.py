@@ -50,7 +50,20 @@ NOW = 1000.0
 SOURCE_UID = "test/source-uid"
 
 
-def spec(*, creation: Creation = "always", siblings: bool = True) -> KindSpec:
+POLICY = "test/policy"
+"""On the targets of a spec whose writers may differ in settings (`spec(policies=True)`):
+the settings a copy was written under; ours are "p1"."""
+OTHER_POLICY = "written under p2, not p1"
+
+
+def other_policy(lower: Obj, _upper: Obj) -> str | None:
+    theirs = lower["metadata"]["annotations"].get(POLICY, "p1")
+    return None if theirs == "p1" else f"written under {theirs}, not p1"
+
+
+def spec(
+    *, creation: Creation = "always", siblings: bool = True, policies: bool = False
+) -> KindSpec:
     def translate(upper: Obj) -> Obj:
         return translation(upper["data"], source_uid=upper["metadata"]["uid"])
 
@@ -74,6 +87,7 @@ def spec(*, creation: Creation = "always", siblings: bool = True) -> KindSpec:
             lower["metadata"]["annotations"].get(SOURCE_UID) == upper["metadata"]["uid"]
         ),
         keeps_siblings=(lambda _key, _lower: True) if siblings else (lambda _key, _lower: False),
+        sibling_conflict=other_policy if policies else None,
     )
 
 
@@ -127,6 +141,12 @@ THEIRS_FROZEN = copy("v0", owner=SIBLING, immutable=True)
 THEIRS_EARLIER = copy(owner=SIBLING, source_uid="u0")
 THEIRS_OTHER_KEY = copy(owner=SIBLING)
 THEIRS_OTHER_KEY["metadata"]["annotations"][ownership.UPPER_NAMESPACE_ANNOTATION] = "elsewhere"
+THEIRS_P2 = copy(owner=SIBLING)
+THEIRS_P2["metadata"]["annotations"][POLICY] = "p2"
+THEIRS_P2_OLD = copy("v0", owner=SIBLING)
+THEIRS_P2_OLD["metadata"]["annotations"][POLICY] = "p2"
+OURS_P2_OLD = copy("v0")
+OURS_P2_OLD["metadata"]["annotations"][POLICY] = "p2"
 FOREIGN = copy(owner=STRANGER)
 GOING = copy()
 GOING["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
@@ -141,6 +161,9 @@ STRANGERS = TAKEN.format(whose=ownership.owner_of(FOREIGN))
 EARLIER = TAKEN.format(whose="kept for an earlier object of the same name")
 NOT_OURS = "ConfigMap ns/cfg is not this mirror's"
 KEPT_FOR_EARLIER = "ConfigMap ns/cfg is kept for an earlier ConfigMap of the same name"
+LEFT_TO_MAKER = (
+    f"ConfigMap ns/cfg is {ownership.owner_of(THEIRS)}, {OTHER_POLICY}; leaving it to its maker"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,6 +180,8 @@ class Row:
     occasion: Occasion = "sync"
     creation: Creation = "always"
     siblings: bool = True
+    policies: bool = False
+    """The spec's writers may differ in settings (`other_policy`)."""
     in_use: bool = False
     waited: Waiting | None = None
     remade: Obj | None = None
@@ -625,12 +650,72 @@ ROWS = [
         id="collect, sibling's: left to its maker",
     ),
     pytest.param(Row(occasion="collect", expect=Nothing()), id="collect, no target: nothing"),
+    # -- a sibling's copy written under other settings --------------------------------------
+    pytest.param(
+        Row(
+            source=upper(),
+            cached=THEIRS_P2_OLD,
+            policies=True,
+            waited=FIRST_WAIT,
+            now=NOW + SIBLING_GRACE,
+            expect=NameTaken(THEIRS_P2_OLD, LEFT_TO_MAKER),
+        ),
+        id="sibling's under other settings, different, after the wait: left to its maker",
+    ),
+    pytest.param(
+        Row(
+            source=upper(),
+            cached=THEIRS_P2,
+            policies=True,
+            expect=NameTaken(THEIRS_P2, LEFT_TO_MAKER),
+        ),
+        id="sibling's under other settings: told, never written",
+    ),
+    pytest.param(
+        Row(
+            source=upper(),
+            cached=THEIRS_P2_OLD,
+            policies=True,
+            occasion="ensure",
+            expect=NameTaken(THEIRS_P2_OLD, LEFT_TO_MAKER),
+        ),
+        id="ensure, sibling's under other settings: left to its maker",
+    ),
+    pytest.param(
+        Row(
+            source=upper(),
+            cached=THEIRS_OLD,
+            policies=True,
+            waited=FIRST_WAIT,
+            now=NOW + SIBLING_GRACE,
+            expect=Update(THEIRS_OLD, Patch({"data": {"v": "v1"}})),
+        ),
+        id="sibling's under the same settings, after the wait: patch as before",
+    ),
+    pytest.param(
+        Row(
+            source=upper(),
+            cached=OURS_P2_OLD,
+            policies=True,
+            expect=Update(OURS_P2_OLD, Patch({"data": {"v": "v1"}})),
+        ),
+        id="ours, written under settings we had before: patch",
+    ),
+    pytest.param(
+        Row(
+            cached=THEIRS_P2,
+            policies=True,
+            waited=Waiting(resource_version="10", due=NOW),
+            expect=Delete(THEIRS_P2),
+        ),
+        id="source gone, sibling's under other settings, after the wait: delete all the same",
+    ),
 ]
 
 
 @pytest.mark.parametrize("row", ROWS)
 def test_decide(row: Row) -> None:
-    kind = spec(creation=row.creation, siblings=row.siblings)
+    kind = spec(creation=row.creation, siblings=row.siblings, policies=row.policies)
     current = known_target(row.cached, created=row.created, deleted=row.deleted)
     action = decide(
         KEY,

@@ -321,7 +321,7 @@ def test_a_claim_is_provisioned_only_when_selected_for_this_node_and_marked_for_
 def test_claims_naming_upper_objects_are_not_provisioned() -> None:
     clone = upper_claim()
     clone["spec"]["dataSource"] = {"kind": "PersistentVolumeClaim", "name": "other"}
-    assert "data source" in (volumes.provisioning_problem(clone) or "")
+    assert "spec.dataSource" in (volumes.provisioning_problem(clone) or "")
     picky = upper_claim()
     picky["spec"]["selector"] = {"matchLabels": {"disk": "ssd"}}
     assert "selector" in (volumes.provisioning_problem(picky) or "")

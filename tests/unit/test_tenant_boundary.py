@@ -9,20 +9,29 @@ from typing import Any
 
 import pytest
 
-from tensile.contracts import ownership
+from tensile.contracts import ownership, podpolicy
 from tensile.kube import names
 from tensile.kube.mirror.spec import Patch, Replace
 from tensile.serving.flags import UsageError
 from vnode import cli
-from vnode.providers.k2k import namespaces, services, translate
+from vnode.providers.k2k import namespaces, naming, services, translate
 
 OWNER = ownership.NodeIdentity(node_name="vn-a", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")
+OTHER_NODE = ownership.NodeIdentity(node_name="vn-sibling", cluster_id=OWNER.cluster_id)
 OTHER = ownership.NodeIdentity(node_name="vn-a", cluster_id="bbbbbbbb-0000-4000-8000-000000000002")
 BASE = ["--client-kubeconfig=lower.kubeconfig"]
 ONLY_CLUSTER_IP = services.ServiceExposure()
 NO_BALANCERS = services.ServiceExposure(types=frozenset({"ClusterIP", "NodePort"}))
-EVERY_TYPE = services.ServiceExposure(types=frozenset({"ClusterIP", "NodePort", "LoadBalancer"}))
 INTERNAL = "networking.example.com/load-balancer-internal"
+EVERY_TYPE = services.ServiceExposure(
+    types=frozenset({"ClusterIP", "NodePort", "LoadBalancer"}), annotations=(INTERNAL,)
+)
+PINNING = {
+    "metallb.universe.tf/loadBalancerIPs": "203.0.113.9",
+    "metallb.universe.tf/address-pool": "production",
+    "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
+}
+"""Annotations a tenant may write to pin an address or a pool of the lower network."""
 
 
 def upper_service(service_type: str, **spec: Any) -> dict[str, Any]:
@@ -131,6 +140,53 @@ def test_annotations_travel_only_with_an_allowed_exposure_type(
     assert "kubectl.kubernetes.io/last-applied-configuration" not in annotations
     assert services.cluster_ip_annotation("vn-b") not in annotations
     assert annotations[ownership.UPPER_UID_ANNOTATION] == "u-1"
+
+
+@pytest.mark.parametrize(
+    ("allowed", "copied"),
+    [
+        # Default: none, whatever the type allows.
+        ((), set()),
+        ((INTERNAL,), {INTERNAL}),
+        (
+            ("service.beta.kubernetes.io/aws-load-balancer-*", "metallb.universe.tf/address-pool"),
+            {
+                "service.beta.kubernetes.io/aws-load-balancer-internal",
+                "metallb.universe.tf/address-pool",
+            },
+        ),
+        (
+            ("metallb.universe.tf/*",),
+            {"metallb.universe.tf/loadBalancerIPs", "metallb.universe.tf/address-pool"},
+        ),
+        (("*",), {INTERNAL, *PINNING}),
+        # A key is a whole key, not a prefix.
+        (("metallb.universe.tf/address",), set()),
+    ],
+)
+def test_annotations_travel_only_as_the_lower_administrator_names_them(
+    allowed: tuple[str, ...], copied: set[str]
+) -> None:
+    """Issue 31: annotations that pin addresses or pools of the lower network are filtered
+    like loadBalancerIP; --lower-service-annotations names those that cross."""
+    upper = upper_service("LoadBalancer")
+    upper["metadata"]["annotations"].update(PINNING)
+    exposure = services.ServiceExposure(types=EVERY_TYPE.types, annotations=allowed)
+    annotations = lower(upper, exposure)["metadata"]["annotations"]
+    assert {*PINNING, INTERNAL} & annotations.keys() == copied
+    assert annotations.get(services.COPIED_ANNOTATIONS, "") == ",".join(sorted(copied))
+    # kubectl's record and what virtual nodes write upstairs never go, even with *.
+    assert "kubectl.kubernetes.io/last-applied-configuration" not in annotations
+    assert services.cluster_ip_annotation("vn-b") not in annotations
+    # A narrower list later: what it no longer names goes from the copy.
+    narrower = services.ServiceExposure(types=EVERY_TYPE.types, annotations=())
+    change = services.compare_service(served(lower(upper, exposure)), lower(upper, narrower))
+    if copied:
+        assert isinstance(change, Patch)
+        assert {k for k, v in change.body["metadata"]["annotations"].items() if v is None} == {
+            *copied,
+            services.COPIED_ANNOTATIONS,
+        }
 
 
 def test_headless_and_external_name_are_copied_whatever_the_flag() -> None:
@@ -282,6 +338,75 @@ def test_source_ranges_and_traffic_policy_are_patched_on_an_allowed_load_balance
     }
 
 
+# -- siblings of other settings (issue 31, section 3) --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("upper_type", "stamped"),
+    [("LoadBalancer", True), ("NodePort", True), ("ClusterIP", False), ("ExternalName", False)],
+)
+def test_copies_the_exposure_flags_decide_record_them(upper_type: str, stamped: bool) -> None:
+    for exposure in (ONLY_CLUSTER_IP, EVERY_TYPE):
+        annotations = lower(upper_service(upper_type), exposure)["metadata"]["annotations"]
+        assert annotations.get(services.POLICY_ANNOTATION) == (exposure.policy if stamped else None)
+    assert ONLY_CLUSTER_IP.policy != EVERY_TYPE.policy
+    assert EVERY_TYPE.policy != services.ServiceExposure(types=EVERY_TYPE.types).policy
+
+
+def sibling_conflict(exposure: services.ServiceExposure) -> Any:
+    kind = services.service_spec(
+        tenancy=naming.NodeTenancy(owner=OWNER, prefix=""),
+        selection=services.ServiceSelection(),
+        exposure=exposure,
+    )
+    assert kind.sibling_conflict is not None
+    return kind.sibling_conflict
+
+
+@pytest.mark.parametrize(
+    ("upper_type", "theirs", "ours", "left"),
+    [
+        # The sibling would write a NodePort copy as ClusterIP, or the other way round.
+        ("NodePort", ONLY_CLUSTER_IP, NO_BALANCERS, True),
+        ("LoadBalancer", EVERY_TYPE, ONLY_CLUSTER_IP, True),
+        # The same settings: the copy is kept like our own, as before.
+        ("LoadBalancer", EVERY_TYPE, EVERY_TYPE, False),
+        # Settings that do not decide the copy: no quarrel.
+        ("ClusterIP", ONLY_CLUSTER_IP, EVERY_TYPE, False),
+    ],
+)
+def test_a_siblings_copy_of_other_settings_is_left_to_its_maker(
+    upper_type: str,
+    theirs: services.ServiceExposure,
+    ours: services.ServiceExposure,
+    left: bool,
+) -> None:
+    upper = upper_service(upper_type)
+    made = services.lower_service(upper, owner=OTHER_NODE, prefix="", exposure=theirs)
+    why = sibling_conflict(ours)(served(made), upper)
+    assert (why is not None) is left
+    if why is not None:
+        assert theirs.policy in why
+        assert ours.policy in why
+        assert "--lower-service-types" in why
+
+
+def test_a_copy_from_before_the_record_counts_as_another_policys() -> None:
+    upper = upper_service("LoadBalancer")
+    made = served(services.lower_service(upper, owner=OTHER_NODE, prefix="", exposure=EVERY_TYPE))
+    del made["metadata"]["annotations"][services.POLICY_ANNOTATION]
+    why = sibling_conflict(EVERY_TYPE)(made, upper)
+    assert why is not None
+    assert "(none)" in why
+
+
+def test_the_record_goes_when_the_settings_no_longer_decide_the_copy() -> None:
+    current = served(lower(upper_service("LoadBalancer"), EVERY_TYPE))
+    change = services.compare_service(current, lower(upper_service("ClusterIP"), EVERY_TYPE))
+    assert isinstance(change, Patch)
+    assert change.body["metadata"]["annotations"][services.POLICY_ANNOTATION] is None
+
+
 # -- priority classes ------------------------------------------------------------------
 
 MAPPED = translate.TranslationPolicy(
@@ -308,7 +433,9 @@ MAPPED = translate.TranslationPolicy(
 def test_priority_classes_go_below_only_mapped(
     upper_class: object, lower_class: str | None, note: str | None
 ) -> None:
-    got_class, got_note = translate.lower_priority_class(upper_class, policy=MAPPED)
+    got_class, got_note = podpolicy.lower_class(
+        podpolicy.PRIORITY_CLASSES, upper_class, policy=MAPPED.pods
+    )
     assert got_class == lower_class
     if note is None:
         assert got_note is None
@@ -392,6 +519,10 @@ def test_the_defaults_expose_nothing_map_no_class_and_mark_no_namespace() -> Non
     settings = cli.parse(BASE, env={})
     assert settings.controllers.lower_service_types == ("ClusterIP",)
     assert settings.pods.priority_class_map == ()
+    assert settings.pods.scheduler_name_map == ()
+    assert settings.pods.runtime_class_map == ()
+    assert settings.pods.allowed_volume_types == frozenset()
+    assert settings.controllers.lower_service_annotations == ()
     assert settings.pods.lower_namespace_labels == ()
     assert settings.pods.lower_namespace_annotations == ()
 
@@ -403,6 +534,11 @@ def test_good_boundary_flags() -> None:
             *BASE,
             "--lower-service-types=LoadBalancer, NodePort",
             "--priority-class-map=tenant-high=lower-gold,system-cluster-critical=tenant-top",
+            "--scheduler-name-map=batch-profile=volcano, default-scheduler=tenant-scheduler",
+            "--runtime-class-map=sandboxed=gvisor",
+            "--allowed-volume-types=nfs, csi,nfs",
+            "--lower-service-annotations=example.com/internal,"
+            "service.beta.kubernetes.io/aws-load-balancer-*,example.org/*",
             "--lower-namespace-labels=team=tenants,example.com/tier=b",
             "--lower-namespace-labels=empty=",
             f"--lower-namespace-annotations={WHITELIST}={whitelist},"
@@ -415,6 +551,20 @@ def test_good_boundary_flags() -> None:
         ("tenant-high", "lower-gold"),
         ("system-cluster-critical", "tenant-top"),
     )
+    assert settings.pods.scheduler_name_map == (
+        ("batch-profile", "volcano"),
+        ("default-scheduler", "tenant-scheduler"),
+    )
+    assert settings.pods.runtime_class_map == (("sandboxed", "gvisor"),)
+    assert settings.pods.allowed_volume_types == frozenset({"nfs", "csi"})
+    assert settings.controllers.lower_service_annotations == (
+        "example.com/internal",
+        "service.beta.kubernetes.io/aws-load-balancer-*",
+        "example.org/*",
+    )
+    assert cli.parse(
+        [*BASE, "--lower-service-annotations=*"], env={}
+    ).controllers.lower_service_annotations == ("*",)
     assert settings.pods.lower_namespace_labels == (
         ("team", "tenants"),
         ("example.com/tier", "b"),
@@ -435,6 +585,17 @@ def test_good_boundary_flags() -> None:
         ("--priority-class-map=High=x", "'High' in 'High=x' is not a PriorityClass name"),
         ("--priority-class-map=a=system-node-critical", "maps onto system-node-critical"),
         ("--priority-class-map=a=b,a=c", "a is mapped twice"),
+        ("--scheduler-name-map=profile", "--scheduler-name-map: expected UPPER=LOWER"),
+        ("--scheduler-name-map=a=My_Scheduler", "'My_Scheduler' in 'a=My_Scheduler' is not a"),
+        ("--scheduler-name-map=a=b,a=c", "--scheduler-name-map: a is mapped twice"),
+        ("--runtime-class-map=kata=", "'' in 'kata=' is not a RuntimeClass name"),
+        ("--allowed-volume-types=hostPath", "--pod-security-level=privileged allows it"),
+        ("--allowed-volume-types=secret", "secret volumes always go below"),
+        ("--allowed-volume-types=NFS", "unknown volume type 'NFS' \\(known: awsElasticBlockStore"),
+        ("--lower-service-annotations=a b", "'a b' is not an annotation key"),
+        ("--lower-service-annotations=example.com/*/x", "is not an annotation key or a prefix"),
+        ("--lower-service-annotations=example.com/", "'example.com/' is not an annotation key"),
+        ("--lower-service-annotations=*.example.com/x", "not an annotation key"),
         ("--lower-namespace-labels=team", "expected key=value, got 'team'"),
         ("--lower-namespace-labels=team=a b", "the value of team is not a label value"),
         ("--lower-namespace-labels=team=" + "x" * 64, "longer than 63 characters"),

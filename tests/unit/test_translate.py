@@ -18,7 +18,7 @@ from tensile.contracts.labels import VIRTUAL_POD_LABEL
 from tensile.contracts.scheduling import selector_matches, term_matches
 from tensile.placement.lower import lower_placement, lower_tolerations
 from tests.unit.bounds import within
-from vnode.providers.k2k import naming
+from vnode.providers.k2k import naming, volumes
 from vnode.providers.k2k.translate import (
     Dependencies,
     TranslationPolicy,
@@ -424,10 +424,10 @@ def test_lower_pod_drops_fields_the_lower_cluster_computes_or_refuses() -> None:
         "readinessGates",
     ):
         assert key not in spec
-    # Not mapped by --priority-class-map: dropped (tests/unit/test_tenant_boundary.py).
-    assert "priorityClassName" not in spec
-    assert spec["runtimeClassName"] == "kata"
-    assert spec["schedulerName"] == "default-scheduler"
+    # Not mapped by --priority-class-map, --runtime-class-map, --scheduler-name-map: dropped,
+    # so the lower defaults apply (tests/unit/test_podpolicy.py).
+    for key in ("priorityClassName", "runtimeClassName", "schedulerName"):
+        assert key not in spec
     assert spec["activeDeadlineSeconds"] == 600
     assert spec["hostname"] == "web-0"
 
@@ -464,7 +464,8 @@ def test_legacy_token_volume_and_mounts_are_removed_everywhere() -> None:
 
 def test_provisioned_ephemeral_volumes_mount_the_lower_claims_the_node_made() -> None:
     """Issue 22: the lower ephemeral volume controller refuses a claim `<pod>-<volume>` it
-    did not make for the lower pod; one the node provisioned is mounted as a claim."""
+    did not make for the lower pod; one the node provisioned is mounted as a claim. The
+    others' templates get their lower StorageClass (issue 31), as copied claims do."""
     pod = deployment_pod()
     template = {"volumeClaimTemplate": {"spec": {"storageClassName": "tensile"}}}
     other = {"volumeClaimTemplate": {"spec": {"storageClassName": "local"}}}
@@ -473,16 +474,26 @@ def test_provisioned_ephemeral_volumes_mount_the_lower_claims_the_node_made() ->
         {"name": "scratch", "ephemeral": other},
         {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
     ]
-    spec = unchanged(lower_pod, pod, policy=T, provisioned=frozenset({"cache", "data"}))["spec"]
+    mapped = dataclasses.replace(
+        T, storage_classes=volumes.StorageClassMap(classes=(("local", "lower-local"),))
+    )
+    spec = unchanged(lower_pod, pod, policy=mapped, provisioned=frozenset({"cache", "data"}))[
+        "spec"
+    ]
     assert spec["volumes"] == [
         {"name": "cache", "persistentVolumeClaim": {"claimName": "web-7d9f8b6c5-x2x9q-cache"}},
-        {"name": "scratch", "ephemeral": other},  # the lower cluster makes this one's claim
+        # The lower cluster makes this one's claim, of the class --lower-storage-class says.
+        {
+            "name": "scratch",
+            "ephemeral": {"volumeClaimTemplate": {"spec": {"storageClassName": "lower-local"}}},
+        },
         {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
     ]
-    assert lower_pod(pod, policy=T)["spec"]["volumes"][0] == {
-        "name": "cache",
-        "ephemeral": template,
-    }
+    # Without the flag the template names no class: the lower default StorageClass applies.
+    assert lower_pod(pod, policy=T)["spec"]["volumes"][:2] == [
+        {"name": "cache", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+        {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+    ]
 
 
 def test_only_admission_injected_token_volumes_are_removed() -> None:

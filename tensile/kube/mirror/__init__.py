@@ -34,7 +34,11 @@ The rules, which `decide` states case by case:
   per sibling); siblings that translate a little differently (a rolling upgrade) thus
   write a copy at most once per grace each instead of back and forth without pause.
   `ensure` does not wait: a pod being made needs its copy current. On-request copies of a
-  sibling are updated but left to their owner to collect (its pods are what use them);
+  sibling are updated but left to their owner to collect (its pods are what use them). A
+  sibling's copy the kind's `sibling_conflict` objects to (written under settings other
+  than this writer's, which would make the two undo each other's writes for good) is not
+  written at all: reported (`NameTaken`) and left to its maker, though still collected
+  when its source goes;
 - targets changed or deleted by someone else are repaired (their events enqueue the key);
 - `creation="always"` mirrors every selected source object; `creation="on_request"` only
   creates a target when `ensure` asks (the ConfigMaps a pod needs) or when one `in_use`

@@ -251,7 +251,14 @@ class _Rules:
 
     def apply(self, source: Obj, current: Obj, *, wait: bool) -> Action:
         """Bring the kept `current` to the translation of `source`, in its owner's name;
-        with `wait`, a sibling's copy is left to its maker a while first."""
+        with `wait`, a sibling's copy is left to its maker a while first; one we must not
+        write (`SiblingPolicy.conflict`) is left to it for good."""
+        if (conflict := self.siblings.conflict(current, source)) is not None:
+            return NameTaken(
+                current,
+                f"{self.spec.target.kind} {object_key(current)} is "
+                f"{self.siblings.tenancy.describe(current)}, {conflict}; leaving it to its maker",
+            )
         desired = self.siblings.in_makers_name(self.spec.translate(source), current)
         change = self.spec.compare(current, desired)
         if change is None:

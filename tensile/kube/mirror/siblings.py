@@ -2,11 +2,13 @@
 of the same upper cluster over the same lower cluster), which serves as ours.
 
 `SiblingPolicy` states the rules (pure): which sibling's copies a mirror keeps (one of its
-tenant, standing for this very source key, of a kind that keeps siblings' copies); that
-its maker goes first (`turn`: written only once it has differed from our translation,
-unchanged, for `grace` seconds); that it stays in its maker's name, also when it is made
-again (`in_makers_name`); and that an on-request copy is collected by its maker only
-(`collects`). `MakerWaits` remembers the waits between the worker's visits of a key.
+tenant, standing for this very source key, of a kind that keeps siblings' copies); which
+of those it must not write (`conflict`: written under settings other than its own, so the
+two writers would undo each other); that its maker goes first (`turn`: written only once
+it has differed from our translation, unchanged, for `grace` seconds); that it stays in
+its maker's name, also when it is made again (`in_makers_name`); and that an on-request
+copy is collected by its maker only (`collects`). `MakerWaits` remembers the waits
+between the worker's visits of a key.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ class SiblingPolicy:
     """The kind's `KindSpec.keeps_siblings`."""
     creation: Creation
     """The kind's `KindSpec.creation`."""
+    sibling_conflict: Callable[[Obj, Obj], str | None] | None = None
+    """The kind's `KindSpec.sibling_conflict`."""
     grace: float = SIBLING_GRACE
     """Seconds a sibling's copy must have differed, unchanged, before it is written."""
 
@@ -54,7 +58,11 @@ class SiblingPolicy:
     def of(cls, spec: KindSpec, *, tenancy: Tenancy, grace: float = SIBLING_GRACE) -> SiblingPolicy:
         """The policy of `spec`'s kind in `tenancy`, with `grace` (seconds)."""
         return cls(
-            tenancy=tenancy, keeps_siblings=spec.keeps_siblings, creation=spec.creation, grace=grace
+            tenancy=tenancy,
+            keeps_siblings=spec.keeps_siblings,
+            creation=spec.creation,
+            sibling_conflict=spec.sibling_conflict,
+            grace=grace,
         )
 
     def keeps(self, key: str, target: Obj) -> bool:
@@ -68,6 +76,14 @@ class SiblingPolicy:
             and tenancy.source_key(target) == key
             and self.keeps_siblings(key, target)
         )
+
+    def conflict(self, target: Obj, source: Obj) -> str | None:
+        """Why the kept `target`, standing for `source`, must not be written by us (a
+        sibling's copy its kind's `sibling_conflict` objects to), or None: our own copy,
+        or one we may write."""
+        if self.sibling_conflict is None or self.tenancy.owned(target):
+            return None
+        return self.sibling_conflict(target, source)
 
     def collects(self, target: Obj) -> bool:
         """Whether a kept `target` may be collected by us: our own, or a sibling's copy in a

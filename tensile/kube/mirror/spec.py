@@ -112,3 +112,9 @@ class KindSpec:
     keeps_siblings: Callable[[str, Obj], bool] = _never
     """(source key, a sibling's copy of it) -> whether this kind keeps it like its own
     (e.g. within this node's --service-namespaces); default: never."""
+    sibling_conflict: Callable[[Obj, Obj], str | None] | None = None
+    """(a kept sibling's copy, its source) -> why this writer must not write it, or None
+    (None, the default: it may). E.g. the copy says it was written under settings other
+    than this writer's (which types a Service may have below): the writers would undo each
+    other's writes, so the copy is left to its maker, which keeps it; its collection,
+    once the source is gone, stays anyone's."""

@@ -25,7 +25,6 @@ from vnode.providers.k2k import (
     slim,
     tensilekube,
     translate,
-    volumes,
 )
 from vnode.providers.k2k.adoption import TensileKubeAdoption
 from vnode.providers.k2k.dependencies import DependencySync
@@ -147,10 +146,7 @@ def build(
             informers=informers,
             tenancy=tenancy,
             namespaces=namespaces,
-            classes=volumes.StorageClassMap(
-                classes=controllers.lower_storage_classes,
-                default=controllers.lower_storage_class_default,
-            ),
+            classes=policy.storage_classes,
             on_resolved=changes,
             upper_namespace=upper_namespace,
         )
@@ -275,7 +271,10 @@ def _service_mirrors(
         namespaces=frozenset(controllers.service_namespaces),
         slice_managers=frozenset(controllers.endpointslice_managers),
     )
-    exposure = services.ServiceExposure(types=frozenset(controllers.lower_service_types))
+    exposure = services.ServiceExposure(
+        types=frozenset(controllers.lower_service_types),
+        annotations=controllers.lower_service_annotations,
+    )
     # One namespace: watch only it (and need only a Role there upstairs).
     only = controllers.service_namespaces
     namespace = only[0] if len(only) == 1 else None

@@ -20,7 +20,7 @@ from collections.abc import (
 )
 from typing import Any
 
-from tensile.contracts import ownership
+from tensile.contracts import ownership, podpolicy
 from tensile.contracts.objects import (
     Obj,
     deletion_timestamp_of,
@@ -57,8 +57,6 @@ logger = logging.getLogger(__name__)
 PING_TIMEOUT = 5.0
 """Seconds the lower apiserver has to answer a ping (`/readyz`), all of the call included."""
 _REFUSALS = (errors.Invalid, errors.Forbidden, errors.BadRequest)
-PRIORITY_DROPPED = "PriorityClassNotMapped"
-"""Reason of the Event on an upper pod whose priority class does not go below."""
 _LOG_CHUNK = 256 * 1024
 """Bytes of log joined into one downstream write at most."""
 
@@ -204,11 +202,14 @@ class K2KProvider:
     async def create_pod(self, pod: Obj) -> list[PodEvent]:
         """Create the lower pod (with its namespace and dependencies) for `pod`.
 
-        Returns events about optional references the pod starts without. Raises InvalidPod
-        when the pod cannot go below as it is: the lower cluster refuses it (copies made for
-        it are removed again), its lower namespace name is invalid or belongs to another
-        tenant, or a lower pod or dependency of the same name is not ours (the message names
-        the conflicting object; nothing of someone else's is ever adopted or changed).
+        Returns events about optional references the pod starts without, and about fields
+        the pod table drops although the tenant asked for them (`translate.dropped_classes`).
+        Raises InvalidPod when the pod cannot go below as it is: it is above
+        --pod-security-level (`podsecurity`) or the pod table refuses it
+        (`podpolicy.refusals`), the lower cluster refuses it (copies made for it are removed
+        again), its lower namespace name is invalid or belongs to another tenant, or a lower
+        pod or dependency of the same name is not ours (the message names the conflicting
+        object; nothing of someone else's is ever adopted or changed).
         Raises MissingDependency, BackendUnavailable, or ProviderError when a stale lower
         pod of the same name is still going away; Requeue while the pod's namespace is
         being deleted, above or below (`LowerNamespaces.going`: below, the pod waits until
@@ -225,6 +226,10 @@ class K2KProvider:
             )
         if reserved := boundtokens.reserved_secret(translate.dependencies(pod).secrets):
             raise provider_errors.InvalidPod(reserved)
+        if reasons := podpolicy.refusals(pod, policy=self.policy.pods):
+            raise provider_errors.InvalidPod(
+                f"refused by the virtual node's pod policy: {'; '.join(reasons)}"
+            )
         if self.volumes is None and (claims := _claims_of(pod)):
             raise provider_errors.InvalidPod(
                 f"the pod mounts PersistentVolumeClaim {claims[0]}, and this virtual node runs "
@@ -325,13 +330,12 @@ class K2KProvider:
         if self.tokens is not None:
             self.tokens.issue(pod, created)
         logger.info("created lower pod %s for upper pod %s", lower_key, object_key(pod))
-        _, dropped = translate.lower_priority_class(
-            pod["spec"].get("priorityClassName"), policy=self.policy
-        )
-        if dropped is None:
-            return ensured.events
         # Recorded once, with the create: later syncs patch the pod and say nothing.
-        return [*ensured.events, PodEvent(type="Warning", reason=PRIORITY_DROPPED, message=dropped)]
+        dropped = [
+            PodEvent(type="Warning", reason=reason, message=message)
+            for reason, message in translate.dropped_classes(pod, policy=self.policy)
+        ]
+        return [*ensured.events, *dropped]
 
     async def update_pod(self, pod: Obj) -> None:
         """Apply image, activeDeadlineSeconds, toleration, label and annotation changes."""

@@ -474,7 +474,8 @@ class VolumeProvisioner:
         as on a kubelet, and is announced to `on_resolved` when the claim changes),
         InvalidPod for a claim the lower cluster cannot serve (bound upstairs to a volume
         that is not this node's, its lower claim gone, a lower claim of someone else in
-        the way) or an ephemeral volume's claim that is not the pod's, kube errors for API
+        the way), one the pod table refuses (`volumes.claim_problem`: a selector or data
+        source) or an ephemeral volume's claim that is not the pod's, kube errors for API
         failures.
         """
         namespace = namespace_of(pod)
@@ -538,6 +539,9 @@ class VolumeProvisioner:
                     "gone from the lower cluster; its data cannot be recovered there"
                 )
             return
+        if (problem := volumes.claim_problem(claim, key=key)) is not None:
+            # Whether the node would provision it or copy it: the pod table refuses it.
+            raise provider_errors.InvalidPod(problem)
         storage_class = self._class_of(claim)
         if volumes.is_ours(storage_class):
             annotations = annotations_of(claim)

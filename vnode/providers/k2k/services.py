@@ -24,8 +24,11 @@ narrowed gets one Event upstairs saying so (`narrowed`). ExternalName is always 
 DNS alias inside the tenant's namespace exposes nothing). A NodePort or LoadBalancer copy
 the flag allows carries what restricts or places that exposure: `externalTrafficPolicy`,
 `loadBalancerSourceRanges`, `loadBalancerClass`, `allocateLoadBalancerNodePorts` and the
-upper Service's annotations (cloud load-balancer settings such as "internal"; their keys
-are listed in `COPIED_ANNOTATIONS` so they go again when the upper ones or the type go).
+upper Service's annotations --lower-service-annotations names (cloud load-balancer
+settings such as "internal"; none by default: others pin addresses, pools or subnets of
+the lower network, like `loadBalancerIP`; `podpolicy.annotation_allowed`). Their keys are
+listed in `COPIED_ANNOTATIONS` so they go again when the upper ones, the type or the
+flag's permission go.
 When the flag changes, existing copies are patched in place (Kubernetes allows ClusterIP,
 NodePort and LoadBalancer to change into each other; the apiserver frees the node ports);
 only a changed `loadBalancerClass` (immutable) or a change to or from ExternalName or
@@ -56,7 +59,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tensile.contracts import ownership
+from tensile.contracts import ownership, podpolicy
 from tensile.contracts.objects import Obj, annotations_of, labels_of, meta_of, name_of, namespace_of
 from tensile.kube.mirror.spec import Change, KindSpec, Patch, Replace
 from tensile.kube.resources import SERVICES
@@ -76,6 +79,11 @@ virtual node mirrored it ("None" for a headless one)."""
 COPIED_ANNOTATIONS = "tensile.io/copied-annotations"
 """On a lower Service: the comma-separated keys of the upper annotations copied with an
 allowed exposure type (so they are removed once they no longer travel)."""
+POLICY_ANNOTATION = "tensile.io/policy"
+"""On a lower copy of a NodePort or LoadBalancer Service: the digest of the settings its
+maker wrote it under (--lower-service-types, --lower-service-annotations;
+`ServiceExposure.policy`). A sibling virtual node under other settings leaves the copy to
+its maker instead of writing it its own way (`sibling_conflict`)."""
 CLUSTER_IP = "ClusterIP"
 NODE_PORT = "NodePort"
 LOAD_BALANCER = "LoadBalancer"
@@ -136,10 +144,25 @@ class ServiceSelection:
 
 @dataclass(frozen=True, kw_only=True)
 class ServiceExposure:
-    """Which Service types the lower cluster takes as they are (--lower-service-types)."""
+    """Which Service types the lower cluster takes as they are (--lower-service-types), and
+    which annotations go with them (--lower-service-annotations)."""
 
     types: frozenset[str] = frozenset({CLUSTER_IP})
     """Types copied as they are, with their exposure fields; ClusterIP always."""
+    annotations: tuple[str, ...] = ()
+    """Annotation keys, or prefixes ending in `*` (`*`: all), copied onto a copy of an
+    allowed exposing type (`podpolicy.annotation_allowed`); none by default."""
+
+    @property
+    def policy(self) -> str:
+        """The digest of these settings (`podpolicy.digest`), recorded on the copies they
+        decide (`POLICY_ANNOTATION`)."""
+        return podpolicy.digest({"types": self.types, "annotations": frozenset(self.annotations)})
+
+    def decides(self, upper: Mapping[str, Any]) -> bool:
+        """Tell whether these settings decide the copy of `upper`: a NodePort or
+        LoadBalancer (other types are copied alike under any)."""
+        return str((upper.get("spec") or {}).get("type") or CLUSTER_IP) in _EXPOSING
 
     def lower_type(self, upper: Mapping[str, Any]) -> str:
         """Return the type of the lower copy of the upper Service `upper`: its own when
@@ -210,6 +233,8 @@ def lower_service(
             lower_spec[field] = spec[field]
     if lower_spec["type"] == EXTERNAL_NAME:
         lower_spec["externalName"] = spec.get("externalName")
+    if exposure.decides(upper):
+        annotations[POLICY_ANNOTATION] = exposure.policy
     if lower_spec["type"] in _EXPOSING:
         for field in _EXPOSURE_FIELDS[lower_spec["type"]]:
             if spec.get(field) is not None:
@@ -220,9 +245,12 @@ def lower_service(
             if k not in annotations
             and k not in _UNCOPIED_ANNOTATIONS
             and not k.startswith(CLUSTER_IP_ANNOTATION_PREFIX)
-            and k != COPIED_ANNOTATIONS
+            and k not in (COPIED_ANNOTATIONS, POLICY_ANNOTATION)
+            and podpolicy.annotation_allowed(k, exposure.annotations)
         }
-        annotations = {**copied, **annotations, COPIED_ANNOTATIONS: ",".join(sorted(copied))}
+        annotations = {**copied, **annotations}
+        if copied:
+            annotations[COPIED_ANNOTATIONS] = ",".join(sorted(copied))
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -295,8 +323,9 @@ def _metadata_patch(lower: Mapping[str, Any], desired: Mapping[str, Any]) -> dic
         for k in str(current_annotations.get(COPIED_ANNOTATIONS) or "").split(",")
         if k and k in current_annotations and k not in wanted
     }
-    if COPIED_ANNOTATIONS in current_annotations and COPIED_ANNOTATIONS not in wanted:
-        stale[COPIED_ANNOTATIONS] = None
+    for own in (COPIED_ANNOTATIONS, POLICY_ANNOTATION):
+        if own in current_annotations and own not in wanted:
+            stale[own] = None
     if stale or any(current_annotations.get(k) != v for k, v in wanted.items()):
         patch["annotations"] = {**stale, **wanted}
     return patch
@@ -400,6 +429,27 @@ def siblings_within(
     return keeps
 
 
+def _other_policy(exposure: ServiceExposure) -> Callable[[Obj, Obj], str | None]:
+    """Return `KindSpec.sibling_conflict` of the Service mirror: a sibling's copy of a
+    Service `exposure` decides (NodePort, LoadBalancer) that records other settings than
+    `exposure`'s (`POLICY_ANNOTATION`, or none: written before it was recorded) is its
+    maker's to write; written ours, the two nodes would turn it back and forth."""
+    ours = exposure.policy
+
+    def conflict(lower: Obj, upper: Obj) -> str | None:
+        theirs = annotations_of(lower).get(POLICY_ANNOTATION)
+        if not exposure.decides(upper) or theirs == ours:
+            return None
+        return (
+            f"written under another policy ({POLICY_ANNOTATION} {theirs or '(none)'}, this "
+            f"node's {ours}: --lower-service-types, --lower-service-annotations); the "
+            "virtual nodes of one upper cluster over one lower cluster need the same "
+            "policy flags"
+        )
+
+    return conflict
+
+
 def service_spec(
     *,
     tenancy: naming.NodeTenancy,
@@ -408,7 +458,9 @@ def service_spec(
 ) -> KindSpec:
     """Return the mirror of upper Services into the lower cluster (pure; see the module
     docstring). A lower Service of the same name that another virtual node of the same
-    upper cluster made serves as the copy and is kept like our own (`siblings_within`).
+    upper cluster made serves as the copy and is kept like our own (`siblings_within`),
+    unless it was written under another exposure policy (`_other_policy`): then it is left
+    to its maker.
     A Service whose type `exposure` narrows gets one notice (`ServiceExposure.narrowed`)."""
     owner, prefix = tenancy.owner, tenancy.prefix
 
@@ -431,6 +483,7 @@ def service_spec(
         notice=lambda upper: exposure.narrowed(upper, node_name=owner.node_name),
         collectable=lambda _lower, upper: upper is None,
         keeps_siblings=siblings_within(selection, service_of=name_of),
+        sibling_conflict=_other_policy(exposure),
         report=report_cluster_ip(owner.node_name),
     )
 

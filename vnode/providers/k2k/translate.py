@@ -10,12 +10,13 @@ here does I/O, and no input is ever mutated.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tensile.contracts import clusterselector, ownership
+from tensile.contracts import clusterselector, ownership, podpolicy
 from tensile.contracts.labels import DEFAULT_TAINT_KEY
 from tensile.contracts.objects import as_list, as_mapping, dicts_in, meta_of
 from tensile.kube import codec
@@ -29,17 +30,6 @@ _DROPPED_METADATA = (
     "deletionGracePeriodSeconds", "generation", "ownerReferences", "managedFields",
     "finalizers", "generateName",
 )  # fmt: skip
-_DROPPED_SPEC = (
-    "nodeName",  # the lower scheduler picks the lower node
-    "priority",  # recomputed by the lower Priority admission, which rejects a mismatch
-    "preemptionPolicy",  # idem, from priorityClassName
-    "overhead",  # recomputed by the lower RuntimeClass admission
-    "ephemeralContainers",  # cannot be set on create
-    "schedulingGates",  # the upper scheduler already ran
-    # Upper controllers set readiness-gate conditions on the upper pod only; left on the lower
-    # pod the gates would keep it NotReady forever. upper_status applies them instead.
-    "readinessGates",
-)
 _CONTAINER_GROUPS = ("initContainers", "containers")
 _STATUS_COPIED = (
     "phase", "conditions", "message", "reason", "podIP", "podIPs", "startTime", "qosClass",
@@ -75,11 +65,33 @@ class TranslationPolicy:
     taint_key: str = DEFAULT_TAINT_KEY
     """Key of the virtual node's taint: the webhook's toleration of it stays upstairs."""
     priority_classes: tuple[tuple[str, str], ...] = ()
-    """--priority-class-map (upper class, lower class) pairs; see `lower_priority_class`."""
+    """--priority-class-map (upper class, lower class) pairs (`podpolicy.PRIORITY_CLASSES`)."""
+    scheduler_names: tuple[tuple[str, str], ...] = ()
+    """--scheduler-name-map (upper, lower) pairs (`podpolicy.SCHEDULER_NAMES`)."""
+    runtime_classes: tuple[tuple[str, str], ...] = ()
+    """--runtime-class-map (upper, lower) pairs (`podpolicy.RUNTIME_CLASSES`)."""
+    volume_types: frozenset[str] = frozenset()
+    """--allowed-volume-types: the volume types of `podpolicy.OUTSIDE_VOLUMES` that cross."""
+    storage_classes: volumes.StorageClassMap = dataclasses.field(
+        default_factory=volumes.StorageClassMap
+    )
+    """--lower-storage-class: the lower class of an ephemeral volume's claim template (as of
+    a copied claim's)."""
     upper_api_address: str = ""
     """--upper-api-address ("host:port" lower pods reach the upper apiserver at): with
     `enable_service_account`, lower pods get tokens of their upper ServiceAccount and this
     address instead of the lower cluster's (`boundtokens`); "": the lower cluster's."""
+
+    @property
+    def pods(self) -> podpolicy.PodPolicy:
+        """The pod table's settings (`podpolicy`) among these."""
+        return podpolicy.PodPolicy(
+            scheduler_names=self.scheduler_names,
+            runtime_classes=self.runtime_classes,
+            priority_classes=self.priority_classes,
+            volume_types=self.volume_types,
+            pod_security_level=self.pod_security_level,
+        )
 
     @property
     def upper_tokens(self) -> bool:
@@ -111,11 +123,13 @@ def lower_pod(
     """Return the pod to create in the lower cluster for the upper pod `upper`.
 
     Mirrors tensile-kube's TrimPod, fixed: same name, namespace `prefix + namespace`; labels
-    in `policy.ignore_labels` move to the `tripped-labels` annotation; ownership marks, the upper
-    UID and namespace are added; server-set metadata and spec fields the lower admission
-    recomputes are dropped; placement follows `placement.lower_placement`; the volumes the
-    upper ServiceAccount admission injected are removed so the lower one injects its own
-    token; env fieldRefs that would resolve differently below become literals. With
+    in `policy.ignore_labels` move to the `tripped-labels` annotation; ownership marks, the
+    upper UID and namespace are added; server-set metadata is dropped, and so are the spec
+    fields the pod table drops (`podpolicy.DROPPED_SPEC`), while those it maps (scheduler
+    name, runtime and priority class, `podpolicy.CLASS_MAPS`) are mapped or dropped;
+    placement follows `placement.lower_placement`; the volumes the upper ServiceAccount
+    admission injected are removed so the lower one injects its own token; env fieldRefs
+    that would resolve differently below become literals. With
     `policy.enable_service_account` False the pod runs as the lower namespace's `default`
     ServiceAccount, which always exists, so no ServiceAccount has to be copied.
 
@@ -129,7 +143,12 @@ def lower_pod(
     node made, `<pod>-<volume>` (`persistentVolumeClaim`), instead of keeping the `ephemeral`
     source, whose claim the lower ephemeral volume controller would insist on making for
     the lower pod itself (it refuses a claim of that name it did not make). The others stay
-    `ephemeral`: the lower cluster makes their claims, owned by the lower pod.
+    `ephemeral`: the lower cluster makes their claims, owned by the lower pod, of the lower
+    StorageClass `policy.storage_classes` gives their template's class.
+
+    The pod's refusals (`podpolicy.refusals`: a claim template picking a volume, volume
+    types the node does not allow) are the caller's to check first: what they refuse is
+    passed through here as written.
     """
     meta = meta_of(upper)
     namespace = str(meta.get("namespace") or "default")
@@ -141,8 +160,14 @@ def lower_pod(
         node_labels=policy.node_labels,
         taint_key=policy.taint_key,
     )
-    for key in _DROPPED_SPEC:
+    for key in podpolicy.DROPPED_SPEC:
         spec.pop(key, None)
+    for mapped in podpolicy.CLASS_MAPS:
+        lower, _ = podpolicy.lower_class(mapped, spec.get(mapped.key), policy=policy.pods)
+        if lower is None:
+            spec.pop(mapped.key, None)
+        else:
+            spec[mapped.key] = lower
     token_volumes = {
         str(v.get("name")) for v in dicts_in(spec.get("volumes")) if _is_injected_token_volume(v)
     }
@@ -168,15 +193,9 @@ def lower_pod(
             del spec["volumes"]
     if not policy.enable_service_account:
         spec["serviceAccountName"] = spec["serviceAccount"] = "default"
-    priority_class, _ = lower_priority_class(spec.get("priorityClassName"), policy=policy)
-    if priority_class is None:
-        spec.pop("priorityClassName", None)
-    else:
-        spec["priorityClassName"] = priority_class
     if absent:
         _remove_references(spec, absent)
-    if provisioned:
-        _mount_provisioned_claims(spec, pod=upper, names=provisioned)
+    _lower_ephemeral_volumes(spec, pod=upper, provisioned=provisioned, policy=policy)
     for group in _CONTAINER_GROUPS:
         for container in dicts_in(spec.get(group)):
             _lower_container(container, upper_meta=meta, token_volumes=token_volumes, policy=policy)
@@ -188,36 +207,19 @@ def lower_pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
-SYSTEM_PRIORITY_PREFIX = "system-"
-"""Kubernetes' own PriorityClasses (system-node-critical, system-cluster-critical)."""
-
-
-def lower_priority_class(
-    upper_class: object, *, policy: TranslationPolicy
-) -> tuple[str | None, str | None]:
-    """Return (the lower pod's priorityClassName or None, why the class was dropped or None).
-
-    A class named in `policy.priority_classes` becomes its lower class; any other class is
-    dropped, so the lower Priority admission gives the pod the lower cluster's default (the
-    globalDefault PriorityClass, else 0) and derives preemptionPolicy from it (the upper
-    pod's `priority` and `preemptionPolicy` are dropped anyway: the admission refuses values
-    that disagree with the class, kubernetes.io/docs "Pod Priority and Preemption"). A
-    `system-*` class is never passed through: a tenant would preempt other tenants' pods
-    with node- or cluster-critical priority. No pod, no class: (None, None)."""
-    if not isinstance(upper_class, str) or not upper_class:
-        return None, None
-    lower = dict(policy.priority_classes).get(upper_class)
-    if lower is not None:
-        return lower, None
-    kind = (
-        "a class Kubernetes reserves for its own critical pods, never passed below"
-        if upper_class.startswith(SYSTEM_PRIORITY_PREFIX)
-        else "not mapped below (--priority-class-map)"
-    )
-    return None, (
-        f"priorityClassName {upper_class} is {kind}: the pod runs at the lower cluster's "
-        "default priority"
-    )
+def dropped_classes(
+    upper: Mapping[str, Any], *, policy: TranslationPolicy
+) -> list[tuple[str, str]]:
+    """Return (reason, message) of the Warning for each field of the upper pod `upper` that
+    `lower_pod` drops although the tenant asked for something (`podpolicy.lower_class`): a
+    scheduler name, runtime or priority class no flag maps."""
+    spec = _spec(upper)
+    found = []
+    for mapped in podpolicy.CLASS_MAPS:
+        _, dropped = podpolicy.lower_class(mapped, spec.get(mapped.key), policy=policy.pods)
+        if dropped is not None:
+            found.append((mapped.reason, dropped))
+    return found
 
 
 def dependencies(upper: Mapping[str, Any]) -> Dependencies:
@@ -489,16 +491,29 @@ def _remove_references(spec: dict[str, Any], absent: frozenset[tuple[str, str]])
             del spec["imagePullSecrets"]
 
 
-def _mount_provisioned_claims(
-    spec: dict[str, Any], *, pod: Mapping[str, Any], names: frozenset[str]
+def _lower_ephemeral_volumes(
+    spec: dict[str, Any],
+    *,
+    pod: Mapping[str, Any],
+    provisioned: frozenset[str],
+    policy: TranslationPolicy,
 ) -> None:
-    """Make the generic ephemeral volumes `names` of `spec` (a copy of `pod`'s) mount their
-    claims, `<pod>-<volume>` (`volumes.ephemeral_claim_name`)."""
+    """Make the generic ephemeral volumes `provisioned` of `spec` (a copy of `pod`'s) mount
+    their claims, `<pod>-<volume>` (`volumes.ephemeral_claim_name`); give the others' claim
+    templates the lower StorageClass (`volumes.lower_template`)."""
     for volume in dicts_in(spec.get("volumes")):
         claim = volumes.ephemeral_claim_name(pod, volume)
-        if claim is not None and volume.get("name") in names:
+        if claim is None:
+            continue
+        if volume.get("name") in provisioned:
             del volume["ephemeral"]
             volume["persistentVolumeClaim"] = {"claimName": claim}
+            continue
+        ephemeral = volume.get("ephemeral")
+        if isinstance(ephemeral, dict) and isinstance(ephemeral.get("volumeClaimTemplate"), dict):
+            ephemeral["volumeClaimTemplate"] = volumes.lower_template(
+                ephemeral["volumeClaimTemplate"], classes=policy.storage_classes
+            )
 
 
 def _upper_api_env(container: dict[str, Any], *, address: str) -> None:

@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tensile.contracts import labels, ownership
+from tensile.contracts import labels, ownership, podpolicy
 from tensile.contracts.objects import Obj, annotations_of, meta_of, owner_references_of, uid_of
 from tensile.kube.mirror.spec import Change, KindSpec, Patch
 from tensile.kube.quantity import parse_quantity
@@ -64,6 +64,7 @@ LOWER_PHASE_ANNOTATION = "tensile.io/lower-phase"
 """On an upper claim: the phase of its lower claim (Pending, Bound, Lost)."""
 LOWER_VOLUME_ANNOTATION = "tensile.io/lower-volume"
 """On an upper claim: the lower PersistentVolume its lower claim is bound to."""
+_BETA_CLASS = "volume.beta.kubernetes.io/storage-class"
 RECLAIM_ANNOTATION = "tensile.io/reclaim-policy"
 """On a lower claim: the reclaim policy of the upper PV standing for it, copied for people
 looking below. A record only: the decision reads the upper PV itself (`reclaim_policy`)."""
@@ -92,7 +93,7 @@ class StorageClassMap:
 def claim_class(claim: Mapping[str, Any]) -> str | None:
     """The claim's StorageClass name (the beta annotation wins, as in the PV controller)."""
     annotations = annotations_of(claim)
-    beta = annotations.get("volume.beta.kubernetes.io/storage-class")
+    beta = annotations.get(_BETA_CLASS)
     if beta is not None:
         return str(beta)
     value = (claim.get("spec") or {}).get("storageClassName")
@@ -122,18 +123,47 @@ def wants_provisioning(
 
 
 def provisioning_problem(claim: Mapping[str, Any]) -> str | None:
-    """Return why a claim of our class cannot be provisioned below, or None. A data source
-    (a snapshot or a claim to clone) and a selector name upper objects the lower cluster
-    has not got; an empty volume in their place would mislead."""
-    spec = claim.get("spec") or {}
-    if spec.get("dataSource") or spec.get("dataSourceRef"):
-        return (
-            f"{PROVISIONER} cannot provision from a data source (the snapshot or claim it "
-            "names is in the upper cluster)"
-        )
-    if spec.get("selector"):
-        return f"{PROVISIONER} cannot provision a claim with a selector"
-    return None
+    """Return why a claim of our class cannot be provisioned below, or None: the pod table's
+    claim rules (`podpolicy.claim_refusals`): a data source (a snapshot or a claim to
+    clone) and a selector name upper objects the lower cluster has not got; an empty volume
+    in their place would mislead."""
+    found = podpolicy.claim_refusals(claim.get("spec") or {}, what="it", template=False)
+    return f"{PROVISIONER} cannot provision the claim: {'; '.join(found)}" if found else None
+
+
+def claim_problem(claim: Mapping[str, Any], *, key: str) -> str | None:
+    """Return why the upper claim `key` ("namespace/name") may not be copied below, or None:
+    the pod table's claim rules (`podpolicy.claim_refusals`) for a copied claim."""
+    found = podpolicy.claim_refusals(
+        claim.get("spec") or {}, what=f"PersistentVolumeClaim {key}", template=False
+    )
+    return "; ".join(found) or None
+
+
+def lower_template(template: Mapping[str, Any], *, classes: StorageClassMap) -> Obj:
+    """Return the claim template of a generic ephemeral volume as the lower cluster gets it
+    (the lower ephemeral volume controller makes the claim from it): its StorageClass the
+    lower one `classes` gives (as a copied claim's, `lower_claim`), the beta class
+    annotation gone (the class is in the spec). `template` is not changed. The fields the
+    pod table refuses in a template (`podpolicy.claim_refusals`) are the caller's to have
+    refused before."""
+    meta = dict(template.get("metadata") or {})
+    spec = dict(template.get("spec") or {})
+    lower = classes.lower(claim_class(template))
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != _BETA_CLASS}
+    if annotations:
+        meta["annotations"] = annotations
+    else:
+        meta.pop("annotations", None)
+    spec.pop("storageClassName", None)
+    if lower is not None:
+        spec["storageClassName"] = lower
+    out: Obj = {**template, "spec": spec}
+    if meta:
+        out["metadata"] = meta
+    else:
+        out.pop("metadata", None)
+    return out
 
 
 def ephemeral_claim_name(pod: Mapping[str, Any], volume: Mapping[str, Any]) -> str | None:
