@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tensile.contracts import ownership
-from tensile.contracts.objects import Obj
+from tensile.contracts.objects import Obj, annotations_of
 from tensile.kube.informer import Informer
 from tensile.kube.mirror.decide import Create, Delete, Nothing, Update, UpToDate, decide
 from tensile.kube.mirror.engine import Mirror
@@ -268,9 +268,11 @@ def test_a_selectorless_services_endpoints_cross_as_written_only_when_named(
     verdict = judge(manager_label, caches(service=bare, copy_=service_copy(of=bare)), named)
     assert verdict.crosses
     if crosses_as_written:
-        assert verdict == Verdict(crosses=True, endpoints=(written,))
+        assert verdict == Verdict(crosses=True, endpoints=(written,), selectorless=True)
     else:
-        assert verdict == Verdict(crosses=True, dropped=(Dropped(("10.99.0.1",), SELECTORLESS),))
+        assert verdict == Verdict(
+            crosses=True, dropped=(Dropped(("10.99.0.1",), SELECTORLESS),), selectorless=True
+        )
 
 
 # -- the message of the Event on the slice -----------------------------------------------------
@@ -530,3 +532,54 @@ async def test_a_dropped_endpoint_is_told_once_and_only_when_it_outlasts_the_set
     await mirror.sync("app/web-abcde")
     assert len(told) == 1
     await mirror.queue.shut_down()
+
+
+# -- sibling virtual nodes under other --selectorless-services -----------------------------------
+
+
+WEB_NAMED = SelectorlessServices(names=frozenset({("app", "web")}))
+
+
+def test_a_selectorless_services_slice_copy_records_the_names_it_was_written_under() -> None:
+    bare = upper_service(selector={})
+    spec = slice_spec(caches(service=bare, copy_=service_copy(of=bare)), named=WEB_NAMED)
+    made = spec.translate(upper_slice(endpoint("10.99.0.1")))
+    assert annotations_of(made)[services.POLICY_ANNOTATION] == WEB_NAMED.policy
+    # A slice of a Service that selects is the same under any names: it records none.
+    selecting = slice_spec(caches(service=upper_service(), copy_=service_copy()), named=WEB_NAMED)
+    assert services.POLICY_ANNOTATION not in annotations_of(selecting.translate(upper_slice(GOOD)))
+
+
+@pytest.mark.parametrize(
+    ("theirs", "ours", "left_to_its_maker"),
+    [
+        (WEB_NAMED, NONE_NAMED, True),  # they copy it whole, we would empty it
+        (NONE_NAMED, WEB_NAMED, True),
+        (WEB_NAMED, SelectorlessServices(names=frozenset({("app", "*")})), True),
+        (WEB_NAMED, WEB_NAMED, False),
+    ],
+)
+def test_a_siblings_selectorless_slice_copy_under_other_names_is_left_to_its_maker(
+    theirs: SelectorlessServices, ours: SelectorlessServices, left_to_its_maker: bool
+) -> None:
+    bare = upper_service(selector={})
+    view = caches(service=bare, copy_=service_copy(SIBLING, of=bare))
+    upper = upper_slice(endpoint("10.99.0.1"))
+    their_copy = services.lower_slice(
+        upper, owner=SIBLING, prefix="", policy=theirs.policy, endpoints=None
+    )
+    spec = slice_spec(view, named=ours)
+    assert spec.sibling_conflict is not None
+    why = spec.sibling_conflict(their_copy, upper)
+    assert (why is not None) == left_to_its_maker
+    if why is not None:
+        assert "--selectorless-services" in why
+
+
+def test_a_siblings_slice_of_a_selecting_service_is_shared_whatever_the_names() -> None:
+    view = caches(service=upper_service(), copy_=service_copy(SIBLING))
+    upper = upper_slice(GOOD)
+    their_copy = services.lower_slice(upper, owner=SIBLING, prefix="")
+    spec = slice_spec(view, named=WEB_NAMED)
+    assert spec.sibling_conflict is not None
+    assert spec.sibling_conflict(their_copy, upper) is None

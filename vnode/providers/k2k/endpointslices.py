@@ -42,9 +42,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tensile.contracts import ownership
+from tensile.contracts import ownership, podpolicy
 from tensile.contracts.objects import (
     Obj,
+    annotations_of,
     deletion_timestamp_of,
     labels_of,
     meta_of,
@@ -99,6 +100,13 @@ class SelectorlessServices:
         """Tell whether the Service `namespace/name` is named (itself, or its namespace)."""
         return (namespace, name) in self.names or (namespace, ALL_SERVICES) in self.names
 
+    @property
+    def policy(self) -> str:
+        """The digest of these names (`podpolicy.digest`), recorded on the copies of the
+        slices of selector-less Services (`services.POLICY_ANNOTATION`): the only slices
+        whose copy this flag decides."""
+        return podpolicy.digest({"selectorless": self.names})
+
 
 @dataclass(frozen=True)
 class Dropped:
@@ -118,6 +126,9 @@ class Verdict:
     """The endpoints that cross, as the upper slice has them."""
     dropped: tuple[Dropped, ...] = ()
     """The endpoints that do not, with why."""
+    selectorless: bool = False
+    """Whether the slice's Service has no selector: what crosses of it is then decided by
+    --selectorless-services, and its copy records that flag's digest."""
 
 
 _NOT_COPIED = Verdict(crosses=False)
@@ -179,9 +190,11 @@ def judge(
     selector = (upper_service.get("spec") or {}).get("selector") or {}
     if not selector:
         if selectorless.named(namespace, service_name):
-            return Verdict(crosses=True, endpoints=tuple(endpoints))
+            return Verdict(crosses=True, endpoints=tuple(endpoints), selectorless=True)
         return Verdict(
-            crosses=True, dropped=tuple(Dropped(_addresses(e), _SELECTORLESS) for e in endpoints)
+            crosses=True,
+            dropped=tuple(Dropped(_addresses(e), _SELECTORLESS) for e in endpoints),
+            selectorless=True,
         )
     kept: list[Mapping[str, Any]] = []
     dropped: list[Dropped] = []
@@ -256,7 +269,9 @@ def slice_spec(
     """Return the mirror of upper EndpointSlices into the lower cluster: the slices of
     every mirrored Service that `selection` considers and `judge` lets cross, each with
     the endpoints that cross; what is dropped is told after `notice_settle` seconds
-    (`dropped_message`); a sibling's copy is kept like our own (`services.siblings_within`).
+    (`dropped_message`); a sibling's copy is kept like our own (`services.siblings_within`),
+    unless it is the slice of a selector-less Service written under other
+    --selectorless-services (then it is left to its maker).
     Its functions read `caches` as they are when called."""
     owner, prefix = tenancy.owner, tenancy.prefix
 
@@ -267,8 +282,25 @@ def slice_spec(
         return selection.takes_slice(upper) and judged(upper).crosses
 
     def translate(upper: Obj) -> Obj:
+        verdict = judged(upper)
         return services.lower_slice(
-            upper, owner=owner, prefix=prefix, endpoints=judged(upper).endpoints
+            upper,
+            owner=owner,
+            prefix=prefix,
+            endpoints=verdict.endpoints,
+            policy=selectorless.policy if verdict.selectorless else None,
+        )
+
+    def other_policy(lower: Obj, upper: Obj) -> str | None:
+        # Siblings named different selector-less Services would copy such a slice whole
+        # and empty in turn: the copy is left to the node whose names it records.
+        theirs = annotations_of(lower).get(services.POLICY_ANNOTATION)
+        if not judged(upper).selectorless or theirs == selectorless.policy:
+            return None
+        return (
+            f"written under another policy ({services.POLICY_ANNOTATION} {theirs or '(none)'}, "
+            f"this node's {selectorless.policy}: --selectorless-services); the virtual nodes "
+            "of one upper cluster over one lower cluster need the same policy flags"
         )
 
     return KindSpec(
@@ -286,6 +318,7 @@ def slice_spec(
             selection,
             service_of=lambda lower: labels_of(lower).get(services.SERVICE_NAME_LABEL),
         ),
+        sibling_conflict=other_policy,
     )
 
 

@@ -80,10 +80,12 @@ COPIED_ANNOTATIONS = "tensile.io/copied-annotations"
 """On a lower Service: the comma-separated keys of the upper annotations copied with an
 allowed exposure type (so they are removed once they no longer travel)."""
 POLICY_ANNOTATION = "tensile.io/policy"
-"""On a lower copy of a NodePort or LoadBalancer Service: the digest of the settings its
-maker wrote it under (--lower-service-types, --lower-service-annotations;
-`ServiceExposure.policy`). A sibling virtual node under other settings leaves the copy to
-its maker instead of writing it its own way (`sibling_conflict`)."""
+"""On a lower copy of a NodePort or LoadBalancer Service, and of an EndpointSlice of a
+selector-less Service: the digest of the settings its maker wrote it under
+(--lower-service-types, --lower-service-annotations: `ServiceExposure.policy`;
+--selectorless-services: `endpointslices.SelectorlessServices.policy`). A sibling virtual
+node under other settings leaves the copy to its maker instead of writing it its own way
+(`sibling_conflict`)."""
 CLUSTER_IP = "ClusterIP"
 NODE_PORT = "NodePort"
 LOAD_BALANCER = "LoadBalancer"
@@ -494,11 +496,16 @@ def lower_slice(
     owner: ownership.NodeIdentity,
     prefix: str,
     endpoints: Sequence[Mapping[str, Any]] | None = None,
+    policy: str | None = None,
 ) -> Obj:
     """Return the lower EndpointSlice standing for an upper one (see the module docstring),
-    with `endpoints` of it (those that cross, `endpointslices.judge`; None: all of them)."""
+    with `endpoints` of it (those that cross, `endpointslices.judge`; None: all of them)
+    and, when given, the digest of the `policy` it was written under
+    (`POLICY_ANNOTATION`)."""
     meta = meta_of(upper)
     labels, annotations = _marks(upper, owner=owner)
+    if policy is not None:
+        annotations[POLICY_ANNOTATION] = policy
     chosen = (upper.get("endpoints") or []) if endpoints is None else endpoints
     kept = [{f: e[f] for f in _ENDPOINT_FIELDS if e.get(f) is not None} for e in chosen]
     return {
