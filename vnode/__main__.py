@@ -3,9 +3,14 @@ start, the exits and the signals are every program's: `tensile.serving.program`)
 
 Exit codes: 0 after a clean stop (SIGTERM/SIGINT) and for `version`/`--version`, 1 when a
 cluster cannot be reached, the node cannot start (caches not synced, a busy KUBELET_PORT, a
-certificate or CA file that cannot be loaded) or, with --leader-elect, the Lease was lost
-after leading (the process comes back as a fresh standby), 2 for invalid flags or
-environment (a --cert-dir that cannot be written included).
+certificate or CA file that cannot be loaded) or, with --leader-elect, the Lease cannot be
+kept (its namespace missing and not creatable by this identity, RBAC refusing it:
+`vnode.preflight`) or was lost after leading (the process comes back as a fresh standby),
+2 for invalid flags or environment (a --cert-dir that cannot be written included).
+
+With --leader-elect, every client of the leading components, below and upstairs, is fenced
+by the elector (`ApiClient.fenced`): no write leaves this process past the Lease's renew
+deadline.
 """
 
 from __future__ import annotations
@@ -22,9 +27,10 @@ from tensile.contracts.labels import DEFAULT_TAINT_KEY
 from tensile.kube import config, errors, retry
 from tensile.kube.client import ApiClient
 from tensile.kube.informer_factory import InformerFactory
-from tensile.kube.leaderelection import LeaseLost
+from tensile.kube.leaderelection import LeaderElector, LeaseLost
 from tensile.serving import flags, program
-from vnode import cli
+from tensile.serving.preflight import PreflightFailed
+from vnode import cli, preflight
 from vnode.api import auth
 from vnode.controllers.node_objects import node_labels
 from vnode.node import UpperClients, VirtualNode
@@ -158,9 +164,16 @@ async def _run(settings: Settings, loaded: Loaded, stopping: program.Stopping) -
     ):
         # The patrol's lists have a budget of their own: a patrol of 10,000 pods never
         # delays a status write or a heartbeat.
-        patrol_clients = {upper.name: upper_patrol}
         # Both clusters must answer before anything is registered (tensile-kube: fatal).
         await upper.request("GET", "/version")
+        # With --leader-elect: the Lease can be kept, or exit 1 saying what to do.
+        await preflight.ensure(upper, settings)
+        elector = (
+            LeaderElector(heartbeat, settings=settings.leader_election)
+            if settings.leader_election is not None
+            else None
+        )
+        patrol_clients = {upper.name: upper_patrol.fenced(elector)}
         cluster_id = settings.pods.cluster_id or await _upper_cluster_id(upper)
         informers = InformerFactory()
         provider: Provider
@@ -181,13 +194,15 @@ async def _run(settings: Settings, loaded: Loaded, stopping: program.Stopping) -
             upper_placement = await stack.enter_async_context(
                 upper.sibling(name="upper-placement", qps=0, burst=1, timeout=30.0, connections=1)
             )
+            # The provider and everything it brings lead: each write of theirs, below and
+            # upstairs, passes the elector's fence.
             provider = await _k2k_provider(
                 settings,
-                upper=upper,
-                upper_placement=upper_placement,
-                events=events,
-                lower=lower,
-                lower_heartbeat=lower_heartbeat,
+                upper=upper.fenced(elector),
+                upper_placement=upper_placement.fenced(elector),
+                events=events.fenced(elector),
+                lower=lower.fenced(elector),
+                lower_heartbeat=lower_heartbeat.fenced(elector),
                 informers=informers,
                 stack=stack,
                 cluster_id=cluster_id,
@@ -196,7 +211,7 @@ async def _run(settings: Settings, loaded: Loaded, stopping: program.Stopping) -
                 upper_tokens=loaded.upper_tokens,
             )
             lower_server = lower_info.server
-            patrol_clients[lower.name] = await stack.enter_async_context(
+            lower_patrol = await stack.enter_async_context(
                 lower.sibling(
                     name="lower-patrol",
                     qps=settings.patrol.qps,
@@ -205,12 +220,14 @@ async def _run(settings: Settings, loaded: Loaded, stopping: program.Stopping) -
                     connections=2,
                 )
             )
+            patrol_clients[lower.name] = lower_patrol.fenced(elector)
         node = VirtualNode(
             settings=settings,
             upper=UpperClients(main=upper, heartbeat=heartbeat, events=events, reviews=reviews),
             provider=provider,
             informers=informers,
             patrol_clients=patrol_clients,
+            elector=elector,
         )
         with stopping.calls(node.stop):
             logger.info(
@@ -357,7 +374,7 @@ PROGRAM = program.Program(
     run=_run,
     # A lost Lease: kube-controller-manager's choice, start again as a fresh standby rather
     # than lead again with memory built while leading.
-    failures=(errors.ApiUnavailable, errors.ApiError, LeaseLost),
+    failures=(errors.ApiUnavailable, errors.ApiError, LeaseLost, PreflightFailed),
 )
 
 
