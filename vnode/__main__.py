@@ -311,7 +311,7 @@ async def _k2k_provider(
         controllers=settings.controllers,
         namespace_labels=settings.pods.lower_namespace_labels,
         namespace_annotations=settings.pods.lower_namespace_annotations,
-        adopt_tensile_kube=settings.migration.adopt_tensile_kube,
+        adopt_tensile_kube_before=settings.migration.adopt_before,
         token_refresh_fraction=settings.serviceaccount.token_refresh_fraction,
         token_minter=minter,
         summary_interval=settings.node.placement_summary_interval,
