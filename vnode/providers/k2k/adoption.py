@@ -70,9 +70,9 @@ REFRESH_TIMEOUT = 60.0
 
 ADOPTION_OBJECTS = Gauge(
     "tensile_adoption_objects",
-    "Lower objects made by tensile-kube found at the last start with --adopt-tensile-kube, "
-    "by kind and outcome (adopted, or why one was left: unmatched, mismatch, unused, "
-    "superseded, not-mirrored).",
+    "Lower objects made by tensile-kube found by the last adoption (--adopt-tensile-kube, "
+    "in the leader), by kind and outcome (adopted, or why one was left: unmatched, "
+    "after-cutoff, mismatch, unused, superseded, not-mirrored).",
     ["kind", "outcome"],
 )
 
