@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from tensile.contracts.labels import DEFAULT_TAINT_KEY
 from tensile.kube import config, errors, retry
-from tensile.kube.client import ApiClient
+from tensile.kube.client import ApiClient, WriteGate
 from tensile.kube.informer_factory import InformerFactory
 from tensile.kube.leaderelection import LeaderElector, LeaseLost
 from tensile.serving import flags, program
@@ -194,15 +194,14 @@ async def _run(settings: Settings, loaded: Loaded, stopping: program.Stopping) -
             upper_placement = await stack.enter_async_context(
                 upper.sibling(name="upper-placement", qps=0, burst=1, timeout=30.0, connections=1)
             )
-            # The provider and everything it brings lead: each write of theirs, below and
-            # upstairs, passes the elector's fence.
             provider = await _k2k_provider(
                 settings,
-                upper=upper.fenced(elector),
-                upper_placement=upper_placement.fenced(elector),
-                events=events.fenced(elector),
-                lower=lower.fenced(elector),
-                lower_heartbeat=lower_heartbeat.fenced(elector),
+                upper=upper,
+                upper_placement=upper_placement,
+                events=events,
+                lower=lower,
+                lower_heartbeat=lower_heartbeat,
+                gate=elector,
                 informers=informers,
                 stack=stack,
                 cluster_id=cluster_id,
@@ -256,10 +255,13 @@ async def _k2k_provider(
     node_ip: str,
     kubelet_token: BearerTokenFile | None,
     upper_tokens: config.ConnectionInfo | None,
+    gate: WriteGate | None,
 ) -> K2KProvider:
     """Return the Kubernetes-to-Kubernetes provider for the `lower` cluster (the node starts
-    it as its first component). With `upper_tokens` (--upper-token-kubeconfig), the upper
-    tokens are asked for with it once it is shown to be this node's identity (raises
+    it as its first component). The provider and everything it brings lead: every client
+    it writes through, below and upstairs, is fenced by `gate` (the elector with
+    --leader-elect; `ApiClient.fenced`). With `upper_tokens` (--upper-token-kubeconfig), the
+    upper tokens are asked for with it once it is shown to be this node's identity (raises
     StartupError otherwise)."""
     minter: ApiClient | None = None
     if upper_tokens is not None:
@@ -272,7 +274,8 @@ async def _k2k_provider(
                 user_agent=f"tensile-virtual-node/{settings.node.name}",
             )
         )
-        await tokens.check_identity(minter, node_name=settings.node.name)
+        await tokens.check_identity(minter, node_name=settings.node.name)  # every replica
+        minter = minter.fenced(gate)
     kubelets: KubeletAccess = ThroughApiserver(lower)
     if settings.lower_kubelets.access == "direct":
         verify = not settings.lower_kubelets.insecure_tls
@@ -280,10 +283,10 @@ async def _k2k_provider(
             ToKubelets(lower, verify=verify, token=kubelet_token)
         )
     return assembly.build(
-        upper=upper,
-        upper_events=events,
-        lower=lower,
-        lower_heartbeat=lower_heartbeat,
+        upper=upper.fenced(gate),
+        upper_events=events.fenced(gate),
+        lower=lower.fenced(gate),
+        lower_heartbeat=lower_heartbeat.fenced(gate),
         informers=informers,
         policy=TranslationPolicy(
             node_name=settings.node.name,
@@ -315,7 +318,7 @@ async def _k2k_provider(
         token_refresh_fraction=settings.serviceaccount.token_refresh_fraction,
         token_minter=minter,
         summary_interval=settings.node.placement_summary_interval,
-        upper_placement=upper_placement,
+        upper_placement=upper_placement.fenced(gate),
     )
 
 
