@@ -23,6 +23,7 @@ from tensile.kube.client import ApiClient
 from tensile.serving import election_flags, program
 from tensile.serving.endpoints import Health, metrics_server
 from tensile.serving.lifecycle import Runner
+from tensile.serving.preflight import PreflightFailed
 
 logger = logging.getLogger("descheduler")
 
@@ -85,7 +86,7 @@ PROGRAM = program.Program(
     logging=program.logging_of,
     load=_load,
     run=_run,
-    failures=(errors.ApiUnavailable, errors.ApiError, OSError, preflight.PreflightFailed),
+    failures=(errors.ApiUnavailable, errors.ApiError, OSError, PreflightFailed),
 )
 
 

@@ -3,9 +3,14 @@ start, the exits and the signals are every program's: `tensile.serving.program`)
 
 Exit codes: 0 after a clean stop (SIGTERM/SIGINT) and for `version`/`--version`, 1 when a
 cluster cannot be reached, the node cannot start (caches not synced, a busy KUBELET_PORT, a
-certificate or CA file that cannot be loaded) or, with --leader-elect, the Lease was lost
-after leading (the process comes back as a fresh standby), 2 for invalid flags or
-environment (a --cert-dir that cannot be written included).
+certificate or CA file that cannot be loaded) or, with --leader-elect, the Lease cannot be
+kept (its namespace missing and not creatable by this identity, RBAC refusing it:
+`vnode.preflight`) or was lost after leading (the process comes back as a fresh standby),
+2 for invalid flags or environment (a --cert-dir that cannot be written included).
+
+With --leader-elect, every client of the leading components, below and upstairs, is fenced
+by the elector (`ApiClient.fenced`): no write leaves this process past the Lease's renew
+deadline.
 """
 
 from __future__ import annotations
@@ -20,11 +25,12 @@ from collections.abc import Sequence
 
 from tensile.contracts.labels import DEFAULT_TAINT_KEY
 from tensile.kube import config, errors, retry
-from tensile.kube.client import ApiClient
+from tensile.kube.client import ApiClient, WriteGate
 from tensile.kube.informer_factory import InformerFactory
-from tensile.kube.leaderelection import LeaseLost
+from tensile.kube.leaderelection import LeaderElector, LeaseLost
 from tensile.serving import flags, program
-from vnode import cli
+from tensile.serving.preflight import PreflightFailed
+from vnode import cli, preflight
 from vnode.api import auth
 from vnode.controllers.node_objects import node_labels
 from vnode.node import UpperClients, VirtualNode
@@ -158,9 +164,16 @@ async def _run(settings: Settings, loaded: Loaded, stopping: program.Stopping) -
     ):
         # The patrol's lists have a budget of their own: a patrol of 10,000 pods never
         # delays a status write or a heartbeat.
-        patrol_clients = {upper.name: upper_patrol}
         # Both clusters must answer before anything is registered (tensile-kube: fatal).
         await upper.request("GET", "/version")
+        # With --leader-elect: the Lease can be kept, or exit 1 saying what to do.
+        await preflight.ensure(upper, settings)
+        elector = (
+            LeaderElector(heartbeat, settings=settings.leader_election)
+            if settings.leader_election is not None
+            else None
+        )
+        patrol_clients = {upper.name: upper_patrol.fenced(elector)}
         cluster_id = settings.pods.cluster_id or await _upper_cluster_id(upper)
         informers = InformerFactory()
         provider: Provider
@@ -188,6 +201,7 @@ async def _run(settings: Settings, loaded: Loaded, stopping: program.Stopping) -
                 events=events,
                 lower=lower,
                 lower_heartbeat=lower_heartbeat,
+                gate=elector,
                 informers=informers,
                 stack=stack,
                 cluster_id=cluster_id,
@@ -196,7 +210,7 @@ async def _run(settings: Settings, loaded: Loaded, stopping: program.Stopping) -
                 upper_tokens=loaded.upper_tokens,
             )
             lower_server = lower_info.server
-            patrol_clients[lower.name] = await stack.enter_async_context(
+            lower_patrol = await stack.enter_async_context(
                 lower.sibling(
                     name="lower-patrol",
                     qps=settings.patrol.qps,
@@ -205,12 +219,14 @@ async def _run(settings: Settings, loaded: Loaded, stopping: program.Stopping) -
                     connections=2,
                 )
             )
+            patrol_clients[lower.name] = lower_patrol.fenced(elector)
         node = VirtualNode(
             settings=settings,
             upper=UpperClients(main=upper, heartbeat=heartbeat, events=events, reviews=reviews),
             provider=provider,
             informers=informers,
             patrol_clients=patrol_clients,
+            elector=elector,
         )
         with stopping.calls(node.stop):
             logger.info(
@@ -239,10 +255,13 @@ async def _k2k_provider(
     node_ip: str,
     kubelet_token: BearerTokenFile | None,
     upper_tokens: config.ConnectionInfo | None,
+    gate: WriteGate | None,
 ) -> K2KProvider:
     """Return the Kubernetes-to-Kubernetes provider for the `lower` cluster (the node starts
-    it as its first component). With `upper_tokens` (--upper-token-kubeconfig), the upper
-    tokens are asked for with it once it is shown to be this node's identity (raises
+    it as its first component). The provider and everything it brings lead: every client
+    it writes through, below and upstairs, is fenced by `gate` (the elector with
+    --leader-elect; `ApiClient.fenced`). With `upper_tokens` (--upper-token-kubeconfig), the
+    upper tokens are asked for with it once it is shown to be this node's identity (raises
     StartupError otherwise)."""
     minter: ApiClient | None = None
     if upper_tokens is not None:
@@ -255,7 +274,8 @@ async def _k2k_provider(
                 user_agent=f"tensile-virtual-node/{settings.node.name}",
             )
         )
-        await tokens.check_identity(minter, node_name=settings.node.name)
+        await tokens.check_identity(minter, node_name=settings.node.name)  # every replica
+        minter = minter.fenced(gate)
     kubelets: KubeletAccess = ThroughApiserver(lower)
     if settings.lower_kubelets.access == "direct":
         verify = not settings.lower_kubelets.insecure_tls
@@ -263,10 +283,10 @@ async def _k2k_provider(
             ToKubelets(lower, verify=verify, token=kubelet_token)
         )
     return assembly.build(
-        upper=upper,
-        upper_events=events,
-        lower=lower,
-        lower_heartbeat=lower_heartbeat,
+        upper=upper.fenced(gate),
+        upper_events=events.fenced(gate),
+        lower=lower.fenced(gate),
+        lower_heartbeat=lower_heartbeat.fenced(gate),
         informers=informers,
         policy=TranslationPolicy(
             node_name=settings.node.name,
@@ -294,11 +314,11 @@ async def _k2k_provider(
         controllers=settings.controllers,
         namespace_labels=settings.pods.lower_namespace_labels,
         namespace_annotations=settings.pods.lower_namespace_annotations,
-        adopt_tensile_kube=settings.migration.adopt_tensile_kube,
+        adopt_tensile_kube_before=settings.migration.adopt_before,
         token_refresh_fraction=settings.serviceaccount.token_refresh_fraction,
         token_minter=minter,
         summary_interval=settings.node.placement_summary_interval,
-        upper_placement=upper_placement,
+        upper_placement=upper_placement.fenced(gate),
     )
 
 
@@ -357,7 +377,7 @@ PROGRAM = program.Program(
     run=_run,
     # A lost Lease: kube-controller-manager's choice, start again as a fresh standby rather
     # than lead again with memory built while leading.
-    failures=(errors.ApiUnavailable, errors.ApiError, LeaseLost),
+    failures=(errors.ApiUnavailable, errors.ApiError, LeaseLost, PreflightFailed),
 )
 
 

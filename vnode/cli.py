@@ -4,6 +4,7 @@ variables, parsed into frozen `Settings`. Invalid values raise UsageError (exit 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import ipaddress
 import math
 import os
@@ -14,7 +15,7 @@ from typing import Any
 
 from tensile.contracts import podpolicy
 from tensile.contracts.labels import DEFAULT_TAINT_KEY, is_label_value
-from tensile.kube import names
+from tensile.kube import names, timestamps
 from tensile.serving import election_flags, flags
 from tensile.serving.flags import UsageError, boolean, duration
 from vnode.api.certificates import MAX_EXPIRATION_SECONDS, MIN_EXPIRATION_SECONDS
@@ -427,9 +428,18 @@ def _add_migration_flags(p: flags.Parser) -> None:
         nargs="?",
         const=True,
         default=False,
-        help="at start, take over the lower pods, ConfigMaps, Secrets, claims and Services "
-        "tensile-kube's virtual node of the same node name made for this node's upper "
-        "objects (owner marks added, nothing re-created or deleted; the rest is listed)",
+        help="once leading, take over the lower pods, ConfigMaps, Secrets, claims and "
+        "Services tensile-kube's virtual node of the same node name made for this node's "
+        "upper objects (owner marks added, nothing re-created or deleted; the rest is "
+        "listed); needs --adopt-tensile-kube-before",
+    )
+    p.add_argument(
+        "--adopt-tensile-kube-before",
+        default="",
+        help="with --adopt-tensile-kube: an RFC 3339 time (e.g. 2026-03-01T12:00:00Z), when "
+        "tensile-kube's virtual node was stopped; only lower objects created before it are "
+        "adopted (required: objects shaped like tensile-kube's made later are someone "
+        "else's)",
     )
 
 
@@ -485,16 +495,50 @@ def _serviceaccount_settings(args: argparse.Namespace) -> ServiceAccountSettings
     )
 
 
-def _migration_settings(args: argparse.Namespace) -> MigrationSettings:
-    """--adopt-tensile-kube, checked against what tensile-kube could have made."""
-    if args.adopt_tensile_kube and args.provider != "k8s":
+def _migration_settings(
+    args: argparse.Namespace, *, now: dt.datetime | None = None
+) -> MigrationSettings:
+    """--adopt-tensile-kube and its cut-off, checked against what tensile-kube could have
+    made; `now` (aware; default: the clock) refuses a cut-off in the future."""
+    before = _adoption_cutoff(args.adopt_tensile_kube_before, now=now)
+    if not args.adopt_tensile_kube:
+        if before is not None:
+            raise UsageError("--adopt-tensile-kube-before needs --adopt-tensile-kube")
+        return MigrationSettings()
+    if args.provider != "k8s":
         raise UsageError("--adopt-tensile-kube needs --provider=k8s (it adopts lower objects)")
-    if args.adopt_tensile_kube and args.namespace_prefix:
+    if args.namespace_prefix:
         raise UsageError(
             "--adopt-tensile-kube cannot be used with --namespace-prefix: tensile-kube kept "
             "namespace names, so its objects are in the unprefixed namespaces"
         )
-    return MigrationSettings(adopt_tensile_kube=bool(args.adopt_tensile_kube))
+    if before is None:
+        raise UsageError(
+            "--adopt-tensile-kube needs --adopt-tensile-kube-before=<RFC 3339 time>: when "
+            "tensile-kube's virtual node was stopped (only lower objects created before it "
+            "are adopted)"
+        )
+    return MigrationSettings(adopt_tensile_kube=True, adopt_before=before)
+
+
+def _adoption_cutoff(text: str, *, now: dt.datetime | None) -> dt.datetime | None:
+    """--adopt-tensile-kube-before: an RFC 3339 time, not in the future (None: not given).
+    Raises UsageError naming the flag."""
+    if not text:
+        return None
+    moment = timestamps.parse_rfc3339(text.strip())
+    if moment is None:
+        raise UsageError(
+            "--adopt-tensile-kube-before must be an RFC 3339 time with its offset, e.g. "
+            f"2026-03-01T12:00:00Z, got {text!r}"
+        )
+    current = now or dt.datetime.now(dt.UTC)
+    if moment > current:
+        raise UsageError(
+            f"--adopt-tensile-kube-before {text} is in the future: give the time "
+            "tensile-kube's virtual node was stopped"
+        )
+    return moment
 
 
 def parse(

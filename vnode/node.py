@@ -14,10 +14,12 @@ TaskGroup and awaited.
 
 With --leader-elect, replicas of one node run side by side: every replica serves the
 kubelet API and keeps every cache warm; only the holder of the Lease runs the rest
-(`tensile.serving.leadership`). The Node's addresses and kubelet port are those of the
-replica that writes its status, the leader, so the upper apiserver's logs and exec follow
-the leader; a standby answers too (it reads the same caches and the lower cluster), so a
-caller that still holds an old address is served.
+(`tensile.serving.leadership`), and those write through clients fenced by the elector
+(`ApiClient.fenced`: no write is sent past the renew deadline), upstairs here and below
+in the provider the command builds with the same elector. The Node's addresses and kubelet
+port are those of the replica that writes its status, the leader, so the upper apiserver's
+logs and exec follow the leader; a standby answers too (it reads the same caches and the
+lower cluster), so a caller that still holds an old address is served.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tensile.kube.client import ApiClient
+from tensile.kube.client import ApiClient, WriteGate
 from tensile.kube.events import EventRecorder
 from tensile.kube.informer import Informer
 from tensile.kube.informer_factory import InformerFactory
@@ -75,6 +77,16 @@ class UpperClients:
         """All four roles on one client (tests and tools that do not need the split)."""
         return cls(main=client, heartbeat=client, events=client, reviews=client)
 
+    def fenced(self, gate: WriteGate | None) -> UpperClients:
+        """These clients with the writes of the leading components' roles (main, heartbeat,
+        events) fenced by `gate` (`ApiClient.fenced`); reviews are every replica's."""
+        return UpperClients(
+            main=self.main.fenced(gate),
+            heartbeat=self.heartbeat.fenced(gate),
+            events=self.events.fenced(gate),
+            reviews=self.reviews,
+        )
+
 
 IN_EVERY_REPLICA: tuple[type, ...] = (KubeletApiServer,)
 """The components every replica runs with --leader-elect: they serve and read (the kubelet
@@ -99,16 +111,29 @@ class VirtualNode:
         informers: InformerFactory,
         clock: Clock | None = None,
         patrol_clients: Mapping[str, ApiClient] | None = None,
+        elector: LeaderElector | None = None,
     ) -> None:
         """`informers` is the factory the provider made its informers with (so the node's
         own components share them); `clock` (default: the system clock) times
         serving-certificate renewals; `patrol_clients` are the patrol's own clients, by the
         name of the client whose informers they audit ("upper", "lower"; an informer of
-        another client is not audited)."""
+        another client is not audited); `elector` is the election of
+        `settings.leader_election` (default: one made here on `upper.heartbeat`), whose
+        fence the leading components' upper writes pass (the provider's clients are fenced
+        by whoever built it: the command, with the same elector). Raises ValueError for an
+        `elector` without `settings.leader_election`."""
         self.settings = settings
         self._runner = lifecycle.Runner(
             startup_timeout=settings.startup_timeout, shutdown_timeout=settings.shutdown_timeout
         )
+        if elector is not None and settings.leader_election is None:
+            raise ValueError("an elector was given, but the settings elect no leader")
+        if elector is None and settings.leader_election is not None:
+            elector = LeaderElector(upper.heartbeat, settings=settings.leader_election)
+        self.elector = elector
+        """The election (None: no --leader-elect, every component runs here)."""
+        serving = upper
+        upper = upper.fenced(elector)
         recorder = EventRecorder(
             upper.events, component=f"{settings.node.name}/pod-controller", host=settings.node.name
         )
@@ -136,8 +161,8 @@ class VirtualNode:
             self.pods,
             KubeletApiServer(
                 settings=settings,
-                upper=upper.main,
-                reviews=upper.reviews,
+                upper=serving.main,
+                reviews=serving.reviews,
                 pods=self.pods.informer,
                 provider=provider,
                 addresses=node_addresses(settings.node),
@@ -151,12 +176,12 @@ class VirtualNode:
         self.components.append(self.patrol)
         self.leadership: Leadership | None = None
         """With --leader-elect: what runs the leading components (None: all run here)."""
-        if settings.leader_election is not None:
+        if elector is not None:
             everything = self.components
             self.leadership = Leadership(
-                elector=LeaderElector(upper.heartbeat, settings=settings.leader_election),
+                elector=elector,
                 leading=[c for c in everything if not _in_every_replica(c)],
-                watch=upper.main,
+                watch=serving.main,
             )
             self.components = [self.leadership, *filter(_in_every_replica, everything)]
 

@@ -6,6 +6,7 @@ virtual-kubelet's flags and environment variables.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -254,8 +255,12 @@ class MigrationSettings:
     """Switching over from tensile-kube (docs/migration.md)."""
 
     adopt_tensile_kube: bool = False
-    """--adopt-tensile-kube: at start, take over the lower pods and copies tensile-kube's
-    virtual node made for this node's upper objects (`vnode.providers.k2k.tensilekube`)."""
+    """--adopt-tensile-kube: once leading, take over the lower pods and copies
+    tensile-kube's virtual node made for this node's upper objects
+    (`vnode.providers.k2k.tensilekube`)."""
+    adopt_before: dt.datetime | None = None
+    """--adopt-tensile-kube-before (aware, UTC): only lower objects created before it are
+    adopted; set exactly when `adopt_tensile_kube` is."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -315,7 +320,7 @@ class Settings:
     the upper cluster and only its holder writes (see `tensile.serving.leadership`); None
     (--leader-elect=false, the default): this process leads alone."""
     migration: MigrationSettings = field(default_factory=MigrationSettings)
-    """--adopt-tensile-kube."""
+    """--adopt-tensile-kube, --adopt-tensile-kube-before."""
     serviceaccount: ServiceAccountSettings = field(default_factory=ServiceAccountSettings)
     """--upper-api-address, --serviceaccount-token-refresh-fraction,
     --upper-token-kubeconfig."""

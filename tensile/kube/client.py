@@ -4,16 +4,25 @@ Requests go out through one aiohttp session with the cluster's TLS settings and 
 client-side token bucket (client-go's QPS/burst). Answers >= 400 become `errors.ApiError`;
 unreachable servers `errors.ApiUnavailable`. Throttling (429) is retried after its
 Retry-After for every verb; connection failures and 5xx only for reads.
+
+Fencing: `ApiClient.fenced(gate)` is the same client (connections, rate budget, metrics)
+whose writes (POST, PUT, PATCH, DELETE) are sent only while `gate.may_write()` says so,
+checked right before each is sent, after any wait for the rate limiter; a refused write
+raises `errors.Fenced` and sends nothing. Reads, watches, logs and streams always go. A
+leader-election elector is such a gate (`tensile.kube.leaderelection`): the components that
+act only while leading get fenced clients, so a deposed or partitioned process writes
+nothing once its Lease is past the renew deadline, whatever its tasks still try.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -32,9 +41,22 @@ as client-go's metadata client asks; plain JSON from a server that cannot)."""
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, application/json"
 """Accept header of a list answered with its items' metadata only."""
 
+WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+"""The verbs a fenced client sends only while its gate allows (every other verb reads)."""
 _READ_RETRIES = 3
 _THROTTLE_RETRIES = 5
 _RETRY_BACKOFF = ExponentialBackoff(base=0.2, cap=5.0)
+
+
+class WriteGate(Protocol):
+    """Whether this process may write now: the check of a fenced client (`ApiClient.fenced`)
+    right before each write it sends."""
+
+    def may_write(self) -> bool:
+        """Tell whether a write may be sent now (called right before each one)."""
+
+    def refusal(self) -> str:
+        """Say why writes are refused now (the message of `errors.Fenced`)."""
 
 
 class ApiClient:
@@ -62,6 +84,12 @@ class ApiClient:
         self._connections = connections
         self._session: aiohttp.ClientSession | None = None
         self._streams: aiohttp.ClientSession | None = None
+        self._root: ApiClient = self
+        """The client whose sessions this one uses: itself, or the one it is a fenced view
+        of (`fenced`)."""
+        self._gate: WriteGate | None = None
+        self._refusing = False
+        """Whether the last write this view tried was refused (its first refusal is logged)."""
         # Labelled metric children by (verb, code) and verb, looked up once each: a lookup
         # costs several microseconds, on every request.
         self._counters: dict[tuple[str, int], Any] = {}
@@ -97,7 +125,50 @@ class ApiClient:
             connections=connections,
         )
 
+    def fenced(self, gate: WriteGate | None) -> ApiClient:
+        """Return this client with its writes (POST, PUT, PATCH, DELETE) fenced by `gate`:
+        each is sent only if `gate.may_write()` right before it goes out, and otherwise
+        raises `errors.Fenced` (counted in `tensile_api_fenced_writes_total`) having sent
+        nothing; reads, watches and streams are not gated. It is a view: the same
+        connections, rate budget and metrics as this client, opened and closed with it
+        (opening or closing the view opens or closes this client). `gate` None returns
+        this client itself. `sibling` of a view is not fenced."""
+        if gate is None:
+            return self
+        view = copy.copy(self)
+        view._gate = gate
+        view._refusing = False
+        return view
+
+    @property
+    def unfenced(self) -> ApiClient:
+        """The client this one is a fenced view of (`fenced`); itself when it is none. Two
+        views of one client are one cluster connection: caches key on this."""
+        return self._root
+
+    def admit(self, method: str, path: str) -> None:
+        """Raise `errors.Fenced` when `method` writes and this client's gate refuses writes
+        now (see `fenced`); return otherwise. Called right before a request is sent."""
+        gate = self._gate
+        if gate is None or method not in WRITES:
+            return
+        if gate.may_write():
+            self._refusing = False
+            return
+        metrics.FENCED_WRITES.labels(self.name, method).inc()
+        reason = gate.refusal()
+        if not self._refusing:
+            # Once per run of refusals: a deposed leader's workers may try many at once.
+            logger.warning(
+                "%s cluster: refusing to send %s %s: %s", self.name, method, path, reason
+            )
+        self._refusing = True
+        raise errors.Fenced(f"{method} {path} to the {self.name} cluster not sent: {reason}")
+
     async def __aenter__(self) -> ApiClient:
+        if self._root is not self:
+            await self._root.__aenter__()
+            return self
         # Requests share a small pool of keep-alive connections: each TLS connection holds
         # a 256 KiB read buffer, and past a dozen or so the apiserver gains nothing from
         # more. Streams (watches, logs) live long, so they get a pool of their own and never
@@ -126,7 +197,11 @@ class ApiClient:
         await self.close()
 
     async def close(self) -> None:
-        """Close the session and its connections."""
+        """Close the session and its connections (a fenced view's: those of the client it
+        was made from)."""
+        if self._root is not self:
+            await self._root.close()
+            return
         for session in (self._session, self._streams):
             if session is not None:
                 await session.close()
@@ -135,9 +210,17 @@ class ApiClient:
     @property
     def session(self) -> aiohttp.ClientSession:
         """The aiohttp session (for WebSocket connections made by callers)."""
-        if self._session is None:
+        session = self._root._session
+        if session is None:
             raise RuntimeError(f"{self.name} client is not open (use `async with`)")
-        return self._session
+        return session
+
+    @property
+    def _stream_session(self) -> aiohttp.ClientSession:
+        streams = self._root._streams
+        if streams is None:
+            raise RuntimeError(f"{self.name} client is not open (use `async with`)")
+        return streams
 
     def headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """Return the headers of a request: authorization plus `extra`."""
@@ -224,6 +307,8 @@ class ApiClient:
         accept: str = JSON,
     ) -> dict[str, Any]:
         await self._throttle()
+        # The gate is asked after any wait for a rate slot, right before the request goes.
+        self.admit(method, path)
         data = None if body is None else codec.dumps(body)
         headers = self.headers({"Accept": accept})
         if data is not None:
@@ -267,11 +352,10 @@ class ApiClient:
         HTTP status and the message of the Status it answered with), errors.ApiUnavailable
         when it cannot be reached. Close it when done.
         """
-        if self._streams is None:
-            raise RuntimeError(f"{self.name} client is not open (use `async with`)")
+        streams = self._stream_session
         await self._throttle()
         try:
-            return await self._streams.ws_connect(
+            return await streams.ws_connect(
                 self.url(path),
                 params=list(params),
                 protocols=tuple(protocols),
@@ -304,9 +388,7 @@ class ApiClient:
         await self._throttle()
         code = 0
         try:
-            if self._streams is None:
-                raise RuntimeError(f"{self.name} client is not open (use `async with`)")
-            async with self._streams.get(
+            async with self._stream_session.get(
                 self.url(path),
                 params=params,
                 headers=self.headers({"Accept": accept}),

@@ -88,6 +88,14 @@ class ApiUnavailable(Exception):
     """The API could not be reached (connection refused, reset, TLS failure, timeout)."""
 
 
+class Fenced(ApiUnavailable):
+    """A write refused before it was sent, because this process may not write now: it does
+    not hold its leader-election Lease within the renew deadline (`ApiClient.fenced`).
+    Nothing reached the server. It is an ApiUnavailable, so every caller takes it as "not
+    now" (the key is retried with backoff, nothing is marked as done or refused); by then
+    this process has stopped leading, and the replica holding the Lease does the work."""
+
+
 _BY_CODE: dict[int, type[ApiError]] = {
     400: BadRequest,
     401: Unauthorized,

@@ -61,7 +61,8 @@ class InformerFactory:
         encoded: bool = False,
     ) -> Informer:
         """Return the informer of `resource` through `client` (optionally one namespace and
-        selectors), creating it on first use.
+        selectors), creating it on first use; a fenced view of a client stands for that
+        client (`ApiClient.unfenced`).
 
         `name` labels the first creation's metrics and tasks (default
         "<client name>-<plural>"). `transform` and `encoded` say how its store keeps objects
@@ -70,6 +71,9 @@ class InformerFactory:
         when the informer exists with another form: two components would otherwise read
         objects trimmed for the other.
         """
+        # Fenced views of one client (`ApiClient.fenced`) share its informers: an informer
+        # only reads, which no fence holds back.
+        client = client.unfenced
         selection = _Selection(
             client,
             resource.group,

@@ -158,6 +158,29 @@ class LeaderElector:
             and self._clock() - self._renewed_at < self._settings.renew_deadline
         )
 
+    def may_write(self) -> bool:
+        """The fence of this election's writes (`tensile.kube.client.WriteGate`, given to
+        `ApiClient.fenced`): `is_leader()`. It turns False at the renew deadline after the
+        last successful renewal was sent, on the monotonic clock, which is before any other
+        replica may take the Lease over (lease_duration counts from when it saw that
+        renewal, later still); so a fenced write is never sent by this process while
+        another holds the Lease, whatever its tasks still try (a stalled event loop, a task
+        the cancellation has not reached yet). Left: a write sent in the last moments
+        before the deadline, which has lease_duration - renew_deadline (5 s by default)
+        to be stored before a successor may act."""
+        return self.is_leader()
+
+    def refusal(self) -> str:
+        """Say why `may_write()` is False now (the message of a fenced write)."""
+        lease = f"{self._settings.namespace}/{self._settings.name}"
+        if self._renewed_at is None:
+            return f"this process ({self.identity}) does not hold the lease {lease}"
+        age = self._clock() - self._renewed_at
+        return (
+            f"the lease {lease} was last renewed {age:.1f}s ago, past the renew deadline "
+            f"({self._settings.renew_deadline:g}s): another replica may lead"
+        )
+
     async def run(self, work: Callable[[], Awaitable[None]], *, compete_again: bool = True) -> None:
         """Acquire the Lease, then run `work()` while renewing it; when renewal fails past the
         deadline, cancel `work` and compete again, or, with `compete_again=False`, raise

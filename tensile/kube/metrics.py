@@ -9,6 +9,12 @@ API_REQUESTS = Counter(
     "Requests to a Kubernetes API server, by cluster, verb and HTTP code (0: no answer).",
     ["cluster", "verb", "code"],
 )
+FENCED_WRITES = Counter(
+    "tensile_api_fenced_writes",
+    "Writes refused before they were sent, by cluster and verb: this process did not hold "
+    "its leader-election Lease within the renew deadline (fencing).",
+    ["cluster", "verb"],
+)
 API_LATENCY = Histogram(
     "tensile_api_request_duration_seconds",
     "Latency of non-streaming Kubernetes API requests.",

@@ -4,10 +4,16 @@ while this replica holds a leader-election Lease (`tensile.kube.leaderelection`)
 Every replica starts every component and keeps every informer running and synced, so a
 standby's caches are warm; but a standby's informers tell no handler (`hold_handlers`), so
 its queues stay empty and it keeps no state but the caches, whatever the churn. On taking
-the Lease, the handlers are told of every cached object at once (`release_handlers`), as a
-fresh process's first list tells them, and the leading components' `run()` begin: a
-takeover is a fresh start that lists nothing. Components that only read and serve (the
-kubelet API) stay outside and run in every replica.
+the Lease, the leading components' `take_over()` run first (`lifecycle.TakesOver`: writes
+to make once, e.g. an adoption, before anything else acts), then the handlers are told of
+every cached object at once (`release_handlers`), as a fresh process's first list tells
+them, and the leading components' `run()` begin: a takeover is a fresh start that lists
+nothing. Components that only read and serve (the kubelet API) stay outside and run in
+every replica.
+
+The leading components write through clients fenced by the elector
+(`ApiClient.fenced`): past the renew deadline their writes are refused before they are
+sent, so a replica that lost the Lease writes nothing while its work is being cancelled.
 
 Losing the Lease after leading ends the program (LeaseLost; the command exits 1), as
 kube-controller-manager and kube-scheduler do: the leading components' memory (writes in
@@ -24,7 +30,7 @@ from collections.abc import Sequence
 from tensile.kube.client import ApiClient
 from tensile.kube.informer import Informer
 from tensile.kube.leaderelection import LeaderElector
-from tensile.serving.lifecycle import Component, informers_of
+from tensile.serving.lifecycle import Component, informers_of, take_over
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +44,8 @@ class Leadership:
         self, *, elector: LeaderElector, leading: Sequence[Component], watch: ApiClient
     ) -> None:
         """`leading` run, in this order, only while `elector` holds the Lease; their
-        `start()` runs in every replica (it must not write). `watch` carries the watch of
+        `start()` runs in every replica (it must not write), their `take_over()` (if any)
+        once the Lease is acquired, before anything else of theirs. `watch` carries the watch of
         the Lease (`LeaderElector.lease_informer`), so a standby sees renewals as they
         happen."""
         self._elector = elector
@@ -109,6 +116,7 @@ class Leadership:
     async def _lead(self) -> None:
         if self._stopped.is_set():
             return
+        await take_over(self._leading)
         informers = self._held()
         cached = sum(len(informer.store) for informer in informers)
         logger.info(

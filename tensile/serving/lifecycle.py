@@ -4,10 +4,11 @@ port, an unreadable file, caches that did not sync in time).
 
 The virtual node, the webhook and the descheduler are each a list of components run by a
 `Runner` (virtual-kubelet's start order, Node.Run): `start()` of each in list order, then
-every informer of every component runs (an informer shared by several components runs
-once), and once all have synced, `run()` of each runs until `stop()`; then every started
-component is shut down (in reverse order), in-flight work gets the shutdown timeout, and
-what is still running is cancelled. Every task is named, owned by a TaskGroup and awaited.
+`take_over()` of those that have one (`TakesOver`), then every informer of every component
+runs (an informer shared by several components runs once), and once all have synced,
+`run()` of each runs until `stop()`; then every started component is shut down (in
+reverse order), in-flight work gets the shutdown timeout, and what is still running is
+cancelled. Every task is named, owned by a TaskGroup and awaited.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from tensile.kube.informer import Informer
 from tensile.serving import endpoints
@@ -59,6 +60,27 @@ class Component(Protocol):
 
     async def shut_down(self) -> None:
         """Stop taking new work (queues stop handing out keys, servers stop listening)."""
+
+
+@runtime_checkable
+class TakesOver(Protocol):
+    """A component with writes to make once before any component works: `take_over()` runs
+    when this process may first write and before any `run()` (and any handler) begins. Run
+    by a `Runner`, that is after every `start()` and before the informers run; under
+    leader election (`tensile.serving.leadership`), when the Lease is acquired, after the
+    caches synced and before their handlers are told of anything. Raising stops the
+    program (as a failed `start()`)."""
+
+    async def take_over(self) -> None:
+        """Make the writes; raise to stop the program (the message says what failed)."""
+
+
+async def take_over(components: Sequence[Component]) -> None:
+    """Run `take_over()` of each of `components` that has one (`TakesOver`), in order."""
+    for component in components:
+        if isinstance(component, TakesOver):
+            logger.info("%s: taking over", component.name)
+            await component.take_over()
 
 
 def informers_of(components: Sequence[Component]) -> list[Informer]:
@@ -122,6 +144,9 @@ class Runner:
                     return
                 await component.start()
                 started.append(component)
+            if self._stop.is_set():
+                return
+            await take_over(components)
             try:
                 await self._run_started(components, shut_down)
             except BaseExceptionGroup as group:

@@ -275,3 +275,76 @@ async def test_with_leader_election_everything_but_the_kubelet_api_leads(
         "patrol",
     ]
     assert all(not isinstance(c, IN_EVERY_REPLICA) for c in node.leadership.members)
+
+
+class TakingOver(Recorder):
+    """A leading component with writes to make once, when its replica may first write
+    (`lifecycle.TakesOver`, e.g. --adopt-tensile-kube's adoption)."""
+
+    async def take_over(self) -> None:
+        self.log.append(f"take over {self.name}")
+
+
+async def test_a_take_over_runs_once_leading_before_any_handler_or_run(log: list[str]) -> None:
+    pods = _informer("pods")
+    elector = ScriptedElector()
+    leadership = Leadership(
+        elector=cast(LeaderElector, elector),
+        watch=FakeApi(),
+        leading=[Recorder("pods", log, pods), TakingOver("adoption", log, _informer("none"))],
+    )
+    await leadership.start()
+    task = asyncio.create_task(leadership.run())
+    pods.store.upsert(_pod("a"))
+    await asyncio.sleep(0.05)
+    assert log == ["start pods", "start adoption"]  # a standby takes nothing over
+    elector.acquire()
+    await _until(lambda: "run adoption" in log)
+    assert log[2:4] == ["take over adoption", "pods add a"]
+    await leadership.shut_down()
+    async with asyncio.timeout(5):
+        await task
+
+
+async def test_without_election_a_take_over_runs_after_every_start_before_the_caches(
+    log: list[str],
+) -> None:
+    pods = _informer("pods")
+    pods.store.upsert(_pod("a"))
+    # Its informer holds "a" from the start: told to the handler once the informers run.
+    runner = Runner(startup_timeout=5, shutdown_timeout=5)
+    components = [TakingOver("adoption", log, _informer("none")), Recorder("pods", log, pods)]
+    task = asyncio.create_task(runner.run(components))
+    await _until(lambda: "run pods" in log)
+    assert log[:3] == ["start adoption", "start pods", "take over adoption"]
+    runner.stop()
+    async with asyncio.timeout(5):
+        await task
+
+
+def test_the_leading_components_write_upstairs_through_the_electors_fence() -> None:
+    """The pod and node controllers get the upper clients fenced by the node's elector;
+    the kubelet API (every replica's: its CSR) and the elector itself do not."""
+    upper = FakeApi(name="upper")
+    elector = LeaderElector(upper, settings=_election())
+    node = VirtualNode(
+        settings=Settings(provider="mock", leader_election=_election()),
+        upper=UpperClients.sharing(upper),
+        provider=MockProvider(node_ip="10.0.0.1"),
+        informers=InformerFactory(),
+        elector=elector,
+    )
+    assert node.elector is elector
+    assert node.pods._upper is not upper
+    assert node.pods._upper.unfenced is upper
+    assert node.pods._upper._gate is elector
+    kubelet_api = next(c for c in node.components if isinstance(c, IN_EVERY_REPLICA))
+    assert kubelet_api._upper is upper
+    with pytest.raises(ValueError, match="elect no leader"):
+        VirtualNode(
+            settings=Settings(provider="mock"),
+            upper=UpperClients.sharing(upper),
+            provider=MockProvider(node_ip="10.0.0.1"),
+            informers=InformerFactory(),
+            elector=elector,
+        )

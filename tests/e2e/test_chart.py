@@ -182,6 +182,23 @@ def test_the_token_rule_is_granted_only_to_nodes_that_ask_with_the_account(
     assert (token_rule in rules) is granted
 
 
+def test_every_virtual_node_elects_one_replica_too(helm: str) -> None:
+    """A node of one replica runs with --leader-elect like one of two: a process cut off
+    from the upper cluster stops writing below before a replacement may lead. The election
+    Role names every node's Lease."""
+    objects = render(helm, TWO_NODES)
+    for node in ("lower-a", "lower-b"):
+        deployment = by_kind(objects, "Deployment", f"{FULLNAME}-vn-{node}")
+        args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert "--leader-elect=true" in args, (node, args)
+        assert f"--leader-elect-resource-namespace={NAMESPACE}" in args
+    role = by_kind(objects, "Role", f"{FULLNAME}-virtual-node-election")
+    assert role["rules"][0]["resourceNames"] == [
+        "tensile-virtual-node-lower-a",
+        "tensile-virtual-node-lower-b",
+    ]
+
+
 def _namespace(cluster: Cluster, name: str) -> None:
     manifest = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(manifest))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import json
 import re
 import secrets
 import threading
@@ -32,6 +33,8 @@ from tests.e2e.helpers import (
     token_kubeconfig,
     wait_for,
 )
+from tests.e2e.tcpproxy import FreezableProxy
+from vnode.cli import lease_name
 
 LEASE, RENEW, RETRY = 4.0, 3.0, 0.5
 PODS = 20
@@ -45,20 +48,26 @@ _REQUESTS = re.compile(
 
 
 def _election_rbac(fleet: Fleet, tmp_path: Path) -> tuple[Path, str, str]:
-    """Give the node's account (upper-rbac.yaml) the replicas' election Role of
-    virtual-node-replicas.yaml, as deployed; check the whole file applies (server dry-run:
-    its Deployment would run nowhere here). Returns that account's kubeconfig and the
-    Lease's namespace and name."""
+    """Give the node's account its rights as deployed (upper-rbac.yaml, whose Role grants
+    the election's Lease); check virtual-node-replicas.yaml applies (server dry-run: its
+    Deployment would run nowhere here). Returns that account's kubeconfig and the namespace
+    and name of the replicas' Lease."""
     kubeconfig = token_kubeconfig(
         fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig"
     )
-    documents = [d for d in yaml.safe_load_all(REPLICAS.read_text()) if d]
-    election = [d for d in documents if d["kind"] in ("Role", "RoleBinding")]
-    fleet.upper.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(election))
     fleet.upper.kubectl("apply", "--dry-run=server", "-f", str(REPLICAS))
-    [role] = [d for d in election if d["kind"] == "Role"]
-    [lease] = role["rules"][0]["resourceNames"]
-    return kubeconfig, role["metadata"]["namespace"], lease
+    documents = [d for d in yaml.safe_load_all(REPLICAS.read_text()) if d]
+    [deployment] = [d for d in documents if d["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    [node] = [a.partition("=")[2] for a in args if a.startswith("--nodename=")]
+    return kubeconfig, _election_namespace(), lease_name(node)
+
+
+def _election_namespace() -> str:
+    """The namespace of upper-rbac.yaml's election Role (where the Leases are)."""
+    documents = [d for d in yaml.safe_load_all((MANIFESTS / "upper-rbac.yaml").read_text()) if d]
+    [role] = [d for d in documents if d["kind"] == "Role"]
+    return str(role["metadata"]["namespace"])
 
 
 def _replica(
@@ -268,3 +277,198 @@ def test_a_killed_leader_is_replaced_by_its_warm_standby(
         codes = {"second": second.stop(), "first": first.stop()}
         second.delete_node()
         assert set(codes.values()) <= {0, None}, f"replicas exited {codes}; logs in {tmp_path}"
+
+
+# -- a replica cut off from the upper cluster ------------------------------------------------
+
+NODE_MANIFEST = MANIFESTS / "virtual-node.yaml"
+_TIMINGS = (
+    "--leader-elect-lease-duration",
+    "--leader-elect-renew-deadline",
+    "--leader-elect-retry-period",
+)
+
+
+def _shipped_election_args() -> tuple[bool, list[str]]:
+    """Whether manifests/vnode/virtual-node.yaml (one replica) runs the node with leader
+    election, and its --leader-elect* flags, the timings shortened for the test."""
+    documents = [d for d in yaml.safe_load_all(NODE_MANIFEST.read_text()) if d]
+    [statefulset] = [d for d in documents if d["kind"] == "StatefulSet"]
+    shipped = statefulset["spec"]["template"]["spec"]["containers"][0]["args"]
+    chosen = [a for a in shipped if a.startswith("--leader-elect") and not a.startswith(_TIMINGS)]
+    elects = any(a in ("--leader-elect", "--leader-elect=true") for a in chosen)
+    if elects:
+        chosen += [
+            # The Lease of the StatefulSet's node (its pod's name), which upper-rbac.yaml
+            # grants; this test's node has a name of its own.
+            f"--leader-elect-resource-name={lease_name(statefulset['metadata']['name'] + '-0')}",
+            f"--leader-elect-lease-duration={LEASE}s",
+            f"--leader-elect-renew-deadline={RENEW}s",
+            f"--leader-elect-retry-period={int(RETRY * 1000)}ms",
+        ]
+    return elects, chosen
+
+
+def _through(kubeconfig: Path, server: str, path: Path) -> Path:
+    """`kubeconfig` with its cluster's server replaced by `server`; written to `path`."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    for cluster in config["clusters"]:
+        cluster["cluster"]["server"] = server
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _removals_since(client: RestClient, namespace: str, version: str) -> list[tuple[str, str, str]]:
+    """(plural, name, what) of every deletion asked for in `namespace` after resourceVersion
+    `version`, of pods and the copies the node makes: a watch per kind from then, read for
+    a second (the apiserver replays what happened since)."""
+    found = []
+    for plural in ("pods", "configmaps", "secrets", "serviceaccounts", "services"):
+        status, text = client.get_text(
+            f"/api/v1/namespaces/{namespace}/{plural}?watch=1&resourceVersion={version}"
+            "&timeoutSeconds=1",
+            timeout=10.0,
+        )
+        assert status == 200, text
+        for line in filter(None, text.splitlines()):
+            event = json.loads(line)
+            meta = event["object"]["metadata"]
+            if event["type"] == "DELETED":
+                found.append((plural, meta["name"], "deleted"))
+            elif event["type"] == "MODIFIED" and meta.get("deletionTimestamp"):
+                found.append((plural, meta["name"], "deletion asked"))
+    return sorted(set(found))
+
+
+def test_a_replica_cut_off_from_the_upper_cluster_deletes_nothing_below(
+    fleet: Fleet, namespace: str, tmp_path: Path
+) -> None:
+    """The node as shipped (manifests/vnode/virtual-node.yaml's arguments), once cut off
+    from the upper apiserver (a frozen proxy between them), is replaced by another process
+    of the same node, which forwards new pods. The stale process, whose upper caches no
+    longer change, must not take the replacement's lower pods for orphans: nothing is
+    deleted below, and every lower pod keeps its UID."""
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    name = f"vn-{secrets.token_hex(3)}"
+    elects, args = _shipped_election_args()
+    kubeconfig = token_kubeconfig(
+        fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig"
+    )
+    with FreezableProxy(fleet.upper.server) as proxy:
+        (tmp_path / "stale").mkdir()
+        (tmp_path / "replacement").mkdir()
+        stale = VirtualNodeProcess(
+            fleet,
+            name=name,
+            log_dir=tmp_path / "stale",
+            upper_kubeconfig=_through(kubeconfig, proxy.url, tmp_path / "proxied.kubeconfig"),
+            args=args,
+        )
+        replacement = VirtualNodeProcess(
+            fleet,
+            name=name,
+            log_dir=tmp_path / "replacement",
+            upper_kubeconfig=kubeconfig,
+            args=args,
+        )
+        try:
+            stale.start()
+            create(upper, namespace, pod_manifest("before", node=name))
+            wait_for("before Running", lambda: _pods(upper, namespace)["before"][1] == "Running")
+            version = str(
+                lower.request("GET", f"/api/v1/namespaces/{namespace}/pods")["metadata"][
+                    "resourceVersion"
+                ]
+            )
+
+            proxy.freeze()
+            replacement.start(wait=False)
+
+            def serving() -> bool:
+                return replacement.get("/readyz")[0] == 200 and (not elects or _leads(replacement))
+
+            wait_for("the replacement serves the node", serving, timeout=60)
+            after = [f"after-{i}" for i in range(3)]
+            for pod_name in after:
+                create(upper, namespace, pod_manifest(pod_name, node=name))
+            # Run upstairs, or failed there because their lower pods vanished.
+            wait_for(
+                "every pod started",
+                lambda: all(phase != "Pending" for _, phase in _pods(upper, namespace).values()),
+                timeout=60,
+            )
+            below = {p: lower_uid(lower, namespace, p) for p in ["before", *after]}
+            # The stale process sees the new lower pods (its lower watch works) and not
+            # their upper pods: the moment it would delete them as orphans. Long enough for
+            # its lower watch, a queue and a DELETE, many times over.
+            time.sleep(3 * LEASE)
+            removals = _removals_since(lower, namespace, version)
+            print(f"deletions below since the stale process was cut off: {removals}")
+            assert removals == []
+            assert {p: lower_uid(lower, namespace, p) for p in below} == below
+            assert all(phase == "Running" for _, phase in _pods(upper, namespace).values())
+            if elects:
+                # It stopped at its renew deadline (a lost Lease ends the process).
+                wait_for("the stale process exits", lambda: not _alive(stale), timeout=30)
+                assert stale.stop() == 1
+                assert "stops leading" in stale.log.read_text()
+        finally:
+            proxy.thaw()
+            codes = {"replacement": replacement.stop(), "stale": stale.stop()}
+            replacement.delete_node()
+        assert codes["replacement"] == 0, f"replicas exited {codes}; logs in {tmp_path}"
+
+
+def lower_uid(lower: RestClient, namespace: str, name: str) -> str:
+    found = get(lower, f"/api/v1/namespaces/{namespace}/pods/{name}") or {}
+    return str((found.get("metadata") or {}).get("uid") or "")
+
+
+def _alive(node: VirtualNodeProcess) -> bool:
+    return node.process is not None and node.process.alive()
+
+
+# -- the Lease's namespace -------------------------------------------------------------------
+
+
+def test_a_missing_lease_namespace_is_created_or_the_node_stops_saying_what_to_run(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """--leader-elect with a Lease namespace that does not exist: the node's own account
+    (upper-rbac.yaml) may not create namespaces, so it exits 1 at once with the command to
+    run; an identity that may (the fleet's admin) creates it, labelled, and leads."""
+    upper = fleet.upper.rest()
+    missing = f"lease-{secrets.token_hex(3)}"
+    name = f"vn-{secrets.token_hex(3)}"
+    args = ["--leader-elect", f"--leader-elect-resource-namespace={missing}"]
+    kubeconfig = token_kubeconfig(
+        fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig"
+    )
+    (tmp_path / "refused").mkdir()
+    (tmp_path / "allowed").mkdir()
+    refused = VirtualNodeProcess(
+        fleet, name=name, log_dir=tmp_path / "refused", upper_kubeconfig=kubeconfig, args=args
+    )
+    allowed = VirtualNodeProcess(fleet, name=name, log_dir=tmp_path / "allowed", args=args)
+    try:
+        refused.start(wait=False)
+        wait_for("the node without the right to exit", lambda: not _alive(refused), timeout=30)
+        assert refused.stop() == 1
+        said = refused.log.read_text()
+        lease = lease_name(name)
+        assert f"namespace {missing} (of the Lease {lease}) does not exist" in said
+        assert f"kubectl create namespace {missing}" in said
+        assert get(upper, f"/api/v1/namespaces/{missing}") is None
+
+        allowed.start()  # Ready: it made the namespace and leads
+        namespace = get(upper, f"/api/v1/namespaces/{missing}") or {}
+        labels = namespace["metadata"].get("labels") or {}
+        assert labels.get("app.kubernetes.io/managed-by") == "tensile-virtual-node"
+        assert get(upper, f"/apis/coordination.k8s.io/v1/namespaces/{missing}/leases/{lease}")
+        assert _leads(allowed)
+        assert "created namespace " + missing in allowed.log.read_text()
+    finally:
+        codes = {"allowed": allowed.stop(), "refused": refused.stop()}
+        allowed.delete_node()
+        fleet.upper.kubectl("delete", "namespace", missing, "--wait=false", "--ignore-not-found")
+    assert codes["allowed"] == 0, f"exited {codes}; logs in {tmp_path}"

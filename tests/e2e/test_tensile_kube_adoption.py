@@ -3,10 +3,12 @@
 Two starting points: lower objects shaped exactly as tensile-kube writes them (always run;
 `tensile_kube_shapes`), and the real tensile-kube virtual node (when
 TENSILE_KUBE_VIRTUAL_NODE names its binary; see docs/migration.md). Either way: ours starts
-in migration mode on the same node name -> no lower pod created or deleted (a watch of the
-lower namespace from before the start), every upper pod Running, its copies and Service
-adopted in place, leftovers listed and kept; a later upper delete removes its lower pod; a
-restart without the flag writes nothing below.
+in migration mode on the same node name, as two replicas with leader election started
+together -> only the leader adopts (the standby writes nothing below), no lower pod created
+or deleted (a watch of the lower namespace from before the start), every upper pod Running,
+its copies and Service adopted in place, leftovers listed and kept (a Service of another
+selector, a pod of another image, objects made after the operator's cut-off); a later upper
+delete removes its lower pod; a restart without the flag writes nothing below.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import secrets
 import signal
 import subprocess
+import time
 import urllib.request
 from collections import Counter
 from pathlib import Path
@@ -35,6 +38,13 @@ from tests.fixtures import create_namespace
 
 FLAG = "--adopt-tensile-kube"
 PODS = ("web-0", "web-1")
+ELECTION = (
+    "--leader-elect",
+    "--leader-elect-renew-deadline=3s",
+    "--leader-elect-lease-duration=4s",
+)
+"""As shipped, every node elects (short timings: a test's replicas come and go)."""
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
 
 
 def _upper_objects(upper: RestClient, namespace: str, *, node: str) -> None:
@@ -146,18 +156,52 @@ def _wait_synced(node: VirtualNodeProcess) -> None:
     wait_for("the node's /readyz", ready, timeout=60)
 
 
+def _cutoff() -> str:
+    """The operator's --adopt-tensile-kube-before: now, in whole seconds, a second after
+    what came before (creationTimestamps are whole seconds)."""
+    time.sleep(1.1)
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _lower_writes(node: VirtualNodeProcess) -> float:
+    return sum(
+        node.metric("tensile_api_requests_total", cluster="lower", verb=verb) for verb in WRITES
+    )
+
+
+def _leads(node: VirtualNodeProcess) -> bool:
+    return node.metric("tensile_leader_election_is_leader") == 1
+
+
 def _migrate(
-    fleet: Fleet, tmp_path: Path, namespace: str, *, node_name: str, nodes: list[VirtualNodeProcess]
+    fleet: Fleet,
+    tmp_path: Path,
+    namespace: str,
+    *,
+    node_name: str,
+    nodes: list[VirtualNodeProcess],
+    cutoff: str,
 ) -> dict[str, Any]:
-    """Start ours in migration mode on `node_name` and check the adoption; then an upper
-    delete and a restart without the flag. Returns what it measured, for the report."""
+    """Start ours in migration mode on `node_name` (two replicas at once) and check the
+    adoption; then an upper delete and a restart without the flag. Returns what it
+    measured, for the report."""
     upper, lower = fleet.upper.rest(), fleet.lower.rest()
     before = {p: pod(lower, namespace, p) for p in PODS}
     version = _version(lower, namespace)
-    node = VirtualNodeProcess(fleet, name=node_name, log_dir=tmp_path, args=[FLAG])
-    nodes.append(node)
-    node.start()
-    _wait_synced(node)
+    args = [FLAG, f"--adopt-tensile-kube-before={cutoff}", *ELECTION]
+    replicas = []
+    for replica in ("a", "b"):
+        (tmp_path / replica).mkdir()
+        replicas.append(
+            VirtualNodeProcess(fleet, name=node_name, log_dir=tmp_path / replica, args=args)
+        )
+    nodes.extend(replicas)
+    for replica in replicas:
+        replica.start(wait=False)  # together: each would have adopted at its start
+    for replica in replicas:
+        _wait_synced(replica)
+    node = wait_for("a leader", lambda: next((r for r in replicas if _leads(r)), None))
+    [standby] = [r for r in replicas if r is not node]
     for name in PODS:
         wait_for(f"upper {name} Running", lambda n=name: phase(upper, namespace, n) == "Running")
     owner = node.owner
@@ -174,6 +218,10 @@ def _migrate(
     changes = _changes_since(lower, namespace, version)
     print(f"lower changes while adopting: {dict(changes)}")
     assert not any(kind in ("ADDED", "DELETED") for _, kind in changes), changes
+    # Only the leader adopted: the standby, started with it, wrote nothing below.
+    assert node.metric("tensile_api_requests_total", cluster="lower", verb="PATCH") > 0
+    assert _lower_writes(standby) == 0
+    assert standby.stop() == 0
 
     # A later upper delete removes its lower pod.
     upper.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/web-1")
@@ -183,7 +231,9 @@ def _migrate(
     # Restarting without the flag changes nothing below.
     assert node.stop() == 0
     version = _version(lower, namespace)
-    again = VirtualNodeProcess(fleet, name=node_name, log_dir=tmp_path / "again")
+    again = VirtualNodeProcess(
+        fleet, name=node_name, log_dir=tmp_path / "again", args=list(ELECTION)
+    )
     (tmp_path / "again").mkdir()
     nodes.append(again)
     again.start()
@@ -193,6 +243,42 @@ def _migrate(
     print(f"lower changes after a restart without {FLAG}: {dict(quiet)}")
     assert not quiet, quiet
     return {"changes": changes}
+
+
+def _bare_pod(name: str, *, node: str, image: str = "nginx:1.27") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"nodeName": node, "containers": [{"name": "main", "image": image}]},
+    }
+
+
+def _lookalikes(upper: RestClient, lower: RestClient, namespace: str, *, node: str) -> None:
+    """Below, objects shaped like tensile-kube's that were not made for what is upstairs: a
+    Service copy whose kept selector is another, a pod of another image."""
+    base = f"/api/v1/namespaces/{namespace}"
+    upper.request("POST", f"{base}/services", body={
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web-other"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 80}]},
+    })  # fmt: skip
+    other = shapes.service(upper.request("GET", f"{base}/services/web-other"))
+    other["metadata"]["annotations"]["labelSelector"] = json.dumps({"app": "other"})
+    lower.request("POST", f"{base}/services", body=other)
+    create(upper, namespace, _bare_pod("web-image", node=node))
+    made = shapes.pod(upper.request("GET", f"{base}/pods/web-image"))
+    made["spec"]["containers"][0]["image"] = "registry.example/not-nginx:1"
+    lower.request("POST", f"{base}/pods", body=made)
+
+
+def _made_late(upper: RestClient, lower: RestClient, namespace: str, *, node: str) -> None:
+    """A pod shaped like tensile-kube's for an upper pod of the node, made below after the
+    operator's cut-off (tensile-kube was stopped by then: someone else made it)."""
+    base = f"/api/v1/namespaces/{namespace}"
+    create(upper, namespace, _bare_pod("web-late", node=node))
+    lower.request(
+        "POST", f"{base}/pods", body=shapes.pod(upper.request("GET", f"{base}/pods/web-late"))
+    )
 
 
 def test_objects_shaped_as_tensile_kube_made_them_are_adopted_in_place(
@@ -206,10 +292,21 @@ def test_objects_shaped_as_tensile_kube_made_them_are_adopted_in_place(
                                                   "metadata": {"name": node_name}})  # fmt: skip
     _upper_objects(upper, namespace, node=node_name)
     _as_tensile_kube_made_them(upper, lower, namespace, with_leftovers=True)
-    _migrate(fleet, tmp_path, namespace, node_name=node_name, nodes=nodes)
-    # Leftovers are listed, never deleted.
-    for path in ("pods/gone-upstairs", "configmaps/orphan-config", "endpoints/web"):
-        assert get(lower, f"/api/v1/namespaces/{namespace}/{path}") is not None, path
+    _lookalikes(upper, lower, namespace, node=node_name)
+    cutoff = _cutoff()
+    _made_late(upper, lower, namespace, node=node_name)
+    kept = {
+        p: (pod(lower, namespace, p) or {})["metadata"]["uid"] for p in ("web-image", "web-late")
+    }
+    _migrate(fleet, tmp_path, namespace, node_name=node_name, nodes=nodes, cutoff=cutoff)
+    # Leftovers are listed, never deleted, never marked as ours.
+    owner = ownership.NodeIdentity(node_name=node_name, cluster_id=_cluster_id(upper))
+    for path in ("pods/gone-upstairs", "configmaps/orphan-config", "endpoints/web",
+                 "services/web-other", "pods/web-image", "pods/web-late"):  # fmt: skip
+        found = get(lower, f"/api/v1/namespaces/{namespace}/{path}")
+        assert found is not None, path
+        assert not ownership.is_owned(found, owner=owner), path
+    assert {p: (pod(lower, namespace, p) or {})["metadata"]["uid"] for p in kept} == kept
     events = upper.request(
         "GET", "/api/v1/namespaces/default/events",
         query={"fieldSelector": f"involvedObject.name={node_name},reason=TensileKubeLeftovers"},
@@ -218,8 +315,15 @@ def test_objects_shaped_as_tensile_kube_made_them_are_adopted_in_place(
     message = events[0]["message"]
     for named in ("Pod " + namespace + "/gone-upstairs (unmatched)",
                   "ConfigMap " + namespace + "/orphan-config (unmatched)",
-                  "Endpoints " + namespace + "/web (superseded)"):  # fmt: skip
+                  "Endpoints " + namespace + "/web (superseded)",
+                  "Service " + namespace + "/web-other (mismatch)",
+                  "Pod " + namespace + "/web-image (mismatch)",
+                  "Pod " + namespace + "/web-late (after-cutoff)"):  # fmt: skip
         assert named in message, message
+
+
+def _cluster_id(upper: RestClient) -> str:
+    return str(upper.request("GET", "/api/v1/namespaces/kube-system")["metadata"]["uid"])
 
 
 TENSILE_KUBE = os.environ.get("TENSILE_KUBE_VIRTUAL_NODE", "")
@@ -266,4 +370,5 @@ def test_the_real_tensile_kube_virtual_node_is_replaced_in_place(
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
         log.close()
-    _migrate(fleet, tmp_path, namespace, node_name=node_name, nodes=nodes)
+    # tensile-kube was stopped just now: everything it made is older.
+    _migrate(fleet, tmp_path, namespace, node_name=node_name, nodes=nodes, cutoff=_cutoff())

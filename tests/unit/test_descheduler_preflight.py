@@ -1,11 +1,15 @@
-"""The descheduler's start-up check (descheduler.preflight): what a dry-run create's status
-means, what it needs to create, and the messages that say what to do."""
+"""The programs' start-up check (tensile.serving.preflight, and the descheduler's use of it in
+descheduler.preflight): what a dry-run create's status means, what the descheduler needs to
+create, and the messages that say what to do."""
 
 from __future__ import annotations
 
 import pytest
 
 from descheduler import cli, preflight
+from tensile.serving import preflight as program_preflight
+from vnode import cli as vnode_cli
+from vnode.preflight import lease_need
 
 
 @pytest.mark.parametrize(
@@ -22,7 +26,7 @@ from descheduler import cli, preflight
     ],
 )
 def test_verdict(code: int, verdict: str | None) -> None:
-    assert preflight.verdict(code) == verdict
+    assert program_preflight.verdict(code) == verdict
 
 
 @pytest.mark.parametrize(
@@ -45,13 +49,13 @@ def test_needs(argv: list[str], needed: list[tuple[str, str, str]]) -> None:
 def test_messages_say_what_to_do() -> None:
     settings, _ = cli.parse([])
     lease = preflight.needs(settings)[0]
-    assert preflight.no_namespace_message(lease) == (
+    assert program_preflight.no_namespace_message(lease) == (
         "namespace tensile-system (of the Lease tensile-descheduler) does not exist and this "
         "identity may not create it: kubectl create namespace tensile-system (or apply "
         "manifests/descheduler/rbac.yaml), or choose with --leader-elect-resource-namespace/"
         "-name, or --leader-elect=false when only one replica runs"
     )
-    forbidden = preflight.forbidden_message(lease, "leases is forbidden")
+    forbidden = program_preflight.forbidden_message(lease, "leases is forbidden")
     assert forbidden.startswith("leases is forbidden; this identity must be able to create ")
     assert "get/update on leases/tensile-descheduler" in forbidden
     assert preflight.missing_message(
@@ -61,3 +65,21 @@ def test_messages_say_what_to_do() -> None:
         "this identity lacks list poddisruptionbudgets.policy, create pods/eviction across "
         "the cluster"
     )  # fmt: skip
+
+
+def test_the_virtual_node_needs_its_lease_only_when_it_elects() -> None:
+    base = ["--client-kubeconfig=lower.kubeconfig", "--nodename=vn-a"]
+    assert lease_need(vnode_cli.parse(base, env={})) is None
+    need = lease_need(vnode_cli.parse([*base, "--leader-elect"], env={}))
+    assert need is not None
+    assert (need.kind, need.namespace, need.name) == (
+        "Lease",
+        "tensile-system",
+        "tensile-virtual-node-vn-a",
+    )
+    assert program_preflight.no_namespace_message(need) == (
+        "namespace tensile-system (of the Lease tensile-virtual-node-vn-a) does not exist and "
+        "this identity may not create it: kubectl create namespace tensile-system (or apply "
+        "manifests/vnode/upper-rbac.yaml), or choose with --leader-elect-resource-namespace/"
+        "-name"
+    )

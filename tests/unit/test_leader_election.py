@@ -16,11 +16,14 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
 
 import pytest
+from prometheus_client import REGISTRY
 
 from tensile.kube import errors
 from tensile.kube.client import ApiClient
 from tensile.kube.leaderelection import LeaderElectionSettings, LeaderElector, LeaseLost
 from tensile.kube.reflector import Event
+from tensile.kube.resources import CONFIG_MAPS
+from vnode.testing.fakeapi import FakeApi
 
 LEASE_DURATION, RENEW_DEADLINE = 15.0, 10.0
 Started = tuple["asyncio.Task[None]", LeaderElector]
@@ -286,3 +289,55 @@ async def test_a_watched_release_is_competed_for_at_once() -> None:
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_writes_fenced_by_the_elector_stop_at_the_renew_deadline_while_the_work_runs(
+    elect: Callable[[LeaseApi, Clock, Work], Started],
+) -> None:
+    """A client fenced by the elector (`ApiClient.fenced`) sends a write only while the last
+    renewal was sent less than the renew deadline ago, on the elector's clock: here the
+    clock jumps past it (a stalled event loop, a renewal stuck in the network) while the
+    work still runs, not yet cancelled, and tries to write below. The write is refused
+    before it is sent (the fake below records nothing) and counted; reads still go.
+
+    A fake below on purpose: the moment between the deadline and the work's cancellation
+    cannot be hit on demand with real processes; tests/e2e/test_leader_election.py shows the
+    fence against real apiservers."""
+    clock = Clock()
+    api = LeaseApi(clock, renewals_answered=1000)
+    work = Work()
+    _task, candidate = elect(api, clock, work)
+    async with asyncio.timeout(5):
+        await work.running.wait()
+    below = FakeApi(name="fenced-below")
+    fenced = below.fenced(candidate)
+    path = CONFIG_MAPS.path(namespace="ns")
+    await fenced.request("POST", path, body={"metadata": {"name": "while-leading"}})
+    assert candidate.may_write()
+
+    clock.now += RENEW_DEADLINE  # no renewal sent for the whole renew deadline
+    assert not work.stopping.is_set()  # the work has not been told yet
+    refused = REGISTRY.get_sample_value(
+        "tensile_api_fenced_writes_total", {"cluster": "fenced-below", "verb": "DELETE"}
+    )
+    with pytest.raises(errors.Fenced, match="past the renew deadline") as info:
+        await fenced.request("DELETE", CONFIG_MAPS.path(namespace="ns", name="while-leading"))
+    assert isinstance(info.value, errors.ApiUnavailable)  # every caller's "not now"
+    assert below.requests_of("DELETE") == []
+    assert below.get(CONFIG_MAPS, "while-leading", namespace="ns") is not None
+    assert (
+        REGISTRY.get_sample_value(
+            "tensile_api_fenced_writes_total", {"cluster": "fenced-below", "verb": "DELETE"}
+        )
+        == (refused or 0.0) + 1
+    )
+    listed = await fenced.request("GET", path)  # reads are never fenced
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["while-leading"]
+    async with asyncio.timeout(5):
+        await work.stopping.wait()
+    with pytest.raises(errors.Fenced, match="does not hold the lease ns/lease"):
+        await fenced.request("POST", path, body={"metadata": {"name": "after"}})
+    # The same client unfenced (every replica's own writes, e.g. its serving certificate's
+    # CSR) is not held back.
+    assert below.fenced(None) is below
+    await below.request("POST", path, body={"metadata": {"name": "unfenced"}})

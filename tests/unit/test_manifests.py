@@ -262,10 +262,37 @@ def test_the_virtual_node_replicas_elect_one_leader_on_different_hosts_through_a
     args = [a.replace("$(POD_IP)", "10.0.0.1") for a in container["args"]]
     election = vnode_flags(args, env={}).leader_election
     assert election is not None  # two replicas: one acts
+    assert_election_granted(election.namespace, election.name)
+
+
+def assert_election_granted(namespace: str, lease: str) -> None:
+    """upper-rbac.yaml's election Role lets the node's account keep Lease `lease` and
+    create Leases in `namespace` (create cannot be limited to names), and nothing else."""
     role = one("vnode", "Role", "tensile-virtual-node-election")
-    assert role["metadata"]["namespace"] == election.namespace
+    assert role["metadata"]["namespace"] == namespace
+    assert grants(role) >= verbs(f"coordination.k8s.io/leases#{lease}: get list watch update")
+    named = {name for _group, _resource, name, _verb in grants(role) if name}
     assert grants(role) == verbs(
-        f"coordination.k8s.io/leases#{election.name}: get list watch update",
+        *(f"coordination.k8s.io/leases#{name}: get list watch update" for name in named),
         "coordination.k8s.io/leases: create",
     )
     bound_to("vnode", "Role", "tensile-virtual-node-election", "tensile-virtual-node")
+
+
+def test_one_replica_of_the_virtual_node_elects_too() -> None:
+    """A stale process of the StatefulSet's node (cut off from the upper cluster) stops
+    writing below before its replacement may lead: it runs with --leader-elect, its Lease
+    named after its pod, granted by upper-rbac.yaml."""
+    statefulset = one("vnode", "StatefulSet", "virtual-kubelet")
+    assert statefulset["spec"]["replicas"] == 1
+    [container] = statefulset["spec"]["template"]["spec"]["containers"]
+    pod_name = f"{statefulset['metadata']['name']}-0"
+    args = [
+        a.replace("$(POD_IP)", "10.0.0.1").replace("$(POD_NAME)", pod_name)
+        for a in container["args"]
+    ]
+    election = vnode_flags(args, env={}).leader_election
+    assert election is not None
+    assert election.name == f"tensile-virtual-node-{pod_name}"
+    assert (election.lease_duration, election.renew_deadline) == (15.0, 10.0)
+    assert_election_granted(election.namespace, election.name)

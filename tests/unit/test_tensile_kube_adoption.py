@@ -4,6 +4,7 @@ listed (`vnode.providers.k2k.tensilekube.plan`, pure), and the flag's parsing.""
 from __future__ import annotations
 
 import copy
+import datetime as dt
 from typing import Any
 
 import pytest
@@ -22,18 +23,30 @@ from vnode.testing.fakeapi import FakeApi, status_error, unreachable
 OWNER = ownership.NodeIdentity(node_name="tk-node", cluster_id="cluster-a")
 SCOPE = tensilekube.Scope(owner=OWNER)
 NS = "app"
+MADE = "2026-01-01T11:00:00Z"
+"""When the lower objects of the tables were made (tensile-kube ran until the cut-off)."""
+CUTOFF = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
+"""--adopt-tensile-kube-before of the tables."""
 
 
 def _meta(name: str, **extra: Any) -> dict[str, Any]:
-    return {"name": name, "namespace": NS, "uid": f"uid-{name}", **extra}
+    return {"name": name, "namespace": NS, "uid": f"uid-{name}", "creationTimestamp": MADE, **extra}
 
 
-def upper_pod(name: str = "web", *, containers: tuple[str, ...] = ("main",)) -> dict[str, Any]:
+def upper_pod(
+    name: str = "web",
+    *,
+    containers: tuple[str, ...] = ("main",),
+    image: str = "nginx",
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
     return {
-        "metadata": _meta(name, uid=f"upper-{name}"),
+        "metadata": _meta(
+            name, uid=f"upper-{name}", labels={"app": "web"} if labels is None else labels
+        ),
         "spec": {
             "nodeName": "tk-node",
-            "containers": [{"name": c, "image": "nginx"} for c in containers],
+            "containers": [{"name": c, "image": image} for c in containers],
             "volumes": [
                 {"name": "c", "configMap": {"name": "cfg"}},
                 {"name": "s", "secret": {"secretName": "sec"}},
@@ -43,9 +56,11 @@ def upper_pod(name: str = "web", *, containers: tuple[str, ...] = ("main",)) -> 
     }
 
 
-def lower_pod(name: str = "web", *, containers: tuple[str, ...] = ("main",)) -> dict[str, Any]:
+def lower_pod(
+    name: str = "web", *, containers: tuple[str, ...] = ("main",), image: str = "nginx"
+) -> dict[str, Any]:
     """As tensile-kube made it: same name, `virtual-pod=true`, no owner marks."""
-    pod = upper_pod(name, containers=containers)
+    pod = upper_pod(name, containers=containers, image=image)
     pod["metadata"] = _meta(name, labels={"virtual-pod": "true"})
     pod["spec"].pop("nodeName")
     return pod
@@ -73,7 +88,18 @@ def ours(obj: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-LOWER_SERVICE = copy_("web", spec={"type": "ClusterIP", "ports": [{"port": 80}]})
+def service_copy(
+    name: str = "web", *, selector: str | None = '{"app":"web"}', **spec: Any
+) -> dict[str, Any]:
+    """tensile-kube's copy of a Service: no selector, the upper one kept as JSON in the
+    `labelSelector` annotation (none when the upper Service had none)."""
+    made = copy_(name, spec={"type": "ClusterIP", "ports": [{"port": 80}], **spec})
+    if selector is not None:
+        made["metadata"]["annotations"]["labelSelector"] = selector
+    return made
+
+
+LOWER_SERVICE = service_copy()
 UPPER_SERVICE = upper_obj("web", spec={"type": "ClusterIP", "selector": {"app": "web"}})
 UPPER = {
     "ConfigMap": {f"{NS}/cfg": upper_obj("cfg", data={"a": "1"})},
@@ -82,7 +108,10 @@ UPPER = {
         f"{NS}/tok": upper_obj("tok", type="kubernetes.io/service-account-token"),
     },
     "PersistentVolumeClaim": {f"{NS}/data": upper_obj("data")},
-    "Service": {f"{NS}/web": UPPER_SERVICE},
+    "Service": {
+        f"{NS}/web": UPPER_SERVICE,
+        f"{NS}/bare": upper_obj("bare", spec={"type": "ClusterIP"}),
+    },
 }
 
 
@@ -94,7 +123,11 @@ def outcome(
 ) -> list[tuple[str, str, str]]:
     """(kind, key, "adopted" or the leftover's outcome) of everything `plan` decided."""
     decided = tensilekube.plan(
-        scope=scope, upper_pods=[upper_pod()] if pods is None else pods, lower=lower, upper=UPPER
+        scope=scope,
+        upper_pods=[upper_pod()] if pods is None else pods,
+        lower=lower,
+        upper=UPPER,
+        created_before=CUTOFF,
     )
     return [(a.kind, a.key, "adopted") for a in decided.adopt] + [
         (left.kind, left.key, left.outcome) for left in decided.leftovers
@@ -164,19 +197,92 @@ def outcome(
             None,
             [("Pod", "app/web", "adopted"), ("ConfigMap", "app/cfg", "adopted")],
         ),
-        # A Service copy (no selector); one with a selector, or one that would be replaced.
-        ({"Service": [LOWER_SERVICE]}, None, [("Service", "app/web", "adopted")]),
+        # A Service copy: no selector of its own, the upper one's in `labelSelector`, and a
+        # pod it selects adopted with it.
         (
-            {"Service": [{**LOWER_SERVICE, "spec": {"selector": {"app": "web"}}}]},
+            {"Pod": [lower_pod()], "Service": [LOWER_SERVICE]},
             None,
-            [("Service", "app/web", "mismatch")],
+            [("Pod", "app/web", "adopted"), ("Service", "app/web", "adopted")],
+        ),
+        # ... but no pod it selects is adopted (none below, or the upper pod of that name
+        # is not selected): a Service taken by its name alone would be anyone's.
+        ({"Service": [LOWER_SERVICE]}, None, [("Service", "app/web", "unused")]),
+        (
+            {"Pod": [lower_pod()], "Service": [LOWER_SERVICE]},
+            [upper_pod(labels={"app": "other"})],
+            [("Pod", "app/web", "adopted"), ("Service", "app/web", "unused")],
+        ),
+        # Another selector kept, none kept, or one that is not JSON of a map of strings.
+        (
+            {"Pod": [lower_pod()], "Service": [service_copy(selector='{"app":"other"}')]},
+            None,
+            [("Pod", "app/web", "adopted"), ("Service", "app/web", "mismatch")],
         ),
         (
-            {"Service": [{**LOWER_SERVICE, "spec": {"clusterIP": "None"}}]},
+            {"Pod": [lower_pod()], "Service": [service_copy(selector=None)]},
             None,
-            [("Service", "app/web", "mismatch")],
+            [("Pod", "app/web", "adopted"), ("Service", "app/web", "mismatch")],
+        ),
+        (
+            {"Pod": [lower_pod()], "Service": [service_copy(selector='["app"]')]},
+            None,
+            [("Pod", "app/web", "adopted"), ("Service", "app/web", "mismatch")],
+        ),
+        (
+            {"Pod": [lower_pod()], "Service": [service_copy(selector='{"app":1}')]},
+            None,
+            [("Pod", "app/web", "adopted"), ("Service", "app/web", "mismatch")],
+        ),
+        # An upper Service without a selector (tensile-kube kept none) selects no pod.
+        (
+            {"Pod": [lower_pod()], "Service": [service_copy("bare", selector=None)]},
+            None,
+            [("Pod", "app/web", "adopted"), ("Service", "app/bare", "unused")],
+        ),
+        # A selector of its own, or a copy tensile's mirror would replace (headless).
+        (
+            {
+                "Pod": [lower_pod()],
+                "Service": [{**LOWER_SERVICE, "spec": {"selector": {"app": "web"}}}],
+            },
+            None,
+            [("Pod", "app/web", "adopted"), ("Service", "app/web", "mismatch")],
+        ),
+        (
+            {"Pod": [lower_pod()], "Service": [service_copy(clusterIP="None")]},
+            None,
+            [("Pod", "app/web", "adopted"), ("Service", "app/web", "mismatch")],
         ),
         ({"Service": [copy_("db", spec={})]}, None, [("Service", "app/db", "unmatched")]),
+        # Same containers by name, another image: not made for this upper pod.
+        ({"Pod": [lower_pod(image="nginx:evil")]}, None, [("Pod", "app/web", "mismatch")]),
+        (
+            {"Pod": [lower_pod(containers=("main", "sidecar"))]},
+            [upper_pod(containers=("main", "sidecar"), image="nginx:1.27")],
+            [("Pod", "app/web", "mismatch")],
+        ),
+        # The operator's cut-off: made at or after it (or of no known time), someone
+        # else's, whatever it looks like.
+        (
+            {"Pod": [born(lower_pod(), "2026-01-01T12:00:00Z")]},
+            [born(upper_pod(), "2026-01-01T12:00:00Z")],
+            [("Pod", "app/web", "after-cutoff")],
+        ),
+        (
+            {"Pod": [lower_pod()], "ConfigMap": [born(copy_("cfg"), "2026-01-01T12:30:00Z")]},
+            None,
+            [("Pod", "app/web", "adopted"), ("ConfigMap", "app/cfg", "after-cutoff")],
+        ),
+        (
+            {"Pod": [lower_pod()], "Service": [born(LOWER_SERVICE, "2026-01-02T00:00:00Z")]},
+            None,
+            [("Pod", "app/web", "adopted"), ("Service", "app/web", "after-cutoff")],
+        ),
+        (
+            {"Pod": [born(lower_pod(), "")]},
+            None,
+            [("Pod", "app/web", "after-cutoff")],
+        ),
         # Endpoints copies: superseded by EndpointSlices, listed.
         ({"Endpoints": [copy_("web")]}, None, [("Endpoints", "app/web", "superseded")]),
         # kube-system: tensile-kube forwarded and mirrored nothing there.
@@ -245,6 +351,7 @@ def test_the_patch_adds_the_owner_marks_guarded_by_the_lower_uid() -> None:
         upper_pods=[upper_pod()],
         lower={"Pod": [lower_pod()], "ConfigMap": [copy_("cfg")]},
         upper=UPPER,
+        created_before=CUTOFF,
     )
     pod_patch, copy_patch = (a.patch["metadata"] for a in decided.adopt)
     labels, annotations = ownership.owner_marks(OWNER)
@@ -265,7 +372,11 @@ def test_the_patch_adds_the_owner_marks_guarded_by_the_lower_uid() -> None:
 
 def test_adopting_twice_finds_nothing_left() -> None:
     decided = tensilekube.plan(
-        scope=SCOPE, upper_pods=[upper_pod()], lower={"Pod": [lower_pod()]}, upper=UPPER
+        scope=SCOPE,
+        upper_pods=[upper_pod()],
+        lower={"Pod": [lower_pod()]},
+        upper=UPPER,
+        created_before=CUTOFF,
     )
     patched = copy.deepcopy(lower_pod())
     for key in ("labels", "annotations"):
@@ -273,32 +384,50 @@ def test_adopting_twice_finds_nothing_left() -> None:
     assert outcome(lower={"Pod": [patched]}) == []
 
 
+BEFORE = "--adopt-tensile-kube-before=2026-01-01T12:00:00Z"
+
+
 @pytest.mark.parametrize(
     ("flags", "expected"),
     [
-        ([], False),
-        (["--adopt-tensile-kube"], True),
-        (["--adopt-tensile-kube=true"], True),
-        (["--adopt-tensile-kube=false"], False),
+        ([], MigrationSettings()),
+        (
+            ["--adopt-tensile-kube", BEFORE],
+            MigrationSettings(adopt_tensile_kube=True, adopt_before=CUTOFF),
+        ),
+        (
+            ["--adopt-tensile-kube=true", "--adopt-tensile-kube-before=2026-01-01T13:00:00+01:00"],
+            MigrationSettings(adopt_tensile_kube=True, adopt_before=CUTOFF),
+        ),
+        (["--adopt-tensile-kube=false"], MigrationSettings()),
     ],
 )
-def test_the_flag(flags: list[str], expected: bool) -> None:
+def test_the_flag(flags: list[str], expected: MigrationSettings) -> None:
     settings = cli.parse(["--client-kubeconfig=lower.kubeconfig", *flags], env={})
-    assert settings.migration == MigrationSettings(adopt_tensile_kube=expected)
+    assert settings.migration == expected
 
 
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--namespace-prefix=t1-"], "cannot be used with --namespace-prefix"),
-        (["--provider=mock"], "needs --provider=k8s"),
-        (["--adopt-tensile-kube=maybe"], "adopt-tensile-kube"),
+        (["--namespace-prefix=t1-", BEFORE], "cannot be used with --namespace-prefix"),
+        (["--provider=mock", BEFORE], "needs --provider=k8s"),
+        (["--adopt-tensile-kube=maybe", BEFORE], "adopt-tensile-kube"),
+        ([], "needs --adopt-tensile-kube-before=<RFC 3339 time>"),
+        (["--adopt-tensile-kube-before=2026-01-01"], "must be an RFC 3339 time with its offset"),
+        (["--adopt-tensile-kube-before=yesterday"], "must be an RFC 3339 time"),
+        (["--adopt-tensile-kube-before=2999-01-01T00:00:00Z"], "is in the future"),
     ],
 )
 def test_bad_combinations(flags: list[str], message: str) -> None:
     argv = ["--client-kubeconfig=lower.kubeconfig", "--adopt-tensile-kube", *flags]
     with pytest.raises(serving_flags.UsageError, match=message):
         cli.parse(argv, env={})
+
+
+def test_a_cutoff_without_the_adoption_is_refused() -> None:
+    with pytest.raises(serving_flags.UsageError, match=r"needs --adopt-tensile-kube$"):
+        cli.parse(["--client-kubeconfig=lower.kubeconfig", BEFORE], env={})
 
 
 # -- the adoption's I/O, on FakeApi (its lists, patches and Events in isolation; the real
@@ -313,6 +442,7 @@ def _adoption(
         lower=lower,
         scope=SCOPE,
         recorder=EventRecorder(upper, component="tk-node/adoption", host="tk-node"),
+        created_before=CUTOFF,
         namespace=namespace,
     )
 
@@ -333,7 +463,11 @@ async def test_adoption_patches_the_pods_and_records_what_it_left() -> None:
     upper, lower = _clusters("app", "other")
     lower.put(CONFIG_MAPS, copy_("stray"))
     adoption = _adoption(upper, lower, namespace="app")
-    await adoption.start()
+    await adoption.start()  # every replica starts it: nothing is read or written
+    assert lower.requests == []
+    assert upper.requests == []
+    assert not adoption.ready()
+    await adoption.take_over()
     patched = [r.target.namespace for r in lower.requests_of("PATCH", "pods")]
     assert patched == ["app"]  # the pod of another namespace is not this node's (--namespace)
     adopted = lower.get(PODS, "web", namespace="app")
@@ -352,7 +486,7 @@ async def test_an_object_changed_under_the_patch_is_left_and_the_start_goes_on()
     upper, lower = _clusters("app")
     lower.fail("PATCH", "pods", error=status_error(409, reason="Conflict", message="uid differs"))
     adoption = _adoption(upper, lower)
-    await adoption.start()
+    await adoption.take_over()
     assert adoption.ready()
     assert not ownership.is_owned(lower.get(PODS, "web", namespace="app") or {}, owner=OWNER)
 
@@ -361,4 +495,32 @@ async def test_a_lower_cluster_that_cannot_be_read_stops_the_start() -> None:
     upper, lower = _clusters("app")
     lower.fail("GET", "pods", error=unreachable())
     with pytest.raises(StartupError, match="--adopt-tensile-kube"):
-        await _adoption(upper, lower).start()
+        await _adoption(upper, lower).take_over()
+
+
+class Closed:
+    """A fence that never opens (a replica that does not hold the Lease)."""
+
+    def may_write(self) -> bool:
+        return False
+
+    def refusal(self) -> str:
+        return "not leading"
+
+
+async def test_a_replica_that_may_not_write_adopts_nothing() -> None:
+    """The adoption writes through the node's fenced lower client: a process that does
+    not hold the Lease has its patch refused before it is sent, and stops (it could not
+    adopt, so it must not go on as if it had)."""
+    upper, lower = _clusters("app")
+    adoption = TensileKubeAdoption(
+        upper=upper,
+        lower=lower.fenced(Closed()),
+        scope=SCOPE,
+        recorder=EventRecorder(upper, component="tk-node/adoption", host="tk-node"),
+        created_before=CUTOFF,
+    )
+    with pytest.raises(StartupError, match="not sent: not leading"):
+        await adoption.take_over()
+    assert lower.requests_of("PATCH") == []
+    assert not ownership.is_owned(lower.get(PODS, "web", namespace="app") or {}, owner=OWNER)

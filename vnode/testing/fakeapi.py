@@ -284,7 +284,9 @@ class FakeApi(ApiClient):
         """Answer as an apiserver would (see the class docstring); raises the ApiError of
         the case, or an injected fault. Returns a copy: the caller may keep or change it.
         `accept` is ignored: whole objects answer a metadata-only request too (their
-        metadata is what the caller reads)."""
+        metadata is what the caller reads). A write a fenced view's gate refuses raises
+        `errors.Fenced` and is not recorded (`ApiClient.fenced`: nothing was sent)."""
+        self.admit(method, path)
         self.requests.append(
             Recorded(
                 method=method,

@@ -1,20 +1,26 @@
-"""--adopt-tensile-kube: take over, once at start, what tensile-kube made below (the I/O of
+"""--adopt-tensile-kube: take over, once, what tensile-kube made below (the I/O of
 `tensilekube.plan`).
 
-`TensileKubeAdoption` is the virtual node's first component: its `start()` runs before any
-informer lists, so every cache starts with the adopted objects already carrying tensile's
-marks and the pod controller, the mirrors and the patrol treat them as their own from their
-first look (a lower pod with this node's marks and its upper pod's UID is that pod's: no
-create, no delete). It reads the upper pods bound to the node and the lower objects shaped
-like tensile-kube's, patches the owner marks onto those `plan` adopts (UID precondition) and
-lists the rest: a WARNING log line each, one Warning Event `TensileKubeLeftovers` on the
-upper Node, and the gauge `tensile_adoption_objects{kind,outcome}`. It deletes nothing. A
-standby replica adopts when it starts leading (it is a leading component); adopting twice
-finds nothing left to adopt.
+`TensileKubeAdoption` writes in its `take_over()` (`tensile.serving.lifecycle.TakesOver`),
+which runs only when this process may write and before any other component works: without
+leader election, after every component's start and before any informer lists; with
+--leader-elect, in the replica that acquired the Lease, before the leading components are
+told of anything or run (a standby adopts nothing). So the pod controller, the mirrors and
+the patrol treat the adopted objects as their own from their first look (a lower pod with
+this node's marks and its upper pod's UID is that pod's: no create, no delete). It reads the
+upper pods bound to the node and the lower objects shaped like tensile-kube's, patches the
+owner marks onto those `plan` adopts (UID precondition; through the node's fenced lower
+client) and lists the rest: a WARNING log line each, one Warning Event
+`TensileKubeLeftovers` on the upper Node, and the gauge
+`tensile_adoption_objects{kind,outcome}`. It deletes nothing. Caches that had listed
+before (a standby's, warm) list again the kinds it patched, so they hold the marks before
+anyone reads them. Adopting twice finds nothing left to adopt.
 """
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 import logging
 from collections import Counter
 from collections.abc import Sequence
@@ -27,6 +33,7 @@ from tensile.kube import errors
 from tensile.kube.client import MERGE_PATCH, ApiClient
 from tensile.kube.events import EventRecorder
 from tensile.kube.informer import Informer
+from tensile.kube.informer_factory import InformerFactory
 from tensile.kube.resources import (
     CONFIG_MAPS,
     PERSISTENT_VOLUME_CLAIMS,
@@ -58,12 +65,14 @@ ADOPTED_REASON = "TensileKubeAdopted"
 """Reason of the Normal Event on the upper Node counting what was adopted."""
 _LISTED_IN_EVENT = 20
 """Objects named in the Event at most (the log names every one)."""
+REFRESH_TIMEOUT = 60.0
+"""Seconds a cache has to list again after the adoption patched its objects."""
 
 ADOPTION_OBJECTS = Gauge(
     "tensile_adoption_objects",
-    "Lower objects made by tensile-kube found at the last start with --adopt-tensile-kube, "
-    "by kind and outcome (adopted, or why one was left: unmatched, mismatch, unused, "
-    "superseded, not-mirrored).",
+    "Lower objects made by tensile-kube found by the last adoption (--adopt-tensile-kube, "
+    "in the leader), by kind and outcome (adopted, or why one was left: unmatched, "
+    "after-cutoff, mismatch, unused, superseded, not-mirrored).",
     ["kind", "outcome"],
 )
 
@@ -80,17 +89,24 @@ class TensileKubeAdoption:
         lower: ApiClient,
         scope: tensilekube.Scope,
         recorder: EventRecorder,
+        created_before: dt.datetime,
         namespace: str | None = None,
+        informers: InformerFactory | None = None,
     ) -> None:
         """`upper`/`lower` read and patch; `scope` is this node's identity and what it
-        mirrors; `recorder` writes the Events on the upper Node; `namespace` (--namespace)
-        the only upper namespace whose pods the node forwards (None: all): a lower pod of
-        another namespace is not this node's to keep (it would be collected as dangling)."""
+        mirrors; `recorder` writes the Events on the upper Node; `created_before` is the
+        operator's cut-off (--adopt-tensile-kube-before, aware): lower objects created at
+        or after it are not adopted; `namespace` (--namespace) the only upper namespace
+        whose pods the node forwards (None: all): a lower pod of another namespace is not
+        this node's to keep (it would be collected as dangling); `informers` the node's,
+        whose running caches of `lower` list again the kinds adopted."""
         self._upper = upper
         self._lower = lower
         self._scope = scope
         self._recorder = recorder
+        self._created_before = created_before
         self._namespace = namespace
+        self._informers = informers
         self._done = False
         self.plan: tensilekube.Plan | None = None
         """What the last start decided (for tests and /readyz)."""
@@ -100,19 +116,24 @@ class TensileKubeAdoption:
         return ()
 
     async def start(self) -> None:
-        """Adopt. Raises StartupError when a cluster cannot be read or a patch is refused
-        for another reason than the object having changed or gone (409/404: that object is
-        left, and said so)."""
+        """Nothing: every replica starts it, and only the one that may write adopts
+        (`take_over`)."""
+
+    async def take_over(self) -> None:
+        """Adopt (see the module docstring). Raises StartupError when a cluster cannot be
+        read or a patch is refused for another reason than the object having changed or
+        gone (409/404: that object is left, and said so)."""
         try:
             self.plan = await self._decide()
             adopted = await self._apply(self.plan)
+            await self._refresh({item.kind for item in adopted})
         except (errors.ApiError, errors.ApiUnavailable) as exc:
             raise StartupError(f"--adopt-tensile-kube: {exc}") from exc
         await self._report(self.plan, adopted)
         self._done = True
 
     def ready(self) -> bool:
-        """Whether the adoption pass ran."""
+        """Whether the adoption pass ran (in a standby: not yet)."""
         return self._done
 
     async def run(self) -> None:
@@ -143,7 +164,13 @@ class TensileKubeAdoption:
                 found = await self._list(self._upper, _LOWER[kind])
                 upper[kind] = {_key(o): o for o in found}
         lower["Endpoints"] = await self._list(self._lower, ENDPOINTS)
-        return tensilekube.plan(scope=self._scope, upper_pods=upper_pods, lower=lower, upper=upper)
+        return tensilekube.plan(
+            scope=self._scope,
+            upper_pods=upper_pods,
+            lower=lower,
+            upper=upper,
+            created_before=self._created_before,
+        )
 
     async def _apply(self, plan: tensilekube.Plan) -> list[tensilekube.Adopt]:
         adopted = []
@@ -159,6 +186,30 @@ class TensileKubeAdoption:
             logger.info("adopted tensile-kube's %s %s", item.kind, item.key)
             adopted.append(item)
         return adopted
+
+    async def _refresh(self, kinds: set[str]) -> None:
+        """List again the running caches of the lower cluster of `kinds` (a standby's, warm
+        before the adoption patched their objects), so no component reads an adopted
+        object without its marks. Caches not running yet (no leader election: they list
+        after this) are left alone."""
+        if self._informers is None:
+            return
+        lower = self._lower.unfenced
+        for informer in self._informers.informers():
+            selection = informer.selection
+            if (
+                selection.client is lower
+                and selection.resource.kind in kinds
+                and informer.has_synced()
+            ):
+                try:
+                    async with asyncio.timeout(REFRESH_TIMEOUT):
+                        await informer.relist()
+                except TimeoutError:
+                    raise StartupError(
+                        f"--adopt-tensile-kube: the cache {informer.name} did not list again "
+                        f"within {REFRESH_TIMEOUT:g}s after the adoption"
+                    ) from None
 
     async def _report(self, plan: tensilekube.Plan, adopted: list[tensilekube.Adopt]) -> None:
         counts = Counter((a.kind, ADOPTED) for a in adopted)

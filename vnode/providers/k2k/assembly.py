@@ -7,6 +7,7 @@ test can hand it collaborators of its own.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Awaitable, Callable
 
 from tensile.contracts import ownership
@@ -54,7 +55,7 @@ def build(
     controllers: ControllerSettings | None = None,
     namespace_labels: tuple[tuple[str, str], ...] = (),
     namespace_annotations: tuple[tuple[str, str], ...] = (),
-    adopt_tensile_kube: bool = False,
+    adopt_tensile_kube_before: dt.datetime | None = None,
     token_refresh_fraction: float = 0.8,
     token_minter: ApiClient | None = None,
     summary_interval: float = 0.0,
@@ -74,7 +75,8 @@ def build(
     dependency copies (default: both, as tensile-kube's --enable-controllers);
     `namespace_labels`/`namespace_annotations` the lower administrator's marks for the lower
     namespaces the node makes (--lower-namespace-labels/-annotations);
-    `adopt_tensile_kube` takes over tensile-kube's lower objects at start;
+    `adopt_tensile_kube_before` (--adopt-tensile-kube's cut-off; None: no adoption) takes
+    over tensile-kube's lower objects created before it, once leading;
     `token_refresh_fraction` of an upper token's life passes before it is renewed (with
     `policy.upper_tokens`), asked for through `token_minter` (the node's own identity,
     --upper-token-kubeconfig; default `upper`); `summary_interval` the seconds between two
@@ -194,8 +196,10 @@ def build(
             controllers=controllers,
             owner=owner,
             namespace=upper_namespace,
+            created_before=adopt_tensile_kube_before,
+            informers=informers,
         )
-        if adopt_tensile_kube
+        if adopt_tensile_kube_before is not None
         else None,
         tokens=UpperTokens(
             upper=upper,
@@ -235,9 +239,11 @@ def _adoption(
     controllers: ControllerSettings,
     owner: ownership.NodeIdentity,
     namespace: str | None,
+    created_before: dt.datetime,
+    informers: InformerFactory,
 ) -> TensileKubeAdoption:
     """The adoption of tensile-kube's lower objects (--adopt-tensile-kube), scoped to what
-    this node mirrors."""
+    this node mirrors and to what was made before `created_before`."""
     node = owner.node_name
     return TensileKubeAdoption(
         upper=upper,
@@ -251,7 +257,9 @@ def _adoption(
             ),
         ),
         recorder=EventRecorder(upper_events, component=f"{node}/adoption", host=node),
+        created_before=created_before,
         namespace=namespace,
+        informers=informers,
     )
 
 

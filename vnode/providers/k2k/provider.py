@@ -113,10 +113,10 @@ class K2KProvider:
         lower pods' bookkeeping; `services` are the Service mirrors (empty without
         ServiceControllers), `volumes` the provisioner (None without PVControllers);
         `pod_changes` is what `notify_pods` registers with; `adoption` (with
-        --adopt-tensile-kube) takes over tensile-kube's lower objects before any cache
-        lists them; `tokens` (with --upper-api-address) gives the lower pods their upper
-        ServiceAccount tokens; `publisher` writes the placement summary (None: not
-        published)."""
+        --adopt-tensile-kube) takes over tensile-kube's lower objects once this process
+        may write, before any other component works (its `take_over`); `tokens` (with
+        --upper-api-address) gives the lower pods their upper ServiceAccount tokens;
+        `publisher` writes the placement summary (None: not published)."""
         self._node_ip = node_ip
         self._lower = lower
         self._heartbeat = lower_heartbeat
@@ -149,8 +149,8 @@ class K2KProvider:
         """The mirrors of pods' ConfigMaps, Secrets and ServiceAccounts (always run), then
         those --enable-controllers chose: Services and EndpointSlices (ServiceControllers),
         the volume provisioner and its claims mirror (PVControllers); first of all the
-        adoption of tensile-kube's objects, when asked for (its start precedes every
-        informer's list)."""
+        adoption of tensile-kube's objects, when asked for (its `take_over` precedes every
+        other component's work)."""
         chosen: list[Component] = [] if self._adoption is None else [self._adoption]
         chosen += [*self.dependencies.components(), *self.services]
         if self.tokens is not None:

@@ -14,19 +14,27 @@ pkg/controllers/service_controller.go filterService):
   beside it an Endpoints copy with `global=true` (tensile-kube mirrored Endpoints, tensile
   mirrors EndpointSlices).
 
-Nothing written by tensile (an object carrying tensile's owner annotations) is a candidate.
-A candidate is adopted when it stands for an upper object of this node: a pod bound to this
-node with the same containers (by name, init containers too); a copy that such a pod uses
+Nothing written by tensile (an object carrying tensile's owner annotations) is a candidate,
+and neither is one created at or after the operator's cut-off (--adopt-tensile-kube-before:
+when tensile-kube's virtual node was stopped), so an object shaped like tensile-kube's by a
+lower user later on is never taken for one. Those marks can be written by anyone who can
+write the object, so a candidate is adopted only when it stands for an upper object of this
+node in every respect tensile-kube copied: a pod bound to this node with the same
+containers (by name and image, in order, init containers too); a copy that such a pod uses
 (tensile-kube made copies only for its pods; a copy no pod of ours uses would be garbage
 the moment it is ours) and that tensile's mirror would keep in place rather than replace;
-a Service tensile's Service mirror covers. Adopting is a metadata patch adding tensile's
-owner marks (`ownership.owner_marks`, the upper namespace and, for pods, Services and claims,
-the upper UID), guarded by the object's UID: nothing is created, replaced or deleted.
-Everything else that looks like tensile-kube's is listed (`Leftover`), never touched.
+a Service tensile's Service mirror covers, whose selector (kept by tensile-kube in the
+`labelSelector` annotation) is the upper Service's and selects a pod adopted with it.
+Adopting is a metadata patch adding tensile's owner marks (`ownership.owner_marks`, the
+upper namespace and, for pods, Services and claims, the upper UID), guarded by the object's
+UID: nothing is created, replaced or deleted. Everything else that looks like tensile-kube's
+is listed (`Leftover`), never touched.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -57,13 +65,16 @@ SKIPPED_NAMESPACE = "kube-system"
 CLOCK_SKEW = 60.0
 """Seconds a lower pod may seem to predate its upper pod (the two apiservers' clocks differ)
 and still have been made for it."""
-Outcome = Literal["unmatched", "mismatch", "unused", "superseded", "not-mirrored"]
+Outcome = Literal["unmatched", "after-cutoff", "mismatch", "unused", "superseded", "not-mirrored"]
 """Why a tensile-kube object is left as it is:
 - unmatched: no upper object of this node has its name (another tensile-kube node's, or its
   upper object is gone);
+- after-cutoff: created at or after --adopt-tensile-kube-before (tensile-kube was stopped
+  by then: someone else made it);
 - mismatch: the upper object of that name is not the one it was made for (a pod created
-  before it, other containers, another Service type), or tensile's mirror would have to replace it;
-- unused: a copy no pod of this node uses;
+  before it, other containers or images, a Service of another selector or type), or
+  tensile's mirror would have to replace it;
+- unused: a copy no pod of this node uses, a Service that selects no adopted pod;
 - superseded: a kind tensile does not mirror (Endpoints: tensile mirrors EndpointSlices);
 - not-mirrored: a kind this node's --enable-controllers leave out."""
 
@@ -138,19 +149,31 @@ def plan(
     upper_pods: Iterable[Mapping[str, Any]],
     lower: Mapping[str, Iterable[Obj]],
     upper: Mapping[str, Mapping[str, Obj]],
+    created_before: dt.datetime,
 ) -> Plan:
     """Decide what to adopt and what to list.
 
     In: `upper_pods`, the upper pods bound to this node; `lower`, kind -> the lower objects
     of that kind (any; those not shaped as tensile-kube's are skipped), kinds from
     `LISTED_KINDS`; `upper`, kind -> {"namespace/name": upper object} for ConfigMap,
-    Secret, PersistentVolumeClaim and Service. Out: a `Plan`, pods first, each list in key
-    order. Without a namespace prefix only: tensile-kube kept namespace names.
+    Secret, PersistentVolumeClaim and Service; `created_before` (aware), the operator's
+    cut-off: a lower object created at or after it (by its creationTimestamp, the lower
+    apiserver's clock; one without a readable timestamp too) is not adopted. Out: a `Plan`,
+    pods first, each list in key order. Without a namespace prefix only: tensile-kube kept
+    namespace names.
     """
-    adopt, leftovers, used = _plan_pods(scope=scope, upper_pods=upper_pods, lower=lower)
+    adopt, leftovers, used, adopted_pods = _plan_pods(
+        scope=scope, upper_pods=upper_pods, lower=lower, created_before=created_before
+    )
     for kind in ("ConfigMap", "Secret", "PersistentVolumeClaim"):
         for candidate in _sorted(lower.get(kind, ()), is_tensile_kube_copy):
-            found = _copy_outcome(kind, candidate, upper=upper.get(kind, {}), used=used[kind])
+            found = _copy_outcome(
+                kind,
+                candidate,
+                upper=upper.get(kind, {}),
+                used=used[kind],
+                created_before=created_before,
+            )
             if isinstance(found, Leftover):
                 leftovers.append(found)
             elif kind == "PersistentVolumeClaim" and not scope.mirror_claims:
@@ -159,7 +182,13 @@ def plan(
                 uid = kind == "PersistentVolumeClaim"
                 adopt.append(_adopt(kind, candidate, found, scope=scope, uid=uid))
     for candidate in _sorted(lower.get("Service", ()), is_tensile_kube_copy):
-        found = _service_outcome(candidate, upper=upper.get("Service", {}), scope=scope)
+        found = _service_outcome(
+            candidate,
+            upper=upper.get("Service", {}),
+            scope=scope,
+            adopted_pods=adopted_pods,
+            created_before=created_before,
+        )
         if isinstance(found, Leftover):
             leftovers.append(found)
         else:
@@ -170,12 +199,18 @@ def plan(
 
 
 def _plan_pods(
-    *, scope: Scope, upper_pods: Iterable[Mapping[str, Any]], lower: Mapping[str, Iterable[Obj]]
-) -> tuple[list[Adopt], list[Leftover], dict[str, set[str]]]:
-    """The pods of `plan`, and what the adopted ones use ("namespace/name" by kind)."""
+    *,
+    scope: Scope,
+    upper_pods: Iterable[Mapping[str, Any]],
+    lower: Mapping[str, Iterable[Obj]],
+    created_before: dt.datetime,
+) -> tuple[list[Adopt], list[Leftover], dict[str, set[str]], list[Mapping[str, Any]]]:
+    """The pods of `plan`, what the adopted ones use ("namespace/name" by kind), and the
+    upper pods whose lower pods are adopted."""
     pods = {_key(p): p for p in upper_pods if namespace_of(p) != SKIPPED_NAMESPACE}
     adopt: list[Adopt] = []
     leftovers: list[Leftover] = []
+    adopted: list[Mapping[str, Any]] = []
     used: dict[str, set[str]] = {
         "ConfigMap": set(),
         "Secret": set(),
@@ -189,13 +224,31 @@ def _plan_pods(
                 _left("Pod", key, "unmatched", "no upper pod of this node has its name")
             )
             continue
+        if (late := _after_cutoff("Pod", candidate, created_before)) is not None:
+            leftovers.append(late)
+            continue
         if (why := _pod_mismatch(upper_pod, candidate)) is not None:
             leftovers.append(_left("Pod", key, "mismatch", why))
             continue
         adopt.append(_adopt("Pod", candidate, upper_pod, scope=scope, uid=True))
+        adopted.append(upper_pod)
         for kind, names in _uses(upper_pod).items():
             used[kind] |= {f"{namespace_of(upper_pod)}/{n}" for n in names}
-    return adopt, leftovers, used
+    return adopt, leftovers, used, adopted
+
+
+def _after_cutoff(kind: str, candidate: Obj, created_before: dt.datetime) -> Leftover | None:
+    """The Leftover of a candidate created at or after the cut-off (or of unknown age)."""
+    created = timestamps.parse_rfc3339(meta_of(candidate).get("creationTimestamp"))
+    if created is not None and created < created_before:
+        return None
+    when = f"created {created:%Y-%m-%dT%H:%M:%SZ}" if created else "of unknown creation time"
+    return _left(
+        kind,
+        _key(candidate),
+        "after-cutoff",
+        f"{when}, not before --adopt-tensile-kube-before ({created_before:%Y-%m-%dT%H:%M:%SZ})",
+    )
 
 
 _NO_CLAIMS = "this node runs without PVControllers (--enable-controllers)"
@@ -207,13 +260,20 @@ _SUPERSEDED = (
 
 
 def _copy_outcome(
-    kind: str, candidate: Obj, *, upper: Mapping[str, Obj], used: set[str]
+    kind: str,
+    candidate: Obj,
+    *,
+    upper: Mapping[str, Obj],
+    used: set[str],
+    created_before: dt.datetime,
 ) -> Obj | Leftover:
     """The upper object a tensile-kube copy is adopted for, or why it is left."""
     key = _key(candidate)
     source = upper.get(key)
     if source is None:
         return _left(kind, key, "unmatched", f"no upper {kind} has its name")
+    if (late := _after_cutoff(kind, candidate, created_before)) is not None:
+        return late
     if key not in used:
         return _left(kind, key, "unused", "no pod of this node uses it")
     if kind == "Secret" and not dependencies.copyable(source, kind=kind):
@@ -229,7 +289,14 @@ def _copy_outcome(
     return source
 
 
-def _service_outcome(candidate: Obj, *, upper: Mapping[str, Obj], scope: Scope) -> Obj | Leftover:
+def _service_outcome(
+    candidate: Obj,
+    *,
+    upper: Mapping[str, Obj],
+    scope: Scope,
+    adopted_pods: Iterable[Mapping[str, Any]],
+    created_before: dt.datetime,
+) -> Obj | Leftover:
     """The upper Service a tensile-kube Service copy is adopted for, or why it is left."""
     key = _key(candidate)
     if not scope.mirror_services:
@@ -238,22 +305,71 @@ def _service_outcome(candidate: Obj, *, upper: Mapping[str, Obj], scope: Scope) 
     namespace, _, name = key.partition("/")
     if source is None or not scope.service_selection.covers(namespace, name):
         return _left("Service", key, "unmatched", "no upper Service this node mirrors has its name")
-    if as_mapping(candidate.get("spec")).get("selector"):
-        return _left(
-            "Service", key, "mismatch", "it has a selector (tensile-kube's copies have none)"
+    if (late := _after_cutoff("Service", candidate, created_before)) is not None:
+        return late
+    if (why := _service_mismatch(candidate, source)) is not None:
+        return _left("Service", key, "mismatch", why)
+    selector = _upper_selector(source)
+    if not any(_selects(selector, pod, namespace=namespace) for pod in adopted_pods):
+        return _left("Service", key, "unused", "it selects no pod adopted with it")
+    return source
+
+
+def _service_mismatch(lower: Mapping[str, Any], upper: Mapping[str, Any]) -> str | None:
+    """Why tensile-kube's Service copy `lower` was not made from `upper` as it is (another
+    selector), or would be replaced by tensile's mirror (another kind of type); None when
+    it was."""
+    if as_mapping(lower.get("spec")).get("selector"):
+        return "it has a selector (tensile-kube's copies have none)"
+    selector, kept = _upper_selector(upper), _kept_selector(lower)
+    if kept != selector:
+        shown = "none" if kept is None else json.dumps(kept, sort_keys=True)
+        return (
+            f"its selector ({LABEL_SELECTOR_ANNOTATION} annotation: {shown}) is not the upper "
+            f"Service's ({json.dumps(selector, sort_keys=True)})"
         )
-    upper_type, lower_type = _service_type(source), _service_type(candidate)
+    upper_type, lower_type = _service_type(upper), _service_type(lower)
     external = services.EXTERNAL_NAME
     if (upper_type == external) != (lower_type == external) or services.is_headless(
-        source
-    ) != services.is_headless(candidate):
-        return _left(
-            "Service",
-            key,
-            "mismatch",
-            f"type {lower_type} below, {upper_type} above: tensile's mirror would replace it",
-        )
-    return source
+        upper
+    ) != services.is_headless(lower):
+        return f"type {lower_type} below, {upper_type} above: tensile's mirror would replace it"
+    return None
+
+
+def _upper_selector(service: Mapping[str, Any]) -> dict[str, str]:
+    """The upper Service's `spec.selector` ({} when it has none)."""
+    selector = as_mapping(as_mapping(service.get("spec")).get("selector"))
+    return {str(k): str(v) for k, v in selector.items()}
+
+
+def _kept_selector(lower: Mapping[str, Any]) -> dict[str, str] | None:
+    """The selector tensile-kube kept on its Service copy (the `labelSelector` annotation,
+    JSON of the upper `spec.selector`; {} when it wrote none, as for an upper Service
+    without one); None when the annotation is not such a map."""
+    text = annotations_of(lower).get(LABEL_SELECTOR_ANNOTATION)
+    if text is None:
+        return {}
+    try:
+        kept = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(kept, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in kept.items()
+    ):
+        return None
+    return kept
+
+
+def _selects(selector: Mapping[str, str], pod: Mapping[str, Any], *, namespace: str) -> bool:
+    """Whether a Service of `namespace` with `selector` selects upper `pod` (equality of
+    every pair; an empty selector selects nothing, as a Service's)."""
+    labels = labels_of(pod)
+    return (
+        bool(selector)
+        and namespace_of(pod) == namespace
+        and all(labels.get(k) == v for k, v in selector.items())
+    )
 
 
 def _adopt(kind: str, lower: Obj, upper: Mapping[str, Any], *, scope: Scope, uid: bool) -> Adopt:
@@ -274,7 +390,7 @@ def _adopt(kind: str, lower: Obj, upper: Mapping[str, Any], *, scope: Scope, uid
 def _pod_mismatch(upper: Mapping[str, Any], lower: Mapping[str, Any]) -> str | None:
     """Why `lower` was not made for `upper` (created before it: made for an earlier pod of
     that name, e.g. a StatefulSet's pod re-created while no virtual node ran; or other
-    containers), or None."""
+    containers, by name or image), or None."""
     born_above = timestamps.parse_rfc3339(meta_of(upper).get("creationTimestamp"))
     born_below = timestamps.parse_rfc3339(meta_of(lower).get("creationTimestamp"))
     if born_above and born_below and (born_above - born_below).total_seconds() > CLOCK_SKEW:
@@ -287,6 +403,11 @@ def _pod_mismatch(upper: Mapping[str, Any], lower: Mapping[str, Any]) -> str | N
         below = [c.get("name") for c in dicts_in(as_mapping(lower.get("spec")).get(group))]
         if above != below:
             return f"its {group} {below} are not the upper pod's {above}"
+    for group in ("initContainers", "containers"):
+        above = [c.get("image") for c in dicts_in(as_mapping(upper.get("spec")).get(group))]
+        below = [c.get("image") for c in dicts_in(as_mapping(lower.get("spec")).get(group))]
+        if above != below:
+            return f"the images of its {group} {below} are not the upper pod's {above}"
     return None
 
 
