@@ -23,7 +23,7 @@ from tensile.kube import config, errors, retry
 from tensile.kube.client import ApiClient
 from tensile.kube.informer_factory import InformerFactory
 from tensile.kube.leaderelection import LeaseLost
-from tensile.serving import flags, program
+from tensile.serving import flags, program, tracing
 from vnode import cli
 from vnode.api import auth
 from vnode.controllers.node_objects import node_labels
@@ -43,6 +43,9 @@ from vnode.providers.mock import MockProvider, MockSettings, load_config
 from vnode.settings import ClientSettings, Settings
 
 logger = logging.getLogger("vnode")
+PROGRAM_NAME = "virtual-node"
+"""The command's name (its version line, errors, and the default service.name of its
+spans)."""
 
 
 def _parse(argv: Sequence[str]) -> Settings:
@@ -158,6 +161,9 @@ async def _run(settings: Settings, loaded: Loaded, stopping: program.Stopping) -
         # The patrol's lists have a budget of their own: a patrol of 10,000 pods never
         # delays a status write or a heartbeat.
         patrol_clients = {upper.name: upper_patrol}
+        traced = await stack.enter_async_context(
+            tracing.running(settings.tracing, service_name=PROGRAM_NAME)
+        )
         # Both clusters must answer before anything is registered (tensile-kube: fatal).
         await upper.request("GET", "/version")
         cluster_id = settings.pods.cluster_id or await _upper_cluster_id(upper)
@@ -193,6 +199,7 @@ async def _run(settings: Settings, loaded: Loaded, stopping: program.Stopping) -
                 node_ip=node_ip,
                 kubelet_token=loaded.kubelet_token,
                 upper_tokens=loaded.upper_tokens,
+                traced=traced,
             )
             lower_server = lower_info.server
             patrol_clients[lower.name] = await stack.enter_async_context(
@@ -210,6 +217,7 @@ async def _run(settings: Settings, loaded: Loaded, stopping: program.Stopping) -
             provider=provider,
             informers=informers,
             patrol_clients=patrol_clients,
+            tracing=traced,
         )
         with stopping.calls(node.stop):
             logger.info(
@@ -238,11 +246,12 @@ async def _k2k_provider(
     node_ip: str,
     kubelet_token: BearerTokenFile | None,
     upper_tokens: config.ConnectionInfo | None,
+    traced: tracing.Tracing = tracing.NO_TRACING,
 ) -> K2KProvider:
     """Return the Kubernetes-to-Kubernetes provider for the `lower` cluster (the node starts
     it as its first component). With `upper_tokens` (--upper-token-kubeconfig), the upper
     tokens are asked for with it once it is shown to be this node's identity (raises
-    StartupError otherwise)."""
+    StartupError otherwise); `traced` makes spans of traced pods' creates."""
     minter: ApiClient | None = None
     if upper_tokens is not None:
         minter = await stack.enter_async_context(
@@ -291,6 +300,7 @@ async def _k2k_provider(
         token_minter=minter,
         summary_interval=settings.node.placement_summary_interval,
         upper_placement=upper_placement,
+        tracing=traced,
     )
 
 
@@ -341,7 +351,7 @@ def _with_ip(settings: Settings, ip: str) -> Settings:
 
 
 PROGRAM = program.Program(
-    name="virtual-node",
+    name=PROGRAM_NAME,
     parse=_parse,
     logging=program.logging_of,
     notes=_notes,

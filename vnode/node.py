@@ -37,6 +37,7 @@ from tensile.kube.workqueue import FairQueuing
 from tensile.serving import endpoints, lifecycle
 from tensile.serving.leadership import Leadership
 from tensile.serving.lifecycle import Component
+from tensile.serving.tracing import NO_TRACING, Tracing
 from vnode.api.certmanager import (
     Clock,
 )
@@ -45,6 +46,7 @@ from vnode.controllers.node import NodeController
 from vnode.controllers.node_objects import node_addresses
 from vnode.controllers.patrol import Audit, Patrol
 from vnode.controllers.patrol_checks import Check, MirrorCheck, PodCheck
+from vnode.controllers.pod_traces import pod_traces
 from vnode.controllers.pods import PodController
 from vnode.provider import Provider
 from vnode.settings import Settings
@@ -99,12 +101,14 @@ class VirtualNode:
         informers: InformerFactory,
         clock: Clock | None = None,
         patrol_clients: Mapping[str, ApiClient] | None = None,
+        tracing: Tracing = NO_TRACING,
     ) -> None:
         """`informers` is the factory the provider made its informers with (so the node's
         own components share them); `clock` (default: the system clock) times
         serving-certificate renewals; `patrol_clients` are the patrol's own clients, by the
         name of the client whose informers they audit ("upper", "lower"; an informer of
-        another client is not audited)."""
+        another client is not audited); `tracing` makes each pod's forwarding a trace
+        (--trace-exporter; the provider's own spans are the provider's)."""
         self.settings = settings
         self._runner = lifecycle.Runner(
             startup_timeout=settings.startup_timeout, shutdown_timeout=settings.shutdown_timeout
@@ -121,6 +125,7 @@ class VirtualNode:
             workers=settings.pods.workers,
             recorder=recorder,
             fairness=FairQueuing(weights=dict(settings.pods.namespace_weights)),
+            traces=pod_traces(tracing, node_name=settings.node.name),
         )
         self.node = NodeController(
             upper=upper.main,
