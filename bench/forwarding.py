@@ -19,7 +19,11 @@ On one local fleet, in one run:
    same single pod on an idle node.
 
     .venv/bin/python bench/forwarding.py [--pods 500] [--rounds 2] [--burst 2000]
-                                         [--profile FILE]
+                                         [--profile FILE] [--trace]
+
+--trace runs the via node with `--trace-exporter otlp` (every pod sampled) sending to a
+receiver in this process (devcluster.otlp), and says how many spans and traces came: the
+node's CPU per pod then includes tracing's cost.
 
 Uses the fleet of TENSILE_DEVCLUSTER_DIR if set, else starts (and stops) its own. Figures
 from a machine shared with other work are noisy in time, not in CPU seconds or requests.
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import os
@@ -48,6 +53,7 @@ from harness import CpuMeter, Timed, pct
 
 from devcluster.cluster import FleetSettings, LowerClusterSettings
 from devcluster.fleet import Fleet
+from devcluster.otlp import OtlpReceiver
 from devcluster.vnodes import VirtualNodeProcess
 from tensile.contracts.objects import meta_of
 from tensile.kube.client import ApiClient
@@ -281,6 +287,11 @@ def main() -> None:
     parser.add_argument(
         "--profile", type=Path, help="record the via node with py-spy (raw collapsed stacks)"
     )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="the via node traces every pod to a receiver in this process (--trace-exporter otlp)",
+    )
     args = parser.parse_args()
     if args.profile and shutil.which("py-spy") is None:
         parser.error("--profile needs py-spy on PATH: .venv/bin/pip install -e '.[bench]'")
@@ -312,7 +323,17 @@ def main() -> None:
         log_dir=log_dir,
         args=[*NODE_ARGS, "--provider=mock", f"--provider-config={mock_config}"],
     )
-    node = VirtualNodeProcess(fleet, name=f"bench-via-{suffix}", log_dir=log_dir, args=NODE_ARGS)
+    receiver = OtlpReceiver()
+    stack = contextlib.ExitStack()
+    traced: list[str] = []
+    env: dict[str, str] = {}
+    if args.trace:
+        endpoint = stack.enter_context(receiver.in_thread())
+        traced = ["--trace-exporter=otlp", "--trace-sample-rate=always"]
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
+    node = VirtualNodeProcess(
+        fleet, name=f"bench-via-{suffix}", log_dir=log_dir, args=[*NODE_ARGS, *traced], env=env
+    )
     runs: dict[str, list[Run]] = {mode: [] for mode in MODES}
     mem: Memory | None = None
     fair: Fairness | None = None
@@ -357,7 +378,15 @@ def main() -> None:
             vn.delete_node()
         if not existing:
             fleet.stop()
+        stack.close()
     report(args, runs, mem, fair, node=node.name, mock=mock.name)
+    if args.trace:
+        spans = receiver.spans()
+        roots = [s for s in spans if not s.parent_span_id]
+        print(
+            f"\ntracing: {len(spans)} spans in {len(roots)} traces received "
+            f"({len(spans) / max(1, len(roots)):.1f} spans per trace)"
+        )
 
 
 def report(

@@ -28,7 +28,7 @@ from tensile.kube import config, errors, retry
 from tensile.kube.client import ApiClient, WriteGate
 from tensile.kube.informer_factory import InformerFactory
 from tensile.kube.leaderelection import LeaderElector, LeaseLost
-from tensile.serving import flags, program
+from tensile.serving import flags, program, tracing
 from tensile.serving.preflight import PreflightFailed
 from vnode import cli, preflight
 from vnode.api import auth
@@ -50,6 +50,9 @@ from vnode.providers.mock import MockProvider, MockSettings, load_config
 from vnode.settings import ClientSettings, Settings
 
 logger = logging.getLogger("vnode")
+PROGRAM_NAME = "virtual-node"
+"""The command's name (its version line, errors, and the default service.name of its
+spans)."""
 
 
 def _parse(argv: Sequence[str]) -> Settings:
@@ -164,6 +167,9 @@ async def _run(settings: Settings, loaded: Loaded, stopping: program.Stopping) -
     ):
         # The patrol's lists have a budget of their own: a patrol of 10,000 pods never
         # delays a status write or a heartbeat.
+        traced = await stack.enter_async_context(
+            tracing.running(settings.tracing, service_name=PROGRAM_NAME)
+        )
         # Both clusters must answer before anything is registered (tensile-kube: fatal).
         await upper.request("GET", "/version")
         # With --leader-elect: the Lease can be kept, or exit 1 saying what to do.
@@ -208,6 +214,7 @@ async def _run(settings: Settings, loaded: Loaded, stopping: program.Stopping) -
                 node_ip=node_ip,
                 kubelet_token=loaded.kubelet_token,
                 upper_tokens=loaded.upper_tokens,
+                traced=traced,
             )
             lower_server = lower_info.server
             lower_patrol = await stack.enter_async_context(
@@ -227,6 +234,7 @@ async def _run(settings: Settings, loaded: Loaded, stopping: program.Stopping) -
             informers=informers,
             patrol_clients=patrol_clients,
             elector=elector,
+            tracing=traced,
         )
         with stopping.calls(node.stop):
             logger.info(
@@ -256,13 +264,14 @@ async def _k2k_provider(
     kubelet_token: BearerTokenFile | None,
     upper_tokens: config.ConnectionInfo | None,
     gate: WriteGate | None,
+    traced: tracing.Tracing = tracing.NO_TRACING,
 ) -> K2KProvider:
     """Return the Kubernetes-to-Kubernetes provider for the `lower` cluster (the node starts
     it as its first component). The provider and everything it brings lead: every client
     it writes through, below and upstairs, is fenced by `gate` (the elector with
     --leader-elect; `ApiClient.fenced`). With `upper_tokens` (--upper-token-kubeconfig), the
     upper tokens are asked for with it once it is shown to be this node's identity (raises
-    StartupError otherwise)."""
+    StartupError otherwise); `traced` makes spans of traced pods' creates."""
     minter: ApiClient | None = None
     if upper_tokens is not None:
         minter = await stack.enter_async_context(
@@ -319,6 +328,7 @@ async def _k2k_provider(
         token_minter=minter,
         summary_interval=settings.node.placement_summary_interval,
         upper_placement=upper_placement.fenced(gate),
+        tracing=traced,
     )
 
 
@@ -369,7 +379,7 @@ def _with_ip(settings: Settings, ip: str) -> Settings:
 
 
 PROGRAM = program.Program(
-    name="virtual-node",
+    name=PROGRAM_NAME,
     parse=_parse,
     logging=program.logging_of,
     notes=_notes,

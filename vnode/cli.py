@@ -16,7 +16,7 @@ from typing import Any
 from tensile.contracts import podpolicy
 from tensile.contracts.labels import DEFAULT_TAINT_KEY, is_label_value
 from tensile.kube import names, timestamps
-from tensile.serving import election_flags, flags
+from tensile.serving import election_flags, flags, tracing
 from tensile.serving.flags import UsageError, boolean, duration
 from vnode.api.certificates import MAX_EXPIRATION_SECONDS, MIN_EXPIRATION_SECONDS
 from vnode.api.certstore import CertificateStore
@@ -239,6 +239,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     _add_migration_flags(p)
     _add_serviceaccount_flags(p)
     flags.add_logging_flags(p)
+    tracing.add_flags(p)
     a("--shutdown-timeout", type=duration, default=10.0, help="bound of a graceful stop")
     _add_lower_kubelet_flags(p)
     a(
@@ -588,6 +589,7 @@ def parse(
     if args.patrol_burst < 1:
         raise UsageError(f"--patrol-burst must be >= 1, got {args.patrol_burst}")
     node = _node_settings(args, env, operating_system)
+    trace, trace_notes = tracing.settings_of(args, env)
     return Settings(
         provider="mock" if args.provider == "mock" else "k8s",
         provider_config=args.provider_config,
@@ -648,7 +650,7 @@ def parse(
         else "",
         log_level=log_choice.level,
         log_format=log_choice.format,
-        notes=(*log_choice.notes, *notes),
+        notes=(*log_choice.notes, *notes, *trace_notes),
         startup_timeout=args.startup_timeout,
         shutdown_timeout=args.shutdown_timeout,
         patrol=PatrolSettings(
@@ -659,6 +661,7 @@ def parse(
         ),
         migration=_migration_settings(args),
         serviceaccount=_serviceaccount_settings(args),
+        tracing=trace,
     )
 
 

@@ -39,6 +39,7 @@ from tensile.kube.workqueue import FairQueuing
 from tensile.serving import endpoints, lifecycle
 from tensile.serving.leadership import Leadership
 from tensile.serving.lifecycle import Component
+from tensile.serving.tracing import NO_TRACING, Tracing
 from vnode.api.certmanager import (
     Clock,
 )
@@ -47,6 +48,7 @@ from vnode.controllers.node import NodeController
 from vnode.controllers.node_objects import node_addresses
 from vnode.controllers.patrol import Audit, Patrol
 from vnode.controllers.patrol_checks import Check, MirrorCheck, PodCheck
+from vnode.controllers.pod_traces import pod_traces
 from vnode.controllers.pods import PodController
 from vnode.provider import Provider
 from vnode.settings import Settings
@@ -112,6 +114,7 @@ class VirtualNode:
         clock: Clock | None = None,
         patrol_clients: Mapping[str, ApiClient] | None = None,
         elector: LeaderElector | None = None,
+        tracing: Tracing = NO_TRACING,
     ) -> None:
         """`informers` is the factory the provider made its informers with (so the node's
         own components share them); `clock` (default: the system clock) times
@@ -121,7 +124,9 @@ class VirtualNode:
         `settings.leader_election` (default: one made here on `upper.heartbeat`), whose
         fence the leading components' upper writes pass (the provider's clients are fenced
         by whoever built it: the command, with the same elector). Raises ValueError for an
-        `elector` without `settings.leader_election`."""
+        `elector` without `settings.leader_election`.
+        `tracing` makes each pod's forwarding a trace (--trace-exporter; the provider's own
+        spans are the provider's)."""
         self.settings = settings
         self._runner = lifecycle.Runner(
             startup_timeout=settings.startup_timeout, shutdown_timeout=settings.shutdown_timeout
@@ -146,6 +151,7 @@ class VirtualNode:
             workers=settings.pods.workers,
             recorder=recorder,
             fairness=FairQueuing(weights=dict(settings.pods.namespace_weights)),
+            traces=pod_traces(tracing, node_name=settings.node.name),
         )
         self.node = NodeController(
             upper=upper.main,

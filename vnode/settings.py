@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from tensile.kube.leaderelection import LeaderElectionSettings
+from tensile.serving.tracing import TraceSettings
 
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
@@ -324,3 +325,6 @@ class Settings:
     serviceaccount: ServiceAccountSettings = field(default_factory=ServiceAccountSettings)
     """--upper-api-address, --serviceaccount-token-refresh-fraction,
     --upper-token-kubeconfig."""
+    tracing: TraceSettings = field(default_factory=TraceSettings)
+    """--trace-exporter, --trace-sample-rate, --trace-service-name, --trace-tag (off by
+    default: see `tensile.serving.tracing`)."""

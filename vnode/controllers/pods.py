@@ -28,6 +28,7 @@ from tensile.kube.resources import PODS, object_key, pod_is_terminal, split_key
 from tensile.kube.workqueue import FairQueuing, QueueSettings, Requeue, Transient, WorkQueue
 from vnode import provider_errors
 from vnode.controllers import pod_decisions
+from vnode.controllers.pod_traces import NO_POD_TRACES, PodTraces
 from vnode.controllers.retry import until_done
 from vnode.provider import PodProvider
 
@@ -61,12 +62,15 @@ class PodController:
         fairness: FairQueuing | None = None,
         sync_timeout: float = 60.0,
         status_coalesce: float = 0.1,
+        traces: PodTraces = NO_POD_TRACES,
     ) -> None:
         """`fairness` weighs namespaces in both queues (default: all equal);
         `sync_timeout` (seconds) bounds one provider call, so a hung backend cannot pin a
         worker forever; `status_coalesce` (seconds) is how long a provider notification
-        waits for more of the same pod before its status is written."""
+        waits for more of the same pod before its status is written; `traces` makes each
+        pod's forwarding a trace (`pod_traces`; default: none)."""
         fairness = fairness or FairQueuing()
+        self._traces = traces
         self._coalesce = status_coalesce
         self._upper = upper
         self._provider = provider
@@ -100,17 +104,21 @@ class PodController:
 
     def _added(self, pod: Obj) -> None:
         key = object_key(pod)
-        self.pods_from_upper.add(key)
-        self.status_from_lower.add(key)
+        with self._traces.event(pod):
+            self.pods_from_upper.add(key)
+            self.status_from_lower.add(key)
 
     def _updated(self, old: Obj, new: Obj) -> None:
         if pod_decisions.spec_changed(old, new):
-            self.pods_from_upper.add(object_key(new))
+            key = object_key(new)
+            self.pods_from_upper.add(key)
+            self._traces.queued(key)
 
     def _deleted(self, pod: Obj) -> None:
         key = object_key(pod)
         self._gone[key] = pod
         self.pods_from_upper.add(key)
+        self._traces.gone(key)
 
     def _provider_changed(self, key: str) -> None:
         # A pod's changes below come in bursts (bound, then started): a short wait lets one
@@ -119,6 +127,7 @@ class PodController:
         # (reading the pod once per burst, not once per change).
         self._moved.add(key)
         self.status_from_lower.add_after(key, self._coalesce)
+        self._traces.noticed(key)
 
     def resync(self) -> None:
         """Queue every pod of the node now (e.g. when the backend is reachable again, so pods
@@ -148,6 +157,12 @@ class PodController:
     async def run(self) -> None:
         """Wait for the upper pod cache, clean up dangling backend pods, then work the queues."""
         await self.informer.wait_synced()
+        try:
+            await self._work()
+        finally:
+            self._traces.close()  # the traces of pods still on their way end here
+
+    async def _work(self) -> None:
         async with asyncio.TaskGroup() as group:
             # Orphans are deleted in the background: a lower cluster that refuses a delete
             # for a while must not hold up the pods that are alive. Each attempt reads the
@@ -176,8 +191,9 @@ class PodController:
     # -- upper -> provider ---------------------------------------------------------------
 
     async def _sync_pod(self, key: str) -> None:
-        async with asyncio.timeout(self._sync_timeout):
-            await self._sync_pod_now(key)
+        with self._traces.sync(key):
+            async with asyncio.timeout(self._sync_timeout):
+                await self._sync_pod_now(key)
 
     async def _sync_pod_now(self, key: str) -> None:
         pod = self.informer.store.get(key)
@@ -276,6 +292,7 @@ class PodController:
             if transient:
                 raise Transient(str(exc)) from exc
             raise
+        self._traces.created(object_key(pod))
         for event in events:
             await self._recorder.record(
                 pod, type=event.type, reason=event.reason, message=event.message
@@ -311,7 +328,8 @@ class PodController:
         desired = self._provider.pod_status(pod)
         if desired is not None and not pod_decisions.nothing_to_tell(desired):
             try:
-                await self._write_status(pod, desired)
+                with self._traces.status(key):
+                    await self._write_status(pod, desired)
             except errors.TRANSIENT as exc:
                 # The upper cluster is down or overloaded: a status must never be dropped
                 # (a completed pod's exit code exists only below), so this key is retried

@@ -19,6 +19,7 @@ from tensile.kube.informer_factory import InformerFactory
 from tensile.kube.mirror.engine import Mirror
 from tensile.kube.mirror.spec import KindSpec
 from tensile.kube.resources import NODES, PODS, SERVICES, Resource, object_key
+from tensile.serving.tracing import NO_TRACING, Tracing
 from vnode.providers.k2k import (
     endpointslices,
     naming,
@@ -60,6 +61,7 @@ def build(
     token_minter: ApiClient | None = None,
     summary_interval: float = 0.0,
     upper_placement: ApiClient | None = None,
+    tracing: Tracing = NO_TRACING,
 ) -> K2KProvider:
     """Return the provider that forwards the pods of node `policy.node_name` to `lower`.
 
@@ -81,7 +83,8 @@ def build(
     `policy.upper_tokens`), asked for through `token_minter` (the node's own identity,
     --upper-token-kubeconfig; default `upper`); `summary_interval` the seconds between two
     looks for the placement summary (--placement-summary-interval; 0: not published),
-    written through `upper_placement` (default `upper`). Nothing is
+    written through `upper_placement` (default `upper`); `tracing` makes spans of traced
+    pods' creates (--trace-exporter; default none). Nothing is
     started and no request is made: the node starts the provider and its informers.
     """
     owner = policy.owner
@@ -213,6 +216,7 @@ def build(
         if policy.upper_tokens
         else None,
         publisher=publisher,
+        tracing=tracing,
     )
     pods.add_handlers(
         Handlers(

@@ -28,6 +28,11 @@ TRIPPED_LABELS_ANNOTATION = "tripped-labels"
 """On a lower pod (tensile-kube's name): JSON of the labels `--ignore-labels` kept off it,
 written by the virtual node, which restores them when it reads the pod back (tensile-kube's
 GetPod)."""
+TRACEPARENT_ANNOTATION = "tensile.io/traceparent"
+"""On a lower pod the virtual node created while tracing (--trace-exporter): the W3C
+traceparent (`00-<trace id>-<span id>-<flags>`) of the span of its create, so a tool on the
+lower side can join the pod's trace. Only the node writes it: one on the upper pod stays
+upstairs, and a pod forwarded untraced has none."""
 NAMESPACE_MAX = names.LABEL_MAX
 """Namespace names are DNS-1123 labels: at most 63 characters."""
 

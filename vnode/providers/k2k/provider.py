@@ -34,6 +34,7 @@ from tensile.kube.informer import Informer
 from tensile.kube.mirror.engine import Mirror, Refused
 from tensile.kube.resources import PODS, object_key
 from tensile.serving.lifecycle import Component
+from tensile.serving.tracing import NO_TRACING, Tracing
 from vnode import provider_errors
 from vnode.provider import (
     NodeUsage,
@@ -59,6 +60,18 @@ PING_TIMEOUT = 5.0
 _REFUSALS = (errors.Invalid, errors.Forbidden, errors.BadRequest)
 _LOG_CHUNK = 256 * 1024
 """Bytes of log joined into one downstream write at most."""
+# The spans of a pod's create, children of the pod controller's sync (its trace: see
+# vnode.controllers.pod_traces).
+DEPENDENCIES_SPAN = "pod.dependencies"
+"""The copies of the pod's ConfigMaps, Secrets and ServiceAccount below."""
+VOLUMES_SPAN = "pod.volumes"
+"""The claims the node provisions below for the pod (with PVControllers)."""
+TOKENS_SPAN = "pod.tokens"
+"""The pod's upper ServiceAccount token Secret made below (with --upper-api-address)."""
+TRANSLATE_SPAN = "pod.translate"
+"""The lower pod made from the upper one (`translate.lower_pod`)."""
+LOWER_CREATE_SPAN = "pod.lower_create"
+"""The POST of the lower pod; its context is the lower pod's `TRACEPARENT_ANNOTATION`."""
 
 
 class PodChanges:
@@ -104,6 +117,7 @@ class K2KProvider:
         adoption: Component | None = None,
         tokens: UpperTokens | None = None,
         publisher: Component | None = None,
+        tracing: Tracing = NO_TRACING,
     ) -> None:
         """Take the collaborators, ready-made and wired (`assembly.build`): `lower` carries
         the pod, log, exec and port-forward traffic, `lower_heartbeat` answers `ping`;
@@ -116,7 +130,8 @@ class K2KProvider:
         --adopt-tensile-kube) takes over tensile-kube's lower objects once this process
         may write, before any other component works (its `take_over`); `tokens` (with
         --upper-api-address) gives the lower pods their upper ServiceAccount tokens;
-        `publisher` writes the placement summary (None: not published)."""
+        `publisher` writes the placement summary (None: not published).
+        `tracing` makes spans of a traced pod's create (--trace-exporter)."""
         self._node_ip = node_ip
         self._lower = lower
         self._heartbeat = lower_heartbeat
@@ -134,6 +149,7 @@ class K2KProvider:
         self._adoption = adoption
         self.tokens = tokens
         self._publisher = publisher
+        self._tracing = tracing
         self._node_callbacks: list[Callable[[], None]] = []
         self._started = False
         self._kubelet_version = "v0.0.0"
@@ -283,26 +299,28 @@ class K2KProvider:
         # A create that fails after copying (the lower apiserver went away, a cancellation)
         # has its copies looked at again once it is over: no pod may use them now.
         with self.dependencies.creating(pod):
-            ensured = await self.dependencies.ensure(pod)
+            with self._tracing.step(DEPENDENCIES_SPAN):
+                ensured = await self.dependencies.ensure(pod)
             provisioned: frozenset[str] = frozenset()
             if self.volumes is not None:
-                provisioned = await self.volumes.ensure_for_pod(pod)
+                with self._tracing.step(VOLUMES_SPAN):
+                    provisioned = await self.volumes.ensure_for_pod(pod)
             if self.tokens is not None:
                 # Its token Secret is the node's before the pod can mount that name.
                 try:
-                    await self.tokens.prepare(pod)
+                    with self._tracing.step(TOKENS_SPAN):
+                        await self.tokens.prepare(pod)
                 except provider_errors.InvalidPod:
                     await self.dependencies.rollback(pod, ensured.created)
                     raise
-            body = translate.lower_pod(
-                pod, policy=self.policy, absent=ensured.absent, provisioned=provisioned
-            )
+            with self._tracing.step(TRANSLATE_SPAN):
+                body = translate.lower_pod(
+                    pod, policy=self.policy, absent=ensured.absent, provisioned=provisioned
+                )
             uid = uid_of(pod)
             self.book.create_sent(upper_uid=uid, lower_key=lower_key)
             try:
-                created = await self._lower.request(
-                    "POST", PODS.path(namespace=lower_ns), body=body
-                )
+                created = await self._post_pod(body, lower_key=lower_key)
             except errors.AlreadyExists:
                 # Our earlier attempt got through; the informer will show it. Its tokens may
                 # not have been asked for (that attempt raised before `issue`).
@@ -336,6 +354,18 @@ class K2KProvider:
             for reason, message in translate.dropped_classes(pod, policy=self.policy)
         ]
         return [*ensured.events, *dropped]
+
+    async def _post_pod(self, body: Obj, *, lower_key: str) -> Obj:
+        """Create `body` below and return the pod created. Traced (the pod's trace is the
+        current one), the POST is a span whose context the pod carries
+        (`naming.TRACEPARENT_ANNOTATION`), so a lower-side tool can join the trace.
+        Raises what the lower apiserver answers (kube errors)."""
+        with self._tracing.step(LOWER_CREATE_SPAN, {"tensile.lower.pod": lower_key}):
+            traceparent = self._tracing.traceparent()
+            if traceparent is not None:
+                body["metadata"]["annotations"][naming.TRACEPARENT_ANNOTATION] = traceparent
+            namespace = namespace_of(body)
+            return await self._lower.request("POST", PODS.path(namespace=namespace), body=body)
 
     async def update_pod(self, pod: Obj) -> None:
         """Apply image, activeDeadlineSeconds, toleration, label and annotation changes."""

@@ -379,6 +379,9 @@ def _lower_marks(
     # Only lower_pod writes tripped-labels; one arriving from above would inject labels the
     # upper pod never had when restored_labels merges it back.
     annotations.pop(naming.TRIPPED_LABELS_ANNOTATION, None)
+    # Only the node writes the trace context below (its create's span); one from above
+    # would join the lower pod to whatever trace its writer chose.
+    annotations.pop(naming.TRACEPARENT_ANNOTATION, None)
     moved = {key: labels.pop(key) for key in policy.ignore_labels if labels.get(key)}
     if moved:
         annotations[naming.TRIPPED_LABELS_ANNOTATION] = json.dumps(
