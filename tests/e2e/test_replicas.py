@@ -66,7 +66,11 @@ def _election_rbac(fleet: Fleet, tmp_path: Path) -> tuple[Path, str, str]:
 def _election_namespace() -> str:
     """The namespace of upper-rbac.yaml's election Role (where the Leases are)."""
     documents = [d for d in yaml.safe_load_all((MANIFESTS / "upper-rbac.yaml").read_text()) if d]
-    [role] = [d for d in documents if d["kind"] == "Role"]
+    [role] = [
+        d
+        for d in documents
+        if d["kind"] == "Role" and d["metadata"]["name"] == "tensile-virtual-node-election"
+    ]
     return str(role["metadata"]["namespace"])
 
 
@@ -352,7 +356,7 @@ def test_a_replica_cut_off_from_the_upper_cluster_deletes_nothing_below(
     name = f"vn-{secrets.token_hex(3)}"
     elects, args = _shipped_election_args()
     kubeconfig = token_kubeconfig(
-        fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig"
+        fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig", node=name
     )
     with FreezableProxy(fleet.upper.server) as proxy:
         (tmp_path / "stale").mkdir()
@@ -442,7 +446,7 @@ def test_a_missing_lease_namespace_is_created_or_the_node_stops_saying_what_to_r
     name = f"vn-{secrets.token_hex(3)}"
     args = ["--leader-elect", f"--leader-elect-resource-namespace={missing}"]
     kubeconfig = token_kubeconfig(
-        fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig"
+        fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig", node=name
     )
     (tmp_path / "refused").mkdir()
     (tmp_path / "allowed").mkdir()
