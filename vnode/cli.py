@@ -221,6 +221,15 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "and cluster)",
     )
     a(
+        "--lower-namespace-role",
+        default="",
+        help="with --namespace-prefix: a ClusterRole of the lower cluster that the node binds "
+        "to its own lower identity in every lower namespace it makes (a RoleBinding made "
+        "with the namespace), for lower credentials whose rights are namespaced "
+        "(manifests/vnode/lower-rbac-namespaced.yaml); its copies are then watched per "
+        "namespace, never cluster-wide. Empty (default): cluster-wide rights (lower-rbac.yaml)",
+    )
+    a(
         "--cluster-id",
         default="",
         help="identity of the upper cluster, recorded on every lower object so several upper "
@@ -595,6 +604,7 @@ def parse(
         pods=PodSettings(
             namespace=args.namespace or None,
             namespace_prefix=_namespace_prefix(args.namespace_prefix),
+            lower_namespace_role=_lower_namespace_role(args),
             cluster_id=_cluster_id(args.cluster_id),
             pod_security_level=_pod_security_level(args.pod_security_level),
             ignore_labels=tuple(k.strip() for k in args.ignore_labels.split(",") if k.strip()),
@@ -856,6 +866,23 @@ def _ip(text: str, name: str) -> str:
         return str(ipaddress.ip_address(text.strip()))
     except ValueError:
         raise UsageError(f"{name} must be an IP address, got {text!r}") from None
+
+
+def _lower_namespace_role(args: argparse.Namespace) -> str:
+    """--lower-namespace-role, checked: it needs --namespace-prefix (without one the lower
+    namespaces are shared with the lower cluster's own workloads and not the node's to
+    grant itself rights in) and a ClusterRole name."""
+    role = str(args.lower_namespace_role)
+    if not role:
+        return ""
+    if not args.namespace_prefix:
+        raise UsageError(
+            "--lower-namespace-role needs --namespace-prefix: only namespaces the node makes "
+            "for its own upper cluster get its RoleBinding"
+        )
+    if not names.is_dns1123_subdomain(role):
+        raise UsageError(f"--lower-namespace-role must be a ClusterRole name, got {role!r}")
+    return role
 
 
 def _namespace_prefix(prefix: str) -> str:
