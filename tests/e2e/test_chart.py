@@ -24,11 +24,15 @@ from typing import Any
 import pytest
 import yaml
 
-from devcluster import binaries, netns, pki, ports
+from descheduler import cli as descheduler_cli
+from devcluster import binaries, netns, pki, podrun, ports
 from devcluster.cluster import Cluster
 from devcluster.fleet import Fleet
 from devcluster.podrun import LocalPod
+from scheduler import cli as scheduler_cli
 from tests.e2e.helpers import get, phase, pod_manifest, token_kubeconfig, wait_for
+from vnode import cli as vnode_cli
+from webhook import cli as webhook_cli
 
 ROOT = Path(__file__).parents[2]
 CHART = ROOT / "charts" / "tensile"
@@ -626,3 +630,62 @@ def test_each_virtual_node_of_the_chart_writes_only_its_own_node_and_leases(
         assert _allowed(
             upper, user, resource="secrets", verb="get", namespace=NAMESPACE, name=secret
         )
+
+
+CONTAINERS = {
+    # program: (the chart's Deployment, the manifest that runs it)
+    "virtual-node": (f"{FULLNAME}-vn-lower-a", "vnode/virtual-node.yaml"),
+    "webhook": (f"{FULLNAME}-webhook", "webhook/webhook.yaml"),
+    "descheduler": (f"{FULLNAME}-descheduler", "descheduler/descheduler.yaml"),
+    "scheduler": (f"{FULLNAME}-scheduler", "scheduler/scheduler.yaml"),
+}
+
+
+def _args(container: dict[str, Any], *, node: str, policy: Path) -> list[str]:
+    """`container`'s arguments in the manifests' names, with the kubelet's `$(VAR)`
+    expanded as the pods would have them, and the descheduler's policy file at `policy`."""
+    env = {"POD_NAMESPACE": "tensile-system", "POD_IP": "10.0.0.1", "POD_NAME": node}
+    found = []
+    for arg in container["args"]:
+        text = str(arg).replace(FULLNAME, "tensile").replace(NAMESPACE, "tensile-system")
+        text = podrun.expand(text, env)
+        if text.startswith("--nodename="):
+            text = f"--nodename={node}"
+        if text.startswith("--policy-config-file="):
+            text = f"--policy-config-file={policy}"
+        found.append(text)
+    return found
+
+
+def _settings(program: str, args: list[str]) -> object:
+    env = {"POD_NAMESPACE": "tensile-system"}
+    if program == "virtual-node":
+        return vnode_cli.parse(args, env=env, holder="x")
+    if program == "webhook":
+        return webhook_cli.parse(args, env=env)
+    if program == "descheduler":
+        return descheduler_cli.parse(args, holder="x")[0]
+    return scheduler_cli.parse(args)
+
+
+@pytest.mark.parametrize("program", sorted(CONTAINERS))
+def test_the_chart_passes_each_program_what_its_manifests_pass(
+    helm: str, program: str, tmp_path: Path
+) -> None:
+    """manifests/ is the one source of each program's arguments too: the chart's defaults
+    give each program the settings its manifest gives it (parsed by the program's own
+    flags, so a default spelt out in one and left out of the other is the same)."""
+    deployment, manifest = CONTAINERS[program]
+    objects = render(helm, EVERYTHING)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump(yaml.safe_load(VALUES.read_text())["descheduler"]["policy"]))
+    [chart] = by_kind(objects, "Deployment", deployment)["spec"]["template"]["spec"]["containers"]
+    [shipped] = [
+        d["spec"]["template"]["spec"]["containers"][0]
+        for d in yaml.safe_load_all((MANIFESTS / manifest).read_text())
+        if d and d["kind"] in ("Deployment", "StatefulSet")
+    ]
+    node = "virtual-kubelet-0"
+    assert _settings(program, _args(chart, node=node, policy=policy)) == _settings(
+        program, _args(shipped, node=node, policy=policy)
+    )
