@@ -327,6 +327,7 @@ async def _k2k_provider(
         token_refresh_fraction=settings.serviceaccount.token_refresh_fraction,
         token_minter=minter,
         summary_interval=settings.node.placement_summary_interval,
+        namespace_role=settings.pods.lower_namespace_role,
         upper_placement=upper_placement.fenced(gate),
         tracing=traced,
     )

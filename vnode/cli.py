@@ -167,23 +167,8 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     a("--event-burst", type=int, default=100, help="Event burst above --event-qps")
     _add_patrol_flags(p)
-    _add_kubelet_auth_flags(p)
+    _add_kubelet_auth_flags(p, env)
     _add_placement_flags(p)
-    a(
-        "--client-verify-ca",
-        default=env.get("APISERVER_CA_CERT_LOCATION", ""),
-        help="CA of kubelet API clients' certificates (env APISERVER_CA_CERT_LOCATION)",
-    )
-    a("--no-verify-clients", action="store_true", help="DEVELOPMENT ONLY: no kubelet API auth")
-    a(
-        "--anonymous-auth",
-        type=boolean,
-        default=False,
-        nargs="?",
-        const=True,
-        help="kubelet API: requests without credentials are system:anonymous, then authorized "
-        "by SubjectAccessReview (default false: 401)",
-    )
     # the kubelet's serving-certificate flags (used when APISERVER_CERT_LOCATION is unset)
     a(
         "--rotate-server-certificates",
@@ -219,6 +204,15 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "whose lower namespace name would be longer than 63 characters is refused; with a "
         "prefix, pods go only into lower namespaces tensile created for their upper namespace "
         "and cluster)",
+    )
+    a(
+        "--lower-namespace-role",
+        default="",
+        help="with --namespace-prefix: a ClusterRole of the lower cluster that the node binds "
+        "to its own lower identity in every lower namespace it makes (a RoleBinding made "
+        "with the namespace), for lower credentials whose rights are namespaced "
+        "(manifests/vnode/lower-rbac-namespaced.yaml); its copies are then watched per "
+        "namespace, never cluster-wide. Empty (default): cluster-wide rights (lower-rbac.yaml)",
     )
     a(
         "--cluster-id",
@@ -273,7 +267,7 @@ def _add_patrol_flags(p: flags.Parser) -> None:
     a("--patrol-burst", type=int, default=10, help="patrol client burst above --patrol-qps")
 
 
-def _add_kubelet_auth_flags(p: flags.Parser) -> None:
+def _add_kubelet_auth_flags(p: flags.Parser, env: Mapping[str, str]) -> None:
     """node-cli's kubelet API authentication and authorization flags (the kubelet's names):
     the cache lifetimes are honoured (`vnode.api.auth`); the kubelet API always checks bearer
     tokens, so --authentication-token-webhook=false is refused."""
@@ -304,6 +298,21 @@ def _add_kubelet_auth_flags(p: flags.Parser) -> None:
             default=default,
             help=f"how long the answer of a {what} is reused (default {default:g}s; 0: never)",
         )
+    a(
+        "--client-verify-ca",
+        default=env.get("APISERVER_CA_CERT_LOCATION", ""),
+        help="CA of kubelet API clients' certificates (env APISERVER_CA_CERT_LOCATION)",
+    )
+    a("--no-verify-clients", action="store_true", help="DEVELOPMENT ONLY: no kubelet API auth")
+    a(
+        "--anonymous-auth",
+        type=boolean,
+        default=False,
+        nargs="?",
+        const=True,
+        help="kubelet API: requests without credentials are system:anonymous, then authorized "
+        "by SubjectAccessReview (default false: 401)",
+    )
 
 
 def _add_lower_kubelet_flags(p: flags.Parser) -> None:
@@ -597,6 +606,7 @@ def parse(
         pods=PodSettings(
             namespace=args.namespace or None,
             namespace_prefix=_namespace_prefix(args.namespace_prefix),
+            lower_namespace_role=_lower_namespace_role(args),
             cluster_id=_cluster_id(args.cluster_id),
             pod_security_level=_pod_security_level(args.pod_security_level),
             ignore_labels=tuple(k.strip() for k in args.ignore_labels.split(",") if k.strip()),
@@ -859,6 +869,23 @@ def _ip(text: str, name: str) -> str:
         return str(ipaddress.ip_address(text.strip()))
     except ValueError:
         raise UsageError(f"{name} must be an IP address, got {text!r}") from None
+
+
+def _lower_namespace_role(args: argparse.Namespace) -> str:
+    """--lower-namespace-role, checked: it needs --namespace-prefix (without one the lower
+    namespaces are shared with the lower cluster's own workloads and not the node's to
+    grant itself rights in) and a ClusterRole name."""
+    role = str(args.lower_namespace_role)
+    if not role:
+        return ""
+    if not args.namespace_prefix:
+        raise UsageError(
+            "--lower-namespace-role needs --namespace-prefix: only namespaces the node makes "
+            "for its own upper cluster get its RoleBinding"
+        )
+    if not names.is_dns1123_subdomain(role):
+        raise UsageError(f"--lower-namespace-role must be a ClusterRole name, got {role!r}")
+    return role
 
 
 def _namespace_prefix(prefix: str) -> str:

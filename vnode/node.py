@@ -34,6 +34,7 @@ from tensile.kube.informer import Informer
 from tensile.kube.informer_factory import InformerFactory
 from tensile.kube.leaderelection import LeaderElector
 from tensile.kube.mirror.engine import Mirror
+from tensile.kube.namespaced import NamespacedInformer
 from tensile.kube.resources import EVENTS
 from tensile.kube.workqueue import FairQueuing
 from tensile.serving import endpoints, lifecycle
@@ -200,7 +201,11 @@ class VirtualNode:
         audits = [
             Audit(informer=informer, client=clients[informer.selection.client.name])
             for informer in self.informers()
-            if informer.selection.client.name in clients and informer.selection.resource != EVENTS
+            if informer.selection.client.name in clients
+            and informer.selection.resource != EVENTS
+            # Watched namespace by namespace (--lower-namespace-role): no cluster-wide list
+            # to audit against; the mirrors' own checks still compare both sides.
+            and not isinstance(informer, NamespacedInformer)
         ]
         checks: list[Check] = [PodCheck(pods=self.pods, provider=provider)]
         checks += [MirrorCheck(c) for c in self.components if isinstance(c, Mirror)]

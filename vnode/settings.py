@@ -91,6 +91,9 @@ class PodSettings:
     """--namespace: only upper pods of this namespace (None: all)."""
     namespace_prefix: str = ""
     """--namespace-prefix: lower namespace = prefix + upper namespace."""
+    lower_namespace_role: str = ""
+    """--lower-namespace-role: the lower ClusterRole bound to the node's lower identity in
+    each lower namespace it makes ("": its rights are cluster-wide)."""
     cluster_id: str = ""
     """--cluster-id: the upper cluster's identity on lower objects ("": read the UID of the
     upper kube-system namespace at start)."""

@@ -66,6 +66,7 @@ class Informer:
         self.name = name
         self.store = Store(indexers=indexers, encoded=encoded)
         self._handlers: list[Handlers] = []
+        self._always: list[Handlers] = []
         self._held = False
         """While True the store is kept but no handler is told (a standby replica)."""
         self._synced = asyncio.Event()
@@ -84,9 +85,12 @@ class Informer:
             transform=transform,
         )
 
-    def add_handlers(self, handlers: Handlers) -> None:
-        """Register callbacks; add them before `run` so the initial list reaches them."""
-        self._handlers.append(handlers)
+    def add_handlers(self, handlers: Handlers, *, always: bool = False) -> None:
+        """Register callbacks; add them before `run` so the initial list reaches them.
+        `always`: told even while the handlers are held (`hold_handlers`), for callbacks
+        that keep what a standby must keep warm too (which namespaces to watch), never
+        for ones that queue work."""
+        (self._always if always else self._handlers).append(handlers)
 
     def hold_handlers(self) -> None:
         """Keep the store current but tell no handler of any change until
@@ -136,9 +140,7 @@ class Informer:
 
     def _dispatch(self, event: Event) -> None:
         self._cached.set(len(self.store))
-        if self._held:
-            return
-        for h in self._handlers:
+        for h in self._always if self._held else [*self._always, *self._handlers]:
             try:
                 if event.type == "ADDED" and h.on_add is not None:
                     h.on_add(event.obj)

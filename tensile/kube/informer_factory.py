@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from tensile.contracts.objects import Obj
 from tensile.kube.client import ApiClient
 from tensile.kube.informer import Informer, compact
+from tensile.kube.namespaced import NamespacedInformer, NamespaceSet
 from tensile.kube.reflector import ReflectorSettings
 from tensile.kube.resources import Resource
 
@@ -30,6 +31,7 @@ class _Selection:
     namespace: str | None
     label_selector: str | None
     field_selector: str | None
+    namespaces: NamespaceSet | None
 
 
 @dataclass(frozen=True)
@@ -55,12 +57,14 @@ class InformerFactory:
         *,
         name: str | None = None,
         namespace: str | None = None,
+        namespaces: NamespaceSet | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
         transform: Transform | None = compact,
         encoded: bool = False,
     ) -> Informer:
-        """Return the informer of `resource` through `client` (optionally one namespace and
+        """Return the informer of `resource` through `client` (optionally one namespace, or
+        the changing set `namespaces`, one watch each (`NamespacedInformer`), and
         selectors), creating it on first use; a fenced view of a client stands for that
         client (`ApiClient.unfenced`).
 
@@ -82,28 +86,43 @@ class InformerFactory:
             namespace,
             label_selector or None,
             field_selector or None,
+            namespaces,
         )
         form = _Form(transform, encoded)
         found = self._informers.get(selection)
         if found is not None:
-            informer, existing = found
+            shared, existing = found
             if existing != form:
                 raise ValueError(
-                    f"informer {informer.name} is shared with another cache form "
+                    f"informer {shared.name} is shared with another cache form "
                     f"({existing} vs {form})"
                 )
-            return informer
-        informer = Informer(
-            client,
-            resource,
-            name=name or f"{client.name}-{resource.plural}",
-            namespace=namespace,
-            label_selector=label_selector,
-            field_selector=field_selector,
-            settings=self._settings,
-            transform=transform,
-            encoded=encoded,
-        )
+            return shared
+        informer: Informer
+        if namespaces is not None:
+            informer = NamespacedInformer(
+                client,
+                resource,
+                name=name or f"{client.name}-{resource.plural}",
+                namespaces=namespaces,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                settings=self._settings,
+                transform=transform,
+                encoded=encoded,
+            )
+        else:
+            informer = Informer(
+                client,
+                resource,
+                name=name or f"{client.name}-{resource.plural}",
+                namespace=namespace,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                settings=self._settings,
+                transform=transform,
+                encoded=encoded,
+            )
         self._informers[selection] = (informer, form)
         return informer
 

@@ -270,9 +270,12 @@ class Reflector:
                 self._on_event(Event(type=kind, obj=obj, previous=previous))
 
     def _delete_unseen(self, seen: set[str]) -> None:
-        # What the list did not name was deleted while no watch was running.
+        # What the list did not name was deleted while no watch was running. A namespaced
+        # reflector answers for its namespace only: a store may be shared by the reflectors
+        # of several namespaces (`tensile.kube.namespaced`).
+        mine = f"{self._namespace}/" if self._namespace else ""
         for key in self._store.keys():
-            if key not in seen:
+            if key not in seen and key.startswith(mine):
                 gone = self._store.delete(key)
                 if gone is not None:
                     self._on_event(Event(type="DELETED", obj=gone))

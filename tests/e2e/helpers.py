@@ -111,10 +111,21 @@ def token_kubeconfig(
     path: Path,
     *,
     service_account: str = "tensile-virtual-node",
+    node: str | None = None,
 ) -> Path:
     """Apply the RBAC `manifest` to `cluster` and write to `path` a kubeconfig with a 1 h
-    token of its ServiceAccount tensile-system/`service_account`; return `path`."""
-    cluster.kubectl("apply", "-f", str(manifest))
+    token of its ServiceAccount tensile-system/`service_account`; return `path`.
+
+    `node`: the virtual node the account runs, for manifests that grant a node its own Node
+    and Leases by name (upper-rbac.yaml): the node names shipped there are replaced by it,
+    and its election Lease is added, as an administrator does for another node name."""
+    if node is None:
+        cluster.kubectl("apply", "-f", str(manifest))
+    else:
+        documents = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
+        cluster.kubectl(
+            "apply", "-f", "-", input=yaml.safe_dump_all(for_node(d, node) for d in documents)
+        )
     token = cluster.kubectl(
         "create", "token", service_account, "-n", "tensile-system", "--duration=1h"
     ).stdout.strip()
@@ -139,6 +150,29 @@ def token_kubeconfig(
         )
     )
     return path
+
+
+SHIPPED_NODES = ("virtual-kubelet-0", "virtual-kubelet")
+"""The node names the shipped manifests grant their own Node and Leases to."""
+
+
+def for_node(document: dict[str, Any], node: str) -> dict[str, Any]:
+    """`document` (a Role or ClusterRole of the shipped manifests; anything else as it is)
+    with the rights it grants the shipped nodes by name granted to `node` instead, and
+    the election Lease of `node` (tensile-virtual-node-`node`) beside the shipped ones."""
+    if document.get("kind") not in ("Role", "ClusterRole"):
+        return document
+    rules = []
+    for rule in document.get("rules") or []:
+        names = rule.get("resourceNames")
+        if names:
+            renamed = [node if n in SHIPPED_NODES else n for n in names]
+            if any(n == f"tensile-virtual-node-{s}" for n in names for s in SHIPPED_NODES):
+                renamed.append(f"tensile-virtual-node-{node}")
+            rules.append({**rule, "resourceNames": sorted(set(renamed))})
+        else:
+            rules.append(rule)
+    return {**document, "rules": rules}
 
 
 def kubelet_request(

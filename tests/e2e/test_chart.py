@@ -12,7 +12,11 @@ arguments and volumes start them, its Secret carries the lower kubeconfig.
 
 from __future__ import annotations
 
+import base64
+import ssl
 import subprocess
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,11 +24,15 @@ from typing import Any
 import pytest
 import yaml
 
-from devcluster import binaries, netns, ports
+from descheduler import cli as descheduler_cli
+from devcluster import binaries, netns, pki, podrun, ports
 from devcluster.cluster import Cluster
 from devcluster.fleet import Fleet
 from devcluster.podrun import LocalPod
+from scheduler import cli as scheduler_cli
 from tests.e2e.helpers import get, phase, pod_manifest, token_kubeconfig, wait_for
+from vnode import cli as vnode_cli
+from webhook import cli as webhook_cli
 
 ROOT = Path(__file__).parents[2]
 CHART = ROOT / "charts" / "tensile"
@@ -144,12 +152,10 @@ def test_cert_manager_mode_uses_a_certificate_and_drops_the_bootstrap_permission
     assert not [o for o in objects if o["kind"] == "Issuer"]
 
 
-def test_the_scheduler_extender_is_off_by_default_and_reads_only_nodes(helm: str) -> None:
+def test_the_scheduler_extender_is_off_by_default(helm: str) -> None:
     scheduler = f"{FULLNAME}-scheduler"
     assert not [o for o in render(helm, {}) if o["metadata"]["name"] == scheduler]
     objects = render(helm, {"scheduler": {"enabled": True}})
-    rules = by_kind(objects, "ClusterRole", scheduler)["rules"]
-    assert rules == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}]
     pod = by_kind(objects, "Deployment", scheduler)["spec"]["template"]["spec"]
     assert pod["containers"][0]["command"] == ["tensile-scheduler"]
     assert "--tls-cert-file=/etc/tensile/tls/tls.crt" in pod["containers"][0]["args"]
@@ -177,26 +183,26 @@ def test_the_token_rule_is_granted_only_to_nodes_that_ask_with_the_account(
     values = {"virtualNode": {"args": common, "nodes": [
         {"name": "lower-a", "kubeconfigSecret": "lower-a", "args": own},
     ]}}  # fmt: skip
-    rules = by_kind(render(helm, values), "ClusterRole", f"{FULLNAME}-virtual-node")["rules"]
+    rules = by_kind(render(helm, values), "ClusterRole", f"{FULLNAME}-vn-lower-a")["rules"]
     token_rule = {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]}
     assert (token_rule in rules) is granted
 
 
 def test_every_virtual_node_elects_one_replica_too(helm: str) -> None:
     """A node of one replica runs with --leader-elect like one of two: a process cut off
-    from the upper cluster stops writing below before a replacement may lead. The election
-    Role names every node's Lease."""
+    from the upper cluster stops writing below before a replacement may lead. Each node's
+    election Role names its own Lease, for its own account."""
     objects = render(helm, TWO_NODES)
     for node in ("lower-a", "lower-b"):
         deployment = by_kind(objects, "Deployment", f"{FULLNAME}-vn-{node}")
         args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
         assert "--leader-elect=true" in args, (node, args)
         assert f"--leader-elect-resource-namespace={NAMESPACE}" in args
-    role = by_kind(objects, "Role", f"{FULLNAME}-virtual-node-election")
-    assert role["rules"][0]["resourceNames"] == [
-        "tensile-virtual-node-lower-a",
-        "tensile-virtual-node-lower-b",
-    ]
+        # Its own account may keep its own Lease only.
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == f"{FULLNAME}-vn-{node}"
+        role = by_kind(objects, "Role", f"{FULLNAME}-vn-{node}-election")
+        assert role["rules"][0]["resourceNames"] == [f"tensile-virtual-node-{node}"]
 
 
 def _namespace(cluster: Cluster, name: str) -> None:
@@ -236,6 +242,63 @@ def _node_ready(cluster: Cluster) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
+VALUES = CHART / "values.yaml"
+
+
+def _scheduler_secrets(cluster: Cluster, directory: Path) -> None:
+    """The Secrets the chart's scheduler mounts without cert-manager: its serving
+    certificate (<fullname>-scheduler-tls) and the CA of its callers' client certificates
+    (<fullname>-scheduler-client-ca, ca.crt), from a CA made here."""
+    directory.mkdir()
+    ca = pki.CertificateAuthority.create(directory=directory, name="scheduler-ca")
+    name = f"{FULLNAME}-scheduler"
+    serving = ca.issue(
+        directory=directory,
+        name="serving",
+        common_name=name,
+        dns_names=(f"{name}.{NAMESPACE}.svc",),
+        server=True,
+    )
+    pem = {
+        "tls.crt": serving.cert.read_bytes(),
+        "tls.key": serving.key.read_bytes(),
+        "ca.crt": ca.pair.cert.read_bytes(),
+    }
+    for secret, data in ((f"{name}-tls", pem), (f"{name}-client-ca", {"ca.crt": pem["ca.crt"]})):
+        manifest = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": secret, "namespace": NAMESPACE},
+            "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+        }
+        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(manifest))
+
+
+def _probe(cluster: Cluster, host: str, pod_name: str, probe: str) -> int | None:
+    """The HTTP status `probe` (readinessProbe, livenessProbe) of the installed pod
+    `pod_name` answers at `host` (hostNetwork or not, its process runs here), or None
+    while it does not answer. HTTPS probes, like the kubelet's, verify no certificate."""
+    pod = cluster.rest().request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/{pod_name}")
+    [container] = pod["spec"]["containers"]
+    get_ = container[probe]["httpGet"]
+    port = get_["port"]
+    if isinstance(port, str):
+        [port] = [p["containerPort"] for p in container["ports"] if p["name"] == port]
+    scheme = str(get_.get("scheme", "HTTP")).lower()
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(
+            f"{scheme}://{host}:{port}{get_['path']}", timeout=5, context=context
+        ) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return None
+
+
 @pytest.fixture
 def installed(
     fleet: Fleet, helm: str, private_network: netns.Network, tmp_path: Path
@@ -263,7 +326,12 @@ def installed(
             "args": ["--shutdown-delay=0s"],
         },
         "descheduler": {"replicas": 1, "metricsPort": ports.pick(host=host, taken=taken)},
+        "scheduler": {"enabled": True, "replicas": 1, "port": ports.pick(host=host, taken=taken)},
     }
+    if "metricsPort" in yaml.safe_load(VALUES.read_text())["scheduler"]:
+        values["scheduler"]["metricsPort"] = ports.pick(host=host, taken=taken)
+    _namespace(upper, NAMESPACE)
+    _scheduler_secrets(upper, tmp_path / "scheduler-pki")
     values_file = tmp_path / "values.yaml"
     values_file.write_text(yaml.safe_dump(values))
     install = run_helm(
@@ -278,8 +346,8 @@ def installed(
         upper.kubectl("delete", "node", NODE, "--ignore-not-found")
 
 
-def test_an_installed_chart_runs_a_virtual_node_webhook_and_descheduler(
-    fleet: Fleet, helm: str, installed: Path, tmp_path: Path
+def test_an_installed_chart_runs_a_virtual_node_webhook_descheduler_and_scheduler(
+    fleet: Fleet, helm: str, installed: Path, tmp_path: Path, private_network: netns.Network
 ) -> None:
     upper = fleet.upper
     # What helm says it installed is what the apiserver has.
@@ -290,12 +358,13 @@ def test_an_installed_chart_runs_a_virtual_node_webhook_and_descheduler(
     assert len(objects) >= 20
     for obj in objects:
         kind, name = obj["kind"].lower(), obj["metadata"]["name"]
-        namespaced = ["-n", NAMESPACE] if obj["metadata"].get("namespace") else []
+        namespace = obj["metadata"].get("namespace")
+        namespaced = ["-n", namespace] if namespace else []
         upper.kubectl("get", kind, name, *namespaced)
     # The containers of its pods, run here as their pods' ServiceAccounts.
     local = [
         LocalPod(upper, namespace=NAMESPACE, name=_pod_of(upper, c), directory=tmp_path / c)
-        for c in ("virtual-node", "webhook", "descheduler")
+        for c in ("virtual-node", "webhook", "descheduler", "scheduler")
     ]
     try:
         for pod in local:
@@ -338,9 +407,285 @@ def test_an_installed_chart_runs_a_virtual_node_webhook_and_descheduler(
             lambda: ((get(upper.rest(), lease_path) or {}).get("spec") or {}).get("holderIdentity"),
             timeout=30,
         )
+        # The scheduler extender becomes ready: its Nodes and its quota slices' caches
+        # are listed with the chart's RBAC (manifests/scheduler/rbac.yaml's rules).
+        host = private_network.host_address(0)
+        scheduler = local[3].name
+        wait_for(
+            "the chart's scheduler extender to be ready",
+            lambda: _probe(upper, host, scheduler, "readinessProbe") == 200,
+            timeout=60,
+        )
         for pod in local:
             pod.check()
     finally:
         for pod in local:
             pod.stop()
         upper.kubectl("delete", "namespace", "chart-e2e-pods", "--wait=false", "--ignore-not-found")
+
+
+# -- one source: the chart grants and passes what manifests/ does ----------------------
+
+MANIFESTS = ROOT / "manifests"
+EVERYTHING: dict[str, Any] = {
+    "virtualNode": {
+        "csrSelfApprove": True,
+        "nodes": [
+            {"name": "lower-a", "kubeconfigSecret": "lower-a"},
+            # Asks for its pods' upper tokens with its account.
+            {
+                "name": "lower-b",
+                "kubeconfigSecret": "lower-b",
+                "args": ["--upper-api-address=upper:6443"],
+            },
+        ],
+    },
+    "scheduler": {"enabled": True},
+}
+"""Chart values that turn every optional grant on."""
+MANIFEST_FILES = {
+    "virtual-node": (
+        "vnode/upper-rbac.yaml",
+        "vnode/upper-rbac-csr-self-approve.yaml",
+        "vnode/upper-rbac-serviceaccount-tokens.yaml",
+    ),
+    "webhook": ("webhook/rbac.yaml",),
+    "descheduler": ("descheduler/rbac.yaml",),
+    "scheduler": ("scheduler/rbac.yaml",),
+}
+"""Each program's RBAC in manifests/, for one account (tensile-system/tensile-<program>)."""
+SHIPPED_NODES = ("virtual-kubelet-0", "virtual-kubelet")
+
+Grant = tuple[str, str, str, str, str]
+"""(namespace or "*" for the cluster, apiGroup, resource, resourceName or "", verb)."""
+
+
+def granted(objects: list[dict[str, Any]], *, account: str, namespace: str) -> set[Grant]:
+    """What ServiceAccount `namespace`/`account` may do through `objects`' bindings."""
+    roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in objects}
+    subject = {"kind": "ServiceAccount", "name": account, "namespace": namespace}
+    found: set[Grant] = set()
+    for binding in objects:
+        if binding["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        if subject not in binding.get("subjects") or []:
+            continue
+        scope = binding["metadata"].get("namespace") or "*"
+        ref = binding["roleRef"]
+        role = roles[(ref["kind"], None if ref["kind"] == "ClusterRole" else scope, ref["name"])]
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for name in rule.get("resourceNames") or [""]:
+                        found |= {(scope, group, resource, name, v) for v in rule["verbs"]}
+    return found
+
+
+def normalized(grants: set[Grant], *, release: bool, node: str = "") -> set[Grant]:
+    """`grants` in the manifests' names: the chart's namespace is tensile-system, its
+    `<fullname>-x` objects tensile-x, and a virtual node's own name (the chart's `node`,
+    the manifests' shipped ones) is NODE."""
+
+    def name(text: str) -> str:
+        if release:
+            text = text.replace(FULLNAME, "tensile")
+        for own in (node,) if release else SHIPPED_NODES:
+            if not text or not own:
+                continue
+            if text == own:
+                return "NODE"
+            if text == f"tensile-virtual-node-{own}":
+                return "tensile-virtual-node-NODE"
+        return text
+
+    return {
+        ("tensile-system" if release and scope == NAMESPACE else scope, g, r, name(n), v)
+        for scope, g, r, n, v in grants
+    }
+
+
+def manifest_objects(program: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for file in MANIFEST_FILES[program]:
+        found += [d for d in yaml.safe_load_all((MANIFESTS / file).read_text()) if d]
+    return found
+
+
+@pytest.mark.parametrize(
+    ("program", "account", "node"),
+    [
+        ("virtual-node", f"{FULLNAME}-vn-lower-b", "lower-b"),
+        ("webhook", f"{FULLNAME}-webhook", ""),
+        ("descheduler", f"{FULLNAME}-descheduler", ""),
+        ("scheduler", f"{FULLNAME}-scheduler", ""),
+    ],
+)
+def test_the_chart_grants_each_program_what_its_manifests_grant_rule_for_rule(
+    helm: str, program: str, account: str, node: str
+) -> None:
+    """manifests/ is the one source of each program's RBAC; the chart, which names its
+    objects after the release and each virtual node after its own node, grants the same,
+    grant by grant (a rule the program gained in one and not the other fails here)."""
+    chart = normalized(
+        granted(render(helm, EVERYTHING), account=account, namespace=NAMESPACE),
+        release=True,
+        node=node,
+    )
+    shipped = normalized(
+        granted(
+            manifest_objects(program), account=f"tensile-{program}", namespace="tensile-system"
+        ),
+        release=False,
+    )
+    assert chart, account
+    assert (sorted(chart - shipped), sorted(shipped - chart)) == ([], []), (
+        "(granted by the chart only, granted by manifests/ only)"
+    )
+
+
+def test_a_virtual_node_of_the_chart_asking_for_no_tokens_is_not_granted_them(
+    helm: str,
+) -> None:
+    chart = granted(render(helm, EVERYTHING), account=f"{FULLNAME}-vn-lower-a", namespace=NAMESPACE)
+    assert not [g for g in chart if g[2] == "serviceaccounts/token"]
+    assert ("*", "", "nodes", "lower-a", "update") in chart
+    assert not [g for g in chart if g[3] == "lower-b"]
+
+
+def _allowed(cluster: Cluster, user: str, **attributes: str) -> bool:
+    """Whether the upper apiserver lets `user` do what `attributes` name (a
+    SubjectAccessReview: the authorizers the cluster runs, RBAC included)."""
+    review = cluster.rest().request(
+        "POST",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        body={
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user,
+                "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}"],
+                "resourceAttributes": attributes,
+            },
+        },
+    )
+    return bool(review["status"].get("allowed"))
+
+
+def test_each_virtual_node_of_the_chart_writes_only_its_own_node_and_leases(
+    fleet: Fleet, helm: str
+) -> None:
+    """Each node's pod runs as an account of its own, which may write its own Node, its
+    Node's Lease and its election Lease, and not another node's. What RBAC cannot narrow
+    stays: any node's account reads every Secret (its pods' Secrets are copied below), so
+    also the other nodes' lower kubeconfigs (docs/tenancy.md says what to do about it)."""
+    upper = fleet.upper
+    _namespace(upper, NAMESPACE)
+    objects = render(helm, TWO_NODES)
+    rbac = [
+        o
+        for o in objects
+        if o["kind"]
+        in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+    ]
+    upper.kubectl("apply", "-f", "-", input="\n---\n".join(yaml.safe_dump(o) for o in rbac))
+    accounts = {}
+    for node in ("lower-a", "lower-b"):
+        pod = by_kind(objects, "Deployment", f"{FULLNAME}-vn-{node}")["spec"]["template"]["spec"]
+        accounts[node] = f"system:serviceaccount:{NAMESPACE}:{pod['serviceAccountName']}"
+    for node, other in (("lower-a", "lower-b"), ("lower-b", "lower-a")):
+        user = accounts[node]
+        for name, allowed in ((node, True), (other, False)):
+            for attributes in (
+                {"resource": "nodes", "verb": "update", "name": name},
+                {"resource": "nodes", "verb": "patch", "name": name},
+                {"resource": "nodes", "subresource": "status", "verb": "patch", "name": name},
+                {"resource": "nodes", "verb": "watch", "name": name},
+                {
+                    "group": "coordination.k8s.io",
+                    "resource": "leases",
+                    "namespace": "kube-node-lease",
+                    "verb": "update",
+                    "name": name,
+                },
+                {
+                    "group": "coordination.k8s.io",
+                    "resource": "leases",
+                    "namespace": NAMESPACE,
+                    "verb": "update",
+                    "name": f"tensile-virtual-node-{name}",
+                },
+            ):
+                assert _allowed(upper, user, **attributes) is allowed, (node, attributes)
+        # Nothing else in kube-node-lease, and no Node but by name (create cannot be).
+        for attributes in (
+            {"group": "coordination.k8s.io", "resource": "leases", "verb": "update",
+             "namespace": "kube-node-lease", "name": "some-real-node"},
+            {"resource": "nodes", "verb": "list"},
+            {"resource": "nodes", "verb": "delete", "name": node},
+        ):  # fmt: skip
+            assert not _allowed(upper, user, **attributes), (node, attributes)
+        assert _allowed(upper, user, resource="nodes", verb="create")
+        # The limit: pods' Secrets are read cluster-wide, the other node's kubeconfig too.
+        secret = by_kind(objects, "Secret", f"{FULLNAME}-lower-lower-a")["metadata"]["name"]
+        assert _allowed(
+            upper, user, resource="secrets", verb="get", namespace=NAMESPACE, name=secret
+        )
+
+
+CONTAINERS = {
+    # program: (the chart's Deployment, the manifest that runs it)
+    "virtual-node": (f"{FULLNAME}-vn-lower-a", "vnode/virtual-node.yaml"),
+    "webhook": (f"{FULLNAME}-webhook", "webhook/webhook.yaml"),
+    "descheduler": (f"{FULLNAME}-descheduler", "descheduler/descheduler.yaml"),
+    "scheduler": (f"{FULLNAME}-scheduler", "scheduler/scheduler.yaml"),
+}
+
+
+def _args(container: dict[str, Any], *, node: str, policy: Path) -> list[str]:
+    """`container`'s arguments in the manifests' names, with the kubelet's `$(VAR)`
+    expanded as the pods would have them, and the descheduler's policy file at `policy`."""
+    env = {"POD_NAMESPACE": "tensile-system", "POD_IP": "10.0.0.1", "POD_NAME": node}
+    found = []
+    for arg in container["args"]:
+        text = str(arg).replace(FULLNAME, "tensile").replace(NAMESPACE, "tensile-system")
+        text = podrun.expand(text, env)
+        if text.startswith("--nodename="):
+            text = f"--nodename={node}"
+        if text.startswith("--policy-config-file="):
+            text = f"--policy-config-file={policy}"
+        found.append(text)
+    return found
+
+
+def _settings(program: str, args: list[str]) -> object:
+    env = {"POD_NAMESPACE": "tensile-system"}
+    if program == "virtual-node":
+        return vnode_cli.parse(args, env=env, holder="x")
+    if program == "webhook":
+        return webhook_cli.parse(args, env=env)
+    if program == "descheduler":
+        return descheduler_cli.parse(args, holder="x")[0]
+    return scheduler_cli.parse(args)
+
+
+@pytest.mark.parametrize("program", sorted(CONTAINERS))
+def test_the_chart_passes_each_program_what_its_manifests_pass(
+    helm: str, program: str, tmp_path: Path
+) -> None:
+    """manifests/ is the one source of each program's arguments too: the chart's defaults
+    give each program the settings its manifest gives it (parsed by the program's own
+    flags, so a default spelt out in one and left out of the other is the same)."""
+    deployment, manifest = CONTAINERS[program]
+    objects = render(helm, EVERYTHING)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump(yaml.safe_load(VALUES.read_text())["descheduler"]["policy"]))
+    [chart] = by_kind(objects, "Deployment", deployment)["spec"]["template"]["spec"]["containers"]
+    [shipped] = [
+        d["spec"]["template"]["spec"]["containers"][0]
+        for d in yaml.safe_load_all((MANIFESTS / manifest).read_text())
+        if d and d["kind"] in ("Deployment", "StatefulSet")
+    ]
+    node = "virtual-kubelet-0"
+    assert _settings(program, _args(chart, node=node, policy=policy)) == _settings(
+        program, _args(shipped, node=node, policy=policy)
+    )

@@ -32,12 +32,16 @@ def test_a_node_with_only_the_manifests_permissions_forwards_pods(
     # (content in a terminating namespace; the mirror waits it out, logging nothing): a 403
     # that is no RBAC denial, so the count of 403s below starts once none is left.
     wait_for("no namespace terminating below", lambda: not _terminating(lower), timeout=90)
+    name = f"vn-rbac-{secrets.token_hex(3)}"
     node = VirtualNodeProcess(
         fleet,
-        name=f"vn-rbac-{secrets.token_hex(3)}",
+        name=name,
         log_dir=tmp_path,
         upper_kubeconfig=token_kubeconfig(
-            fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig"
+            fleet.upper,
+            MANIFESTS / "upper-rbac.yaml",
+            tmp_path / "upper-sa.kubeconfig",
+            node=name,
         ),
         lower_kubeconfig=token_kubeconfig(
             fleet.lower, MANIFESTS / "lower-rbac.yaml", tmp_path / "lower-sa.kubeconfig"

@@ -47,13 +47,14 @@ _REQUESTS = re.compile(
 )
 
 
-def _election_rbac(fleet: Fleet, tmp_path: Path) -> tuple[Path, str, str]:
-    """Give the node's account its rights as deployed (upper-rbac.yaml, whose Role grants
-    the election's Lease); check virtual-node-replicas.yaml applies (server dry-run: its
-    Deployment would run nowhere here). Returns that account's kubeconfig and the namespace
-    and name of the replicas' Lease."""
+def _election_rbac(fleet: Fleet, tmp_path: Path, *, node: str) -> tuple[Path, str, str]:
+    """Give the account of virtual node `node` its rights as deployed (upper-rbac.yaml,
+    whose Role grants the election's Lease, and its own Node and Node Lease by name);
+    check virtual-node-replicas.yaml applies (server dry-run: its Deployment would run
+    nowhere here). Returns that account's kubeconfig and the namespace and name of the
+    replicas' Lease."""
     kubeconfig = token_kubeconfig(
-        fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig"
+        fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig", node=node
     )
     fleet.upper.kubectl("apply", "--dry-run=server", "-f", str(REPLICAS))
     documents = [d for d in yaml.safe_load_all(REPLICAS.read_text()) if d]
@@ -66,7 +67,11 @@ def _election_rbac(fleet: Fleet, tmp_path: Path) -> tuple[Path, str, str]:
 def _election_namespace() -> str:
     """The namespace of upper-rbac.yaml's election Role (where the Leases are)."""
     documents = [d for d in yaml.safe_load_all((MANIFESTS / "upper-rbac.yaml").read_text()) if d]
-    [role] = [d for d in documents if d["kind"] == "Role"]
+    [role] = [
+        d
+        for d in documents
+        if d["kind"] == "Role" and d["metadata"]["name"] == "tensile-virtual-node-election"
+    ]
     return str(role["metadata"]["namespace"])
 
 
@@ -156,7 +161,7 @@ def test_a_killed_leader_is_replaced_by_its_warm_standby(
     name = f"vn-{secrets.token_hex(3)}"
     # The replicas run with the deployed account and Roles: the standby's watch of the
     # Lease included (list and watch of one named Lease).
-    kubeconfig, *lease = _election_rbac(fleet, tmp_path)
+    kubeconfig, *lease = _election_rbac(fleet, tmp_path, node=name)
     replica = functools.partial(
         _replica, fleet, name=name, kubeconfig=kubeconfig, lease=(lease[0], lease[1])
     )
@@ -352,7 +357,7 @@ def test_a_replica_cut_off_from_the_upper_cluster_deletes_nothing_below(
     name = f"vn-{secrets.token_hex(3)}"
     elects, args = _shipped_election_args()
     kubeconfig = token_kubeconfig(
-        fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig"
+        fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig", node=name
     )
     with FreezableProxy(fleet.upper.server) as proxy:
         (tmp_path / "stale").mkdir()
@@ -435,14 +440,15 @@ def test_a_missing_lease_namespace_is_created_or_the_node_stops_saying_what_to_r
     fleet: Fleet, tmp_path: Path
 ) -> None:
     """--leader-elect with a Lease namespace that does not exist: the node's own account
-    (upper-rbac.yaml) may not create namespaces, so it exits 1 at once with the command to
-    run; an identity that may (the fleet's admin) creates it, labelled, and leads."""
+    (upper-rbac.yaml) may neither create namespaces nor keep Leases outside its election's
+    namespace and kube-node-lease, so it exits 1 at once saying what to grant or choose;
+    an identity that may (the fleet's admin) creates it, labelled, and leads."""
     upper = fleet.upper.rest()
     missing = f"lease-{secrets.token_hex(3)}"
     name = f"vn-{secrets.token_hex(3)}"
     args = ["--leader-elect", f"--leader-elect-resource-namespace={missing}"]
     kubeconfig = token_kubeconfig(
-        fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig"
+        fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig", node=name
     )
     (tmp_path / "refused").mkdir()
     (tmp_path / "allowed").mkdir()
@@ -456,8 +462,8 @@ def test_a_missing_lease_namespace_is_created_or_the_node_stops_saying_what_to_r
         assert refused.stop() == 1
         said = refused.log.read_text()
         lease = lease_name(name)
-        assert f"namespace {missing} (of the Lease {lease}) does not exist" in said
-        assert f"kubectl create namespace {missing}" in said
+        assert f"must be able to create Leases in namespace {missing}" in said
+        assert "--leader-elect-resource-namespace" in said
         assert get(upper, f"/api/v1/namespaces/{missing}") is None
 
         allowed.start()  # Ready: it made the namespace and leads

@@ -147,12 +147,13 @@ def test_without_approval_rights_the_node_waits_for_an_administrator(
     fleet: Fleet, namespace: str, tmp_path: Path
 ) -> None:
     upper = fleet.upper.rest()
+    name = f"vn-csr-wait-{secrets.token_hex(3)}"
     node = VirtualNodeProcess(
         fleet,
-        name=f"vn-csr-wait-{secrets.token_hex(3)}",
+        name=name,
         log_dir=tmp_path,
         upper_kubeconfig=token_kubeconfig(
-            fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig"
+            fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig", node=name
         ),
         certificate_from_csr=True,
     )
@@ -199,13 +200,14 @@ def test_the_optional_manifest_lets_a_service_account_node_approve_its_own_csr(
 ) -> None:
     upper = fleet.upper.rest()
     optional = MANIFESTS / "upper-rbac-csr-self-approve.yaml"
+    name = f"vn-csr-sa-{secrets.token_hex(3)}"
     kubeconfig = token_kubeconfig(
-        fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig"
+        fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig", node=name
     )
     fleet.upper.kubectl("apply", "-f", str(optional))
     node = VirtualNodeProcess(
         fleet,
-        name=f"vn-csr-sa-{secrets.token_hex(3)}",
+        name=name,
         log_dir=tmp_path,
         upper_kubeconfig=kubeconfig,
         certificate_from_csr=True,

@@ -7,20 +7,25 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import secrets
+import ssl
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from devcluster.cluster import Cluster
 from devcluster.fleet import Fleet
 from devcluster.rest import ApiStatusError, RestClient
 from devcluster.vnodes import VirtualNodeProcess
 from tensile.contracts import ownership
-from tests.e2e.helpers import create, get, phase, pod, pod_manifest, wait_for
+from tests.e2e.helpers import create, get, phase, pod, pod_manifest, token_kubeconfig, wait_for
 from tests.fixtures import create_namespace, delete_namespace
 
 
@@ -484,3 +489,113 @@ def delete_namespaces(cluster: Cluster, name: str) -> None:
 
 def list_pods(client: RestClient, namespace: str) -> list[dict[str, Any]]:
     return list(client.request("GET", f"/api/v1/namespaces/{namespace}/pods").get("items") or [])
+
+
+# -- who can read what below -------------------------------------------------------------
+
+LOWER_NAMESPACED = Path(__file__).parents[2] / "manifests" / "vnode" / "lower-rbac-namespaced.yaml"
+NAMESPACE_ROLE = "tensile-virtual-node-lower-namespaced"
+
+
+def lower_identity(lower: Cluster, tenant: str, directory: Path) -> tuple[Path, str]:
+    """lower-rbac-namespaced.yaml for upper cluster `tenant` (its copy, as the file says to
+    make one: `tenant-a` renamed), applied to `lower`; returns a kubeconfig of the identity
+    and its token."""
+    manifest = directory / f"lower-rbac-{tenant}.yaml"
+    manifest.write_text(LOWER_NAMESPACED.read_text().replace("tenant-a", tenant))
+    kubeconfig = token_kubeconfig(
+        lower,
+        manifest,
+        directory / f"lower-{tenant}.kubeconfig",
+        service_account=f"tensile-virtual-node-{tenant}",
+    )
+    token = yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]["token"]
+    return kubeconfig, str(token)
+
+
+def as_token(
+    cluster: Cluster, token: str, method: str, path: str, body: dict[str, Any] | None = None
+) -> int:
+    """The HTTP status `cluster`'s apiserver answers `method path` sent with `token`."""
+    request = urllib.request.Request(
+        f"{cluster.server}{path}",
+        method=method,
+        data=json.dumps(body).encode() if body is not None else None,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    context = ssl.create_default_context(cafile=str(cluster.ca))
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_another_upper_cluster_s_lower_identity_cannot_read_this_one_s_copies(
+    fleet: Fleet, nodes: list[VirtualNodeProcess], tmp_path: Path
+) -> None:
+    """Each upper cluster has its own lower identity (lower-rbac-namespaced.yaml): A's node
+    makes its namespace, binds its rights there and copies a pod's Secret into it; B's
+    identity, which may do as much in namespaces of its own prefix, gets 403 on A's Secret,
+    on listing A's namespace, on binding itself into it and on making a namespace of A's
+    prefix. (With lower-rbac.yaml, one ClusterRole for every upper cluster, B read it.)"""
+    upper, lower = fleet.upper, fleet.lower
+    tag = secrets.token_hex(2)
+    prefix_a = f"ta{tag}-"
+    kubeconfig_a, _ = lower_identity(lower, f"ta{tag}", tmp_path)
+    _, token_b = lower_identity(lower, f"tb{tag}", tmp_path)
+    node = VirtualNodeProcess(
+        fleet,
+        name=f"vn-{secrets.token_hex(3)}",
+        log_dir=tmp_path,
+        lower_kubeconfig=kubeconfig_a,
+        args=(f"--namespace-prefix={prefix_a}", f"--lower-namespace-role={NAMESPACE_ROLE}"),
+    )
+    nodes.append(node)
+    node.start()
+    namespace = create_namespace((upper,), prefix="who-reads")
+    below = f"{prefix_a}{namespace}"
+    try:
+        create(upper.rest(), namespace, {
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"},
+            "stringData": {"password": "only-for-a"},
+        })  # fmt: skip
+        manifest = pod_manifest("uses-creds", node=node.name)
+        manifest["spec"]["volumes"] = [{"name": "c", "secret": {"secretName": "creds"}}]
+        create(upper.rest(), namespace, manifest)
+        wait_for(
+            "the pod to run below A's prefix",
+            lambda: phase(upper.rest(), namespace, "uses-creds") == "Running",
+            timeout=90,
+        )
+        assert get(lower.rest(), f"/api/v1/namespaces/{below}/secrets/creds")
+        binding = get(
+            lower.rest(), f"/apis/rbac.authorization.k8s.io/v1/namespaces/{below}/rolebindings/"
+            "tensile-virtual-node",
+        )  # fmt: skip
+        assert binding is not None
+        assert binding["roleRef"]["name"] == NAMESPACE_ROLE
+        # B's lower credentials.
+        assert as_token(lower, token_b, "GET", f"/api/v1/namespaces/{below}/secrets/creds") == 403
+        assert as_token(lower, token_b, "GET", f"/api/v1/namespaces/{below}/secrets") == 403
+        assert as_token(lower, token_b, "GET", "/api/v1/secrets") == 403
+        assert as_token(lower, token_b, "GET", f"/api/v1/namespaces/{below}/configmaps") == 403
+        steal = {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "steal"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": NAMESPACE_ROLE},
+            "subjects": [{"kind": "ServiceAccount", "name": f"tensile-virtual-node-tb{tag}",
+                          "namespace": "tensile-system"}],
+        }  # fmt: skip
+        path = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{below}/rolebindings"
+        assert as_token(lower, token_b, "POST", path, steal) == 403
+        squat = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"{below}-x"}}
+        assert as_token(lower, token_b, "POST", "/api/v1/namespaces", squat) == 403
+        # What B may do, it may do under its own prefix only.
+        own = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"tb{tag}-ok"}}
+        assert as_token(lower, token_b, "POST", "/api/v1/namespaces", own) == 201
+    finally:
+        delete_namespace((upper,), namespace)
+        delete_namespaces(lower, below)
+        lower.kubectl("delete", "namespace", f"tb{tag}-ok", "--ignore-not-found", "--wait=false")

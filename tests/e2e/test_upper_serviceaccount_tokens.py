@@ -475,7 +475,7 @@ def test_with_the_node_s_own_identity_the_upper_apiserver_grants_tokens_of_its_p
     kubeconfig = _node_kubeconfig(fleet, tmp_path, node_name=name)
     # The node's account has upper-rbac.yaml's rights only: no serviceaccounts/token.
     account = token_kubeconfig(
-        fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig"
+        fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig", node=name
     )
     review = upper.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body={
         "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",

@@ -127,6 +127,18 @@ def test_upper_keys_come_from_the_annotation_or_the_prefix() -> None:
     older = {"metadata": {"name": "x", "namespace": "t1-app"}}
     assert naming.upper_key_of(older, prefix="t1-") == "app/x"
     assert naming.upper_key_of(older, prefix="t2-") is None
+    # An annotation naming a namespace that does not map to the object's own is not
+    # believed: anyone who can write an object below can write it.
+    elsewhere = {
+        "metadata": {
+            "name": "x",
+            "namespace": "someone-else",
+            "annotations": {ownership.UPPER_NAMESPACE_ANNOTATION: "app"},
+        }
+    }
+    assert naming.upper_key_of(elsewhere, prefix="t1-") is None
+    assert naming.upper_key_of(elsewhere, prefix="") is None
+    assert naming.upper_key_of(annotated, prefix="") is None  # t1-app is not app
     assert naming.lower_key("app/x", prefix="t1-") == "t1-app/x"
 
 

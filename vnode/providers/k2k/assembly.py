@@ -11,14 +11,15 @@ import datetime as dt
 from collections.abc import Awaitable, Callable
 
 from tensile.contracts import ownership
-from tensile.contracts.objects import Obj
+from tensile.contracts.objects import Obj, annotations_of, name_of
 from tensile.kube.client import ApiClient
 from tensile.kube.events import EventRecorder
 from tensile.kube.informer import Handlers, Informer
 from tensile.kube.informer_factory import InformerFactory
 from tensile.kube.mirror.engine import Mirror
 from tensile.kube.mirror.spec import KindSpec
-from tensile.kube.resources import NODES, PODS, SERVICES, Resource, object_key
+from tensile.kube.namespaced import NamespaceSet
+from tensile.kube.resources import NAMESPACES, NODES, PODS, SERVICES, Resource, object_key
 from tensile.serving.tracing import NO_TRACING, Tracing
 from vnode.providers.k2k import (
     endpointslices,
@@ -32,6 +33,7 @@ from vnode.providers.k2k.adoption import TensileKubeAdoption
 from vnode.providers.k2k.dependencies import DependencySync
 from vnode.providers.k2k.events import EventMirror
 from vnode.providers.k2k.lowerpods import LowerPodBook
+from vnode.providers.k2k.namespacerbac import NamespaceGrant
 from vnode.providers.k2k.namespaces import LowerNamespaces
 from vnode.providers.k2k.provider import K2KProvider, PodChanges
 from vnode.providers.k2k.provisioner import VolumeProvisioner
@@ -62,6 +64,7 @@ def build(
     summary_interval: float = 0.0,
     upper_placement: ApiClient | None = None,
     tracing: Tracing = NO_TRACING,
+    namespace_role: str = "",
 ) -> K2KProvider:
     """Return the provider that forwards the pods of node `policy.node_name` to `lower`.
 
@@ -84,13 +87,21 @@ def build(
     --upper-token-kubeconfig; default `upper`); `summary_interval` the seconds between two
     looks for the placement summary (--placement-summary-interval; 0: not published),
     written through `upper_placement` (default `upper`); `tracing` makes spans of traced
-    pods' creates (--trace-exporter; default none). Nothing is
-    started and no request is made: the node starts the provider and its informers.
+    pods' creates (--trace-exporter; default none); `namespace_role`
+    (--lower-namespace-role, with a prefix) the lower ClusterRole the node binds to itself
+    in each lower namespace it makes, whose copies are then watched namespace by namespace
+    (`own_namespaces`). Nothing is started and no request is made: the node starts the
+    provider and its informers.
     """
     owner = policy.owner
     events_client = upper_events or upper
     controllers = controllers or ControllerSettings()
     changes = PodChanges()
+    watched = (
+        own_namespaces(informers, lower=lower, owner=owner, prefix=policy.namespace_prefix)
+        if namespace_role
+        else None
+    )
     namespaces = LowerNamespaces(
         lower=lower,
         upper=upper,
@@ -99,6 +110,9 @@ def build(
         pod_security_level=policy.pod_security_level,
         extra_labels=dict(namespace_labels),
         extra_annotations=dict(namespace_annotations),
+        grant=NamespaceGrant(lower=lower, role=namespace_role, on_granted=watched.add)
+        if watched is not None
+        else None,
     )
     pods = informers.informer(
         lower,
@@ -111,7 +125,7 @@ def build(
     )
     nodes = informers.informer(lower, NODES, name="lower-nodes")
     # Every kind this node mirrors shares one tenancy: its marks, its siblings', its prefix.
-    tenancy = naming.NodeTenancy(owner=owner, prefix=policy.namespace_prefix)
+    tenancy = naming.NodeTenancy(owner=owner, prefix=policy.namespace_prefix, watched=watched)
     dependencies = DependencySync(
         upper=upper,
         lower=lower,
@@ -217,6 +231,7 @@ def build(
         else None,
         publisher=publisher,
         tracing=tracing,
+        own_namespaces=watched.source if watched is not None else None,
     )
     pods.add_handlers(
         Handlers(
@@ -233,6 +248,46 @@ def build(
         )
     )
     return provider
+
+
+def own_namespaces(
+    informers: InformerFactory, *, lower: ApiClient, owner: ownership.NodeIdentity, prefix: str
+) -> NamespaceSet:
+    """The lower namespaces this node's upper cluster made (with `prefix`, its marks), kept
+    current from a watch of the lower namespaces carrying its marks (list and watch of
+    namespaces is cluster-wide: their names and marks, nothing inside). A namespace of
+    another name or cluster is never in it, whatever its labels say: with namespaced lower
+    RBAC (lower-rbac-namespaced.yaml) only this upper cluster's identity can make a
+    namespace of its prefix."""
+    source = informers.informer(
+        lower,
+        NAMESPACES,
+        name="lower-own-namespaces",
+        label_selector=f"{ownership.MANAGED_NAMESPACE_LABEL}=true,{ownership.cluster_selector(owner)}",
+    )
+    watched = NamespaceSet(source=source)
+
+    def seen(namespace: Obj) -> None:
+        name = name_of(namespace)
+        if ours(namespace):
+            watched.add(name)
+        else:
+            watched.discard(name)
+
+    def ours(namespace: Obj) -> bool:
+        name = name_of(namespace)
+        return (
+            name.startswith(prefix)
+            and len(name) > len(prefix)
+            and annotations_of(namespace).get(ownership.CLUSTER_ANNOTATION) == owner.cluster_id
+        )
+
+    # Told in a standby too: its caches of copies are kept warm like the others.
+    source.add_handlers(
+        Handlers(on_add=seen, on_modify=seen, on_delete=lambda n: watched.discard(name_of(n))),
+        always=True,
+    )
+    return watched
 
 
 def _adoption(
@@ -306,6 +361,7 @@ def _service_mirrors(
             resource,
             name=f"lower-copies-{resource.plural}",
             label_selector=ownership.cluster_selector(tenancy.owner),
+            namespaces=tenancy.watched,
         )
 
     # Every upper pod that may be an endpoint, whichever node runs it (a sibling's, the

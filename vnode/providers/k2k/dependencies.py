@@ -233,6 +233,7 @@ class DependencySync:
                 resource,
                 name=f"lower-copies-{resource.plural}",
                 label_selector=ownership.cluster_selector(owner),
+                namespaces=tenancy.watched,
             )
             self.mirrors[kind] = Mirror(
                 spec=copy_spec(kind=kind, tenancy=tenancy),

@@ -23,6 +23,7 @@ from tensile.kube.mirror.engine import Refused
 from tensile.kube.resources import NAMESPACES
 from tensile.kube.workqueue import Requeue
 from vnode.providers.k2k import naming, podsecurity
+from vnode.providers.k2k.namespacerbac import NamespaceGrant
 from vnode.settings import PodSecurityLevel
 
 logger = logging.getLogger(__name__)
@@ -101,6 +102,7 @@ class LowerNamespaces:
         pod_security_level: PodSecurityLevel,
         extra_labels: Mapping[str, str] | None = None,
         extra_annotations: Mapping[str, str] | None = None,
+        grant: NamespaceGrant | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Namespaces it creates are labelled with `owner`'s marks and the upper namespace
@@ -109,8 +111,9 @@ class LowerNamespaces:
         lower cluster's admission); a namespace it made earlier gets those it lacks when
         first looked at (`marks_patch`).
         With `upper`, a namespace is made only while its upper namespace lives: objects of
-        an upper namespace being deleted must not bring its lower one back. `clock` (in
-        seconds) times the looks at lower namespaces being deleted."""
+        an upper namespace being deleted must not bring its lower one back. With `grant`
+        (--lower-namespace-role) a namespace is usable once the node's RoleBinding there is
+        in force. `clock` (in seconds) times the looks at lower namespaces being deleted."""
         self._lower = lower
         self._upper = upper
         self._owner = owner
@@ -118,6 +121,7 @@ class LowerNamespaces:
         self._level = pod_security_level
         self._extra_labels = dict(extra_labels or {})
         self._extra_annotations = dict(extra_annotations or {})
+        self._grant = grant
         self._clock = clock
         self._known: set[str] = set()
         """Lower namespaces known to exist and to be usable."""
@@ -195,6 +199,8 @@ class LowerNamespaces:
             if conflict is not None:
                 raise Refused(conflict) from None
             await self._add_marks(existing)
+        if self._grant is not None:
+            await self._grant.grant(namespace)
         self._going.pop(namespace, None)
         self._known.add(namespace)
 

@@ -7,7 +7,7 @@ programs: `tensile.contracts.ownership`. Pure functions only.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tensile.contracts.objects import meta_of
@@ -23,6 +23,7 @@ from tensile.contracts.ownership import (
     same_cluster,
 )
 from tensile.kube import names
+from tensile.kube.namespaced import NamespaceSet
 
 TRIPPED_LABELS_ANNOTATION = "tripped-labels"
 """On a lower pod (tensile-kube's name): JSON of the labels `--ignore-labels` kept off it,
@@ -61,6 +62,10 @@ def upper_key_of(lower: Mapping[str, Any], *, prefix: str) -> str | None:
 
     The upper namespace is the `UPPER_NAMESPACE_ANNOTATION` when the object has it, else
     its lower namespace without `prefix` (copies made before the annotation existed).
+    Either way an object stands only for an upper object whose namespace maps to the
+    object's own (`lower_namespace`): the annotation, which anyone who can write the
+    object can write, never points a node at an object outside the namespaces it maps to
+    (None then).
     """
     meta = meta_of(lower)
     namespace = (meta.get("annotations") or {}).get(UPPER_NAMESPACE_ANNOTATION)
@@ -69,6 +74,8 @@ def upper_key_of(lower: Mapping[str, Any], *, prefix: str) -> str | None:
         if not lower_ns.startswith(prefix) or len(lower_ns) == len(prefix):
             return None
         namespace = lower_ns[len(prefix) :]
+    if lower_namespace(namespace, prefix=prefix) != lower_ns:
+        return None
     return f"{namespace}/{meta.get('name')}"
 
 
@@ -102,6 +109,9 @@ class NodeTenancy:
     owner: NodeIdentity
     prefix: str
     """--namespace-prefix ("" keeps the names)."""
+    watched: NamespaceSet | None = field(default=None, compare=False)
+    """With --lower-namespace-role: the lower namespaces the node made and holds rights
+    in, which its caches of copies watch one by one (None: they watch cluster-wide)."""
 
     def owned(self, target: Mapping[str, Any]) -> bool:
         """Whether `target` is this node's (`ownership.is_owned`)."""

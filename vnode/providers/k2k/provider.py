@@ -118,6 +118,7 @@ class K2KProvider:
         tokens: UpperTokens | None = None,
         publisher: Component | None = None,
         tracing: Tracing = NO_TRACING,
+        own_namespaces: Informer | None = None,
     ) -> None:
         """Take the collaborators, ready-made and wired (`assembly.build`): `lower` carries
         the pod, log, exec and port-forward traffic, `lower_heartbeat` answers `ping`;
@@ -130,8 +131,10 @@ class K2KProvider:
         --adopt-tensile-kube) takes over tensile-kube's lower objects once this process
         may write, before any other component works (its `take_over`); `tokens` (with
         --upper-api-address) gives the lower pods their upper ServiceAccount tokens;
-        `publisher` writes the placement summary (None: not published).
-        `tracing` makes spans of a traced pod's create (--trace-exporter)."""
+        `publisher` writes the placement summary (None: not published);
+        `tracing` makes spans of a traced pod's create (--trace-exporter);
+        `own_namespaces` (with --lower-namespace-role) lists the lower namespaces whose
+        copies are watched one by one."""
         self._node_ip = node_ip
         self._lower = lower
         self._heartbeat = lower_heartbeat
@@ -150,6 +153,7 @@ class K2KProvider:
         self.tokens = tokens
         self._publisher = publisher
         self._tracing = tracing
+        self._own_namespaces = own_namespaces
         self._node_callbacks: list[Callable[[], None]] = []
         self._started = False
         self._kubelet_version = "v0.0.0"
@@ -157,9 +161,11 @@ class K2KProvider:
     # -- running -------------------------------------------------------------------------
 
     def informers(self) -> list[Informer]:
-        """The lower pods, nodes and pod Events (the copies' informers belong to their
-        mirrors, see `components`)."""
-        return [self.pods, self.nodes, self.events.informer]
+        """The lower pods, nodes and pod Events, and the node's own lower namespaces when
+        its copies are watched one by one (the copies' informers belong to their mirrors,
+        see `components`)."""
+        own = [] if self._own_namespaces is None else [self._own_namespaces]
+        return [self.pods, self.nodes, self.events.informer, *own]
 
     def components(self) -> Sequence[Component]:
         """The mirrors of pods' ConfigMaps, Secrets and ServiceAccounts (always run), then

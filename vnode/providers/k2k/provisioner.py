@@ -117,6 +117,7 @@ class VolumeProvisioner:
             PERSISTENT_VOLUME_CLAIMS,
             name="lower-owned-persistentvolumeclaims",
             label_selector=ownership.owner_selector(owner),
+            namespaces=tenancy.watched,
         )
         self.recorder = EventRecorder(
             upper_events, component=f"{owner.node_name}/volume-provisioner", host=owner.node_name
