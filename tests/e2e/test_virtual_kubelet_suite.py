@@ -64,11 +64,12 @@ def test_virtual_kubelets_provider_suite_passes(
     # credentials, so the node lets anonymous callers in, to be authorized by RBAC (the
     # manifest above allows them this node's stats and metrics, nothing else). The suite's
     # pods are bound by name and tolerate no taint, which the node refuses as a kubelet
-    # would (TaintToleration): the node is deployed without one, as virtual-kubelet's mock
-    # runs them.
+    # would (TaintToleration) for an effect that keeps pods off: its taint only steers here
+    # (PreferNoSchedule), as virtual-kubelet's mock runs them whatever its taint.
     statefulset = yaml.safe_load((MANIFESTS / "virtual-node.yaml").read_text())
-    args = statefulset["spec"]["template"]["spec"]["containers"][0]["args"]
-    args.extend(["--anonymous-auth=true", "--disable-taint"])
+    container = statefulset["spec"]["template"]["spec"]["containers"][0]
+    container["args"].append("--anonymous-auth=true")
+    container["env"].append({"name": "VKUBELET_TAINT_EFFECT", "value": "PreferNoSchedule"})
     upper.kubectl("apply", "-f", "-", input=yaml.safe_dump(statefulset))
     local = LocalPod(upper, namespace=NAMESPACE, name=NODE, directory=tmp_path / "pod")
     try:

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from tensile.contracts.objects import Obj, deletion_timestamp_of, meta_of, namespace_of
+from tensile.contracts.objects import Obj, deletion_timestamp_of, meta_of
 from tensile.kube import errors, timestamps
 from tensile.kube.backoff import ExponentialBackoff
 from tensile.kube.client import MERGE_PATCH, ApiClient
@@ -44,7 +44,6 @@ _DEPENDENCY_RETRY = 20.0
 # often (seconds), without limit; the current status is read again at each try.
 _STATUS_RETRY = 2.0
 _POD_BACKOFF = ExponentialBackoff(base=0.5, cap=120.0)
-_BY_NAMESPACE = "pods/namespace"
 
 
 class PodController:
@@ -91,7 +90,6 @@ class PodController:
             field_selector=f"spec.nodeName={node_name}",
             encoded=True,  # every pod of the node, read a few times in its life
         )
-        self.informer.store.add_indexer(_BY_NAMESPACE, lambda p: [namespace_of(p)])
         self.slices = pod_admission.SliceAdmission(
             client=upper, informers=informers, node_name=node_name, namespace=namespace
         )
@@ -269,8 +267,13 @@ class PodController:
         return None
 
     def _created_below(self, namespace: str) -> Iterator[tuple[str, Obj]]:
-        """The pods of `namespace` bound to the node, not finished, with a pod below."""
-        for key in self.informer.store.index_keys(_BY_NAMESPACE, namespace):
+        """The pods of `namespace` bound to the node, not finished, with a pod below (asked
+        once per namespace after a start: the keys are read, not an index, which would
+        decode every stored pod at each of its updates)."""
+        prefix = f"{namespace}/"
+        for key in self.informer.store.keys():
+            if not key.startswith(prefix):
+                continue
             pod = self.informer.store.get(key)
             placed = pod is not None and self._provider.backend_pod(pod) is not None
             if pod is not None and placed and not pod_is_terminal(pod):
