@@ -115,7 +115,44 @@ def _default(action: argparse.Action) -> str:
         return _code(str(value).lower())
     if isinstance(value, list | tuple):
         return _code(",".join(str(v) for v in value)) if value else ""
-    return _code(str(value))
+    is_duration = _type_name(action) == "duration" and isinstance(value, int | float)
+    return _code(go_duration(value) if is_duration else str(value))
+
+
+def _type_name(action: argparse.Action) -> str:
+    return getattr(action.type, "__name__", "") if action.type else "str"
+
+
+def go_duration(seconds: float) -> str:
+    """`seconds` written as Go's time.Duration.String() writes it, which is how Kubernetes
+    and virtual-kubelet print duration flags: "0s", "300ms", "1.5s", "1m30s", "5m0s",
+    "4h0m0s" (whole nanoseconds; the largest unit first, then every smaller one down to
+    seconds, whose fraction loses its trailing zeros; under a second: ms, µs or ns)."""
+    nanos = round(seconds * 1e9)
+    sign, nanos = ("-", -nanos) if nanos < 0 else ("", nanos)
+    if nanos == 0:
+        return "0s"
+    if nanos < 10**3:
+        return f"{sign}{nanos}ns"
+    if nanos < 10**6:
+        return f"{sign}{_decimal(nanos, 3)}\u00b5s"
+    if nanos < 10**9:
+        return f"{sign}{_decimal(nanos, 6)}ms"
+    minutes, rest = divmod(nanos, 60 * 10**9)
+    hours, minutes = divmod(minutes, 60)
+    text = f"{_decimal(rest, 9)}s"
+    if hours or minutes:
+        text = f"{minutes}m{text}"
+    if hours:
+        text = f"{hours}h{text}"
+    return sign + text
+
+
+def _decimal(value: int, places: int) -> str:
+    """`value` / 10**places with the fraction's trailing zeros dropped ("1.5", "300")."""
+    whole, fraction = divmod(value, 10**places)
+    digits = str(fraction).rjust(places, "0").rstrip("0")
+    return f"{whole}.{digits}" if digits else str(whole)
 
 
 def _value(action: argparse.Action) -> str:
@@ -123,7 +160,7 @@ def _value(action: argparse.Action) -> str:
         return "switch"
     if action.choices:
         return " \\| ".join(f"`{c}`" for c in action.choices)
-    kind = getattr(action.type, "__name__", "") if action.type else "str"
+    kind = _type_name(action)
     return {"str": "string", "int": "integer", "float": "number"}.get(kind, kind)
 
 

@@ -103,3 +103,32 @@ def test_a_generated_section_is_rendered_between_its_markers_only() -> None:
     assert generator.with_sections(rendered, {"s": lambda: "| fresh |"}, page="p.md") == rendered
     with pytest.raises(ValueError, match=r"docs/p\.md: no generated section 's'"):
         generator.with_sections("# Page\n", {"s": lambda: ""}, page="p.md")
+
+
+@pytest.mark.parametrize(
+    ("seconds", "expected"),
+    [
+        # What Go's time.Duration.String() prints for these (time.Second * 300 -> "5m0s").
+        (0, "0s"),
+        (0.0000005, "500ns"),
+        (0.0000015, "1.5\u00b5s"),
+        (0.3, "300ms"),
+        (1.0, "1s"),
+        (1.5, "1.5s"),
+        (60.0, "1m0s"),
+        (90.0, "1m30s"),
+        (300.0, "5m0s"),
+        (3600.0, "1h0m0s"),
+        (14400.0, "4h0m0s"),
+        (3723.25, "1h2m3.25s"),
+        (-2.0, "-2s"),
+    ],
+)
+def test_durations_are_written_as_go_writes_them(seconds: float, expected: str) -> None:
+    assert _generator().go_duration(seconds) == expected
+
+
+def test_the_flag_reference_writes_duration_defaults_as_go_does() -> None:
+    flags = (ROOT / "docs" / "reference" / "flags.md").read_text()
+    assert "| `--patrol-period` | `5m0s` | duration |" in flags
+    assert "| `--streaming-connection-idle-timeout` | `4h0m0s` | duration |" in flags
