@@ -14,6 +14,7 @@ from the code, never by hand:
 - tenancy.md, its section between the `pod-policy` markers: the pod table of
   tensile/contracts/podpolicy.py (`ROWS`), one row per field a tenant writes that reaches
   the lower cluster (generated sections of hand-written pages are in SECTIONS);
+- docs/assets/*.svg: the diagrams of hack/diagrams.py, drawn from their descriptions there;
 - layout.md (docs/, not docs/reference/): the code layout: the programs, the local fleet and
   the parts of the shared library, each with its package docstring and the first paragraph
   of every module's; which imports which (the import graph, from grimp); and the
@@ -29,13 +30,16 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import functools
 import importlib
+import importlib.util
 import inspect
 import re
 import sys
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import grimp
@@ -695,13 +699,36 @@ def layout_page() -> str:
 
 # --- the command -----------------------------------------------------------------------
 
-PAGES = {
+def _diagrams() -> ModuleType:
+    """hack/diagrams.py, loaded from its file (hack/ is no package) and registered under
+    its name so its dataclasses resolve."""
+    name = "tensile_docs_diagrams"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "hack" / "diagrams.py")
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def _diagram_pages() -> dict[str, Callable[[], str]]:
+    diagrams = _diagrams()
+    return {
+        f"assets/{name}": functools.partial(lambda draw: diagrams.render(draw()), draw)
+        for name, draw in diagrams.DIAGRAMS.items()
+    }
+
+
+PAGES: dict[str, Callable[[], str]] = {
     "reference/flags.md": flags_page,
     "reference/metrics.md": metrics_page,
     "reference/annotations.md": annotations_page,
     "layout.md": layout_page,
+    **_diagram_pages(),
 }
-"""Generated pages, by their path under docs/."""
+"""Generated pages, by their path under docs/ (the diagrams of docs/assets/ too)."""
 
 SECTIONS = {
     "tenancy.md": {"pod-policy": pod_policy_section},
