@@ -699,6 +699,7 @@ def layout_page() -> str:
 
 # --- the command -----------------------------------------------------------------------
 
+
 def _diagrams() -> ModuleType:
     """hack/diagrams.py, loaded from its file (hack/ is no package) and registered under
     its name so its dataclasses resolve."""
