@@ -31,6 +31,7 @@ import argparse
 import ast
 import dataclasses
 import functools
+import html
 import importlib
 import importlib.util
 import inspect
@@ -90,7 +91,7 @@ _HEADER = (
 
 
 def _cell(text: object) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+    return _breakable(" ".join(str(text).split()).replace("|", "\\|"))
 
 
 def _code(text: str) -> str:
@@ -118,9 +119,43 @@ def _default(action: argparse.Action) -> str:
     if isinstance(value, bool):
         return _code(str(value).lower())
     if isinstance(value, list | tuple):
-        return _code(",".join(str(v) for v in value)) if value else ""
+        return _breakable_code(",".join(str(v) for v in value)) if value else ""
     is_duration = _type_name(action) == "duration" and isinstance(value, int | float)
-    return _code(go_duration(value) if is_duration else str(value))
+    return _breakable_code(go_duration(value) if is_duration else str(value))
+
+
+_BREAK_AFTER = re.compile(r"(?<=[\w*])([,./=_])(?=[\w*])")
+"""Punctuation between the parts of a name (`a.b`, `a/b`, `a,b`, `k=v`, `a_b`): a line may
+break after it. Table cells are narrow, and the site breaks names only where text breaks
+(docs/assets/extra.css), never inside a word."""
+
+
+def _breakable_code(text: str) -> str:
+    """`text` as code that a narrow table cell may break after the punctuation between its
+    parts (`<wbr>`, which copies as nothing) and nowhere else; short names stay plain code
+    spans."""
+    if len(text) <= 16 or not _BREAK_AFTER.search(text):
+        return _code(text)
+    parts = _BREAK_AFTER.split(text)
+    marked = "".join(html.escape(p) + ("<wbr>" if i % 2 else "") for i, p in enumerate(parts))
+    return f"<code>{marked}</code>"
+
+
+def _breakable(text: str) -> str:
+    """A table cell's Markdown `text` whose long names may break after their punctuation:
+    the code spans as `_breakable_code`, and in the prose a name's slashes and dots
+    (`APISERVER_CERT_LOCATION/APISERVER_KEY_LOCATION`, `~/.kube/config`), so that no name
+    widens its column past the page. Text with unpaired backticks is left as it is."""
+    pieces = text.split("`")
+    if len(pieces) % 2 == 0:
+        return text
+    out = []
+    for i, piece in enumerate(pieces):
+        if i % 2:
+            out.append(_breakable_code(piece))
+        else:
+            out.append(re.sub(r"(?<=\w)([./])(?=\w)", r"\1<wbr>", piece))
+    return "".join(out)
 
 
 def _type_name(action: argparse.Action) -> str:
@@ -353,7 +388,8 @@ def metrics_page() -> str:
         out += ["| metric | type | labels | help |", "|---|---|---|---|"]
         for r in rows:
             labels = ", ".join(f"`{label}`" for label in r["labels"])  # type: ignore[attr-defined]
-            out.append(f"| `{r['name']}` | {r['type']} | {labels} | {_cell(r['help'])} |")
+            name = _breakable_code(str(r["name"]))
+            out.append(f"| {name} | {r['type']} | {labels} | {_cell(r['help'])} |")
         out.append("")
     return "\n".join(out)
 
@@ -434,9 +470,9 @@ def annotations_page() -> str:
     ]
     for path in sources:
         for mark in _marks(path):
-            where = f"`{path.relative_to(ROOT).as_posix()}` `{mark.constant}`"
+            where = _cell(f"`{path.relative_to(ROOT).as_posix()}` `{mark.constant}`")
             doc = _cell(mark.doc) or "(no docstring under the constant)"
-            out.append(f"| `{mark.value}` | {mark.kind} | {doc} | {where} |")
+            out.append(f"| {_breakable_code(mark.value)} | {mark.kind} | {doc} | {where} |")
     out.append("")
     return "\n".join(out)
 
@@ -452,7 +488,7 @@ def pod_policy_section() -> str:
         "|---|---|---|---|---|",
     ]
     for row in podpolicy.ROWS:
-        flag = f"`{row.flag}`: {_cell(row.with_flag)}" if row.flag else ""
+        flag = f"{_breakable_code(row.flag)}: {_cell(row.with_flag)}" if row.flag else ""
         out.append(
             f"| {row.kind} | {_cell(row.field)} | **{row.verdict}** | {flag} | {_cell(row.why)} |"
         )

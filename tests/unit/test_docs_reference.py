@@ -132,3 +132,26 @@ def test_the_flag_reference_writes_duration_defaults_as_go_does() -> None:
     flags = (ROOT / "docs" / "reference" / "flags.md").read_text()
     assert "| `--patrol-period` | `5m0s` | duration |" in flags
     assert "| `--streaming-connection-idle-timeout` | `4h0m0s` | duration |" in flags
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # A long name breaks only after the punctuation between its parts.
+        ("`pod-group.scheduling.sigs.k8s.io`",
+         "<code>pod-group.<wbr>scheduling.<wbr>sigs.<wbr>k8s.<wbr>io</code>"),
+        ("`tensile_workqueue_depth`", "<code>tensile_<wbr>workqueue_<wbr>depth</code>"),
+        ("`short.name`", "`short.name`"),
+        ("without A_CERT_LOCATION/A_KEY_LOCATION, e.g. this",
+         "without A_CERT_LOCATION/<wbr>A_KEY_LOCATION, e.<wbr>g. this"),
+        ("a | b", "a \\| b"),
+        ("an `unpaired.backtick.in.text", "an `unpaired.backtick.in.text"),
+        ("`<&>` in code", "`<&>` in code"),
+        ("`a.very.long.name<with>&angles`",
+         "<code>a.<wbr>very.<wbr>long.<wbr>name&lt;with&gt;&amp;angles</code>"),
+    ],
+)  # fmt: skip
+def test_table_cells_let_long_names_break_only_between_their_parts(
+    text: str, expected: str
+) -> None:
+    assert _generator()._cell(text) == expected
