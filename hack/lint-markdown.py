@@ -11,6 +11,9 @@ page looks right in an editor's preview and breaks on the site:
   1 to 3 make it a sibling, not a child.
 - `list-start`: a numbered list whose first item is not 1 renders as 1 (Python-Markdown
   ignores the number), which is almost always a list broken above it.
+- `table-pipe`: in a table row, `\\|` inside a code span keeps its backslash on the page
+  (CommonMark drops it), so a PromQL or regex copied from there is wrong; put such code in
+  a code block below the table.
 
 `hack/lint-markdown.py [FILE...]` (default: every page under docs/) prints one line per
 problem, `path:line: [rule] message`, and exits 1 if there is any; `make lint` runs it.
@@ -78,6 +81,16 @@ def problems(text: str) -> list[Problem]:
         if not items and indent >= TAB and blank_before:
             blank_before = False  # an indented code block: nothing of a list in it
             continue
+        if line.lstrip().startswith("|") and any("\\|" in c for c in _code_spans(line)):
+            found.append(
+                Problem(
+                    number,
+                    "table-pipe",
+                    "a code span in a table row holds \\|: Python-Markdown (mkdocs) shows the "
+                    "backslash, so what a reader copies is not what was meant; move the code "
+                    "into a code block below the table",
+                )
+            )
         if item:
             _list_item(found, items, number, indent, item)
         elif items:
@@ -86,6 +99,11 @@ def problems(text: str) -> list[Problem]:
             fence = (opens.group(2)[0], len(opens.group(2)))
         blank_before = False
     return found
+
+
+def _code_spans(line: str) -> list[str]:
+    """The contents of the code spans of one line (single or double backticks)."""
+    return [m.group(2) for m in re.finditer(r"(`+)(.+?)\1", line)]
 
 
 def _list_item(

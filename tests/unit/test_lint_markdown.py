@@ -97,6 +97,15 @@ def test_a_child_indented_2_spaces_is_a_sibling() -> None:
     assert _rules(four) == []
 
 
+def test_a_pipe_escaped_in_a_table_code_span_keeps_its_backslash() -> None:
+    row = '| a | b |\n|---|---|\n| `up{code=~"5..\\|429"}` | `x \\| y` in prose: \\| |\n'
+    html = markdown.markdown(row, extensions=_extensions())
+    assert '<code>up{code=~"5..\\|429"}</code>' in html  # the backslash stays
+    assert "in prose: |" in html  # outside code it is an escape
+    assert _rules(row) == ["table-pipe"]
+    assert _rules("```\n| `a\\|b` |\n```\n") == []  # a fence is not a table
+
+
 def test_a_problem_names_its_line_and_the_column_to_use() -> None:
     [problem, _] = _linter().problems(FENCE3)
     assert problem.line == 3
