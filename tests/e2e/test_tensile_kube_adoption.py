@@ -77,6 +77,7 @@ def _upper_objects(upper: RestClient, namespace: str, *, node: str) -> None:
             "metadata": {"name": name, "labels": {"app": "web"}},
             "spec": {
                 "nodeName": node,
+                "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
                 "containers": [{
                     "name": "main", "image": "nginx:1.27",
                     "volumeMounts": [{"name": "cfg", "mountPath": "/usr/share/nginx/html"},
