@@ -59,6 +59,7 @@ TOLERATE = [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}]
 class Topology:
     fleet: Fleet
     directory: Path
+    nodes: dict[str, VirtualNodeProcess]
 
     @property
     def upper(self) -> RestClient:
@@ -102,7 +103,7 @@ def topology(
             node.start()
             assert node.process is not None
             pids.add(node.process.pid)
-        yield Topology(fleet=fleet, directory=directory)
+        yield Topology(fleet=fleet, directory=directory, nodes={n.name: n for n in started})
     finally:
         for node in started:
             node.stop()
@@ -333,7 +334,7 @@ def _relabel(client: RestClient, node: str, pool: str) -> None:
 
 
 def test_a_node_that_leaves_the_pool_leaves_the_capacity_and_its_pods_are_reported(
-    topology: Topology, ns: str
+    topology: Topology, ns: str, request: pytest.FixtureRequest
 ) -> None:
     upper, lower = topology.upper, topology.lower
     leaving = GPU_NODES[1]
@@ -367,6 +368,21 @@ def test_a_node_that_leaves_the_pool_leaves_the_capacity_and_its_pods_are_report
         time.sleep(2)
         assert (pod(lower, ns, "stays") or {})["metadata"]["uid"] == lower_uid
         assert _running(upper, ns, "stays")
+        # A restart finds the pod outside the pool and reports it again.
+        node = topology.nodes["vn-gpu"]
+        node.stop()
+        assert node.process is not None
+        long_lived_pids(request.config).discard(node.process.pid)
+        node.start()
+        assert node.process is not None
+        long_lived_pids(request.config).add(node.process.pid)
+
+        def reported_twice() -> bool:
+            reasons = [e.get("reason") for e in events_for(upper, ns, "stays")]
+            return reasons.count(LEFT_POOL_REASON) >= 2
+
+        wait_for("the Event of the restarted node", reported_twice)
+        assert (pod(lower, ns, "stays") or {})["metadata"]["uid"] == lower_uid
     finally:
         _relabel(lower, leaving, "gpu")
     wait_for("vn-gpu with the node again", lambda: _allocatable(upper, "vn-gpu").get(GPU) == "4")

@@ -89,7 +89,8 @@ class PoolWatch:
 
     Each node the pool's informer drops is read again: when it still exists and no longer
     matches, every pod of this node bound to it gets a Warning Event (`LEFT_POOL_REASON`)
-    on its upper pod. Nothing is deleted or evicted."""
+    on its upper pod. Nothing is deleted or evicted. At start, the nodes outside the pool
+    that this node's pods are on are checked the same way."""
 
     name = "lower-node-pool"
 
@@ -129,9 +130,18 @@ class PoolWatch:
         return self._running
 
     async def run(self) -> None:
-        """Check dropped nodes until `shut_down()`."""
+        """Check dropped nodes until `shut_down()`; first, the nodes outside the pool that
+        pods of this node were on when it started (they left while it was not running)."""
         self._running = True
+        for name in self.outside_nodes():
+            self.queue.add(name)
         await self.queue.run(workers=1, handler=self.check)
+
+    def outside_nodes(self) -> list[str]:
+        """The lower nodes this node's pods are bound to that are not in the pool's cache
+        (left the pool, or deleted), sorted."""
+        owned = resource_usage.owned_pods(self._pods.store, owner=self._owner)
+        return sorted({p.node for p in owned.values() if self._nodes.store.get(p.node) is None})
 
     async def shut_down(self) -> None:
         """Stop after the check in flight."""
