@@ -383,6 +383,11 @@ def test_a_node_that_leaves_the_pool_leaves_the_capacity_and_its_pods_are_report
 
         wait_for("the Event of the restarted node", reported_twice)
         assert (pod(lower, ns, "stays") or {})["metadata"]["uid"] == lower_uid
+        # The whole pool gone: no GPU is offered any more (0, not the last figure kept).
+        _relabel(lower, GPU_NODES[0], "retired")
+        wait_for("vn-gpu empty", lambda: _allocatable(upper, "vn-gpu").get(GPU) == "0")
+        assert _allocatable(upper, "vn-gpu")["cpu"] == "0"
     finally:
-        _relabel(lower, leaving, "gpu")
+        for node_name in GPU_NODES:
+            _relabel(lower, node_name, "gpu")
     wait_for("vn-gpu with the node again", lambda: _allocatable(upper, "vn-gpu").get(GPU) == "4")

@@ -14,6 +14,7 @@ from tensile.contracts import clusterselector, selectors
 from tensile.placement.lower import lower_placement, pool_term
 from tensile.serving.flags import UsageError
 from vnode import cli
+from vnode.controllers.node_objects import offered
 from vnode.providers.k2k import pool
 
 BASE = ["--client-kubeconfig=lower.kubeconfig"]
@@ -120,6 +121,7 @@ def _terms(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 POOL = selectors.parse("pool=gpu")
+GPU = "nvidia.com/gpu"
 IN_POOL = {"key": "pool", "operator": "In", "values": ["gpu"]}
 
 
@@ -203,3 +205,22 @@ def test_the_left_pool_message_names_node_and_selector() -> None:
         "lower node lower-node-3 no longer matches --lower-node-selector pool in (gpu): "
         "the pod keeps running there"
     )
+
+
+@pytest.mark.parametrize(
+    ("shown", "capacity", "patched"),
+    [
+        (None, {"cpu": "2"}, {"cpu": "2"}),
+        ({"cpu": "16", GPU: "4"}, {"cpu": "0"}, {"cpu": "0", GPU: "0"}),
+        ({"cpu": "16", GPU: "4"}, {"cpu": "8", GPU: "2"}, {"cpu": "8", GPU: "2"}),
+        ({"cpu": "16", GPU: "0"}, {"cpu": "8"}, {"cpu": "8", GPU: "0"}),
+    ],
+)
+def test_a_resource_the_pool_no_longer_offers_is_patched_to_zero(
+    shown: dict[str, str] | None, capacity: dict[str, str], patched: dict[str, str]
+) -> None:
+    """A strategic merge patch keeps keys it does not name: the GPUs of a pool whose last
+    GPU node left would stay on the Node without the zero."""
+    current = {"status": {"capacity": shown, "allocatable": shown}} if shown else None
+    assert offered(current, capacity, field="capacity") == patched
+    assert offered(current, capacity, field="allocatable") == patched

@@ -91,7 +91,9 @@ def build(
     pods' creates (--trace-exporter; default none); `namespace_role`
     (--lower-namespace-role, with a prefix) the lower ClusterRole the node binds to itself
     in each lower namespace it makes, whose copies are then watched namespace by namespace
-    (`own_namespaces`). Nothing is started and no request is made: the node starts the
+    (`own_namespaces`). `policy.lower_node_selector` (--lower-node-selector) narrows the
+    lower nodes watched to the node's pool, whose departures `pool.PoolWatch` reports.
+    Nothing is started and no request is made: the node starts the
     provider and its informers.
     """
     owner = policy.owner

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tensile.contracts import ownership, selectors
-from tensile.contracts.objects import labels_of
+from tensile.contracts.objects import labels_of, name_of
 from tensile.kube import errors
 from tensile.kube.client import ApiClient
 from tensile.kube.events import EventRecorder
@@ -149,8 +149,7 @@ class PoolWatch:
 
     def node_dropped(self, node: Mapping[str, Any]) -> None:
         """The nodes informer's delete handler: check the node again."""
-        name = str((node.get("metadata") or {}).get("name") or "")
-        if name:
+        if name := name_of(node):
             self.queue.add(name)
 
     async def check(self, name: str) -> None:
