@@ -10,8 +10,12 @@ disk=ssd, converted by the webhook, landing on the one lower node labelled disk=
 placement that knows the fleet: the upper kube-scheduler asks `tensile-scheduler` (its
 extender), so a pod that lower-2 cannot place (no node of it is big enough, though its
 virtual node's total is) goes at once to the lower cluster that has room for it; the
-descheduler runs as the safety net. `down` stops the virtual nodes, the webhook, the
-extender, the descheduler and the fleet, and removes their state.
+descheduler runs as the safety net. Last, a GPU pool: lower-2 gets a kwok node labelled
+pool=gpu with 4 nvidia.com/gpu, behind a virtual node of its own (--lower-node-selector
+pool=gpu, copying the GPU product label upstairs) while lower-2's first virtual node stands
+for the rest (pool notin (gpu)); a pod selecting the GPU product upstairs runs on the GPU
+node. `down` stops the virtual nodes, the webhook, the extender, the descheduler and the
+fleet, and removes their state.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from devcluster import netns, processes, webhooks
 from devcluster.cluster import Cluster
 from devcluster.deschedulers import DeschedulerProcess
 from devcluster.fleet import ENV_FILE, Fleet
+from devcluster.kwok import FakeNode
 from devcluster.schedulers import SchedulerExtenderProcess
 from devcluster.vnodes import VirtualNodeProcess
 from devcluster.webhooks import WebhookProcess
@@ -59,6 +64,34 @@ spec:
   - {name: main, image: nginx:1.27}
 """
 NODE_STATE = "virtual-node.json"
+GPU_PRODUCT = "NVIDIA-A100-SXM4-40GB"
+# 8 CPU, as lower-2's other nodes: the 12-CPU pod below fits no node of lower-2 either way.
+GPU_NODE = FakeNode(
+    name="lower-2-gpu-0",
+    cpu="8",
+    memory="32Gi",
+    labels={"pool": "gpu", "nvidia.com/gpu.product": GPU_PRODUCT},
+    extended={"nvidia.com/gpu": "4"},
+)
+POOLS = {
+    # lower-2's virtual node stands for its nodes but the GPU pool, which has its own.
+    "lower-2": ["--lower-node-selector=pool notin (gpu)"],
+    "lower-2-gpu": ["--lower-node-selector=pool=gpu",
+                    "--lower-node-labels-to-copy=nvidia.com/gpu.product,pool"],
+}  # fmt: skip
+TRAINER = f"""
+apiVersion: v1
+kind: Pod
+metadata: {{name: trainer, labels: {{app: trainer}}}}
+spec:
+  # The GPU product label, copied from the pool's nodes onto its virtual node.
+  nodeSelector: {{nvidia.com/gpu.product: {GPU_PRODUCT}}}
+  tolerations: [{{key: virtual-kubelet.io/provider, operator: Exists}}]
+  containers:
+  - name: train
+    image: nginx:1.27
+    resources: {{requests: {{cpu: "1"}}, limits: {{nvidia.com/gpu: "1"}}}}
+"""
 DESCHEDULER_RBAC = Path(__file__).resolve().parents[1] / "manifests" / "descheduler" / "rbac.yaml"
 # 12 CPU: lower-2's virtual node offers 16 (two nodes of 8) and the pod prefers it, but no
 # node of lower-2 has 12 CPU: tensile-scheduler filters lower-2's virtual node out, so the
@@ -128,19 +161,7 @@ def up(directory: Path) -> int:
     # `up` moved this process into the fleet's network namespace (when it has one), so the
     # virtual nodes started here publish the routable node address, and kubectl works.
     fleet = Fleet.attach(directory)
-    refs = []
-    for lower in fleet.lowers:
-        node = VirtualNodeProcess(
-            fleet,
-            name=f"{NODE}-{lower.name}",
-            log_dir=directory / "logs",
-            lower=lower.name,
-            env={"VKUBELET_NODE_LABEL": f"clusterID:{lower.name}"},
-        )
-        print(f"\nstarting virtual-node {node.name} for {lower.name} (log: {node.log}) ...")
-        node.start(detach=True)
-        assert node.process is not None
-        refs.append({"pid": node.process.ref.pid, "start": node.process.ref.start})
+    refs = _start_virtual_nodes(fleet, directory)
     hook = WebhookProcess(
         fleet, name=WEBHOOK, log_dir=directory / "logs", secret_namespace="default",  # noqa: S106
         configuration=WEBHOOK,
@@ -179,11 +200,13 @@ def up(directory: Path) -> int:
         "get", "pods", "-l", "app=web", "-o", "jsonpath={.items[0].metadata.name}"
     ).stdout
     steps: list[tuple[str, Cluster, list[str]]] = [
-        ("upper cluster: one virtual node per lower cluster", fleet.upper,
+        ("upper cluster: one virtual node per lower cluster, and one for lower-2's GPU pool",
+         fleet.upper,
          ["get", "nodes", "-l", VIRTUAL_NODE_SELECTOR, "-o",
           "custom-columns=NODE:.metadata.name,ADDRESS:.status.addresses[0].address,"
           "CPU:.status.capacity.cpu,MEMORY:.status.capacity.memory,PODS:.status.capacity.pods"]),
-        ("upper cluster: the pods, spread over both", fleet.upper, ["get", "pods", "-o", "wide"]),
+        ("upper cluster: the pods, spread over the virtual nodes", fleet.upper,
+         ["get", "pods", "-o", "wide"]),
         *(
             (f"{lower.name}: its share of the pods, on kwok nodes", lower,
              ["get", "pods", "-o", "wide"])
@@ -223,6 +246,7 @@ def up(directory: Path) -> int:
     for args in (["top", "node", "-l", VIRTUAL_NODE_SELECTOR], ["top", "pod"]):
         _show_when_ready(fleet.upper, args)
     _placement_scenario(fleet)
+    _gpu_pool_scenario(fleet)
     directory_arg = shlex.quote(str(directory))
     enter = (
         f"tensile-devcluster shell --dir {directory_arg}"
@@ -248,10 +272,37 @@ Try it ({netns.describe(fleet.network)}):
   kubectl run ssd --image=nginx -l virtual-pod=true \\
     --overrides='{{"spec":{{"nodeSelector":{{"clusterID":"lower-2","disk":"ssd"}}}}}}'
   kubectl get pod ssd -o jsonpath='{{.metadata.annotations.clusterSelector}}'; echo
+  kubectl --kubeconfig "$TENSILE_LOWER_2_KUBECONFIG" label node {GPU_NODE.name} pool=retired
+  kubectl get node {NODE}-lower-2-gpu -o jsonpath='{{.status.capacity}}'; echo   # pool empty
+  kubectl get events --field-selector reason=LowerNodeLeftPool   # the trainer reported
 Stop everything and remove its state:
   make demo-down"""
     )
     return 0
+
+
+def _start_virtual_nodes(fleet: Fleet, directory: Path) -> list[dict[str, int]]:
+    """Add the GPU pool's node to lower-2, start one virtual node per lower cluster and one
+    for the GPU pool; return their process records."""
+    print(f"\nadding {GPU_NODE.name} to lower-2: a GPU pool of one node ...")
+    fleet.add_lower_node(GPU_NODE, cluster="lower-2")
+    refs = []
+    pools = [(lower.name, lower.name) for lower in fleet.lowers] + [("lower-2-gpu", "lower-2")]
+    for pool, lower_name in pools:
+        node = VirtualNodeProcess(
+            fleet,
+            name=f"{NODE}-{pool}",
+            log_dir=directory / "logs",
+            lower=lower_name,
+            # The GPU pool's node has no clusterID: pods asking for lower-2 go to the other.
+            env={"VKUBELET_NODE_LABEL": f"clusterID:{pool}"} if pool == lower_name else {},
+            args=POOLS.get(pool, []),
+        )
+        print(f"\nstarting virtual-node {node.name} for {pool} (log: {node.log}) ...")
+        node.start(detach=True)
+        assert node.process is not None
+        refs.append({"pid": node.process.ref.pid, "start": node.process.ref.start})
+    return refs
 
 
 def _placement_scenario(fleet: Fleet) -> None:
@@ -285,6 +336,34 @@ def _placement_scenario(fleet: Fleet) -> None:
           fleet.upper, ["get", "events", "--field-selector", "reason=Scheduled", "-o",
                         "custom-columns=POD:.involvedObject.name,MESSAGE:.message"])  # fmt: skip
     print()
+
+
+def _gpu_pool_scenario(fleet: Fleet) -> None:
+    print(
+        "\n== a virtual node per lower node pool: lower-2's GPU node behind a virtual node "
+        "of its own"
+    )
+    columns = (
+        "custom-columns=NODE:.metadata.name,CPU:.status.capacity.cpu,"
+        r"GPU:.status.capacity.nvidia\.com/gpu,PRODUCT:.metadata.labels.nvidia\.com/gpu\.product"
+    )
+    _show("upper cluster: the virtual nodes, each offering its pool", fleet.upper,
+          ["get", "nodes", "-l", VIRTUAL_NODE_SELECTOR, "-o", columns])  # fmt: skip
+    fleet.upper.kubectl("apply", "-f", "-", input=TRAINER)
+    fleet.upper.kubectl("wait", "pod/trainer", "--for=condition=Ready", "--timeout=60s")
+    affinity = (
+        "custom-columns=POD:.metadata.name,NODE:.spec.nodeName,REQUIRED-NODE-AFFINITY:"
+        ".spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        ".nodeSelectorTerms[*].matchExpressions"
+    )
+    steps = [
+        ("upper cluster: a pod selecting the GPU product, bound to the GPU pool's virtual "
+         "node", fleet.upper, ["get", "pod", "trainer", "-o", "wide"]),
+        ("lower-2: the pod, confined to the pool by node affinity", fleet.cluster("lower-2"),
+         ["get", "pod", "trainer", "-o", affinity]),
+    ]  # fmt: skip
+    for title, cluster, args in steps:
+        _show(title, cluster, args)
 
 
 def _wait_kubectl(

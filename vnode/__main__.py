@@ -23,6 +23,7 @@ import sys
 import urllib.parse
 from collections.abc import Sequence
 
+from tensile.contracts import selectors
 from tensile.contracts.labels import DEFAULT_TAINT_KEY
 from tensile.kube import config, errors, retry
 from tensile.kube.client import ApiClient, WriteGate
@@ -35,7 +36,7 @@ from vnode.api import auth
 from vnode.controllers.node_objects import node_labels
 from vnode.node import UpperClients, VirtualNode
 from vnode.provider import Provider
-from vnode.providers.k2k import assembly, tokens
+from vnode.providers.k2k import assembly, pool, tokens
 from vnode.providers.k2k.provider import PING_TIMEOUT, K2KProvider
 from vnode.providers.k2k.scrape import (
     BearerTokenFile,
@@ -200,6 +201,7 @@ async def _run(settings: Settings, loaded: Loaded, stopping: program.Stopping) -
             upper_placement = await stack.enter_async_context(
                 upper.sibling(name="upper-placement", qps=0, burst=1, timeout=30.0, connections=1)
             )
+            settings = await _with_pool_labels(settings, lower)
             provider = await _k2k_provider(
                 settings,
                 upper=upper,
@@ -315,6 +317,7 @@ async def _k2k_provider(
                 default=settings.controllers.lower_storage_class_default,
             ),
             upper_api_address=settings.serviceaccount.upper_api_address,
+            lower_node_selector=settings.node.lower_node_selector,
         ),
         node_ip=node_ip,
         upper_namespace=settings.pods.namespace,
@@ -330,6 +333,29 @@ async def _k2k_provider(
         namespace_role=settings.pods.lower_namespace_role,
         upper_placement=upper_placement.fenced(gate),
         tracing=traced,
+    )
+
+
+async def _with_pool_labels(settings: Settings, lower: ApiClient) -> Settings:
+    """`settings` with the pool's shared labels (--lower-node-labels-to-copy, read from the
+    lower nodes of --lower-node-selector once, at start) added to the virtual Node's labels.
+    Raises the lower API server's errors."""
+    node = settings.node
+    keys = node.lower_node_labels_to_copy
+    copied = await pool.pool_labels(lower, pool=node.lower_node_selector, keys=keys)
+    if missing := [key for key in keys if key not in copied]:
+        logger.warning(
+            "--lower-node-labels-to-copy: %s not copied: not shared by every lower node of "
+            "the pool (%s)",
+            ", ".join(missing),
+            selectors.render(node.lower_node_selector) or "every node",
+        )
+    if not copied:
+        return settings
+    labels = dict(node.extra_labels)
+    labels.update({key: value for key, value in copied.items() if key not in labels})
+    return dataclasses.replace(
+        settings, node=dataclasses.replace(node, extra_labels=tuple(labels.items()))
     )
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tensile.contracts import podpolicy
+from tensile.contracts import podpolicy, selectors
 from tensile.contracts.labels import DEFAULT_TAINT_KEY, is_label_value
 from tensile.kube import names, timestamps
 from tensile.serving import election_flags, flags, tracing
@@ -344,6 +344,20 @@ def _add_placement_flags(p: flags.Parser) -> None:
         default=1.0,
         help="seconds between two looks at the lower nodes for the placement summary on the "
         "virtual Node that tensile-scheduler reads (written only when changed; 0: none)",
+    )
+    p.add_argument(
+        "--lower-node-selector",
+        default="",
+        help="label selector over the lower Nodes this virtual node stands for (a node pool, "
+        "e.g. pool=gpu): capacity, placement summary and metrics come from them only, and "
+        "the lower pods are confined to them by node affinity (default: every lower node)",
+    )
+    p.add_argument(
+        "--lower-node-labels-to-copy",
+        default="",
+        help="comma-separated label keys of the lower nodes copied onto the virtual Node, "
+        "each with the value every node of --lower-node-selector's pool shares, so upper "
+        "nodeSelectors keep working (read at start; a key the nodes disagree on is left out)",
     )
 
 
@@ -822,7 +836,33 @@ def _node_settings(
         kubelet_port=port,
         enable_lease=args.enable_node_lease,
         placement_summary_interval=args.placement_summary_interval,
+        lower_node_selector=_lower_node_selector(args.lower_node_selector),
+        lower_node_labels_to_copy=_label_keys(
+            args.lower_node_labels_to_copy, flag="--lower-node-labels-to-copy"
+        ),
     )
+
+
+def _lower_node_selector(text: str) -> selectors.Selector:
+    """--lower-node-selector, parsed by the one label-selector parser (`selectors.parse`)."""
+    try:
+        return selectors.parse(text)
+    except selectors.SelectorError as exc:
+        raise UsageError(f"--lower-node-selector: {exc}") from None
+
+
+def _label_keys(text: str, *, flag: str) -> tuple[str, ...]:
+    """A comma-separated list of label keys, each checked, without repeats (order kept)."""
+    keys: list[str] = []
+    for item in text.split(","):
+        key = item.strip()
+        if not key:
+            continue
+        if not selectors.is_label_key(key):
+            raise UsageError(f"{flag}: {key!r} is not a label key")
+        if key not in keys:
+            keys.append(key)
+    return tuple(keys)
 
 
 def _service_namespaces(text: str) -> tuple[str, ...]:

@@ -10,6 +10,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Literal
 
+from tensile.contracts.selectors import EVERYTHING, Selector
 from tensile.kube.leaderelection import LeaderElectionSettings
 from tensile.serving.tracing import TraceSettings
 
@@ -81,6 +82,12 @@ class NodeSettings:
     """--placement-summary-interval: seconds between two looks at the lower nodes for the
     placement summary annotation `tensile-scheduler` reads (written only when it changed;
     0: not published)."""
+    lower_node_selector: Selector = EVERYTHING
+    """--lower-node-selector: the lower nodes (a pool) this virtual node stands for: its
+    capacity, summary and metrics are theirs, its lower pods are confined to them."""
+    lower_node_labels_to_copy: tuple[str, ...] = ()
+    """--lower-node-labels-to-copy: label keys put on the virtual Node with the value every
+    node of the pool shares (read at start)."""
 
 
 @dataclass(frozen=True, kw_only=True)

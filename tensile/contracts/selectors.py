@@ -85,6 +85,32 @@ def parse(text: str) -> Selector:
     return Selector(requirements=tuple(requirements), text=text.strip())
 
 
+def render(selector: Selector) -> str:
+    """Return `selector` in the string form `parse` reads and the API server accepts as a
+    `labelSelector` query (labels.Selector.String): requirements joined by commas, sets
+    sorted as Kubernetes writes them. `parse(render(s))` has the requirements of `s`;
+    "" for a selector of everything."""
+    return ",".join(_rendered(r) for r in selector.requirements)
+
+
+def _rendered(requirement: Requirement) -> str:
+    key, values = requirement.key, requirement.values
+    if requirement.operator == "Exists":
+        return key
+    if requirement.operator == "DoesNotExist":
+        return f"!{key}"
+    if requirement.operator in ("Gt", "Lt"):
+        return f"{key}{'>' if requirement.operator == 'Gt' else '<'}{values[0]}"
+    listed = ",".join(sorted(set(values)))
+    return f"{key} {'in' if requirement.operator == 'In' else 'notin'} ({listed})"
+
+
+def is_label_key(text: str) -> bool:
+    """Tell whether `text` is a label key: an optional DNS-subdomain prefix and "/", then a
+    name of at most 63 characters (validation.IsQualifiedName)."""
+    return bool(_KEY.fullmatch(text)) and len(text.rpartition("/")[2]) <= 63
+
+
 def from_object(selector: object) -> Selector | None:
     """Return the Selector of a metav1.LabelSelector object (`matchLabels`,
     `matchExpressions`): None when it selects nothing (a null selector, or one Kubernetes
@@ -176,7 +202,7 @@ def _requirement(part: str) -> Requirement:
 
 
 def _check_key(key: str, part: str) -> None:
-    if not _KEY.fullmatch(key) or len(key.rpartition("/")[2]) > 63:
+    if not is_label_key(key):
         raise SelectorError(f"{part.strip()!r}: {key!r} is not a label key")
 
 

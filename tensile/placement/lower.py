@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from tensile.contracts import clusterselector
+from tensile.contracts import clusterselector, selectors
 from tensile.contracts.labels import DEFAULT_TAINT_KEY
 from tensile.contracts.objects import as_list, as_mapping
 from tensile.contracts.scheduling import PREFERRED, REQUIRED, selector_matches
@@ -38,16 +38,21 @@ def lower_placement(
     node_name: str,
     node_labels: Mapping[str, str],
     taint_key: str = DEFAULT_TAINT_KEY,
+    pool: selectors.Selector = selectors.EVERYTHING,
 ) -> dict[str, Any]:
     """Return a copy of the pod spec `spec` with its placement rewritten for the lower cluster.
 
     In: the upper pod's spec, the parsed `clusterSelector` (or None: the pod did not go
-    through the webhook), the virtual node's name, labels and taint key. Out: a new spec
-    where
+    through the webhook), the virtual node's name, labels and taint key, and its pool (the
+    lower nodes it stands for, --lower-node-selector; everything by default). Out: a new
+    spec where
     - nodeSelector = the upper entries the virtual node does not satisfy, updated with the
       clusterSelector's;
     - required node affinity = dropped if the virtual node satisfies it, then ANDed with the
-      clusterSelector's (`clusterselector.and_terms` with `TERM_RULES`);
+      clusterSelector's (`clusterselector.and_terms` with `TERM_RULES`), then ANDed the
+      same way with the pool's term (`pool_term`), on the right: should the AND pass
+      `clusterselector.MAX_TERMS`, the pool is the part kept, so a lower pod never leaves
+      its virtual node's pool;
     - preferred node affinity, podAffinity and podAntiAffinity = the pod's, plus whatever
       the clusterSelector's affinity adds to them;
     - tolerations = the pod's plus the clusterSelector's not already present; with a
@@ -74,6 +79,7 @@ def lower_placement(
         extra=as_mapping(chosen.get("affinity")),
         node_name=node_name,
         node_labels=node_labels,
+        pool=pool_term(pool),
     )
     tolerations = _tolerations(
         as_list(placed.get("tolerations")),
@@ -84,6 +90,23 @@ def lower_placement(
     _put(placed, "affinity", affinity)
     _put(placed, "tolerations", tolerations)
     return placed
+
+
+def pool_term(pool: selectors.Selector) -> dict[str, Any] | None:
+    """Return the nodeSelectorTerm that selects the lower nodes of `pool` (a label selector
+    over lower Nodes), or None for a selector of everything.
+
+    Label-selector and node-selector requirements share their operators (In, NotIn,
+    Exists, DoesNotExist, Gt, Lt; core/v1 NodeSelectorRequirement), so each requirement
+    becomes one matchExpression as it is; Exists and DoesNotExist carry no values, as the
+    API requires."""
+    expressions: list[dict[str, Any]] = []
+    for requirement in pool.requirements:
+        expression: dict[str, Any] = {"key": requirement.key, "operator": requirement.operator}
+        if requirement.operator not in ("Exists", "DoesNotExist"):
+            expression["values"] = list(requirement.values)
+        expressions.append(expression)
+    return {"matchExpressions": expressions} if expressions else None
 
 
 def lower_tolerations(
@@ -116,6 +139,7 @@ def _lower_affinity(
     extra: Mapping[str, Any],
     node_name: str,
     node_labels: Mapping[str, str],
+    pool: dict[str, Any] | None,
 ) -> dict[str, Any]:
     # `affinity` and `extra` are parts of `lower_placement`'s copies: changed in place.
     merged: dict[str, Any] = affinity if isinstance(affinity, dict) else {}
@@ -127,7 +151,10 @@ def _lower_affinity(
         required, node_name=node_name, node_labels=node_labels
     ):
         required = None  # spent: the upper scheduler placed the pod on the virtual node by it
-    _put(node, REQUIRED, _and_selectors(required, as_mapping(extra_node.get(REQUIRED)) or None))
+    required = _and_selectors(required, as_mapping(extra_node.get(REQUIRED)) or None)
+    # The pool on the right: `and_terms` keeps the right-hand terms if the AND is too large.
+    required = _and_selectors(required, {"nodeSelectorTerms": [pool]} if pool else None)
+    _put(node, REQUIRED, required)
     _put(node, PREFERRED, _union(as_list(node.get(PREFERRED)), as_list(extra_node.get(PREFERRED))))
     _put(merged, "nodeAffinity", node)
     for kind in _POD_AFFINITIES:

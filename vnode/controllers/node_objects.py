@@ -104,8 +104,8 @@ def node_status(
         )
     return {
         "status": {
-            "capacity": dict(capacity),
-            "allocatable": dict(capacity),
+            "capacity": offered(current, capacity, field="capacity"),
+            "allocatable": offered(current, capacity, field="allocatable"),
             "conditions": conditions,
             "addresses": node_addresses(settings),
             "daemonEndpoints": {"kubeletEndpoint": {"Port": settings.kubelet_port}},
@@ -169,3 +169,18 @@ def lease_object(*, settings: NodeSettings, node_uid: str, now: str) -> dict[str
             "renewTime": now,
         },
     }
+
+
+def offered(
+    current: Mapping[str, Any] | None, capacity: Mapping[str, str], *, field: str
+) -> dict[str, str]:
+    """Return `capacity` as the Node's status `field` ("capacity" or "allocatable") is to
+    be patched: every resource the Node shows there now but `capacity` lacks is written as
+    "0". A strategic merge patch keeps the keys it does not name, so a resource the lower
+    cluster stopped offering (its last GPU node gone, or out of the virtual node's pool)
+    would otherwise stay advertised. The kubelet does the same for a device plugin's
+    resource once the plugin is gone: 0, not dropped (pkg/kubelet/nodestatus/setters.go,
+    MachineInfo, the removed device plugins)."""
+    shown = ((current or {}).get("status") or {}).get(field)
+    stale = dict.fromkeys(shown, "0") if isinstance(shown, Mapping) else {}
+    return {**{name: value for name, value in stale.items() if name not in capacity}, **capacity}

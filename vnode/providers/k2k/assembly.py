@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Awaitable, Callable
 
-from tensile.contracts import ownership
+from tensile.contracts import ownership, selectors
 from tensile.contracts.objects import Obj, annotations_of, name_of
 from tensile.kube.client import ApiClient
 from tensile.kube.events import EventRecorder
@@ -35,6 +35,7 @@ from vnode.providers.k2k.events import EventMirror
 from vnode.providers.k2k.lowerpods import LowerPodBook
 from vnode.providers.k2k.namespacerbac import NamespaceGrant
 from vnode.providers.k2k.namespaces import LowerNamespaces
+from vnode.providers.k2k.pool import PoolWatch
 from vnode.providers.k2k.provider import K2KProvider, PodChanges
 from vnode.providers.k2k.provisioner import VolumeProvisioner
 from vnode.providers.k2k.publisher import SummaryPublisher
@@ -90,7 +91,9 @@ def build(
     pods' creates (--trace-exporter; default none); `namespace_role`
     (--lower-namespace-role, with a prefix) the lower ClusterRole the node binds to itself
     in each lower namespace it makes, whose copies are then watched namespace by namespace
-    (`own_namespaces`). Nothing is started and no request is made: the node starts the
+    (`own_namespaces`). `policy.lower_node_selector` (--lower-node-selector) narrows the
+    lower nodes watched to the node's pool, whose departures `pool.PoolWatch` reports.
+    Nothing is started and no request is made: the node starts the
     provider and its informers.
     """
     owner = policy.owner
@@ -123,7 +126,13 @@ def build(
         # quarter of the memory (see Store); capacity reads the book's ledger, not this.
         encoded=True,
     )
-    nodes = informers.informer(lower, NODES, name="lower-nodes")
+    # Only the pool's nodes (--lower-node-selector), filtered by the API server: the
+    # capacity, the summary and the metrics read this cache, and a node that stops matching
+    # leaves it at once (`pool`).
+    pool = policy.lower_node_selector
+    nodes = informers.informer(
+        lower, NODES, name="lower-nodes", label_selector=selectors.render(pool) or None
+    )
     # Every kind this node mirrors shares one tenancy: its marks, its siblings', its prefix.
     tenancy = naming.NodeTenancy(owner=owner, prefix=policy.namespace_prefix, watched=watched)
     dependencies = DependencySync(
@@ -230,6 +239,16 @@ def build(
         if policy.upper_tokens
         else None,
         publisher=publisher,
+        pool=PoolWatch(
+            lower=lower,
+            upper_events=events_client,
+            owner=owner,
+            pool=pool,
+            nodes=nodes,
+            pods=pods,
+        )
+        if pool.requirements
+        else None,
         tracing=tracing,
         own_namespaces=watched.source if watched is not None else None,
     )

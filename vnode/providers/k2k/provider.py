@@ -117,6 +117,7 @@ class K2KProvider:
         adoption: Component | None = None,
         tokens: UpperTokens | None = None,
         publisher: Component | None = None,
+        pool: Component | None = None,
         tracing: Tracing = NO_TRACING,
         own_namespaces: Informer | None = None,
     ) -> None:
@@ -131,7 +132,8 @@ class K2KProvider:
         --adopt-tensile-kube) takes over tensile-kube's lower objects once this process
         may write, before any other component works (its `take_over`); `tokens` (with
         --upper-api-address) gives the lower pods their upper ServiceAccount tokens;
-        `publisher` writes the placement summary (None: not published);
+        `publisher` writes the placement summary (None: not published); `pool` reports
+        the pods on lower nodes that left --lower-node-selector's pool (None: no pool);
         `tracing` makes spans of a traced pod's create (--trace-exporter);
         `own_namespaces` (with --lower-namespace-role) lists the lower namespaces whose
         copies are watched one by one."""
@@ -152,6 +154,7 @@ class K2KProvider:
         self._adoption = adoption
         self.tokens = tokens
         self._publisher = publisher
+        self._pool = pool
         self._tracing = tracing
         self._own_namespaces = own_namespaces
         self._node_callbacks: list[Callable[[], None]] = []
@@ -181,6 +184,8 @@ class K2KProvider:
             chosen += [self.volumes, *self.volumes.components()]
         if self._publisher is not None:
             chosen.append(self._publisher)
+        if self._pool is not None:
+            chosen.append(self._pool)
         return chosen
 
     async def start(self) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tensile.contracts import clusterselector, ownership, podpolicy
+from tensile.contracts import clusterselector, ownership, podpolicy, selectors
 from tensile.contracts.labels import DEFAULT_TAINT_KEY
 from tensile.contracts.objects import as_list, as_mapping, dicts_in, meta_of
 from tensile.kube import codec
@@ -77,6 +77,9 @@ class TranslationPolicy:
     )
     """--lower-storage-class: the lower class of an ephemeral volume's claim template (as of
     a copied claim's)."""
+    lower_node_selector: selectors.Selector = selectors.EVERYTHING
+    """--lower-node-selector: the lower nodes this virtual node stands for; its lower pods
+    are confined to them (`placement.lower.pool_term`)."""
     upper_api_address: str = ""
     """--upper-api-address ("host:port" lower pods reach the upper apiserver at): with
     `enable_service_account`, lower pods get tokens of their upper ServiceAccount and this
@@ -159,6 +162,7 @@ def lower_pod(
         node_name=policy.node_name,
         node_labels=policy.node_labels,
         taint_key=policy.taint_key,
+        pool=policy.lower_node_selector,
     )
     for key in podpolicy.DROPPED_SPEC:
         spec.pop(key, None)
