@@ -25,8 +25,8 @@ from devcluster import binaries, cluster, netns, processes
 from devcluster.fleet import ENV_FILE, Fleet, remove_created, stop_leftovers
 from devcluster.rest import ApiStatusError
 from tensile.contracts.labels import is_label_value
+from tensile.contracts.names import qualified_name_problem
 from tensile.kube import quantity
-from tensile.kube.names import qualified_name_problem
 
 _CAPACITY_KEYS = ("cpu", "memory", "pods")
 

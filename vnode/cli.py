@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tensile.contracts import podpolicy, selectors
+from tensile.contracts import names, podpolicy, selectors
 from tensile.contracts.labels import DEFAULT_TAINT_KEY, is_label_value
-from tensile.kube import names, timestamps
+from tensile.kube import timestamps
 from tensile.serving import election_flags, flags, tracing
 from tensile.serving.flags import UsageError, boolean, duration
 from vnode.api.certificates import MAX_EXPIRATION_SECONDS, MIN_EXPIRATION_SECONDS

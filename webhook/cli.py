@@ -11,9 +11,8 @@ import ipaddress
 import os
 from collections.abc import Mapping, Sequence
 
-from tensile.contracts import avoidance, clusterselector, selectors
+from tensile.contracts import avoidance, clusterselector, names, selectors
 from tensile.contracts.labels import DEFAULT_TAINT_KEY, VIRTUAL_NODE_SELECTOR
-from tensile.kube import names
 from tensile.serving import flags
 from tensile.serving.bootstrap import SecretSettings
 from tensile.serving.flags import UsageError

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensile.contracts.labels import is_label_value
+from tensile.contracts.names import qualified_name_problem
 
-_NAME = r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
-_KEY = re.compile(rf"(?:[a-z0-9](?:[-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_NAME}")
 _SET = re.compile(r"^\s*(!)?\s*([^\s!=<>(),]+)(?:\s+(in|notin)\s*\(([^()]*)\))?\s*$")
 _BINARY = re.compile(r"^\s*([^\s!=<>(),]+)\s*(==|=|!=|<|>)\s*([^\s!=<>(),]*)\s*$")
 
@@ -108,7 +107,7 @@ def _rendered(requirement: Requirement) -> str:
 def is_label_key(text: str) -> bool:
     """Tell whether `text` is a label key: an optional DNS-subdomain prefix and "/", then a
     name of at most 63 characters (validation.IsQualifiedName)."""
-    return bool(_KEY.fullmatch(text)) and len(text.rpartition("/")[2]) <= 63
+    return qualified_name_problem(text) is None
 
 
 def from_object(selector: object) -> Selector | None:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tensile.kube import names
+from tensile.contracts import names
 from tensile.serving import pflag
 
 LOG_LEVELS = ("debug", "info", "warn", "warning", "error")

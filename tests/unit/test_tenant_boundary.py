@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from tensile.contracts import ownership, podpolicy
-from tensile.kube import names
+from tensile.contracts import names, ownership, podpolicy
 from tensile.kube.mirror.spec import Patch, Replace
 from tensile.serving.flags import UsageError
 from vnode import cli

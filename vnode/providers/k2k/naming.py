@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tensile.contracts import names
 from tensile.contracts.objects import meta_of
 from tensile.contracts.ownership import (
     CLUSTER_ANNOTATION,
@@ -22,7 +23,6 @@ from tensile.contracts.ownership import (
     owner_of,
     same_cluster,
 )
-from tensile.kube import names
 from tensile.kube.namespaced import NamespaceSet
 
 TRIPPED_LABELS_ANNOTATION = "tripped-labels"
