@@ -269,7 +269,12 @@ def test_each_virtual_node_takes_environment_variables_of_its_own(helm: str) -> 
         container = _container(objects, f"{FULLNAME}-vn-{node}")
         names = [e["name"] for e in container["env"]]
         assert len(names) == len(set(names)), names
-        assert names[:3] == ["POD_IP", "VKUBELET_POD_IP", "KUBELET_PORT"]
+        assert names[:4] == [
+            "POD_IP",
+            "VKUBELET_POD_IP",
+            "KUBELET_PORT",
+            "APISERVER_CA_CERT_LOCATION",
+        ]
         args = [podrun.expand(str(a), {"POD_IP": "10.0.0.1"}) for a in container["args"]]
         settings[node] = vnode_cli.parse(args, env=_env(container, node=node), holder="x").node
     assert settings["lower-a"].extra_labels == (("clusterID", "eu-1"),)
@@ -373,7 +378,6 @@ def _probe(cluster: Cluster, host: str, pod_name: str, probe: str) -> int | None
         return None
 
 
-SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 HOST_KUBELET_PORTS = (10250, 10255)
 """What a real host's kubelet listens on, on every address: its API and (often) its
 read-only port."""
@@ -412,10 +416,6 @@ def installed(
         "virtualNode": {
             "nodes": [{"name": NODE, "kubeconfig": lower_kubeconfig.read_text()}],
             "csrSelfApprove": True,
-            # The CA of the upper apiserver's kubelet client certificate, so that it is
-            # authenticated for `kubectl logs`: here (as with kubeadm) the cluster's CA,
-            # which every pod has beside its token. The chart sets none by default.
-            "env": [{"name": "APISERVER_CA_CERT_LOCATION", "value": f"{SERVICE_ACCOUNT}/ca.crt"}],
         },
         # The upper cluster's one host Node is its control plane (tainted): the webhook
         # tolerates that here, as the other two do by default.
