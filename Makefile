@@ -34,6 +34,7 @@ lint: venv
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/hadolint Dockerfile
+	$(BIN)/python hack/lint-markdown.py
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(DOCS_SITE)
 
 # The site on http://127.0.0.1:8000 (loopback only), rebuilt as pages change.

@@ -403,7 +403,6 @@ async def make_workload(client: ApiClient, work: plan.Workload, config: str) -> 
                 "metadata": {
                     "name": namespace,
                     "labels": {plan.BENCH_LABEL: config},
-                    "annotations": work.annotations.get(namespace, {}),
                 },
             },
         )

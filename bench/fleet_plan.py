@@ -338,9 +338,8 @@ class Workload:
     """What one configuration creates upstairs: namespaces (and their quotas) and objects."""
 
     namespaces: dict[str, dict[str, Any] | None]
-    """Namespace -> its ResourceQuota (None: unquota'd)."""
-    annotations: dict[str, dict[str, str]]
-    """Namespace -> annotations it is created with."""
+    """Namespace -> its ResourceQuota (None: unquota'd), with the quota slices record an
+    administrator sets on it where the namespace is exempted (`exempt_record`)."""
     objects: list[tuple[str, str, dict[str, Any]]]
     """(namespace, collection path below /apis or /api, object)."""
     pods: int
@@ -352,7 +351,6 @@ def workload(config: str, m: Mix, *, exempt_on: Sequence[str] = ()) -> Workload:
     (`exempt_record`)."""
     apps = f"fleet-{config}-apps"
     namespaces: dict[str, dict[str, Any] | None] = {apps: None}
-    annotations: dict[str, dict[str, str]] = {}
     objects: list[tuple[str, str, dict[str, Any]]] = []
     deployments = "/apis/apps/v1/namespaces/{ns}/deployments"
     for i, replicas in enumerate(_chunks(m.small, SMALL_PER_DEPLOYMENT)):
@@ -389,11 +387,10 @@ def workload(config: str, m: Mix, *, exempt_on: Sequence[str] = ()) -> Workload:
         )
     for q in range(QUOTA_NAMESPACES):
         namespace = f"fleet-{config}-quota-{q}"
-        namespaces[namespace] = resource_quota(m.quota)
+        quota = resource_quota(m.quota)
         if exempt_on:
-            annotations[namespace] = {
-                SLICES_ANNOTATION: exempt_record(exempt_on, namespaces[namespace])
-            }
+            quota["metadata"]["annotations"] = {SLICES_ANNOTATION: exempt_record(exempt_on, quota)}
+        namespaces[namespace] = quota
         for i, replicas in enumerate(_chunks(m.quota, SMALL_PER_DEPLOYMENT)):
             objects.append(
                 (
@@ -402,14 +399,14 @@ def workload(config: str, m: Mix, *, exempt_on: Sequence[str] = ()) -> Workload:
                     deployment(f"team-{i}", config=config, replicas=replicas, amount=SMALL),
                 )
             )
-    return Workload(namespaces=namespaces, annotations=annotations, objects=objects, pods=m.total)
+    return Workload(namespaces=namespaces, objects=objects, pods=m.total)
 
 
 def exempt_record(virtual_nodes: Sequence[str], quota: Mapping[str, Any]) -> str:
-    """A quota slices record, as an administrator writes it, that gives every one of
-    `virtual_nodes` one slice as large as the whole `quota`: the namespace may use each
-    virtual node as if it had no slices (its ResourceQuota still bounds its total). The
-    slice controller keeps a record it did not write (docs/slices.md)."""
+    """A quota slices record, as an administrator writes it on the namespace's `quota`, that
+    gives every one of `virtual_nodes` one slice as large as the whole quota: the namespace
+    may use each virtual node as if it had no slices (its ResourceQuota still bounds its
+    total). The slice controller keeps a record it did not write (docs/slices.md)."""
     hard = quota["spec"]["hard"]
     slice_ = f"1x({hard['requests.cpu']},{hard['requests.memory']})"
     return ",".join(f"{node}={slice_}" for node in virtual_nodes)

@@ -35,6 +35,7 @@ class UpperScheduler(Program):
                 kubeconfig=kubeconfig,
                 url=f"https://{LOOPBACK}:{fleet.ports[EXTENDER_PORT]}",
                 ca=fleet.upper.ca,
+                client=schedulers.extender_client(fleet),
             )
         )
         if not extender:

@@ -326,8 +326,11 @@ def _shell(fleet: Fleet, argv: Sequence[str]) -> int:
         print(f"error: cannot enter the fleet's network: {exc}", file=sys.stderr)
         return 2
     env = {**os.environ, **env_values(fleet)}
-    # kubectl comes with the test extra, beside this Python.
-    env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
+    # kubectl comes with the test extra, beside this Python; helm (for the install guide's
+    # `helm install`) is built with the control plane, when it is there.
+    helm = binaries.cache_dir() / "helm"
+    paths = [str(Path(sys.executable).parent), *([str(helm.parent)] if helm.exists() else [])]
+    env["PATH"] = os.pathsep.join((*paths, env.get("PATH", "")))
     if not command:
         command = [env.get("SHELL") or "/bin/sh"]
         print(

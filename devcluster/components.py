@@ -183,10 +183,12 @@ def scheduler_argv(
     return [*argv, f"--config={config}"] if config is not None else argv
 
 
-def scheduler_configuration(*, kubeconfig: Path, url: str, ca: Path) -> str:
+def scheduler_configuration(*, kubeconfig: Path, url: str, ca: Path, client: KeyPair) -> str:
     """Return a KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1, YAML) whose one
-    extender is `tensile-scheduler` at `url` (HTTPS, its certificate signed by `ca`):
-    filter and prioritize, node names only, ignorable."""
+    extender is `tensile-scheduler` at `url` (HTTPS, its certificate signed by `ca`, and
+    kube-scheduler presenting the `client` certificate: `tlsConfig.certFile`/`keyFile`, which
+    the extender verifies against its --client-ca-file): filter and prioritize, node names
+    only, ignorable."""
     config = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
@@ -199,7 +201,11 @@ def scheduler_configuration(*, kubeconfig: Path, url: str, ca: Path) -> str:
                 "prioritizeVerb": "prioritize",
                 "weight": EXTENDER_WEIGHT,
                 "enableHTTPS": True,
-                "tlsConfig": {"caFile": str(ca)},
+                "tlsConfig": {
+                    "caFile": str(ca),
+                    "certFile": str(client.cert),
+                    "keyFile": str(client.key),
+                },
                 "nodeCacheCapable": True,
                 "ignorable": True,
                 "httpTimeout": EXTENDER_TIMEOUT,

@@ -5,7 +5,9 @@ A fleet started with `FleetSettings(scheduler_extender=True)` runs its upper
 kube-schedulers with `components.scheduler_configuration` (the extender ignorable, so they
 schedule on while it is not running) and reserves the extender's port
 (`<upper>-scheduler-extender` in `fleet.ports`); `SchedulerExtenderProcess` then serves on
-that port with the fleet's serving certificate for it, signed by the upper cluster's CA.
+that port with the fleet's serving certificate for it, signed by the upper cluster's CA, and
+requires a client certificate of the CA that signed kube-scheduler's (`extender_client`):
+the upper kube-scheduler presents it, as its configuration's `tlsConfig` says.
 """
 
 from __future__ import annotations
@@ -16,6 +18,20 @@ from pathlib import Path
 
 from devcluster import ports, programs
 from devcluster.fleet import Fleet
+from devcluster.pki import KeyPair
+
+
+def extender_client(fleet: Fleet, *, upper: str = "upper") -> KeyPair:
+    """The client certificate and key the upper kube-scheduler of `upper` presents to the
+    extender (for tests that call the extender as kube-scheduler does)."""
+    pki = fleet.directory / "pki"
+    name = f"{upper}-scheduler-extender-client"
+    return KeyPair(cert=pki / f"{name}.crt", key=pki / f"{name}.key")
+
+
+def extender_client_ca(fleet: Fleet, *, upper: str = "upper") -> Path:
+    """The CA the extender of `upper` verifies its callers' certificates against."""
+    return fleet.directory / "pki" / f"{upper}-scheduler-extender-client-ca.crt"
 
 
 class SchedulerExtenderProcess(programs.Program):
@@ -48,6 +64,7 @@ class SchedulerExtenderProcess(programs.Program):
             f"--port={port}",
             f"--tls-cert-file={pki / f'{upper}-scheduler-extender.crt'}",
             f"--tls-private-key-file={pki / f'{upper}-scheduler-extender.key'}",
+            f"--client-ca-file={extender_client_ca(fleet, upper=upper)}",
             f"--metrics-addr={ports.LOOPBACK}:{self.metrics_port}",
             "--shutdown-delay=0s",
             "--log-level=debug",

@@ -268,6 +268,18 @@ class Startup:
                 ip_addresses=(ports.LOOPBACK,),
                 server=True,
             )
+            # kube-scheduler's client certificate for the extender, from a CA of its own
+            # (as the front-proxy CA): the cluster CA signs every user's and node's.
+            callers = CertificateAuthority.create(
+                directory=self.pki, name=f"{name}-scheduler-extender-client-ca"
+            )
+            out[f"{name}-scheduler-extender-client-ca"] = callers.pair
+            out[f"{name}-scheduler-extender-client"] = callers.issue(
+                directory=self.pki,
+                name=f"{name}-scheduler-extender-client",
+                common_name="system:kube-scheduler",
+                client=True,
+            )
             out[f"{name}-metrics-server"] = ca.issue(
                 directory=self.pki,
                 name=f"{name}-metrics-server",
@@ -441,6 +453,7 @@ class Startup:
                         kubeconfig=self.pki / f"{name}-scheduler.kubeconfig",
                         url=f"https://{ports.LOOPBACK}:{extender_port}",
                         ca=material[f"{name}-ca"].cert,
+                        client=material[f"{name}-scheduler-extender-client"],
                     )
                 )
             self._spawn(

@@ -14,6 +14,7 @@ from the code, never by hand:
 - tenancy.md, its section between the `pod-policy` markers: the pod table of
   tensile/contracts/podpolicy.py (`ROWS`), one row per field a tenant writes that reaches
   the lower cluster (generated sections of hand-written pages are in SECTIONS);
+- docs/assets/*.svg: the diagrams of hack/diagrams.py, drawn from their descriptions there;
 - layout.md (docs/, not docs/reference/): the code layout: the programs, the local fleet and
   the parts of the shared library, each with its package docstring and the first paragraph
   of every module's; which imports which (the import graph, from grimp); and the
@@ -29,13 +30,17 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import functools
+import html
 import importlib
+import importlib.util
 import inspect
 import re
 import sys
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import grimp
@@ -86,7 +91,7 @@ _HEADER = (
 
 
 def _cell(text: object) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+    return _breakable(" ".join(str(text).split()).replace("|", "\\|"))
 
 
 def _code(text: str) -> str:
@@ -114,8 +119,79 @@ def _default(action: argparse.Action) -> str:
     if isinstance(value, bool):
         return _code(str(value).lower())
     if isinstance(value, list | tuple):
-        return _code(",".join(str(v) for v in value)) if value else ""
-    return _code(str(value))
+        return _breakable_code(",".join(str(v) for v in value)) if value else ""
+    is_duration = _type_name(action) == "duration" and isinstance(value, int | float)
+    return _breakable_code(go_duration(value) if is_duration else str(value))
+
+
+_BREAK_AFTER = re.compile(r"(?<=[\w*])([,./=_])(?=[\w*])")
+"""Punctuation between the parts of a name (`a.b`, `a/b`, `a,b`, `k=v`, `a_b`): a line may
+break after it. Table cells are narrow, and the site breaks names only where text breaks
+(docs/assets/extra.css), never inside a word."""
+
+
+def _breakable_code(text: str) -> str:
+    """`text` as code that a narrow table cell may break after the punctuation between its
+    parts (`<wbr>`, which copies as nothing) and nowhere else; short names stay plain code
+    spans."""
+    if len(text) <= 16 or not _BREAK_AFTER.search(text):
+        return _code(text)
+    parts = _BREAK_AFTER.split(text)
+    marked = "".join(html.escape(p) + ("<wbr>" if i % 2 else "") for i, p in enumerate(parts))
+    return f"<code>{marked}</code>"
+
+
+def _breakable(text: str) -> str:
+    """A table cell's Markdown `text` whose long names may break after their punctuation:
+    the code spans as `_breakable_code`, and in the prose a name's slashes and dots
+    (`APISERVER_CERT_LOCATION/APISERVER_KEY_LOCATION`, `~/.kube/config`), so that no name
+    widens its column past the page. Text with unpaired backticks is left as it is."""
+    pieces = text.split("`")
+    if len(pieces) % 2 == 0:
+        return text
+    out = []
+    for i, piece in enumerate(pieces):
+        if i % 2:
+            out.append(_breakable_code(piece))
+        else:
+            out.append(re.sub(r"(?<=\w)([./])(?=\w)", r"\1<wbr>", piece))
+    return "".join(out)
+
+
+def _type_name(action: argparse.Action) -> str:
+    return getattr(action.type, "__name__", "") if action.type else "str"
+
+
+def go_duration(seconds: float) -> str:
+    """`seconds` written as Go's time.Duration.String() writes it, which is how Kubernetes
+    and virtual-kubelet print duration flags: "0s", "300ms", "1.5s", "1m30s", "5m0s",
+    "4h0m0s" (whole nanoseconds; the largest unit first, then every smaller one down to
+    seconds, whose fraction loses its trailing zeros; under a second: ms, µs or ns)."""
+    nanos = round(seconds * 1e9)
+    sign, nanos = ("-", -nanos) if nanos < 0 else ("", nanos)
+    if nanos == 0:
+        return "0s"
+    if nanos < 10**3:
+        return f"{sign}{nanos}ns"
+    if nanos < 10**6:
+        return f"{sign}{_decimal(nanos, 3)}\u00b5s"
+    if nanos < 10**9:
+        return f"{sign}{_decimal(nanos, 6)}ms"
+    minutes, rest = divmod(nanos, 60 * 10**9)
+    hours, minutes = divmod(minutes, 60)
+    text = f"{_decimal(rest, 9)}s"
+    if hours or minutes:
+        text = f"{minutes}m{text}"
+    if hours:
+        text = f"{hours}h{text}"
+    return sign + text
+
+
+def _decimal(value: int, places: int) -> str:
+    """`value` / 10**places with the fraction's trailing zeros dropped ("1.5", "300")."""
+    whole, fraction = divmod(value, 10**places)
+    digits = str(fraction).rjust(places, "0").rstrip("0")
+    return f"{whole}.{digits}" if digits else str(whole)
 
 
 def _value(action: argparse.Action) -> str:
@@ -123,7 +199,7 @@ def _value(action: argparse.Action) -> str:
         return "switch"
     if action.choices:
         return " \\| ".join(f"`{c}`" for c in action.choices)
-    kind = getattr(action.type, "__name__", "") if action.type else "str"
+    kind = _type_name(action)
     return {"str": "string", "int": "integer", "float": "number"}.get(kind, kind)
 
 
@@ -312,7 +388,8 @@ def metrics_page() -> str:
         out += ["| metric | type | labels | help |", "|---|---|---|---|"]
         for r in rows:
             labels = ", ".join(f"`{label}`" for label in r["labels"])  # type: ignore[attr-defined]
-            out.append(f"| `{r['name']}` | {r['type']} | {labels} | {_cell(r['help'])} |")
+            name = _breakable_code(str(r["name"]))
+            out.append(f"| {name} | {r['type']} | {labels} | {_cell(r['help'])} |")
         out.append("")
     return "\n".join(out)
 
@@ -393,9 +470,9 @@ def annotations_page() -> str:
     ]
     for path in sources:
         for mark in _marks(path):
-            where = f"`{path.relative_to(ROOT).as_posix()}` `{mark.constant}`"
+            where = _cell(f"`{path.relative_to(ROOT).as_posix()}` `{mark.constant}`")
             doc = _cell(mark.doc) or "(no docstring under the constant)"
-            out.append(f"| `{mark.value}` | {mark.kind} | {doc} | {where} |")
+            out.append(f"| {_breakable_code(mark.value)} | {mark.kind} | {doc} | {where} |")
     out.append("")
     return "\n".join(out)
 
@@ -411,7 +488,7 @@ def pod_policy_section() -> str:
         "|---|---|---|---|---|",
     ]
     for row in podpolicy.ROWS:
-        flag = f"`{row.flag}`: {_cell(row.with_flag)}" if row.flag else ""
+        flag = f"{_breakable_code(row.flag)}: {_cell(row.with_flag)}" if row.flag else ""
         out.append(
             f"| {row.kind} | {_cell(row.field)} | **{row.verdict}** | {flag} | {_cell(row.why)} |"
         )
@@ -658,13 +735,37 @@ def layout_page() -> str:
 
 # --- the command -----------------------------------------------------------------------
 
-PAGES = {
+
+def _diagrams() -> ModuleType:
+    """hack/diagrams.py, loaded from its file (hack/ is no package) and registered under
+    its name so its dataclasses resolve."""
+    name = "tensile_docs_diagrams"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "hack" / "diagrams.py")
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def _diagram_pages() -> dict[str, Callable[[], str]]:
+    diagrams = _diagrams()
+    return {
+        f"assets/{name}": functools.partial(lambda draw: diagrams.render(draw()), draw)
+        for name, draw in diagrams.DIAGRAMS.items()
+    }
+
+
+PAGES: dict[str, Callable[[], str]] = {
     "reference/flags.md": flags_page,
     "reference/metrics.md": metrics_page,
     "reference/annotations.md": annotations_page,
     "layout.md": layout_page,
+    **_diagram_pages(),
 }
-"""Generated pages, by their path under docs/."""
+"""Generated pages, by their path under docs/ (the diagrams of docs/assets/ too)."""
 
 SECTIONS = {
     "tenancy.md": {"pod-policy": pod_policy_section},

@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Sequence
 
 from scheduler.extender import Policy
-from scheduler.server import MAX_REQUEST_BYTES
+from scheduler.server import MAX_IN_FLIGHT, MAX_REQUEST_BYTES, Callers
 from scheduler.settings import DEFAULT_SERVER, Settings
 from scheduler.slices.flags import add_slice_flags, slice_settings
 from tensile.contracts import selectors
@@ -31,7 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     a(
         "--client-ca-file",
         default="",
-        help="require client certificates signed by this CA (default: none required)",
+        help="the CA whose client certificates callers must present on every route but "
+        "/healthz and /readyz (required: kube-scheduler's extender tlsConfig certFile)",
     )
     a(
         "--kubeconfig",
@@ -64,9 +65,17 @@ def _parser() -> argparse.ArgumentParser:
         help=f"largest request body accepted, bytes (default {MAX_REQUEST_BYTES})",
     )
     a(
+        "--max-requests-inflight",
+        type=int,
+        default=MAX_IN_FLIGHT,
+        help="filter and prioritize calls answered at once; more get 429 at once "
+        f"(default {MAX_IN_FLIGHT})",
+    )
+    a(
         "--metrics-addr",
         default="",
-        help="host:port of a plain-HTTP /metrics, /healthz, /readyz (default: HTTPS port only)",
+        help="host:port of a plain-HTTP /metrics, /healthz, /readyz, asking no client "
+        "certificate: bind it to loopback (default: HTTPS port only)",
     )
     a(
         "--shutdown-delay",
@@ -91,6 +100,15 @@ def parse(argv: Sequence[str]) -> Settings:
     args = _parser().parse_args(list(argv))
     if not args.tls_cert_file or not args.tls_private_key_file:
         raise UsageError("--tls-cert-file and --tls-private-key-file are required (HTTPS only)")
+    if not args.client_ca_file:
+        raise UsageError(
+            "--client-ca-file is required: the CA of the client certificate kube-scheduler "
+            "presents (its extender tlsConfig certFile and keyFile)"
+        )
+    if args.max_requests_inflight < 1:
+        raise UsageError(
+            f"--max-requests-inflight must be at least 1, got {args.max_requests_inflight}"
+        )
     if not 0 < args.port < 65536:
         raise UsageError(f"--port must be 1-65535, got {args.port}")
     if not 0.0 <= args.headroom < 1.0:
@@ -110,12 +128,13 @@ def parse(argv: Sequence[str]) -> Settings:
             cert_file=args.tls_cert_file,
             key_file=args.tls_private_key_file,
             client_ca_file=args.client_ca_file,
-            require_client_certificate=True,
+            require_client_certificate=False,  # probes present none: the routes ask (Callers)
             max_request_bytes=args.max_request_bytes,
             metrics_addr=metrics_addr,
             shutdown_delay=args.shutdown_delay,
             shutdown_timeout=args.shutdown_timeout,
         ),
+        callers=Callers(max_in_flight=args.max_requests_inflight),
         policy=Policy(headroom=args.headroom, taint_key=args.taint_key),
         kubeconfig=args.kubeconfig,
         virtual_node_selector=args.virtual_node_selector,

@@ -21,6 +21,7 @@ on failedNodes (not failedAndUnresolvable: preempting upper pods there frees roo
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from tensile.contracts import clusterselector
 from tensile.contracts.labels import DEFAULT_TAINT_KEY
 from tensile.contracts.objects import as_mapping, meta_of, name_of
 from tensile.contracts.scheduling import REQUIRED
+from tensile.kube import codec
 from tensile.placement import fit
 from tensile.placement.lower import lower_placement
 from tensile.placement.summary import Choice
@@ -118,20 +120,39 @@ def read_extender_args(body: object) -> Call:
     raise BadArgs('neither "NodeNames" nor "Nodes" is given')
 
 
+RecentKey = tuple[bytes, str, int]
+"""(`judged` of the pod, virtual node name, summary generation)."""
+
+
+def judged(pod: Mapping[str, Any]) -> bytes:
+    """A digest (BLAKE2b, 16 bytes) of everything of `pod` a verdict depends on: its whole
+    spec (requests, nodeSelector, affinity, tolerations, ports, overhead...) and its
+    clusterSelector annotation. Two calls with equal digests are judged alike, whatever
+    UID or resourceVersion they name, so a call cannot leave a verdict behind for another
+    pod: at most for a pod exactly like its own, which would be judged the same."""
+    spec = pod.get("spec")
+    annotations = as_mapping(meta_of(pod).get("annotations"))
+    selector = annotations.get(clusterselector.ANNOTATION)
+    body = codec.canonical([spec, selector if isinstance(selector, str) else None])
+    return hashlib.blake2b(body, digest_size=16).digest()
+
+
 class Recent:
     """The verdicts of the last `size` (pod, virtual node, summary) judged: kube-scheduler
     asks prioritize right after filter for the same pod and nodes, and a verdict stays
-    true while the pod (its UID and resourceVersion) and the summary are the same."""
+    true while what was judged of the pod (`judged`: its spec and clusterSelector, not its
+    name, UID or resourceVersion, which a caller may name freely) and the summary are the
+    same."""
 
     def __init__(self, size: int = 4096) -> None:
         self._size = size
-        self._verdicts: OrderedDict[tuple[str, str, str, int], Verdict] = OrderedDict()
+        self._verdicts: OrderedDict[RecentKey, Verdict] = OrderedDict()
 
-    def get(self, key: tuple[str, str, str, int]) -> Verdict | None:
+    def get(self, key: RecentKey) -> Verdict | None:
         """The verdict remembered under `key`, or None."""
         return self._verdicts.get(key)
 
-    def put(self, key: tuple[str, str, str, int], verdict: Verdict) -> None:
+    def put(self, key: RecentKey, verdict: Verdict) -> None:
         """Remember `verdict` (the oldest is forgotten past `size`)."""
         self._verdicts[key] = verdict
         if len(self._verdicts) > self._size:
@@ -153,7 +174,7 @@ def judge(
     meta = meta_of(call.pod)
     annotations = as_mapping(meta.get("annotations"))
     selector = clusterselector.parse(annotations.get(clusterselector.ANNOTATION))
-    pod_key = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
+    pod_key = judged(call.pod) if recent is not None else b""
     # The lower placement depends on the virtual node only through the upper nodeSelector
     # and required affinity it satisfied; without either it is the same for every node.
     shared = not as_mapping(spec.get("nodeSelector")) and not as_mapping(
@@ -166,8 +187,8 @@ def judge(
         if node is None:
             verdicts.append(Verdict(name=name, virtual=False))
             continue
-        key = (*pod_key, name, node.generation)
-        known = recent.get(key) if recent is not None and pod_key[0] else None
+        key = (pod_key, name, node.generation)
+        known = recent.get(key) if recent is not None else None
         if known is not None and _reusable(known, explain=explain):
             verdicts.append(known)
             continue
@@ -175,7 +196,7 @@ def judge(
         if slot not in needs:
             needs[slot] = _need(node, spec=spec, selector=selector, policy=policy)
         verdict = _verdict(node, need=needs[slot], policy=policy, explain=explain)
-        if recent is not None and pod_key[0]:
+        if recent is not None:
             recent.put(key, verdict)
         verdicts.append(verdict)
     return verdicts

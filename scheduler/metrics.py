@@ -10,6 +10,12 @@ CALLS = Counter(
     "an ExtenderArgs: 400), error (a bug: every node passed, score 0).",
     ["verb", "result"],
 )
+REFUSED = Counter(
+    "tensile_scheduler_extender_refused_requests",
+    "Requests refused before being read, by reason: unauthenticated (no client certificate: "
+    "401), too_many_requests (beyond --max-requests-inflight: 429).",
+    ["reason"],
+)
 LATENCY = Histogram(
     "tensile_scheduler_extender_duration_seconds",
     "Time from receiving an extender call to answering it (the body read included).",

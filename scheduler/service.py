@@ -80,6 +80,7 @@ class Extender:
                 Judge(summaries=nodes.summaries, policy=settings.policy, slices=slices.refusals),
                 health=health,
                 max_request_bytes=settings.server.max_request_bytes,
+                callers=settings.callers,
             )
             server = HttpsServer(
                 settings.server,

@@ -52,8 +52,6 @@ _OWN_NAMESPACE_KEYS = ("tensile.io/", "pod-security.kubernetes.io/enforce")
 # A comma starts a new key=value item only when `key=` follows it and it is not escaped.
 _ITEM_SPLIT = re.compile(r"(?<!\\),(?=\s*[A-Za-z0-9][-A-Za-z0-9_./]*=)")
 MAX_NAMESPACE_PREFIX = 30
-_DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9](?:[-a-z0-9.]*[a-z0-9])?")
 
 
 def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -857,11 +855,11 @@ def _node_settings(
 
 
 def _service_namespaces(text: str) -> tuple[str, ...]:
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
-    for name in names:
-        if not (len(name) <= 63 and _DNS_LABEL.fullmatch(name)):
+    given = tuple(n.strip() for n in text.split(",") if n.strip())
+    for name in given:
+        if not names.is_dns1123_label(name):
             raise UsageError(f"--service-namespaces: {name!r} is not a namespace name")
-    return names
+    return given
 
 
 def _storage_classes(text: str) -> dict[str, Any]:
@@ -872,9 +870,8 @@ def _storage_classes(text: str) -> dict[str, Any]:
         if not item:
             continue
         upper, sep, lower = (part.strip() for part in item.partition("="))
-        names = (upper, lower) if sep else (upper,)
-        for name in names:
-            if not (len(name) <= 253 and _DNS_SUBDOMAIN.fullmatch(name)):
+        for name in (upper, lower) if sep else (upper,):
+            if not names.is_dns1123_subdomain(name):
                 raise UsageError(
                     f"--lower-storage-class: {name!r} in {item!r} is not a StorageClass name"
                 )

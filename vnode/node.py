@@ -46,7 +46,7 @@ from vnode.api.certmanager import (
 )
 from vnode.api.component import KubeletApiServer
 from vnode.controllers.node import NodeController
-from vnode.controllers.node_objects import node_addresses
+from vnode.controllers.node_objects import node_addresses, node_taints
 from vnode.controllers.patrol import Audit, Patrol
 from vnode.controllers.patrol_checks import Check, MirrorCheck, PodCheck
 from vnode.controllers.pod_traces import pod_traces
@@ -153,6 +153,7 @@ class VirtualNode:
             recorder=recorder,
             fairness=FairQueuing(weights=dict(settings.pods.namespace_weights)),
             traces=pod_traces(tracing, node_name=settings.node.name),
+            taints=node_taints([], settings=settings.node),
         )
         self.node = NodeController(
             upper=upper.main,

@@ -20,11 +20,9 @@ from tensile.serving.flags import UsageError
 from tensile.serving.https import ServerSettings
 from webhook.mutation import MutationSettings
 from webhook.server import MAX_REQUEST_BYTES
-from webhook.settings import DEFAULT_SERVER, FLAGS, Settings
+from webhook.settings import DEFAULT_NAMESPACE, DEFAULT_SECRET, DEFAULT_SERVER, FLAGS, Settings
 
-DEFAULT_NAMESPACE = "tensile-system"
 DEFAULT_SERVICE = "tensile-webhook"
-DEFAULT_SECRET = "tensile-webhook-tls"  # noqa: S105 - a Secret's name
 DEFAULT_CONFIGURATION = "tensile-webhook"
 _MAX_TOLERATION_SECONDS = 2**63 - 1
 

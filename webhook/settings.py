@@ -13,9 +13,13 @@ from webhook.server import MAX_REQUEST_BYTES
 
 FLAGS = FlagNames(cert_file="--tlscert", key_file="--tlskey", client_ca_file="--CA")
 """tensile-kube's names of the webhook's serving flags."""
+DEFAULT_NAMESPACE = "tensile-system"
+"""The namespace of the webhook's Service and certificate Secret without $POD_NAMESPACE."""
+DEFAULT_SECRET = "tensile-webhook-tls"  # noqa: S105 - a Secret's name
+"""The Secret a bootstrapped certificate is kept in (--tls-secret's name part)."""
 DEFAULT_SERVER = ServerSettings(
     port=8080,
-    secret=SecretSettings(namespace="tensile-system", name="tensile-webhook-tls"),
+    secret=SecretSettings(namespace=DEFAULT_NAMESPACE, name=DEFAULT_SECRET),
     max_request_bytes=MAX_REQUEST_BYTES,
     shutdown_delay=3.0,
     shutdown_timeout=10.0,

@@ -1,11 +1,14 @@
 """What the slice controller does for one namespace (pure): write, keep or remove its record,
 and which Events say so.
 
-Who wrote the record decides: the controller's own (its status's `written` equals the
-record) is recomputed from where it is (`placement.place`); an administrator's (any other
-value, or a record with no status) is respected as it is, and only its status says so (or
-that it cannot be read); a record removed by hand is computed again from nothing. Without
-a quota the controller's record is removed and an administrator's left alone.
+The record and its status are annotations of one of the namespace's ResourceQuotas (the
+controller hands in that quota's annotations and writes the patch back to it). Who wrote
+the record decides: the controller's own (its status's `written` equals the record) is
+recomputed from where it is (`placement.place`); an administrator's (any other value, or a
+record with no status) is respected as it is, and only its status says so (or that it
+cannot be read, and that the namespace's pods are then admitted nowhere); a record removed
+by hand is computed again from nothing. Without a quota the controller's record is removed
+and an administrator's is not read (its status says so).
 """
 
 from __future__ import annotations
@@ -16,19 +19,10 @@ from fractions import Fraction
 from typing import Any
 
 from scheduler.slices.placement import Placement, place, record_of_placement, slice_for
-from scheduler.slices.record import (
-    Holding,
-    RecordError,
-    Status,
-    controller_wrote,
-    format_record,
-    format_status,
-    parse_record,
-    parse_status,
-    show,
-)
+from scheduler.slices.record import Status, controller_wrote, format_status, parse_status
 from tensile.contracts.quotaslices import (
     ADMINISTRATOR,
+    IGNORED,
     INVALID,
     PLACED,
     SLICES_ANNOTATION,
@@ -36,6 +30,7 @@ from tensile.contracts.quotaslices import (
     UNPLACEABLE,
 )
 from tensile.kube.quantity import format_quantity
+from tensile.placement.slices import Holding, RecordError, format_record, parse_record, show
 
 NORMAL = "Normal"
 WARNING = "Warning"
@@ -59,7 +54,7 @@ class Decision:
     events: tuple[Event, ...] = ()
     outcome: str | None = None
     """The metric's outcome label: placed, redistributed, recomputed, unplaceable,
-    administrator, invalid, removed (None: nothing new)."""
+    administrator, invalid, ignored, removed (None: nothing new)."""
     held: Mapping[str, Holding] | None = None
     """The record in force after the decision (None: unconstrained)."""
     unplaced: int = 0
@@ -74,18 +69,24 @@ def decide(
     headroom: Fraction,
     rooms: Mapping[str, Mapping[str, int]],
     unusable: Mapping[str, str],
+    conflict: str | None = None,
 ) -> Decision:
-    """Decide for one namespace with `annotations` (its metadata.annotations) and `quota`
-    (`placement.quota_of`, `Units`); `cpu` (cores) and `memory` (bytes) size a slice, `headroom` is
-    the share of each node kept free (for messages: `rooms` already leave it out),
-    `rooms`/`unusable` as `placement.place` takes them. Raises nothing."""
+    """Decide for one namespace with `annotations` (the metadata.annotations of the
+    ResourceQuota that carries its record, or of the one that is to) and `quota`
+    (`tensile.placement.slices.quota_of`, `Units`); `cpu` (cores) and `memory` (bytes) size
+    a slice, `headroom` is the share of each node kept free (for messages: `rooms` already
+    leave it out), `rooms`/`unusable` as `placement.place` takes them; `conflict`: why the
+    records of the namespace's quotas cannot be taken together (several differing ones),
+    reported as Invalid. Raises nothing."""
     value = annotations.get(SLICES_ANNOTATION)
     status = parse_status(annotations.get(STATUS_ANNOTATION))
     ours = controller_wrote(annotations)
     if not quota:
         return _without_quota(value, status, ours)
+    if conflict is not None:
+        return _invalid(conflict, status)
     if isinstance(value, str) and not ours:
-        return _administrators(value, status)
+        return _administrators(value, status, quota)
     size = slice_for(quota, cpu=cpu, memory=memory)
     previous = _ours(value)
     placement = place(quota=quota, size=size, rooms=rooms, previous=previous, unusable=unusable)
@@ -161,45 +162,95 @@ def _without_quota(value: object, status: Status | None, ours: bool) -> Decision
             outcome="removed",
         )
     if isinstance(value, str):
-        # An administrator's record stands even without a quota: it is theirs to remove.
-        try:
-            return Decision(patch=None, held=parse_record(value))
-        except RecordError:
+        # Slices divide a quota: without one, a record would only take room from the
+        # other namespaces. It is not read, and its status says so.
+        written = status.written if status is not None else None
+        message = (
+            "no ResourceQuota of the namespace bounds requests.cpu or requests.memory: the "
+            f"record {value} is not read and the namespace's pods may go to any virtual node"
+        )
+        if status is not None and status.condition == IGNORED and status.message == message:
             return Decision(patch=None)
+        new_status = Status(
+            written=written, condition=IGNORED, reason="QuotaSlicesIgnored", message=message
+        )
+        return Decision(
+            patch={STATUS_ANNOTATION: format_status(new_status)},
+            events=(Event(type=WARNING, reason="QuotaSlicesIgnored", message=message),),
+            outcome="ignored",
+        )
     if status is not None:
         return Decision(patch={STATUS_ANNOTATION: None})
     return Decision(patch=None)
 
 
-def _administrators(value: str, status: Status | None) -> Decision:
-    written = status.written if status is not None else None
+def _administrators(value: str, status: Status | None, quota: Mapping[str, int]) -> Decision:
     try:
         record = parse_record(value)
     except RecordError as exc:
-        condition, reason, kind, held = INVALID, "QuotaSlicesInvalid", WARNING, None
-        message = (
-            f"the record set by hand cannot be read: {exc}; the namespace is unconstrained "
-            "until it is fixed or removed"
-        )
-    else:
-        condition, reason, kind, held = (
-            ADMINISTRATOR,
-            "QuotaSlicesSetByAdministrator",
-            NORMAL,
-            record,
-        )
-        message = (
-            f"the record {value} was set by hand and is kept as it is "
-            f"(remove {SLICES_ANNOTATION} to have it computed again)"
-        )
+        return _invalid(f"the record set by hand cannot be read: {exc}", status)
+    capped = sorted(node for node, holding in record.items() if _beyond(holding, quota))
+    beyond = (
+        f"; on {', '.join(capped)} it counts as the quota ({_quota_text(quota)}), no more"
+        if capped
+        else ""
+    )
+    message = (
+        f"the record {value} was set by hand and is kept as it is{beyond} "
+        f"(remove {SLICES_ANNOTATION} to have it computed again)"
+    )
+    return _judged(
+        status,
+        condition=ADMINISTRATOR,
+        reason="QuotaSlicesSetByAdministrator",
+        kind=NORMAL,
+        message=message,
+        held=record,
+    )
+
+
+def _invalid(why: str, status: Status | None) -> Decision:
+    """A record that cannot be read: the namespace's pods are admitted to no virtual node
+    (the extender and the virtual nodes read it so: `tensile.placement.slices`)."""
+    message = f"{why}; no virtual node admits the namespace's pods until it is fixed or removed"
+    return _judged(
+        status,
+        condition=INVALID,
+        reason="QuotaSlicesInvalid",
+        kind=WARNING,
+        message=message,
+        held=None,
+    )
+
+
+def _judged(
+    status: Status | None,
+    *,
+    condition: str,
+    reason: str,
+    kind: str,
+    message: str,
+    held: Mapping[str, Holding] | None,
+) -> Decision:
+    """The status of a record the controller did not write (kept, or not readable)."""
     if status is not None and status.condition == condition and status.message == message:
         return Decision(patch=None, held=held)
+    written = status.written if status is not None else None
     new_status = Status(written=written, condition=condition, reason=reason, message=message)
     return Decision(
         patch={STATUS_ANNOTATION: format_status(new_status)},
         events=(Event(type=kind, reason=reason, message=message),),
         outcome="administrator" if condition == ADMINISTRATOR else "invalid",
         held=held,
+    )
+
+
+def _beyond(holding: Holding, quota: Mapping[str, int]) -> bool:
+    """Whether `holding` allows more of a resource than the quota (or leaves unbounded
+    one the quota bounds)."""
+    budget = holding.budget()
+    return holding.count > 0 and any(
+        budget.get(name, bound + 1) > bound for name, bound in quota.items()
     )
 
 

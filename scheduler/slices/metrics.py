@@ -1,5 +1,5 @@
-"""Prometheus metrics of the namespace quota slices (served on tensile-scheduler's
-`--metrics-addr`)."""
+"""Prometheus metrics of the namespace quota slices (served on tensile-scheduler's `/metrics`,
+to callers with a client certificate, and on `--metrics-addr`)."""
 
 from __future__ import annotations
 
@@ -19,13 +19,15 @@ DECISIONS = Counter(
     "tensile_scheduler_quota_slice_decisions",
     "Records written or judged, by outcome: placed, recomputed (after the record was "
     "cleared), redistributed, unplaceable, administrator (a record set by hand, kept), "
-    "invalid (one set by hand that cannot be read), removed (no quota any more).",
+    "invalid (one set by hand that cannot be read, or differing records: the namespace's "
+    "pods are admitted nowhere), ignored (a record where no quota bounds requests), "
+    "removed (no quota any more).",
     ["outcome"],
 )
 ADMISSIONS = Counter(
     "tensile_scheduler_quota_slice_admissions",
     "Extender filter answers on quota slices: admitted and refused (outside the "
-    "namespace's slices) per pod and virtual node; unconstrained per pod (its namespace has "
-    "no record).",
+    "namespace's slices, or its record cannot be read) per pod and virtual node; "
+    "unconstrained per pod (its namespace has no quota or no record).",
     ["outcome"],
 )

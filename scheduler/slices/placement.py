@@ -6,19 +6,16 @@ on requests (cpu, memory) is cut into slices of a fixed size (`--slice-cpu`,
 room each has for them. The extender then admits the namespace's pods to a virtual node
 only within the slices it holds there (`admission`).
 
-Which quota is read: `spec.hard` of the namespace's unscoped ResourceQuotas, keys
-`requests.cpu` / `cpu` and `requests.memory` / `memory` (Kubernetes treats the bare name as
-the requests one). These bound what the namespace's pods *request*, which is what every
-scheduler places by. `limits.*` bounds what pods may burst to, which no node reserves:
-it is not read. Several quotas all hold, so the smallest hard amount wins. Scoped quotas
-(`scopes`, `scopeSelector`) bound only some pods, and are not read.
+Which quota is read: `tensile.placement.slices.quota_of` (the requests bound of the
+namespace's unscoped ResourceQuotas, the smallest when several).
 
 The room of a virtual node for a namespace (`rooms`): its `status.allocatable` (already
 the lower cluster's free room as the virtual node counts it) minus `headroom` of the lower
 cluster's allocatable (`headroom_base`), minus
 what the others commit there: for each other namespace holding slices on the node the
-larger of its slices' budget and its pods' requests, and the requests of the other pods
-bound there. The namespace's own pods are inside its slices, so not subtracted.
+larger of its slices' budget (capped at its quota: `InForce.budget`) and its pods'
+requests, and the requests of the other pods bound there. The namespace's own pods are
+inside its slices, so not subtracted.
 
 How slices are spread (`place`): slices still valid where they are (same size, the node
 still usable, still room for them) stay; the quota's remaining slices go one at a time to
@@ -37,15 +34,11 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
-from scheduler.slices.record import Holding, Record, Slice, Units, units
 from tensile.contracts.objects import annotations_of, as_list, as_mapping
 from tensile.kube.quantity import parse_quantity
 from tensile.placement import summary
+from tensile.placement.slices import RESOURCES, Holding, Record, Slice, Units
 
-RESOURCES: Final = ("cpu", "memory")
-"""The resources slices bound; amounts in `Units` (millicores, bytes)."""
-QUOTA_KEYS: Final = {"cpu": ("requests.cpu", "cpu"), "memory": ("requests.memory", "memory")}
-"""ResourceQuota `spec.hard` keys read per resource (see the module docstring)."""
 MAX_SLICES: Final = 100_000
 """Most slices one namespace's quota may make: past it the slice size is surely a
 mistake (and spreading would take long), so the quota is reported unplaceable."""
@@ -72,28 +65,6 @@ class Placement:
     """Slices that found no room anywhere."""
     dropped: dict[str, str] = field(default_factory=dict)
     """Virtual node -> why it holds fewer slices than before."""
-
-
-def quota_of(quotas: Iterable[Mapping[str, Any]]) -> Units:
-    """Return the namespace's bound on requests per resource (`Units`) from its
-    ResourceQuota objects; resources no unscoped quota bounds are left out. Malformed
-    amounts (the apiserver validates, so only a hand-made object) are skipped."""
-    bound: Units = {}
-    for quota in quotas:
-        spec = as_mapping(quota.get("spec"))
-        if as_list(spec.get("scopes")) or spec.get("scopeSelector"):
-            continue
-        hard = as_mapping(spec.get("hard"))
-        for resource, keys in QUOTA_KEYS.items():
-            for key in keys:
-                try:
-                    amount = parse_quantity(hard[key]) if key in hard else None
-                except (ValueError, TypeError):
-                    amount = None
-                if amount is not None and amount >= 0:
-                    value = units({resource: amount})[resource]
-                    bound[resource] = min(bound.get(resource, value), value)
-    return bound
 
 
 def slice_for(quota: Mapping[str, int], *, cpu: Fraction, memory: int) -> Slice:
@@ -164,19 +135,20 @@ def commitments(
     *,
     nodes: Mapping[str, Mapping[str, int]],
     usage: Mapping[tuple[str, str], Mapping[str, int]],
-    records: Mapping[str, Record],
+    budgets: Mapping[str, Mapping[str, Mapping[str, int]]],
 ) -> Commitments:
     """Work out the commitments on `nodes` (usable virtual node -> allocatable) from `usage`
     ((namespace, node) -> the requests of the pods bound there, `usage_by_place`) and the
-    namespaces' `records`. Amounts in `Units`."""
+    namespaces' slice `budgets` (namespace -> node -> budget: `InForce.budgets`, capped at
+    the quota). Amounts in `Units`."""
     by_place: dict[tuple[str, str], Units] = {
         key: dict(used) for key, used in usage.items() if key[1] in nodes
     }
-    for namespace, record in records.items():
-        for node, holding in record.items():
+    for namespace, held in budgets.items():
+        for node, budget in held.items():
             if node in nodes:
                 used = by_place.setdefault((namespace, node), {})
-                for name, amount in holding.budget().items():
+                for name, amount in budget.items():
                     used[name] = max(used.get(name, 0), amount)
     by_node: dict[str, Units] = {node: {} for node in nodes}
     for (_, node), used in by_place.items():

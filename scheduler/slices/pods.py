@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from scheduler.slices.placement import PodUse
-from scheduler.slices.record import Units, units
 from tensile.contracts.objects import Obj, as_mapping, dicts_in, meta_of
 from tensile.kube.resources import object_key
 from tensile.placement.requests import pod_requests
+from tensile.placement.slices import Units, units
 
 
 def slim_pod(pod: Obj) -> Obj:

@@ -37,6 +37,13 @@ def dumps(value: Any) -> bytes:
     return orjson.dumps(value)
 
 
+def canonical(value: Any) -> bytes:
+    """Encode `value` as `dumps` does with every object's keys sorted: equal documents give
+    equal bytes, whatever order their keys came in (for digests). Raises TypeError as
+    `dumps`."""
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+
+
 def packed(value: Any) -> bytes:
     """Encode `value` as `dumps` does, into bytes exactly as large as the text: for what is
     kept (encoded stores). orjson hands back its working buffer, which for a 3 KB pod has

@@ -61,3 +61,23 @@ def service(upper: dict[str, Any]) -> dict[str, Any]:
         result["metadata"]["annotations"]["labelSelector"] = json.dumps(selector)
     result.pop("status", None)
     return result
+
+
+def takes_as_its_pod(lower: dict[str, Any], upper: dict[str, Any]) -> bool:
+    """Whether tensile-kube's virtual node, started on `upper`'s node, takes the lower pod
+    `lower` as the one it made for `upper` (pkg/provider/pod.go GetPods lists the lower pods
+    labelled `virtual-pod: "true"`, GetPod finds one by the upper pod's namespace and name;
+    nothing else is compared)."""
+    labels = lower["metadata"].get("labels") or {}
+    return bool(
+        labels.get("virtual-pod") == "true"
+        and lower["metadata"]["name"] == upper["metadata"]["name"]
+        and lower["metadata"]["namespace"] == upper["metadata"]["namespace"]
+    )
+
+
+def takes_as_its_copy(lower: dict[str, Any]) -> bool:
+    """Whether tensile-kube's controllers take a lower ConfigMap, Secret, claim or Service
+    as a copy they made and may update or collect (pkg/controllers: the `global: "true"`
+    annotation)."""
+    return (lower["metadata"].get("annotations") or {}).get("global") == "true"

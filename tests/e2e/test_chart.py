@@ -184,6 +184,20 @@ def test_the_scheduler_extender_is_off_by_default(helm: str) -> None:
     assert pod["containers"][0]["command"] == ["tensile-scheduler"]
     assert "--tls-cert-file=/etc/tensile/tls/tls.crt" in pod["containers"][0]["args"]
     assert pod["volumes"][0]["secret"]["secretName"] == f"{scheduler}-tls"
+    # callers present a client certificate; the probes (none) use the HTTPS port
+    assert "--client-ca-file=/etc/tensile/client-ca/ca.crt" in pod["containers"][0]["args"]
+    assert pod["volumes"][1]["secret"]["secretName"] == f"{scheduler}-client-ca"
+    assert pod["containers"][0]["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    # with cert-manager: one CA signs the serving certificate and kube-scheduler's
+    managed = render(helm, {"scheduler": {"enabled": True, "certManager": {"enabled": True}}})
+    client = by_kind(managed, "Certificate", f"{scheduler}-client")
+    assert client["spec"]["usages"][-1] == "client auth"
+    assert (
+        client["spec"]["issuerRef"]
+        == by_kind(managed, "Certificate", scheduler)["spec"]["issuerRef"]
+    )
+    pod = by_kind(managed, "Deployment", scheduler)["spec"]["template"]["spec"]
+    assert pod["volumes"][1]["secret"]["secretName"] == f"{scheduler}-tls"  # its ca.crt
     assert by_kind(objects, "Service", scheduler)["spec"]["ports"][0]["port"] == 443
 
 

@@ -1,9 +1,10 @@
 """The commands the documentation tells a user to type work: every fenced block marked
 runnable (```bash title="runnable"```) on a page under docs/ is run, page by page in
 order, against the session fleet, as a user runs them in `tensile-devcluster shell`: the
-same environment (`KUBECONFIG`, `TENSILE_<CLUSTER>_KUBECONFIG`, ...), kubectl and the
-programs on PATH, a working directory with the repository's `manifests/`, and one virtual
-node between the upper and the lower cluster (`VIRTUAL_NODE` names it)."""
+same environment (`KUBECONFIG`, `TENSILE_<CLUSTER>_KUBECONFIG`, ...), kubectl, helm and the
+programs on PATH, a working directory with the repository's `manifests/` and `charts/`, and
+one virtual node between the upper and the lower cluster (`VIRTUAL_NODE` names it). A block
+may sit in a list item, indented."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from devcluster import binaries, netns
 from devcluster.__main__ import env_values
 from devcluster.fleet import Fleet
 from devcluster.vnodes import VirtualNodeProcess
@@ -24,23 +26,27 @@ from tests.e2e.helpers import delete_if_present, get, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
-_OPEN = re.compile(r'^```bash title="runnable"\s*$')
-_CLOSE = re.compile(r"^```\s*$")
+_OPEN = re.compile(r'^( *)```bash title="runnable"\s*$')
+_CLOSE = re.compile(r"^ *```\s*$")
 
 
 def runnable_blocks(markdown: str) -> list[str]:
-    """The bodies of the runnable fenced blocks of a page, in order."""
+    """The bodies of the runnable fenced blocks of a page, in order; a block inside a list
+    item (indented) loses its indentation."""
     blocks: list[str] = []
     body: list[str] | None = None
+    indent = 0
     for line in markdown.splitlines():
         if body is None:
-            if _OPEN.match(line):
-                body = []
+            opened = _OPEN.match(line)
+            if opened:
+                body, indent = [], len(opened.group(1))
         elif _CLOSE.match(line):
             blocks.append("\n".join(body))
             body = None
         else:
-            body.append(line)
+            assert not line[:indent].strip(), f"a runnable block's line is not indented: {line}"
+            body.append(line[indent:])
     assert body is None, "a runnable block is not closed"
     return blocks
 
@@ -57,6 +63,8 @@ def test_the_pages_have_runnable_blocks_and_each_is_closed() -> None:
     assert runnable_blocks('x\n```bash title="runnable"\necho a\n```\n```bash\nno\n```') == [
         "echo a"
     ]
+    indented = '1. step\n\n    ```bash title="runnable"\n    echo b\n      more\n    ```\n'
+    assert runnable_blocks(indented) == ["echo b\n  more"]
 
 
 @pytest.fixture(scope="module")
@@ -83,17 +91,25 @@ def _namespaces(fleet: Fleet) -> dict[str, set[str]]:
     }
 
 
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    """The helm of the chart's tests, for the install guide's `helm install`."""
+    return binaries.ensure(preexec_fn=netns.in_host_network())["helm"]
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_the_runnable_commands_of_a_page_work(
-    page: str, fleet: Fleet, docs_node: str, tmp_path: Path
+    page: str, fleet: Fleet, docs_node: str, helm: Path, tmp_path: Path
 ) -> None:
     (tmp_path / "manifests").symlink_to(ROOT / "manifests")
+    (tmp_path / "charts").symlink_to(ROOT / "charts")
     env = {
         **os.environ,
         **env_values(fleet),
         "VIRTUAL_NODE": docs_node,
-        "PATH": os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", ""))),
-    }
+        "PATH": os.pathsep.join((str(Path(sys.executable).parent), str(helm.parent),
+                                 os.environ.get("PATH", ""))),
+    }  # fmt: skip
     before = _namespaces(fleet)
     try:
         for number, block in enumerate(runnable_blocks((DOCS / page).read_text()), start=1):

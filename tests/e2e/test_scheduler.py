@@ -5,13 +5,21 @@ A pod of 1.5 CPU that prefers A's virtual node fits no single node of A: with th
 it is bound to B's virtual node at once (without it, the upper scheduler picks A and the
 pod waits below, Unschedulable, until the descheduler moves it: test_descheduler.py).
 
-The extender runs with the token of manifests/scheduler/rbac.yaml's account.
+The extender runs with the token of manifests/scheduler/rbac.yaml's account, and answers
+only callers presenting a client certificate of its --client-ca-file: the upper
+kube-scheduler presents the one its configuration's extender tlsConfig names (a call it made
+without one would be refused, and, the extender being ignorable, the pods would go where the
+upper scheduler alone sends them). Quota slices records live on ResourceQuotas; the virtual
+nodes hold pods bound by spec.nodeName, which no scheduler saw, to them and to their taint.
 """
 
 from __future__ import annotations
 
 import json
+import ssl
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,12 +29,12 @@ import pytest
 
 from devcluster.cluster import FleetSettings, LowerClusterSettings
 from devcluster.fleet import Fleet
+from devcluster.pki import KeyPair
 from devcluster.rest import RestClient
-from devcluster.schedulers import SchedulerExtenderProcess
+from devcluster.schedulers import SchedulerExtenderProcess, extender_client
 from devcluster.vnodes import VirtualNodeProcess
 from tensile.contracts import clusterselector
 from tensile.contracts.quotaslices import SLICES_ANNOTATION
-from tensile.kube.client import MERGE_PATCH
 from tensile.placement import summary
 from tests.e2e.helpers import events_for, get, pod, token_kubeconfig, wait_for
 from tests.fixtures import create_namespace, delete_namespace, long_lived_pids
@@ -228,17 +236,30 @@ def small_pod(name: str) -> dict[str, Any]:
     }
 
 
-def _quota(client: RestClient, ns: str, cpu: str) -> None:
+def _quota(client: RestClient, ns: str, cpu: str, *, record: str | None = None) -> None:
+    """The namespace's ResourceQuota "compute" on requests.cpu; `record`: an
+    administrator's quota slices record on it."""
+    annotations = {SLICES_ANNOTATION: record} if record is not None else {}
     client.request(
         "POST",
         f"/api/v1/namespaces/{ns}/resourcequotas",
-        body={"metadata": {"name": "compute"}, "spec": {"hard": {"requests.cpu": cpu}}},
+        body={
+            "metadata": {"name": "compute", "annotations": annotations},
+            "spec": {"hard": {"requests.cpu": cpu}},
+        },
     )
 
 
 def _record(client: RestClient, ns: str) -> str | None:
-    found = get(client, f"/api/v1/namespaces/{ns}") or {}
+    found = get(client, f"/api/v1/namespaces/{ns}/resourcequotas/compute") or {}
     return (found.get("metadata", {}).get("annotations") or {}).get(SLICES_ANNOTATION)
+
+
+def _failed_scheduling(client: RestClient, ns: str, name: str, word: str) -> str | None:
+    for event in events_for(client, ns, name):
+        if event.get("reason") == "FailedScheduling" and word in event["message"]:
+            return str(event["message"])
+    return None
 
 
 def test_a_quotad_namespaces_pods_go_only_where_its_slices_are(
@@ -248,24 +269,12 @@ def test_a_quotad_namespaces_pods_go_only_where_its_slices_are(
     only where its slices are, within their budget, and the program writes the record of
     a namespace no administrator set."""
     upper, clusters = topology.upper, [topology.fleet.upper, *topology.fleet.lowers]
-    extender = SchedulerExtenderProcess(
-        topology.fleet,
-        log_dir=tmp_path,
-        kubeconfig=topology.kubeconfig,
-        args=["--slice-sync-delay=100ms"],
-    )
-    extender.start()
+    extender = _slices_extender(topology, tmp_path)
     held = create_namespace(clusters[:1], prefix="slices-held")
     placed = create_namespace(clusters[:1], prefix="slices-placed")
     try:
-        # An administrator's record (no status: set by hand): 1 cpu, all on vn-b.
-        upper.request(
-            "PATCH",
-            f"/api/v1/namespaces/{held}",
-            body={"metadata": {"annotations": {SLICES_ANNOTATION: "vn-b=2x(500m,-)"}}},
-            content_type=MERGE_PATCH,
-        )
-        _quota(upper, held, "2")
+        # An administrator's record (no status: set by hand) on the quota: 1 cpu, on vn-b.
+        _quota(upper, held, "2", record="vn-b=2x(500m,-)")
         bound = []
         for name in ("p1", "p2"):
             upper.request("POST", f"/api/v1/namespaces/{held}/pods", body=small_pod(name))
@@ -279,14 +288,9 @@ def test_a_quotad_namespaces_pods_go_only_where_its_slices_are(
         assert bound == ["vn-b", "vn-b"]
         # The quota allows a third, the slices do not: it waits, saying why.
         upper.request("POST", f"/api/v1/namespaces/{held}/pods", body=small_pod("p3"))
-
-        def refused() -> str | None:
-            for event in events_for(upper, held, "p3"):
-                if event.get("reason") == "FailedScheduling" and "slices" in event["message"]:
-                    return str(event["message"])
-            return None
-
-        message = wait_for("p3's FailedScheduling", refused)
+        message = wait_for(
+            "p3's FailedScheduling", lambda: _failed_scheduling(upper, held, "p3", "slices")
+        )
         print(message)
         assert "its namespace holds no quota slices on vn-a" in message
         assert "quota slices on vn-b (2x(500m,-)) allow 1 cpu: 1 in use" in message
@@ -309,3 +313,261 @@ def test_a_quotad_namespaces_pods_go_only_where_its_slices_are(
         delete_namespace(clusters, held)
         delete_namespace(clusters, placed)
         assert extender.stop() == 0, extender.log.read_text()[-2000:]
+
+
+def _slices_extender(topology: Topology, log_dir: Path) -> SchedulerExtenderProcess:
+    extender = SchedulerExtenderProcess(
+        topology.fleet,
+        log_dir=log_dir,
+        kubeconfig=topology.kubeconfig,
+        args=["--slice-sync-delay=100ms"],
+    )
+    extender.start()
+    return extender
+
+
+def test_records_tenants_write_or_beyond_the_quota_take_no_room_from_others(
+    topology: Topology, tmp_path: Path
+) -> None:
+    """A tenant allowed to patch its own Namespace (a RoleBinding there grants it) writes a
+    quota slices record on it: it is not read, so it neither frees the tenant nor takes
+    room on vn-a from the others; the tenant cannot write its ResourceQuota, where records
+    are read. An administrator's record beyond its namespace's quota takes no more room
+    than the quota. Either way another namespace's slices go where they would."""
+    upper, fleet = topology.upper, topology.fleet
+    clusters = [fleet.upper, *fleet.lowers]
+    extender = _slices_extender(topology, tmp_path)
+    tenant = create_namespace(clusters[:1], prefix="slices-tenant")
+    admins = create_namespace(clusters[:1], prefix="slices-admins")
+    other = create_namespace(clusters[:1], prefix="slices-other")
+    who = f"--as=system:serviceaccount:{tenant}:default"
+    try:
+        # The tenant: the built-in admin role in its namespace, and patch on its Namespace.
+        fleet.upper.kubectl(
+            "-n", tenant, "create", "rolebinding", "admin", "--clusterrole=admin",
+            f"--serviceaccount={tenant}:default",
+        )  # fmt: skip
+        fleet.upper.kubectl(
+            "-n", tenant, "create", "role", "own-namespace", "--verb=get,patch",
+            "--resource=namespaces", f"--resource-name={tenant}",
+        )  # fmt: skip
+        fleet.upper.kubectl(
+            "-n", tenant, "create", "rolebinding", "own-namespace", "--role=own-namespace",
+            f"--serviceaccount={tenant}:default",
+        )  # fmt: skip
+        forged = f"{SLICES_ANNOTATION}=vn-a=8x(1,-)"
+        fleet.upper.kubectl("annotate", "namespace", tenant, forged, who)  # it may
+        _quota(upper, tenant, "2")
+        refused = fleet.upper.kubectl(
+            "-n", tenant, "annotate", "--overwrite", "resourcequota", "compute", forged, who,
+            check=False,
+        )  # fmt: skip
+        assert refused.returncode != 0
+        assert "Forbidden" in refused.stderr, refused.stderr
+        # An administrator's record of 8 cpu on vn-a, for a quota of 1 cpu.
+        _quota(upper, admins, "1", record="vn-a=8x(1,-)")
+        tenants = wait_for("the tenant's slices placed", lambda: _record(upper, tenant))
+        print(f"{tenant}: {tenants}")
+        assert tenants != "vn-a=8x(1,-)"  # computed by the controller: not the forged record
+        _quota(upper, other, "1500m")
+        record = wait_for("the other namespace's slices placed", lambda: _record(upper, other))
+        print(f"{other}: {record}")
+        # Of the 4 cpu of vn-a, the administrator's record takes 1 (capped at its quota, not
+        # 8) and the tenant's computed slices at most 1 more: D'Hondt gives vn-a one of the 3
+        # slices, as in a fleet without either. The forged 8 cpu would have left it none.
+        assert record == "vn-a=1x(500m,-),vn-b=2x(500m,-)"
+    finally:
+        for ns in (tenant, admins, other):
+            delete_namespace(clusters, ns)
+        assert extender.stop() == 0, extender.log.read_text()[-2000:]
+
+
+def test_a_record_that_cannot_be_read_admits_no_pod_anywhere(
+    topology: Topology, tmp_path: Path
+) -> None:
+    """Fail closed: a namespace whose record cannot be read has its pods refused by the
+    extender (the reason in FailedScheduling) and by the virtual node (a pod bound by
+    spec.nodeName), instead of being freed of its slices."""
+    upper, clusters = topology.upper, [topology.fleet.upper, *topology.fleet.lowers]
+    extender = _slices_extender(topology, tmp_path)
+    ns = create_namespace(clusters[:1], prefix="slices-broken")
+    try:
+        _quota(upper, ns, "2", record="vn-a=lots")
+        upper.request("POST", f"/api/v1/namespaces/{ns}/pods", body=small_pod("waits"))
+        message = wait_for(
+            "its FailedScheduling", lambda: _failed_scheduling(upper, ns, "waits", "refused")
+        )
+        print(message)
+        assert "its namespace's quota slices are refused: the tensile.io/quota-slices record" in (
+            message
+        )
+        assert (pod(upper, ns, "waits") or {}).get("spec", {}).get("nodeName") is None
+        upper.request("POST", f"/api/v1/namespaces/{ns}/pods", body=pinned("pinned", "vn-b"))
+        status = wait_for("the pinned pod refused", lambda: _failed(upper, ns, "pinned"))
+        print(status)
+        assert status["reason"] == "OutOfQuotaSlices"
+        assert "record of ResourceQuota compute cannot be read" in status["message"]
+    finally:
+        delete_namespace(clusters, ns)
+        assert extender.stop() == 0, extender.log.read_text()[-2000:]
+
+
+def pinned(name: str, node: str, *, tolerate: bool = True, cpu: str = "500m") -> dict[str, Any]:
+    """A pod bound by spec.nodeName (no scheduler sees it), tolerating the virtual nodes'
+    taint unless not `tolerate`."""
+    spec: dict[str, Any] = {
+        "nodeName": node,
+        "terminationGracePeriodSeconds": 0,
+        "containers": [
+            {"name": "main", "image": "nginx:1.27", "resources": {"requests": {"cpu": cpu}}}
+        ],
+    }
+    if tolerate:
+        spec["tolerations"] = [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def _failed(client: RestClient, ns: str, name: str) -> dict[str, Any] | None:
+    status = (pod(client, ns, name) or {}).get("status") or {}
+    return status if status.get("phase") == "Failed" else None
+
+
+def _running(client: RestClient, ns: str, name: str) -> bool:
+    return ((pod(client, ns, name) or {}).get("status") or {}).get("phase") == "Running"
+
+
+def test_the_virtual_node_holds_pods_bound_by_node_name_to_their_slices(
+    topology: Topology, ns: str
+) -> None:
+    """No extender runs: pods bound by spec.nodeName are admitted by the virtual node within
+    their namespace's slices, first come first served, and refused beyond them as a kubelet
+    refuses a pod it has no room for (Failed, the reason in the status and an Event)."""
+    upper = topology.upper
+    _quota(upper, ns, "4", record="vn-b=2x(500m,-)")  # 1 cpu on vn-b, nothing on vn-a
+    for name in ("b1", "b2"):
+        upper.request("POST", f"/api/v1/namespaces/{ns}/pods", body=pinned(name, "vn-b"))
+        wait_for(f"{name} Running", lambda n=name: _running(upper, ns, n))
+    upper.request("POST", f"/api/v1/namespaces/{ns}/pods", body=pinned("b3", "vn-b"))
+    upper.request("POST", f"/api/v1/namespaces/{ns}/pods", body=pinned("a1", "vn-a"))
+    beyond = wait_for("b3 refused", lambda: _failed(upper, ns, "b3"))
+    print(beyond)
+    assert beyond["reason"] == "OutOfQuotaSlices"
+    assert beyond["message"] == (
+        "Pod was rejected: its namespace's quota slices on vn-b (2x(500m,-)) allow 1 cpu: "
+        "1 in use, the pod requests 500m"
+    )
+    elsewhere = wait_for("a1 refused", lambda: _failed(upper, ns, "a1"))
+    assert elsewhere["message"] == (
+        "Pod was rejected: its namespace holds no quota slices on vn-a "
+        "(its slices: vn-b=2x(500m,-))"
+    )
+    assert [e["reason"] for e in events_for(upper, ns, "b3")].count("OutOfQuotaSlices") == 1
+    lower = topology.fleet.lowers[1].rest()
+    assert get(lower, f"/api/v1/namespaces/{ns}/pods/b3") is None  # never created below
+    for admitted in ("b1", "b2"):  # admitted first: they stay
+        assert _running(upper, ns, admitted)
+
+
+def test_a_pod_bound_by_node_name_must_tolerate_the_virtual_nodes_taint(
+    topology: Topology, ns: str
+) -> None:
+    """As a kubelet refuses a pod not tolerating its NoExecute taints, the virtual node
+    refuses one not tolerating its taint (the pod's consent to run in another cluster),
+    with the kubelet's reason and message."""
+    upper = topology.upper
+    upper.request(
+        "POST", f"/api/v1/namespaces/{ns}/pods", body=pinned("bare", "vn-a", tolerate=False)
+    )
+    status = wait_for("the pod refused", lambda: _failed(upper, ns, "bare"))
+    print(status)
+    assert status["reason"] == "TaintToleration"
+    assert status["message"] == (
+        "Pod was rejected: Predicate TaintToleration failed: node(s) had taints that the pod "
+        "didn't tolerate"
+    )
+    assert "TaintToleration" in [e["reason"] for e in events_for(upper, ns, "bare")]
+    lower = topology.fleet.lower.rest()
+    assert get(lower, f"/api/v1/namespaces/{ns}/pods/bare") is None  # never created below
+
+
+# -- who may call the extender -----------------------------------------------------------------
+
+
+def _call(
+    extender: SchedulerExtenderProcess,
+    path: str,
+    *,
+    body: Any = None,
+    cert: KeyPair | None = None,
+    ca: Path,
+) -> tuple[int, str]:
+    """(status, text) of a call to the extender's HTTPS port, presenting `cert` (None: no
+    client certificate)."""
+    context = ssl.create_default_context(cafile=str(ca))
+    if cert is not None:
+        context.load_cert_chain(str(cert.cert), str(cert.key))
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        f"https://127.0.0.1:{extender.port}{path}",
+        data=data,
+        headers={"Content-Type": "application/json"},
+        method="GET" if body is None else "POST",
+    )
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_the_extender_answers_only_callers_with_a_client_certificate_of_its_ca(
+    topology: Topology, extender: SchedulerExtenderProcess
+) -> None:
+    """The upper kube-scheduler presents its certificate (every placement test above shows
+    its calls answered). A caller presenting none gets 401 and learns nothing (no verdict,
+    no failure reason, no metrics); the probes' /healthz and /readyz say whether, not why;
+    a certificate of the cluster CA (the admin's) is refused at the handshake."""
+    ca = topology.fleet.upper.ca
+    args = {"Pod": big_pod("p"), "NodeNames": ["vn-a", "vn-b"]}
+    status, text = _call(extender, "/filter", body=args, ca=ca)
+    assert (status, "vn-a" in text) == (401, False)
+    assert "a client certificate is required" in text
+    assert _call(extender, "/prioritize", body=args, ca=ca)[0] == 401
+    status, text = _call(extender, "/metrics", ca=ca)
+    assert (status, "tensile_scheduler" in text) == (401, False)
+    assert _call(extender, "/healthz", ca=ca) == (200, "ok")
+    assert _call(extender, "/readyz?verbose", ca=ca) == (200, "ok")
+    kube_scheduler = extender_client(topology.fleet)
+    status, text = _call(extender, "/filter", body=args, cert=kube_scheduler, ca=ca)
+    assert status == 200
+    assert "lower cluster of vn-a" in json.loads(text)["FailedNodes"]["vn-a"]
+    assert _call(extender, "/readyz?verbose", cert=kube_scheduler, ca=ca)[1].startswith("[+]")
+    # (TLS 1.3: the server's verdict on the certificate comes after the client's handshake,
+    # as an alert, or the connection closed before any answer)
+    with pytest.raises(OSError):  # noqa: PT011 - an SSLError, a URLError or a reset
+        _call(extender, "/healthz", cert=topology.fleet.upper.admin, ca=ca)
+
+
+def test_a_call_cannot_plant_a_verdict_for_a_pending_pod(
+    topology: Topology, extender: SchedulerExtenderProcess
+) -> None:
+    """A call naming a pod's UID and resourceVersion with a spec of its own (one that fits
+    vn-a) leaves no verdict behind for the pod with that UID and version: the verdict
+    cache is keyed on what was judged."""
+    ca, cert = topology.fleet.upper.ca, extender_client(topology.fleet)
+    real, forged = big_pod("p"), small_pod("p")
+    for one in (real, forged):
+        one["metadata"].update(namespace="x", uid="4f1c6c9e-0000-4000-8000-000000000001")
+        one["metadata"]["resourceVersion"] = "12345"
+    planted = _call(
+        extender, "/filter", body={"Pod": forged, "NodeNames": ["vn-a"]}, cert=cert, ca=ca
+    )
+    assert json.loads(planted[1])["NodeNames"] == ["vn-a"]
+    status, text = _call(
+        extender, "/filter", body={"Pod": real, "NodeNames": ["vn-a"]}, cert=cert, ca=ca
+    )
+    assert status == 200
+    answer = json.loads(text)
+    print(answer)
+    assert answer["NodeNames"] == []
+    assert "Insufficient cpu" in answer["FailedNodes"]["vn-a"]

@@ -2,12 +2,13 @@
 
 The first test runs the slice controller in its event loop against the session fleet's
 upper kube-apiserver (its informers, queue and writes are the real ones): it keeps a
-quota'd namespace's `tensile.io/quota-slices` record, computes it again when it is
-cleared, keeps an administrator's, and moves slices (for new pods) when a virtual node's
-capacity changes. Its virtual nodes are two Node objects the test registers (labelled as
-virtual nodes plus a label of this test, which is the controller's node selector, and
-tainted so that no other test's pod goes to them): their `status.allocatable` is what the
-test sets, which is how a lower cluster's room shows upstairs.
+quota'd namespace's `tensile.io/quota-slices` record on its ResourceQuota, computes it
+again when it is cleared, keeps an administrator's, and moves slices (for new pods) when a
+virtual node's capacity changes. Its virtual nodes are two Node objects the test registers
+(labelled as virtual nodes plus a label of this test, which is the controller's node
+selector, and tainted so that no other test's pod goes to them): their
+`status.allocatable` is what the test sets, which is how a lower cluster's room shows
+upstairs.
 
 The real `tensile-scheduler` holding a quota'd namespace's pods to its slices runs in
 test_scheduler.py, on that module's fleet (its upper kube-scheduler calls the extender).
@@ -44,14 +45,18 @@ class Setup:
     a: str
     b: str
 
+    @property
+    def quota(self) -> str:
+        return f"/api/v1/namespaces/{self.namespace}/resourcequotas/compute"
+
     async def annotations(self) -> dict[str, str]:
-        ns = await self.client.request("GET", f"/api/v1/namespaces/{self.namespace}")
-        return dict(ns["metadata"].get("annotations") or {})
+        quota = await self.client.request("GET", self.quota)
+        return dict(quota["metadata"].get("annotations") or {})
 
     async def annotate(self, value: str | None) -> None:
         await self.client.request(
             "PATCH",
-            f"/api/v1/namespaces/{self.namespace}",
+            self.quota,
             body={"metadata": {"annotations": {SLICES_ANNOTATION: value}}},
             content_type=MERGE_PATCH,
         )
@@ -67,10 +72,9 @@ class Setup:
     async def reasons(self) -> list[str]:
         events = await self.client.request(
             "GET",
-            "/api/v1/events",
+            f"/api/v1/namespaces/{self.namespace}/events",
             params={
-                "fieldSelector": "involvedObject.kind=Namespace,"
-                f"involvedObject.name={self.namespace}"
+                "fieldSelector": "involvedObject.kind=ResourceQuota,involvedObject.name=compute"
             },
         )
         return [e["reason"] for e in events.get("items", [])]

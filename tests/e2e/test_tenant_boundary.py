@@ -372,13 +372,15 @@ def policy_node(
 
 def _bound_pod(name: str, *, node: str, spec: dict[str, Any]) -> dict[str, Any]:
     """A pod bound to `node` by its creator (spec.nodeName): the upper scheduler, and so its
-    volume checks and profiles, never see it."""
+    volume checks and profiles, never see it. It tolerates the virtual node's taint, which
+    the node's own admission asks of such a pod."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name},
         "spec": {
             "nodeName": node,
+            "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
             "terminationGracePeriodSeconds": 1,
             "containers": [{"name": "main", "image": "busybox"}],
             **spec,

@@ -1,4 +1,6 @@
-"""--adopt-tensile-kube on the real fleet: a virtual node takes over what tensile-kube made.
+"""--adopt-tensile-kube on the real fleet: a virtual node takes over what tensile-kube made;
+and the way back (docs/migration.md): what tensile leaves when it stops is what tensile-kube
+takes back, and tensile-kube's webhook configuration is switched first.
 
 Two starting points: lower objects shaped exactly as tensile-kube writes them (always run;
 `tensile_kube_shapes`), and the real tensile-kube virtual node (when
@@ -19,6 +21,7 @@ import os
 import secrets
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from collections import Counter
@@ -27,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from devcluster import rest
 from devcluster.cluster import FleetSettings, LowerClusterSettings
 from devcluster.fleet import Fleet
 from devcluster.rest import RestClient
@@ -73,6 +77,7 @@ def _upper_objects(upper: RestClient, namespace: str, *, node: str) -> None:
             "metadata": {"name": name, "labels": {"app": "web"}},
             "spec": {
                 "nodeName": node,
+                "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
                 "containers": [{
                     "name": "main", "image": "nginx:1.27",
                     "volumeMounts": [{"name": "cfg", "mountPath": "/usr/share/nginx/html"},
@@ -372,3 +377,214 @@ def test_the_real_tensile_kube_virtual_node_is_replaced_in_place(
         log.close()
     # tensile-kube was stopped just now: everything it made is older.
     _migrate(fleet, tmp_path, namespace, node_name=node_name, nodes=nodes, cutoff=_cutoff())
+
+
+# --- the way back to tensile-kube --------------------------------------------------------
+
+TENSILE_SLICES = "endpointslice.kubernetes.io/managed-by=endpointslice-mirror.tensile.io"
+
+
+def _kubectl(*args: str) -> subprocess.CompletedProcess[str]:
+    """The real kubectl of the test extra (beside this Python)."""
+    kubectl = Path(sys.executable).parent / "kubectl"
+    return subprocess.run(
+        [str(kubectl), *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def _tensile_slices(lower: RestClient, namespace: str) -> list[dict[str, Any]]:
+    return list(
+        lower.request(
+            "GET",
+            f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices",
+            query={"labelSelector": TENSILE_SLICES},
+        )["items"]
+    )
+
+
+def _forwarded_by_tensile(
+    fleet: Fleet, tmp_path: Path, namespace: str, nodes: list[VirtualNodeProcess]
+) -> VirtualNodeProcess:
+    """A tensile virtual node (as shipped: electing) forwarding two pods that use a
+    ConfigMap and a Secret, behind a Service whose EndpointSlice it mirrors below."""
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    (tmp_path / "tensile").mkdir()
+    node = VirtualNodeProcess(
+        fleet, name=f"rb-{secrets.token_hex(3)}", log_dir=tmp_path / "tensile", args=ELECTION
+    )
+    nodes.append(node)
+    node.start()
+    _upper_objects(upper, namespace, node=node.name)
+    for name in PODS:
+        wait_for(f"upper {name} Running", lambda n=name: phase(upper, namespace, n) == "Running")
+    base = f"/api/v1/namespaces/{namespace}"
+    for path in ("configmaps/web-config", "secrets/web-secret", "services/web"):
+        wait_for(f"lower {path}", lambda p=path: get(lower, f"{base}/{p}"))
+    wait_for("tensile's EndpointSlice below", lambda: _tensile_slices(lower, namespace))
+    return node
+
+
+def _roll_back(fleet: Fleet, namespace: str, node: VirtualNodeProcess) -> None:
+    """Steps 2 and 3 of docs/migration.md's way back, checking what they promise: stopping
+    deletes nothing, the Node and its bound pods stay, everything below carries what
+    tensile-kube reads, and the page's command removes tensile's EndpointSlices."""
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    base = f"/api/v1/namespaces/{namespace}"
+    version = _version(lower, namespace)
+    assert node.stop() == 0
+    changes = _changes_since(lower, namespace, version)
+    assert not any(kind in ("ADDED", "DELETED") for _, kind in changes), changes
+    assert get(upper, f"/api/v1/nodes/{node.name}") is not None, "the Node stays"
+    for name in PODS:
+        bound = pod(upper, namespace, name)
+        assert bound is not None
+        assert bound["spec"]["nodeName"] == node.name
+        assert not bound["metadata"].get("deletionTimestamp")
+        below = pod(lower, namespace, name)
+        assert below is not None
+        assert shapes.takes_as_its_pod(below, bound), below["metadata"]
+    for path in ("configmaps/web-config", "secrets/web-secret", "services/web"):
+        copy = get(lower, f"{base}/{path}")
+        assert copy is not None
+        assert shapes.takes_as_its_copy(copy), (path, copy["metadata"])
+    done = _kubectl(
+        "--kubeconfig", str(fleet.lower.kubeconfig), "delete", "endpointslices",
+        "--all-namespaces", "-l", f"{TENSILE_SLICES},tensile.io/cluster-id={_cluster_id(upper)}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    wait_for("no tensile EndpointSlice below", lambda: not _tensile_slices(lower, namespace))
+
+
+def test_stopping_tensile_leaves_what_tensile_kube_takes_back(
+    fleet: Fleet, tmp_path: Path, namespace: str, nodes: list[VirtualNodeProcess]
+) -> None:
+    node = _forwarded_by_tensile(fleet, tmp_path, namespace, nodes)
+    _roll_back(fleet, namespace, node)
+    # Forward again, as a later migration would: the objects are still this node's, so a
+    # start without --adopt-tensile-kube takes them back and writes nothing below.
+    lower = fleet.lower.rest()
+    version = _version(lower, namespace)
+    (tmp_path / "again").mkdir()
+    again = VirtualNodeProcess(fleet, name=node.name, log_dir=tmp_path / "again", args=ELECTION)
+    nodes.append(again)
+    again.start()
+    _wait_synced(again)
+    wait_for(
+        "upper web-0 Running", lambda: phase(fleet.upper.rest(), namespace, "web-0") == "Running"
+    )
+    changes = _changes_since(lower, namespace, version)
+    assert not any(kind in ("ADDED", "DELETED") for _, kind in changes), changes
+
+
+@pytest.mark.skipif(
+    not TENSILE_KUBE,
+    reason="TENSILE_KUBE_VIRTUAL_NODE names no tensile-kube virtual-node (docs/migration.md)",
+)
+def test_the_real_tensile_kube_takes_back_what_tensile_made(
+    start_fleet: Any, tmp_path: Path, nodes: list[VirtualNodeProcess]
+) -> None:
+    # A fleet of its own, as for the way there: tensile-kube acts cluster-wide.
+    fleet: Fleet = start_fleet(FleetSettings(uppers=1, lowers=(LowerClusterSettings(nodes=1),)))
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    namespace = create_namespace((fleet.upper, fleet.lower), prefix="tk-back")
+    node = _forwarded_by_tensile(fleet, tmp_path, namespace, nodes)
+    uids = {name: (pod(lower, namespace, name) or {})["metadata"]["uid"] for name in PODS}
+    _roll_back(fleet, namespace, node)
+    version = _version(lower, namespace)
+    log = (tmp_path / "tensile-kube.log").open("wb")
+    process = subprocess.Popen(
+        [TENSILE_KUBE, "--provider=k8s", f"--nodename={node.name}", "--disable-taint=true",
+         f"--kubeconfig={fleet.upper.kubeconfig}", f"--client-kubeconfig={fleet.lower.kubeconfig}",
+         "--metrics-addr=127.0.0.1:0"],
+        env={"PATH": os.environ.get("PATH", ""), "VKUBELET_POD_IP": fleet.node_ip},
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        # tensile-kube hands lower changes to its pod controller 10 s after its start.
+        time.sleep(15)
+        for name in PODS:
+            assert phase(upper, namespace, name) == "Running", name
+        changes = _changes_since(lower, namespace, version)
+        print(f"lower changes once tensile-kube is back: {dict(changes)}")
+        assert not any(
+            kind in ("ADDED", "DELETED") for plural, kind in changes if plural == "pods"
+        ), changes
+        assert {n: (pod(lower, namespace, n) or {})["metadata"]["uid"] for n in PODS} == uids
+        create(upper, namespace, _bare_pod("after", node=node.name))
+        wait_for("tensile-kube forwards a new pod", lambda: pod(lower, namespace, "after"),
+                 timeout=60)  # fmt: skip
+        upper.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/web-1")
+        wait_for("lower web-1 gone", lambda: pod(lower, namespace, "web-1") is None, timeout=60)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+        log.close()
+
+
+def _vk_mutator(name: str) -> dict[str, Any]:
+    """tensile-kube's webhook configuration (manifeasts/webhook.yaml) in admissionregistration
+    v1: pods, CREATE, failurePolicy Fail, no namespace or object selector, service
+    kube-system/vk-mutator (the webhook's name made valid: tensile-kube's "xxx" is not)."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": "vk-mutator.tensile-kube.io",
+            "clientConfig": {"service": {"namespace": "kube-system", "name": "vk-mutator",
+                                         "path": "/mutate", "port": 443}},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                       "resources": ["pods"]}],
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+        }],
+    }  # fmt: skip
+
+
+def _admitted(upper: RestClient, namespace: str) -> bool:
+    """Whether a pod creation in `namespace` gets through admission (a dry run)."""
+    try:
+        upper.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/pods",
+            query={"dryRun": "All"},
+            body={"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "probe-"},
+                  "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+        )  # fmt: skip
+    except rest.ApiStatusError as exc:
+        if "vk-mutator" in str(exc):
+            return False
+        raise
+    return True
+
+
+def test_tensile_kube_s_webhook_configuration_blocks_every_pod_until_it_is_deleted(
+    fleet: Fleet, namespace: str
+) -> None:
+    """docs/migration.md, step 1: why tensile-kube's configuration goes first, and the
+    command that finds it."""
+    upper = fleet.upper.rest()
+    name = f"vk-mutator-{secrets.token_hex(3)}"
+    path = f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{name}"
+    upper.request(
+        "POST", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+        body=_vk_mutator(name),
+    )  # fmt: skip
+    try:
+        # No Service behind it: every pod is refused, in any namespace, kube-system too.
+        wait_for("pods refused", lambda: not _admitted(upper, namespace))
+        assert not _admitted(upper, "kube-system")
+        listed = _kubectl(
+            "--kubeconfig", str(fleet.upper.kubeconfig), "get", "mutatingwebhookconfigurations",
+            "-o", "custom-columns=NAME:.metadata.name,FAILURE:.webhooks[*].failurePolicy,"
+            "SERVICE:.webhooks[*].clientConfig.service.name,"
+            "NAMESPACES:.webhooks[*].namespaceSelector,OBJECTS:.webhooks[*].objectSelector",
+        )  # fmt: skip
+        assert listed.returncode == 0, listed.stderr
+        [row] = [line.split() for line in listed.stdout.splitlines() if line.startswith(name)]
+        # The apiserver stores the missing selectors as empty ones: they match everything.
+        assert row[1:] == ["Fail", "vk-mutator", "map[]", "map[]"], listed.stdout
+    finally:
+        upper.request("DELETE", path)
+    wait_for("pods admitted again", lambda: _admitted(upper, namespace))

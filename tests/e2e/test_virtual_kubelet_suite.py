@@ -66,7 +66,10 @@ def test_virtual_kubelets_provider_suite_passes(
     )  # fmt: skip
     # As a user adapts the manifest: the pod proxy the suite reads stats through brings no
     # credentials, so the node lets anonymous callers in, to be authorized by RBAC (the
-    # manifest above allows them this node's stats and metrics, nothing else).
+    # manifest above allows them this node's stats and metrics, nothing else). The suite's
+    # pods are bound by name and tolerate no taint, which the node refuses as a kubelet
+    # would (TaintToleration) for an effect that keeps pods off: its taint only steers here
+    # (PreferNoSchedule), as virtual-kubelet's mock runs them whatever its taint.
     statefulset = yaml.safe_load((MANIFESTS / "virtual-node.yaml").read_text())
     container = statefulset["spec"]["template"]["spec"]["containers"][0]
     container["args"].append("--anonymous-auth=true")
@@ -75,6 +78,7 @@ def test_virtual_kubelets_provider_suite_passes(
     port["value"] = str(SUITE_PORT)
     [kubelet] = [p for p in container["ports"] if p["name"] == "kubelet"]
     kubelet["containerPort"] = SUITE_PORT
+    container["env"].append({"name": "VKUBELET_TAINT_EFFECT", "value": "PreferNoSchedule"})
     upper.kubectl("apply", "-f", "-", input=yaml.safe_dump(statefulset))
     local = LocalPod(upper, namespace=NAMESPACE, name=NODE, directory=tmp_path / "pod")
     try:

@@ -13,7 +13,16 @@ from devcluster.vnodes import VirtualNodeProcess
 from tensile.contracts import ownership
 from tensile.contracts.labels import VIRTUAL_POD_LABEL
 from tensile.placement import summary
-from tests.e2e.helpers import create, events_for, get, phase, pod, pod_manifest, wait_for
+from tests.e2e.helpers import (
+    create,
+    events_for,
+    get,
+    kubelet_request,
+    phase,
+    pod,
+    pod_manifest,
+    wait_for,
+)
 from vnode.providers.k2k import naming
 
 
@@ -303,6 +312,56 @@ def test_a_lower_pod_deleted_by_someone_else_fails_the_upper_pod(
     assert terminated["exitCode"] == 137
     time.sleep(1.0)
     assert pod(lower, namespace, "web") is None, "a vanished pod must not be re-created"
+
+
+def test_a_pod_put_below_with_the_nodes_marks_is_never_taken_for_the_upper_pod(
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str
+) -> None:
+    """Someone who may create pods in the lower namespace deletes the node's lower pod and
+    puts one of their own at its name, with the node's marks and the upper UID copied: the
+    upper pod fails as its pod vanished, and its logs are not the impostor's."""
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    create(upper, namespace, pod_manifest("web", node=virtual_node.name))
+    wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
+    logs = f"/containerLogs/{namespace}/web/main"
+    status, _body = kubelet_request(fleet, virtual_node.kubelet_port, logs, cert=True)
+    assert status == 200
+    own = pod(lower, namespace, "web")
+    assert own is not None
+    lower.request(
+        "DELETE",
+        f"/api/v1/namespaces/{namespace}/pods/web",
+        body={"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
+    )
+    wait_for("the node's lower pod gone", lambda: pod(lower, namespace, "web") is None)
+    spec = dict(own["spec"])
+    spec["containers"] = [{**c, "image": "impostor:1"} for c in spec["containers"]]
+    impostor = create(
+        lower,
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "web",
+                "labels": own["metadata"].get("labels", {}),
+                "annotations": own["metadata"].get("annotations", {}),
+            },
+            "spec": spec,
+        },
+    )
+    wait_for("Failed", lambda: phase(upper, namespace, "web") == "Failed")
+    wait_for("the impostor Running", lambda: phase(lower, namespace, "web") == "Running")
+    time.sleep(2.0)  # the node's informer has shown it
+    status_up = (pod(upper, namespace, "web") or {})["status"]
+    assert status_up["reason"] == "LowerPodDeleted"
+    assert all(c.get("image") != "impostor:1" for c in status_up.get("containerStatuses", []))
+    status, body = kubelet_request(fleet, virtual_node.kubelet_port, logs, cert=True)
+    assert status == 404, f"the impostor's logs were served for the upper pod: {status} {body}"
+    # The impostor is not the node's to delete while its upper pod is kept.
+    kept = pod(lower, namespace, "web")
+    assert kept is not None
+    assert kept["metadata"]["uid"] == impostor["metadata"]["uid"]
 
 
 def test_a_pod_the_lower_cluster_refuses_fails_with_the_reason_and_leaves_nothing(

@@ -330,3 +330,147 @@ def test_metrics_show_queues_syncs_and_api_calls(
         'tensile_informer_cached_objects{informer="lower-pods"}',
     ):
         assert series in text, series
+
+
+def _web_deployment(nodes: list[str]) -> dict[str, Any]:
+    """Three nginx pods allowed on the virtual nodes `nodes` only (tolerating their taint)."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [{"name": "web", "image": "nginx:1.27"}],
+                    "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
+                    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                        {"nodeSelectorTerms": [{"matchExpressions": [
+                            {"key": "kubernetes.io/hostname", "operator": "In", "values": nodes},
+                        ]}]},
+                    }},
+                },
+            },
+        },
+    }  # fmt: skip
+
+
+def _web_pods(fleet: Fleet, namespace: str) -> list[dict[str, Any]]:
+    pods = fleet.upper.rest().request(
+        "GET", f"/api/v1/namespaces/{namespace}/pods", query={"labelSelector": "app=web"}
+    )["items"]
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def _ready_on(pods: list[dict[str, Any]], node: str) -> int:
+    return sum(
+        1
+        for p in pods
+        if p["spec"].get("nodeName") == node
+        and any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in p.get("status", {}).get("conditions") or []
+        )
+    )
+
+
+def _drain(fleet: Fleet, node: str, *, timeout: str) -> subprocess.CompletedProcess[str]:
+    """The real `kubectl drain` (the kubectl of the test extra, beside this Python)."""
+    kubectl = Path(sys.executable).parent / "kubectl"
+    return subprocess.run(
+        [str(kubectl), "--kubeconfig", str(fleet.upper.kubeconfig), "drain", node,
+         "--ignore-daemonsets", "--delete-emptydir-data", f"--timeout={timeout}"],
+        capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.timeout(300)
+def test_kubectl_drain_of_a_virtual_node_keeps_the_pod_disruption_budget(
+    fleet: Fleet, tmp_path: Path, namespace: str
+) -> None:
+    """docs/operations/drain.md: drain cordons the virtual node and evicts within the
+    budget; replacements that have nowhere to go stay Pending and stop the drain, those
+    that have another virtual node go there, and the drained node's lower pods go."""
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    suffix = secrets.token_hex(3)
+    a = VirtualNodeProcess(fleet, name=f"vn-drain-a-{suffix}", log_dir=tmp_path / "a")
+    b = VirtualNodeProcess(fleet, name=f"vn-drain-b-{suffix}", log_dir=tmp_path / "b")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    started = [a]
+    a.start()
+    try:
+        upper.request(
+            "POST",
+            f"/apis/apps/v1/namespaces/{namespace}/deployments",
+            body=_web_deployment([a.name, b.name]),
+        )
+        upper.request(
+            "POST",
+            f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets",
+            body={
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": "web"},
+                "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}},
+            },
+        )
+        wait_for(
+            "3 web pods Ready on a",
+            lambda: _ready_on(_web_pods(fleet, namespace), a.name) == 3,
+            timeout=90,
+        )
+        wait_for(
+            "the budget allows one disruption",
+            lambda: (get(upper, f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/web")
+                     or {}).get("status", {}).get("disruptionsAllowed") == 1,
+        )  # fmt: skip
+        before = set(_lower_pods(fleet, namespace).values())
+
+        # Only a can take the pods: one is evicted, its replacement stays Pending (a is
+        # cordoned), and the budget stops the rest.
+        done = _drain(fleet, a.name, timeout="20s")
+        assert done.returncode != 0, done.stdout + done.stderr
+        assert "disruption budget" in done.stdout + done.stderr, done.stdout + done.stderr
+        node = upper.request("GET", f"/api/v1/nodes/{a.name}")
+        assert node["spec"].get("unschedulable") is True, "drain cordons the virtual node"
+        pods = _web_pods(fleet, namespace)
+        assert _ready_on(pods, a.name) == 2, [p["metadata"]["name"] for p in pods]
+        pending = [p for p in pods if not p["spec"].get("nodeName")]
+        assert len(pending) == 1, pods
+        assert pending[0]["status"]["phase"] == "Pending"
+        wait_for(
+            "the evicted pod's lower pod gone",
+            lambda: len(set(_lower_pods(fleet, namespace).values()) & before) == 2,
+        )
+        time.sleep(3)  # the virtual node keeps the Node cordoned while it updates it
+        node = upper.request("GET", f"/api/v1/nodes/{a.name}")
+        assert node["spec"].get("unschedulable") is True, "the virtual node uncordoned itself"
+
+        # With a second virtual node, the replacements go there and the drain completes.
+        started.append(b)
+        b.start()
+        done = _drain(fleet, a.name, timeout="120s")
+        assert done.returncode == 0, done.stdout + done.stderr
+        wait_for(
+            "3 web pods Ready on b",
+            lambda: _ready_on(_web_pods(fleet, namespace), b.name) == 3,
+            timeout=90,
+        )
+        assert _ready_on(_web_pods(fleet, namespace), a.name) == 0
+        wait_for(
+            "a's lower pods gone", lambda: not set(_lower_pods(fleet, namespace).values()) & before
+        )
+        assert len(_lower_pods(fleet, namespace)) == 3
+        assert all(
+            p["metadata"]["labels"].get(ownership.NODE_LABEL) == b.name
+            for p in lower.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
+        )
+    finally:
+        upper.request("DELETE", f"/apis/apps/v1/namespaces/{namespace}/deployments/web")
+        for node_process in started:
+            node_process.stop()
+            node_process.delete_node()

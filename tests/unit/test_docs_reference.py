@@ -7,11 +7,13 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -103,3 +105,90 @@ def test_a_generated_section_is_rendered_between_its_markers_only() -> None:
     assert generator.with_sections(rendered, {"s": lambda: "| fresh |"}, page="p.md") == rendered
     with pytest.raises(ValueError, match=r"docs/p\.md: no generated section 's'"):
         generator.with_sections("# Page\n", {"s": lambda: ""}, page="p.md")
+
+
+@pytest.mark.parametrize(
+    ("seconds", "expected"),
+    [
+        # What Go's time.Duration.String() prints for these (time.Second * 300 -> "5m0s").
+        (0, "0s"),
+        (0.0000005, "500ns"),
+        (0.0000015, "1.5\u00b5s"),
+        (0.3, "300ms"),
+        (1.0, "1s"),
+        (1.5, "1.5s"),
+        (60.0, "1m0s"),
+        (90.0, "1m30s"),
+        (300.0, "5m0s"),
+        (3600.0, "1h0m0s"),
+        (14400.0, "4h0m0s"),
+        (3723.25, "1h2m3.25s"),
+        (-2.0, "-2s"),
+    ],
+)
+def test_durations_are_written_as_go_writes_them(seconds: float, expected: str) -> None:
+    assert _generator().go_duration(seconds) == expected
+
+
+def test_the_flag_reference_writes_duration_defaults_as_go_does() -> None:
+    flags = (ROOT / "docs" / "reference" / "flags.md").read_text()
+    assert "| `--patrol-period` | `5m0s` | duration |" in flags
+    assert "| `--streaming-connection-idle-timeout` | `4h0m0s` | duration |" in flags
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # A long name breaks only after the punctuation between its parts.
+        ("`pod-group.scheduling.sigs.k8s.io`",
+         "<code>pod-group.<wbr>scheduling.<wbr>sigs.<wbr>k8s.<wbr>io</code>"),
+        ("`tensile_workqueue_depth`", "<code>tensile_<wbr>workqueue_<wbr>depth</code>"),
+        ("`short.name`", "`short.name`"),
+        ("without A_CERT_LOCATION/A_KEY_LOCATION, e.g. this",
+         "without A_CERT_LOCATION/<wbr>A_KEY_LOCATION, e.<wbr>g. this"),
+        ("a | b", "a \\| b"),
+        ("an `unpaired.backtick.in.text", "an `unpaired.backtick.in.text"),
+        ("`<&>` in code", "`<&>` in code"),
+        ("`a.very.long.name<with>&angles`",
+         "<code>a.<wbr>very.<wbr>long.<wbr>name&lt;with&gt;&amp;angles</code>"),
+    ],
+)  # fmt: skip
+def test_table_cells_let_long_names_break_only_between_their_parts(
+    text: str, expected: str
+) -> None:
+    assert _generator()._cell(text) == expected
+
+
+def _metric_labels() -> dict[str, set[str]]:
+    """Every metric of docs/reference/metrics.md and its labels."""
+    text = (ROOT / "docs" / "reference" / "metrics.md").read_text().replace("<wbr>", "")
+    found: dict[str, set[str]] = {}
+    for name, labels in re.findall(
+        r"^\| (?:<code>|`)(\w+)(?:</code>|`) \| \w+ \| ([^|]*) \|", text, re.M
+    ):
+        found.setdefault(name, set()).update(re.findall(r"`(\w+)`", labels))
+    return found
+
+
+def test_the_alert_rules_on_the_operations_page_read_metrics_that_exist() -> None:
+    # They are pasted into Prometheus as they are: a block of YAML, not table cells (where
+    # Python-Markdown keeps the backslash of an escaped `|`).
+    page = (ROOT / "docs" / "operations.md").read_text()
+    block = re.search(r"```yaml\n(groups:\n.*?)```", page, re.S)
+    assert block, "no alerting rules on docs/operations.md"
+    rules = yaml.safe_load(block.group(1))["groups"][0]["rules"]
+    metrics = _metric_labels()
+    assert len(rules) >= 8
+    for rule in rules:
+        expr = rule["expr"]
+        assert "\\" not in expr, rule
+        names = re.findall(r"\b(tensile_\w+)", expr)
+        assert names, rule
+        for name in names:
+            assert name in metrics, (rule["alert"], name)
+            for selector in re.findall(re.escape(name) + r"\{([^}]*)\}", expr):
+                for label in re.findall(r"(\w+)\s*=~?", selector):
+                    assert label in metrics[name], (rule["alert"], name, label)
+        for label in re.findall(r"by \(([^)]*)\)", expr):
+            used = {x.strip() for x in label.split(",")} - {"job", "instance"}
+            assert all(any(u in metrics[n] for n in names) for u in used), (rule, used)

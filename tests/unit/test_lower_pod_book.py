@@ -61,7 +61,7 @@ def test_a_create_is_in_flight_until_the_informer_shows_the_pod() -> None:
     assert book.in_flight(upper_uid="u-1") == Write(
         verb="create", upper_uid="u-1", lower_key="ns/p"
     )
-    book.created("u-1")
+    book.created("u-1", lower_uid="lower-p")
     assert book.writing(upper_uid="u-1"), "the POST's answer is not the informer's view"
     book.seen(lower_pod())
     assert not book.writing(upper_uid="u-1")
@@ -111,7 +111,7 @@ def test_a_pod_of_ours_gone_without_our_delete_vanished_until_it_is_made_again()
     assert not book.vanished("u-2")
     book.create_sent(upper_uid="u-1", lower_key="ns/p")
     assert book.vanished("u-1"), "only a create that got through makes it new"
-    book.created("u-1")
+    book.created("u-1", lower_uid="lower-p")
     assert not book.vanished("u-1")
 
 
@@ -250,7 +250,76 @@ def test_a_create_is_in_doubt_until_refused_shown_or_forgotten(
             book.seen(lower_pod())
         elif event == "gone":
             book.gone(lower_pod())
+        elif event == "created":
+            book.created("u-1", lower_uid="lower-p")
         else:
             getattr(book, event)("u-1")
     expected = Write(verb="create", upper_uid="u-1", lower_key="ns/p") if creating else None
     assert book.creating("u-1") == expected
+
+
+def forged(name: str = "p", *, uid: str = "u-1", lower_uid: str) -> dict[str, Any]:
+    """A lower pod at the node's key with the node's marks copied onto it by someone else."""
+    pod = lower_pod(name, uid=uid)
+    pod["metadata"]["uid"] = lower_uid
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("story", "made_by_node"),
+    [
+        # The create's answer names the pod: a pod of another UID at the key is not it.
+        ("answered", False),
+        # A start: the informer's first sight of a pod of ours is the node's record.
+        ("first sight", False),
+        # The node's create landed and the informer shows it before the answer.
+        ("landed", False),
+        # The node deleted its pod: the next pod of ours at the key is a new record.
+        ("deleted by the node", True),
+        # The upper pod is forgotten: nothing of it is remembered.
+        ("forgotten", True),
+    ],
+)
+def test_a_pod_with_copied_marks_after_the_nodes_own_is_not_the_nodes(
+    story: str, made_by_node: bool
+) -> None:
+    book = LowerPodBook(owner=OWNER)
+    own = lower_pod()
+    if story == "answered":
+        book.create_sent(upper_uid="u-1", lower_key="ns/p")
+        book.created("u-1", lower_uid="lower-p")
+        book.seen(own)
+    elif story == "first sight":
+        book.seen(own)
+    elif story == "landed":
+        book.create_sent(upper_uid="u-1", lower_key="ns/p")
+        book.seen(own)
+        book.created("u-1", lower_uid="lower-p")
+    assert book.made(own)
+    if story == "deleted by the node":
+        book.seen(own)
+        book.delete_sent(upper_uid="u-1", lower_key="ns/p")
+        book.gone(own)
+    elif story == "forgotten":
+        book.seen(own)
+        book.forget("u-1")
+    else:
+        book.gone(own)  # someone else deleted it
+        assert book.vanished("u-1")
+    impostor = forged(lower_uid="someone-elses")
+    book.seen(impostor)
+    assert book.made(impostor) is made_by_node
+    assert book.ours(impostor)  # the marks alone say so; only the record tells
+    if not made_by_node:
+        # Its deletion is not another vanishing, and the node's own pod stays the record.
+        book.gone(impostor)
+        assert book.vanished("u-1")
+        assert not book.made(forged(lower_uid="yet-another"))
+
+
+def test_no_record_outlives_its_upper_pod() -> None:
+    book = LowerPodBook(owner=OWNER)
+    book.seen(lower_pod())
+    assert book.remembered() == 1
+    book.forget("u-1")
+    assert book.remembered() == 0

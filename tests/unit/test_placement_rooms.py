@@ -68,7 +68,41 @@ def test_prioritize_reuses_filters_verdicts_and_filter_never_takes_one_without_r
     assert after_filter.choice.reasons == {"Insufficient cpu": 1}
     [again] = extender.judge(call, summaries=summaries, policy=policy, recent=recent, explain=False)
     assert again is after_filter
+    # what was judged is the pod's spec and clusterSelector, not its UID or version: a new
+    # version of the same spec is judged alike, a changed spec afresh
     pod["metadata"]["resourceVersion"] = "8"
+    same = extender.read_extender_args({"Pod": pod, "NodeNames": ["vn-a"]})
+    assert extender.judge(same, summaries=summaries, policy=policy, recent=recent) == [again]
+    pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "2"
     changed = extender.read_extender_args({"Pod": pod, "NodeNames": ["vn-a"]})
     [fresh] = extender.judge(changed, summaries=summaries, policy=policy, recent=recent)
     assert fresh is not after_filter
+
+
+def test_a_call_cannot_plant_a_verdict_for_another_pod() -> None:
+    """A caller that names a pending pod's UID and resourceVersion with a spec of its own
+    (one that fits) leaves no verdict the real pod's call would take."""
+    summaries = Summaries()
+    summaries.put(_virtual_node("vn-a", _lower_node("a1", "1")))
+    recent, policy = extender.Recent(), extender.Policy()
+    real, forged = _pod("1500m"), _pod("100m")
+    for pod in (real, forged):
+        pod["metadata"].update(uid="u1", resourceVersion="7")
+    [planted] = extender.judge(
+        extender.read_extender_args({"Pod": forged, "NodeNames": ["vn-a"]}),
+        summaries=summaries,
+        policy=policy,
+        recent=recent,
+    )
+    assert planted.fits
+    [verdict] = extender.judge(
+        extender.read_extender_args({"Pod": real, "NodeNames": ["vn-a"]}),
+        summaries=summaries,
+        policy=policy,
+        recent=recent,
+    )
+    assert not verdict.fits
+    assert extender.judged(real) != extender.judged(forged)
+    # the clusterSelector annotation is part of what was judged
+    selected = _pod("100m", selector={"nodeSelector": {"x": "y"}})
+    assert extender.judged(selected) != extender.judged(_pod("100m"))

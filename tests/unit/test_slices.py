@@ -1,6 +1,8 @@
 """Namespace quota slices, the pure decisions as tables: which quota is read, the room of
-each virtual node, where slices go (and stay), the record's format, the decision for one
-namespace (who wrote the record), the extender's admission, and the flags."""
+each virtual node, where slices go (and stay), the record's format, which record is in force
+(read from the ResourceQuotas, capped at the quota, refused when unreadable), the decision
+for one namespace (who wrote the record), the admission the extender and the virtual node
+share, and the flags."""
 
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ from typing import Any
 import pytest
 
 from scheduler import cli as scheduler_cli
-from scheduler.slices.admission import admit
 from scheduler.slices.decide import decide
 from scheduler.slices.filter import within_slices
 from scheduler.slices.flags import add_slice_flags, slice_settings
@@ -23,23 +24,27 @@ from scheduler.slices.placement import (
     headroom_base,
     kept_free,
     place,
-    quota_of,
     rooms,
     usable,
     usage_by_place,
 )
-from scheduler.slices.record import (
-    Holding,
-    RecordError,
-    Slice,
-    controller_wrote,
-    format_record,
-    parse_record,
-    parse_status,
-    units,
-)
+from scheduler.slices.record import controller_wrote, parse_status
 from tensile.contracts.quotaslices import SLICES_ANNOTATION, STATUS_ANNOTATION
 from tensile.kube.quantity import parse_quantity
+from tensile.placement.slices import (
+    UNCONSTRAINED,
+    Holding,
+    InForce,
+    InForceReader,
+    RecordError,
+    Slice,
+    admit,
+    format_record,
+    parse_record,
+    quota_of,
+    record_in_force,
+    units,
+)
 from tensile.placement.summary import ANNOTATION as SUMMARY
 from tensile.serving.flags import Parser, UsageError
 
@@ -116,7 +121,8 @@ def test_rooms_leave_out_headroom_other_pods_and_other_slices_but_not_own_pods()
         "other": {"a": Holding(count=2, size=S), "b": Holding(count=2, size=S)},
         "mine": {"a": Holding(count=8, size=S)},  # its own record: not a reservation
     }
-    committed = commitments(nodes=nodes, usage=usage_by_place(pods), records=records)
+    budgets = {ns: {n: h.budget() for n, h in record.items()} for ns, record in records.items()}
+    committed = commitments(nodes=nodes, usage=usage_by_place(pods), budgets=budgets)
     kept = {name: kept_free(alloc, F(1, 10)) for name, alloc in nodes.items()}
     got = rooms(namespace="mine", nodes=nodes, committed=committed, kept=kept)
     assert got == {
@@ -318,7 +324,25 @@ def test_decide_reports_an_unreadable_record_and_keeps_it() -> None:
     assert set(decision.patch) == {STATUS_ANNOTATION}
     [event] = decision.events
     assert (event.type, event.reason) == ("Warning", "QuotaSlicesInvalid")
-    assert decision.held is None  # unconstrained until fixed
+    assert "no virtual node admits the namespace's pods until it is fixed" in event.message
+    assert decision.held is None  # it holds no slices: it commits nothing anywhere
+
+
+def test_decide_reports_records_that_differ_on_several_quotas() -> None:
+    ours = applied({}, run({}))
+    decision = run(ours, conflict="the ResourceQuotas a, b carry different records (keep one)")
+    assert set(decision.patch) == {STATUS_ANNOTATION}
+    [event] = decision.events
+    assert (event.type, event.reason) == ("Warning", "QuotaSlicesInvalid")
+    assert event.message.startswith("the ResourceQuotas a, b carry different records")
+    assert json.loads(decision.patch[STATUS_ANNOTATION])["condition"] == "Invalid"
+
+
+def test_decide_says_where_an_administrators_record_is_capped_at_the_quota() -> None:
+    decision = run({SLICES_ANNOTATION: "a=100x(1,-),b=1x(1,-)"})  # the quota: 4 cpu
+    [event] = decision.events
+    assert "on a it counts as the quota (requests.cpu=4), no more" in event.message
+    assert decision.outcome == "administrator"
 
 
 def test_decide_recomputes_a_cleared_record() -> None:
@@ -348,11 +372,21 @@ def test_decide_without_a_quota() -> None:
     removed = run(ours, quota={})
     assert removed.patch == {SLICES_ANNOTATION: None, STATUS_ANNOTATION: None}
     assert [e.reason for e in removed.events] == ["QuotaSlicesRemoved"]
-    # an administrator's record stands, and still constrains
+    # a record without a quota is not read (it would take room from others for nothing),
+    # and its status says so, once
     admins = run({SLICES_ANNOTATION: "a=1x(1,-)"}, quota={})
-    assert admins.patch is None
-    assert admins.held == {"a": Holding(count=1, size=Slice(cpu=F(1), memory=None))}
+    assert admins.held is None
+    assert admins.outcome == "ignored"
+    [event] = admins.events
+    assert (event.type, event.reason) == ("Warning", "QuotaSlicesIgnored")
+    assert run(applied({SLICES_ANNOTATION: "a=1x(1,-)"}, admins), quota={}).patch is None
     assert run({}, quota={}).patch is None
+
+
+def in_force(record: dict[str, Holding] | None, quota: dict[str, int] | None = None) -> InForce:
+    if record is None:
+        return UNCONSTRAINED
+    return InForce(quota=quota or {"cpu": 100 * M, "memory": 100 * GI}, record=record)
 
 
 @pytest.mark.parametrize(
@@ -377,15 +411,23 @@ def test_decide_without_a_quota() -> None:
             "its namespace holds no quota slices on b (its slices: a=2x(500m,1Gi))",
         ),
         ({}, "a", "1m", [], "its namespace holds no quota slices on a (its slices: none)"),
-        # an unbounded resource is not counted
-        ({"a": Holding(count=1, size=Slice(cpu=None, memory=GI))}, "a", "64", ["64"], None),
+        # a resource the slice does not bound is bounded by the quota (100 cpu) only
+        ({"a": Holding(count=1, size=Slice(cpu=None, memory=GI))}, "a", "64", ["36"], None),
+        (
+            {"a": Holding(count=1, size=Slice(cpu=None, memory=GI))},
+            "a",
+            "64",
+            ["37"],
+            "its namespace's quota slices on a (1x(-,1Gi)) allow 100 cpu (its quota): 37 in "
+            "use, the pod requests 64",
+        ),
     ],
 )
 def test_admit(
     record: dict[str, Holding] | None, node: str, cpu: str, placed: list[str], reason: str | None
 ) -> None:
     got = admit(
-        record=record,
+        in_force=in_force(record),
         node=node,
         requests={
             "cpu": units({"cpu": parse_quantity(cpu)})["cpu"],
@@ -398,7 +440,7 @@ def test_admit(
 
 def test_admit_memory() -> None:
     reason = admit(
-        record={"a": Holding(count=1, size=S)},
+        in_force=in_force({"a": Holding(count=1, size=S)}),
         node="a",
         requests={"cpu": 0 * M, "memory": GI},
         placed=[{"memory": 1}],
@@ -407,6 +449,100 @@ def test_admit_memory() -> None:
         "its namespace's quota slices on a (1x(500m,1Gi)) allow 1Gi memory: 1 in use, "
         "the pod requests 1Gi"
     )
+
+
+def test_admit_caps_a_record_at_the_quota() -> None:
+    # 8 slices of 1 cpu on a, of a quota of 1 cpu: a holds 1 cpu, not 8
+    record = {"a": Holding(count=8, size=Slice(cpu=F(1), memory=None))}
+    bounded = in_force(record, quota={"cpu": 1 * M})
+    assert bounded.budget("a") == {"cpu": 1 * M}
+    assert bounded.budgets() == {"a": {"cpu": 1 * M}}
+    assert admit(in_force=bounded, node="a", requests={"cpu": 600}, placed=[]) is None
+    assert admit(in_force=bounded, node="a", requests={"cpu": 600}, placed=[{"cpu": 500}]) == (
+        "its namespace's quota slices on a (8x(1,-)) allow 1 cpu (its quota): 500m in use, "
+        "the pod requests 600m"
+    )
+    # a slice bounding what the quota does not bound (memory) bounds nothing there
+    both = {"a": Holding(count=1, size=Slice(cpu=F(1), memory=GI))}
+    assert in_force(both, quota={"cpu": 4 * M}).budget("a") == {"cpu": 1 * M}
+    assert in_force(both, quota={"cpu": 4 * M}).budget("b") == {}
+
+
+def test_admit_refuses_every_node_when_the_record_cannot_be_read() -> None:
+    broken = InForce(quota={"cpu": M}, carrier="compute", error="it is broken")
+    assert broken.constrained
+    assert admit(in_force=broken, node="a", requests={}, placed=[]) == (
+        "its namespace's quota slices are refused: it is broken"
+    )
+
+
+def rq(name: str, hard: dict[str, str] | None = None, **annotations: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "resourceVersion": "1", "annotations": annotations},
+        "spec": {"hard": {"requests.cpu": "2"} if hard is None else hard},
+    }
+
+
+@pytest.mark.parametrize(
+    ("quotas", "record", "error"),
+    [
+        ([], None, None),
+        ([rq("compute")], None, None),  # a quota, no record yet: unconstrained
+        ([rq("compute", **{SLICES_ANNOTATION: "a=2x(500m,-)"})], "a=2x(500m,-)", None),
+        # a record is read wherever it is among the namespace's quotas
+        (
+            [rq("a-pods", {"pods": "10"}, **{SLICES_ANNOTATION: "b=1x(1,-)"}), rq("compute")],
+            "b=1x(1,-)",
+            None,
+        ),
+        # no quota bounds requests: the record is not read at all (it would take room from
+        # other namespaces for a bound that does not exist)
+        ([rq("pods", {"pods": "10"}, **{SLICES_ANNOTATION: "a=9x(9,-)"})], None, None),
+        # unreadable: refused, not unconstrained
+        (
+            [rq("compute", **{SLICES_ANNOTATION: "a=lots"})],
+            None,
+            "the tensile.io/quota-slices record of ResourceQuota compute cannot be read: entry "
+            "'a=lots' is not <virtual node>=<count>x(<cpu>,<memory>), e.g. vnode-a=4x(500m,1Gi)",
+        ),
+        (
+            [
+                rq("one", **{SLICES_ANNOTATION: "a=1x(1,-)"}),
+                rq("two", **{SLICES_ANNOTATION: "a=2x(1,-)"}),
+            ],
+            None,
+            "the ResourceQuotas one, two carry different tensile.io/quota-slices records "
+            "(keep one)",
+        ),
+        (
+            [
+                rq("one", **{SLICES_ANNOTATION: "a=1x(1,-)"}),
+                rq("two", **{SLICES_ANNOTATION: "a=1x(1,-)"}),
+            ],
+            "a=1x(1,-)",
+            None,
+        ),
+    ],
+)
+def test_record_in_force(
+    quotas: list[dict[str, Any]], record: str | None, error: str | None
+) -> None:
+    got = record_in_force(quotas)
+    assert (None if got.record is None else format_record(got.record)) == record
+    assert got.error == error
+    assert got.constrained == (record is not None or error is not None)
+
+
+def test_the_reader_reads_a_namespaces_quotas_again_only_when_they_change() -> None:
+    reader = InForceReader()
+    first = [rq("compute", **{SLICES_ANNOTATION: "a=1x(1,-)"})]
+    assert reader.read("t", first) is reader.read("t", first)
+    changed = [{**first[0], "metadata": {**first[0]["metadata"], "resourceVersion": "2"}}]
+    changed[0]["metadata"]["annotations"] = {SLICES_ANNOTATION: "a=2x(1,-)"}
+    assert reader.read("t", changed).record == {
+        "a": Holding(count=2, size=Slice(cpu=F(1), memory=None))
+    }
+    assert reader.read("t", []) is UNCONSTRAINED
 
 
 def flags(*argv: str) -> Any:
@@ -482,7 +618,7 @@ def test_within_slices_moves_refused_virtual_nodes_to_failed_and_unresolvable() 
 
 
 def test_the_scheduler_command_takes_the_slice_flags() -> None:
-    tls = ["--tls-cert-file=c", "--tls-private-key-file=k"]
+    tls = ["--tls-cert-file=c", "--tls-private-key-file=k", "--client-ca-file=ca"]
     settings = scheduler_cli.parse(
         [*tls, "--slice-cpu=250m", "--slice-memory=2Gi", "--headroom=0.25"]
     )

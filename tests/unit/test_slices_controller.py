@@ -1,8 +1,9 @@
 """The slice controller's logic in isolation: its caches are filled by hand and its client is
-`FakeApi`. A fake because both cases live in the moment between a write and its watch
+`FakeApi`. A fake because these cases live in the moment between a write and its watch
 event, which a real cluster does not hold open on demand: a namespace decided right after
-another must count the slices just written for it, and the extender's admission must sum
-what the caches say is bound. (The controller against the real cluster: e2e/test_slices.)"""
+another must count the slices just written for it (capped at its quota), and the
+extender's admission must sum what the caches say is bound. (The controller against the
+real cluster: e2e/test_slices.)"""
 
 from __future__ import annotations
 
@@ -14,17 +15,18 @@ from scheduler.slices.pods import BoundPods, pod_use, slim_pod
 from scheduler.slices.settings import SliceSettings
 from tensile.contracts.quotaslices import SLICES_ANNOTATION
 from tensile.kube.informer import Informer
-from tensile.kube.resources import NAMESPACES
+from tensile.kube.resources import RESOURCE_QUOTAS
 from vnode.testing.fakeapi import FakeApi
 
 
-def namespace(name: str, **annotations: str) -> dict[str, Any]:
-    return {"metadata": {"name": name, "resourceVersion": "1", "annotations": annotations}}
-
-
-def quota(ns: str, cpu: str) -> dict[str, Any]:
+def quota(ns: str, cpu: str, **annotations: str) -> dict[str, Any]:
     return {
-        "metadata": {"name": "q", "namespace": ns, "resourceVersion": "1"},
+        "metadata": {
+            "name": "q",
+            "namespace": ns,
+            "resourceVersion": "1",
+            "annotations": annotations,
+        },
         "spec": {"hard": {"requests.cpu": cpu}},
     }
 
@@ -60,30 +62,45 @@ def controller(api: FakeApi) -> SliceController:
     return SliceController(client=api, events=api, settings=SliceSettings(), identity="test")
 
 
+def written(api: FakeApi) -> dict[str, str]:
+    return {
+        q["metadata"]["namespace"]: q["metadata"]["annotations"][SLICES_ANNOTATION]
+        for q in api.objects(RESOURCE_QUOTAS)
+    }
+
+
 async def test_a_namespace_decided_next_counts_the_slices_just_written() -> None:
     api = FakeApi()
-    for ns in (namespace("one"), namespace("two")):
-        api.put(NAMESPACES, ns)
+    for q in (quota("one", "2"), quota("two", "4")):
+        api.put(RESOURCE_QUOTAS, q)
     c = controller(api)
-    fill(c.namespaces, *api.objects(NAMESPACES))
-    fill(c.quotas, quota("one", "2"), quota("two", "4"))
+    fill(c.quotas, *api.objects(RESOURCE_QUOTAS))
     fill(c.nodes, NODE)
     await c.reconcile("one")  # 4 of the node's 8 slices
     await c.reconcile("two")  # the cache still shows "one" without its record
-    written = {
-        ns["metadata"]["name"]: ns["metadata"]["annotations"][SLICES_ANNOTATION]
-        for ns in api.objects(NAMESPACES)
-    }
-    assert written == {"one": "a=4x(500m,-)", "two": "a=4x(500m,-)"}
+    assert written(api) == {"one": "a=4x(500m,-)", "two": "a=4x(500m,-)"}
+
+
+async def test_an_administrators_record_counts_against_others_no_more_than_its_quota() -> None:
+    api = FakeApi()
+    # 8 slices of 4 cpu set by hand on a node of 4 cpu, for a quota of 1 cpu
+    big = quota("big", "1", **{SLICES_ANNOTATION: "a=8x(4,-)"})
+    for q in (big, quota("two", "4")):
+        api.put(RESOURCE_QUOTAS, q)
+    c = controller(api)
+    fill(c.quotas, *api.objects(RESOURCE_QUOTAS))
+    fill(c.nodes, NODE)
+    await c.reconcile("two")
+    assert written(api)["two"] == "a=6x(500m,-)"  # 4 cpu less the 1 cpu "big" may use there
 
 
 async def test_admission_sums_the_namespaces_bound_pods() -> None:
     c = controller(FakeApi())
     fill(
-        c.namespaces,
-        namespace("held", **{SLICES_ANNOTATION: "a=2x(500m,-)"}),
-        namespace("free"),
-        namespace("typo", **{SLICES_ANNOTATION: "a=lots"}),
+        c.quotas,
+        quota("held", "8", **{SLICES_ANNOTATION: "a=2x(500m,-)"}),
+        quota("free", "8"),
+        quota("typo", "8", **{SLICES_ANNOTATION: "a=lots"}),
     )
     fill(
         c.pods,
@@ -103,7 +120,11 @@ async def test_admission_sums_the_namespaces_bound_pods() -> None:
     assert "holds no quota slices on b" in str(refused(pod("held", "n", "1m", None), "b"))
     assert c.refusals(pod("held", "n", "1m", None), ["a", "b"]).keys() == {"b"}
     assert refused(pod("free", "n", "64", None), "a") is None
-    assert refused(pod("typo", "n", "64", None), "a") is None  # unreadable: unconstrained
+    # unreadable: refused everywhere (fail closed), saying why
+    assert str(refused(pod("typo", "n", "1m", None), "a")).startswith(
+        "its namespace's quota slices are refused: the tensile.io/quota-slices record of "
+        "ResourceQuota q cannot be read: entry 'a=lots' is not"
+    )
     assert refused(pod("nowhere", "n", "64", None), "a") is None
 
 

@@ -63,11 +63,22 @@ def rejection(pod: Mapping[str, Any]) -> str | None:
     return None
 
 
-def rejected_status(pod: Mapping[str, Any], *, message: str) -> dict[str, Any]:
+def rejected_status(
+    pod: Mapping[str, Any], *, message: str, reason: str = "UnsupportedPod"
+) -> dict[str, Any]:
     """Return the Failed status of a refused pod (like a kubelet's admission refusal)."""
     status = dict(pod.get("status") or {})
-    status.update(phase="Failed", reason="UnsupportedPod", message=message)
+    status.update(phase="Failed", reason=reason, message=message)
     return status
+
+
+def admission_rejected_status(
+    pod: Mapping[str, Any], *, reason: str, message: str
+) -> dict[str, Any]:
+    """Return the status of a pod the node's admission refused, as a kubelet writes it
+    (`Kubelet.rejectPod`, pkg/kubelet/kubelet.go): Failed, `reason`, and the message
+    "Pod was rejected: " + `message`."""
+    return rejected_status(pod, reason=reason, message=f"Pod was rejected: {message}")
 
 
 def status_patch(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -5,7 +5,9 @@ Two queues, keyed by upper "namespace/name" (virtual-kubelet's design):
   deletion once the provider's pod is gone (grace 0, UID precondition);
 - `status_from_lower`: write the provider's status to the upper pod's status subresource,
   driven by the provider's notifications (no polling).
-A key is never processed by two workers at once, so calls for one pod never overlap. Both
+A key is never processed by two workers at once, so calls for one pod never overlap. Before
+a pod is created below it passes the node's admission (`pod_admission`: its taint, its
+namespace's quota slices), as a kubelet admits a pod before it runs it. Both
 queues are fair (VirtualCluster's fair queuing): they serve namespaces in weighted round
 robin, so one namespace creating thousands of pods does not delay another's.
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from tensile.contracts.objects import Obj, deletion_timestamp_of, meta_of
@@ -27,7 +29,7 @@ from tensile.kube.informer_factory import InformerFactory
 from tensile.kube.resources import PODS, object_key, pod_is_terminal, split_key
 from tensile.kube.workqueue import FairQueuing, QueueSettings, Requeue, Transient, WorkQueue
 from vnode import provider_errors
-from vnode.controllers import pod_decisions
+from vnode.controllers import pod_admission, pod_decisions
 from vnode.controllers.pod_traces import NO_POD_TRACES, PodTraces
 from vnode.controllers.retry import until_done
 from vnode.provider import PodProvider
@@ -63,12 +65,14 @@ class PodController:
         sync_timeout: float = 60.0,
         status_coalesce: float = 0.1,
         traces: PodTraces = NO_POD_TRACES,
+        taints: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         """`fairness` weighs namespaces in both queues (default: all equal);
         `sync_timeout` (seconds) bounds one provider call, so a hung backend cannot pin a
         worker forever; `status_coalesce` (seconds) is how long a provider notification
         waits for more of the same pod before its status is written; `traces` makes each
-        pod's forwarding a trace (`pod_traces`; default: none)."""
+        pod's forwarding a trace (`pod_traces`; default: none); `taints` are the node's own,
+        which a pod must tolerate to be created below (`pod_admission`)."""
         fairness = fairness or FairQueuing()
         self._traces = traces
         self._coalesce = status_coalesce
@@ -77,6 +81,7 @@ class PodController:
         self._workers = workers
         self._recorder = recorder
         self._sync_timeout = sync_timeout
+        self._taints = tuple(taints)
         self.informer = informers.informer(
             upper,
             PODS,
@@ -84,6 +89,9 @@ class PodController:
             namespace=namespace,
             field_selector=f"spec.nodeName={node_name}",
             encoded=True,  # every pod of the node, read a few times in its life
+        )
+        self.slices = pod_admission.SliceAdmission(
+            client=upper, informers=informers, node_name=node_name, namespace=namespace
         )
         self.pods_from_upper = WorkQueue(
             name="pods_from_upper",
@@ -109,6 +117,8 @@ class PodController:
             self.status_from_lower.add(key)
 
     def _updated(self, old: Obj, new: Obj) -> None:
+        if pod_is_terminal(new):
+            self.slices.forget(object_key(new))  # it holds nothing of its slices any more
         if pod_decisions.spec_changed(old, new):
             key = object_key(new)
             self.pods_from_upper.add(key)
@@ -116,6 +126,7 @@ class PodController:
 
     def _deleted(self, pod: Obj) -> None:
         key = object_key(pod)
+        self.slices.forget(key)
         self._gone[key] = pod
         self.pods_from_upper.add(key)
         self._traces.gone(key)
@@ -144,19 +155,21 @@ class PodController:
         return key in self._gone
 
     def informers(self) -> Sequence[Informer]:
-        """The upper pods bound to the node."""
-        return [self.informer]
+        """The upper pods bound to the node, and the ResourceQuotas their admission reads."""
+        return [self.informer, *self.slices.informers()]
 
     async def start(self) -> None:
         """Nothing to prepare."""
 
     def ready(self) -> bool:
-        """Whether the upper pod cache has synced."""
-        return self.informer.has_synced()
+        """Whether the upper pod and quota caches have synced."""
+        return all(i.has_synced() for i in self.informers())
 
     async def run(self) -> None:
-        """Wait for the upper pod cache, clean up dangling backend pods, then work the queues."""
-        await self.informer.wait_synced()
+        """Wait for the upper pod and quota caches, clean up dangling backend pods, then
+        work the queues."""
+        for informer in self.informers():
+            await informer.wait_synced()
         try:
             await self._work()
         finally:
@@ -222,8 +235,18 @@ class PodController:
                     pod, pod_decisions.vanished_status(pod, now=timestamps.now_rfc3339())
                 )
                 return
+            refused = self._admission(key, pod)
+            if refused is not None:
+                reason, message = refused
+                status = pod_decisions.admission_rejected_status(
+                    pod, reason=reason, message=message
+                )
+                await self._write_status(pod, status)
+                await self._recorder.record(pod, type="Warning", reason=reason, message=message)
+                return
             await self._create(pod)
         else:
+            self.slices.count(key, pod)
             try:
                 await self._provider.update_pod(pod)
             except provider_errors.ProviderError as exc:
@@ -231,6 +254,30 @@ class PodController:
                     pod, type="Warning", reason="ProviderUpdateFailed", message=str(exc)
                 )
                 raise
+
+    def _admission(self, key: str, pod: Obj) -> tuple[str, str] | None:
+        """(reason, message) of a kubelet-like refusal of `pod`, not yet created below, or
+        None when it may be (and then it counts against its namespace's slices). Both
+        checks hold for every pod; a pod kube-scheduler bound already passed them there."""
+        if pod_admission.untolerated(pod, self._taints):
+            return pod_admission.TAINT_REASON, pod_admission.TAINT_MESSAGE
+        why = self.slices.admit(key, pod, below=self._created_below)
+        if why is not None:
+            return pod_admission.SLICES_REASON, why
+        return None
+
+    def _created_below(self, namespace: str) -> Iterator[tuple[str, Obj]]:
+        """The pods of `namespace` bound to the node, not finished, with a pod below (asked
+        once per namespace after a start: the keys are read, not an index, which would
+        decode every stored pod at each of its updates)."""
+        prefix = f"{namespace}/"
+        for key in self.informer.store.keys():
+            if not key.startswith(prefix):
+                continue
+            pod = self.informer.store.get(key)
+            placed = pod is not None and self._provider.backend_pod(pod) is not None
+            if pod is not None and placed and not pod_is_terminal(pod):
+                yield key, pod
 
     async def _delete_gone(self, key: str) -> None:
         """Delete below what stands for `key`, an upper pod the API no longer has. Its last

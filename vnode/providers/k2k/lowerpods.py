@@ -16,7 +16,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from tensile.contracts import ownership
-from tensile.contracts.objects import Obj, name_of
+from tensile.contracts.objects import Obj, name_of, uid_of
 from tensile.kube.resources import object_key
 from tensile.placement import fit
 from vnode.providers.k2k import capacity
@@ -51,6 +51,12 @@ class LowerPodBook:
       (`delete_answered_gone`: that pod's deletion, shown later, is still not a vanishing).
       A lower pod of ours that goes otherwise has vanished: someone else deleted it (until
       a new create of it, or until its upper pod is deleted: `forget`).
+    - Which lower pod the node made for each upper pod, by the lower pod's UID (`made`):
+      the create's answer, or the first pod of ours the informer shows for that upper UID
+      (after a start, or when the answer was lost). The marks that say "ours" are labels
+      and annotations anyone who may create pods in that namespace can write; a pod that
+      carries them at the key after the node's own pod went is not the node's, and its
+      status, logs and exec sessions are never taken for the upper pod's.
     - Lower pods that are not ours are counted against the capacity (`free`).
     """
 
@@ -69,14 +75,28 @@ class LowerPodBook:
         """Upper UID -> the delete in flight of its lower pod."""
         self._vanished: set[str] = set()
         """Upper UIDs whose lower pod was deleted by someone else."""
+        self._made: dict[str, str] = {}
+        """Upper UID -> the UID of the lower pod this node made for it. Kept when that pod
+        vanishes (what takes its place is not the node's), dropped when the node deleted
+        it or forgets the upper pod."""
         self._answered: dict[str, str] = {}
         """Upper UID -> the lower pod whose DELETE was answered 404/409 (no longer in
         flight) and whose deletion the informer has not shown yet: when it does, that is
         not a vanishing (the upper pod is being deleted; a mark would outlive it)."""
 
     def ours(self, lower: Mapping[str, Any] | None) -> bool:
-        """Tell whether `lower` is a lower pod of this node."""
+        """Tell whether `lower` carries this node's ownership marks (which anyone who can
+        write the pod can write: see `made` for the pod the node made)."""
         return lower is not None and ownership.is_owned(lower, owner=self._owner)
+
+    def made(self, lower: Mapping[str, Any] | None) -> bool:
+        """Tell whether `lower` is the lower pod this node made for the upper pod its marks
+        name: ours by the marks, and of the UID the node recorded for that upper pod (or
+        none recorded yet: the informer has not shown it)."""
+        if lower is None or not self.ours(lower):
+            return False
+        recorded = self._made.get(str(ownership.upper_uid_of(lower)))
+        return recorded is None or recorded == uid_of(lower)
 
     # -- the provider's writes -------------------------------------------------------------
 
@@ -89,10 +109,13 @@ class LowerPodBook:
         refusal: nothing of it is in flight any more."""
         self._creates.pop(upper_uid, None)
 
-    def created(self, upper_uid: str) -> None:
-        """Record that the create of `upper_uid` got through (or had before): its lower pod
-        is new, not vanished. It stays in flight until the informer shows it."""
+    def created(self, upper_uid: str, *, lower_uid: str | None) -> None:
+        """Record that the create of `upper_uid` got through (or had before: `lower_uid`
+        None, the informer's first sight of it records it): its lower pod is new, not
+        vanished, and of UID `lower_uid`. It stays in flight until the informer shows it."""
         self._vanished.discard(upper_uid)
+        if lower_uid:
+            self._made[upper_uid] = lower_uid
 
     def delete_sent(self, *, upper_uid: str, lower_key: str) -> None:
         """Record that the DELETE of lower pod `lower_key` (for `upper_uid`) is being
@@ -117,6 +140,7 @@ class LowerPodBook:
         self._deletes.pop(upper_uid, None)
         self._answered.pop(upper_uid, None)
         self._vanished.discard(upper_uid)
+        self._made.pop(upper_uid, None)
 
     # -- what the informer shows -----------------------------------------------------------
 
@@ -129,7 +153,13 @@ class LowerPodBook:
         if self.ours(lower):
             uid = str(ownership.upper_uid_of(lower))
             if (write := self._creates.get(uid)) is not None and write.lower_key == key:
+                # The create in flight landed: this is the pod it made.
                 del self._creates[uid]
+                self._made[uid] = uid_of(lower)
+            else:
+                # First sight after a start (or of a create whose answer was lost); a record
+                # already made stays: what replaced the node's pod is not the node's.
+                self._made.setdefault(uid, uid_of(lower))
             return self._others.remove(key)
         try:
             return self._others.put(key, lower)
@@ -153,7 +183,10 @@ class LowerPodBook:
             if answered:
                 del self._answered[uid]
             if self._deletes.pop(uid, None) is None and not answered:
-                self._vanished.add(uid)
+                if self.made(lower):
+                    self._vanished.add(uid)
+            elif self._made.get(uid) == uid_of(lower):
+                del self._made[uid]
         return moved
 
     # -- questions -------------------------------------------------------------------------
@@ -193,9 +226,16 @@ class LowerPodBook:
 
     def remembered(self) -> int:
         """How many marks it holds of upper pods (writes in flight, vanished marks, deletes
-        answered gone): each goes with its pod, so this is bounded by the pods the node
-        keeps. The capacity ledger is not counted (it follows the informer's cache)."""
-        return len(self._creates) + len(self._deletes) + len(self._vanished) + len(self._answered)
+        answered gone, the lower UIDs it made): each goes with its pod, so this is bounded
+        by the pods the node keeps. The capacity ledger is not counted (it follows the
+        informer's cache)."""
+        return (
+            len(self._creates)
+            + len(self._deletes)
+            + len(self._vanished)
+            + len(self._answered)
+            + len(self._made)
+        )
 
     def _count_on_node(self, key: str, lower: Obj) -> None:
         try:

@@ -214,9 +214,11 @@ class K2KProvider:
         return self.book.ours(lower)
 
     def backend_pod(self, pod: Obj) -> Obj | None:
-        """Return the lower pod standing for `pod` (same upper UID), or None."""
+        """Return the lower pod standing for `pod`, or None: the pod this node made for it
+        (`LowerPodBook.made`: its marks, its upper UID and the lower UID the node recorded),
+        never a pod someone else put at that name with copied marks."""
         lower = self.pods.store.get(self._lower_key(pod))
-        if not self._ours(lower) or lower is None:
+        if lower is None or not self.book.made(lower):
             return None
         uid = ownership.upper_uid_of(lower)
         return lower if uid == uid_of(pod) else None
@@ -350,7 +352,7 @@ class K2KProvider:
                 raise provider_errors.InvalidPod(
                     f"lower cluster refused the pod: {exc.message}"
                 ) from exc
-        self.book.created(uid)
+        self.book.created(uid, lower_uid=uid_of(created) or None)
         if self.tokens is not None:
             self.tokens.issue(pod, created)
         logger.info("created lower pod %s for upper pod %s", lower_key, object_key(pod))
