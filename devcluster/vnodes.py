@@ -61,14 +61,16 @@ class VirtualNodeProcess(programs.Program):
         self.kubelet_port = ports.pick(host=fleet.node_ip)
         log = log_dir / f"virtual-node-{name}.log"
         self.cert_dir = log_dir / f"pki-{name}"
-        """--cert-dir: where a CSR-issued serving certificate is kept (kept across restarts)."""
+        """--cert-dir: where a CSR-issued serving certificate is kept (kept across restarts),
+        unless `args` name --cert-secret (the two are exclusive)."""
+        in_secret = any(a.startswith("--cert-secret") for a in args)
         argv = [
             sys.executable, "-m", module,
             f"--nodename={name}",
             f"--kubeconfig={upper_kubeconfig or self.upper.kubeconfig}",
             f"--client-kubeconfig={lower_kubeconfig or fleet.cluster(lower).kubeconfig}",
             f"--metrics-addr=127.0.0.1:{self.metrics_port}",
-            f"--cert-dir={self.cert_dir}",
+            *([] if in_secret else [f"--cert-dir={self.cert_dir}"]),
             "--log-level=debug",
             f"--lower-kubelet-access={lower_kubelet_access}",
             *(["--lower-kubelet-insecure-tls"] if lower_kubelet_access == "direct" else []),

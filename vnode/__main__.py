@@ -6,7 +6,9 @@ cluster cannot be reached, the node cannot start (caches not synced, a busy KUBE
 certificate or CA file that cannot be loaded) or, with --leader-elect, the Lease cannot be
 kept (its namespace missing and not creatable by this identity, RBAC refusing it:
 `vnode.preflight`) or was lost after leading (the process comes back as a fresh standby),
-2 for invalid flags or environment (a --cert-dir that cannot be written included).
+or, with --cert-secret, the serving certificate's Secret cannot be read or written (RBAC,
+a missing Secret this identity may not create: `vnode.preflight` too), 2 for invalid flags
+or environment (a --cert-dir that cannot be written included).
 
 With --leader-elect, every client of the leading components, below and upstairs, is fenced
 by the elector (`ApiClient.fenced`): no write leaves this process past the Lease's renew
@@ -173,7 +175,8 @@ async def _run(settings: Settings, loaded: Loaded, stopping: program.Stopping) -
         )
         # Both clusters must answer before anything is registered (tensile-kube: fatal).
         await upper.request("GET", "/version")
-        # With --leader-elect: the Lease can be kept, or exit 1 saying what to do.
+        # With --leader-elect: the Lease can be kept, with --cert-secret: the Secret can,
+        # or exit 1 saying what to do.
         await preflight.ensure(upper, settings)
         elector = (
             LeaderElector(heartbeat, settings=settings.leader_election)

@@ -183,8 +183,19 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         default=None,
         help="directory of the CSR-issued serving certificates "
         "(default .tensile-pki/<nodename> in the working directory); put it on persistent "
-        "storage: without the stored certificate a restart requests a new one, which may "
-        "need an administrator's approval again; it must be writable (checked at start)",
+        "storage (or use --cert-secret): without the stored certificate a restart requests a "
+        "new one, which may need an administrator's approval again; it must be writable "
+        "(checked at start)",
+    )
+    a(
+        "--cert-secret",
+        default="",
+        metavar="NAMESPACE/NAME",
+        help="keep the CSR-issued serving certificates in this Secret of the upper cluster "
+        "instead of --cert-dir, one key per address the node serves on (replicas share it): "
+        "a restarted or rescheduled node serves the certificate it had, without a new CSR; "
+        "the node needs get and update on it, and create only when it does not exist "
+        "(checked at start)",
     )
     a(
         "--server-certificate-duration",
@@ -742,6 +753,7 @@ def _api_settings(
         anonymous_auth=args.anonymous_auth,
         rotate_server_certificates=args.rotate_server_certificates,
         cert_dir=_cert_dir(args.cert_dir, node_name),
+        cert_secret=_cert_secret(args.cert_secret, cert_dir_given=args.cert_dir is not None),
         server_certificate_duration=_certificate_duration(args.server_certificate_duration),
         streaming_idle_timeout=args.streaming_connection_idle_timeout,
         token_cache_ttl=args.authentication_token_webhook_cache_ttl,
@@ -754,11 +766,12 @@ def check_cert_dir(api: ApiSettings) -> None:
     """When the serving certificate comes from a CSR (no certificate files, rotation on),
     make sure --cert-dir can be created and written, before anything starts: an issued
     certificate that cannot be stored is lost at the next restart, and its replacement may
-    need a human to approve it again. Does nothing otherwise.
+    need a human to approve it again. Does nothing otherwise (--cert-secret is checked once
+    the upper cluster answers: `vnode.preflight`).
 
     Creates the directory (0700) when missing. Raises UsageError naming the directory and
     what failed."""
-    if api.cert_file or not api.rotate_server_certificates:
+    if api.cert_file or not api.rotate_server_certificates or api.cert_secret is not None:
         return
     try:
         CertificateStore(Path(api.cert_dir)).check_writable()
@@ -778,6 +791,22 @@ def _cert_dir(text: str | None, node_name: str) -> str:
     if os.path.exists(text) and not os.path.isdir(text):
         raise UsageError(f"--cert-dir must be a directory, but {text!r} is a file")
     return text
+
+
+def _cert_secret(text: str, *, cert_dir_given: bool) -> tuple[str, str] | None:
+    """--cert-secret NAMESPACE/NAME, checked; None when not given."""
+    if not text:
+        return None
+    if cert_dir_given:
+        raise UsageError(
+            "--cert-secret and --cert-dir both say where the serving certificate is kept: give one"
+        )
+    namespace, slash, name = text.partition("/")
+    if not slash or not names.is_dns1123_label(namespace) or not names.is_dns1123_subdomain(name):
+        raise UsageError(
+            f"--cert-secret must be NAMESPACE/NAME (a namespace and a Secret name), got {text!r}"
+        )
+    return namespace, name
 
 
 def _certificate_duration(seconds: float) -> int:

@@ -155,6 +155,10 @@ class ApiSettings:
     kubelet-server-current.pem pointer); "" means `default_cert_dir(node name)`. Must be
     writable (checked at start) and belongs on persistent storage: a restart without the
     stored certificate makes a new CSR."""
+    cert_secret: tuple[str, str] | None = None
+    """--cert-secret NAMESPACE/NAME: keep CSR-issued certificates in this Secret of the
+    upper cluster instead of `cert_dir` (`vnode.api.secretstore`), so a restarted or
+    rescheduled node needs no new CSR; None: `cert_dir`."""
     server_certificate_duration: int = 0
     """--server-certificate-duration in seconds: the CSR's spec.expirationSeconds (>= 600);
     0 leaves it out, so the signer's default applies (kube-controller-manager's

@@ -262,7 +262,7 @@ async def test_a_current_file_that_is_a_copy_not_a_link_is_reused(
         manager = _manager(client, store, FakeClock(NOW))
         await _run_until(manager, served, lambda: served.certificates)
     [certificate] = served.certificates
-    assert certificate.path == store.current
+    assert certificate.stored_at == str(store.current)
     assert certs.matches_key(certificate.leaf, key)
     assert signer.csrs == []
 
@@ -280,7 +280,7 @@ async def test_an_unreadable_current_file_is_reported_as_such_and_replaced(
             await _run_until(manager, served, lambda: served.certificates)
     assert f"cannot read {store.current}: [Errno 21] Is a directory" in caplog.text
     assert "there is no stored certificate" not in caplog.text
-    assert served.certificates[0].path == store.current_target()
+    assert served.certificates[0].stored_at == str(store.current_target())
     assert len(signer.csrs) == 1
 
 
@@ -373,7 +373,7 @@ async def test_an_issued_certificate_is_served_from_memory_until_it_can_be_store
         with caplog.at_level(logging.INFO, logger="vnode.api.certmanager"):
             await _run_until(manager, served, lambda: "at last" in caplog.text)
     [certificate] = served.certificates
-    assert certificate.path is None  # handed over before it could be stored
+    assert certificate.stored_at is None  # handed over before it could be stored
     assert store.load_current() == certificate.pem
     assert len(signer.csrs) == 1  # no new key, no new CSR, no new approval
     errors_logged = [r for r in caplog.records if r.levelno == logging.ERROR]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import http.client
 import ssl
 import time
@@ -13,6 +14,8 @@ from typing import Any, TypeVar
 
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.x509.oid import NameOID
 
 from devcluster.cluster import Cluster
 from devcluster.fleet import Fleet
@@ -156,10 +159,31 @@ SHIPPED_NODES = ("virtual-kubelet-0", "virtual-kubelet")
 """The node names the shipped manifests grant their own Node and Leases to."""
 
 
+def node_csrs(client: RestClient, node: str) -> list[dict[str, Any]]:
+    """The CertificateSigningRequests whose request names system:node:`node` (a node's
+    kubelet-serving CSRs), oldest first."""
+    items = client.request("GET", "/apis/certificates.k8s.io/v1/certificatesigningrequests")
+    found = []
+    for csr in items.get("items") or []:
+        request = x509.load_pem_x509_csr(base64.b64decode(csr["spec"]["request"]))
+        names = request.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+        if [n.value for n in names] == [f"system:node:{node}"]:
+            found.append(csr)
+    return sorted(found, key=lambda c: c["metadata"]["creationTimestamp"])
+
+
+def serving_secret(node: str) -> str:
+    """The Secret in tensile-system that keeps `node`'s serving certificate in the shipped
+    manifests (--cert-secret)."""
+    return f"tensile-vn-{node}-serving"
+
+
 def for_node(document: dict[str, Any], node: str) -> dict[str, Any]:
     """`document` (a Role or ClusterRole of the shipped manifests; anything else as it is)
     with the rights it grants the shipped nodes by name granted to `node` instead, and
-    the election Lease of `node` (tensile-virtual-node-`node`) beside the shipped ones."""
+    the election Lease of `node` (tensile-virtual-node-`node`) and its serving
+    certificate's Secret (tensile-vn-`node`-serving, which the caller makes) beside the
+    shipped ones."""
     if document.get("kind") not in ("Role", "ClusterRole"):
         return document
     rules = []
@@ -169,6 +193,8 @@ def for_node(document: dict[str, Any], node: str) -> dict[str, Any]:
             renamed = [node if n in SHIPPED_NODES else n for n in names]
             if any(n == f"tensile-virtual-node-{s}" for n in names for s in SHIPPED_NODES):
                 renamed.append(f"tensile-virtual-node-{node}")
+            if any(n == serving_secret(s) for n in names for s in SHIPPED_NODES):
+                renamed.append(serving_secret(node))
             rules.append({**rule, "resourceNames": sorted(set(renamed))})
         else:
             rules.append(rule)

@@ -13,6 +13,7 @@ arguments and volumes start them, its Secret carries the lower kubeconfig.
 from __future__ import annotations
 
 import base64
+import socket
 import ssl
 import subprocess
 import urllib.error
@@ -23,14 +24,22 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
 
 from descheduler import cli as descheduler_cli
 from devcluster import binaries, netns, pki, podrun, ports
-from devcluster.cluster import Cluster
+from devcluster.cluster import LOG_LINES, Cluster
 from devcluster.fleet import Fleet
 from devcluster.podrun import LocalPod
 from scheduler import cli as scheduler_cli
-from tests.e2e.helpers import get, phase, pod_manifest, token_kubeconfig, wait_for
+from tests.e2e.helpers import (
+    get,
+    node_csrs,
+    phase,
+    pod_manifest,
+    token_kubeconfig,
+    wait_for,
+)
 from vnode import cli as vnode_cli
 from webhook import cli as webhook_cli
 
@@ -103,6 +112,20 @@ def test_the_chart_lints_strictly(helm: str, tmp_path: Path) -> None:
         ({"webhook": {"failurePolicy": "Sometimes"}}, "failurePolicy"),
         ({"descheduler": {"deschedulingInterval": "10 seconds"}}, "deschedulingInterval"),
         ({"image": {"digest": "latest"}}, "digest"),
+        (
+            {
+                "virtualNode": {
+                    "nodes": [
+                        {
+                            "name": "a",
+                            "kubeconfigSecret": "s",
+                            "env": [{"name": "VKUBELET_NODE_LABEL", "vaule": "clusterID:a"}],
+                        }
+                    ]
+                }
+            },
+            "vaule",
+        ),
     ],
     ids=[
         "node-without-kubeconfig",
@@ -112,6 +135,7 @@ def test_the_chart_lints_strictly(helm: str, tmp_path: Path) -> None:
         "bad-failure-policy",
         "bad-duration",
         "bad-digest",
+        "misspelt-env-field",
     ],
 )
 def test_bad_values_are_refused_with_the_field_named(
@@ -224,6 +248,61 @@ def _namespace(cluster: Cluster, name: str) -> None:
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(manifest))
 
 
+def _container(objects: list[dict[str, Any]], deployment: str) -> dict[str, Any]:
+    spec = by_kind(objects, "Deployment", deployment)["spec"]["template"]["spec"]
+    [container] = spec["containers"]
+    return dict(container)
+
+
+def test_each_virtual_node_takes_environment_variables_of_its_own(helm: str) -> None:
+    """virtual-node reads tensile-kube's VKUBELET_* variables (a node's label, its taint):
+    `virtualNode.env` sets them for every node, a node's `env` for that node only, over
+    them and over the chart's own (KUBELET_PORT), in the replaced entry's place."""
+    values = {
+        "virtualNode": {
+            "env": [
+                {"name": "VKUBELET_NODE_LABEL", "value": "clusterID:default"},
+                {"name": "VKUBELET_TAINT_EFFECT", "value": "NoExecute"},
+            ],
+            "nodes": [
+                {
+                    "name": "lower-a",
+                    "kubeconfigSecret": "a",
+                    "env": [
+                        {"name": "VKUBELET_NODE_LABEL", "value": "clusterID:eu-1"},
+                        {"name": "KUBELET_PORT", "value": "10460"},
+                    ],
+                },
+                {"name": "lower-b", "kubeconfigSecret": "b"},
+            ],
+        }
+    }
+    objects = render(helm, values)
+    settings = {}
+    for node in ("lower-a", "lower-b"):
+        container = _container(objects, f"{FULLNAME}-vn-{node}")
+        names = [e["name"] for e in container["env"]]
+        assert len(names) == len(set(names)), names
+        assert names[:4] == [
+            "POD_IP",
+            "VKUBELET_POD_IP",
+            "KUBELET_PORT",
+            "APISERVER_CA_CERT_LOCATION",
+        ]
+        args = [podrun.expand(str(a), {"POD_IP": "10.0.0.1"}) for a in container["args"]]
+        settings[node] = vnode_cli.parse(args, env=_env(container, node=node), holder="x").node
+    assert settings["lower-a"].extra_labels == (("clusterID", "eu-1"),)
+    assert settings["lower-a"].kubelet_port == 10460
+    assert settings["lower-b"].extra_labels == (("clusterID", "default"),)
+    assert (
+        settings["lower-b"].kubelet_port
+        == yaml.safe_load(VALUES.read_text())["virtualNode"]["kubeletPort"]
+    )
+    for node in settings.values():
+        assert node.taint is not None
+        assert node.taint.effect == "NoExecute"
+
+
 def test_the_rendered_chart_passes_a_server_side_dry_run(fleet: Fleet, helm: str) -> None:
     upper = fleet.upper
     _namespace(upper, NAMESPACE)
@@ -313,12 +392,36 @@ def _probe(cluster: Cluster, host: str, pod_name: str, probe: str) -> int | None
         return None
 
 
+HOST_KUBELET_PORTS = (10250, 10255)
+"""What a real host's kubelet listens on, on every address: its API and (often) its
+read-only port."""
+
+
+@pytest.fixture
+def host_kubelet(private_network: netns.Network) -> Iterator[None]:
+    """Listeners on the wildcard address at the kubelet's ports in the fleet's network, as
+    a real upper host's kubelet holds them (the upper cluster's host Node here is a kwok
+    Node, with no kubelet of its own). Only in the private network: on the host's loopback
+    these ports may be anyone's."""
+    held = [socket.create_server(("0.0.0.0", port)) for port in HOST_KUBELET_PORTS]
+    try:
+        yield
+    finally:
+        for listener in held:
+            listener.close()
+
+
 @pytest.fixture
 def installed(
-    fleet: Fleet, helm: str, private_network: netns.Network, tmp_path: Path
+    fleet: Fleet,
+    helm: str,
+    private_network: netns.Network,
+    host_kubelet: None,
+    tmp_path: Path,
 ) -> Iterator[Path]:
     """The chart installed in the upper cluster with one virtual node for the lower
-    cluster; yields the values file. Uninstalled (and its Node removed) afterwards."""
+    cluster, at the chart's default kubelet and metrics ports, beside a host kubelet;
+    yields the values file. Uninstalled (and its Node removed) afterwards."""
     upper, lower = fleet.upper, fleet.lower
     lower_kubeconfig = token_kubeconfig(lower, LOWER_RBAC, tmp_path / "lower.kubeconfig")
     host = private_network.host_address(0)
@@ -327,8 +430,6 @@ def installed(
         "virtualNode": {
             "nodes": [{"name": NODE, "kubeconfig": lower_kubeconfig.read_text()}],
             "csrSelfApprove": True,
-            "kubeletPort": ports.pick(host=host, taken=taken),
-            "metricsPort": ports.pick(host=host, taken=taken),
         },
         # The upper cluster's one host Node is its control plane (tainted): the webhook
         # tolerates that here, as the other two do by default.
@@ -360,10 +461,31 @@ def installed(
         upper.kubectl("delete", "node", NODE, "--ignore-not-found")
 
 
+def _serial(host: str, port: int) -> int | None:
+    """The serial number of the certificate served at `host`:`port`, or None while nothing
+    serves there (the kubelet API listens once its certificate is issued)."""
+    try:
+        pem = ssl.get_server_certificate((host, port), timeout=5)
+    except OSError:
+        return None
+    return int(x509.load_pem_x509_certificate(pem.encode()).serial_number)
+
+
 def test_an_installed_chart_runs_a_virtual_node_webhook_descheduler_and_scheduler(
     fleet: Fleet, helm: str, installed: Path, tmp_path: Path, private_network: netns.Network
 ) -> None:
+    """With its defaults on a host whose kubelet holds 10250: the virtual node serves,
+    registers, forwards a pod whose logs `kubectl logs` reads, and, replaced by a new pod,
+    serves the certificate it had without a new CSR; the webhook, the descheduler and the
+    scheduler extender come up with their RBAC."""
     upper = fleet.upper
+
+    def _logs_work() -> bool:
+        done = upper.kubectl(
+            "logs", "through-the-chart", "-n", "chart-e2e-pods", check=False, timeout=30
+        )
+        return done.returncode == 0 and done.stdout.splitlines() == list(LOG_LINES)
+
     # What helm says it installed is what the apiserver has.
     manifest = run_helm(
         helm, "get", "manifest", RELEASE, f"--kubeconfig={upper.kubeconfig}", "-n", NAMESPACE
@@ -396,6 +518,46 @@ def test_an_installed_chart_runs_a_virtual_node_webhook_descheduler_and_schedule
             lambda: phase(upper.rest(), "chart-e2e-pods", "through-the-chart") == "Running",
             timeout=60,
         )
+        # Beside the host's kubelet (holding 10250 and 10255 on every address), the node
+        # serves its kubelet API at the chart's port, publishes that port and its host's
+        # address, and the upper apiserver reaches it there (`kubectl logs`).
+        host = private_network.host_address(0)
+        port = yaml.safe_load(VALUES.read_text())["virtualNode"]["kubeletPort"]
+        assert port not in HOST_KUBELET_PORTS
+        status = (get(upper.rest(), f"/api/v1/nodes/{NODE}") or {})["status"]
+        assert status["daemonEndpoints"]["kubeletEndpoint"]["Port"] == port
+        assert {"type": "InternalIP", "address": host} in status["addresses"]
+        wait_for("kubectl logs through the chart's node", _logs_work, timeout=60)
+        # Its certificate (self-approved) is kept in its Secret: started again as a new
+        # pod (the Deployment's replacement, with fresh emptyDirs), it serves the same
+        # one and asks for none.
+        [csr] = wait_for("the node's CSR", lambda: node_csrs(upper.rest(), NODE), timeout=30)
+        served = _serial(host, port)
+        local[0].stop()
+        old = local[0].name
+        upper.kubectl("delete", "pod", old, "-n", NAMESPACE, "--wait=false")
+
+        def replacement() -> str | None:
+            pods = upper.rest().request(
+                "GET",
+                f"/api/v1/namespaces/{NAMESPACE}/pods",
+                query={"labelSelector": "app.kubernetes.io/component=virtual-node"},
+            )["items"]
+            names = [p["metadata"]["name"] for p in pods if p["metadata"]["name"] != old]
+            return str(names[0]) if names else None
+
+        local[0] = LocalPod(
+            upper,
+            namespace=NAMESPACE,
+            name=wait_for("the node's replacement pod", replacement, timeout=60),
+            directory=tmp_path / "virtual-node-again",
+        )
+        local[0].start()
+        assert wait_for("the kubelet API again", lambda: _serial(host, port), timeout=60) == served
+        wait_for("kubectl logs after the restart", _logs_work, timeout=60)
+        assert [c["metadata"]["name"] for c in node_csrs(upper.rest(), NODE)] == [
+            csr["metadata"]["name"]
+        ]
         # The webhook bootstrapped its certificate into its Secret and its configuration.
         webhook = f"{FULLNAME}-webhook"
 
@@ -498,7 +660,8 @@ def granted(objects: list[dict[str, Any]], *, account: str, namespace: str) -> s
 def normalized(grants: set[Grant], *, release: bool, node: str = "") -> set[Grant]:
     """`grants` in the manifests' names: the chart's namespace is tensile-system, its
     `<fullname>-x` objects tensile-x, and a virtual node's own name (the chart's `node`,
-    the manifests' shipped ones) is NODE."""
+    the manifests' shipped ones) is NODE, in its election Lease's and its serving
+    certificate Secret's names too."""
 
     def name(text: str) -> str:
         if release:
@@ -510,6 +673,8 @@ def normalized(grants: set[Grant], *, release: bool, node: str = "") -> set[Gran
                 return "NODE"
             if text == f"tensile-virtual-node-{own}":
                 return "tensile-virtual-node-NODE"
+            if text == f"tensile-vn-{own}-serving":
+                return "tensile-vn-NODE-serving"
         return text
 
     return {
@@ -655,14 +820,18 @@ CONTAINERS = {
 }
 
 
-def _args(container: dict[str, Any], *, node: str, policy: Path) -> list[str]:
+def _args(container: dict[str, Any], *, node: str, policy: Path, chart_node: str = "") -> list[str]:
     """`container`'s arguments in the manifests' names, with the kubelet's `$(VAR)`
-    expanded as the pods would have them, and the descheduler's policy file at `policy`."""
+    expanded as the pods would have them, the descheduler's policy file at `policy`, and
+    the chart's virtual node `chart_node` (in its serving certificate Secret's name) read
+    as `node`."""
     env = {"POD_NAMESPACE": "tensile-system", "POD_IP": "10.0.0.1", "POD_NAME": node}
     found = []
     for arg in container["args"]:
         text = str(arg).replace(FULLNAME, "tensile").replace(NAMESPACE, "tensile-system")
         text = podrun.expand(text, env)
+        if chart_node:
+            text = text.replace(f"tensile-vn-{chart_node}-serving", f"tensile-vn-{node}-serving")
         if text.startswith("--nodename="):
             text = f"--nodename={node}"
         if text.startswith("--policy-config-file="):
@@ -671,8 +840,25 @@ def _args(container: dict[str, Any], *, node: str, policy: Path) -> list[str]:
     return found
 
 
-def _settings(program: str, args: list[str]) -> object:
-    env = {"POD_NAMESPACE": "tensile-system"}
+def _env(container: dict[str, Any], *, node: str) -> dict[str, str]:
+    """`container`'s environment as its pod would have it (named `node`, in tensile-system,
+    at 10.0.0.1): the variables a program reads its defaults from (KUBELET_PORT...)."""
+    fields = {
+        "metadata.name": node,
+        "metadata.namespace": "tensile-system",
+        "status.podIP": "10.0.0.1",
+    }
+    env: dict[str, str] = {}
+    for var in container.get("env") or []:
+        source = var.get("valueFrom")
+        if source is None:
+            env[var["name"]] = podrun.expand(str(var.get("value", "")), env)
+        else:
+            env[var["name"]] = fields[source["fieldRef"]["fieldPath"]]
+    return env
+
+
+def _settings(program: str, args: list[str], env: dict[str, str]) -> object:
     if program == "virtual-node":
         return vnode_cli.parse(args, env=env, holder="x")
     if program == "webhook":
@@ -686,9 +872,10 @@ def _settings(program: str, args: list[str]) -> object:
 def test_the_chart_passes_each_program_what_its_manifests_pass(
     helm: str, program: str, tmp_path: Path
 ) -> None:
-    """manifests/ is the one source of each program's arguments too: the chart's defaults
-    give each program the settings its manifest gives it (parsed by the program's own
-    flags, so a default spelt out in one and left out of the other is the same)."""
+    """manifests/ is the one source of each program's arguments and environment too: the
+    chart's defaults give each program the settings its manifest gives it (parsed by the
+    program's own flags and variables, so a default spelt out in one and left out of the
+    other is the same; the virtual node's kubelet port, KUBELET_PORT, is compared so)."""
     deployment, manifest = CONTAINERS[program]
     objects = render(helm, EVERYTHING)
     policy = tmp_path / "policy.yaml"
@@ -700,6 +887,13 @@ def test_the_chart_passes_each_program_what_its_manifests_pass(
         if d and d["kind"] in ("Deployment", "StatefulSet")
     ]
     node = "virtual-kubelet-0"
-    assert _settings(program, _args(chart, node=node, policy=policy)) == _settings(
-        program, _args(shipped, node=node, policy=policy)
+    chart_node = "lower-a" if program == "virtual-node" else ""
+    assert _settings(
+        program,
+        _args(chart, node=node, policy=policy, chart_node=chart_node),
+        _env(chart, node=node),
+    ) == _settings(program, _args(shipped, node=node, policy=policy), _env(shipped, node=node))
+    # The containers' ports are the ones the programs are told to listen on.
+    assert sorted((p["name"], p["containerPort"]) for p in chart.get("ports") or []) == sorted(
+        (p["name"], p["containerPort"]) for p in shipped.get("ports") or []
     )

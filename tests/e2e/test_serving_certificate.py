@@ -21,39 +21,35 @@ from typing import Any
 
 import pytest
 from cryptography import x509
-from cryptography.x509.oid import NameOID
 
 from devcluster import cluster
 from devcluster.fleet import Fleet
-from devcluster.rest import RestClient
 from devcluster.vnodes import VirtualNodeProcess
 from tensile.kube import config
 from tensile.kube.backoff import ExponentialBackoff
 from tensile.kube.client import ApiClient
+from tensile.serving import selfsigned
 from tensile.serving.tls import RotatingTls
-from tests.e2e.helpers import create, phase, pod_manifest, token_kubeconfig, wait_for
+from tests.e2e.helpers import (
+    create,
+    node_csrs,
+    phase,
+    pod_manifest,
+    serving_secret,
+    token_kubeconfig,
+    wait_for,
+)
 from vnode.api.certificates import identity_from_addresses, load_chain
 from vnode.api.certmanager import (
     CertificateManagerSettings,
     ServingCertificate,
     ServingCertificateManager,
 )
-from vnode.api.certstore import CertificateStore
+from vnode.api.certstore import CertificateStore, StoreError
+from vnode.api.secretstore import SecretStore, check_access, entry_key
 
 MANIFESTS = Path(__file__).parents[2] / "manifests" / "vnode"
 SERVICE_ACCOUNT = "system:serviceaccount:tensile-system:tensile-virtual-node"
-
-
-def _node_csrs(upper: RestClient, node: str) -> list[dict[str, Any]]:
-    """The CSRs whose request names system:node:<node>, oldest first."""
-    items = upper.request("GET", "/apis/certificates.k8s.io/v1/certificatesigningrequests")
-    found = []
-    for csr in items.get("items") or []:
-        request = x509.load_pem_x509_csr(base64.b64decode(csr["spec"]["request"]))
-        names = request.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-        if [n.value for n in names] == [f"system:node:{node}"]:
-            found.append(csr)
-    return sorted(found, key=lambda c: c["metadata"]["creationTimestamp"])
 
 
 def _conditions(csr: dict[str, Any]) -> list[tuple[str, str]]:
@@ -105,7 +101,7 @@ def test_a_node_approves_its_own_csr_and_reuses_the_certificate_after_a_restart(
             lambda: _served_certificate(fleet, node.kubelet_port),
             timeout=60,
         )
-        [csr] = _node_csrs(upper, node.name)
+        [csr] = node_csrs(upper, node.name)
         spec = csr["spec"]
         assert spec["signerName"] == "kubernetes.io/kubelet-serving"
         assert sorted(spec["usages"]) == ["digital signature", "server auth"]
@@ -135,7 +131,7 @@ def test_a_node_approves_its_own_csr_and_reuses_the_certificate_after_a_restart(
             timeout=60,
         )
         assert again.serial_number == served.serial_number
-        assert len(_node_csrs(upper, node.name)) == 1
+        assert len(node_csrs(upper, node.name)) == 1
         assert "reusing the serving certificate" in node.log.read_text()
     finally:
         code = node.stop()
@@ -162,7 +158,7 @@ def test_without_approval_rights_the_node_waits_for_an_administrator(
         wait_for(
             "the waiting warning", lambda: "waits for an administrator" in node.log.read_text()
         )
-        [first] = _node_csrs(upper, node.name)
+        [first] = node_csrs(upper, node.name)
         assert first["spec"]["username"] == SERVICE_ACCOUNT
         assert _conditions(first) == []
         assert _served_certificate(fleet, node.kubelet_port) is None
@@ -171,7 +167,7 @@ def test_without_approval_rights_the_node_waits_for_an_administrator(
         fleet.upper.kubectl("certificate", "deny", first["metadata"]["name"])
 
         def replacement() -> dict[str, Any] | None:
-            csrs = _node_csrs(upper, node.name)
+            csrs = node_csrs(upper, node.name)
             return csrs[-1] if len(csrs) > 1 else None
 
         second = wait_for("a new CSR after the denial", replacement, timeout=30)
@@ -186,7 +182,7 @@ def test_without_approval_rights_the_node_waits_for_an_administrator(
             timeout=30,
         )
         uid = second["metadata"]["uid"]
-        [approved] = [c for c in _node_csrs(upper, node.name) if c["metadata"]["uid"] == uid]
+        [approved] = [c for c in node_csrs(upper, node.name) if c["metadata"]["uid"] == uid]
         assert served.serial_number == _issued(approved).serial_number
         _kubectl_logs_work(fleet, namespace, node.name)
     finally:
@@ -219,7 +215,7 @@ def test_the_optional_manifest_lets_a_service_account_node_approve_its_own_csr(
             lambda: _served_certificate(fleet, node.kubelet_port),
             timeout=60,
         )
-        [csr] = _node_csrs(upper, node.name)
+        [csr] = node_csrs(upper, node.name)
         assert csr["spec"]["username"] == SERVICE_ACCOUNT
         assert ("Approved", "TensileSelfApproved") in _conditions(csr)
         assert served.serial_number == _issued(csr).serial_number
@@ -228,6 +224,90 @@ def test_the_optional_manifest_lets_a_service_account_node_approve_its_own_csr(
         fleet.upper.kubectl("delete", "-f", str(optional))
         code = node.stop()
         node.delete_node()
+        assert code == 0, f"virtual-node exited {code}; log {node.log}"
+
+
+# -- kept in a Secret upstairs (--cert-secret): a restart needs no new approval -----------
+
+
+def _secret(fleet: Fleet, name: str) -> None:
+    """Make Secret tensile-system/`name` (empty, as upper-rbac.yaml makes the shipped ones)."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": "tensile-system"},
+        "type": "Opaque",
+    }
+    create(fleet.upper.rest(), "tensile-system", body)
+
+
+def _entries(fleet: Fleet, name: str) -> dict[str, bytes]:
+    secret = fleet.upper.rest().request("GET", f"/api/v1/namespaces/tensile-system/secrets/{name}")
+    return {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
+
+
+def test_a_node_keeping_its_certificate_in_a_secret_needs_no_new_approval_after_a_restart(
+    fleet: Fleet, namespace: str, tmp_path: Path
+) -> None:
+    """The node runs as upper-rbac.yaml's account (get and update on its own Secret by
+    name, no create on Secrets, no approval rights): an administrator approves its first
+    CSR; stopped and started again with nothing on disk (no --cert-dir at all), it serves
+    the same certificate from the Secret, makes no CSR, and `kubectl logs` works."""
+    upper = fleet.upper.rest()
+    name = f"vn-secret-{secrets.token_hex(3)}"
+    secret = serving_secret(name)
+    node = VirtualNodeProcess(
+        fleet,
+        name=name,
+        log_dir=tmp_path,
+        upper_kubeconfig=token_kubeconfig(
+            fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig", node=name
+        ),
+        certificate_from_csr=True,
+        args=[f"--cert-secret=tensile-system/{secret}"],
+    )
+    try:
+        # Without its Secret (which this account may not create) it stops at once, saying
+        # what to do, before any CSR.
+        log = _start_failure(node)
+        assert f"Secret tensile-system/{secret}, which does not exist" in log
+        assert f"kubectl -n tensile-system create secret generic {secret}" in log
+        assert node_csrs(upper, name) == []
+
+        _secret(fleet, secret)
+        node.start()
+        [csr] = wait_for("the node's CSR", lambda: node_csrs(upper, name) or None, timeout=60)
+        fleet.upper.kubectl("certificate", "approve", csr["metadata"]["name"])
+        served = wait_for(
+            "the kubelet API serving",
+            lambda: _served_certificate(fleet, node.kubelet_port),
+            timeout=60,
+        )
+        key = f"kubelet-server-{fleet.node_ip}.pem"
+        stored = wait_for("the certificate in the Secret", lambda: _entries(fleet, secret).get(key))
+        assert load_chain(stored)[0].serial_number == served.serial_number
+        assert b"PRIVATE KEY" in stored
+        assert not node.cert_dir.exists()
+
+        assert node.stop() == 0
+        node.start()
+        again = wait_for(
+            "the kubelet API serving again",
+            lambda: _served_certificate(fleet, node.kubelet_port),
+            timeout=60,
+        )
+        assert again.serial_number == served.serial_number
+        assert len(node_csrs(upper, name)) == 1
+        assert f"reusing the serving certificate in Secret tensile-system/{secret} key {key}" in (
+            node.log.read_text()
+        )
+        _kubectl_logs_work(fleet, namespace, name)
+    finally:
+        code = node.stop()
+        node.delete_node()
+        fleet.upper.kubectl(
+            "delete", "secret", secret, "-n", "tensile-system", "--ignore-not-found"
+        )
         assert code == 0, f"virtual-node exited {code}; log {node.log}"
 
 
@@ -267,7 +347,7 @@ def test_a_busy_kubelet_port_fails_at_start_before_any_csr(fleet: Fleet, tmp_pat
             node.delete_node()
     assert f"cannot listen on {fleet.node_ip}:{port} (KUBELET_PORT)" in log
     assert "Address already in use" in log
-    assert _node_csrs(upper, node.name) == []
+    assert node_csrs(upper, node.name) == []
 
 
 def test_a_bad_client_ca_fails_at_start_before_any_csr(fleet: Fleet, tmp_path: Path) -> None:
@@ -288,7 +368,7 @@ def test_a_bad_client_ca_fails_at_start_before_any_csr(fleet: Fleet, tmp_path: P
         node.delete_node()
     assert f"cannot load the client CA file --client-verify-ca={bad}" in log
     assert "NO_CERTIFICATE_OR_CRL_FOUND" in log
-    assert _node_csrs(upper, node.name) == []
+    assert node_csrs(upper, node.name) == []
 
 
 # -- rotation, driven in-process with a clock the test moves ------------------------------
@@ -343,8 +423,8 @@ async def test_rotation_requests_a_new_certificate_that_new_handshakes_get(
 
     async def on_certificate(certificate: ServingCertificate) -> None:
         await tls.use(certificate.pem)
-        assert certificate.path is not None
-        files.append(certificate.path)
+        assert certificate.stored_at is not None
+        files.append(Path(certificate.stored_at))
         if len(files) == 2:
             clock.jump_to(dt.datetime.now(dt.UTC))  # back to now: no third renewal
         changed.set()
@@ -394,13 +474,95 @@ async def test_rotation_requests_a_new_certificate_that_new_handshakes_get(
         for stream in (writer, fresh):
             stream.close()
             await stream.wait_closed()
-        assert len(_node_csrs(fleet.upper.rest(), name)) == 2
+        assert len(node_csrs(fleet.upper.rest(), name)) == 2
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         for server in servers:
             server.close()
             await server.wait_closed()
+
+
+def _certificate(common_name: str, *, now: dt.datetime) -> bytes:
+    """A valid certificate and its key: an entry no write drops."""
+    pair = selfsigned.new_authority(common_name=common_name, now=now, lifetime=dt.timedelta(1))
+    return pair.cert_pem + pair.key_pem
+
+
+async def test_replicas_writing_their_certificates_at_once_keep_each_others(
+    fleet: Fleet, upper_client: ApiClient
+) -> None:
+    """The replicas of one node each keep their own address's certificate in the node's
+    one Secret; writes at the same moment conflict (409) and are read again and merged,
+    never lost. A Secret that does not exist is made by the first write where the identity
+    may create it (here the administrator's)."""
+    name = f"tensile-vn-secret-race-{secrets.token_hex(3)}"
+    now = dt.datetime.now(dt.UTC)
+    identities = [
+        identity_from_addresses(
+            node_name="vn-race", addresses=[{"type": "InternalIP", "address": f"192.0.2.{i}"}]
+        )
+        for i in range(20, 26)
+    ]
+    stores = [
+        SecretStore(client=upper_client, namespace="tensile-system", name=name, identity=i)
+        for i in identities
+    ]
+    try:
+        for round_ in range(3):
+            pems = [_certificate(f"round {round_} of {i}", now=now) for i in range(len(stores))]
+            written = await asyncio.gather(
+                *(store.write(pem, now=now) for store, pem in zip(stores, pems, strict=True))
+            )
+            assert written == [
+                f"Secret tensile-system/{name} key {entry_key(i)}" for i in identities
+            ]
+            read = [await store.read() for store in stores]
+            assert [r.pem if r else None for r in read] == pems
+        secret = fleet.upper.rest().request(
+            "GET", f"/api/v1/namespaces/tensile-system/secrets/{name}"
+        )
+        assert secret["metadata"]["labels"] == {
+            "app.kubernetes.io/managed-by": "tensile-virtual-node",
+            "tensile.io/virtual-node": "vn-race",
+        }
+        assert len(secret["data"]) == len(stores)
+    finally:
+        fleet.upper.kubectl("delete", "secret", name, "-n", "tensile-system", "--ignore-not-found")
+
+
+async def test_a_secret_the_node_may_not_keep_is_refused_at_start_with_what_to_grant(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """upper-rbac.yaml's account may get and update its own Secret by name, nothing else:
+    the check at start names what is missing, for another Secret that exists and for one
+    that does not."""
+    node = f"vn-secret-rbac-{secrets.token_hex(3)}"
+    kubeconfig = token_kubeconfig(
+        fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper-sa.kubeconfig", node=node
+    )
+    other = f"tensile-vn-other-{secrets.token_hex(3)}"
+    _secret(fleet, other)
+    try:
+        async with ApiClient(config.load(str(kubeconfig)), name="upper-sa") as client:
+            with pytest.raises(StoreError) as refused:
+                await check_access(client, namespace="tensile-system", name=other)
+            assert f"needs get and update on secrets/{other} in namespace tensile-system" in str(
+                refused.value
+            )
+            missing = serving_secret(node)
+            with pytest.raises(StoreError) as absent:
+                await check_access(client, namespace="tensile-system", name=missing)
+            assert f"Secret tensile-system/{missing}, which does not exist" in str(absent.value)
+            _secret(fleet, missing)
+            await check_access(client, namespace="tensile-system", name=missing)
+            # The dry runs stored nothing.
+            assert _entries(fleet, missing) == {}
+    finally:
+        for name in (other, serving_secret(node)):
+            fleet.upper.kubectl(
+                "delete", "secret", name, "-n", "tensile-system", "--ignore-not-found"
+            )
 
 
 def _leaf(path: Path) -> x509.Certificate:

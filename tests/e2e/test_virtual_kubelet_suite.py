@@ -3,7 +3,9 @@ against a virtual node deployed the way a user deploys it.
 
 The suite assumes the node runs as a pod named after the node, beside its test pods, and
 serving on 10250 (it reads /stats/summary and /metrics/resource through
-`pods/https:<node>:10250/proxy`). So `manifests/vnode/virtual-node.yaml` is applied to the
+`pods/https:<node>:10250/proxy`), where the manifest serves on 10450 (a real host's kubelet
+holds 10250): the test moves it to 10250 as a user running the suite would. So
+`manifests/vnode/virtual-node.yaml` is applied to the
 upper cluster with its RBAC, the upper scheduler puts the pod on the upper cluster's host
 Node (a kwok Node at its own routable address), and its container runs here as a local
 process (`devcluster.podrun`) with the pod's ServiceAccount, arguments and volumes. Its
@@ -29,6 +31,8 @@ MANIFESTS = Path(__file__).parents[2] / "manifests" / "vnode"
 NAMESPACE = "tensile-system"
 NODE = "virtual-kubelet-0"
 SUITE_TESTS = 9
+SUITE_PORT = 10250
+"""The kubelet port virtual-kubelet's suite reads stats through (fixed in its code)."""
 _RESULT = re.compile(r"^\s*--- (PASS|FAIL|SKIP): TestEndToEnd/(\w+)", re.MULTILINE)
 
 
@@ -69,6 +73,11 @@ def test_virtual_kubelets_provider_suite_passes(
     statefulset = yaml.safe_load((MANIFESTS / "virtual-node.yaml").read_text())
     container = statefulset["spec"]["template"]["spec"]["containers"][0]
     container["args"].append("--anonymous-auth=true")
+    # The suite's own port (no host kubelet holds it here).
+    [port] = [e for e in container["env"] if e["name"] == "KUBELET_PORT"]
+    port["value"] = str(SUITE_PORT)
+    [kubelet] = [p for p in container["ports"] if p["name"] == "kubelet"]
+    kubelet["containerPort"] = SUITE_PORT
     container["env"].append({"name": "VKUBELET_TAINT_EFFECT", "value": "PreferNoSchedule"})
     upper.kubectl("apply", "-f", "-", input=yaml.safe_dump(statefulset))
     local = LocalPod(upper, namespace=NAMESPACE, name=NODE, directory=tmp_path / "pod")

@@ -10,9 +10,10 @@ doubling while each new certificate is due at once, up to 5 min). A denied, fail
 unusable CSR, an API error or any other failure while obtaining one is logged and retried
 with a new key after an exponential backoff: nothing but cancellation ends `run`.
 
-An issued certificate is never thrown away because the store cannot be written: it is
-served from memory and only the save is retried (a restart before it is saved needs a new
-CSR). The clock is injectable so tests can jump past a deadline.
+The store is a directory (`--cert-dir`) or a Secret upstairs (`--cert-secret`): see
+`vnode.api.certstore`. An issued certificate is never thrown away because the store cannot
+be written: it is served from memory and only the save is retried (a restart before it is
+saved needs a new CSR). The clock is injectable so tests can jump past a deadline.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Protocol
 
 from cryptography import x509
@@ -50,7 +50,7 @@ from vnode.api.certificates import (
     reuse_problem,
     rotation_deadline,
 )
-from vnode.api.certstore import CertificateStore
+from vnode.api.certstore import ServingCertificateStore, StoreError
 
 logger = logging.getLogger(__name__)
 
@@ -111,11 +111,12 @@ class ServingCertificate:
     """A certificate to serve, held in memory."""
 
     pem: bytes
-    """The store file's content: the PEM certificate chain, then the private key."""
+    """The PEM certificate chain, then the private key (`certificates.bundle`)."""
     leaf: x509.Certificate
     """The chain's first certificate (the one naming this node)."""
-    path: Path | None
-    """The store file holding it; None while it could not be stored (not persisted)."""
+    stored_at: str | None
+    """Where the store keeps it (a file, a Secret's key); None while it could not be
+    stored (not persisted)."""
 
 
 OnCertificate = Callable[[ServingCertificate], Awaitable[None]]
@@ -130,7 +131,7 @@ class ServingCertificateManager:
         *,
         upper: ApiClient,
         identity: ServingIdentity,
-        store: CertificateStore,
+        store: ServingCertificateStore,
         settings: CertificateManagerSettings | None = None,
         clock: Clock | None = None,
     ) -> None:
@@ -141,9 +142,9 @@ class ServingCertificateManager:
         self._clock = clock or SystemClock()
 
     @property
-    def directory(self) -> Path:
-        """Where the certificates are stored."""
-        return self._store.directory
+    def location(self) -> str:
+        """Where the certificates are stored (a directory, a Secret), for logs."""
+        return self._store.location
 
     async def run(self, *, on_certificate: OnCertificate) -> None:
         """Hand `on_certificate` the first usable certificate (stored or newly issued),
@@ -192,23 +193,26 @@ class ServingCertificateManager:
         problem: str | None
         try:
             try:
-                pem = await asyncio.to_thread(self._store.load_current)
-            except OSError as exc:
-                pem, problem = None, f"cannot read {self._store.current}: {exc}"
+                stored = await self._store.read()
+            except StoreError as exc:
+                stored, problem = None, str(exc)
             else:
-                problem = reuse_problem(pem, identity=self._identity, now=self._clock.now())
-            if pem is not None and problem is None:
-                leaf = load_chain(pem)[0]
-                path = await asyncio.to_thread(self._store.current_target)
-                self._warn_if_not_yet_valid(leaf, source=f"the certificate in {path}")
-                logger.info("kubelet API: reusing the serving certificate in %s", path)
-                return ServingCertificate(pem=pem, leaf=leaf, path=path or self._store.current)
+                problem = reuse_problem(
+                    stored.pem if stored is not None else None,
+                    identity=self._identity,
+                    now=self._clock.now(),
+                )
+            if stored is not None and problem is None:
+                leaf = load_chain(stored.pem)[0]
+                self._warn_if_not_yet_valid(leaf, source=f"the certificate in {stored.where}")
+                logger.info("kubelet API: reusing the serving certificate in %s", stored.where)
+                return ServingCertificate(pem=stored.pem, leaf=leaf, stored_at=stored.where)
         except Exception as exc:  # noqa: BLE001 - a bad store must not stop the node
             problem = f"cannot use it: {_describe(exc)}"
         logger.info(
             "kubelet API: not serving a stored certificate from %s (%s); requesting one "
             "from the upper cluster; the API starts serving once it is issued",
-            self._store.directory,
+            self._store.location,
             problem,
         )
         return None
@@ -250,33 +254,33 @@ class ServingCertificateManager:
             raise CertificateRejected(f"CSR {issued.name}: unusable certificate: {exc}") from exc
         self._warn_if_not_yet_valid(chain[0], source=f"the certificate from CSR {issued.name}")
         certificate = ServingCertificate(
-            pem=bundle(issued.certificate, key), leaf=chain[0], path=None
+            pem=bundle(issued.certificate, key), leaf=chain[0], stored_at=None
         )
         stored = await self._save(certificate)
-        if stored.path is not None:
+        if stored.stored_at is not None:
             logger.info(
                 "kubelet API: serving certificate from CSR %s stored in %s (valid until %s)",
                 issued.name,
-                stored.path,
+                stored.stored_at,
                 rfc3339(chain[0].not_valid_after_utc),
             )
         return stored
 
     async def _save(self, certificate: ServingCertificate) -> ServingCertificate:
-        """Store `certificate`; return it with its file, or unchanged (path None) when the
-        store cannot be written (logged at ERROR). Raises nothing but CancelledError."""
+        """Store `certificate`; return it with where it went, or unchanged (stored_at None)
+        when the store cannot be written (logged at ERROR). Raises nothing but
+        CancelledError."""
         try:
-            path = await asyncio.to_thread(self._store.save, certificate.pem, now=self._clock.now())
-        except OSError as exc:
+            where = await self._store.write(certificate.pem, now=self._clock.now())
+        except StoreError as exc:
             logger.error(
-                "kubelet API: cannot store the serving certificate in %s: %s; serving it from "
+                "kubelet API: cannot store the serving certificate: %s; serving it from "
                 "memory: it is NOT persisted, so a restart now will need a new CSR (and maybe "
                 "a new approval); trying to store it again",
-                self._store.directory,
                 exc,
             )
             return certificate
-        return replace(certificate, path=path)
+        return replace(certificate, stored_at=where)
 
     async def _settle(
         self, certificate: ServingCertificate, *, on_certificate: OnCertificate, until: dt.datetime
@@ -296,14 +300,14 @@ class ServingCertificateManager:
                     logger.error(
                         "kubelet API: cannot serve the new certificate: %s", _describe(exc)
                     )
-            if certificate.path is None:
+            if certificate.stored_at is None:
                 certificate = await self._save(certificate)
-                if certificate.path is not None:
+                if certificate.stored_at is not None:
                     logger.info(
                         "kubelet API: the serving certificate is stored in %s at last",
-                        certificate.path,
+                        certificate.stored_at,
                     )
-            if served and certificate.path is not None:
+            if served and certificate.stored_at is not None:
                 return
             delay = jittered(self._settings.retry.delay(failures))
             failures += 1
@@ -342,7 +346,7 @@ class CsrCertificates:
         logger.info(
             "kubelet API: no APISERVER_CERT_LOCATION; the serving certificate comes from a "
             "CSR to the upper cluster (kept in %s)",
-            self._manager.directory,
+            self._manager.location,
         )
 
     async def keep(self, tls: RotatingTls) -> None:
@@ -368,7 +372,8 @@ def _describe(exc: BaseException) -> str:
     texts = []
     for leaf in _leaves(exc):
         expected = isinstance(
-            leaf, CertificateRejected | errors.ApiError | errors.ApiUnavailable | OSError
+            leaf,
+            CertificateRejected | StoreError | errors.ApiError | errors.ApiUnavailable | OSError,
         )
         texts.append(str(leaf) if expected else f"{type(leaf).__name__}: {leaf}")
     return "; ".join(texts)

@@ -1,22 +1,29 @@
-"""The directory that keeps CSR-issued serving certificates (`--cert-dir`), like the
-kubelet's certificate store: `kubelet-server-<timestamp>.pem` files (chain + key, mode
-0600) and the `kubelet-server-current.pem` symlink naming the one in use.
+"""Where CSR-issued serving certificates are kept between runs: what the certificate
+manager needs of a store (`ServingCertificateStore`), and the directory store
+(`--cert-dir`, `CertificateStore`). The Secret store (`--cert-secret`) is
+`vnode.api.secretstore`.
 
-The symlink is relative (the directory can be moved or mounted elsewhere) and replaced
-atomically, so a reader sees the old or the new certificate, never half of one. Only the
-current and the previous certificate files are kept (`certificates.stale_files` says why).
+The directory is kept like the kubelet's certificate store: `kubelet-server-<timestamp>.pem`
+files (chain + key, mode 0600) and the `kubelet-server-current.pem` symlink naming the one
+in use. The symlink is relative (the directory can be moved or mounted elsewhere) and
+replaced atomically, so a reader sees the old or the new certificate, never half of one.
+Only the current and the previous certificate files are kept (`certificates.stale_files`
+says why).
 
-Every method does blocking file I/O (save fsyncs): callers on an event loop run them in a
-thread (`asyncio.to_thread`).
+The directory store's synchronous methods do blocking file I/O (save fsyncs); its
+`ServingCertificateStore` methods (`read`, `write`) run them in a thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from vnode.api.certificates import CURRENT_FILE, stale_files, stamped_file_name
 
@@ -26,11 +33,67 @@ _DIR_MODE = 0o700
 _FILE_MODE = 0o600
 
 
+class StoreError(Exception):
+    """The store could not be read or written; the message names it and says why."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredCertificate:
+    """A certificate read from a store."""
+
+    pem: bytes
+    """The certificate chain, then its private key (`certificates.bundle`)."""
+    where: str
+    """Where it was read from, for logs (a file, a Secret's key)."""
+
+
+class ServingCertificateStore(Protocol):
+    """Keeps one node's current serving certificate between runs."""
+
+    @property
+    def location(self) -> str:
+        """Where certificates are kept, for logs (a directory, a Secret)."""
+
+    async def read(self) -> StoredCertificate | None:
+        """Return the stored current certificate, or None when there is none. Raises
+        StoreError when the store cannot be read."""
+
+    async def write(self, pem: bytes, *, now: dt.datetime) -> str:
+        """Store `pem` (chain then key) as the current certificate, obtained at `now`;
+        return where it went, for logs. Raises StoreError when it cannot be stored."""
+
+
 class CertificateStore:
-    """Reads and writes one node's serving certificates in `directory`."""
+    """Reads and writes one node's serving certificates in `directory` (`--cert-dir`); a
+    `ServingCertificateStore`."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+
+    @property
+    def location(self) -> str:
+        """The directory."""
+        return str(self.directory)
+
+    async def read(self) -> StoredCertificate | None:
+        """Return the current certificate file's content and path (the file its pointer
+        names), or None without one. Raises StoreError when it cannot be read."""
+        try:
+            pem = await asyncio.to_thread(self.load_current)
+        except OSError as exc:
+            raise StoreError(f"cannot read {self.current}: {exc}") from exc
+        if pem is None:
+            return None
+        target = await asyncio.to_thread(self.current_target)
+        return StoredCertificate(pem=pem, where=str(target or self.current))
+
+    async def write(self, pem: bytes, *, now: dt.datetime) -> str:
+        """`save` in a thread; return the new file's path. Raises StoreError."""
+        try:
+            path = await asyncio.to_thread(self.save, pem, now=now)
+        except OSError as exc:
+            raise StoreError(f"cannot store it in {self.directory}: {exc}") from exc
+        return str(path)
 
     @property
     def current(self) -> Path:

@@ -3,7 +3,8 @@
 served by the HTTPS server every program shares (`tensile.serving.https`) on the node's
 InternalIP:KUBELET_PORT (what the upper apiserver connects to), with the serving
 certificate from files (APISERVER_CERT_LOCATION/APISERVER_KEY_LOCATION, reloaded when they
-change) or from CSRs to the upper cluster (`vnode.api.certmanager`, renewed before expiry).
+change) or from CSRs to the upper cluster (`vnode.api.certmanager`, renewed before expiry,
+kept in --cert-dir or, with --cert-secret, in a Secret upstairs: `vnode.api.secretstore`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from vnode.api.certmanager import (
     CsrCertificates,
     ServingCertificateManager,
 )
-from vnode.api.certstore import CertificateStore
+from vnode.api.certstore import CertificateStore, ServingCertificateStore
+from vnode.api.secretstore import SecretStore
 from vnode.api.server import ApiContext, make_app
 from vnode.provider import Provider
 from vnode.settings import Settings, default_cert_dir
@@ -187,10 +189,16 @@ class KubeletApiServer:
             )
         except ValueError as exc:
             raise StartupError(f"kubelet API: {exc}") from exc
+        store: ServingCertificateStore = CertificateStore(self._cert_dir())
+        if api.cert_secret is not None:
+            namespace, name = api.cert_secret
+            store = SecretStore(
+                client=self._upper, namespace=namespace, name=name, identity=identity
+            )
         return ServingCertificateManager(
             upper=self._upper,
             identity=identity,
-            store=CertificateStore(self._cert_dir()),
+            store=store,
             settings=CertificateManagerSettings(
                 expiration_seconds=api.server_certificate_duration or None
             ),

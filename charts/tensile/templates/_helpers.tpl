@@ -75,3 +75,24 @@ nodeAffinity:
 {{- define "tensile.avoidConfigMap" -}}
 {{ include "tensile.fullname" . }}-avoid
 {{- end -}}
+
+{{/* A container's env from layers of EnvVar lists, earliest first: pass (list <own>
+<common> <particular>). An entry replaces an earlier one of the same name, in the earlier
+one's place (so `$(VAR)` references to it still come after it); the rest keep their order. */}}
+{{- define "tensile.mergeEnv" -}}
+{{- $order := list -}}
+{{- $byName := dict -}}
+{{- range $layer := . -}}
+{{- range $layer -}}
+{{- if not (hasKey $byName .name) -}}
+{{- $order = append $order .name -}}
+{{- end -}}
+{{- $_ := set $byName .name . -}}
+{{- end -}}
+{{- end -}}
+{{- $merged := list -}}
+{{- range $order -}}
+{{- $merged = append $merged (get $byName .) -}}
+{{- end -}}
+{{- toYaml $merged -}}
+{{- end -}}
