@@ -150,7 +150,7 @@ async def test_every_answer_is_counted_by_route_and_code(
         ("POST", "/pods", "other", "405"),
     ]
     before = {(path, code): _answered(path, code) for _, _, path, code in calls}
-    for method, url, path, code in calls:
+    for method, url, _, code in calls:
         response = await client.request(method, url)
         assert response.status == int(code), url
     for (path, code), count in before.items():
