@@ -133,7 +133,7 @@ def _variables(board: dashboard.Dashboard, *, multi: bool) -> dashboard.Dashboar
     board.with_variable(
         dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus")
     )
-    return board.with_variable(
+    node = (
         dashboard.QueryVariable("node")
         .label("Virtual node")
         .query("label_values(tensile_virtual_node_info, node)")
@@ -142,8 +142,11 @@ def _variables(board: dashboard.Dashboard, *, multi: bool) -> dashboard.Dashboar
         .sort(dashboard_model.VariableSort.ALPHABETICAL_ASC)
         .multi(multi)
         .include_all(multi)
-        .all_value(".*" if multi else "")
     )
+    if multi:
+        # "All" as a regular expression, not Grafana's list of every value.
+        node.all_value(".*")
+    return board.with_variable(node)
 
 
 def _board(uid: str, title: str, description: str) -> dashboard.Dashboard:

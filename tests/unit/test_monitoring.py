@@ -100,6 +100,12 @@ def _alert_rules() -> Iterator[tuple[str, dict[str, Any]]]:
 def _dashboard_exprs() -> Iterator[tuple[str, str]]:
     for path in sorted(DASHBOARDS.glob("*.json")):
         board = json.loads(path.read_text())
+        for variable in board["templating"]["list"]:
+            if variable["type"] == "query":
+                # Grafana's label_values(<selector>, <label>): the selector is PromQL.
+                match = re.fullmatch(r"label_values\((.+), *\w+\)", variable["query"])
+                assert match, variable["query"]
+                yield f"{path.stem}: variable {variable['name']}", match.group(1)
         for panel in board["panels"]:
             for target in panel.get("targets", []):
                 yield f"{path.stem}: {panel['title']}", target["expr"]
