@@ -657,7 +657,7 @@ def placement() -> dashboard.Dashboard:
         _series(
             layout,
             "Rounds",
-            "Descheduling rounds per minute (the leader's), and the 99th percentile of their time.",
+            "Descheduling rounds per minute (run by the leader only).",
             [
                 ("sum(increase(tensile_descheduler_rounds_total[1m]))", "rounds"),
             ],
