@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 DOCS_PORT ?= 8000
 DOCS_SITE ?= site
 
-.PHONY: all venv controlplane lint docs docs-gen test test-unit image test-image demo demo-down bench bench-scale bench-streams bench-webhook bench-services bench-failover bench-extender bench-fleet clean
+.PHONY: all venv controlplane promtool lint docs docs-gen monitoring-gen test test-unit image test-image demo demo-down bench bench-scale bench-streams bench-webhook bench-services bench-failover bench-extender bench-fleet clean
 
 all: test
 
@@ -28,13 +28,18 @@ venv: $(STAMP)
 controlplane:
 	hack/build-control-plane.sh
 
-lint: venv
+# promtool alone (for `make lint`), from the pinned Prometheus module into the same cache.
+promtool:
+	hack/build-control-plane.sh --only promtool
+
+lint: venv promtool
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/hadolint Dockerfile
 	$(BIN)/python hack/lint-markdown.py
+	PYTHON=$(BIN)/python hack/promtool-check.sh
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(DOCS_SITE)
 
 # The site on http://127.0.0.1:8000 (loopback only), rebuilt as pages change.
@@ -46,6 +51,11 @@ docs: venv
 # (tests/unit/test_docs_reference.py fails while they are stale).
 docs-gen: venv
 	$(BIN)/python hack/gen-docs.py
+
+# manifests/monitoring/ and the chart's dashboards from charts/tensile/files/alerts.yaml and
+# the dashboards' code (tests/unit/test_monitoring.py fails while they are stale).
+monitoring-gen: venv
+	$(BIN)/python hack/gen-monitoring.py
 
 test: venv controlplane lint
 	PATH="$(abspath $(BIN)):$$PATH" hack/run-tests.sh $(PYTEST_ARGS)

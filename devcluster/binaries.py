@@ -24,9 +24,11 @@ COMPONENTS = (
     "metrics-server",
     "virtual-kubelet-e2e",
     "helm",
+    "promtool",
 )
 """Everything the build script makes: the control plane, metrics-server,
-virtual-kubelet's provider e2e suite (a Go test binary), and helm (the chart's tests)."""
+virtual-kubelet's provider e2e suite (a Go test binary), helm (the chart's tests) and
+promtool (the alerts' checks and unit tests)."""
 
 _REPO_ROOT = Path(__file__).resolve().parents[1]
 VERSIONS_FILE = _REPO_ROOT / "hack" / "versions.env"
@@ -91,6 +93,7 @@ def recipes() -> dict[str, str]:
         "metrics-server": versions["METRICS_SERVER_VERSION"],
         "virtual-kubelet-e2e": f"{versions['VIRTUAL_KUBELET_VERSION']}+{wrapper}",
         "helm": versions["HELM_VERSION"],
+        "promtool": f"{versions['PROMETHEUS_VERSION']}+{versions['PROMTOOL_TAGS']}",
     }
 
 

@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # Build the local control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kwok, metrics-server), helm and virtual-kubelet's provider e2e suite from
-# pinned Go module versions into a cache directory.
+# kube-scheduler, kwok, metrics-server), helm, promtool and virtual-kubelet's provider e2e
+# suite from pinned Go module versions into a cache directory.
 #
-# Usage: hack/build-control-plane.sh [BIN_DIR]
+# Usage: hack/build-control-plane.sh [--only NAME] [BIN_DIR]
 #   BIN_DIR defaults to ${TENSILE_CACHE_DIR:-~/.cache/tensile}/<kubernetes-version>/bin.
+#   --only promtool builds that binary alone (`make lint` needs nothing else).
 # Binaries already present are not rebuilt. Needs the `go` tool and the Go module proxy.
 set -euo pipefail
+
+only=""
+if [[ "${1:-}" == "--only" ]]; then
+  only="${2:?--only needs a name}"
+  shift 2
+fi
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=versions.env
@@ -37,10 +44,20 @@ fi
 kwok_recipe="${KWOK_VERSION}+$(cat $(ls "${here}"/kwok-patch/* | LC_ALL=C sort) | sha256sum | cut -c1-16)"
 # The e2e suite's recipe names the version and a digest of our wrapper test.
 vk_e2e_recipe="${VIRTUAL_KUBELET_VERSION}+$(sha256sum < "${here}/vk-e2e/e2e_test.go" | cut -c1-16)"
+# promtool's recipe names the version and the build tags.
+promtool_recipe="${PROMETHEUS_VERSION}+${PROMTOOL_TAGS}"
 stamp_ok() { [[ -x "${bin_dir}/$1" && "$(cat "${bin_dir}/$1.stamp" 2>/dev/null)" == "$2" ]]; }
 stamp() { echo "$2" > "${bin_dir}/$1.stamp"; }
 
+if [[ "${only}" == promtool ]]; then
+  stamp_ok promtool "${promtool_recipe}" && exit 0
+elif [[ -n "${only}" ]]; then
+  echo "error: --only knows promtool, not ${only}" >&2
+  exit 2
+fi
+
 have_all=1
+stamp_ok promtool "${promtool_recipe}" || have_all=0
 stamp_ok etcd "${ETCD_VERSION}" || have_all=0
 stamp_ok kwok "${kwok_recipe}" || have_all=0
 stamp_ok metrics-server "${METRICS_SERVER_VERSION}" || have_all=0
@@ -273,7 +290,37 @@ GO
   stamp helm "${HELM_VERSION}"
 }
 
+build_promtool() {
+  stamp_ok promtool "${promtool_recipe}" && return
+  local mod="${work}/promtool"
+  mkdir -p "${mod}"
+  cd "${mod}"
+  go mod init tensile.local/promtool >/dev/null 2>&1
+  go mod edit -require="github.com/prometheus/prometheus@${PROMETHEUS_VERSION}"
+  cat > tools.go <<'GO'
+//go:build tools
+
+package tools
+
+import _ "github.com/prometheus/prometheus/cmd/promtool"
+GO
+  # No `go mod tidy`: it would fetch the modules of every build tag. `go build -mod=mod`
+  # (GOFLAGS) adds only what cmd/promtool with PROMTOOL_TAGS imports.
+  echo "building promtool ${PROMETHEUS_VERSION} ..."
+  local pkg=github.com/prometheus/common/version
+  go build -trimpath -tags "${PROMTOOL_TAGS}" -ldflags "-s -w -X ${pkg}.Version=${PROMETHEUS_VERSION}" \
+    -o "${bin_dir}/promtool.tmp" github.com/prometheus/prometheus/cmd/promtool
+  mv "${bin_dir}/promtool.tmp" "${bin_dir}/promtool"
+  stamp promtool "${promtool_recipe}"
+}
+
 start=$(date +%s)
+if [[ "${only}" == promtool ]]; then
+  build_promtool
+  echo "promtool ${PROMETHEUS_VERSION} built in ${bin_dir} in $(( $(date +%s) - start )) s"
+  exit 0
+fi
+build_promtool
 build_etcd
 build_kwok
 build_kubernetes

@@ -28,6 +28,8 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from prometheus_client import Gauge
+
 from tensile.kube.client import ApiClient, WriteGate
 from tensile.kube.events import EventRecorder
 from tensile.kube.informer import Informer
@@ -55,6 +57,13 @@ from vnode.provider import Provider
 from vnode.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+NODE_INFO = Gauge(
+    "tensile_virtual_node_info",
+    "1, labelled with the virtual node this process runs (--nodename): joins the process's "
+    "other metrics to its Node (`* on(instance, job) group_left(node) tensile_virtual_node_info`).",
+    ["node"],
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,6 +138,7 @@ class VirtualNode:
         `tracing` makes each pod's forwarding a trace (--trace-exporter; the provider's own
         spans are the provider's)."""
         self.settings = settings
+        NODE_INFO.labels(node=settings.node.name).set(1)
         self._runner = lifecycle.Runner(
             startup_timeout=settings.startup_timeout, shutdown_timeout=settings.shutdown_timeout
         )

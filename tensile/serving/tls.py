@@ -22,6 +22,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from cryptography import x509
+from prometheus_client import Gauge
+
 from tensile.kube.informer import Informer
 from tensile.serving.lifecycle import StartupError
 
@@ -29,6 +32,33 @@ logger = logging.getLogger(__name__)
 
 FILE_CHECK_INTERVAL = 10.0
 """Seconds between two looks at certificate files for a new certificate (at most)."""
+CERTIFICATE_EXPIRY = Gauge(
+    "tensile_serving_certificate_expiry_timestamp_seconds",
+    "When the serving certificate in use expires (Unix time), by server (kubelet API, "
+    "webhook, extender): files, bootstrapped or CSR-issued, set each time one is loaded.",
+    ["server"],
+)
+
+
+def record_expiry(*, server: str, pem: bytes) -> None:
+    """Set `CERTIFICATE_EXPIRY` of `server` from the first certificate in `pem` (the
+    serving certificate leads its chain; a key in the same block is skipped). A block
+    without a readable certificate leaves the gauge as it was: `ssl` has refused it
+    already, or will."""
+    try:
+        first = x509.load_pem_x509_certificates(pem)[0]
+    except ValueError:
+        return
+    CERTIFICATE_EXPIRY.labels(server=server).set(first.not_valid_after_utc.timestamp())
+
+
+def _record_file_expiry(*, server: str, cert_file: str) -> None:
+    try:
+        with open(cert_file, "rb") as file:
+            pem = file.read()
+    except OSError:
+        return  # `ssl` has read it a moment ago; gone now: the next change is looked at
+    record_expiry(server=server, pem=pem)
 
 
 def tls_context(*, client_ca_file: str, require_client_certificate: bool = False) -> ssl.SSLContext:
@@ -71,6 +101,7 @@ async def reload_certificates(
             current = stamp()
             if current != last:
                 context.load_cert_chain(cert_file, key_file)
+                _record_file_expiry(server=name, cert_file=cert_file)
                 last = current
                 logger.info("%s: serving certificate reloaded from %s", name, cert_file)
         except (OSError, ssl.SSLError) as exc:
@@ -107,6 +138,7 @@ class RotatingTls:
         now on. Raises ssl.SSLError / OSError when they cannot be loaded, and what
         `serve` raises."""
         await load_pem_chain(self.context, pem)
+        record_expiry(server=self._name, pem=pem)
         if not self._serving:
             await self._serve(self.context)
             self._serving = True
@@ -118,6 +150,7 @@ class RotatingTls:
         on. Raises ssl.SSLError / OSError when they cannot be loaded, and what `serve`
         raises."""
         self.context.load_cert_chain(cert_file, key_file)
+        _record_file_expiry(server=self._name, cert_file=cert_file)
         if not self._serving:
             await self._serve(self.context)
             self._serving = True

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from devcluster.pki import CertificateAuthority
@@ -126,6 +127,39 @@ async def test_running_pods_list_the_pods_with_running_containers(
     client, _ = api
     body = await (await client.get(path)).json()
     assert [p["metadata"]["name"] for p in body["items"]] == ["web"]
+
+
+def _answered(path: str, code: str) -> float:
+    value = REGISTRY.get_sample_value(
+        "tensile_kubelet_api_requests_total", {"path": path, "code": code}
+    )
+    return value or 0.0
+
+
+async def test_every_answer_is_counted_by_route_and_code(
+    api: tuple[TestClient[web.Request, web.Application], FakeProvider],
+) -> None:
+    """tensile_kubelet_api_requests_total: by the route's first segment (never a pod's
+    name), with the code the caller got; a path no route serves is "other"."""
+    client, _ = api
+    calls = [
+        ("GET", "/pods", "pods", "200"),
+        ("GET", "/containerLogs/team/web/main?tailLines=x", "containerLogs", "400"),
+        ("GET", "/containerLogs/team/nobody/main", "containerLogs", "404"),
+        ("GET", "/configz", "other", "404"),
+        ("POST", "/pods", "other", "405"),
+    ]
+    before = {(path, code): _answered(path, code) for _, _, path, code in calls}
+    for method, url, _, code in calls:
+        response = await client.request(method, url)
+        assert response.status == int(code), url
+    for (path, code), count in before.items():
+        times = sum(1 for _, _, p, c in calls if (p, c) == (path, code))
+        assert _answered(path, code) == count + times, (path, code)
+    in_flight = REGISTRY.get_sample_value(
+        "tensile_kubelet_api_inflight_requests", {"path": "containerLogs"}
+    )
+    assert in_flight == 0
 
 
 async def test_run_answers_stdout_then_stderr(

@@ -20,9 +20,16 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from prometheus_client import REGISTRY
 
 from tensile.serving.sockets import bound_socket
-from tensile.serving.tls import RotatingTls, load_pem_chain, tls_context
+from tensile.serving.tls import (
+    CertificateFiles,
+    RotatingTls,
+    load_pem_chain,
+    reload_certificates,
+    tls_context,
+)
 from vnode.api import certificates as certs
 
 NOW = dt.datetime.now(dt.UTC)
@@ -41,8 +48,8 @@ CA = (
 )
 
 
-def _serving_pem(serial: int) -> bytes:
-    """A store file (chain, then key) for 127.0.0.1, signed by CA."""
+def _serving_pem(serial: int, *, valid_for: dt.timedelta = dt.timedelta(hours=1)) -> bytes:
+    """A store file (chain, then key) for 127.0.0.1, signed by CA, valid for `valid_for`."""
     key = certs.new_private_key()
     leaf = (
         x509.CertificateBuilder()
@@ -51,7 +58,7 @@ def _serving_pem(serial: int) -> bytes:
         .public_key(key.public_key())
         .serial_number(serial)
         .not_valid_before(NOW - dt.timedelta(minutes=5))
-        .not_valid_after(NOW + dt.timedelta(hours=1))
+        .not_valid_after(NOW + valid_for)
         .add_extension(
             x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
             critical=False,
@@ -149,6 +156,73 @@ async def test_certificates_from_memory_serve_and_rotate_on_the_bound_socket(
             assert await _served_serial(port, client) == 11
             await tls.use(_serving_pem(serial=12))
             assert await _served_serial(port, client) == 12
+
+
+def _expiry(server: str) -> float | None:
+    return REGISTRY.get_sample_value(
+        "tensile_serving_certificate_expiry_timestamp_seconds", {"server": server}
+    )
+
+
+def _not_after(valid_for: dt.timedelta) -> float:
+    # Certificates keep whole seconds.
+    return float(int((NOW + valid_for).timestamp()))
+
+
+async def test_the_expiry_of_the_certificate_in_use_is_exported_by_server(
+    tmp_path: Path,
+) -> None:
+    """tensile_serving_certificate_expiry_timestamp_seconds follows each certificate a
+    server is handed, from memory (bootstrapped, CSR-issued) or from files, reloads too."""
+    with bound_socket("127.0.0.1", 0) as sock:
+        async with _runner() as runner:
+            tls = RotatingTls(client_ca_file="", serve=_serve_on(runner, sock), name="memory")
+            await tls.use(_serving_pem(serial=21, valid_for=dt.timedelta(days=3)))
+            assert _expiry("memory") == _not_after(dt.timedelta(days=3))
+            await tls.use(_serving_pem(serial=22, valid_for=dt.timedelta(days=30)))
+            assert _expiry("memory") == _not_after(dt.timedelta(days=30))
+    cert_file, key_file = tmp_path / "tls.crt", tmp_path / "tls.key"
+
+    def write(valid_for: dt.timedelta) -> None:
+        pem = _serving_pem(serial=23, valid_for=valid_for)
+        key_at = pem.index(b"-----BEGIN PRIVATE KEY-----")
+        cert_file.write_bytes(pem[:key_at])
+        key_file.write_bytes(pem[key_at:])
+
+    write(dt.timedelta(days=2))
+    with bound_socket("127.0.0.1", 0) as sock:
+        async with _runner() as runner:
+            tls = RotatingTls(client_ca_file="", serve=_serve_on(runner, sock), name="files")
+            files = CertificateFiles(
+                cert_file=str(cert_file), key_file=str(key_file), cert_flag="--c", key_flag="--k"
+            )
+            await files.load(tls)
+            assert _expiry("files") == _not_after(dt.timedelta(days=2))
+            reload = asyncio.create_task(
+                reload_certificates(
+                    tls.context,
+                    cert_file=str(cert_file),
+                    key_file=str(key_file),
+                    interval=0.05,
+                    name="files",
+                ),
+                name="reload",
+            )
+            try:
+                await asyncio.sleep(0)  # it notes the files as they are now
+                write(dt.timedelta(days=40))
+                # A later modification time than the first files', whatever the clock's grain.
+                later = os.stat(cert_file).st_mtime + 5
+                os.utime(cert_file, (later, later))
+                os.utime(key_file, (later, later))
+                async with asyncio.timeout(10):
+                    # The reload task has no event to wait on: poll the gauge.
+                    while _expiry("files") != _not_after(dt.timedelta(days=40)):  # noqa: ASYNC110
+                        await asyncio.sleep(0.05)
+            finally:
+                reload.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reload
 
 
 async def test_without_memfd_a_private_temporary_file_is_used_and_deleted(

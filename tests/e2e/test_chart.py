@@ -13,6 +13,7 @@ arguments and volumes start them, its Secret carries the lower kubeconfig.
 from __future__ import annotations
 
 import base64
+import json
 import socket
 import ssl
 import subprocess
@@ -91,7 +92,8 @@ TWO_NODES: dict[str, Any] = {
 
 def test_the_chart_lints_strictly(helm: str, tmp_path: Path) -> None:
     values = tmp_path / "values.yaml"
-    values.write_text(yaml.safe_dump(TWO_NODES))
+    # The alerts and dashboards on too: every template renders.
+    values.write_text(yaml.safe_dump({**TWO_NODES, "monitoring": MONITORING}))
     done = run_helm(helm, "lint", "--strict", str(CHART), "-f", str(values), check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     # The chart's defaults alone (no virtual node yet) lint as well.
@@ -126,6 +128,7 @@ def test_the_chart_lints_strictly(helm: str, tmp_path: Path) -> None:
             },
             "vaule",
         ),
+        ({"monitoring": {"dashboards": {"label": ""}}}, "label"),
     ],
     ids=[
         "node-without-kubeconfig",
@@ -136,6 +139,7 @@ def test_the_chart_lints_strictly(helm: str, tmp_path: Path) -> None:
         "bad-duration",
         "bad-digest",
         "misspelt-env-field",
+        "empty-dashboard-label",
     ],
 )
 def test_bad_values_are_refused_with_the_field_named(
@@ -241,6 +245,58 @@ def test_every_virtual_node_elects_one_replica_too(helm: str) -> None:
         assert pod["serviceAccountName"] == f"{FULLNAME}-vn-{node}"
         role = by_kind(objects, "Role", f"{FULLNAME}-vn-{node}-election")
         assert role["rules"][0]["resourceNames"] == [f"tensile-virtual-node-{node}"]
+
+
+MONITORING: dict[str, Any] = {
+    "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+    "dashboards": {"enabled": True, "annotations": {"grafana_folder": "tensile"}},
+}
+
+
+def test_alerts_and_dashboards_are_off_by_default(helm: str) -> None:
+    """Without the Prometheus Operator's CRDs a PrometheusRule would fail the install."""
+    objects = render(helm, TWO_NODES)
+    assert not [o for o in objects if o["kind"] == "PrometheusRule"]
+    assert not [o for o in objects if "dashboard" in o["metadata"]["name"]]
+
+
+@pytest.mark.parametrize(
+    ("values", "groups"),
+    [
+        (
+            {**TWO_NODES, "monitoring": MONITORING},
+            ["tensile-virtual-node", "tensile-clients", "tensile-serving", "tensile-webhook",
+             "tensile-descheduler", "tensile-scheduler"],
+        ),
+        (
+            {"webhook": {"enabled": False}, "descheduler": {"enabled": False},
+             "monitoring": MONITORING},
+            ["tensile-clients", "tensile-serving"],
+        ),
+    ],
+    ids=["every-part", "no-part"],
+)  # fmt: skip
+def test_the_prometheus_rule_holds_the_alerts_of_the_parts_the_release_runs(
+    helm: str, values: dict[str, Any], groups: list[str]
+) -> None:
+    rule = by_kind(render(helm, values), "PrometheusRule", FULLNAME)
+    assert rule["metadata"]["namespace"] == NAMESPACE
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    source = yaml.safe_load((CHART / "files" / "alerts.yaml").read_text())["groups"]
+    assert rule["spec"]["groups"] == [g for g in source if g["name"] in groups]
+
+
+def test_the_dashboards_are_config_maps_for_grafanas_sidecar(helm: str) -> None:
+    objects = render(helm, {"monitoring": MONITORING})
+    files = sorted((CHART / "files" / "dashboards").glob("*.json"))
+    assert files
+    for path in files:
+        config_map = by_kind(objects, "ConfigMap", f"{FULLNAME}-dashboard-{path.stem}")
+        assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert config_map["metadata"]["annotations"] == {"grafana_folder": "tensile"}
+        [(key, text)] = config_map["data"].items()
+        assert key == f"tensile-{path.stem}.json"
+        assert json.loads(text) == json.loads(path.read_text())
 
 
 def _namespace(cluster: Cluster, name: str) -> None:

@@ -13,7 +13,6 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -168,27 +167,3 @@ def _metric_labels() -> dict[str, set[str]]:
     ):
         found.setdefault(name, set()).update(re.findall(r"`(\w+)`", labels))
     return found
-
-
-def test_the_alert_rules_on_the_operations_page_read_metrics_that_exist() -> None:
-    # They are pasted into Prometheus as they are: a block of YAML, not table cells (where
-    # Python-Markdown keeps the backslash of an escaped `|`).
-    page = (ROOT / "docs" / "operations.md").read_text()
-    block = re.search(r"```yaml\n(groups:\n.*?)```", page, re.S)
-    assert block, "no alerting rules on docs/operations.md"
-    rules = yaml.safe_load(block.group(1))["groups"][0]["rules"]
-    metrics = _metric_labels()
-    assert len(rules) >= 8
-    for rule in rules:
-        expr = rule["expr"]
-        assert "\\" not in expr, rule
-        names = re.findall(r"\b(tensile_\w+)", expr)
-        assert names, rule
-        for name in names:
-            assert name in metrics, (rule["alert"], name)
-            for selector in re.findall(re.escape(name) + r"\{([^}]*)\}", expr):
-                for label in re.findall(r"(\w+)\s*=~?", selector):
-                    assert label in metrics[name], (rule["alert"], name, label)
-        for label in re.findall(r"by \(([^)]*)\)", expr):
-            used = {x.strip() for x in label.split(",")} - {"job", "instance"}
-            assert all(any(u in metrics[n] for n in names) for u in used), (rule, used)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Final, NoReturn, Protocol
 
 from aiohttp import typedefs, web
+from prometheus_client import Counter, Gauge
 
 from tensile.contracts.objects import Obj, uid_of
 from vnode import provider_errors
@@ -37,6 +38,21 @@ from vnode.provider import (
 )
 
 logger = logging.getLogger(__name__)
+
+REQUESTS = Counter(
+    "tensile_kubelet_api_requests",
+    "Kubelet API requests answered, by path (the route's first segment, as the kubelet's "
+    "kubelet_http_requests_total: containerLogs, exec, attach, portForward, run, stats, "
+    "metrics, pods, runningpods, healthz; other: no route) and HTTP code (0: the caller left "
+    "first).",
+    ["path", "code"],
+)
+IN_FLIGHT = Gauge(
+    "tensile_kubelet_api_inflight_requests",
+    "Kubelet API requests being answered, by path (exec, attach and portForward for the "
+    "life of their streams).",
+    ["path"],
+)
 
 
 class _ApiProvider(LogsProvider, ExecProvider, PortForwardProvider, MetricsProvider, Protocol):
@@ -81,7 +97,7 @@ _ERRORS: Final[Mapping[int, type[web.HTTPError]]] = {
 
 def make_app(context: ApiContext) -> web.Application:
     """Return the aiohttp application of the kubelet API, serving `context`."""
-    app = web.Application(middlewares=[_auth_middleware])
+    app = web.Application(middlewares=[_metrics_middleware, _auth_middleware])
     app[CONTEXT_KEY] = context
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/pods", _pods)
@@ -100,6 +116,39 @@ def make_app(context: ApiContext) -> web.Application:
         app.router.add_route("GET", path, _port_forward)
         app.router.add_route("POST", path, _port_forward)
     return app
+
+
+@web.middleware
+async def _metrics_middleware(
+    request: web.Request, handler: typedefs.Handler
+) -> web.StreamResponse:
+    """Count every answer (`REQUESTS`), refusals included, and the requests in flight."""
+    path = _path_label(request)
+    code = 500  # what aiohttp answers for an exception that is not an HTTP error
+    in_flight = IN_FLIGHT.labels(path=path)
+    in_flight.inc()
+    try:
+        response = await handler(request)
+        code = response.status
+        return response
+    except web.HTTPException as exc:
+        code = exc.status
+        raise
+    except asyncio.CancelledError:
+        code = 0  # the caller left before an answer (the clients' metric says 0 too)
+        raise
+    finally:
+        in_flight.dec()
+        REQUESTS.labels(path=path, code=str(code)).inc()
+
+
+def _path_label(request: web.Request) -> str:
+    """The first segment of the route that serves `request` ("other" when none does): a
+    label of bounded values, never the pod's names."""
+    resource = request.match_info.route.resource
+    if resource is None:
+        return "other"
+    return resource.canonical.strip("/").split("/", 1)[0] or "other"
 
 
 @web.middleware

@@ -22,6 +22,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from prometheus_client import Gauge
+
 from tensile.kube import errors, timestamps
 from tensile.kube.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiClient
 from tensile.kube.informer import Handlers, Informer
@@ -33,6 +35,12 @@ from vnode.provider import NodeProvider
 from vnode.settings import NodeSettings
 
 logger = logging.getLogger(__name__)
+
+LOWER_REACHABLE = Gauge(
+    "tensile_lower_apiserver_reachable",
+    "1 while the lower apiserver answered the node's last ping (/readyz within 5 s), 0 while "
+    "it did not (a lower outage: the Lease is not renewed).",
+)
 
 
 class NodeController:
@@ -121,10 +129,12 @@ class NodeController:
             if self.healthy is not False:
                 logger.warning("provider ping failed: %s; pausing node heartbeats", exc)
             self.healthy = False
+            LOWER_REACHABLE.set(0)
             return False
         if self.healthy is not True:
             logger.info("provider healthy; node heartbeats running")
         self.healthy = True
+        LOWER_REACHABLE.set(1)
         return True
 
     async def _heartbeat_loop(self) -> None:
