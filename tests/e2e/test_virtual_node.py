@@ -535,3 +535,87 @@ def _running_with_config_map(upper: RestClient, *, namespace: str, node: str) ->
     create(upper, namespace, manifest)
     wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
     return f"/api/v1/namespaces/{namespace}/configmaps/cfg"
+
+
+def _resize(client: RestClient, namespace: str, name: str, requests: dict[str, str]) -> None:
+    """What `kubectl patch pod NAME --subresource resize` sends."""
+    client.request(
+        "PATCH",
+        f"/api/v1/namespaces/{namespace}/pods/{name}/resize",
+        body={"spec": {"containers": [{"name": "main", "resources": {"requests": requests}}]}},
+        content_type="application/strategic-merge-patch+json",
+    )
+
+
+def _resources(found: dict[str, Any] | None) -> dict[str, Any]:
+    statuses = ((found or {}).get("status") or {}).get("containerStatuses") or [{}]
+    return dict(statuses[0].get("resources") or {})
+
+
+def test_an_upper_resize_resizes_the_lower_pod_and_its_resources_come_up(
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str
+) -> None:
+    """An in-place resize upstairs (the resize subresource) resizes the lower pod; the
+    lower node's actuation (kwok's resize stages) comes back up: the container's resources
+    and allocatedResources, and observedGeneration in the upper pod's own generations."""
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    requests = {"cpu": "100m", "memory": "64Mi"}
+    create(upper, namespace, pod_manifest("web", node=virtual_node.name, requests=requests))
+    # The upper apiserver takes a resize only once the running container reports resources.
+    wait_for("resources upstairs", lambda: _resources(pod(upper, namespace, "web")))
+    _resize(upper, namespace, "web", {"cpu": "500m", "memory": "128Mi"})
+    wanted = {"cpu": "500m", "memory": "128Mi"}
+
+    def resized_below() -> bool:
+        below = pod(lower, namespace, "web") or {}
+        return bool(below["spec"]["containers"][0]["resources"]["requests"] == wanted)
+
+    wait_for("the resize below", resized_below)
+
+    def resized_upstairs() -> dict[str, Any] | None:
+        found = pod(upper, namespace, "web") or {}
+        status = found.get("status") or {}
+        container = (status.get("containerStatuses") or [{}])[0]
+        done = (
+            _resources(found).get("requests") == wanted
+            and container.get("allocatedResources") == wanted
+            and status.get("observedGeneration") == found["metadata"]["generation"]
+        )
+        return found if done else None
+
+    try:
+        found = wait_for("the new resources upstairs", resized_upstairs)
+    except BaseException:
+        print("DEBUG lower", json.dumps(pod(lower, namespace, "web"), indent=1))
+        print("DEBUG upper", json.dumps(pod(upper, namespace, "web"), indent=1))
+        raise
+    types = {c["type"] for c in found["status"]["conditions"]}
+    assert not types & {"PodResizePending", "PodResizeInProgress"}
+
+
+def test_an_infeasible_resize_shows_upstairs_with_the_lower_reason(
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str
+) -> None:
+    """A resize the lower node refuses (more cpu than its 32 allocatable) is reported
+    upstairs as the lower node reported it: PodResizePending, reason Infeasible, its
+    message; the resources stay what they were."""
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    requests = {"cpu": "100m", "memory": "64Mi"}
+    create(upper, namespace, pod_manifest("big", node=virtual_node.name, requests=requests))
+    wait_for("resources upstairs", lambda: _resources(pod(upper, namespace, "big")))
+    _resize(upper, namespace, "big", {"cpu": "40"})
+
+    def pending(client: RestClient) -> dict[str, Any] | None:
+        conditions = ((pod(client, namespace, "big") or {}).get("status") or {}).get(
+            "conditions"
+        ) or []
+        return next((c for c in conditions if c["type"] == "PodResizePending"), None)
+
+    below = wait_for("Infeasible below", lambda: pending(lower))
+    assert below["reason"] == "Infeasible"
+    assert below["message"].startswith("Node didn't have enough capacity: cpu")
+    above = wait_for("Infeasible upstairs", lambda: pending(upper))
+    assert (above["reason"], above["message"]) == ("Infeasible", below["message"])
+    found = pod(upper, namespace, "big") or {}
+    assert above["observedGeneration"] == found["metadata"]["generation"]
+    assert _resources(found)["requests"]["cpu"] == "100m"

@@ -376,24 +376,39 @@ class K2KProvider:
             return await self._lower.request("POST", PODS.path(namespace=namespace), body=body)
 
     async def update_pod(self, pod: Obj) -> None:
-        """Apply image, activeDeadlineSeconds, toleration, label and annotation changes."""
+        """Apply image, activeDeadlineSeconds, toleration, label and annotation changes
+        (`translate.spec_update`), then a resize (`translate.resize_patch`: the upper pod's
+        container cpu and memory, sent to the lower pod's `resize` subresource as kubectl
+        patch --subresource resize does). Raises InvalidPod with the lower apiserver's
+        message when it refuses either (the resize's refusal names the resize)."""
         lower = self.backend_pod(pod)
         if lower is None:
             return
-        patch = translate.spec_update(pod, lower, policy=self.policy)
-        if patch is None:
-            return
         meta = meta_of(lower)
+        path = PODS.path(namespace=meta["namespace"], name=meta["name"])
+        patch = translate.spec_update(pod, lower, policy=self.policy)
+        if patch is not None:
+            try:
+                await self._lower.request(
+                    "PATCH", path, body=patch, content_type=STRATEGIC_MERGE_PATCH
+                )
+            except _REFUSALS as exc:
+                raise provider_errors.InvalidPod(
+                    f"lower cluster refused the update: {exc.message}"
+                ) from exc
+        resize = translate.resize_patch(pod, lower)
+        if resize is None:
+            return
         try:
             await self._lower.request(
                 "PATCH",
-                PODS.path(namespace=meta["namespace"], name=meta["name"]),
-                body=patch,
+                PODS.path(namespace=meta["namespace"], name=meta["name"], subresource="resize"),
+                body=resize,
                 content_type=STRATEGIC_MERGE_PATCH,
             )
         except _REFUSALS as exc:
             raise provider_errors.InvalidPod(
-                f"lower cluster refused the update: {exc.message}"
+                f"lower cluster refused the resize: {exc.message}"
             ) from exc
 
     async def delete_pod(self, pod: Obj, *, grace_period: int | None) -> bool:
