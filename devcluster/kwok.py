@@ -327,7 +327,7 @@ def resize_stages(allocatable: Mapping[str, Mapping[str, str]]) -> list[dict[str
     any resources (they cannot be resized; left as kwok's pod-ready stage made them).
     """
     pending = _JQ_PENDING
-    base = [
+    base: list[dict[str, Any]] = [
         {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
         {"key": ".status.phase", "operator": "In", "values": ["Running"]},
         {"key": pending, "operator": "In", "values": ["true"]},

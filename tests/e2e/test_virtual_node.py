@@ -611,7 +611,12 @@ def test_an_infeasible_resize_shows_upstairs_with_the_lower_reason(
         ) or []
         return next((c for c in conditions if c["type"] == "PodResizePending"), None)
 
-    below = wait_for("Infeasible below", lambda: pending(lower))
+    try:
+        below = wait_for("Infeasible below", lambda: pending(lower))
+    except BaseException:
+        print("DEBUG lower", json.dumps(pod(lower, namespace, "big"), indent=1))
+        print("DEBUG events", json.dumps(events_for(upper, namespace, "big"), indent=1))
+        raise
     assert below["reason"] == "Infeasible"
     assert below["message"].startswith("Node didn't have enough capacity: cpu")
     above = wait_for("Infeasible upstairs", lambda: pending(upper))

@@ -61,9 +61,10 @@ def test_simulation_rules_match_every_pod(tmp_path: Path) -> None:
         "ClusterPortForward",
         "ClusterResourceUsage",
         "Metric",
+        "Stage",  # the resize stages, selecting by the pod's state (resize_stages)
     }
     for doc in docs:
-        assert "selector" not in doc["spec"]
+        assert doc["kind"] == "Stage" or "selector" not in doc["spec"]
     forward = next(d for d in docs if d["kind"] == "ClusterPortForward")
     assert forward["spec"]["forwards"] == [{"target": {"address": "127.0.0.1", "port": 1234}}]
 
@@ -150,3 +151,22 @@ def test_a_lower_cluster_runs_only_the_controllers_it_is_given(tmp_path: Path) -
     assert f"--controllers={','.join(LOWER_CONTROLLERS)}" in only
     assert "node-lifecycle-controller" in LOWER_CONTROLLERS  # new Nodes' not-ready taint
     assert "garbage-collector-controller" not in LOWER_CONTROLLERS
+
+
+def test_resize_stages_judge_each_node_by_its_own_allocatable() -> None:
+    stages = kwok.resize_stages({"n1": {"cpu": "4", "memory": "8Gi"}})
+    assert [s["metadata"]["name"] for s in stages] == [
+        kwok.RESIZE_STAGE,
+        kwok.INFEASIBLE_STAGE.format(resource="cpu"),
+        kwok.INFEASIBLE_STAGE.format(resource="memory"),
+    ]
+    for stage in stages:
+        assert stage["kind"] == "Stage"
+        assert stage["spec"]["resourceRef"] == {"apiGroup": "v1", "kind": "Pod"}
+        (patch,) = stage["spec"]["next"]["patches"]
+        assert (patch["subresource"], patch["type"]) == ("status", "merge")
+    infeasible_cpu = stages[1]["spec"]["selector"]["matchExpressions"][-1]["key"]
+    assert '{"n1":4.0}' in infeasible_cpu  # cores
+    infeasible_memory = stages[2]["spec"]["selector"]["matchExpressions"][-1]["key"]
+    assert '{"n1":8589934592.0}' in infeasible_memory  # bytes
+    assert '(dict "n1" "4")' in stages[1]["spec"]["next"]["patches"][0]["template"]
