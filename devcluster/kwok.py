@@ -9,14 +9,13 @@ remove deleted pods; the ClusterLogs / ClusterExec / ClusterPortForward rules be
 Metric and ClusterResourceUsage documents make every Node serve kubelet-style resource
 metrics (`/metrics/resource` series) at its own path, which the Node's
 `metrics.k8s.io/resource-metrics-path` annotation names (as metrics-server >= 0.7 reads it);
-the resize stages play a kubelet's side of in-place pod resize (`resize_stages`).
+the resize stage plays a kubelet's side of in-place pod resize (`resize_stage`).
 Everything here is pure: values in, argv / documents out.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,6 @@ from typing import Any
 
 from devcluster.pki import KeyPair
 from devcluster.ports import LOOPBACK
-from tensile.kube.quantity import parse_quantity
 
 MANAGED_ANNOTATION = "kwok.x-k8s.io/node"
 MANAGED_VALUE = "fake"
@@ -109,7 +107,6 @@ def simulation_documents(
     attach_file: Path,
     exec_dir: Path,
     forward_port: int,
-    allocatable: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[dict[str, Any]]:
     """Return kwok rules that apply to every pod of every namespace.
 
@@ -120,12 +117,11 @@ def simulation_documents(
     - exec: the command runs locally, unchanged, in `exec_dir`;
     - port-forward: every pod port reaches 127.0.0.1:`forward_port`;
     - resource metrics: see `resource_metrics_documents`;
-    - in-place resize: see `resize_stages` (`allocatable`: node name -> its allocatable
-      "cpu" and "memory", for the Infeasible rule).
+    - in-place resize: see `resize_stage`.
     """
     return [
         *resource_metrics_documents(),
-        *resize_stages(allocatable or {}),
+        resize_stage(),
         {
             "apiVersion": "kwok.x-k8s.io/v1alpha1",
             "kind": "ClusterLogs",
@@ -262,167 +258,82 @@ def resource_metrics_documents() -> list[dict[str, Any]]:
 
 RESIZE_STAGE = "tensile-pod-resize"
 """The Stage that reports and actuates a Running pod's container resources."""
-INFEASIBLE_STAGE = "tensile-pod-resize-infeasible-{resource}"
-"""The Stages that refuse a resize asking more `resource` than the node's allocatable."""
 _RESIZE_CONDITIONS = ("PodResizePending", "PodResizeInProgress")
-_RESIZABLE = ("cpu", "memory")
-# jq (kwok's selector language, gojq): a Kubernetes quantity string as a number (cores for
-# cpu, bytes for memory); what it cannot read counts as 0.
-_JQ_QUANTITY = (
-    'def qty: (capture("^(?<n>[0-9.]+)(?<s>[a-zA-Z]*)$") // null) as $c'
-    " | if $c == null then 0 else ($c.n | tonumber) * ("
-    '{"": 1, "m": 0.001, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,'
-    ' "Ki": 1024, "Mi": 1048576, "Gi": 1073741824, "Ti": 1099511627776,'
-    ' "Pi": 1125899906842624, "Ei": 1152921504606846976}[$c.s] // 0) end;'
-)
-# The containers whose requests add up on the node: app containers and sidecars.
-_JQ_RUNNING = (
-    '([.spec.containers[]?] + [.spec.initContainers[]? | select(.restartPolicy == "Always")])'
-)
-# Whether the kubelet has something to report: a resize not yet observed (the pod's
-# generation moved past status.observedGeneration), or a running container without its
-# resources (a pod that just started). Only pods with resources are looked at: a kubelet
-# reports them for every pod, but a pod without any cannot be resized (its QoS class would
-# change), and leaving it alone keeps a plain pod's start at one status write.
+# jq (kwok's selector language, gojq), true when the kubelet has something to report: a
+# resize not yet observed (the pod's generation moved past status.observedGeneration), or a
+# running container without its resources (a pod that just started). Only pods with
+# resources are looked at: a kubelet reports them for every pod, but a pod without any
+# cannot be resized (its QoS class would change), and leaving it alone keeps a plain pod's
+# start at one status write.
 _JQ_PENDING = (
-    f"([{_JQ_RUNNING}[] | select((.resources // {{}}) != {{}})] | length > 0)"
+    '([.spec.containers[]?, (.spec.initContainers[]? | select(.restartPolicy == "Always"))'
+    " | select((.resources // {}) != {})] | length > 0)"
     " and (((.status.observedGeneration // 0) != .metadata.generation)"
     " or ([.status.containerStatuses[]? | select(.state.running != null"
     " and .resources == null)] | length > 0))"
 )
+# Go template (kwok's, with sprig): the pod's status with its conditions but the resize's,
+# each container status given its container's resources and requests (allocatedResources),
+# and the pod's generation observed.
+_ACTUATED = (
+    "observedGeneration: {{ .metadata.generation }}\n"
+    "conditions:\n"
+    "{{ range .status.conditions }}"
+    + "".join(f'{{{{ if ne .type "{t}" }}}}' for t in _RESIZE_CONDITIONS)
+    + "\n- {{ toJson . }}"
+    + "{{ end }}" * len(_RESIZE_CONDITIONS)
+    + "{{ end }}\n"
+    "containerStatuses:\n"
+    "{{ $spec := .spec.containers }}"
+    "{{ range $s := .status.containerStatuses }}"
+    "{{ $new := deepCopy $s }}"
+    "{{ range $spec }}{{ if eq .name $s.name }}"
+    '{{ $_ := set $new "resources" (default (dict) .resources) }}'
+    "{{ with .resources }}{{ with .requests }}"
+    '{{ $_ := set $new "allocatedResources" . }}'
+    "{{ end }}{{ end }}"
+    "{{ end }}{{ end }}"
+    "\n- {{ toJson $new }}"
+    "{{ end }}\n"
+)
 
 
-def _jq_exceeds(resource: str, allocatable: Mapping[str, Mapping[str, str]]) -> str:
-    """A jq expression: true when the pod's `resource` requests exceed its node's allocatable
-    (nodes not in `allocatable` never refuse)."""
-    table = {
-        node: float(parse_quantity(values[resource]))
-        for node, values in sorted(allocatable.items())
-        if resource in values
-    }
-    literal = json.dumps(table, separators=(",", ":"))
-    return (
-        f'{_JQ_QUANTITY} ({literal}[.spec.nodeName // ""]) as $cap'
-        f' | $cap != null and ([{_JQ_RUNNING}[] | .resources.requests["{resource}"]? // "0"'
-        " | qty] | add // 0) > $cap"
-    )
-
-
-def resize_stages(allocatable: Mapping[str, Mapping[str, str]]) -> list[dict[str, Any]]:
-    """Return the kwok Stages that play a kubelet's side of in-place pod resize.
+def resize_stage() -> dict[str, Any]:
+    """Return the kwok Stage that plays a kubelet's side of in-place pod resize.
 
     What the apiserver and a user see of a kubelet with InPlacePodVerticalScaling (GA in
     Kubernetes 1.35; pkg/kubelet/allocation and pkg/kubelet/status): every running container
-    reports `status.containerStatuses[*].resources` (the apiserver refuses a resize of a pod
-    whose running containers do not: "Pod running on node without support for resize",
-    pkg/apis/core/validation `isPodResizeRequestSupported`) and `allocatedResources` (its
-    requests); a resize is actuated at once (resources follow the spec, no
-    PodResizeInProgress in between, PodResizePending removed) and `status.observedGeneration`
-    follows `metadata.generation`; a resize whose cpu or memory requests, summed over the
-    app containers and sidecars, exceed the node's allocatable (`allocatable`: node name ->
-    {"cpu", "memory"} quantities, nodes missing there never refuse) is refused: condition
-    PodResizePending, reason Infeasible, with the resource and the node's allocatable in
-    its message, observedGeneration set, resources left as they were. Not simulated: Deferred
+    of a Running pod reports `status.containerStatuses[*].resources` (the apiserver refuses a
+    resize of a pod whose running containers do not: "Pod running on node without support
+    for resize", pkg/apis/core/validation `isPodResizeRequestSupported`) and
+    `allocatedResources` (its requests); a resize is actuated at once (resources follow the
+    spec, no PodResizeInProgress in between, PodResizePending removed), and
+    `status.observedGeneration` follows `metadata.generation`. A resize whose requests exceed
+    the node's allocatable never gets here: the apiserver's PodResizeValidator admission
+    (plugin/pkg/admission/podresize, Kubernetes 1.37) refuses it. Not simulated: Deferred
     (a node that has room later), resize policies that restart a container, pods without
     any resources (they cannot be resized; left as kwok's pod-ready stage made them).
     """
-    pending = _JQ_PENDING
-    base: list[dict[str, Any]] = [
-        {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
-        {"key": ".status.phase", "operator": "In", "values": ["Running"]},
-        {"key": pending, "operator": "In", "values": ["true"]},
-    ]
-    kept_conditions = (
-        "conditions:\n"
-        "{{ range .status.conditions }}"
-        + "".join(f'{{{{ if ne .type "{t}" }}}}' for t in _RESIZE_CONDITIONS)
-        + "\n- {{ toJson . }}"
-        + "{{ end }}" * len(_RESIZE_CONDITIONS)
-        + "{{ end }}\n"
-    )
-    actuated = (
-        "observedGeneration: {{ .metadata.generation }}\n"
-        + kept_conditions
-        + "containerStatuses:\n"
-        "{{ $spec := .spec.containers }}"
-        "{{ range $s := .status.containerStatuses }}"
-        "{{ $new := deepCopy $s }}"
-        "{{ range $spec }}{{ if eq .name $s.name }}"
-        '{{ $_ := set $new "resources" (default (dict) .resources) }}'
-        "{{ with .resources }}{{ with .requests }}"
-        '{{ $_ := set $new "allocatedResources" . }}'
-        "{{ end }}{{ end }}"
-        "{{ end }}{{ end }}"
-        "\n- {{ toJson $new }}"
-        "{{ end }}\n"
-    )
-    stages: list[dict[str, Any]] = [
-        _stage(
-            RESIZE_STAGE,
-            selector=[
-                *base,
-                *(
-                    {"key": _jq_exceeds(r, allocatable), "operator": "NotIn", "values": ["true"]}
-                    for r in _RESIZABLE
-                ),
-            ],
-            template=actuated,
-        )
-    ]
-    for resource in _RESIZABLE:
-        capacities = {
-            node: values[resource]
-            for node, values in sorted(allocatable.items())
-            if resource in values
-        }
-        # The node's allocatable, looked up by the pod's node in the template (`dict`, `index`).
-        table = " ".join(f"{json.dumps(n)} {json.dumps(c)}" for n, c in capacities.items())
-        wording = json.dumps(
-            f"Node didn't have enough capacity: {resource}, requested more than the node's "
-            "allocatable %v"
-        )
-        refused = (
-            "observedGeneration: {{ .metadata.generation }}\n"
-            + kept_conditions
-            + "- type: PodResizePending\n"
-            '  status: "True"\n'
-            "  reason: Infeasible\n"
-            f"  message: {{{{ printf {wording} (index (dict {table}) .spec.nodeName) | Quote }}}}\n"
-            "  observedGeneration: {{ .metadata.generation }}\n"
-            "  lastTransitionTime: {{ Now | Quote }}\n"
-        )
-        stages.append(
-            _stage(
-                INFEASIBLE_STAGE.format(resource=resource),
-                selector=[
-                    *base,
-                    {
-                        "key": _jq_exceeds(resource, allocatable),
-                        "operator": "In",
-                        "values": ["true"],
-                    },
-                ],
-                template=refused,
-            )
-        )
-    return stages
-
-
-def _stage(name: str, *, selector: list[dict[str, Any]], template: str) -> dict[str, Any]:
     return {
         "apiVersion": "kwok.x-k8s.io/v1alpha1",
         "kind": "Stage",
-        "metadata": {"name": name},
+        "metadata": {"name": RESIZE_STAGE},
         "spec": {
             "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
-            "selector": {"matchExpressions": selector},
+            "selector": {
+                "matchExpressions": [
+                    {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+                    {"key": ".status.phase", "operator": "In", "values": ["Running"]},
+                    {"key": _JQ_PENDING, "operator": "In", "values": ["true"]},
+                ]
+            },
             "next": {
                 "patches": [
                     {
                         "subresource": "status",
                         "root": "status",
                         "type": "merge",
-                        "template": template,
+                        "template": _ACTUATED,
                     }
                 ]
             },

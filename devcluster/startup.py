@@ -536,7 +536,6 @@ class Startup:
                     attach_file=attach_file,
                     exec_dir=exec_dir,
                     forward_port=forward_port,
-                    allocatable=self._node_allocatable(),
                 )
             )
         )
@@ -580,20 +579,6 @@ class Startup:
             spawn=spawn,
             ready=functools.partial(_listening_on, address),
         )
-
-    def _node_allocatable(self) -> dict[str, dict[str, str]]:
-        """The cpu and memory allocatable of every Node `_create_nodes` makes, by name (what
-        kwok's resize stages judge a resize against)."""
-        table = {}
-        for name in self.names:
-            if name in self.uppers:
-                host = kwok.FakeNode(name=host_node_name(name))
-                table[host.name] = {"cpu": host.cpu, "memory": host.memory}
-                continue
-            lower = self.settings.lowers[self.lowers.index(name)]
-            for i in range(lower.nodes):
-                table[lower_node_name(name, i)] = {"cpu": lower.cpu, "memory": lower.memory}
-        return table
 
     def _create_nodes(self, admins: Mapping[str, RestClient]) -> dict[str, list[str]]:
         """Create every cluster's kwok Nodes; return their names by cluster."""

@@ -61,7 +61,7 @@ def test_simulation_rules_match_every_pod(tmp_path: Path) -> None:
         "ClusterPortForward",
         "ClusterResourceUsage",
         "Metric",
-        "Stage",  # the resize stages, selecting by the pod's state (resize_stages)
+        "Stage",  # the resize stage, selecting by the pod's state (resize_stage)
     }
     for doc in docs:
         assert doc["kind"] == "Stage" or "selector" not in doc["spec"]
@@ -153,20 +153,11 @@ def test_a_lower_cluster_runs_only_the_controllers_it_is_given(tmp_path: Path) -
     assert "garbage-collector-controller" not in LOWER_CONTROLLERS
 
 
-def test_resize_stages_judge_each_node_by_its_own_allocatable() -> None:
-    stages = kwok.resize_stages({"n1": {"cpu": "4", "memory": "8Gi"}})
-    assert [s["metadata"]["name"] for s in stages] == [
-        kwok.RESIZE_STAGE,
-        kwok.INFEASIBLE_STAGE.format(resource="cpu"),
-        kwok.INFEASIBLE_STAGE.format(resource="memory"),
-    ]
-    for stage in stages:
-        assert stage["kind"] == "Stage"
-        assert stage["spec"]["resourceRef"] == {"apiGroup": "v1", "kind": "Pod"}
-        (patch,) = stage["spec"]["next"]["patches"]
-        assert (patch["subresource"], patch["type"]) == ("status", "merge")
-    infeasible_cpu = stages[1]["spec"]["selector"]["matchExpressions"][-1]["key"]
-    assert '{"n1":4.0}' in infeasible_cpu  # cores
-    infeasible_memory = stages[2]["spec"]["selector"]["matchExpressions"][-1]["key"]
-    assert '{"n1":8589934592.0}' in infeasible_memory  # bytes
-    assert '(dict "n1" "4")' in stages[1]["spec"]["next"]["patches"][0]["template"]
+def test_the_resize_stage_patches_a_running_pods_status() -> None:
+    stage = kwok.resize_stage()
+    assert stage["kind"] == "Stage"
+    assert stage["spec"]["resourceRef"] == {"apiGroup": "v1", "kind": "Pod"}
+    (patch,) = stage["spec"]["next"]["patches"]
+    assert (patch["subresource"], patch["root"], patch["type"]) == ("status", "status", "merge")
+    keys = [e["key"] for e in stage["spec"]["selector"]["matchExpressions"]]
+    assert keys[:2] == [".metadata.deletionTimestamp", ".status.phase"]

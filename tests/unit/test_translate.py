@@ -21,6 +21,7 @@ from tests.unit.bounds import within
 from vnode.providers.k2k import naming, volumes
 from vnode.providers.k2k.translate import (
     Dependencies,
+    RefusedResize,
     TranslationPolicy,
     dependencies,
     lower_pod,
@@ -1628,3 +1629,29 @@ def test_a_resize_condition_the_lower_pod_dropped_is_not_kept_upstairs() -> None
     lower["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
     types = [c["type"] for c in upper_status(lower, upper=upper, node_ip="1.2.3.4")["conditions"]]
     assert types == ["Ready", "example.com/canary"]
+
+
+@pytest.mark.parametrize(
+    ("refused_generation", "shown"),
+    [
+        (6, True),  # the upper pod's current generation: the refusal stands
+        (5, False),  # an earlier one: the upper pod was resized since
+    ],
+)
+def test_a_refused_resize_shows_as_infeasible_for_its_generation(
+    refused_generation: int, shown: bool
+) -> None:
+    lower = _sized({"cpu": "1"}, generation=2, observed=2)
+    lower["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    upper = _sized({"cpu": "40"}, generation=6, observed=4)
+    refused = RefusedResize(generation=refused_generation, message="no room", at="T")
+    status = upper_status(lower, upper=upper, node_ip="1.2.3.4", refused=refused)
+    pending = [c for c in status["conditions"] if c["type"] == "PodResizePending"]
+    if shown:
+        assert pending == [{"type": "PodResizePending", "status": "True", "reason": "Infeasible",
+                            "message": "no room", "observedGeneration": 6,
+                            "lastTransitionTime": "T"}]  # fmt: skip
+        assert status["observedGeneration"] == 6
+    else:
+        assert pending == []
+        assert status["observedGeneration"] == 4

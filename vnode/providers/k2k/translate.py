@@ -112,6 +112,20 @@ class TranslationPolicy:
         return ownership.NodeIdentity(node_name=self.node_name, cluster_id=self.cluster_id)
 
 
+@dataclass(frozen=True, kw_only=True)
+class RefusedResize:
+    """A resize of an upper pod the lower cluster refused (its apiserver: for one, the
+    PodResizeValidator admission of Kubernetes 1.37 refuses requests above the lower node's
+    allocatable, which the virtual node's summed allocatable let through upstairs)."""
+
+    generation: int
+    """The upper pod's `metadata.generation` the refused resize made."""
+    message: str
+    """The lower apiserver's message."""
+    at: str
+    """When it was refused (RFC 3339), the condition's lastTransitionTime."""
+
+
 @dataclass(frozen=True)
 class Dependencies:
     """What a pod needs to exist in its lower namespace before it can start there."""
@@ -264,7 +278,11 @@ def optional_references(upper: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
 
 
 def upper_status(
-    lower: Mapping[str, Any], *, upper: Mapping[str, Any], node_ip: str
+    lower: Mapping[str, Any],
+    *,
+    upper: Mapping[str, Any],
+    node_ip: str,
+    refused: RefusedResize | None = None,
 ) -> dict[str, Any]:
     """Return the status to write to the upper pod `upper`, mirrored from its lower pod `lower`.
 
@@ -277,7 +295,9 @@ def upper_status(
     the upper pod's: `status.observedGeneration` and the observedGeneration of the lower
     conditions become what `observed_generation` says (the upper pod's current generation
     once the lower pod has observed its own and has the upper's resources; else the upper
-    status keeps what it had).
+    status keeps what it had). A resize the lower cluster `refused`, for the upper pod's
+    current generation, is told as a kubelet tells one it cannot take: condition
+    PodResizePending, reason Infeasible, the lower message, that generation observed.
     """
     status = as_mapping(lower.get("status"))
     mirrored = codec.deep_copy({key: status[key] for key in _STATUS_COPIED if key in status})
@@ -307,9 +327,27 @@ def upper_status(
             unready = _unready_gates(gates, conditions)
             if unready:
                 ready.update(status="False", reason="ReadinessGatesNotReady", message=unready)
+    if refused is not None and refused.generation == meta_of(upper).get("generation"):
+        conditions = [c for c in conditions if c.get("type") != "PodResizePending"]
+        conditions.append(infeasible_condition(refused))
+        mirrored["observedGeneration"] = refused.generation
     if conditions:
         mirrored["conditions"] = conditions
     return mirrored
+
+
+def infeasible_condition(refused: RefusedResize) -> dict[str, Any]:
+    """Return the PodResizePending condition of a resize the lower cluster refused: reason
+    Infeasible (`v1.PodReasonInfeasible`, what a kubelet reports of a resize it can never
+    take), the lower apiserver's message, the upper generation it was for."""
+    return {
+        "type": "PodResizePending",
+        "status": "True",
+        "reason": "Infeasible",
+        "message": refused.message,
+        "observedGeneration": refused.generation,
+        "lastTransitionTime": refused.at,
+    }
 
 
 def observed_generation(*, upper: Mapping[str, Any], lower: Mapping[str, Any]) -> int | None:
