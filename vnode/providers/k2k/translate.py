@@ -303,15 +303,15 @@ def upper_status(
     mirrored = codec.deep_copy({key: status[key] for key in _STATUS_COPIED if key in status})
     mirrored["hostIP"] = node_ip
     mirrored["hostIPs"] = [{"ip": node_ip}]
-    upper_status_ = as_mapping(upper.get("status"))
+    upper_now = as_mapping(upper.get("status"))
     observed = observed_generation(upper=upper, lower=lower)
-    held = upper_status_.get("observedGeneration")
+    held = upper_now.get("observedGeneration")
     if observed is not None:
         mirrored["observedGeneration"] = observed
     elif isinstance(held, int):
         mirrored["observedGeneration"] = held
     conditions = dicts_in(mirrored.get("conditions"))
-    upper_conditions = dicts_in(upper_status_.get("conditions"))
+    upper_conditions = dicts_in(upper_now.get("conditions"))
     _upper_generations(conditions, upper_conditions, lower=lower, observed=observed)
     reported = {c.get("type") for c in conditions}
     conditions += [
