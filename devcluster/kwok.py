@@ -8,7 +8,8 @@ remove deleted pods; the ClusterLogs / ClusterExec / ClusterPortForward rules be
 `kubectl logs`, `exec` and `port-forward` reach local files, commands and a TCP server; the
 Metric and ClusterResourceUsage documents make every Node serve kubelet-style resource
 metrics (`/metrics/resource` series) at its own path, which the Node's
-`metrics.k8s.io/resource-metrics-path` annotation names (as metrics-server >= 0.7 reads it).
+`metrics.k8s.io/resource-metrics-path` annotation names (as metrics-server >= 0.7 reads it);
+the resize stage plays a kubelet's side of in-place pod resize (`resize_stage`).
 Everything here is pure: values in, argv / documents out.
 """
 
@@ -115,10 +116,12 @@ def simulation_documents(
       format) while attached; kwok ignores stdin;
     - exec: the command runs locally, unchanged, in `exec_dir`;
     - port-forward: every pod port reaches 127.0.0.1:`forward_port`;
-    - resource metrics: see `resource_metrics_documents`.
+    - resource metrics: see `resource_metrics_documents`;
+    - in-place resize: see `resize_stage`.
     """
     return [
         *resource_metrics_documents(),
+        resize_stage(),
         {
             "apiVersion": "kwok.x-k8s.io/v1alpha1",
             "kind": "ClusterLogs",
@@ -251,6 +254,91 @@ def resource_metrics_documents() -> list[dict[str, Any]]:
             },
         },
     ]
+
+
+RESIZE_STAGE = "tensile-pod-resize"
+"""The Stage that reports and actuates a Running pod's container resources."""
+_RESIZE_CONDITIONS = ("PodResizePending", "PodResizeInProgress")
+# jq (kwok's selector language, gojq), true when the kubelet has something to report: a
+# resize not yet observed (the pod's generation moved past status.observedGeneration), or a
+# running container without its resources (a pod that just started). Only pods with
+# resources are looked at: a kubelet reports them for every pod, but a pod without any
+# cannot be resized (its QoS class would change), and leaving it alone keeps a plain pod's
+# start at one status write.
+_JQ_PENDING = (
+    '([.spec.containers[]?, (.spec.initContainers[]? | select(.restartPolicy == "Always"))'
+    " | select((.resources // {}) != {})] | length > 0)"
+    " and (((.status.observedGeneration // 0) != .metadata.generation)"
+    " or ([.status.containerStatuses[]? | select(.state.running != null"
+    " and .resources == null)] | length > 0))"
+)
+# Go template (kwok's, with sprig): the pod's status with its conditions but the resize's,
+# each container status given its container's resources and requests (allocatedResources),
+# and the pod's generation observed.
+_ACTUATED = (
+    "observedGeneration: {{ .metadata.generation }}\n"
+    "conditions:\n"
+    "{{ range .status.conditions }}"
+    + "".join(f'{{{{ if ne .type "{t}" }}}}' for t in _RESIZE_CONDITIONS)
+    + "\n- {{ toJson . }}"
+    + "{{ end }}" * len(_RESIZE_CONDITIONS)
+    + "{{ end }}\n"
+    "containerStatuses:\n"
+    "{{ $spec := .spec.containers }}"
+    "{{ range $s := .status.containerStatuses }}"
+    "{{ $new := deepCopy $s }}"
+    "{{ range $spec }}{{ if eq .name $s.name }}"
+    '{{ $_ := set $new "resources" (default (dict) .resources) }}'
+    "{{ with .resources }}{{ with .requests }}"
+    '{{ $_ := set $new "allocatedResources" . }}'
+    "{{ end }}{{ end }}"
+    "{{ end }}{{ end }}"
+    "\n- {{ toJson $new }}"
+    "{{ end }}\n"
+)
+
+
+def resize_stage() -> dict[str, Any]:
+    """Return the kwok Stage that plays a kubelet's side of in-place pod resize.
+
+    What the apiserver and a user see of a kubelet with InPlacePodVerticalScaling (GA in
+    Kubernetes 1.35; pkg/kubelet/allocation and pkg/kubelet/status): every running container
+    of a Running pod reports `status.containerStatuses[*].resources` (the apiserver refuses a
+    resize of a pod whose running containers do not: "Pod running on node without support
+    for resize", pkg/apis/core/validation `isPodResizeRequestSupported`) and
+    `allocatedResources` (its requests); a resize is actuated at once (resources follow the
+    spec, no PodResizeInProgress in between, PodResizePending removed), and
+    `status.observedGeneration` follows `metadata.generation`. A resize whose requests exceed
+    the node's allocatable never gets here: the apiserver's PodResizeValidator admission
+    (plugin/pkg/admission/podresize, Kubernetes 1.37) refuses it. Not simulated: Deferred
+    (a node that has room later), resize policies that restart a container, pods without
+    any resources (they cannot be resized; left as kwok's pod-ready stage made them).
+    """
+    return {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "Stage",
+        "metadata": {"name": RESIZE_STAGE},
+        "spec": {
+            "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+            "selector": {
+                "matchExpressions": [
+                    {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+                    {"key": ".status.phase", "operator": "In", "values": ["Running"]},
+                    {"key": _JQ_PENDING, "operator": "In", "values": ["true"]},
+                ]
+            },
+            "next": {
+                "patches": [
+                    {
+                        "subresource": "status",
+                        "root": "status",
+                        "type": "merge",
+                        "template": _ACTUATED,
+                    }
+                ]
+            },
+        },
+    }
 
 
 def cri_log_lines(lines: Sequence[str], *, start: dt.datetime, stream: str = "stdout") -> str:

@@ -535,3 +535,96 @@ def _running_with_config_map(upper: RestClient, *, namespace: str, node: str) ->
     create(upper, namespace, manifest)
     wait_for("Running", lambda: phase(upper, namespace, "web") == "Running")
     return f"/api/v1/namespaces/{namespace}/configmaps/cfg"
+
+
+def _resize(client: RestClient, namespace: str, name: str, requests: dict[str, str]) -> None:
+    """What `kubectl patch pod NAME --subresource resize` sends."""
+    client.request(
+        "PATCH",
+        f"/api/v1/namespaces/{namespace}/pods/{name}/resize",
+        body={"spec": {"containers": [{"name": "main", "resources": {"requests": requests}}]}},
+        content_type="application/strategic-merge-patch+json",
+    )
+
+
+def _resources(found: dict[str, Any] | None) -> dict[str, Any]:
+    statuses = ((found or {}).get("status") or {}).get("containerStatuses") or [{}]
+    return dict(statuses[0].get("resources") or {})
+
+
+def test_an_upper_resize_resizes_the_lower_pod_and_its_resources_come_up(
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str
+) -> None:
+    """An in-place resize upstairs (the resize subresource) resizes the lower pod; the
+    lower node's actuation (kwok's resize stages) comes back up: the container's resources
+    and allocatedResources, and observedGeneration in the upper pod's own generations."""
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    requests = {"cpu": "100m", "memory": "64Mi"}
+    create(upper, namespace, pod_manifest("web", node=virtual_node.name, requests=requests))
+    # The upper apiserver takes a resize only once the running container reports resources.
+    wait_for("resources upstairs", lambda: _resources(pod(upper, namespace, "web")))
+    _resize(upper, namespace, "web", {"cpu": "500m", "memory": "128Mi"})
+    wanted = {"cpu": "500m", "memory": "128Mi"}
+
+    def resized_below() -> bool:
+        below = pod(lower, namespace, "web") or {}
+        return bool(below["spec"]["containers"][0]["resources"]["requests"] == wanted)
+
+    wait_for("the resize below", resized_below)
+
+    def resized_upstairs() -> dict[str, Any] | None:
+        found = pod(upper, namespace, "web") or {}
+        status = found.get("status") or {}
+        container = (status.get("containerStatuses") or [{}])[0]
+        done = (
+            _resources(found).get("requests") == wanted
+            and container.get("allocatedResources") == wanted
+            and status.get("observedGeneration") == found["metadata"]["generation"]
+        )
+        return found if done else None
+
+    found = wait_for("the new resources upstairs", resized_upstairs)
+    types = {c["type"] for c in found["status"]["conditions"]}
+    assert not types & {"PodResizePending", "PodResizeInProgress"}
+
+
+def test_a_resize_the_lower_cluster_refuses_shows_upstairs_as_infeasible(
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str
+) -> None:
+    """More cpu than a lower node has (32) but less than the virtual node's sum: the upper
+    apiserver takes the resize, the lower one refuses it (its PodResizeValidator admission
+    compares with the lower node's allocatable). Upstairs the pod says so as a kubelet
+    would: PodResizePending, reason Infeasible, the lower message; its resources stay. A
+    resize back within the node then goes through and the condition goes."""
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    requests = {"cpu": "100m", "memory": "64Mi"}
+    create(upper, namespace, pod_manifest("big", node=virtual_node.name, requests=requests))
+    wait_for("resources upstairs", lambda: _resources(pod(upper, namespace, "big")))
+    _resize(upper, namespace, "big", {"cpu": "40"})
+
+    def pending() -> dict[str, Any] | None:
+        conditions = ((pod(upper, namespace, "big") or {}).get("status") or {}).get(
+            "conditions"
+        ) or []
+        return next((c for c in conditions if c["type"] == "PodResizePending"), None)
+
+    condition = wait_for("Infeasible upstairs", pending)
+    assert condition["reason"] == "Infeasible"
+    assert (
+        "node didn't have enough allocatable resources: cpu, requested: 40000"
+        in (condition["message"])
+    )
+    found = pod(upper, namespace, "big") or {}
+    assert condition["observedGeneration"] == found["metadata"]["generation"]
+    assert found["status"]["observedGeneration"] == found["metadata"]["generation"]
+    assert _resources(found)["requests"]["cpu"] == "100m"
+    below = pod(lower, namespace, "big") or {}
+    assert below["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "100m"
+
+    _resize(upper, namespace, "big", {"cpu": "200m"})
+
+    def resized() -> bool:
+        found = pod(upper, namespace, "big") or {}
+        return _resources(found).get("requests", {}).get("cpu") == "200m" and pending() is None
+
+    wait_for("the resize within the node upstairs", resized)

@@ -61,9 +61,10 @@ def test_simulation_rules_match_every_pod(tmp_path: Path) -> None:
         "ClusterPortForward",
         "ClusterResourceUsage",
         "Metric",
+        "Stage",  # the resize stage, selecting by the pod's state (resize_stage)
     }
     for doc in docs:
-        assert "selector" not in doc["spec"]
+        assert doc["kind"] == "Stage" or "selector" not in doc["spec"]
     forward = next(d for d in docs if d["kind"] == "ClusterPortForward")
     assert forward["spec"]["forwards"] == [{"target": {"address": "127.0.0.1", "port": 1234}}]
 
@@ -150,3 +151,13 @@ def test_a_lower_cluster_runs_only_the_controllers_it_is_given(tmp_path: Path) -
     assert f"--controllers={','.join(LOWER_CONTROLLERS)}" in only
     assert "node-lifecycle-controller" in LOWER_CONTROLLERS  # new Nodes' not-ready taint
     assert "garbage-collector-controller" not in LOWER_CONTROLLERS
+
+
+def test_the_resize_stage_patches_a_running_pods_status() -> None:
+    stage = kwok.resize_stage()
+    assert stage["kind"] == "Stage"
+    assert stage["spec"]["resourceRef"] == {"apiGroup": "v1", "kind": "Pod"}
+    (patch,) = stage["spec"]["next"]["patches"]
+    assert (patch["subresource"], patch["root"], patch["type"]) == ("status", "status", "merge")
+    keys = [e["key"] for e in stage["spec"]["selector"]["matchExpressions"]]
+    assert keys[:2] == [".metadata.deletionTimestamp", ".status.phase"]

@@ -21,10 +21,13 @@ from tests.unit.bounds import within
 from vnode.providers.k2k import naming, volumes
 from vnode.providers.k2k.translate import (
     Dependencies,
+    RefusedResize,
     TranslationPolicy,
     dependencies,
     lower_pod,
+    observed_generation,
     optional_references,
+    resize_patch,
     restored_labels,
     spec_update,
     upper_status,
@@ -1499,3 +1502,156 @@ def test_spec_update_wants_what_lower_pod_would_make() -> None:
                 "tolerations": wanted["spec"]["tolerations"],
             },
         }  # fmt: skip
+
+
+def _sized(
+    requests: dict[str, str] | None = None,
+    *,
+    limits: dict[str, str] | None = None,
+    generation: int = 1,
+    observed: int | None = None,
+) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    if requests is not None:
+        resources["requests"] = requests
+    if limits is not None:
+        resources["limits"] = limits
+    pod: dict[str, Any] = {
+        "metadata": {"generation": generation},
+        "spec": {"containers": [{"name": "main", "resources": resources}]},
+        "status": {},
+    }
+    if observed is not None:
+        pod["status"]["observedGeneration"] = observed
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("upper", "lower", "expected"),
+    [
+        # the same figures, however written: nothing to send
+        ({"cpu": "1", "memory": "1Gi"}, {"cpu": "1000m", "memory": "1024Mi"}, None),
+        # a resize up: the upper cpu and memory, all of them
+        (
+            {"cpu": "500m", "memory": "128Mi"},
+            {"cpu": "100m", "memory": "128Mi"},
+            {"requests": {"cpu": "500m", "memory": "128Mi"}},
+        ),
+        # what the lower cluster added (a LimitRange default) is left alone
+        ({"cpu": "100m"}, {"cpu": "100m", "memory": "64Mi"}, None),
+        # other resources are not the resize's
+        ({"cpu": "1", "example.com/gpu": "1"}, {"cpu": "1"}, None),
+    ],
+)
+def test_resize_patch_sends_the_upper_cpu_and_memory_the_lower_pod_lacks(
+    upper: dict[str, str], lower: dict[str, str], expected: dict[str, Any] | None
+) -> None:
+    patch = unchanged(resize_patch, _sized(upper), _sized(lower))
+    if expected is None:
+        assert patch is None
+    else:
+        assert patch == {"spec": {"containers": [{"name": "main", "resources": expected}]}}
+
+
+def test_resize_patch_covers_limits_and_sidecars_by_name() -> None:
+    upper = _sized({"cpu": "1"}, limits={"cpu": "2"})
+    upper["spec"]["initContainers"] = [
+        {"name": "proxy", "restartPolicy": "Always", "resources": {"requests": {"cpu": "1"}}}
+    ]
+    upper["spec"]["containers"].append({"name": "only-upstairs", "resources": {}})
+    lower = _sized({"cpu": "1"}, limits={"cpu": "1"})
+    lower["spec"]["initContainers"] = [
+        {"name": "proxy", "restartPolicy": "Always", "resources": {"requests": {"cpu": "500m"}}}
+    ]
+    assert resize_patch(upper, lower) == {
+        "spec": {
+            "initContainers": [{"name": "proxy", "resources": {"requests": {"cpu": "1"}}}],
+            "containers": [
+                {"name": "main", "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "2"}}}
+            ],
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("upper", "lower", "expected"),
+    [
+        # the lower pod observed its generation and has the upper resources
+        (_sized({"cpu": "1"}, generation=3), _sized({"cpu": "1"}, generation=2, observed=2), 3),
+        # the lower pod has not observed its latest generation
+        (_sized({"cpu": "1"}, generation=3), _sized({"cpu": "1"}, generation=2, observed=1), None),
+        # the upper resize has not reached the lower pod
+        (_sized({"cpu": "2"}, generation=3), _sized({"cpu": "1"}, generation=2, observed=2), None),
+        # a lower node that reports no observedGeneration
+        (_sized({"cpu": "1"}, generation=3), _sized({"cpu": "1"}, generation=2), None),
+    ],
+)
+def test_observed_generation_is_the_upper_one_once_the_lower_pod_caught_up(
+    upper: dict[str, Any], lower: dict[str, Any], expected: int | None
+) -> None:
+    assert observed_generation(upper=upper, lower=lower) == expected
+
+
+def test_upper_status_brings_up_a_resize_in_upper_generations() -> None:
+    lower = _sized({"cpu": "40"}, generation=2, observed=2)
+    lower["status"]["conditions"] = [
+        {"type": "Ready", "status": "True"},
+        {"type": "PodResizePending", "status": "True", "reason": "Infeasible",
+         "message": "no room", "observedGeneration": 2},
+    ]  # fmt: skip
+    lower["status"]["containerStatuses"] = [
+        {"name": "main", "resources": {"requests": {"cpu": "1"}},
+         "allocatedResources": {"cpu": "1"}},
+    ]  # fmt: skip
+    upper = _sized({"cpu": "40"}, generation=5, observed=4)
+    status = upper_status(lower, upper=upper, node_ip="192.0.2.10")
+    assert status["observedGeneration"] == 5
+    pending = next(c for c in status["conditions"] if c["type"] == "PodResizePending")
+    assert pending == {"type": "PodResizePending", "status": "True", "reason": "Infeasible",
+                       "message": "no room", "observedGeneration": 5}  # fmt: skip
+    assert status["containerStatuses"] == lower["status"]["containerStatuses"]
+    # Not caught up below: the upper status keeps its generation, and the lower
+    # condition's, which counts lower generations, is not brought up as it is.
+    upper = _sized({"cpu": "48"}, generation=6, observed=5)
+    status = upper_status(lower, upper=upper, node_ip="192.0.2.10")
+    assert status["observedGeneration"] == 5
+    pending = next(c for c in status["conditions"] if c["type"] == "PodResizePending")
+    assert "observedGeneration" not in pending
+
+
+def test_a_resize_condition_the_lower_pod_dropped_is_not_kept_upstairs() -> None:
+    upper = _sized({"cpu": "1"}, generation=2, observed=1)
+    upper["status"]["conditions"] = [
+        {"type": "PodResizePending", "status": "True", "reason": "Infeasible"},
+        {"type": "example.com/canary", "status": "True"},
+    ]
+    lower = _sized({"cpu": "1"}, generation=2, observed=2)
+    lower["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    types = [c["type"] for c in upper_status(lower, upper=upper, node_ip="1.2.3.4")["conditions"]]
+    assert types == ["Ready", "example.com/canary"]
+
+
+@pytest.mark.parametrize(
+    ("refused_generation", "shown"),
+    [
+        (6, True),  # the upper pod's current generation: the refusal stands
+        (5, False),  # an earlier one: the upper pod was resized since
+    ],
+)
+def test_a_refused_resize_shows_as_infeasible_for_its_generation(
+    refused_generation: int, shown: bool
+) -> None:
+    lower = _sized({"cpu": "1"}, generation=2, observed=2)
+    lower["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    upper = _sized({"cpu": "40"}, generation=6, observed=4)
+    refused = RefusedResize(generation=refused_generation, message="no room", at="T")
+    status = upper_status(lower, upper=upper, node_ip="1.2.3.4", refused=refused)
+    pending = [c for c in status["conditions"] if c["type"] == "PodResizePending"]
+    if shown:
+        assert pending == [{"type": "PodResizePending", "status": "True", "reason": "Infeasible",
+                            "message": "no room", "observedGeneration": 6,
+                            "lastTransitionTime": "T"}]  # fmt: skip
+        assert status["observedGeneration"] == 6
+    else:
+        assert pending == []
+        assert status["observedGeneration"] == 4

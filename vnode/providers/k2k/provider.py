@@ -28,7 +28,7 @@ from tensile.contracts.objects import (
     namespace_of,
     uid_of,
 )
-from tensile.kube import errors
+from tensile.kube import errors, timestamps
 from tensile.kube.client import STRATEGIC_MERGE_PATCH, ApiClient
 from tensile.kube.informer import Informer
 from tensile.kube.mirror.engine import Mirror, Refused
@@ -160,6 +160,8 @@ class K2KProvider:
         self._node_callbacks: list[Callable[[], None]] = []
         self._started = False
         self._kubelet_version = "v0.0.0"
+        self._refused_resizes: dict[str, translate.RefusedResize] = {}
+        """Upper pod UID -> the resize the lower cluster refused for it (`_resize`)."""
 
     # -- running -------------------------------------------------------------------------
 
@@ -381,25 +383,61 @@ class K2KProvider:
             return await self._lower.request("POST", PODS.path(namespace=namespace), body=body)
 
     async def update_pod(self, pod: Obj) -> None:
-        """Apply image, activeDeadlineSeconds, toleration, label and annotation changes."""
+        """Apply image, activeDeadlineSeconds, toleration, label and annotation changes
+        (`translate.spec_update`), then a resize (`translate.resize_patch`: the upper pod's
+        container cpu and memory, sent to the lower pod's `resize` subresource as kubectl
+        patch --subresource resize does). Raises InvalidPod with the lower apiserver's
+        message when it refuses the update; a refused resize is not an error but the lower
+        node's answer, shown upstairs as Infeasible (`_resize`)."""
         lower = self.backend_pod(pod)
         if lower is None:
             return
+        meta = meta_of(lower)
+        path = PODS.path(namespace=meta["namespace"], name=meta["name"])
         patch = translate.spec_update(pod, lower, policy=self.policy)
-        if patch is None:
+        if patch is not None:
+            try:
+                await self._lower.request(
+                    "PATCH", path, body=patch, content_type=STRATEGIC_MERGE_PATCH
+                )
+            except _REFUSALS as exc:
+                raise provider_errors.InvalidPod(
+                    f"lower cluster refused the update: {exc.message}"
+                ) from exc
+        await self._resize(pod, lower)
+
+    async def _resize(self, pod: Obj, lower: Obj) -> None:
+        """Send the upper pod's resize below (`translate.resize_patch`), once per upper
+        generation: a refusal is remembered (`translate.RefusedResize`) and shown upstairs
+        as the lower node's Infeasible would be, until the upper pod changes again."""
+        uid, generation = uid_of(pod), meta_of(pod).get("generation")
+        refused = self._refused_resizes.get(uid)
+        resize = translate.resize_patch(pod, lower)
+        # A refusal stands for its generation until the upper pod is resized again or back.
+        stale = refused is not None and (resize is None or refused.generation != generation)
+        if stale:
+            del self._refused_resizes[uid]
+            self._pod_changes(object_key(pod))
+        if resize is None or (refused is not None and not stale):
             return
         meta = meta_of(lower)
         try:
             await self._lower.request(
                 "PATCH",
-                PODS.path(namespace=meta["namespace"], name=meta["name"]),
-                body=patch,
+                PODS.path(namespace=meta["namespace"], name=meta["name"], subresource="resize"),
+                body=resize,
                 content_type=STRATEGIC_MERGE_PATCH,
             )
         except _REFUSALS as exc:
-            raise provider_errors.InvalidPod(
-                f"lower cluster refused the update: {exc.message}"
-            ) from exc
+            if not isinstance(generation, int):
+                raise provider_errors.InvalidPod(
+                    f"lower cluster refused the resize: {exc.message}"
+                ) from exc
+            logger.info("lower cluster refused the resize of %s: %s", object_key(pod), exc.message)
+            self._refused_resizes[uid] = translate.RefusedResize(
+                generation=generation, message=exc.message, at=timestamps.now_rfc3339()
+            )
+            self._pod_changes(object_key(pod))
 
     async def delete_pod(self, pod: Obj, *, grace_period: int | None) -> bool:
         """Delete the lower pod gracefully; True once it is gone below.
@@ -413,6 +451,7 @@ class K2KProvider:
         if self.volumes is not None:
             self.volumes.forget_waiting(object_key(pod))
         uid = uid_of(pod)
+        self._refused_resizes.pop(uid, None)
         lower = self.backend_pod(pod)
         if lower is None and (create := self.book.creating(uid)) is not None:
             lower = await self._landed(create)
@@ -558,7 +597,9 @@ class K2KProvider:
         lower = self.backend_pod(pod)
         if lower is None:
             return None
-        return translate.upper_status(lower, upper=pod, node_ip=self._node_ip)
+        return translate.upper_status(
+            lower, upper=pod, node_ip=self._node_ip, refused=self._refused_resizes.get(uid_of(pod))
+        )
 
     def vanished(self, pod: Obj) -> bool:
         """Tell whether the lower pod of `pod` was deleted by someone other than us."""

@@ -22,7 +22,11 @@ REFS = "tensile.io/refs"
 """Key of the precomputed references, a sorted list of [kind, name] (not a Kubernetes field)."""
 
 _META_ALWAYS = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
-_META_OWNED = ("labels", "annotations", "deletionGracePeriodSeconds", "creationTimestamp")
+_META_OWNED = (
+    "labels", "annotations", "deletionGracePeriodSeconds", "creationTimestamp",
+    # With status.observedGeneration, whether the lower node observed the latest spec.
+    "generation",
+)  # fmt: skip
 _SPEC_CAPACITY = ("nodeName", "overhead", "resources")
 _SPEC_OWNED = ("tolerations", "activeDeadlineSeconds", "serviceAccountName", "readinessGates")
 _CONTAINER_FIELDS = ("name", "image", "resources", "restartPolicy")

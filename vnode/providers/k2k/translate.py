@@ -20,6 +20,7 @@ from tensile.contracts import clusterselector, ownership, podpolicy, selectors
 from tensile.contracts.labels import DEFAULT_TAINT_KEY
 from tensile.contracts.objects import as_list, as_mapping, dicts_in, meta_of
 from tensile.kube import codec
+from tensile.kube.quantity import parse_quantity
 from tensile.placement.lower import lower_placement, lower_tolerations
 from vnode.providers.k2k import boundtokens, naming, volumes
 from vnode.settings import PodSecurityLevel
@@ -36,6 +37,13 @@ _STATUS_COPIED = (
     "containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses", "resize",
     "resourceClaimStatuses",
 )  # fmt: skip
+# The pod conditions of a resize (KEP-1287): the node's (kubelet's) to report, so the lower
+# pod's, never kept from the upper status once the lower pod stops reporting them.
+RESIZE_CONDITIONS = ("PodResizePending", "PodResizeInProgress")
+# What the `resize` subresource may change: each container's cpu and memory requests and
+# limits (pkg/registry/core/pod/strategy.go, podResizeStrategy).
+_RESIZABLE = ("cpu", "memory")
+_RESOURCE_LISTS = ("requests", "limits")
 # Volume-name prefixes, not credentials.
 _MODERN_TOKEN_PREFIX = "kube-api-access-"  # noqa: S105
 _LEGACY_TOKEN_PREFIX = "default-token-"  # noqa: S105
@@ -105,6 +113,20 @@ class TranslationPolicy:
     def owner(self) -> ownership.NodeIdentity:
         """The owner marked on the lower objects of this virtual node."""
         return ownership.NodeIdentity(node_name=self.node_name, cluster_id=self.cluster_id)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RefusedResize:
+    """A resize of an upper pod the lower cluster refused (its apiserver: for one, the
+    PodResizeValidator admission of Kubernetes 1.37 refuses requests above the lower node's
+    allocatable, which the virtual node's summed allocatable let through upstairs)."""
+
+    generation: int
+    """The upper pod's `metadata.generation` the refused resize made."""
+    message: str
+    """The lower apiserver's message."""
+    at: str
+    """When it was refused (RFC 3339), the condition's lastTransitionTime."""
 
 
 @dataclass(frozen=True)
@@ -260,7 +282,11 @@ def optional_references(upper: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
 
 
 def upper_status(
-    lower: Mapping[str, Any], *, upper: Mapping[str, Any], node_ip: str
+    lower: Mapping[str, Any],
+    *,
+    upper: Mapping[str, Any],
+    node_ip: str,
+    refused: RefusedResize | None = None,
 ) -> dict[str, Any]:
     """Return the status to write to the upper pod `upper`, mirrored from its lower pod `lower`.
 
@@ -269,15 +295,34 @@ def upper_status(
     and nominatedNodeName (a lower node) is not copied. Upper conditions of types the lower
     pod does not report (e.g. set by upper controllers for readiness gates) are kept, and the
     upper pod's readinessGates gate Ready as a kubelet's would (reason ReadinessGatesNotReady).
+    A resize's conditions (`RESIZE_CONDITIONS`) are the lower pod's only. Generations are
+    the upper pod's: `status.observedGeneration` and the observedGeneration of the lower
+    conditions become what `observed_generation` says (the upper pod's current generation
+    once the lower pod has observed its own and has the upper's resources; else the upper
+    status keeps what it had). A resize the lower cluster `refused`, for the upper pod's
+    current generation, is told as a kubelet tells one it cannot take: condition
+    PodResizePending, reason Infeasible, the lower message, that generation observed.
     """
     status = as_mapping(lower.get("status"))
     mirrored = codec.deep_copy({key: status[key] for key in _STATUS_COPIED if key in status})
     mirrored["hostIP"] = node_ip
     mirrored["hostIPs"] = [{"ip": node_ip}]
+    upper_now = as_mapping(upper.get("status"))
+    observed = observed_generation(upper=upper, lower=lower)
+    held = upper_now.get("observedGeneration")
+    if observed is not None:
+        mirrored["observedGeneration"] = observed
+    elif isinstance(held, int):
+        mirrored["observedGeneration"] = held
     conditions = dicts_in(mirrored.get("conditions"))
+    upper_conditions = dicts_in(upper_now.get("conditions"))
+    _upper_generations(conditions, upper_conditions, lower=lower, observed=observed)
     reported = {c.get("type") for c in conditions}
-    upper_conditions = dicts_in(as_mapping(upper.get("status")).get("conditions"))
-    conditions += [codec.deep_copy(c) for c in upper_conditions if c.get("type") not in reported]
+    conditions += [
+        codec.deep_copy(c)
+        for c in upper_conditions
+        if c.get("type") not in reported and c.get("type") not in RESIZE_CONDITIONS
+    ]
     gates = [
         as_mapping(g).get("conditionType") for g in as_list(_spec(upper).get("readinessGates"))
     ]
@@ -286,9 +331,123 @@ def upper_status(
             unready = _unready_gates(gates, conditions)
             if unready:
                 ready.update(status="False", reason="ReadinessGatesNotReady", message=unready)
+    if refused is not None and refused.generation == meta_of(upper).get("generation"):
+        conditions = [c for c in conditions if c.get("type") != "PodResizePending"]
+        conditions.append(infeasible_condition(refused))
+        mirrored["observedGeneration"] = refused.generation
     if conditions:
         mirrored["conditions"] = conditions
     return mirrored
+
+
+def infeasible_condition(refused: RefusedResize) -> dict[str, Any]:
+    """Return the PodResizePending condition of a resize the lower cluster refused: reason
+    Infeasible (`v1.PodReasonInfeasible`, what a kubelet reports of a resize it can never
+    take), the lower apiserver's message, the upper generation it was for."""
+    return {
+        "type": "PodResizePending",
+        "status": "True",
+        "reason": "Infeasible",
+        "message": refused.message,
+        "observedGeneration": refused.generation,
+        "lastTransitionTime": refused.at,
+    }
+
+
+def observed_generation(*, upper: Mapping[str, Any], lower: Mapping[str, Any]) -> int | None:
+    """Return the upper pod's generation its status may say is observed, or None.
+
+    The two pods count generations apart (each apiserver bumps its own at each spec change),
+    so the lower pod's `status.observedGeneration` cannot go up as it is. It stands for the
+    upper pod's current `metadata.generation` when the lower pod has observed its own
+    current generation and holds what the upper pod asks of a resize (`resize_patch` finds
+    nothing to send); otherwise None: the lower node has not caught up yet.
+    """
+    observed = as_mapping(lower.get("status")).get("observedGeneration")
+    current = meta_of(lower).get("generation")
+    generation = meta_of(upper).get("generation")
+    if not isinstance(generation, int) or not isinstance(observed, int) or observed != current:
+        return None
+    return generation if resize_patch(upper, lower) is None else None
+
+
+def _upper_generations(
+    conditions: list[dict[str, Any]],
+    upper_conditions: list[dict[str, Any]],
+    *,
+    lower: Mapping[str, Any],
+    observed: int | None,
+) -> None:
+    # `conditions` are upper_status's own copies of the lower ones: changed in place.
+    held = {c.get("type"): c.get("observedGeneration") for c in upper_conditions}
+    current = as_mapping(lower.get("status")).get("observedGeneration")
+    for condition in conditions:
+        if "observedGeneration" not in condition:
+            continue
+        if observed is not None and condition["observedGeneration"] == current:
+            condition["observedGeneration"] = observed
+        elif isinstance(held.get(condition.get("type")), int):
+            condition["observedGeneration"] = held[condition.get("type")]
+        else:
+            del condition["observedGeneration"]
+
+
+def resize_patch(upper: Mapping[str, Any], lower: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Return the body of a PATCH on the lower pod's `resize` subresource that gives its
+    containers the upper pod's cpu and memory, or None when they have them already.
+
+    In: the upper pod and its lower pod. Compared per container and init container (matched
+    by name; a sidecar can be resized, and the lower apiserver judges the others as the upper
+    one did), for cpu and memory in requests and limits, as quantities ("1" equals "1000m").
+    Only what the upper pod names is sent: a figure the lower cluster added (a LimitRange's
+    default) is left alone, and the resize subresource refuses a removal anyway.
+    Out: an `application/strategic-merge-patch+json` body, `{"spec": {group: [{"name",
+    "resources": {"requests"|"limits": {resource: quantity}}}]}}` (containers merge by name).
+    The upper pod's `resize` request is forwarded as it was made (kubectl patch pod
+    --subresource resize; pkg/registry/core/pod/strategy.go, podResizeStrategy).
+    """
+    spec: dict[str, Any] = {}
+    for group in _CONTAINER_GROUPS:
+        have = {
+            c.get("name"): as_mapping(c.get("resources")) for c in dicts_in(_spec(lower).get(group))
+        }
+        changed = []
+        for container in dicts_in(_spec(upper).get(group)):
+            name = container.get("name")
+            if not isinstance(name, str) or name not in have:
+                continue
+            wanted = _resizable(as_mapping(container.get("resources")))
+            current = have[name]
+            if any(
+                not _same_quantity(amount, as_mapping(current.get(kind)).get(resource))
+                for kind, amounts in wanted.items()
+                for resource, amount in amounts.items()
+            ):
+                changed.append({"name": name, "resources": wanted})
+        if changed:
+            spec[group] = changed
+    return {"spec": spec} if spec else None
+
+
+def _resizable(resources: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The cpu and memory of `resources`' requests and limits (empty lists left out)."""
+    found: dict[str, dict[str, Any]] = {}
+    for kind in _RESOURCE_LISTS:
+        amounts = {r: q for r, q in as_mapping(resources.get(kind)).items() if r in _RESIZABLE}
+        if amounts:
+            found[kind] = amounts
+    return found
+
+
+def _same_quantity(left: object, right: object) -> bool:
+    if left == right:
+        return True
+    if not isinstance(left, str | int) or not isinstance(right, str | int):
+        return False
+    try:
+        return parse_quantity(left) == parse_quantity(right)
+    except ValueError:
+        return False
 
 
 def restored_labels(lower: Mapping[str, Any]) -> dict[str, str]:
