@@ -13,10 +13,13 @@ import pytest
 
 from tensile.contracts import ownership
 from tensile.contracts.objects import Obj
+from tensile.kube.informer import Informer
 from tensile.kube.mirror.decide import Create, Delete, Nothing, decide
+from tensile.kube.mirror.engine import Mirror
 from tensile.kube.mirror.siblings import SiblingPolicy
 from tensile.kube.mirror.spec import Patch
-from vnode.providers.k2k import dependencies, ingresses, naming, services
+from tensile.kube.resources import INGRESSES
+from vnode.providers.k2k import dependencies, endpointslices, ingresses, naming, services
 from vnode.providers.k2k.ingresses import Caches, IngressPolicy
 
 OWNER = ownership.NodeIdentity(node_name="vn-a", cluster_id="aaaaaaaa-0000-4000-8000-000000000001")
@@ -403,3 +406,98 @@ def test_refusal_names_the_backend_and_the_node() -> None:
     assert "virtual node vn-a" in message
     assert "backend Service web" in message
     assert SPEC.refusal(ingress()) is None
+
+
+# -- the engine: a refusal told once it lasts; the status reported on the subresource --------
+
+
+class _Api:
+    """Records writes; a POST shows in `lower` (the target informer's store, as its watch
+    would), a PATCH answers the patched upper Ingress. A fake for both clusters, so the test
+    steps a clock between two looks (what a real server cannot do on demand)."""
+
+    def __init__(self, lower: Informer, upper: Informer) -> None:
+        self.writes: list[tuple[str, str, Any]] = []
+        self.lower, self.upper = lower, upper
+
+    async def request(
+        self, method: str, path: str, *, body: Any = None, content_type: str | None = None
+    ) -> Obj:
+        self.writes.append((method, path, body))
+        if method == "POST":
+            made = {**body, "metadata": {**body["metadata"], "uid": "made", "resourceVersion": "1"}}
+            self.lower.store.upsert(made)
+            return made
+        current = self.upper.store.get("app/site")
+        assert current is not None
+        meta = current["metadata"]
+        patched = {
+            **current,
+            "metadata": {
+                **meta,
+                "annotations": {
+                    **meta.get("annotations", {}),
+                    **body.get("metadata", {}).get("annotations", {}),
+                },
+            },
+        }
+        self.upper.store.upsert(patched)
+        return patched
+
+
+async def test_a_refusal_is_told_once_it_lasts_and_a_copy_reports_its_status() -> None:
+    now = [1000.0]
+    told: list[str] = []
+    service_copies: dict[str, Obj] = {}
+    view = caches(copies=service_copies)
+    upper = Informer(None, INGRESSES, name="test-upper")  # type: ignore[arg-type]
+    lower = Informer(None, INGRESSES, name="test-lower")  # type: ignore[arg-type]
+    api = _Api(lower, upper)
+
+    async def refusal(_source: Obj, message: str) -> None:
+        told.append(message)
+
+    spec = ingresses.ingress_spec(
+        tenancy=TENANCY, selection=services.ServiceSelection(), policy=POLICY, caches=view
+    )
+    mirror = Mirror(
+        spec=spec,
+        tenancy=TENANCY,
+        source=upper,
+        target=lower,
+        source_client=api,  # type: ignore[arg-type]
+        target_client=api,  # type: ignore[arg-type]
+        on_refusal=refusal,
+        clock=lambda: now[0],
+    )
+    upper.store.upsert(ingress())
+    # The Service's copy is not below yet: nothing is written, nothing told yet ...
+    await mirror.sync("app/site")
+    assert (api.writes, told) == ([], [])
+    # ... and when it stays so past the settle, the refusal is told, once.
+    now[0] += endpointslices.NOTICE_SETTLE
+    await mirror.sync("app/site")
+    await mirror.sync("app/site")
+    assert len(told) == 1
+    assert "backend Service web is not this tenant's copy below" in told[0]
+    assert api.writes == []
+
+    # The copy arrives: the Ingress is made below; the lower address, once written there,
+    # is recorded on the Ingress and written to its status subresource.
+    service_copies["app/web"] = service_copy()
+    await mirror.sync("app/site")
+    # (No address below yet: nothing to record upstairs.)
+    assert [(m, p) for m, p, _ in api.writes] == [
+        ("POST", "/apis/networking.k8s.io/v1/namespaces/app/ingresses")
+    ]
+    made = lower.store.get("app/site")
+    assert made is not None
+    lower.store.upsert({**made, "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}}})
+    api.writes.clear()
+    await mirror.sync("app/site")
+    assert [(m, p) for m, p, _ in api.writes] == [
+        ("PATCH", "/apis/networking.k8s.io/v1/namespaces/app/ingresses/site"),
+        ("PATCH", "/apis/networking.k8s.io/v1/namespaces/app/ingresses/site/status"),
+    ]
+    assert api.writes[1][2] == {"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}}}
+    await mirror.queue.shut_down()

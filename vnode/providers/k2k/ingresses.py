@@ -326,12 +326,14 @@ def _entries(ingress: Mapping[str, Any]) -> list[Any]:
 def report_addresses(node_name: str) -> Callable[[Obj, Obj], Obj | None]:
     """Return the `KindSpec.report` recording the lower copy's `status.loadBalancer.ingress`
     on the upper Ingress under `status_annotation(node_name)` (canonical JSON), or None when
-    it is recorded already."""
+    it is recorded already (or there is nothing to record and nothing was)."""
     key = status_annotation(node_name)
 
     def report(upper: Obj, lower: Obj) -> Obj | None:
-        recorded = json.dumps(_entries(lower), sort_keys=True, separators=(",", ":"))
-        if annotations_of(upper).get(key) == recorded:
+        entries = _entries(lower)
+        recorded = json.dumps(entries, sort_keys=True, separators=(",", ":"))
+        before = annotations_of(upper).get(key)
+        if before == recorded or (before is None and not entries):
             return None
         return {"metadata": {"annotations": {key: recorded}}}
 
