@@ -17,7 +17,7 @@ from devcluster.fleet import Fleet
 from devcluster.rest import ApiStatusError, RestClient
 from devcluster.vnodes import VirtualNodeProcess
 from tensile.contracts import ownership
-from tests.e2e.helpers import create, get, pod_manifest, wait_for
+from tests.e2e.helpers import create, get, pod_manifest, token_kubeconfig, wait_for
 from vnode.providers.k2k import services
 
 SLICES = "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices"
@@ -838,6 +838,7 @@ def test_a_selected_pods_address_crosses_and_an_unverified_endpoint_is_dropped(
 # -- Ingresses (--enable-ingress) ------------------------------------------------------------
 
 INGRESSES = "/apis/networking.k8s.io/v1/namespaces/{ns}/ingresses"
+MANIFESTS = Path(__file__).parents[2] / "manifests" / "vnode"
 
 
 def ingress(
@@ -880,12 +881,21 @@ def test_an_ingress_is_copied_with_its_class_mapped_and_tls_secret_and_refused_o
     controller: the test writes the lower Ingress's status.loadBalancer as one would. An
     unmapped class gets a Warning Event and no copy; an Ingress whose backend is the lower
     cluster's own Service of that name (the copy refused) is never copied, and a copy
-    already below goes once its backends include such a Service."""
+    already below goes once its backends include such a Service. The node runs with the
+    shipped grants: upper-rbac.yaml with upper-rbac-ingress.yaml, lower-rbac.yaml."""
     upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    name = f"vn-{secrets.token_hex(3)}"
+    fleet.upper.kubectl("apply", "-f", str(MANIFESTS / "upper-rbac-ingress.yaml"))
     node = VirtualNodeProcess(
         fleet,
-        name=f"vn-{secrets.token_hex(3)}",
+        name=name,
         log_dir=tmp_path,
+        upper_kubeconfig=token_kubeconfig(
+            fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper.kubeconfig", node=name
+        ),
+        lower_kubeconfig=token_kubeconfig(
+            fleet.lower, MANIFESTS / "lower-rbac.yaml", tmp_path / "lower.kubeconfig"
+        ),
         args=[
             "--enable-controllers=ServiceControllers",
             f"--service-namespaces={namespace}",
