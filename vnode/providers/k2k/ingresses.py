@@ -51,7 +51,6 @@ from tensile.contracts.objects import (
     annotations_of,
     deletion_timestamp_of,
     meta_of,
-    name_of,
     namespace_of,
 )
 from tensile.kube.mirror.spec import Change, KindSpec, Patch
@@ -429,8 +428,3 @@ def secrets_of_ingress(ingress: Obj) -> list[str]:
     """Index function: the upper keys of the TLS Secrets of an upper Ingress."""
     namespace = namespace_of(ingress)
     return [f"{namespace}/{name}" for name in tls_secrets(ingress)]
-
-
-def name_key(obj: Obj) -> str:
-    """ "namespace/name" of `obj`."""
-    return f"{namespace_of(obj)}/{name_of(obj)}"
