@@ -78,6 +78,7 @@ MARK_MODULES = (
     "vnode/providers/k2k/naming.py",
     "vnode/providers/k2k/volumes.py",
     "vnode/providers/k2k/services.py",
+    "vnode/providers/k2k/ingresses.py",
 )
 """Modules beside tensile/contracts/ that define labels and annotations of their own: marks
 the virtual node alone writes and reads (those another program reads are agreements and

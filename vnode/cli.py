@@ -22,10 +22,12 @@ from vnode.api.certificates import MAX_EXPIRATION_SECONDS, MIN_EXPIRATION_SECOND
 from vnode.api.certstore import CertificateStore
 from vnode.settings import (
     KNOWN_CONTROLLERS,
+    SERVICE_CONTROLLERS,
     TAINT_EFFECTS,
     ApiSettings,
     ClientSettings,
     ControllerSettings,
+    IngressSettings,
     KubeletAccessMode,
     LowerKubeletSettings,
     MigrationSettings,
@@ -451,6 +453,54 @@ def _add_tenant_boundary_flags(p: flags.Parser) -> None:
         "scheduler.alpha.kubernetes.io/node-selector; repeatable; a comma inside a value is "
         "written \\, (a comma not followed by key= is kept, so JSON values need no escape)",
     )
+    _add_ingress_flags(p)
+
+
+def _add_ingress_flags(p: flags.Parser) -> None:
+    """Ingresses copied below (`IngressSettings`, vnode.providers.k2k.ingresses)."""
+    a = p.add_argument
+    a(
+        "--enable-ingress",
+        type=boolean,
+        nargs="?",
+        const=True,
+        default=False,
+        help="ServiceControllers: copy below the upper Ingresses whose backends are all "
+        "Services this node copied there, with their TLS Secrets, and bring their "
+        "status.loadBalancer back up (Liqo's name)",
+    )
+    a(
+        "--ingress-class-map",
+        default="",
+        help="with --enable-ingress: comma-separated UPPER=LOWER IngressClass names: the lower "
+        "copy's class for an upper one; Ingresses of other classes, or of none, are not copied "
+        "(a Warning Event says so)",
+    )
+    a(
+        "--lower-ingress-annotations",
+        default="",
+        help="with --enable-ingress: comma-separated annotation keys, or prefixes ending in *, "
+        "of upper Ingresses copied onto their copies (* alone: every annotation; default: "
+        "none, as annotations configure the lower cluster's ingress controller)",
+    )
+
+
+def _ingress_settings(args: argparse.Namespace, *, controllers: Sequence[str]) -> IngressSettings:
+    """--enable-ingress, --ingress-class-map, --lower-ingress-annotations -> settings.
+    Raises UsageError for --enable-ingress without ServiceControllers (an Ingress is copied
+    only beside the Services it routes to), and as `_name_map` and `_service_annotations`
+    do."""
+    if args.enable_ingress and SERVICE_CONTROLLERS not in controllers:
+        raise UsageError("--enable-ingress needs ServiceControllers in --enable-controllers")
+    return IngressSettings(
+        enabled=args.enable_ingress,
+        class_map=_name_map(
+            args.ingress_class_map, flag="--ingress-class-map", what="IngressClass name"
+        ),
+        annotations=_service_annotations(
+            args.lower_ingress_annotations, flag="--lower-ingress-annotations"
+        ),
+    )
 
 
 def _add_migration_flags(p: flags.Parser) -> None:
@@ -676,6 +726,7 @@ def parse(
             lower_service_annotations=_service_annotations(args.lower_service_annotations),
             endpointslice_managers=_endpointslice_managers(args.endpointslice_managers),
             selectorless_services=_selectorless_services(args.selectorless_services),
+            ingress=_ingress_settings(args, controllers=controllers),
             **_storage_classes(args.lower_storage_class),
         ),
         metrics_addr=flags.address(args.metrics_addr, "--metrics-addr")
@@ -1160,8 +1211,10 @@ def _volume_types(text: str) -> frozenset[str]:
     return frozenset(chosen)
 
 
-def _service_annotations(text: str) -> tuple[str, ...]:
-    """--lower-service-annotations "KEY,PREFIX*,..." -> the items (`*` alone: every key).
+def _service_annotations(
+    text: str, *, flag: str = "--lower-service-annotations"
+) -> tuple[str, ...]:
+    """`flag` "KEY,PREFIX*,..." -> the items (`*` alone: every key).
     Raises UsageError for an item that is neither an annotation key nor a prefix of one
     followed by `*`."""
     items = tuple(dict.fromkeys(i.strip() for i in text.split(",") if i.strip()))
@@ -1173,7 +1226,7 @@ def _service_annotations(text: str) -> tuple[str, ...]:
         problem = names.qualified_name_problem(stem.rstrip("/-_.") if item.endswith("*") else stem)
         if "*" in stem or problem is not None:
             raise UsageError(
-                f"--lower-service-annotations: {item!r} is not an annotation key or a prefix "
+                f"{flag}: {item!r} is not an annotation key or a prefix "
                 f"of one followed by * ({problem or 'a * only at the end'})"
             )
     return items

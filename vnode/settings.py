@@ -194,6 +194,22 @@ KNOWN_CONTROLLERS = (PV_CONTROLLERS, SERVICE_CONTROLLERS)
 
 
 @dataclass(frozen=True, kw_only=True)
+class IngressSettings:
+    """--enable-ingress and what it needs (vnode.providers.k2k.ingresses)."""
+
+    enabled: bool = False
+    """--enable-ingress (Liqo's name): upper Ingresses whose backends are all Services this
+    node copied below are copied there too, with their TLS Secrets (needs
+    ServiceControllers)."""
+    class_map: tuple[tuple[str, str], ...] = ()
+    """--ingress-class-map UPPER=LOWER IngressClass pairs; an Ingress of a class not named
+    (or of none) is not copied."""
+    annotations: tuple[str, ...] = ()
+    """--lower-ingress-annotations: annotation keys (or prefixes ending in `*`; `*` alone:
+    all) of an upper Ingress copied onto its copy; none by default."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class ControllerSettings:
     """--enable-controllers (tensile-kube's names) and what the chosen ones need. The
     copies of pods' ConfigMaps, Secrets and ServiceAccounts always run."""
@@ -226,6 +242,8 @@ class ControllerSettings:
     selectorless_services: tuple[tuple[str, str], ...] = ()
     """--selectorless-services: (namespace, name or "*") of the selector-less upper Services
     whose hand-written endpoints cross as written (the administrator vouches for them)."""
+    ingress: IngressSettings = IngressSettings()
+    """--enable-ingress, --ingress-class-map, --lower-ingress-annotations."""
 
 
 KubeletAccessMode = Literal["proxy", "direct"]

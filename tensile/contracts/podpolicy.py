@@ -486,6 +486,32 @@ def _rows() -> Iterator[Row]:
         why="numbers and addresses of the upper cluster's network: copied they collide below "
         "or capture traffic (externalIPs, CVE-2020-8554); the lower cluster allocates its own",
     )
+    yield Row(
+        kind="Ingress",
+        field="spec.ingressClassName",
+        verdict="mapped",
+        flag="--enable-ingress --ingress-class-map=UPPER=LOWER,...",
+        with_flag="an Ingress of a class named is copied with the LOWER class",
+        why="not copied (one Warning `IngressNotCopied`): which controller serves a tenant "
+        "below, and so its addresses, is the lower administrator's choice",
+    )
+    yield Row(
+        kind="Ingress",
+        field="backends (rules, defaultBackend)",
+        verdict="refused",
+        why="an Ingress below routes to whatever Service holds the name: it is copied only "
+        "when every backend is this upper cluster's copy of that very Service (marks and "
+        "upper UID), else not at all (a copy below is deleted; Warning `IngressNotCopied`)",
+    )
+    yield Row(
+        kind="Ingress",
+        field="metadata.annotations",
+        verdict="dropped",
+        flag="--lower-ingress-annotations=KEY,PREFIX*,...",
+        with_flag="the keys named, or starting with a PREFIX, are copied (`*`: all)",
+        why="annotations configure the lower ingress controller (rewrites, auth, snippets: "
+        "CVE-2021-25742); which ones a tenant may set is the lower administrator's call",
+    )
 
 
 ROWS: tuple[Row, ...] = tuple(_rows())

@@ -97,6 +97,13 @@ ENDPOINT_SLICES = Resource(
     kind="EndpointSlice",
     namespaced=True,
 )
+INGRESSES = Resource(
+    group="networking.k8s.io",
+    version="v1",
+    plural="ingresses",
+    kind="Ingress",
+    namespaced=True,
+)
 PERSISTENT_VOLUME_CLAIMS = Resource(
     group="",
     version="v1",

@@ -664,11 +664,11 @@ EVERYTHING: dict[str, Any] = {
         "csrSelfApprove": True,
         "nodes": [
             {"name": "lower-a", "kubeconfigSecret": "lower-a"},
-            # Asks for its pods' upper tokens with its account.
+            # Asks for its pods' upper tokens with its account, and copies Ingresses.
             {
                 "name": "lower-b",
                 "kubeconfigSecret": "lower-b",
-                "args": ["--upper-api-address=upper:6443"],
+                "args": ["--upper-api-address=upper:6443", "--enable-ingress"],
             },
         ],
     },
@@ -680,6 +680,7 @@ MANIFEST_FILES = {
         "vnode/upper-rbac.yaml",
         "vnode/upper-rbac-csr-self-approve.yaml",
         "vnode/upper-rbac-serviceaccount-tokens.yaml",
+        "vnode/upper-rbac-ingress.yaml",
     ),
     "webhook": ("webhook/rbac.yaml",),
     "descheduler": ("descheduler/rbac.yaml",),

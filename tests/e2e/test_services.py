@@ -17,7 +17,7 @@ from devcluster.fleet import Fleet
 from devcluster.rest import ApiStatusError, RestClient
 from devcluster.vnodes import VirtualNodeProcess
 from tensile.contracts import ownership
-from tests.e2e.helpers import create, get, pod_manifest, wait_for
+from tests.e2e.helpers import create, get, pod_manifest, token_kubeconfig, wait_for
 from vnode.providers.k2k import services
 
 SLICES = "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices"
@@ -833,3 +833,187 @@ def test_a_selected_pods_address_crosses_and_an_unverified_endpoint_is_dropped(
     copied = get(lower, f"{SLICES.format(ns=namespace)}/extra")
     assert copied is not None
     assert all_ips([copied]) == {ip}
+
+
+# -- Ingresses (--enable-ingress) ------------------------------------------------------------
+
+INGRESSES = "/apis/networking.k8s.io/v1/namespaces/{ns}/ingresses"
+MANIFESTS = Path(__file__).parents[2] / "manifests" / "vnode"
+
+
+def ingress(
+    name: str, *, klass: str, backends: tuple[str, ...], tls: str | None = None, **annotations: str
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "ingressClassName": klass,
+        "rules": [
+            {
+                "host": f"{name}.example",
+                "http": {
+                    "paths": [
+                        {
+                            "path": f"/{b}",
+                            "pathType": "Prefix",
+                            "backend": {"service": {"name": b, "port": {"number": 80}}},
+                        }
+                        for b in backends
+                    ]
+                },
+            }
+        ],
+    }
+    if tls is not None:
+        spec["tls"] = [{"hosts": [f"{name}.example"], "secretName": tls}]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": spec,
+    }
+
+
+def test_an_ingress_is_copied_with_its_class_mapped_and_tls_secret_and_refused_otherwise(
+    fleet: Fleet, nodes: list[VirtualNodeProcess], tmp_path: Path, namespace: str
+) -> None:
+    """--enable-ingress: an Ingress whose backend is the node's Service copy goes below with
+    its class mapped, its TLS Secret and only the allowed annotations; the address the lower
+    ingress controller writes in its status comes back up. The fleet runs no ingress
+    controller: the test writes the lower Ingress's status.loadBalancer as one would. An
+    unmapped class gets a Warning Event and no copy; an Ingress whose backend is the lower
+    cluster's own Service of that name (the copy refused) is never copied, and a copy
+    already below goes once its backends include such a Service. The node runs with the
+    shipped grants: upper-rbac.yaml with upper-rbac-ingress.yaml, lower-rbac.yaml."""
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    name = f"vn-{secrets.token_hex(3)}"
+    fleet.upper.kubectl("apply", "-f", str(MANIFESTS / "upper-rbac-ingress.yaml"))
+    node = VirtualNodeProcess(
+        fleet,
+        name=name,
+        log_dir=tmp_path,
+        upper_kubeconfig=token_kubeconfig(
+            fleet.upper, MANIFESTS / "upper-rbac.yaml", tmp_path / "upper.kubeconfig", node=name
+        ),
+        lower_kubeconfig=token_kubeconfig(
+            fleet.lower, MANIFESTS / "lower-rbac.yaml", tmp_path / "lower.kubeconfig"
+        ),
+        args=[
+            "--enable-controllers=ServiceControllers",
+            f"--service-namespaces={namespace}",
+            "--enable-ingress",
+            "--ingress-class-map=public=tenants",
+            "--lower-ingress-annotations=example.com/*",
+        ],
+    )
+    nodes.append(node.start())
+    code, readiness = node.get("/readyz?verbose")
+    assert code == 200
+    assert "ingresses_to_lower" in readiness
+    services_path = f"/api/v1/namespaces/{namespace}/services"
+    secrets_path = f"/api/v1/namespaces/{namespace}/secrets"
+    ingresses_path = INGRESSES.format(ns=namespace)
+    upper.request("POST", services_path, body=service("web"))
+    upper.request(
+        "POST",
+        secrets_path,
+        body={
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "web-tls"},
+            "type": "kubernetes.io/tls",
+            "data": {"tls.crt": "Y2VydA==", "tls.key": "a2V5"},
+        },
+    )
+    upper.request(
+        "POST",
+        ingresses_path,
+        body=ingress(
+            "site",
+            klass="public",
+            backends=("web",),
+            tls="web-tls",
+            **{"example.com/rewrite": "/", "other.io/snippet": "deny all"},
+        ),
+    )
+    copy = wait_for(
+        "the Ingress copied below", lambda: get(lower, f"{ingresses_path}/site"), timeout=60
+    )
+    assert copy["spec"]["ingressClassName"] == "tenants"
+    assert ownership.is_owned(copy, owner=node.owner)
+    copied = copy["metadata"].get("annotations") or {}
+    assert copied.get("example.com/rewrite") == "/"
+    assert "other.io/snippet" not in copied
+    assert copy["spec"]["tls"][0]["secretName"] == "web-tls"
+    tls = get(lower, f"{secrets_path}/web-tls")
+    assert tls is not None, "the TLS Secret was not copied below"
+    assert ownership.is_owned(tls, owner=node.owner)
+    assert tls["data"] == {"tls.crt": "Y2VydA==", "tls.key": "a2V5"}
+
+    # What a lower ingress controller would write (the fleet runs none).
+    address = {"ip": "192.0.2.10", "ports": [{"port": 443, "protocol": "TCP"}]}
+    lower.request(
+        "PATCH",
+        f"{ingresses_path}/site/status",
+        body={"status": {"loadBalancer": {"ingress": [address]}}},
+        content_type=MERGE,
+    )
+    wait_for(
+        "the lower address upstairs",
+        lambda: (
+            ((get(upper, f"{ingresses_path}/site") or {}).get("status") or {})
+            .get("loadBalancer", {})
+            .get("ingress")
+            == [address]
+        ),
+        timeout=30,
+    )
+
+    # An unmapped class: not copied, and told.
+    upper.request(
+        "POST", ingresses_path, body=ingress("internal", klass="internal", backends=("web",))
+    )
+    told = wait_for(
+        "the unmapped class told",
+        lambda: events_of(upper, namespace, "Ingress", "internal", "IngressNotCopied"),
+        timeout=60,
+    )
+    assert "class internal is not mapped" in told[0]["message"]
+    assert get(lower, f"{ingresses_path}/internal") is None
+
+    # The lower cluster's own Service `payments`: the tenant's Service copy is refused, and
+    # an Ingress naming it never crosses.
+    lower.request("POST", services_path, body=service("payments"))
+    upper.request("POST", services_path, body=service("payments"))
+    upper.request(
+        "POST", ingresses_path, body=ingress("pay", klass="public", backends=("payments",))
+    )
+    told = wait_for(
+        "the foreign backend told",
+        lambda: events_of(upper, namespace, "Ingress", "pay", "IngressNotCopied"),
+        timeout=60,
+    )
+    assert "backend Service payments is not this tenant's copy below" in told[0]["message"]
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        assert get(lower, f"{ingresses_path}/pay") is None, "an Ingress routing to their Service"
+        time.sleep(0.2)
+
+    # The copied Ingress gains a path to `payments`: its copy goes, and its TLS Secret's.
+    site = get(upper, f"{ingresses_path}/site")
+    assert site is not None
+    site["spec"]["rules"][0]["http"]["paths"].append(
+        {
+            "path": "/pay",
+            "pathType": "Prefix",
+            "backend": {"service": {"name": "payments", "port": {"number": 80}}},
+        }
+    )
+    upper.request("PUT", f"{ingresses_path}/site", body=site)
+    wait_for("the copy deleted", lambda: get(lower, f"{ingresses_path}/site") is None, timeout=30)
+    wait_for(
+        "the TLS Secret's copy collected",
+        lambda: get(lower, f"{secrets_path}/web-tls") is None,
+        timeout=30,
+    )
+    theirs = get(lower, f"{services_path}/payments")
+    assert theirs is not None
+    assert not ownership.same_cluster(theirs, owner=node.owner)

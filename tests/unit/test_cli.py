@@ -11,7 +11,7 @@ import pytest
 from tensile.serving import flags as serving_flags
 from vnode import __main__ as main
 from vnode import cli
-from vnode.settings import ApiSettings, LowerKubeletSettings
+from vnode.settings import ApiSettings, IngressSettings, LowerKubeletSettings
 
 BASE = ["--client-kubeconfig=lower.kubeconfig"]
 REQUIRED = BASE
@@ -373,3 +373,43 @@ def test_replicas_compete_for_a_lease_named_after_the_node(
 def test_bad_leader_election_flags_name_the_flag(flags: list[str], message: str) -> None:
     with pytest.raises(serving_flags.UsageError, match=message):
         cli.parse([*BASE, "--leader-elect", *flags], env={})
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ([], IngressSettings()),
+        (
+            [
+                "--enable-ingress",
+                "--ingress-class-map=public=tenants, internal=tenants-internal",
+                "--lower-ingress-annotations=example.com/*,a.io/b",
+            ],
+            IngressSettings(
+                enabled=True,
+                class_map=(("public", "tenants"), ("internal", "tenants-internal")),
+                annotations=("example.com/*", "a.io/b"),
+            ),
+        ),
+    ],
+)
+def test_ingress_flags(flags: list[str], expected: IngressSettings) -> None:
+    assert cli.parse([*BASE, *flags], env={}).controllers.ingress == expected
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--enable-ingress", "--enable-controllers=PVControllers"],
+            "--enable-ingress needs ServiceControllers",
+        ),
+        (["--ingress-class-map=public"], "--ingress-class-map: expected UPPER=LOWER"),
+        (["--ingress-class-map=a=b,a=c"], "--ingress-class-map: a is mapped twice"),
+        (["--ingress-class-map=A_B=c"], "is not a IngressClass name"),
+        (["--lower-ingress-annotations=a*b"], "--lower-ingress-annotations: 'a*b'"),
+    ],
+)
+def test_bad_ingress_flags_are_refused_with_the_flag_named(flags: list[str], message: str) -> None:
+    with pytest.raises(serving_flags.UsageError, match=re.escape(message)):
+        cli.parse([*BASE, *flags], env={})

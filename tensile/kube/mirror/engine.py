@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Literal, NoReturn, Protocol
 
 from tensile.contracts.objects import (
@@ -93,6 +94,22 @@ class _Existed(Exception):
         self.current = current
 
 
+@dataclass
+class _Telling:
+    """What a mirror told of one sort of message (notices, refusals), by source key."""
+
+    told: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Source key -> (source UID, message) last told, so one is told once (not at every
+    sync) and again when the object or the message changes."""
+    pending: dict[str, tuple[str, str, float]] = field(default_factory=dict)
+    """Source key -> (source UID, message, clock time first seen) of a message not told
+    yet, while it settles (`KindSpec.notice_settle`)."""
+
+    def forget(self, key: str) -> None:
+        self.told.pop(key, None)
+        self.pending.pop(key, None)
+
+
 class Mirror:
     """Keeps the targets of one `KindSpec` in one `Tenancy` (see the package docstring)."""
 
@@ -110,6 +127,7 @@ class Mirror:
         namespaces: Namespaces | None = None,
         on_problem: Callable[[Obj, str], Awaitable[None]] | None = None,
         on_notice: Callable[[Obj, str], Awaitable[None]] | None = None,
+        on_refusal: Callable[[Obj, str], Awaitable[None]] | None = None,
         reads: Sequence[Informer] = (),
         queue_settings: QueueSettings | None = None,
         collect_delay: float = 2.0,
@@ -126,7 +144,8 @@ class Mirror:
         before creates. `on_problem(source, message)` is told about names taken (`NameTaken`) and
         targets the target cluster refuses; `on_notice(source, message)` of the spec's `notice`
         once a target stands for the source (once per source UID and message, and only after
-        it has stayed the same for the spec's `notice_settle` seconds). `reads` are the
+        it has stayed the same for the spec's `notice_settle` seconds); `on_refusal(source,
+        message)` likewise of the spec's `refusal`, for a source it leaves out. `reads` are the
         informers of other caches the spec's functions read (synced before `run`, like
         `source` and `target`); their changes reach a key through `revisit`.
         `collect_delay` (seconds) is how long `schedule_collection` waits, so a burst of pod
@@ -145,13 +164,10 @@ class Mirror:
         self._namespaces = namespaces
         self._on_problem = on_problem
         self._on_notice = on_notice
+        self._on_refusal = on_refusal
         self._reads = tuple(reads)
-        self._noticed: dict[str, tuple[str, str]] = {}
-        """Source key -> (source UID, message) of the last notice told, so one is told once
-        (not at every sync) and again when the object or the message changes."""
-        self._pending_notices: dict[str, tuple[str, str, float]] = {}
-        """Source key -> (source UID, message, clock time first seen) of a notice not told
-        yet, while it settles (`KindSpec.notice_settle`)."""
+        self._notices = _Telling()
+        self._refusals = _Telling()
         self._collect_delay = collect_delay
         self._clock = clock
         self.siblings = SiblingPolicy.of(spec, tenancy=tenancy, grace=sibling_grace)
@@ -310,8 +326,11 @@ class Mirror:
                 await self._report(source, written)
                 await self._notice(key, source)
             elif source is None:
-                self._noticed.pop(key, None)
-                self._pending_notices.pop(key, None)
+                self._notices.forget(key)
+                self._refusals.forget(key)
+            if source is not None and self.spec.refusal is not None:
+                told = None if self.spec.selects(source) else self.spec.refusal(source)
+                await self._tell(key, source, told, self._refusals, self._on_refusal)
             # Settled: what was waited for or remembered for this key is moot now.
             self._waits.settle(key)
             self._remade.pop(key, None)
@@ -503,49 +522,65 @@ class Mirror:
         self._in_flight.deleted(object_key(current), uid_of(current))
 
     async def _report(self, source: Obj, target: Obj) -> None:
-        if self.spec.report is None:
-            return
-        patch = self.spec.report(source, target)
-        if patch is None:
-            return
         meta = meta_of(source)
+        path = self.spec.source.path(namespace=meta.get("namespace"), name=meta["name"])
         try:
-            await self._source_client.request(
-                "PATCH",
-                self.spec.source.path(namespace=meta.get("namespace"), name=meta["name"]),
-                body=patch,
-                content_type=MERGE_PATCH,
-            )
+            patch = self.spec.report(source, target) if self.spec.report is not None else None
+            if patch is not None:
+                source = await self._source_client.request(
+                    "PATCH", path, body=patch, content_type=MERGE_PATCH
+                )
+            if self.spec.report_status is None:
+                return
+            patch = self.spec.report_status(source, target)
+            if patch is not None:
+                await self._source_client.request(
+                    "PATCH",
+                    self.spec.source.path(
+                        namespace=meta.get("namespace"), name=meta["name"], subresource="status"
+                    ),
+                    body=patch,
+                    content_type=MERGE_PATCH,
+                )
         except errors.NotFound:
             pass  # the source went meanwhile; its deletion brings the key back
 
     async def _notice(self, key: str, source: Obj) -> None:
-        if self.spec.notice is None or self._on_notice is None:
-            return
-        message = self.spec.notice(source)
-        told = self._noticed.get(key)
-        if message is None:
-            self._noticed.pop(key, None)
-            self._pending_notices.pop(key, None)
+        if self.spec.notice is not None:
+            message = self.spec.notice(source)
+            await self._tell(key, source, message, self._notices, self._on_notice)
+
+    async def _tell(
+        self,
+        key: str,
+        source: Obj,
+        message: str | None,
+        telling: _Telling,
+        callback: Callable[[Obj, str], Awaitable[None]] | None,
+    ) -> None:
+        """Tell `callback` `message` about `source` once per source UID and message, after
+        it has stayed so `notice_settle` seconds; None forgets what was told."""
+        if message is None or callback is None:
+            telling.forget(key)
             return
         uid = uid_of(source)
-        if told == (uid, message):
+        if telling.told.get(key) == (uid, message):
             return
         settle = self.spec.notice_settle
         if settle > 0:
             now = self._clock()
-            pending = self._pending_notices.get(key)
+            pending = telling.pending.get(key)
             if pending is None or pending[:2] != (uid, message):
                 # First seen: told only if a look after `settle` finds it still so.
-                self._pending_notices[key] = (uid, message, now)
+                telling.pending[key] = (uid, message, now)
                 self.queue.add_after(key, settle)
                 return
             if now < pending[2] + settle:
                 self.queue.add_after(key, pending[2] + settle - now)
                 return
-            del self._pending_notices[key]
-        self._noticed[key] = (uid, message)
-        await self._on_notice(source, message)
+            del telling.pending[key]
+        telling.told[key] = (uid, message)
+        await callback(source, message)
 
     async def _problem(self, source: Obj, message: str) -> None:
         if self._on_problem is not None:

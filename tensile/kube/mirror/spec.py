@@ -20,9 +20,10 @@ from tensile.kube.resources import Resource
 class Patch:
     """Bring the target to its translation with this patch."""
 
-    body: Obj
+    body: Obj | list[Obj]
     content_type: str | None = None
-    """The patch's media type; None: a JSON merge patch (RFC 7386)."""
+    """The patch's media type; None: a JSON merge patch (RFC 7386). A JSON patch (RFC
+    6902, a list of operations) says "application/json-patch+json"."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,10 @@ class KindSpec:
     report: Callable[[Obj, Obj], Obj | None] | None = None
     """(source, its target) -> a merge patch that records something of the target on the
     source (e.g. the lower ClusterIP), or None when the source already shows it."""
+    report_status: Callable[[Obj, Obj], Obj | None] | None = None
+    """(source, its target) -> a merge patch of the source's `status` subresource (e.g. the
+    addresses of an Ingress's copy), or None; asked after `report`, with the source as its
+    patch left it."""
     stands_for: Callable[[Obj, Obj], bool] = _always
     """(kept target, source of its key) -> whether the target was made for this very
     source object: False (e.g. another UID) makes it the leftover of an earlier object of
@@ -105,10 +110,15 @@ class KindSpec:
     """(source) -> what its user should know about how it was mirrored (e.g. a Service
     type the target cluster does not take), told once per source object and message, or
     None."""
+    refusal: Callable[[Obj], str | None] | None = None
+    """(a source `selects` leaves out) -> why it is not mirrored, for its user (e.g. an
+    Ingress whose class the target cluster does not take), told once per source object and
+    message (`Mirror(on_refusal=...)`) after `notice_settle`, or None (nothing to tell)."""
     notice_settle: float = 0.0
-    """Seconds a `notice` must stay the same before it is told (0: at once). For notices
-    that other caches the functions read can make true for a moment (an endpoint whose pod
-    another informer has not shown yet): only one that outlasts such a lag is told."""
+    """Seconds a `notice` (or a `refusal`) must stay the same before it is told (0: at
+    once). For notices that other caches the functions read can make true for a moment (an
+    endpoint whose pod another informer has not shown yet): only one that outlasts such a
+    lag is told."""
     keeps_siblings: Callable[[str, Obj], bool] = _never
     """(source key, a sibling's copy of it) -> whether this kind keeps it like its own
     (e.g. within this node's --service-namespaces); default: never."""

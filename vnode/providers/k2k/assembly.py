@@ -8,7 +8,7 @@ test can hand it collaborators of its own.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from tensile.contracts import ownership, selectors
 from tensile.contracts.objects import Obj, annotations_of, name_of
@@ -19,10 +19,19 @@ from tensile.kube.informer_factory import InformerFactory
 from tensile.kube.mirror.engine import Mirror
 from tensile.kube.mirror.spec import KindSpec
 from tensile.kube.namespaced import NamespaceSet
-from tensile.kube.resources import NAMESPACES, NODES, PODS, SERVICES, Resource, object_key
+from tensile.kube.resources import (
+    INGRESSES,
+    NAMESPACES,
+    NODES,
+    PODS,
+    SERVICES,
+    Resource,
+    object_key,
+)
 from tensile.serving.tracing import NO_TRACING, Tracing
 from vnode.providers.k2k import (
     endpointslices,
+    ingresses,
     naming,
     services,
     slim,
@@ -162,6 +171,7 @@ def build(
             controllers=controllers,
             tenancy=tenancy,
             namespaces=namespaces,
+            dependencies=dependencies,
         )
         if SERVICE_CONTROLLERS in controllers.enabled
         else []
@@ -350,9 +360,12 @@ def _service_mirrors(
     controllers: ControllerSettings,
     tenancy: naming.NodeTenancy,
     namespaces: LowerNamespaces,
+    dependencies: DependencySync,
 ) -> list[Mirror]:
-    """The mirrors of the upper Services and EndpointSlices (ServiceControllers). The slice
-    mirror reads the Service mirror's caches and the upper pods (`endpointslices.Caches`)."""
+    """The mirrors of the upper Services and EndpointSlices (ServiceControllers), and of the
+    Ingresses with --enable-ingress. The slice mirror reads the Service mirror's caches and
+    the upper pods (`endpointslices.Caches`); the Ingress mirror the Service mirror's and
+    the Secret copies' (`ingresses.Caches`), whose mirror copies its TLS Secrets."""
     selection = services.ServiceSelection(
         namespaces=frozenset(controllers.service_namespaces),
         slice_managers=frozenset(controllers.endpointslice_managers),
@@ -436,7 +449,111 @@ def _service_mirrors(
         upper_pods=upper_pods,
         tenancy=tenancy,
     )
+    if controllers.ingress.enabled:
+        secrets = dependencies.mirrors["Secret"]
+        caches = ingresses.Caches(
+            upper_services=source(SERVICES).store,
+            service_copies=target(SERVICES).store,
+            upper_secrets=secrets.source.store,
+            secret_copies=secrets.target.store,
+        )
+        policy = ingresses.IngressPolicy(
+            classes=controllers.ingress.class_map, annotations=controllers.ingress.annotations
+        )
+        spec = ingresses.ingress_spec(
+            tenancy=tenancy, selection=selection, policy=policy, caches=caches
+        )
+        mirror = Mirror(
+            spec=spec,
+            tenancy=tenancy,
+            source=source(INGRESSES),
+            target=target(INGRESSES),
+            source_client=upper,
+            target_client=lower,
+            namespaces=namespaces,
+            on_problem=_problem_recorder(recorder, spec),
+            on_refusal=_notice_recorder(recorder, spec, reason=ingresses.REASON),
+            reads=(source(SERVICES), target(SERVICES), secrets.source, secrets.target),
+        )
+        _revisit_ingresses(
+            mirror,
+            secrets=secrets,
+            dependencies=dependencies,
+            upper_services=source(SERVICES),
+            service_copies=target(SERVICES),
+            tenancy=tenancy,
+            judge=lambda ingress: ingresses.judge(
+                ingress, caches=caches, tenancy=tenancy, policy=policy
+            ),
+        )
+        mirrors.append(mirror)
     return mirrors
+
+
+def _revisit_ingresses(
+    ingress_mirror: Mirror,
+    *,
+    secrets: Mirror,
+    dependencies: DependencySync,
+    upper_services: Informer,
+    service_copies: Informer,
+    tenancy: naming.NodeTenancy,
+    judge: Callable[[Obj], ingresses.Verdict],
+) -> None:
+    """Keep the TLS Secrets of the Ingresses that want them (`ingresses.Verdict.wants`) in
+    use by the Secret mirror, and look at the upper Ingresses (and their Secrets) again when
+    what `ingresses.judge` read for them changes: a backend's upper Service or its lower
+    copy, a TLS Secret upstairs or its copy below, or the Ingress itself."""
+    store = ingress_mirror.source.store
+    store.add_indexer(_INGRESS_BY_SERVICE, ingresses.services_of_ingress)
+    # By the lower keys of their TLS Secrets' copies: what the Secret mirror's `in_use` asks.
+    store.add_indexer(
+        _INGRESS_BY_SECRET,
+        lambda ingress: [tenancy.target_key(k) for k in ingresses.secrets_of_ingress(ingress)],
+    )
+
+    def in_use(copy_key: str) -> bool:
+        for key in store.index_keys(_INGRESS_BY_SECRET, copy_key):
+            ingress = store.get(key)
+            if ingress is not None and judge(ingress).wants:
+                return True
+        return False
+
+    dependencies.add_use("Secret", in_use)
+
+    def revisit(keys: Iterable[str]) -> None:
+        keys = list(keys)
+        ingress_mirror.revisit(keys)
+        for key in keys:
+            ingress = store.get(key)
+            if ingress is not None:
+                secrets.revisit(ingresses.secrets_of_ingress(ingress))
+
+    def ingress_changed(ingress: Obj) -> None:
+        # Its Secrets may be wanted now, or no longer (deleted, class unmapped).
+        secrets.revisit(ingresses.secrets_of_ingress(ingress))
+
+    def by(index: str, key: str | None) -> None:
+        if key is not None:
+            revisit(store.index_keys(index, key))
+
+    upper_services.add_handlers(_all_changes(lambda s: by(_INGRESS_BY_SERVICE, object_key(s))))
+    service_copies.add_handlers(
+        _all_changes(lambda c: by(_INGRESS_BY_SERVICE, tenancy.source_key(c)))
+    )
+    secrets.source.add_handlers(
+        _all_changes(lambda s: by(_INGRESS_BY_SECRET, tenancy.target_key(object_key(s))))
+    )
+    secrets.target.add_handlers(_all_changes(lambda c: by(_INGRESS_BY_SECRET, object_key(c))))
+    ingress_mirror.source.add_handlers(_all_changes(ingress_changed))
+
+
+def _all_changes(changed: Callable[[Obj], None]) -> Handlers:
+    return Handlers(on_add=changed, on_modify=changed, on_delete=changed)
+
+
+_INGRESS_BY_SERVICE = "ingresses-by-service"
+_INGRESS_BY_SECRET = "ingresses-by-secret"  # noqa: S105 - an index name
 
 
 def _revisit_slices(

@@ -217,6 +217,8 @@ class DependencySync:
                 on_delete=self._lower_pod_gone,
             )
         )
+        self._other_uses: dict[str, list[Callable[[str], bool]]] = {}
+        """Kind -> what else than pods tells whether a copy is in use (`add_use`)."""
         self.mirrors: dict[str, Mirror] = {}
         for kind, resource in KINDS.items():
             source = informers.informer(
@@ -271,6 +273,8 @@ class DependencySync:
                 # Never copied (`ensure` skips it): every lower namespace has its own, and
                 # a copy "in use" would be a create that meets it, reported as a conflict.
                 return False
+            if any(use(copy_key) for use in self._other_uses.get(kind, ())):
+                return True
             # Keys only: nothing of the (encoded) lower pod cache is decoded to answer.
             if self._lower_pods.store.index_keys(REFS_INDEX, f"{namespace}/{kind}/{name}"):
                 return True
@@ -280,6 +284,13 @@ class DependencySync:
             )
 
         return in_use
+
+    def add_use(self, kind: str, in_use: Callable[[str], bool]) -> None:
+        """Keep the copies of `kind` that `in_use(lower key)` says something besides pods
+        needs (e.g. the TLS Secrets of copied Ingresses): they are made when absent as soon
+        as `self.mirrors[kind].revisit` is asked for their upper key, and kept while it says
+        so."""
+        self._other_uses.setdefault(kind, []).append(in_use)
 
     def _lower_pod_seen(self, pod: Obj) -> None:
         for key in _upper_keys(pod):
