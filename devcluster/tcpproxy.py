@@ -1,6 +1,7 @@
-"""A TCP proxy a test can freeze: the network between one process and an apiserver cut on
-demand, as a partition that drops packets (connections stay open, nothing arrives, nothing
-is refused), while every other process still reaches that apiserver directly.
+"""A TCP proxy a test or a benchmark can freeze: the network between one process and an
+apiserver cut on demand, as a partition that drops packets (connections stay open, nothing
+arrives, nothing is refused), while every other process still reaches that apiserver
+directly.
 
 It runs its own event loop in a thread, so a synchronous test and an asyncio one use it
 alike. TLS passes through untouched: a client verifies the apiserver's certificate as
