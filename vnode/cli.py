@@ -22,12 +22,14 @@ from vnode.api.certificates import MAX_EXPIRATION_SECONDS, MIN_EXPIRATION_SECOND
 from vnode.api.certstore import CertificateStore
 from vnode.settings import (
     KNOWN_CONTROLLERS,
+    LOWER_OUTAGE_POLICIES,
     TAINT_EFFECTS,
     ApiSettings,
     ClientSettings,
     ControllerSettings,
     KubeletAccessMode,
     LowerKubeletSettings,
+    LowerOutagePolicy,
     MigrationSettings,
     NodeSettings,
     PatrolSettings,
@@ -330,13 +332,39 @@ def _add_lower_kubelet_flags(p: flags.Parser) -> None:
 
 
 def _add_placement_flags(p: flags.Parser) -> None:
-    """What the virtual node tells the placement programs (tensile-scheduler)."""
+    """What the virtual node tells the placement programs (tensile-scheduler): its lower
+    cluster's summary, and whether that cluster's pods can be placed at all now."""
     p.add_argument(
         "--placement-summary-interval",
         type=duration,
         default=1.0,
         help="seconds between two looks at the lower nodes for the placement summary on the "
         "virtual Node that tensile-scheduler reads (written only when changed; 0: none)",
+    )
+    _add_lower_outage_flags(p)
+
+
+def _add_lower_outage_flags(p: flags.Parser) -> None:
+    """What the Node says while the lower apiserver does not answer (docs/operations/
+    partitions.md)."""
+    a = p.add_argument
+    a(
+        "--lower-outage-policy",
+        default="keep",
+        choices=LOWER_OUTAGE_POLICIES,
+        help="while the lower apiserver does not answer: keep (the Node stays Ready with "
+        "condition LowerControlPlaneReachable=False and taint tensile.io/lower-unreachable:"
+        "NoSchedule for --lower-outage-grace, its pods and their lower pods kept; then Ready "
+        "False) or evict (tensile-kube's: heartbeats stop at once, the Node turns Unknown and "
+        "its pods are evicted after their toleration)",
+    )
+    a(
+        "--lower-outage-grace",
+        type=duration,
+        default=900.0,
+        help="keep policy: how long a lower outage leaves the Node Ready (seconds or a "
+        "duration like 15m; 0: Ready False at once); past it the Node is not Ready and its "
+        "pods are evicted after their not-ready toleration (300 s by default)",
     )
 
 
@@ -814,6 +842,17 @@ def _node_settings(
         kubelet_port=port,
         enable_lease=args.enable_node_lease,
         placement_summary_interval=args.placement_summary_interval,
+        lower_outage_policy=_lower_outage_policy(args.lower_outage_policy),
+        lower_outage_grace=args.lower_outage_grace,
+    )
+
+
+def _lower_outage_policy(value: str) -> LowerOutagePolicy:
+    for policy in LOWER_OUTAGE_POLICIES:
+        if policy == value:
+            return policy
+    raise UsageError(  # pragma: no cover - argparse's choices refuse it first
+        f"--lower-outage-policy must be one of {', '.join(LOWER_OUTAGE_POLICIES)}, got {value!r}"
     )
 
 
