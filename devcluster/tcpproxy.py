@@ -118,6 +118,11 @@ class FreezableProxy:
                 group.create_task(self._pump(upstream_reader, writer))
         except (OSError, ExceptionGroup):
             pass  # either side went away: so does the connection
+        except asyncio.CancelledError:
+            # Closed by `close`: the handler ends normally, since on Python 3.11
+            # start_server's done-callback asks a cancelled handler for its exception,
+            # which raises and logs a traceback per connection.
+            pass
         finally:
             self._tasks.discard(task)
             for side in (writer, upstream):
