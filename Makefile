@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 DOCS_PORT ?= 8000
 DOCS_SITE ?= site
 
-.PHONY: all venv controlplane promtool lint docs docs-gen monitoring-gen test test-unit image test-image demo demo-down bench bench-scale bench-streams bench-webhook bench-services bench-failover bench-extender bench-fleet clean
+.PHONY: all venv controlplane promtool lint docs docs-gen monitoring-gen test test-unit image test-image demo demo-down bench bench-scale bench-streams bench-webhook bench-services bench-failover bench-extender bench-fleet bench-partition clean
 
 all: test
 
@@ -103,3 +103,6 @@ bench-extender: venv
 
 bench-fleet: venv controlplane
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/fleet.py $(BENCH_ARGS)
+
+bench-partition: venv controlplane
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/partition.py $(BENCH_ARGS)

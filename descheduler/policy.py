@@ -33,7 +33,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from tensile.contracts import avoidance, descheduling, labels, scheduling, selectors
+from tensile.contracts import (
+    avoidance,
+    descheduling,
+    labels,
+    lowerhealth,
+    scheduling,
+    selectors,
+)
 from tensile.contracts.objects import (
     as_list,
     as_mapping,
@@ -131,8 +138,11 @@ def is_virtual_node(node: Mapping[str, Any]) -> bool:
 
 
 def node_usable(node: Mapping[str, Any]) -> bool:
-    """Tell whether the upper scheduler may place pods on `node` now: Ready and not cordoned."""
-    if as_mapping(node.get("spec")).get("unschedulable"):
+    """Tell whether the upper scheduler may place pods on `node` now: Ready, not cordoned,
+    and its lower control plane answers (`lowerhealth.lower_unreachable`). The pods of a
+    node whose lower control plane does not answer are not judged either: their status is
+    as last seen, and a pod Pending there may be running below by now."""
+    if as_mapping(node.get("spec")).get("unschedulable") or lowerhealth.lower_unreachable(node):
         return False
     conditions = as_list(as_mapping(node.get("status")).get("conditions"))
     return any(

@@ -1,10 +1,11 @@
 """`kubectl tensile status` as data (pure): per virtual node, its lower cluster's health as the
 upper cluster sees it, capacity used and free, pods, and the descheduler's pending moves.
 
-Health comes from what the virtual node publishes: its Ready condition and its node Lease
-(kube-node-lease), which it renews only while its lower cluster answers its ping
-(vnode.controllers.node). A heartbeat older than the Lease's duration means the lower
-cluster (or the virtual node) stopped answering before the node lifecycle controller has
+Health comes from what the virtual node publishes: its Ready condition, its
+LowerControlPlaneReachable condition (False while its lower apiserver does not answer its
+ping: `tensile.contracts.lowerhealth`) and its node Lease (kube-node-lease). A heartbeat
+older than the Lease's duration means the virtual node stopped answering (or, under
+--lower-outage-policy=evict, its lower cluster) before the node lifecycle controller has
 said so. When the lower cluster was also read directly (`--lower`), its /readyz answer is
 reported beside that.
 
@@ -19,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
-from tensile.contracts import avoidance, descheduling
+from tensile.contracts import avoidance, descheduling, lowerhealth
 from tensile.contracts.objects import as_list, as_mapping, meta_of, name_of
 from tensile.kube.quantity import format_quantity, parse_quantity
 from tensile.kube.resources import pod_is_terminal
@@ -68,7 +69,8 @@ def health(
     """Return the lower cluster's health as the virtual node reports it: `ready` (the Ready
     condition's status, "Unknown" when absent), `reason`, `heartbeatAgeSeconds` (None: no
     Lease) and `state`: "ok", "stale" (heartbeat older than the Lease duration), "down"
-    (Ready is not True)."""
+    (Ready is not True), "unreachable" (Ready, its lower apiserver not answering: pods kept
+    as last seen; `reason` and `message` are then that condition's)."""
     ready = condition(node, "Ready")
     status = str(ready.get("status") or "Unknown")
     spec = as_mapping((lease or {}).get("spec"))
@@ -77,6 +79,9 @@ def health(
     limit = duration if isinstance(duration, int) and duration > 0 else DEFAULT_LEASE_SECONDS
     if status != "True":
         state = "down"
+    elif lowerhealth.lower_unreachable(node):
+        state = "unreachable"
+        ready = condition(node, lowerhealth.LOWER_REACHABLE_CONDITION)
     elif age is None or age > limit:
         state = "stale"
     else:

@@ -16,7 +16,9 @@ For each virtual node among the candidates, the pod's lower placement is worked 
 virtual node would work it out (`tensile.placement.lower.lower_placement`: its
 clusterSelector, minus what the virtual node itself satisfied) and judged against the
 lower cluster's summary (`tensile.placement.summary.Summary.best_fit`). A virtual node goes
-on failedNodes (not failedAndUnresolvable: preempting upper pods there frees room below).
+on failedNodes (not failedAndUnresolvable: preempting upper pods there frees room below);
+so does one whose Node says its lower control plane does not answer
+(`lowerhealth.LOWER_REACHABLE_CONDITION` False).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from scheduler.summaries import NodeSummary, Summaries
-from tensile.contracts import clusterselector
+from tensile.contracts import clusterselector, lowerhealth
 from tensile.contracts.labels import DEFAULT_TAINT_KEY
 from tensile.contracts.objects import as_mapping, meta_of, name_of
 from tensile.contracts.scheduling import REQUIRED
@@ -77,22 +79,33 @@ class Verdict:
     choice: Choice | None = None
     """The lower cluster's answer (None: not virtual, or the pod could not be judged)."""
     keeps_headroom: bool = True
+    lower_unreachable: bool = False
+    """The virtual node's lower control plane does not answer: nothing fits there now."""
 
     @property
     def fits(self) -> bool:
         """Whether the node passes the filter."""
+        if self.lower_unreachable:
+            return False
         return self.choice is None or self.choice.node is not None
 
     @property
     def score(self) -> int:
         """0..MAX_EXTENDER_PRIORITY: 0 for a node that is not virtual, does not fit or
         would break the headroom; else 1 plus 9 times the tightness of the best fit."""
-        if self.choice is None or self.choice.node is None or not self.keeps_headroom:
+        if self.lower_unreachable or self.choice is None or self.choice.node is None:
+            return 0
+        if not self.keeps_headroom:
             return 0
         return 1 + round((MAX_EXTENDER_PRIORITY - 1) * self.choice.tightness)
 
     def reason(self) -> str:
         """The failedNodes reason (for a node that does not fit)."""
+        if self.lower_unreachable:
+            return (
+                f"lower cluster of {self.name}: its control plane does not answer "
+                f"({lowerhealth.LOWER_REACHABLE_CONDITION} is False)"
+            )
         assert self.choice is not None
         return f"lower cluster of {self.name}: {self.choice.message()}"
 
@@ -186,6 +199,11 @@ def judge(
         node = summaries.get(name)
         if node is None:
             verdicts.append(Verdict(name=name, virtual=False))
+            continue
+        if node.lower_unreachable:
+            # Its summary is as last seen, and a pod bound there would wait for the lower
+            # apiserver: another node, or the pod Pending upstairs, is the better answer.
+            verdicts.append(Verdict(name=name, virtual=True, lower_unreachable=True))
             continue
         key = (pod_key, name, node.generation)
         known = recent.get(key) if recent is not None else None

@@ -22,6 +22,7 @@ from scheduler.server import Judge, make_app
 from scheduler.settings import Settings
 from scheduler.slices.controller import SliceController
 from scheduler.summaries import Summaries
+from tensile.contracts import lowerhealth
 from tensile.contracts.objects import meta_of, name_of
 from tensile.kube.client import ApiClient
 from tensile.kube.config import ConnectionInfo
@@ -35,13 +36,19 @@ logger = logging.getLogger(__name__)
 
 
 def slim_node(node: Mapping[str, Any]) -> dict[str, Any]:
-    """What the informer keeps of a Node: its name, labels and summary annotation."""
+    """What the informer keeps of a Node: its name, labels and summary annotation, and
+    whether its lower control plane answers (the LowerControlPlaneReachable condition's
+    type and status only)."""
     meta = meta_of(node)
     annotations = meta.get("annotations") or {}
     kept = {k: meta[k] for k in ("name", "resourceVersion", "labels") if k in meta}
     if summary.ANNOTATION in annotations:
         kept["annotations"] = {summary.ANNOTATION: annotations[summary.ANNOTATION]}
-    return {"metadata": kept}
+    slim: dict[str, Any] = {"metadata": kept}
+    if lowerhealth.lower_unreachable(node):
+        condition = {"type": lowerhealth.LOWER_REACHABLE_CONDITION, "status": "False"}
+        slim["status"] = {"conditions": [condition]}
+    return slim
 
 
 class Extender:

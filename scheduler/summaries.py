@@ -2,7 +2,9 @@
 summary, kept from the upper Node informer's events (pure: no I/O, nothing mutated that is
 passed in).
 
-A summary is parsed once per new annotation value, not per call. A Node without the
+A summary is parsed once per new annotation value, not per call. A Node whose
+LowerControlPlaneReachable condition is False is kept, marked (`lower_unreachable`): the
+filter refuses it. A Node without the
 annotation is not virtual (it passes the filter untouched); one whose summary cannot be
 parsed is treated the same and counted (`unreadable`), because refusing pods for a
 malformed summary would be a wrong "no".
@@ -14,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tensile.contracts import lowerhealth
 from tensile.contracts.objects import as_mapping, meta_of
 from tensile.placement import summary
 
@@ -29,6 +32,10 @@ class NodeSummary:
     """The annotation value `summary` was parsed from."""
     generation: int = 0
     """Grows with every new summary `Summaries` takes in (a key for what was judged on it)."""
+    lower_unreachable: bool = False
+    """The Node says its lower control plane does not answer
+    (`lowerhealth.lower_unreachable`): its summary is as last seen, and no pod is placed
+    there until it answers again."""
 
 
 class Summaries:
@@ -53,18 +60,20 @@ class Summaries:
         name = str(meta.get("name") or "")
         text = as_mapping(meta.get("annotations")).get(summary.ANNOTATION)
         labels = {str(k): str(v) for k, v in as_mapping(meta.get("labels")).items()}
+        unreachable = lowerhealth.lower_unreachable(node)
         if not isinstance(text, str):
             self.remove(name)
             return
         known = self._nodes.get(name)
         if known is not None and known.text == text:
-            if known.labels != labels:
+            if known.labels != labels or known.lower_unreachable != unreachable:
                 self._nodes[name] = NodeSummary(
                     name=name,
                     labels=labels,
                     summary=known.summary,
                     text=text,
                     generation=self._next(),
+                    lower_unreachable=unreachable,
                 )
             return
         try:
@@ -75,7 +84,12 @@ class Summaries:
             return
         self.unreadable.pop(name, None)
         self._nodes[name] = NodeSummary(
-            name=name, labels=labels, summary=parsed, text=text, generation=self._next()
+            name=name,
+            labels=labels,
+            summary=parsed,
+            text=text,
+            generation=self._next(),
+            lower_unreachable=unreachable,
         )
 
     def _next(self) -> int:

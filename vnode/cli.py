@@ -22,6 +22,7 @@ from vnode.api.certificates import MAX_EXPIRATION_SECONDS, MIN_EXPIRATION_SECOND
 from vnode.api.certstore import CertificateStore
 from vnode.settings import (
     KNOWN_CONTROLLERS,
+    LOWER_OUTAGE_POLICIES,
     SERVICE_CONTROLLERS,
     TAINT_EFFECTS,
     ApiSettings,
@@ -30,6 +31,7 @@ from vnode.settings import (
     IngressSettings,
     KubeletAccessMode,
     LowerKubeletSettings,
+    LowerOutagePolicy,
     MigrationSettings,
     NodeSettings,
     PatrolSettings,
@@ -350,7 +352,8 @@ def _add_lower_kubelet_flags(p: flags.Parser) -> None:
 
 
 def _add_placement_flags(p: flags.Parser) -> None:
-    """What the virtual node tells the placement programs (tensile-scheduler)."""
+    """What the virtual node tells the placement programs (tensile-scheduler): its lower
+    cluster's summary, and whether that cluster's pods can be placed at all now."""
     p.add_argument(
         "--placement-summary-interval",
         type=duration,
@@ -371,6 +374,31 @@ def _add_placement_flags(p: flags.Parser) -> None:
         help="comma-separated label keys of the lower nodes copied onto the virtual Node, "
         "each with the value every node of --lower-node-selector's pool shares, so upper "
         "nodeSelectors keep working (read at start; a key the nodes disagree on is left out)",
+    )
+    _add_lower_outage_flags(p)
+
+
+def _add_lower_outage_flags(p: flags.Parser) -> None:
+    """What the Node says while the lower apiserver does not answer (docs/operations/
+    partitions.md)."""
+    a = p.add_argument
+    a(
+        "--lower-outage-policy",
+        default="keep",
+        choices=LOWER_OUTAGE_POLICIES,
+        help="while the lower apiserver does not answer: keep (the Node stays Ready with "
+        "condition LowerControlPlaneReachable=False and taint tensile.io/lower-unreachable:"
+        "NoSchedule for --lower-outage-grace, its pods and their lower pods kept; then Ready "
+        "False) or evict (tensile-kube's: heartbeats stop at once, the Node turns Unknown and "
+        "its pods are evicted after their toleration)",
+    )
+    a(
+        "--lower-outage-grace",
+        type=duration,
+        default=900.0,
+        help="keep policy: how long a lower outage leaves the Node Ready (seconds or a "
+        "duration like 15m; 0: Ready False at once); past it the Node is not Ready and its "
+        "pods are evicted after their not-ready toleration (300 s by default)",
     )
 
 
@@ -920,6 +948,17 @@ def _node_settings(
         lower_node_labels_to_copy=_label_keys(
             args.lower_node_labels_to_copy, flag="--lower-node-labels-to-copy"
         ),
+        lower_outage_policy=_lower_outage_policy(args.lower_outage_policy),
+        lower_outage_grace=args.lower_outage_grace,
+    )
+
+
+def _lower_outage_policy(value: str) -> LowerOutagePolicy:
+    for policy in LOWER_OUTAGE_POLICIES:
+        if policy == value:
+            return policy
+    raise UsageError(  # pragma: no cover - argparse's choices refuse it first
+        f"--lower-outage-policy must be one of {', '.join(LOWER_OUTAGE_POLICIES)}, got {value!r}"
     )
 
 

@@ -18,6 +18,9 @@ TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 PodSecurityLevel = Literal["privileged", "baseline", "restricted"]
 """The levels of the Pod Security Standards (kubernetes.io/docs/concepts/security/)."""
+LowerOutagePolicy = Literal["keep", "evict"]
+"""--lower-outage-policy values (docs/operations/partitions.md)."""
+LOWER_OUTAGE_POLICIES: tuple[LowerOutagePolicy, ...] = ("keep", "evict")
 
 
 def default_cert_dir(node_name: str) -> str:
@@ -88,6 +91,15 @@ class NodeSettings:
     lower_node_labels_to_copy: tuple[str, ...] = ()
     """--lower-node-labels-to-copy: label keys put on the virtual Node with the value every
     node of the pool shares (read at start)."""
+    lower_outage_policy: LowerOutagePolicy = "keep"
+    """--lower-outage-policy: what the Node says while the lower apiserver does not answer.
+    keep: Ready, with the LowerControlPlaneReachable condition False and the NoSchedule
+    taint tensile.io/lower-unreachable, Lease renewed, for `lower_outage_grace`; then Ready
+    False. evict (tensile-kube's): no Lease renewal and no status write at once, so the node
+    lifecycle controller marks the Node Unknown and evicts its pods after their toleration."""
+    lower_outage_grace: float = 900.0
+    """--lower-outage-grace: seconds of a lower outage the Node stays Ready under the keep
+    policy (0: Ready False at the first unanswered ping)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,7 +6,8 @@ moment, a stream that goes silent without closing, 500s on the n-th watch, a ref
 connection that later recovers. Each answer is scripted, and every request the reflector
 makes is recorded so the tests can check its parameters (resourceVersion, bookmarks,
 continue tokens). What a real apiserver does in the same situations (compaction expiring a
-watch, an unreachable lower cluster) is covered by tests/e2e/test_faults.py.
+watch, an unreachable lower cluster) is covered by tests/e2e/test_faults.py and
+tests/e2e/test_partitions.py.
 
 Every test cancels and awaits the informer/reflector task it started, closes its ApiClient
 and the fake server, so the suite's leak check stays quiet.

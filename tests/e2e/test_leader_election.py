@@ -26,11 +26,11 @@ import pytest
 from prometheus_client import REGISTRY
 
 from devcluster.fleet import Fleet
+from devcluster.tcpproxy import FreezableProxy
 from tensile.kube import config, errors
 from tensile.kube.client import ApiClient
 from tensile.kube.leaderelection import LeaderElectionSettings, LeaderElector
 from tensile.kube.resources import LEASES
-from tests.e2e.tcpproxy import FreezableProxy
 
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 6.0, 4.0, 0.5
 MICRO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")

@@ -23,6 +23,7 @@ import yaml
 
 from devcluster.fleet import Fleet
 from devcluster.rest import RestClient
+from devcluster.tcpproxy import FreezableProxy
 from devcluster.vnodes import VirtualNodeProcess
 from tensile.kube.leaderelection import JITTER_FACTOR
 from tests.e2e.helpers import (
@@ -33,7 +34,6 @@ from tests.e2e.helpers import (
     token_kubeconfig,
     wait_for,
 )
-from tests.e2e.tcpproxy import FreezableProxy
 from vnode.cli import lease_name
 
 LEASE, RENEW, RETRY = 4.0, 3.0, 0.5

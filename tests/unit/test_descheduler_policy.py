@@ -19,7 +19,7 @@ from descheduler.policy import (
     exclusion,
 )
 from descheduler.policy import plan as plan_with_waits
-from tensile.contracts import avoidance, descheduling, selectors
+from tensile.contracts import avoidance, descheduling, lowerhealth, selectors
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
 OWNER_UID = "0f3c2a9e-7b1d-4c55-8e2f-5a6b7c8d9e01"
@@ -969,3 +969,39 @@ def test_a_replacement_the_webhook_admitted_without_the_avoidance_is_moved_again
     assert decision.action == "evict"
     assert decision.avoid == {"vn-a"}
     assert decision.message == "may go to vn-b"
+
+
+def _lower_away(name: str) -> dict[str, Any]:
+    away = node(name)
+    away["status"]["conditions"].append(
+        {"type": lowerhealth.LOWER_REACHABLE_CONDITION, "status": "False"}
+    )
+    return away
+
+
+def test_a_node_whose_lower_control_plane_does_not_answer_neither_gives_nor_takes_pods() -> None:
+    """Its pods' statuses are as last seen (a pod Pending there may run below by now): none
+    is judged; and nothing is sent there. A pod that has tried every other node waits, not
+    for good."""
+    assert (
+        plan(
+            [pod()],
+            nodes=[_lower_away("vn-a"), *NODES[1:]],
+            record=None,
+            budgets=[],
+            criteria=CRITERIA,
+            now=NOW,
+        ).decisions
+        == ()
+    )
+    owner = avoidance.controller_of(pod())
+    assert owner is not None
+    record = avoidance.with_avoidance(
+        None, owner=owner, nodes=["vn-b"], until=NOW + dt.timedelta(minutes=5), now=NOW
+    )
+    nodes = [node("vn-a"), node("vn-b"), _lower_away("vn-c")]
+    [decision] = plan(
+        [pod()], nodes=nodes, record=record, budgets=[], criteria=CRITERIA, now=NOW
+    ).decisions
+    assert decision.action == "exhausted"
+    assert not decision.for_good

@@ -64,6 +64,20 @@ def test_health(ready: str, lease: dict[str, Any] | None, state: str) -> None:
     assert status.health(_node(ready=ready), lease, now=NOW)["state"] == state
 
 
+def test_health_of_a_node_whose_lower_control_plane_does_not_answer() -> None:
+    node = _node(ready="True")
+    node["status"]["conditions"].append(
+        {"type": "LowerControlPlaneReachable", "status": "False",
+         "reason": "LowerControlPlaneUnreachable", "message": "not answered since T"}
+    )  # fmt: skip
+    found = status.health(node, _lease(5), now=NOW)
+    assert (found["state"], found["reason"], found["message"]) == (
+        "unreachable",
+        "LowerControlPlaneUnreachable",
+        "not answered since T",
+    )
+
+
 UNPLACEABLE = {
     "phase": "Pending",
     "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",

@@ -2,7 +2,7 @@
 
 The pod controller runs here with the k2k provider on fake upper and lower APIs (the
 informers do not run: their stores and handlers are fed as they would be). What a real
-lower outage does end to end is in tests/e2e/test_faults.py.
+lower outage does end to end is in tests/e2e/test_partitions.py.
 """
 
 from __future__ import annotations
@@ -128,3 +128,39 @@ async def test_a_pod_terminating_upstairs_whose_lower_delete_fails_waits_as_tran
     with pytest.raises(Transient, match="lower cluster"):
         await controller._sync_pod_now(KEY)
     assert setup.upper.requests_of("DELETE", "pods") == [], "not finalized upstairs"
+
+
+@pytest.mark.parametrize("how", ["deletion event", "orphan key"])
+async def test_a_pod_the_cache_lost_but_the_api_has_keeps_its_lower_pod(how: str) -> None:
+    """A cache that no longer shows a pod (a deletion it made up, an orphan the patrol
+    queued from it) while the upper cluster still has it bound here, not being deleted:
+    nothing is deleted below. A cache cannot be made to lose a pod on a real server on
+    demand, hence the fakes. Once the API no longer has it, the lower pod goes."""
+    setup = Setup()
+    controller = _controller(setup)
+    await _running_below(setup, controller)
+    setup.upper.put(PODS, upper_pod())  # the API has it, bound to vn-1
+    controller.informer.store.delete(KEY)
+    if how == "deletion event":
+        controller._deleted(upper_pod())
+    await controller._sync_pod_now(KEY)
+    assert _lower(setup) is not None, "the lower pod of a live upper pod stays"
+    assert setup.lower.requests_of("DELETE", "pods") == []
+    assert controller._gone == {}
+
+    setup.upper.remove(PODS, "web", namespace="team")
+    if how == "deletion event":
+        controller._deleted(upper_pod())
+    await controller._sync_pod_now(KEY)
+    assert _lower(setup) is None
+
+
+async def test_an_upper_cluster_that_cannot_say_defers_the_deletion_below() -> None:
+    setup = Setup()
+    controller = _controller(setup)
+    await _running_below(setup, controller)
+    controller.informer.store.delete(KEY)
+    setup.upper.fail("GET", "pods", error=unreachable())
+    with pytest.raises(Transient):
+        await controller._sync_pod_now(KEY)
+    assert _lower(setup) is not None

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from scheduler import extender
+from scheduler import extender, service
 from scheduler.summaries import Summaries
-from tensile.contracts import clusterselector
+from tensile.contracts import clusterselector, lowerhealth
 from tensile.placement import fit, summary
 
 
@@ -161,3 +161,51 @@ def test_args_as_go_writes_them_are_read(summaries: Summaries) -> None:
     assert call.nodes is None
     lower = extender.read_extender_args({"pod": _pod("1"), "nodenames": ["x"]})
     assert lower.names == ("x",)
+
+
+def test_a_node_whose_lower_control_plane_does_not_answer_fits_nothing(
+    summaries: Summaries,
+) -> None:
+    """Its summary is as last seen and a pod bound there would wait for the lower apiserver:
+    it fails the filter, saying why, and scores 0; it fits again once the condition turns
+    (the verdicts remembered for it are not reused)."""
+    recent = extender.Recent()
+    pod = {
+        **_pod("500m"),
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "1"},
+    }
+    call = extender.read_extender_args({"pod": pod, "NodeNames": ["vn-a", "vn-b"]})
+
+    def judged() -> list[extender.Verdict]:
+        return extender.judge(call, summaries=summaries, policy=extender.Policy(), recent=recent)
+
+    assert [v.fits for v in judged()] == [True, True]
+    away = _virtual_node("vn-b", _lower_node("b1", "8"))
+    condition = {"type": lowerhealth.LOWER_REACHABLE_CONDITION, "status": "False"}
+    summaries.put({**away, "status": {"conditions": [condition]}})
+    result = extender.filter_result(call, judged())
+    assert result["NodeNames"] == ["vn-a"]
+    assert result["FailedNodes"] == {
+        "vn-b": "lower cluster of vn-b: its control plane does not answer "
+        "(LowerControlPlaneReachable is False)"
+    }
+    assert [p["Score"] for p in extender.priorities(judged())][1] == 0
+    summaries.put(away)
+    assert [v.fits for v in judged()] == [True, True]
+
+
+def test_the_informer_keeps_only_whether_the_lower_control_plane_answers() -> None:
+    node = _virtual_node("vn", _lower_node("n1", "8"))
+    down = {
+        **node,
+        "status": {
+            "conditions": [
+                {"type": "Ready", "status": "True", "lastHeartbeatTime": "t"},
+                {"type": "LowerControlPlaneReachable", "status": "False", "message": "m"},
+            ]
+        },
+    }
+    assert service.slim_node(down)["status"] == {
+        "conditions": [{"type": "LowerControlPlaneReachable", "status": "False"}]
+    }
+    assert "status" not in service.slim_node(node)

@@ -6,10 +6,11 @@ No I/O and no mutation of inputs; `node.py` writes these.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tensile.contracts import labels as contract_labels
+from vnode.controllers import lower_outage
 from vnode.settings import NodeSettings
 
 # -- the Node ---------------------------------------------------------------------------------
@@ -57,8 +58,7 @@ def node_object(settings: NodeSettings) -> dict[str, Any]:
     }
 
 
-_CONDITIONS = (
-    ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+_PRESSURES = (
     (
         "MemoryPressure",
         "False",
@@ -70,6 +70,12 @@ _CONDITIONS = (
 )
 
 
+HEALTHY: tuple[Mapping[str, str], ...] = lower_outage.stance(
+    policy="keep", grace=0.0, outage=None, now=0.0
+).conditions
+"""Ready True and LowerControlPlaneReachable True (the lower apiserver answers)."""
+
+
 def node_status(
     current: Mapping[str, Any] | None,
     *,
@@ -77,19 +83,27 @@ def node_status(
     capacity: Mapping[str, str],
     node_info: Mapping[str, str],
     now: str,
+    health: Sequence[Mapping[str, str]] = HEALTHY,
 ) -> dict[str, Any]:
     """Return the strategic merge patch body for `nodes/<name>/status`.
 
-    Conditions keep their lastTransitionTime while their status is unchanged and carry a
-    fresh heartbeat; addresses are InternalIP (and ExternalIP if set), never a Hostname
-    (which would win over InternalIP on apiservers with the default address order and
-    need to resolve).
+    `health` are the Ready and LowerControlPlaneReachable conditions (type, status, reason,
+    message: `lower_outage.Stance.conditions`); Ready comes first, the pressures (always
+    False) after it, the others last. Conditions keep their lastTransitionTime while their
+    status is unchanged and carry a fresh heartbeat; addresses are InternalIP (and
+    ExternalIP if set), never a Hostname (which would win over InternalIP on apiservers
+    with the default address order and need to resolve).
     """
     previous = {
         c.get("type"): c for c in ((current or {}).get("status") or {}).get("conditions") or []
     }
+    rows = [
+        *[(c["type"], c["status"], c["reason"], c["message"]) for c in health[:1]],
+        *_PRESSURES,
+        *[(c["type"], c["status"], c["reason"], c["message"]) for c in health[1:]],
+    ]
     conditions = []
-    for ctype, status, reason, message in _CONDITIONS:
+    for ctype, status, reason, message in rows:
         old = previous.get(ctype) or {}
         transition = old.get("lastTransitionTime") if old.get("status") == status else None
         conditions.append(

@@ -26,6 +26,18 @@ def spec_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     return any(old_spec.get(f) != new_spec.get(f) for f in _MUTABLE_SPEC)
 
 
+def bound_here(pod: Mapping[str, Any], *, node_name: str, uid: str | None) -> bool:
+    """Tell whether upper pod `pod`, as the API returned it, is bound to node `node_name`,
+    not being deleted, and of UID `uid` (any UID when None): a pod whose lower pod must
+    stay, whatever a cache says."""
+    meta = meta_of(pod)
+    return (
+        (pod.get("spec") or {}).get("nodeName") == node_name
+        and not meta.get("deletionTimestamp")
+        and (uid is None or meta.get("uid") == uid)
+    )
+
+
 def nothing_to_tell(status: Mapping[str, Any]) -> bool:
     """Tell whether a backend pod's status says nothing the upper pod does not already say:
     Pending, with no container statuses, no message or reason, and no condition but

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from tensile.contracts.objects import Obj, deletion_timestamp_of, meta_of
+from tensile.contracts.objects import Obj, deletion_timestamp_of, meta_of, uid_of
 from tensile.kube import errors, timestamps
 from tensile.kube.backoff import ExponentialBackoff
 from tensile.kube.client import MERGE_PATCH, ApiClient
@@ -82,6 +82,7 @@ class PodController:
         self._recorder = recorder
         self._sync_timeout = sync_timeout
         self._taints = tuple(taints)
+        self._node_name = node_name
         self.informer = informers.informer(
             upper,
             PODS,
@@ -287,14 +288,47 @@ class PodController:
         whatever of ours still stands for the key."""
         gone = self._gone.get(key)
         if gone is None:
+            if await self._alive_upstairs(key, uid=None):
+                return
             try:
                 await self._provider.delete_dangling(key)
             except provider_errors.BackendUnavailable as exc:
                 raise Transient(str(exc)) from exc
             return
+        backend = self._provider.backend_pod(gone)
+        if (
+            backend is not None
+            and not deletion_timestamp_of(backend)
+            and await self._alive_upstairs(key, uid=uid_of(gone))
+        ):
+            if self._gone.get(key) is gone:
+                del self._gone[key]
+            return
         if await self._delete_below(gone) and self._gone.get(key) is gone:
             del self._gone[key]
         # Otherwise the provider's deletion event brings the key back.
+
+    async def _alive_upstairs(self, key: str, *, uid: str | None) -> bool:
+        """Tell whether the API has upper pod `key` bound to this node and not being
+        deleted (of UID `uid`, unless None), although the cache no longer shows it: then
+        nothing of it is deleted below (a cache that lost a pod, e.g. one that lags behind
+        after a partition, never costs a running pod; the patrol's audit relists it).
+        Raises Transient while the upper cluster does not answer."""
+        namespace, name = split_key(key)
+        try:
+            found = await self._upper.request("GET", PODS.path(namespace=namespace, name=name))
+        except errors.NotFound:
+            return False
+        except errors.TRANSIENT as exc:
+            raise Transient(f"reading upper pod {key} before deleting below: {exc}") from exc
+        if not pod_decisions.bound_here(found, node_name=self._node_name, uid=uid):
+            return False
+        logger.warning(
+            "pod %s: the cache no longer has it, but the upper cluster does (bound to this "
+            "node): its lower pod is kept",
+            key,
+        )
+        return True
 
     async def _delete_below(self, pod: Obj) -> bool:
         """Have the provider delete `pod` (its grace period); True once it is gone below.

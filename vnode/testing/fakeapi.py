@@ -150,7 +150,7 @@ class FakeApi(ApiClient):
 
     Objects live per resource (API group/version and plural) and namespace. Creates assign
     `uid`, `resourceVersion` (one counter for all, as etcd's revision) and
-    `creationTimestamp`; every write bumps `resourceVersion`; a PUT whose
+    `creationTimestamp`; every write bumps `resourceVersion`; a PUT or PATCH whose
     `resourceVersion` differs is a 409 Conflict, a DELETE whose `preconditions` differ
     too. `requests` records what was asked, in order.
     """
@@ -383,6 +383,7 @@ class FakeApi(ApiClient):
         if method == "PUT":
             objects[key] = self._stamp(_replaced(current, body, target), new=False)
         elif method == "PATCH":
+            _check_version(current, body, target)  # a patch naming one is conditional too
             objects[key] = self._stamp(merge_patch(current, body), new=False)
         else:
             raise _not_allowed(method, target)
@@ -437,14 +438,7 @@ def _not_allowed(method: str, target: Target) -> errors.ApiError:
 def _replaced(current: Mapping[str, Any], body: Any, target: Target) -> dict[str, Any]:
     """What a PUT of `body` makes of `current` (the status only, for /status); raises a
     409 Conflict when the body's resourceVersion is set and not the current one."""
-    wanted = resource_version_of(body)
-    if wanted and wanted != resource_version_of(current):
-        raise status_error(
-            409,
-            reason="Conflict",
-            message=f'Operation cannot be fulfilled on {target.plural} "{target.name}": the '
-            "object has been modified; please apply your changes to the latest version",
-        )
+    _check_version(current, body, target)
     if target.subresource == "status":
         return {**copy.deepcopy(dict(current)), "status": copy.deepcopy(body.get("status"))}
     replaced = copy.deepcopy(dict(body))
@@ -454,6 +448,18 @@ def _replaced(current: Mapping[str, Any], body: Any, target: Target) -> dict[str
         "creationTimestamp": meta_of(current).get("creationTimestamp"),
     }
     return replaced
+
+
+def _check_version(current: Mapping[str, Any], body: Any, target: Target) -> None:
+    """Raise a 409 Conflict when `body` names a resourceVersion that is not `current`'s."""
+    wanted = resource_version_of(body) if isinstance(body, Mapping) else ""
+    if wanted and wanted != resource_version_of(current):
+        raise status_error(
+            409,
+            reason="Conflict",
+            message=f'Operation cannot be fulfilled on {target.plural} "{target.name}": the '
+            "object has been modified; please apply your changes to the latest version",
+        )
 
 
 def _not_found(target: Target) -> errors.ApiError:

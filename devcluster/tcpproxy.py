@@ -1,6 +1,7 @@
-"""A TCP proxy a test can freeze: the network between one process and an apiserver cut on
-demand, as a partition that drops packets (connections stay open, nothing arrives, nothing
-is refused), while every other process still reaches that apiserver directly.
+"""A TCP proxy a test or a benchmark can freeze: the network between one process and an
+apiserver cut on demand, as a partition that drops packets (connections stay open, nothing
+arrives, nothing is refused), while every other process still reaches that apiserver
+directly.
 
 It runs its own event loop in a thread, so a synchronous test and an asyncio one use it
 alike. TLS passes through untouched: a client verifies the apiserver's certificate as
@@ -117,6 +118,11 @@ class FreezableProxy:
                 group.create_task(self._pump(upstream_reader, writer))
         except (OSError, ExceptionGroup):
             pass  # either side went away: so does the connection
+        except asyncio.CancelledError:
+            # Closed by `close`: the handler ends normally, since on Python 3.11
+            # start_server's done-callback asks a cancelled handler for its exception,
+            # which raises and logs a traceback per connection.
+            pass
         finally:
             self._tasks.discard(task)
             for side in (writer, upstream):
