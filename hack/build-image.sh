@@ -102,6 +102,11 @@ if [[ "${sbom}" != none ]]; then
   if [[ -z "${syft}" ]]; then
     tools="${TENSILE_CACHE_DIR:-${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}/.cache/tensile}/tools"
     syft="${tools}/syft-${SYFT_VERSION}/syft"
+    if [[ ! -x "${syft}" ]] && ! command -v go >/dev/null 2>&1; then
+      echo "error: the image ${image} is built, but its SBOM needs syft: install Go >= 1.26" >&2
+      echo "       (syft is built from its Go module), set SYFT to a syft binary, or SBOM=none" >&2
+      exit 2
+    fi
     if [[ ! -x "${syft}" ]]; then
       echo "building syft ${SYFT_VERSION} from its Go module into ${syft%/syft} ..."
       GOFLAGS="-mod=mod -buildvcs=false" GOWORK=off CGO_ENABLED=0 GOBIN="${syft%/syft}" \
