@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build tensile's image (the Dockerfile at the repository's root) with whatever builder
 # this machine has: docker (with a running daemon), podman, or buildah (daemonless, from
-# Debian's packages). Prints the image's name last.
+# Debian's packages), then its SBOM (CycloneDX JSON, made by syft from the built image: the
+# Debian packages of its /var/lib/dpkg/status and the Python packages of its venv) beside
+# it. Prints the image's name last.
 #
 # Usage: hack/build-image.sh
 #   IMAGE       the name to give it (default tensile/tensile:<version in pyproject.toml>)
@@ -15,6 +17,9 @@
 #   BUILDER     docker, podman or buildah, to choose when several are installed.
 #   PIP_CERT    a CA bundle (PEM) for pip inside the build, where PyPI is reached through a
 #               TLS-intercepting proxy: passed as a build secret, kept out of the image.
+#   SBOM        where to write the SBOM (default dist/tensile-<version>.cdx.json); `none`:
+#               make none. syft is built once from its pinned Go module (SYFT_VERSION below)
+#               into the tools cache (needs `go`), or taken from $SYFT.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -87,4 +92,38 @@ case "${builder}" in
   buildah) buildah_ bud --layers "${args[@]}" . ;;
   *) echo "error: BUILDER must be docker, podman or buildah, not ${builder}" >&2; exit 2 ;;
 esac
+
+# The SBOM, from the image as built (an OCI or docker archive of it), with syft: Anchore's
+# SBOM generator, maintained, reading both dpkg's status and Python's installed metadata.
+SYFT_VERSION=v1.57.1
+sbom="${SBOM:-dist/tensile-${version}.cdx.json}"
+if [[ "${sbom}" != none ]]; then
+  syft="${SYFT:-}"
+  if [[ -z "${syft}" ]]; then
+    tools="${TENSILE_CACHE_DIR:-${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}/.cache/tensile}/tools"
+    syft="${tools}/syft-${SYFT_VERSION}/syft"
+    if [[ ! -x "${syft}" ]] && ! command -v go >/dev/null 2>&1; then
+      echo "error: the image ${image} is built, but its SBOM needs syft: install Go >= 1.26" >&2
+      echo "       (syft is built from its Go module), set SYFT to a syft binary, or SBOM=none" >&2
+      exit 2
+    fi
+    if [[ ! -x "${syft}" ]]; then
+      echo "building syft ${SYFT_VERSION} from its Go module into ${syft%/syft} ..."
+      GOFLAGS="-mod=mod -buildvcs=false" GOWORK=off CGO_ENABLED=0 GOBIN="${syft%/syft}" \
+        go install -ldflags="-s -w" "github.com/anchore/syft/cmd/syft@${SYFT_VERSION}"
+    fi
+  fi
+  archive_dir="$(mktemp -d)"
+  case "${builder}" in
+    docker) docker save -o "${archive_dir}/image.tar" "${image}"; source_="docker-archive:${archive_dir}/image.tar" ;;
+    podman) podman save --format oci-archive -o "${archive_dir}/image.tar" "${image}"; source_="oci-archive:${archive_dir}/image.tar" ;;
+    buildah) buildah_ push "${image}" "oci-archive:${archive_dir}/image.tar:${image}"; source_="oci-archive:${archive_dir}/image.tar" ;;
+  esac
+  mkdir -p "$(dirname "${sbom}")"
+  SYFT_CHECK_FOR_APP_UPDATE=false "${syft}" scan "${source_}" --quiet \
+    --source-name "${image%:*}" --source-version "${image##*:}" \
+    --output "cyclonedx-json=${sbom}"
+  rm -rf "${archive_dir}"
+  echo "SBOM (CycloneDX) of ${image}: ${sbom}"
+fi
 echo "${image}"

@@ -15,6 +15,8 @@ from the code, never by hand:
   tensile/contracts/podpolicy.py (`ROWS`), one row per field a tenant writes that reaches
   the lower cluster (generated sections of hand-written pages are in SECTIONS);
 - docs/assets/*.svg: the diagrams of hack/diagrams.py, drawn from their descriptions there;
+- charts/tensile/README.md, its section between the `values` markers: the chart's values
+  table from values.schema.json and values.yaml (hack/chart_values.py);
 - layout.md (docs/, not docs/reference/): the code layout: the programs, the local fleet and
   the parts of the shared library, each with its package docstring and the first paragraph
   of every module's; which imports which (the import graph, from grimp); and the
@@ -752,6 +754,19 @@ def _diagrams() -> ModuleType:
     return sys.modules[name]
 
 
+def _chart_values() -> ModuleType:
+    """hack/chart_values.py, loaded from its file as _diagrams loads hack/diagrams.py."""
+    name = "tensile_docs_chart_values"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "hack" / "chart_values.py")
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
 def _diagram_pages() -> dict[str, Callable[[], str]]:
     diagrams = _diagrams()
     return {
@@ -774,6 +789,10 @@ SECTIONS = {
 }
 """Generated sections of hand-written pages, by the page's path under docs/ and the section's
 name: each between a `_BEGIN` and an `_END` line of that name."""
+REPOSITORY_SECTIONS = {
+    "charts/tensile/README.md": {"values": lambda: _chart_values().chart_values_section()},
+}
+"""Generated sections of hand-written files outside docs/, by their path in the repository."""
 _BEGIN = "<!-- generated section {name}: by hack/gen-docs.py from the code, run `make docs-gen` -->"
 _END = "<!-- end of generated section {name} -->"
 
@@ -808,6 +827,12 @@ def stale_pages() -> dict[Path, str]:
         path = DOCS / name
         current = path.read_text()
         text = with_sections(current, sections, page=name)
+        if text != current:
+            stale[path] = text
+    for name, sections in REPOSITORY_SECTIONS.items():
+        path = ROOT / name
+        current = path.read_text()
+        text = with_sections(current, sections, page=f"../{name}")
         if text != current:
             stale[path] = text
     return stale

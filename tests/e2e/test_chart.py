@@ -13,10 +13,13 @@ arguments and volumes start them, its Secret carries the lower kubeconfig.
 from __future__ import annotations
 
 import base64
+import http.server
 import json
 import socket
 import ssl
 import subprocess
+import sys
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -178,6 +181,63 @@ def test_cert_manager_mode_uses_a_certificate_and_drops_the_bootstrap_permission
     objects = render(helm, {"webhook": {"certManager": {"enabled": True, "issuerRef": issuer}}})
     assert by_kind(objects, "Certificate", webhook)["spec"]["issuerRef"] == issuer
     assert not [o for o in objects if o["kind"] == "Issuer"]
+
+
+def _health_test_pod(objects: list[dict[str, Any]]) -> dict[str, Any] | None:
+    return next((o for o in objects if o["metadata"]["name"] == f"{FULLNAME}-test-health"), None)
+
+
+def test_helm_test_asks_each_deployed_program_for_its_health(helm: str, tmp_path: Path) -> None:
+    """`helm test`'s pod (templates/tests/): rendered, and its check run here against a
+    server that answers and a port where none listens. Not run with `helm test` on the
+    fleet: its pods are kwok's, which run no container (kwok marks a test pod Succeeded
+    whatever it would do), so that would test nothing."""
+    pod = _health_test_pod(render(helm, {"scheduler": {"enabled": True}}))
+    assert pod is not None
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    container = pod["spec"]["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    python, flag, script, *urls = container["command"]
+    assert (python, flag) == ("python3", "-c")
+    assert urls == [
+        f"https://{FULLNAME}-webhook.{NAMESPACE}.svc:443/healthz",
+        f"https://{FULLNAME}-scheduler.{NAMESPACE}.svc:443/healthz",
+    ]
+    # Only what is deployed is asked; nothing deployed, no test pod.
+    webhook_only = _health_test_pod(render(helm, {}))
+    assert webhook_only is not None
+    assert webhook_only["spec"]["containers"][0]["command"][3:] == urls[:1]
+    assert _health_test_pod(render(helm, {"webhook": {"enabled": False}})) is None
+
+    # The check itself: 0 when every program answers 200, 1 naming the one that does not.
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path == "/healthz" else 500)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    thread = threading.Thread(target=server.serve_forever, name="health", daemon=True)
+    thread.start()
+    try:
+        up = f"http://127.0.0.1:{server.server_address[1]}"
+        closed = f"http://127.0.0.1:{ports.pick()}/healthz"
+        ok = subprocess.run([sys.executable, "-c", script, f"{up}/healthz"],
+                            capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        assert ok.returncode == 0, ok.stdout
+        bad = subprocess.run([sys.executable, "-c", script, f"{up}/healthz", f"{up}/x", closed],
+                             capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        assert bad.returncode == 1
+        assert f"{up}/x failed" in bad.stdout
+        assert f"{closed} failed" in bad.stdout
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
 
 
 def test_the_scheduler_extender_is_off_by_default(helm: str) -> None:

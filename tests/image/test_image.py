@@ -1,5 +1,6 @@
 """The image (Dockerfile) built by `make image` runs its programs as its config says: as
-user 65532, on a read-only root filesystem.
+user 65532, on a read-only root filesystem; it holds no shell, package manager, pip or
+compiler, and its build writes a CycloneDX SBOM beside it naming what it holds.
 
 Skipped unless buildah (Debian: `apt-get install buildah mmdebstrap`) is installed and
 this runs as root (the root filesystem is mounted and entered with unshare and chroot: no
@@ -17,6 +18,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
+from urllib.parse import unquote
 
 import pytest
 
@@ -40,11 +42,17 @@ def buildah(*args: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def image_root() -> Iterator[tuple[Path, dict[str, object]]]:
+def sbom(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the build writes the image's SBOM."""
+    return tmp_path_factory.mktemp("sbom") / "tensile.cdx.json"
+
+
+@pytest.fixture(scope="module")
+def image_root(sbom: Path) -> Iterator[tuple[Path, dict[str, object]]]:
     """Build the image, mount a container of it; yield its root and its config."""
     subprocess.run(
         [str(ROOT / "hack" / "build-image.sh")],
-        env={**os.environ, "IMAGE": IMAGE, "BUILDER": "buildah"},
+        env={**os.environ, "IMAGE": IMAGE, "BUILDER": "buildah", "SBOM": str(sbom)},
         # The build reaches Debian's mirror and PyPI: out of the tests' private network.
         preexec_fn=netns.in_host_network(),
         check=True,
@@ -90,20 +98,53 @@ def test_the_image_runs_its_programs_as_a_non_root_user_on_a_read_only_root(
 ) -> None:
     root, config = image_root
     assert config["User"] == "65532:65532"
-    # `--version` where the programs have it (issue 24 §1), `--help` before.
-    has_version = (ROOT / "vnode" / "serving" / "version.py").exists()
-    programs = ["virtual-node", "tensile-webhook", "tensile-descheduler"]
-    if (ROOT / "scheduler").is_dir():  # the extender, where it is built
-        programs.append("tensile-scheduler")
+    programs = [
+        "virtual-node", "tensile-webhook", "tensile-descheduler", "tensile-scheduler",
+        "kubectl-tensile",
+    ]  # fmt: skip
     for program in programs:
-        flag = "--version" if has_version else "--help"
-        done = run_in(root, config, [program, flag])
+        done = run_in(root, config, [program, "version"])
         assert done.returncode == 0, done.stderr
-        assert program in done.stdout
-    # The root filesystem really was read-only, and the user really not root.
-    done = run_in(root, config, ["/bin/sh", "-c", "id -u; touch /opt/tensile/x"])
+        assert done.stdout.startswith(f"{program} "), done.stdout
+    # The root filesystem really was read-only, and the user really not root (asked of
+    # Python: the image has no shell).
+    probe = "import os; print(os.getuid()); open('/opt/tensile/x', 'w')"
+    done = run_in(root, config, ["python3", "-c", probe])
     assert done.stdout.split()[0] == "65532"
     assert "Read-only file system" in done.stderr
+
+
+def test_the_image_holds_no_shell_package_manager_pip_or_compiler(
+    image_root: tuple[Path, dict[str, object]],
+) -> None:
+    root, _ = image_root
+    for tool in ("sh", "bash", "dash", "apt", "apt-get", "dpkg", "pip", "pip3", "gcc", "cc"):
+        for directory in ("usr/bin", "usr/sbin", "usr/local/bin", "opt/tensile/bin"):
+            assert not (root / directory / tool).exists(), f"/{directory}/{tool}"
+    site = next((root / "opt" / "tensile" / "lib").glob("python3*/site-packages"))
+    assert not list(site.glob("pip*")), "pip is installed in the venv"
+    assert not list(site.glob("setuptools*"))
+
+
+def test_the_sbom_names_the_debian_and_python_packages_in_the_image(
+    image_root: tuple[Path, dict[str, object]], sbom: Path
+) -> None:
+    root, _ = image_root
+    document = json.loads(sbom.read_text())
+    assert document["bomFormat"] == "CycloneDX"
+    purls = [c.get("purl", "") for c in document["components"]]
+    assert any(p.startswith("pkg:deb/debian/python3.11-minimal@") for p in purls), purls
+    assert any(p.startswith("pkg:deb/debian/libssl3@") for p in purls)
+    for package in ("tensile", "kubernetes", "aiohttp", "cryptography"):
+        assert any(p.startswith(f"pkg:pypi/{package}@") for p in purls), package
+    # Every Debian package the image records is in the SBOM, and nothing it does not hold.
+    status = (root / "var" / "lib" / "dpkg" / "status").read_text()
+    recorded = {
+        line.split(": ", 1)[1] for line in status.splitlines() if line.startswith("Package: ")
+    }
+    named = {unquote(p.split("/")[2].split("@")[0]) for p in purls if p.startswith("pkg:deb/")}
+    assert named == recorded
+    assert not any(p.startswith("pkg:pypi/pip@") for p in purls)
 
 
 @pytest.mark.parametrize(
