@@ -58,6 +58,8 @@ def test_the_node_registers_like_a_kubelet(fleet: Fleet, virtual_node: VirtualNo
         "MemoryPressure": "False",
         "DiskPressure": "False",
         "PIDPressure": "False",
+        # Tensile's own, beside the kubelet's (docs/operations/partitions.md).
+        "LowerControlPlaneReachable": "True",
     }
     # Three kwok nodes of 32 CPU / 256Gi / 110 pods each, minus what other pods hold.
     assert 0 < int(status["allocatable"]["pods"]) <= 330
