@@ -316,6 +316,15 @@ def test_a_quotad_namespaces_pods_go_only_where_its_slices_are(
 
 
 def _slices_extender(topology: Topology, log_dir: Path) -> SchedulerExtenderProcess:
+    """A tensile-scheduler with its slice controller, started once the earlier tests'
+    quota'd namespaces are gone: slices are placed across every quota'd namespace, so a
+    namespace still terminating would take room the test counts on (its deletion is not
+    waited for where it is asked)."""
+    wait_for(
+        "no ResourceQuota left from earlier tests",
+        lambda: not topology.upper.request("GET", "/api/v1/resourcequotas").get("items"),
+        timeout=60,
+    )
     extender = SchedulerExtenderProcess(
         topology.fleet,
         log_dir=log_dir,
