@@ -54,9 +54,9 @@ from pathlib import Path
 from typing import Any
 
 import harness
-import yaml
 
 from devcluster.cluster import FleetSettings, LowerClusterSettings
+from devcluster.faults import kubeconfig_through, lose_lower_node
 from devcluster.fleet import Fleet
 from devcluster.rest import ApiStatusError, RestClient
 from devcluster.tcpproxy import FreezableProxy
@@ -134,29 +134,6 @@ def start_control_plane(fleet: Fleet, cluster: str) -> None:
         names.append("kwok")
     for name in names:
         fleet.start_component(f"{cluster}-{name}")
-
-
-def through(kubeconfig: Path, server: str, path: Path) -> Path:
-    config = yaml.safe_load(kubeconfig.read_text())
-    for cluster in config["clusters"]:
-        cluster["cluster"]["server"] = server
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def lose_lower_node(lower: RestClient, node: str) -> None:
-    """The lower Node goes, and its pods with it (force-deleted at once, as the pod garbage
-    collector does once the Node has been gone 40 s)."""
-    lower.request("DELETE", f"/api/v1/nodes/{node}")
-    found = lower.request("GET", f"/api/v1/pods?fieldSelector=spec.nodeName%3D{node}")
-    for item in found["items"]:
-        meta = item["metadata"]
-        with contextlib.suppress(ApiStatusError):
-            lower.request(
-                "DELETE",
-                f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
-                body={"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
-            )
 
 
 # -- the workload ------------------------------------------------------------------------------
@@ -304,11 +281,15 @@ class Bench:
             if case.fault == "lower-cut":
                 proxy = stack.enter_context(FreezableProxy(self.fleet.lower.server))
                 path = self.logs / f"lower-{secrets.token_hex(2)}.kubeconfig"
-                kwargs["lower_kubeconfig"] = through(self.fleet.lower.kubeconfig, proxy.url, path)
+                kwargs["lower_kubeconfig"] = kubeconfig_through(
+                    self.fleet.lower.kubeconfig, proxy.url, path
+                )
             elif case.fault == "upper-cut":
                 proxy = stack.enter_context(FreezableProxy(self.fleet.upper.server))
                 path = self.logs / f"upper-{secrets.token_hex(2)}.kubeconfig"
-                kwargs["upper_kubeconfig"] = through(self.fleet.upper.kubeconfig, proxy.url, path)
+                kwargs["upper_kubeconfig"] = kubeconfig_through(
+                    self.fleet.upper.kubeconfig, proxy.url, path
+                )
                 extra = ELECTION
             elif case.fault == "leader-killed":
                 extra = ELECTION

@@ -38,11 +38,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from devcluster.cluster import FleetSettings, LowerClusterSettings, lower_node_name
+from devcluster.faults import kubeconfig_through, lose_lower_node
 from devcluster.fleet import Fleet
-from devcluster.rest import ApiStatusError, RestClient
+from devcluster.rest import RestClient
 from devcluster.tcpproxy import FreezableProxy
 from devcluster.vnodes import VirtualNodeProcess
 from tensile.contracts import clusterselector, lowerhealth
@@ -556,7 +556,7 @@ def partitions(fleet: Fleet, namespace: str, nodes: Nodes, logs: Path) -> Iterat
         above_proxy = stack.enter_context(FreezableProxy(fleet.upper.server))
         cut_below = nodes.new(
             "cutbelow",
-            lower_kubeconfig=_through(
+            lower_kubeconfig=kubeconfig_through(
                 fleet.lower.kubeconfig, below_proxy.url, logs / "lower.kubeconfig"
             ),
         )
@@ -564,7 +564,7 @@ def partitions(fleet: Fleet, namespace: str, nodes: Nodes, logs: Path) -> Iterat
         cut_above = nodes.new(
             "cutabove",
             *ELECTION,
-            upper_kubeconfig=_through(
+            upper_kubeconfig=kubeconfig_through(
                 fleet.upper.kubeconfig, above_proxy.url, logs / "upper.kubeconfig"
             ),
         )
@@ -618,7 +618,7 @@ def partitions(fleet: Fleet, namespace: str, nodes: Nodes, logs: Path) -> Iterat
             down.kill()
             above_proxy.freeze()
             _kill_after_a_renewal(upper, leader)
-            _lose_lower_node(lower, LOST_BELOW)
+            lose_lower_node(lower, LOST_BELOW)
             started = time.monotonic()
             _eventually(
                 lambda: (
@@ -677,15 +677,6 @@ def partitions(fleet: Fleet, namespace: str, nodes: Nodes, logs: Path) -> Iterat
         cut_above.stop()
 
 
-def _through(kubeconfig: Path, server: str, path: Path) -> Path:
-    """`kubeconfig` with its cluster's server replaced by `server`; written to `path`."""
-    config = yaml.safe_load(kubeconfig.read_text())
-    for cluster in config["clusters"]:
-        cluster["cluster"]["server"] = server
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
 def _cordon(lower: RestClient, node: str, cordoned: bool) -> None:
     lower.request(
         "PATCH",
@@ -723,21 +714,6 @@ def _kill_after_a_renewal(upper: RestClient, leader: VirtualNodeProcess) -> None
         timeout=30,
     )
     leader.kill()
-
-
-def _lose_lower_node(lower: RestClient, node: str) -> None:
-    """The lower Node goes, and its pods with it (force-deleted, as the pod garbage
-    collector does once the Node has been gone for 40 s)."""
-    lower.request("DELETE", f"/api/v1/nodes/{node}")
-    found = lower.request("GET", f"/api/v1/pods?fieldSelector=spec.nodeName%3D{node}")
-    for item in found["items"]:
-        meta = item["metadata"]
-        with contextlib.suppress(ApiStatusError):
-            lower.request(
-                "DELETE",
-                f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
-                body={"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
-            )
 
 
 def _replaced(upper: RestClient, namespace: str, node: str, old: set[str]) -> bool:

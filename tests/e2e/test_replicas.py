@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from devcluster.faults import kubeconfig_through
 from devcluster.fleet import Fleet
 from devcluster.rest import RestClient
 from devcluster.tcpproxy import FreezableProxy
@@ -314,15 +315,6 @@ def _shipped_election_args() -> tuple[bool, list[str]]:
     return elects, chosen
 
 
-def _through(kubeconfig: Path, server: str, path: Path) -> Path:
-    """`kubeconfig` with its cluster's server replaced by `server`; written to `path`."""
-    config = yaml.safe_load(kubeconfig.read_text())
-    for cluster in config["clusters"]:
-        cluster["cluster"]["server"] = server
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
 def _removals_since(client: RestClient, namespace: str, version: str) -> list[tuple[str, str, str]]:
     """(plural, name, what) of every deletion asked for in `namespace` after resourceVersion
     `version`, of pods and the copies the node makes: a watch per kind from then, read for
@@ -366,7 +358,9 @@ def test_a_replica_cut_off_from_the_upper_cluster_deletes_nothing_below(
             fleet,
             name=name,
             log_dir=tmp_path / "stale",
-            upper_kubeconfig=_through(kubeconfig, proxy.url, tmp_path / "proxied.kubeconfig"),
+            upper_kubeconfig=kubeconfig_through(
+                kubeconfig, proxy.url, tmp_path / "proxied.kubeconfig"
+            ),
             args=args,
         )
         replacement = VirtualNodeProcess(
