@@ -8,8 +8,15 @@ import time
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from devcluster import processes
+
+# The pure tests run beside the e2e tests on two cores (hack/run-tests.sh), so wall time
+# per example says nothing about the code: Hypothesis's deadline and its input-generation
+# speed check are timed assertions, and a busy machine failed them. Both are off.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 # The fleet's fixtures; also the hook that enters its private network before any test runs.
 pytest_plugins = ["tests.fixtures"]

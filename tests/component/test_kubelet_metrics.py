@@ -35,6 +35,7 @@ from vnode.api import run, stats
 from vnode.api.server import ApiContext, make_app
 from vnode.provider import ContainerUsage, NodeUsage, PodUsage, RemoteCommand, Usage
 from vnode.providers.k2k import resource_usage
+from vnode.providers.k2k.lowerpods import LowerPodBook
 from vnode.providers.k2k.scrape import (
     BODY_LIMIT,
     BearerTokenFile,
@@ -298,7 +299,7 @@ def scraper(
         access=kubelets,
         pods=pod_store,
         nodes=node_store,
-        owner=OWNER,
+        made=LowerPodBook(owner=OWNER).made,
         clock=clock,
         **kwargs,
     )

@@ -14,6 +14,7 @@ from tensile.contracts import ownership
 from vnode.api import stats
 from vnode.provider import ContainerUsage, NodeUsage, PodUsage, Usage
 from vnode.providers.k2k import resource_usage
+from vnode.providers.k2k.lowerpods import LowerPodBook
 
 NODE = "vn-1"
 CLUSTER_ID = "0f3c2a9e-7b1d-4c55-8e2f-5a6b7c8d9e01"
@@ -52,6 +53,7 @@ def lower_pod(
     uid: str | None = "uid-web",
     upper_namespace: str | None = "team",
     start: str | None = "2023-11-14T22:13:20Z",
+    lower_uid: str | None = None,
 ) -> dict[str, Any]:
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
@@ -69,6 +71,7 @@ def lower_pod(
             "namespace": namespace,
             "labels": labels,
             "annotations": annotations,
+            **({"uid": lower_uid} if lower_uid else {}),
         },
         "spec": {"nodeName": node} if node else {},
         "status": {"startTime": start} if start else {},
@@ -169,7 +172,7 @@ def test_owned_pods_are_ours_placed_and_named_as_upstairs() -> None:
         lower_pod("no-uid", uid=None),
         lower_pod("no-start", uid="uid-ns", start=None),
     ]
-    owned = resource_usage.owned_pods(pods, owner=OWNER)
+    owned = resource_usage.owned_pods(pods, made=LowerPodBook(owner=OWNER).made)
     assert set(owned) == {("lo-team", "web"), ("lo-team", "no-start")}
     web = owned[("lo-team", "web")]
     assert web == resource_usage.OwnedPod(
@@ -178,9 +181,22 @@ def test_owned_pods_are_ours_placed_and_named_as_upstairs() -> None:
     assert owned[("lo-team", "no-start")].start_time is None
 
 
+def test_a_pod_copying_the_marks_of_a_pod_the_node_made_is_not_measured_as_it() -> None:
+    # Anyone who may create pods below can copy the ownership marks; the node's own pod
+    # for uid-web is the one whose lower UID it recorded.
+    book = LowerPodBook(owner=OWNER)
+    book.created("uid-web", lower_uid="lower-uid-1")
+    pods = [
+        lower_pod("web", lower_uid="lower-uid-1"),
+        lower_pod("impostor", lower_uid="lower-uid-2"),
+    ]
+    assert set(resource_usage.owned_pods(pods, made=book.made)) == {("lo-team", "web")}
+
+
 def owned() -> dict[resource_usage.LowerKey, resource_usage.OwnedPod]:
     return resource_usage.owned_pods(
-        [lower_pod("web"), lower_pod("other-vn", owner="vn-2", uid="uid-other")], owner=OWNER
+        [lower_pod("web"), lower_pod("other-vn", owner="vn-2", uid="uid-other")],
+        made=LowerPodBook(owner=OWNER).made,
     )
 
 
@@ -579,7 +595,7 @@ def test_a_container_with_an_impossible_value_leaves_its_pod_out(line: str, why:
 
 def test_a_pod_start_time_no_timestamp_can_hold_is_unknown() -> None:
     owned_pods = resource_usage.owned_pods(
-        [lower_pod("web", start="0001-01-01T00:00:00Z")], owner=OWNER
+        [lower_pod("web", start="0001-01-01T00:00:00Z")], made=LowerPodBook(owner=OWNER).made
     )
     assert owned_pods[("lo-team", "web")].start_time is None
 

@@ -155,10 +155,13 @@ def build(
         on_resolved=changes,
         workers=workers,
     )
+    # Which lower pods this node made: their Events, usage and pool reports are the upper
+    # pods'; a pod that only copies the marks is no one's.
+    book = LowerPodBook(owner=owner)
     events = EventMirror(
         upper=events_client,
         lower=lower,
-        owner=owner,
+        made=book.made,
         lower_objects=pods,
         informers=informers,
     )
@@ -195,9 +198,8 @@ def build(
         access=kubelets or ThroughApiserver(lower),
         pods=pods.store,
         nodes=nodes.store,
-        owner=owner,
+        made=book.made,
     )
-    book = LowerPodBook(owner=owner)
     publisher = (
         SummaryPublisher(
             upper=upper_placement or upper,
@@ -253,6 +255,7 @@ def build(
             lower=lower,
             upper_events=events_client,
             owner=owner,
+            made=book.made,
             pool=pool,
             nodes=nodes,
             pods=pods,

@@ -8,7 +8,7 @@ object's namespace; a repeat (count, lastTimestamp) updates it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tensile.contracts import ownership
@@ -107,16 +107,19 @@ class EventMirror:
         *,
         upper: ApiClient,
         lower: ApiClient,
-        owner: ownership.NodeIdentity,
+        made: Callable[[Mapping[str, Any]], bool],
         lower_objects: Informer,
         informers: InformerFactory,
         kind: str = "Pod",
         name: str = "lower-events",
     ):
-        """`lower_objects` caches the lower objects of `kind` (owned ones at least);
-        `name` names the Events informer and, with "_from_lower", its queue."""
+        """`lower_objects` caches the lower objects of `kind` (owned ones at least), of
+        which `made` tells the ones this node made (for pods `LowerPodBook.made`: the marks
+        and the lower UID the node recorded, so an impostor's Events never reach the upper
+        pod its copied marks name); `name` names the Events informer and, with
+        "_from_lower", its queue."""
         self._upper = upper
-        self._owner = owner
+        self._made = made
         self._kind = kind
         self._lower_objects = lower_objects
         self.informer = informers.informer(
@@ -133,7 +136,7 @@ class EventMirror:
     def _owned_object(self, event: Mapping[str, Any]) -> Obj | None:
         involved = event.get("involvedObject") or {}
         pod = self._lower_objects.store.get(f"{involved.get('namespace')}/{involved.get('name')}")
-        if pod is None or not ownership.is_owned(pod, owner=self._owner):
+        if pod is None or not self._made(pod):
             return None
         if involved.get("uid") and involved["uid"] != uid_of(pod):
             return None  # about an earlier pod of the same name

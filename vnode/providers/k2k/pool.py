@@ -20,7 +20,7 @@ the pool's nodes share, so upper nodeSelectors on them keep working.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from tensile.contracts import ownership, selectors
@@ -100,14 +100,17 @@ class PoolWatch:
         lower: ApiClient,
         upper_events: ApiClient,
         owner: ownership.NodeIdentity,
+        made: Callable[[Mapping[str, Any]], bool],
         pool: selectors.Selector,
         nodes: Informer,
         pods: Informer,
     ) -> None:
         """`nodes` is the lower nodes informer filtered by `pool` (its deletions are what
-        is checked); `pods` the lower pods informer; Events go through `upper_events`."""
+        is checked); `pods` the lower pods informer, of which `made` tells the pods this
+        node made (`LowerPodBook.made`: only their upper pods are told); Events go through
+        `upper_events`, as `owner`'s."""
         self._lower = lower
-        self._owner = owner
+        self._made = made
         self._pool = pool
         self._nodes = nodes
         self._pods = pods
@@ -140,7 +143,7 @@ class PoolWatch:
     def outside_nodes(self) -> list[str]:
         """The lower nodes this node's pods are bound to that are not in the pool's cache
         (left the pool, or deleted), sorted."""
-        owned = resource_usage.owned_pods(self._pods.store, owner=self._owner)
+        owned = resource_usage.owned_pods(self._pods.store, made=self._made)
         return sorted({p.node for p in owned.values() if self._nodes.store.get(p.node) is None})
 
     async def shut_down(self) -> None:
@@ -161,7 +164,7 @@ class PoolWatch:
             node = None
         if not left_pool(node, self._pool):
             return
-        owned = resource_usage.owned_pods(self._pods.store, owner=self._owner)
+        owned = resource_usage.owned_pods(self._pods.store, made=self._made)
         on_node = [pod for pod in owned.values() if pod.node == name]
         logger.warning(
             "lower node %s left the pool (%s); %d pods of this node run there",

@@ -136,7 +136,8 @@ class VolumeProvisioner:
         self.events = EventMirror(
             upper=upper_events,
             lower=lower,
-            owner=owner,
+            # Claims are told by their marks: nothing records the lower claim's UID yet.
+            made=lambda claim: ownership.is_owned(claim, owner=owner),
             lower_objects=lower_claims,
             informers=informers,
             kind="PersistentVolumeClaim",

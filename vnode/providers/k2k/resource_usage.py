@@ -18,7 +18,7 @@ import dataclasses
 import datetime as dt
 import ipaddress
 import math
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,16 +179,19 @@ def kubelet_url(node: Mapping[str, Any], path: str) -> str:
 
 
 def owned_pods(
-    pods: Iterable[Mapping[str, Any]], *, owner: ownership.NodeIdentity
+    pods: Iterable[Mapping[str, Any]], *, made: Callable[[Mapping[str, Any]], bool]
 ) -> dict[LowerKey, OwnedPod]:
     """Return this virtual node's lower pods that are placed on a lower node, by lower key.
 
-    `pods` are lower pods as the provider caches them (`slim`); pods of others, and pods
-    without their upper UID or namespace annotations, are not included.
+    `pods` are lower pods as the provider caches them (`slim`); `made` tells the pods this
+    node made (`LowerPodBook.made`: the ownership marks, which anyone who may create pods
+    below can copy, and the lower UID the node recorded). Other pods, and pods without
+    their upper UID or namespace annotations, are not included: an impostor carrying the
+    marks of an upper pod never has its usage reported as that pod's.
     """
     result = {}
     for pod in pods:
-        if not ownership.is_owned(pod, owner=owner):
+        if not made(pod):
             continue
         meta = meta_of(pod)
         annotations = meta.get("annotations") or {}

@@ -22,11 +22,10 @@ import os
 import ssl
 import time
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import aiohttp
 
-from tensile.contracts import ownership
 from tensile.contracts.objects import Obj, name_of
 from tensile.kube import errors
 from tensile.kube.client import ApiClient, read_bounded
@@ -253,7 +252,7 @@ class ResourceScraper:
         access: KubeletAccess,
         pods: Store,
         nodes: Store,
-        owner: ownership.NodeIdentity,
+        made: Callable[[Mapping[str, Any]], bool],
         ttl: float = 10.0,
         timeout: float = 5.0,
         deadline: float = 8.0,
@@ -270,7 +269,7 @@ class ResourceScraper:
         self._access = access
         self._pods = pods
         self._nodes = nodes
-        self._owner = owner
+        self._made = made
         self._ttl = ttl
         self._timeout = timeout
         self._deadline = deadline
@@ -302,7 +301,7 @@ class ResourceScraper:
         rate stays absent, as in the kubelet's own summary.
         """
         async with self._lock:
-            placed = _placement(self._pods, owner=self._owner)
+            placed = _placement(self._pods, made=self._made)
             if (
                 self._answer is not None
                 and time.monotonic() - self._answered_at < self._ttl
@@ -329,7 +328,7 @@ class ResourceScraper:
             return self._answer
 
     async def _round(self, *, deadline_at: float) -> NodeUsage:
-        owned = resource_usage.owned_pods(self._pods, owner=self._owner)
+        owned = resource_usage.owned_pods(self._pods, made=self._made)
         nodes = sorted({p.node for p in owned.values()})
         self._failing &= set(nodes)
         results: dict[str, list[PodUsage]] = {}
@@ -427,10 +426,10 @@ def _measure(
 
 
 def _placement(
-    pods: Store, *, owner: ownership.NodeIdentity
+    pods: Store, *, made: Callable[[Mapping[str, Any]], bool]
 ) -> frozenset[tuple[str, float | None]]:
     # What decides whether a cached answer still covers the node's pods: (upper UID, start).
-    owned = resource_usage.owned_pods(pods, owner=owner)
+    owned = resource_usage.owned_pods(pods, made=made)
     return frozenset((pod.uid, pod.start_time) for pod in owned.values())
 
 
