@@ -2,7 +2,13 @@
 
 import pytest
 
+from tests.e2e import timing
+
 E2E_TIMEOUT = 180  # seconds; each test also bounds its own waits below this
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(timing.FileClock(), "e2e-file-clock")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -11,6 +17,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
             if item.get_closest_marker("timeout") is None:
                 item.add_marker(pytest.mark.timeout(E2E_TIMEOUT))
+    timing.longest_first(items)
 
 
 import secrets  # noqa: E402
