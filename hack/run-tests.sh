@@ -38,7 +38,9 @@ trap 'rm -f "${fast_log}"' EXIT
 
 pytest tests/unit tests/component >"${fast_log}" 2>&1 &
 fast=$!
-pytest --numprocesses="${workers}" --dist=loadfile tests/e2e
+# Files go to the workers in the order collected, which tests/e2e/timing.py makes longest
+# first; xdist's own reordering (by number of tests) would undo that.
+pytest --numprocesses="${workers}" --dist=loadfile --no-loadscope-reorder tests/e2e
 e2e_status=$?
 wait "${fast}"
 fast_status=$?
