@@ -347,6 +347,58 @@ def test_the_prometheus_rule_holds_the_alerts_of_the_parts_the_release_runs(
     assert rule["spec"]["groups"] == [g for g in source if g["name"] in groups]
 
 
+def test_service_monitors_scrape_each_program_over_https_with_prometheus_token(
+    helm: str,
+) -> None:
+    """Off by default (no CRD, no install); on: one ServiceMonitor per program that serves
+    /metrics behind authentication, over HTTPS with the Prometheus ServiceAccount's token,
+    the server's CA named; the metrics-reader ClusterRole allows exactly get nodes/metrics
+    and get /metrics, bound to the accounts listed."""
+    assert not [o for o in render(helm, TWO_NODES) if o["kind"] == "ServiceMonitor"]
+    readers = [{"name": "prometheus-k8s", "namespace": "monitoring"}]
+    objects = render(
+        helm,
+        {
+            **TWO_NODES,
+            "scheduler": {"enabled": True},
+            "monitoring": {
+                "metricsReaders": readers,
+                "serviceMonitor": {"enabled": True, "labels": {"release": "kps"}},
+            },
+        },
+    )
+    monitors = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ServiceMonitor"}
+    parts = ("virtual-node", "webhook", "scheduler")
+    assert set(monitors) == {f"{FULLNAME}-{part}" for part in parts}
+    token = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    for part in parts:
+        monitor = monitors[f"{FULLNAME}-{part}"]
+        assert monitor["metadata"]["labels"]["release"] == "kps"
+        [endpoint] = monitor["spec"]["endpoints"]
+        assert (endpoint["scheme"], endpoint["path"], endpoint["bearerTokenFile"]) == (
+            "https",
+            "/metrics",
+            token,
+        )
+        assert not endpoint["tlsConfig"].get("insecureSkipVerify")
+        assert endpoint["honorLabels"] is (part == "scheduler")  # its `namespace` label
+        # The Service it selects is the program's, at the port named.
+        selector = monitor["spec"]["selector"]["matchLabels"]
+        [service] = [
+            o
+            for o in objects
+            if o["kind"] == "Service" and selector.items() <= o["metadata"]["labels"].items()
+        ]
+        assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    role = by_kind(objects, "ClusterRole", f"{FULLNAME}-metrics-reader")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes/metrics"], "verbs": ["get"]},
+        {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
+    ]
+    binding = by_kind(objects, "ClusterRoleBinding", f"{FULLNAME}-metrics-reader")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", **r} for r in readers]
+
+
 def test_the_dashboards_are_config_maps_for_grafanas_sidecar(helm: str) -> None:
     objects = render(helm, {"monitoring": MONITORING})
     files = sorted((CHART / "files" / "dashboards").glob("*.json"))
