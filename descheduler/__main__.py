@@ -21,7 +21,7 @@ from descheduler.settings import Settings
 from tensile.kube import config, errors
 from tensile.kube.client import ApiClient
 from tensile.serving import election_flags, program
-from tensile.serving.endpoints import Health, metrics_server
+from tensile.serving.endpoints import Health, healthz_server, metrics_server
 from tensile.serving.lifecycle import Runner
 from tensile.serving.preflight import PreflightFailed
 
@@ -66,7 +66,10 @@ async def _run(settings: Settings, info: config.ConnectionInfo, stopping: progra
         health.add_check("informers", descheduler.not_synced)
         # The one round of interval 0 ends the program; a signal ends any other.
         runner = Runner(startup_timeout=0, shutdown_timeout=None, stop_when_done=True)
-        async with metrics_server(settings.metrics_addr, health=health):
+        async with (
+            metrics_server(settings.metrics_addr, health=health),
+            healthz_server(settings.healthz_addr, health=health),
+        ):
             logger.info(
                 "tensile-descheduler %s starting (upper %s, every %gs%s%s)",
                 holder,

@@ -14,7 +14,7 @@ from descheduler.mover import MoveSettings
 from descheduler.policy import POD_SELECTOR, Criteria
 from descheduler.settings import Settings
 from tensile.contracts import avoidance, selectors
-from tensile.serving import election_flags, flags
+from tensile.serving import election_flags, flags, metrics_flags
 from tensile.serving.flags import UsageError
 
 DEFAULT_LEASE = "tensile-system/tensile-descheduler"
@@ -100,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     a("--eviction-burst", type=int, default=10, help="moves at once above the rate (default 10)")
     a("--kube-api-qps", type=float, default=50.0, help="upper cluster client QPS (default 50)")
     a("--kube-api-burst", type=int, default=100, help="upper cluster client burst (default 100)")
-    a("--metrics-addr", default="", help="host:port of /metrics, /healthz and /readyz")
+    metrics_flags.add_flags(a, healthz=True)
     flags.add_logging_flags(p)
     # client-go's leader election (component-base's flag names)
     election_flags.add_flags(
@@ -182,9 +182,8 @@ def parse(argv: Sequence[str], *, holder: str | None = None) -> tuple[Settings, 
         leader_election=election,
         qps=args.kube_api_qps,
         burst=args.kube_api_burst,
-        metrics_addr=flags.address(args.metrics_addr, "--metrics-addr")
-        if args.metrics_addr
-        else "",
+        metrics_addr=metrics_flags.metrics_addr(args),
+        healthz_addr=metrics_flags.healthz_addr(args),
         log_level=log_choice.level,
         log_format=log_choice.format,
         notes=log_choice.notes,

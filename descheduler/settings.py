@@ -34,7 +34,10 @@ class Settings:
     burst: int = 100
     """Upper cluster client burst (--kube-api-burst)."""
     metrics_addr: str = ""
-    """host:port of /metrics, /healthz and /readyz ("" : not served)."""
+    """host:port of /metrics, /healthz and /readyz ("" : not served; loopback unless
+    --metrics-insecure: `tensile.serving.metrics_flags`)."""
+    healthz_addr: str = ""
+    """host:port of /healthz and /readyz only, for probes ("" : not served)."""
     log_level: str = "info"
     log_format: str = "text"
     notes: tuple[str, ...] = ()

@@ -12,7 +12,7 @@ from scheduler.settings import DEFAULT_SERVER, Settings
 from scheduler.slices.flags import add_slice_flags, slice_settings
 from tensile.contracts import selectors
 from tensile.contracts.labels import DEFAULT_TAINT_KEY, VIRTUAL_NODE_SELECTOR
-from tensile.serving import flags
+from tensile.serving import flags, metrics_flags
 from tensile.serving.flags import UsageError
 from tensile.serving.https import ServerSettings
 
@@ -71,12 +71,7 @@ def _parser() -> argparse.ArgumentParser:
         help="filter and prioritize calls answered at once; more get 429 at once "
         f"(default {MAX_IN_FLIGHT})",
     )
-    a(
-        "--metrics-addr",
-        default="",
-        help="host:port of a plain-HTTP /metrics, /healthz, /readyz, asking no client "
-        "certificate: bind it to loopback (default: HTTPS port only)",
-    )
+    metrics_flags.add_flags(a)
     a(
         "--shutdown-delay",
         type=flags.duration,
@@ -119,7 +114,7 @@ def parse(argv: Sequence[str]) -> Settings:
         selectors.parse(args.virtual_node_selector)
     except selectors.SelectorError as exc:
         raise UsageError(f"--virtual-node-selector: {exc}") from None
-    metrics_addr = flags.address(args.metrics_addr, "--metrics-addr") if args.metrics_addr else ""
+    metrics_addr = metrics_flags.metrics_addr(args)
     log_choice = flags.logging_choice(args)
     return Settings(
         server=ServerSettings(

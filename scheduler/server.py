@@ -2,14 +2,18 @@
 (kube-scheduler's filterVerb and prioritizeVerb), and the serving layer's `/healthz`,
 `/readyz` and `/metrics`.
 
-Who may call (`Callers`): with `client_certificates`, every route but `/healthz` and
-`/readyz` needs a client certificate verified at the TLS handshake (the server context asks
-for one and verifies what is presented: CERT_OPTIONAL, so that kubelet probes, which present
-none, still connect). A caller without one gets 401 before anything is read or judged; on
-`/readyz` it gets "ok" or "not ready" and no check's reason. kube-scheduler presents the
-certificate of its extender `tlsConfig.certFile`/`keyFile`. At most `max_in_flight` filter
-and prioritize calls are answered at once; one more gets 429 at once, without its body
-being read (kube-scheduler then goes on without the extender for that pod: `ignorable`).
+Who may call (`Callers`): with `client_certificates`, every route but `/healthz`,
+`/readyz` and `/metrics` needs a client certificate verified at the TLS handshake (the
+server context asks for one and verifies what is presented: CERT_OPTIONAL, so that kubelet
+probes, which present none, still connect). A caller without one gets 401 before anything
+is read or judged; on `/readyz` it gets "ok" or "not ready" and no check's reason.
+kube-scheduler presents the certificate of its extender `tlsConfig.certFile`/`keyFile`. At
+most `max_in_flight` filter and prioritize calls are answered at once; one more gets 429 at
+once, without its body being read (kube-scheduler then goes on without the extender for
+that pod: `ignorable`).
+`/metrics` is for callers the upper cluster allows `get` on the non-resource URL `/metrics`
+(a token, or a client certificate, then a TokenReview and a SubjectAccessReview:
+`tensile.serving.delegated`), as kube-scheduler serves its own.
 
 A body that is not an ExtenderArgs gets a 400 naming what is wrong (not JSON, no pod, no
 node names), 413 past `max_request_bytes`, 415 for a Content-Type other than JSON; never a
@@ -25,13 +29,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from aiohttp import web
+from aiohttp import typedefs, web
 
 from scheduler import extender, metrics
 from scheduler.slices.filter import Refusals, within_slices
 from scheduler.summaries import Summaries
 from tensile.kube import codec
-from tensile.serving import endpoints
+from tensile.serving import delegated, endpoints
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +89,9 @@ class _Gate:
 
 
 GATE_KEY: Final = web.AppKey("gate", _Gate)
+REVIEWED_KEY: Final = web.AppKey("reviewed", bool)
+"""Whether `/metrics` is checked by the upper cluster's reviews (then no client certificate
+is asked for it: a token will do)."""
 
 
 def make_app(
@@ -93,10 +100,16 @@ def make_app(
     health: endpoints.Health,
     max_request_bytes: int = MAX_REQUEST_BYTES,
     callers: Callers | None = None,
+    reviews: delegated.Reviews | None = None,
 ) -> web.Application:
     """Return the extender's application (see the module docstring); `callers` default:
-    client certificates required, `MAX_IN_FLIGHT`."""
-    app = web.Application(client_max_size=max_request_bytes, middlewares=[_guard])
+    client certificates required, `MAX_IN_FLIGHT`; `reviews` check the callers of
+    `/metrics` (None: `callers` alone decide, for tests of the application alone)."""
+    guards: list[typedefs.Middleware] = [_guard]
+    if reviews is not None:
+        guards.append(delegated.metrics_guard(reviews, label="extender"))
+    app = web.Application(client_max_size=max_request_bytes, middlewares=guards)
+    app[REVIEWED_KEY] = reviews is not None
     app[JUDGE_KEY] = judge
     app[GATE_KEY] = _Gate(callers or Callers())
     app.router.add_post("/filter", _handler("filter", _filter))
@@ -123,7 +136,8 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Admit a call (see the module docstring): 401 without a client certificate outside
     `OPEN_PATHS`, 429 beyond the calls in flight."""
     gate = request.app[GATE_KEY]
-    if gate.callers.client_certificates and not _certified(request):
+    reviewed = request.app[REVIEWED_KEY] and request.path in delegated.METRICS_PATHS
+    if gate.callers.client_certificates and not _certified(request) and not reviewed:
         if request.path not in OPEN_PATHS:
             metrics.REFUSED.labels("unauthenticated").inc()
             raise web.HTTPUnauthorized(

@@ -31,10 +31,9 @@ from tensile.kube import config, errors, retry
 from tensile.kube.client import ApiClient, WriteGate
 from tensile.kube.informer_factory import InformerFactory
 from tensile.kube.leaderelection import LeaderElector, LeaseLost
-from tensile.serving import flags, program, tracing
+from tensile.serving import auth, flags, program, tracing
 from tensile.serving.preflight import PreflightFailed
 from vnode import cli, preflight
-from vnode.api import auth
 from vnode.controllers.node_objects import node_labels
 from vnode.node import UpperClients, VirtualNode
 from vnode.provider import Provider

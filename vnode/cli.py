@@ -16,7 +16,7 @@ from typing import Any
 from tensile.contracts import names, podpolicy, selectors
 from tensile.contracts.labels import DEFAULT_TAINT_KEY, is_label_value
 from tensile.kube import timestamps
-from tensile.serving import election_flags, flags, tracing
+from tensile.serving import election_flags, flags, metrics_flags, tracing
 from tensile.serving.flags import UsageError, boolean, duration
 from vnode.api.certificates import MAX_EXPIRATION_SECONDS, MIN_EXPIRATION_SECONDS
 from vnode.api.certstore import CertificateStore
@@ -129,7 +129,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         '{"<nodename>": {"cpu": "20", "memory": "100Gi", "pods": "20"}} (those are the '
         "defaults); k8s: unused",
     )
-    a("--metrics-addr", default="", help="host:port of the Prometheus metrics endpoint")
+    metrics_flags.add_flags(a, healthz=True)
     a(
         "--taint",
         default=env.get("VKUBELET_TAINT_KEY") or DEFAULT_TAINT_KEY,
@@ -757,9 +757,8 @@ def parse(
             ingress=_ingress_settings(args, controllers=controllers),
             **_storage_classes(args.lower_storage_class),
         ),
-        metrics_addr=flags.address(args.metrics_addr, "--metrics-addr")
-        if args.metrics_addr
-        else "",
+        metrics_addr=metrics_flags.metrics_addr(args),
+        healthz_addr=metrics_flags.healthz_addr(args),
         log_level=log_choice.level,
         log_format=log_choice.format,
         notes=(*log_choice.notes, *notes, *trace_notes),

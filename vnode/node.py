@@ -243,8 +243,11 @@ class VirtualNode:
     async def run(self) -> None:
         """Run until `stop()`. Raises StartupError if the caches do not sync in time, and
         whatever a component's `start()` or `run()` raised. `/readyz` on --metrics-addr
-        has one check per component (its caches synced, the Node registered, ...), so a
-        probe says which part is not ready."""
+        and --healthz-addr has one check per component (its caches synced, the Node
+        registered, ...), so a probe says which part is not ready."""
         health = lifecycle.health_of(self.components)
-        async with endpoints.metrics_server(self.settings.metrics_addr, health=health):
+        async with (
+            endpoints.metrics_server(self.settings.metrics_addr, health=health),
+            endpoints.healthz_server(self.settings.healthz_addr, health=health),
+        ):
             await self._runner.run(self.components)

@@ -347,7 +347,10 @@ class Settings:
     controllers: ControllerSettings = field(default_factory=ControllerSettings)
     """--enable-controllers and the flags of the controllers it chooses."""
     metrics_addr: str = ""
-    """--metrics-addr host:port of the plain-HTTP Prometheus endpoint ("" disables it)."""
+    """--metrics-addr host:port of the plain-HTTP Prometheus endpoint ("" disables it;
+    loopback unless --metrics-insecure: `tensile.serving.metrics_flags`)."""
+    healthz_addr: str = ""
+    """--healthz-addr host:port of a plain-HTTP /healthz and /readyz ("" disables it)."""
     log_level: str = "info"
     """--log-level: debug, info, warn, error."""
     log_format: str = "text"

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from tensile.contracts import avoidance, clusterselector, names, selectors
 from tensile.contracts.labels import DEFAULT_TAINT_KEY, VIRTUAL_NODE_SELECTOR
-from tensile.serving import flags
+from tensile.serving import flags, metrics_flags
 from tensile.serving.bootstrap import SecretSettings
 from tensile.serving.flags import UsageError
 from tensile.serving.https import ServerSettings
@@ -143,7 +143,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         default=MAX_REQUEST_BYTES,
         help=f"largest AdmissionReview body accepted (default {MAX_REQUEST_BYTES})",
     )
-    a("--metrics-addr", default="", help="host:port of plain-HTTP /metrics, /healthz, /readyz")
+    metrics_flags.add_flags(a)
     a(
         "--avoid-configmap",
         default=avoidance.DEFAULT_CONFIGMAP,
@@ -218,9 +218,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
             client_ca_file=args.client_ca,
             require_client_certificate=True,
             max_request_bytes=args.max_request_bytes,
-            metrics_addr=flags.address(args.metrics_addr, "--metrics-addr")
-            if args.metrics_addr
-            else "",
+            metrics_addr=metrics_flags.metrics_addr(args),
             shutdown_delay=args.shutdown_delay,
             shutdown_timeout=args.shutdown_timeout,
             flags=FLAGS,

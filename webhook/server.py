@@ -1,5 +1,7 @@
 """The webhook's HTTPS application (aiohttp): `POST /mutate`, and the serving layer's
-`/healthz`, `/readyz` and `/metrics`.
+`/healthz`, `/readyz` and `/metrics`; `/metrics` only for callers the upper cluster allows
+`get` on the non-resource URL `/metrics` (a token or client certificate, TokenReview and
+SubjectAccessReview: `tensile.serving.delegated`).
 
 `/mutate` answers every AdmissionReview it can read with `allowed: true` (the webhook
 changes pods, it never refuses them) and, for a pod it converts, a JSON patch. What is not
@@ -25,7 +27,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from tensile.serving import endpoints
+from tensile.serving import delegated, endpoints
 from tensile.serving.flags import parse_duration
 from webhook import metrics, review
 from webhook.mutation import Lookups, MutationSettings, mutate
@@ -69,9 +71,12 @@ def make_app(
     *,
     health: endpoints.Health,
     max_request_bytes: int = MAX_REQUEST_BYTES,
+    reviews: delegated.Reviews | None = None,
 ) -> web.Application:
-    """Return the webhook's application (see the module docstring)."""
-    app = web.Application(client_max_size=max_request_bytes)
+    """Return the webhook's application (see the module docstring); `reviews` check the
+    callers of `/metrics` (None: anyone may read it, for tests of the application alone)."""
+    guards = [] if reviews is None else [delegated.metrics_guard(reviews, label="webhook")]
+    app = web.Application(client_max_size=max_request_bytes, middlewares=guards)
     app[ADMISSION_KEY] = admission
     app.router.add_post("/mutate", _mutate)
     endpoints.add_routes(app, health=health)

@@ -20,7 +20,7 @@ import logging
 
 from tensile.kube.client import ApiClient
 from tensile.kube.config import ConnectionInfo
-from tensile.serving import endpoints, lifecycle
+from tensile.serving import auth, delegated, endpoints, lifecycle
 from tensile.serving.bootstrap import SecretBootstrap
 from tensile.serving.https import HttpsServer, certificate_files
 from tensile.serving.tls import TlsSource
@@ -51,9 +51,19 @@ class Webhook:
     async def run(self) -> None:
         """Serve until `stop()`. Raises StartupError (see the module docstring)."""
         settings = self.settings
-        async with ApiClient(
-            self._upper, name="upper", qps=20.0, burst=40, user_agent="tensile-webhook"
-        ) as client:
+        async with (
+            ApiClient(
+                self._upper, name="upper", qps=20.0, burst=40, user_agent="tensile-webhook"
+            ) as client,
+            # Reviews of /metrics' callers wait behind nothing else (the virtual node's too).
+            client.sibling(
+                name="upper-reviews",
+                qps=0,
+                burst=1,
+                timeout=auth.REVIEW_TIMEOUT,
+                connections=auth.REVIEWS_IN_FLIGHT,
+            ) as reviews,
+        ):
             caches = Caches(
                 client,
                 virtual_node_selector=settings.virtual_node_selector,
@@ -70,6 +80,7 @@ class Webhook:
                 ),
                 health=health,
                 max_request_bytes=settings.server.max_request_bytes,
+                reviews=delegated.reviews(reviews),
             )
             server = HttpsServer(
                 settings.server,

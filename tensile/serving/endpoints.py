@@ -54,11 +54,12 @@ _SHUTDOWN_TIMEOUT = 5.0
 """Seconds a stop waits for a scrape or probe in flight (each answers at once)."""
 
 
-def add_routes(app: web.Application, *, health: Health | None = None) -> None:
-    """Add `GET /metrics`, `/healthz` and `/readyz` to `app` (see the module docstring);
-    `health` holds the readiness checks (none: always ready)."""
+def add_routes(app: web.Application, *, health: Health | None = None, metrics: bool = True) -> None:
+    """Add `GET /metrics` (unless not `metrics`), `/healthz` and `/readyz` to `app` (see the
+    module docstring); `health` holds the readiness checks (none: always ready)."""
     app[HEALTH_KEY] = health or Health()
-    app.router.add_get("/metrics", _metrics)
+    if metrics:
+        app.router.add_get("/metrics", _metrics)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
 
@@ -67,19 +68,36 @@ def add_routes(app: web.Application, *, health: Health | None = None) -> None:
 async def metrics_server(addr: str, *, health: Health | None = None) -> AsyncIterator[None]:
     """Serve `add_routes`'s endpoints over plain HTTP on `addr` ("host:port"; "" serves
     nothing) while the context is open (tensile-kube's and virtual-kubelet's
-    `--metrics-addr`). Raises OSError when the address cannot be listened on."""
+    `--metrics-addr`; `tensile.serving.metrics_flags` keeps it on loopback). Raises OSError
+    when the address cannot be listened on."""
+    async with _plain_server(addr, health=health, metrics=True):
+        yield
+
+
+@contextlib.asynccontextmanager
+async def healthz_server(addr: str, *, health: Health | None = None) -> AsyncIterator[None]:
+    """Serve `/healthz` and `/readyz` only over plain HTTP on `addr` ("" serves nothing)
+    while the context is open (`--healthz-addr`). Raises OSError when the address cannot be
+    listened on."""
+    async with _plain_server(addr, health=health, metrics=False):
+        yield
+
+
+@contextlib.asynccontextmanager
+async def _plain_server(addr: str, *, health: Health | None, metrics: bool) -> AsyncIterator[None]:
     if not addr:
         yield
         return
     host, _, port = addr.rpartition(":")
     app = web.Application()
-    add_routes(app, health=health)
+    add_routes(app, health=health, metrics=metrics)
     runner = runners.app_runner(app, shutdown_timeout=_SHUTDOWN_TIMEOUT)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host or None, int(port))
         await site.start()
-        logger.info("metrics on http://%s/metrics", addr)
+        what = "metrics" if metrics else "health"
+        logger.info("%s on http://%s/%s", what, addr, "metrics" if metrics else "readyz")
         yield
     finally:
         await runner.cleanup()

@@ -22,7 +22,7 @@ from aiohttp.test_utils import TestServer
 
 from tensile.kube.client import ApiClient
 from tensile.kube.config import ConnectionInfo
-from vnode.api import auth
+from tensile.serving import auth
 from vnode.api.server import ApiContext, make_app
 
 
@@ -89,7 +89,7 @@ async def _node_api(
                 pods=list,
                 provider=None,  # type: ignore[arg-type]
                 authenticator=auth.Authenticator(client, gate=gate),
-                authorizer=auth.Authorizer(client, gate=gate, node_name="n1"),
+                authorizer=auth.Authorizer(client, gate=gate),
             )
             server = TestServer(make_app(context))
             await server.start_server()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import http.server
+import ipaddress
 import json
 import socket
 import ssl
@@ -346,6 +347,58 @@ def test_the_prometheus_rule_holds_the_alerts_of_the_parts_the_release_runs(
     assert rule["spec"]["groups"] == [g for g in source if g["name"] in groups]
 
 
+def test_service_monitors_scrape_each_program_over_https_with_prometheus_token(
+    helm: str,
+) -> None:
+    """Off by default (no CRD, no install); on: one ServiceMonitor per program that serves
+    /metrics behind authentication, over HTTPS with the Prometheus ServiceAccount's token,
+    the server's CA named; the metrics-reader ClusterRole allows exactly get nodes/metrics
+    and get /metrics, bound to the accounts listed."""
+    assert not [o for o in render(helm, TWO_NODES) if o["kind"] == "ServiceMonitor"]
+    readers = [{"name": "prometheus-k8s", "namespace": "monitoring"}]
+    objects = render(
+        helm,
+        {
+            **TWO_NODES,
+            "scheduler": {"enabled": True},
+            "monitoring": {
+                "metricsReaders": readers,
+                "serviceMonitor": {"enabled": True, "labels": {"release": "kps"}},
+            },
+        },
+    )
+    monitors = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ServiceMonitor"}
+    parts = ("virtual-node", "webhook", "scheduler")
+    assert set(monitors) == {f"{FULLNAME}-{part}" for part in parts}
+    token = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    for part in parts:
+        monitor = monitors[f"{FULLNAME}-{part}"]
+        assert monitor["metadata"]["labels"]["release"] == "kps"
+        [endpoint] = monitor["spec"]["endpoints"]
+        assert (endpoint["scheme"], endpoint["path"], endpoint["bearerTokenFile"]) == (
+            "https",
+            "/metrics",
+            token,
+        )
+        assert not endpoint["tlsConfig"].get("insecureSkipVerify")
+        assert endpoint["honorLabels"] is (part == "scheduler")  # its `namespace` label
+        # The Service it selects is the program's, at the port named.
+        selector = monitor["spec"]["selector"]["matchLabels"]
+        [service] = [
+            o
+            for o in objects
+            if o["kind"] == "Service" and selector.items() <= o["metadata"]["labels"].items()
+        ]
+        assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    role = by_kind(objects, "ClusterRole", f"{FULLNAME}-metrics-reader")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes/metrics"], "verbs": ["get"]},
+        {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
+    ]
+    binding = by_kind(objects, "ClusterRoleBinding", f"{FULLNAME}-metrics-reader")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", **r} for r in readers]
+
+
 def test_the_dashboards_are_config_maps_for_grafanas_sidecar(helm: str) -> None:
     objects = render(helm, {"monitoring": MONITORING})
     files = sorted((CHART / "files" / "dashboards").glob("*.json"))
@@ -483,6 +536,27 @@ def _scheduler_secrets(cluster: Cluster, directory: Path) -> None:
         cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(manifest))
 
 
+METRICS_READER = "metrics-reader"
+"""The ServiceAccount the installed chart lets read metrics (`monitoring.metricsReaders`)."""
+
+
+def _scrape(url: str, *, token: str = "") -> tuple[int, str] | None:
+    """GET `url` (HTTPS, no certificate verified: what is checked is who may read) with a
+    bearer `token`, or None while nothing answers there: (status, body)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as response:
+            return int(response.status), response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError:
+        return None
+
+
 def _probe(cluster: Cluster, host: str, pod_name: str, probe: str) -> int | None:
     """The HTTP status `probe` (readinessProbe, livenessProbe) of the installed pod
     `pod_name` answers at `host` (hostNetwork or not, its process runs here), or None
@@ -556,8 +630,13 @@ def installed(
             # Stopped at the end of the test: no endpoints to wait for.
             "args": ["--shutdown-delay=0s"],
         },
-        "descheduler": {"replicas": 1, "metricsPort": ports.pick(host=host, taken=taken)},
+        "descheduler": {
+            "replicas": 1,
+            "metricsPort": ports.pick(taken=taken),
+            "healthzPort": ports.pick(host=host, taken=taken),
+        },
         "scheduler": {"enabled": True, "replicas": 1, "port": ports.pick(host=host, taken=taken)},
+        "monitoring": {"metricsReaders": [{"name": METRICS_READER, "namespace": NAMESPACE}]},
     }
     if "metricsPort" in yaml.safe_load(VALUES.read_text())["scheduler"]:
         values["scheduler"]["metricsPort"] = ports.pick(host=host, taken=taken)
@@ -690,6 +769,7 @@ def test_an_installed_chart_runs_a_virtual_node_webhook_descheduler_and_schedule
 
         wait_for("the webhook's caBundle", ca_bundle, timeout=30)
         assert get(upper.rest(), f"/api/v1/namespaces/{NAMESPACE}/secrets/{webhook}-tls")
+        _metrics_only_to_readers(upper, host, installed)
         # The descheduler holds its Lease.
         lease_path = (
             f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{FULLNAME}-descheduler"
@@ -714,6 +794,40 @@ def test_an_installed_chart_runs_a_virtual_node_webhook_descheduler_and_schedule
         for pod in local:
             pod.stop()
         upper.kubectl("delete", "namespace", "chart-e2e-pods", "--wait=false", "--ignore-not-found")
+
+
+def _metrics_only_to_readers(upper: Cluster, host: str, values_file: Path) -> None:
+    """The installed programs' metrics on the host's (non-loopback) address: the virtual
+    node's on its kubelet port, the webhook's on its HTTPS port, each 401 without a token,
+    403 with the token of an account the chart did not list in `monitoring.metricsReaders`,
+    200 with that of one it did (ClusterRole <fullname>-metrics-reader, reviewed by the
+    upper cluster with the chart's RBAC); plain HTTP serves them on loopback only."""
+    assert not ipaddress.ip_address(host).is_loopback
+    values = yaml.safe_load(VALUES.read_text())
+    installed = yaml.safe_load(values_file.read_text())
+    tokens = {}
+    for account in (METRICS_READER, "not-a-reader"):
+        upper.kubectl("create", "serviceaccount", account, "-n", NAMESPACE)
+        tokens[account] = upper.kubectl("create", "token", account, "-n", NAMESPACE).stdout.strip()
+    for url, metric in (
+        (
+            f"https://{host}:{values['virtualNode']['kubeletPort']}/metrics",
+            "tensile_virtual_node_info",
+        ),
+        (f"https://{host}:{installed['webhook']['port']}/metrics", "tensile_webhook_"),
+    ):
+        assert wait_for(f"{url} to answer", lambda u=url: _scrape(u), timeout=30) == (
+            401,
+            "Unauthorized",
+        )
+        refused = _scrape(url, token=tokens["not-a-reader"])
+        assert refused is not None
+        assert refused[0] == 403, refused
+        scraped = _scrape(url, token=tokens[METRICS_READER])
+        assert scraped is not None
+        assert scraped[0] == 200, scraped
+        assert metric in scraped[1]
+    assert not ports.is_listening(values["virtualNode"]["metricsPort"], host=host)
 
 
 # -- one source: the chart grants and passes what manifests/ does ----------------------

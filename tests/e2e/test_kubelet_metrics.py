@@ -11,6 +11,7 @@ tests/e2e/test_fleet.py.
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 import json
 import secrets
 import ssl
@@ -390,3 +391,24 @@ def test_a_node_reading_the_kubelets_with_its_own_token_serves_its_pods_metrics(
         code = node.stop()
         node.delete_node()
         assert code == 0, f"virtual-node exited {code}; log {node.log}"
+
+
+def test_the_nodes_own_metrics_are_served_on_the_kubelet_port_as_a_kubelets(
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str, scraper_token: str
+) -> None:
+    """`/metrics` (the node's tensile_* metrics) on the kubelet API at the node's address,
+    which is not loopback, as a kubelet serves it: 401 without credentials, 403 for a
+    token not allowed `get` on nodes/metrics, the metrics for one allowed (the upper
+    cluster's real TokenReview and SubjectAccessReview decide)."""
+    assert not ipaddress.ip_address(fleet.node_ip).is_loopback
+    port = virtual_node.kubelet_port
+    assert kubelet_request(fleet, port, "/metrics") == (401, "Unauthorized")
+    fleet.upper.kubectl("create", "serviceaccount", "no-metrics", "-n", namespace)
+    token = fleet.upper.kubectl("create", "token", "no-metrics", "-n", namespace).stdout
+    status, body = kubelet_request(fleet, port, "/metrics", token=token.strip())
+    assert status == 403
+    assert "subresource(s)=[metrics]" in body
+    status, body = kubelet_request(fleet, port, "/metrics", token=scraper_token)
+    assert status == 200
+    names = {family.name for family in text_string_to_metric_families(body)}
+    assert {"tensile_virtual_node_info", "tensile_kubelet_api_requests"} <= names

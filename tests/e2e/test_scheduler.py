@@ -200,6 +200,57 @@ def test_the_failed_scheduling_event_says_why_no_lower_node_fits(
     assert _bound(upper, ns, "nowhere") is None
 
 
+def _extender_get(port: int, path: str, *, token: str = "") -> tuple[int, str]:
+    """GET `path` of the extender at 127.0.0.1:`port` over HTTPS, without a client
+    certificate (no server certificate verified: what is checked is who may read)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(f"https://127.0.0.1:{port}{path}", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as response:
+            return int(response.status), response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_the_extenders_metrics_are_only_for_callers_allowed_to_read_them(
+    topology: Topology, extender: SchedulerExtenderProcess, ns: str
+) -> None:
+    """/metrics on the HTTPS port, as kube-scheduler serves its own: without a client
+    certificate or a token 401; a token the upper cluster does not allow `get` on the
+    non-resource URL /metrics 403; one bound to a ClusterRole that allows it (the chart's
+    metrics-reader rule) 200 with the extender's metrics. The reviews are made with
+    manifests/scheduler/rbac.yaml's rights."""
+    upper = topology.fleet.upper
+    role = f"tensile-test-metrics-{ns}"
+    for account in ("reader", "not-a-reader"):
+        upper.kubectl("create", "serviceaccount", account, "-n", ns)
+    upper.kubectl("create", "clusterrole", role, "--verb=get", "--non-resource-url=/metrics")
+    try:
+        upper.kubectl(
+            "create", "clusterrolebinding", role, f"--clusterrole={role}",
+            f"--serviceaccount={ns}:reader",
+        )  # fmt: skip
+        reader, other = (
+            upper.kubectl("create", "token", a, "-n", ns).stdout.strip()
+            for a in ("reader", "not-a-reader")
+        )
+        assert _extender_get(extender.port, "/metrics") == (401, "Unauthorized")
+        status, body = _extender_get(extender.port, "/metrics", token=other)
+        assert status == 403, body
+        assert "path=/metrics" in body
+        status, body = _extender_get(extender.port, "/metrics", token=reader)
+        assert status == 200, body
+        assert "tensile_scheduler_virtual_nodes" in body
+        # The probes' endpoints stay open; the calls still need kube-scheduler's certificate.
+        assert _extender_get(extender.port, "/readyz")[0] == 200
+        assert _extender_get(extender.port, "/filter", token=reader)[0] == 401
+    finally:
+        upper.kubectl("delete", "clusterrolebinding,clusterrole", role, "--ignore-not-found")
+
+
 def test_scheduling_goes_on_while_the_extender_is_down(
     topology: Topology, extender: SchedulerExtenderProcess, ns: str
 ) -> None:

@@ -174,6 +174,9 @@ def test_the_webhook_rbac_is_what_it_needs_and_nothing_more() -> None:
         "/persistentvolumeclaims: list watch",
         "admissionregistration.k8s.io/mutatingwebhookconfigurations#tensile-webhook: "
         "get list watch patch",
+        # Who may read its /metrics.
+        "authentication.k8s.io/tokenreviews: create",
+        "authorization.k8s.io/subjectaccessreviews: create",
     )
     role = one("webhook", "Role", "tensile-webhook")
     assert role["metadata"]["namespace"] == "tensile-system"
@@ -196,10 +199,12 @@ def test_the_webhook_rbac_is_what_it_needs_and_nothing_more() -> None:
 def test_the_descheduler_deployment_is_highly_available_and_hardened() -> None:
     container = hardened_deployment("descheduler", "tensile-descheduler")
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"metrics": 10258}
-    assert "--metrics-addr=:10258" in container["args"]
+    assert ports == {"healthz": 10259}
+    # Metrics over plain HTTP stay on the pod's loopback; the probes have their own port.
+    assert "--metrics-addr=127.0.0.1:10258" in container["args"]
+    assert "--healthz-addr=:10259" in container["args"]
     for probe in ("readinessProbe", "livenessProbe"):
-        assert container[probe]["httpGet"]["port"] == 10258
+        assert container[probe]["httpGet"]["port"] == 10259
     # Its flags parse; the policy it mounts is a valid DeschedulerPolicy.
     settings, _ = descheduler_flags(
         [a for a in container["args"] if not a.startswith("--policy-config-file")]

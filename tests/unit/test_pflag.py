@@ -294,11 +294,12 @@ async def _reviews(**ttls: float) -> tuple[int, int]:
     gate = auth.ReviewGate()
     authenticator = auth.Authenticator(upper, gate=gate, cache_ttl=ttls["token"])
     authorizer = auth.Authorizer(
-        upper, gate=gate, node_name="n", allowed_ttl=ttls["allowed"], denied_ttl=ttls["denied"]
+        upper, gate=gate, allowed_ttl=ttls["allowed"], denied_ttl=ttls["denied"]
     )
+    [log] = auth.attributes(node_name="n", method="GET", path="/logs/")
     for _ in range(3):
         user = await authenticator.authenticate(ssl_object=None, authorization="Bearer t")
-        assert not await authorizer.allowed(user, verb="get", subresource="log")
+        assert not await authorizer.allowed(user, log)
     return (
         len(upper.requests_of("POST", "tokenreviews")),
         len(upper.requests_of("POST", "subjectaccessreviews")),

@@ -25,6 +25,9 @@ def test_the_extender_may_only_list_and_watch_nodes_and_keep_the_quota_slices() 
         "/resourcequotas: list watch patch",  # the quota slices' record (docs/slices.md)
         "/pods: list watch",
         "/events: create patch",
+        # Who may read its /metrics.
+        "authentication.k8s.io/tokenreviews: create",
+        "authorization.k8s.io/subjectaccessreviews: create",
     )
     assert not [d for d in documents("scheduler") if d["kind"] in ("Role", "RoleBinding")]
 

@@ -168,7 +168,6 @@ class KubeletApiServer:
             authorizer=auth.Authorizer(
                 reviews,
                 gate=gate,
-                node_name=self._settings.node.name,
                 allowed_ttl=api.authorized_cache_ttl,
                 denied_ttl=api.unauthorized_cache_ttl,
             )

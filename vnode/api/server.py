@@ -3,9 +3,10 @@
 Routes and status codes follow the kubelet's (pkg/kubelet/server): `/healthz`, `/pods`,
 `/runningpods/`, `/containerLogs/{ns}/{pod}/{container}`, `/exec`, `/attach` and
 `/portForward` over SPDY/3.1 or WebSocket (`Upgrade:` picks the transport), `/run`,
-`/metrics/resource` and `/stats/summary`. Only pods bound to this node are reachable (404
-otherwise). Every request is authenticated and authorized (see `auth`) unless
-`verify_clients` is off; answers are bounded in what they wait for, and bad input gets a
+`/metrics` (the node's own Prometheus metrics), `/metrics/resource` and `/stats/summary`.
+Only pods bound to this node are reachable (404 otherwise). Every request is authenticated
+and authorized (see `auth`; `/metrics` as `get nodes/metrics`) unless `verify_clients` is
+off; answers are bounded in what they wait for, and bad input gets a
 4xx, never a 500 (`/run` reports a failed command with a 500, as a kubelet).
 """
 
@@ -19,9 +20,10 @@ from dataclasses import dataclass
 from typing import Final, NoReturn, Protocol
 
 from aiohttp import typedefs, web
-from prometheus_client import Counter, Gauge
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, generate_latest
 
 from tensile.contracts.objects import Obj, uid_of
+from tensile.serving import delegated
 from vnode import provider_errors
 from vnode.api import auth, channels, logs, portforward, remotecommand, run, stats, streaming
 from vnode.api.spdy_session import SpdyTransport
@@ -103,6 +105,7 @@ def make_app(context: ApiContext) -> web.Application:
     app.router.add_get("/pods", _pods)
     for path in ("/runningpods/", "/runningpods"):
         app.router.add_get(path, _running_pods)
+    app.router.add_get("/metrics", _metrics)
     app.router.add_get("/metrics/resource", _resource_metrics)
     app.router.add_get("/stats/summary", _summary)
     app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", _container_logs)
@@ -156,53 +159,20 @@ async def _auth_middleware(request: web.Request, handler: typedefs.Handler) -> w
     context = request.app[CONTEXT_KEY]
     if context.authenticator is None or context.authorizer is None:
         return await handler(request)
-    try:
-        await _authenticate_and_authorize(context, request)
-    except auth.Busy as exc:
-        raise web.HTTPTooManyRequests(
-            text=f"too many callers to check at once ({exc})", headers={"Retry-After": "1"}
-        ) from None
-    except auth.Abandoned:
-        # Nobody reads this answer; the connection is gone.
-        raise web.HTTPServiceUnavailable(text="the caller left") from None
+    attributes = auth.attributes(
+        node_name=context.node_name, method=request.method, path=_authorized_path(request)
+    )
+    subs = " ".join(a.subresource for a in attributes)
+    await delegated.check(
+        request,
+        reviews=delegated.Reviews(
+            authenticator=context.authenticator, authorizer=context.authorizer
+        ),
+        attributes=attributes,
+        label="kubelet API",
+        forbidden=f"verb={attributes[0].verb}, resource=nodes, subresource(s)=[{subs}]",
+    )
     return await handler(request)
-
-
-async def _authenticate_and_authorize(context: ApiContext, request: web.Request) -> None:
-    """Raise the HTTP error that refuses `request`, or return when it may go on."""
-    authenticator, authorizer = context.authenticator, context.authorizer
-    assert authenticator is not None
-    assert authorizer is not None
-    transport = request.transport
-    ssl_object = transport.get_extra_info("ssl_object") if transport else None
-
-    def alive() -> bool:
-        current = request.transport
-        return current is not None and not current.is_closing()
-
-    try:
-        user = await authenticator.authenticate(
-            ssl_object=ssl_object,
-            authorization=request.headers.get("Authorization"),
-            alive=alive,
-        )
-    except auth.Unauthenticated:
-        raise web.HTTPUnauthorized(text="Unauthorized") from None
-    except auth.AuthError as exc:
-        _review_failed(exc, refused=web.HTTPUnauthorized)
-    the_verb = auth.verb(request.method)
-    subs = auth.subresources(_authorized_path(request))
-    try:
-        for sub in subs:
-            if await authorizer.allowed(user, verb=the_verb, subresource=sub, alive=alive):
-                break
-        else:
-            raise web.HTTPForbidden(
-                text=f"Forbidden (user={user.name}, verb={the_verb}, resource=nodes, "
-                f"subresource(s)=[{' '.join(subs)}])"
-            )
-    except auth.AuthError as exc:
-        _review_failed(exc, refused=web.HTTPForbidden)
 
 
 def _authorized_path(request: web.Request) -> str:
@@ -211,17 +181,6 @@ def _authorized_path(request: web.Request) -> str:
     `//`); the path itself only when no route matches (the answer is then 404 anyway)."""
     resource = request.match_info.route.resource
     return resource.canonical if resource is not None else request.path
-
-
-def _review_failed(exc: auth.AuthError, *, refused: type[web.HTTPError]) -> NoReturn:
-    """Raise the answer to a review that did not complete (see `auth`)."""
-    if isinstance(exc, auth.AuthUnavailable):
-        logger.warning("kubelet API: %s", exc)
-        raise web.HTTPServiceUnavailable(
-            text=f"cannot check the caller now: {exc}", headers={"Retry-After": "1"}
-        )
-    logger.warning("kubelet API: %s (check the node's RBAC in the upper cluster)", exc)
-    raise refused(text=f"cannot check the caller: {exc}")
 
 
 async def _healthz(_request: web.Request) -> web.Response:
@@ -236,6 +195,12 @@ async def _pods(request: web.Request) -> web.Response:
 
 async def _running_pods(request: web.Request) -> web.Response:
     return web.json_response(stats.running_pods(request.app[CONTEXT_KEY].pods()))
+
+
+async def _metrics(_request: web.Request) -> web.Response:
+    """The node's own metrics (tensile_*, the process's), as the kubelet's /metrics: only
+    for callers allowed `get` on nodes/metrics."""
+    return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 async def _resource_metrics(request: web.Request) -> web.Response:
