@@ -582,6 +582,10 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1000
 
 
+def _ms_text(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f}"
+
+
 QUICK = (
     "--lower-clusters=2",
     "--nodes-per-cluster=20",
@@ -720,6 +724,11 @@ async def run(
                 say=say,
             )
             slo_lines = slo.report(measured.stages, measured.baselines, pods=measured.pods)
+            slo_lines.append(
+                f"the benchmark's own event loop lag meanwhile (how late it may have seen a "
+                f"change): p50 {_ms_text(slo.quantile(measured.own_lag, 0.5))} ms, p99 "
+                f"{_ms_text(slo.quantile(measured.own_lag, 0.99))} ms"
+            )
             say("")
             for line in slo_lines:
                 say(line)

@@ -67,7 +67,7 @@ def pod(name: str, *, node: str, round_: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "labels": {LABEL: round_}},
+        "metadata": {"name": name, "labels": {LABEL: round_.replace(" ", "-")}},
         "spec": {
             "nodeName": node,
             "tolerations": [{"operator": "Exists"}],
@@ -289,6 +289,22 @@ class Measured:
     stages: dict[str, dict[str, list[float]]]
     baselines: dict[str, dict[str, list[float]]]
     pods: int
+    own_lag: list[float]
+    """The benchmark's own event loop lag meanwhile (seconds, ten samples a second): how
+    late its watches may have seen a change, the error bar of every time above."""
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def _sample_lag(into: list[float], *, interval: float = 0.1) -> None:
+    loop = asyncio.get_running_loop()
+    while True:
+        asked = loop.time() + interval
+        await asyncio.sleep(interval)
+        into.append(max(0.0, loop.time() - asked))
 
 
 async def run(
@@ -347,6 +363,9 @@ async def run(
             f"{len(lowers)} lower clusters), upstairs alone (kwok Node {UPPER_NODE}), through "
             f"tensile (over {len(nodes)} virtual nodes)"
         )
+        own_lag: list[float] = []
+        sampler = asyncio.create_task(_sample_lag(own_lag), name="fleet-slo-own-lag")
+        stack.push_async_callback(_cancelled, sampler)
         async with Watches(clients, seen):
             await asyncio.gather(
                 _round(
@@ -390,6 +409,7 @@ async def run(
                 **slo.baseline_samples(upper_lines, side="upper"),
             },
             pods=pods,
+            own_lag=own_lag,
         )
 
 
