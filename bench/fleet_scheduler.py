@@ -107,6 +107,21 @@ def extender_latency(
     return plan.histogram_quantile(0.5, buckets), plan.histogram_quantile(0.99, buckets)
 
 
+def slow_pauses(metrics: str, *, over: float = 0.005) -> float | None:
+    """How many of the extender's garbage collector pauses took longer than `over` seconds
+    (a bucket bound of its histogram), from its `metrics` text; None without the metric."""
+    total = below = 0.0
+    found = False
+    for labels, value in harness.samples(metrics, GC_PAUSES + "_bucket").items():
+        le = dict(labels)["le"]
+        found = True
+        if le == "+Inf":
+            total += value
+        elif float(le) == over:
+            below += value
+    return total - below if found else None
+
+
 class LagProbe:
     """`lag_probe.py` as a child process: the event loop lag of a process that does
     nothing, on the same machine at the same time as the extender (its baseline)."""

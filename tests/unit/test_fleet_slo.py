@@ -2,7 +2,8 @@
 between the right two points of a pod's upper and lower timelines, per lower cluster; a
 pod missing a point is left out of that stage and said so; the baselines come from the
 pods each cluster ran alone; and a stage meets its objective only when its p99 is within
-one second of its baseline's."""
+one second of its baseline's; the extender's slow collector pauses are counted from its
+histogram."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import fleet_scheduler
 import fleet_slo as slo
 
 
@@ -73,3 +75,16 @@ def test_a_stage_meets_its_objective_only_within_a_second_of_its_baseline() -> N
     # the upper cluster's baseline stands for every lower cluster's "running" row
     running_rows = [line for line in lines if line.startswith("lower Running -> upper Running")]
     assert all("100" in row.split()[-3] for row in running_rows)
+
+
+def test_the_extenders_slow_collector_pauses_are_counted_from_its_histogram() -> None:
+    text = "\n".join(
+        [
+            'tensile_scheduler_gc_pause_seconds_bucket{generation="0",le="0.005"} 40.0',
+            'tensile_scheduler_gc_pause_seconds_bucket{generation="0",le="+Inf"} 41.0',
+            'tensile_scheduler_gc_pause_seconds_bucket{generation="2",le="0.005"} 1.0',
+            'tensile_scheduler_gc_pause_seconds_bucket{generation="2",le="+Inf"} 3.0',
+        ]
+    )
+    assert fleet_scheduler.slow_pauses(text) == 3.0
+    assert fleet_scheduler.slow_pauses("") is None
