@@ -25,11 +25,20 @@ ran; the upper scheduler's binds per second over the pods that existed at its st
 extender's call latency p50/p99 (its metrics); CPU seconds (from the first create on) and
 resident memory (at the end) of each component, from /proc.
 
+Before the configurations, the latency objectives (`fleet_latency`, reported by
+`fleet_slo`): --slo-pods pods through the virtual nodes at --slo-rate pods per second, and
+the same done by each control plane alone at the same time; p50/p99 per lower cluster and
+overall of upper bind -> lower pod created, lower Running -> upper Running, upper delete ->
+lower pod gone, against the baseline, with the objective p99 <= 1 s beyond it. With an
+extender, where its calls' time goes: its CPU per call, its event loop's lag, its garbage
+collector's pauses, and the loop lag of a process doing nothing (the machine's share).
+
     .venv/bin/python bench/fleet.py [--lower-clusters 10] [--nodes-per-cluster 1000]
-        [--pods 10000] [--configs a,b,c]
+        [--pods 10000] [--configs a,b,c] [--slo-pods 2000] [--slo-rate 40] [--quick]
 
 On 2 cores, 10 x 200 Nodes with 2,000 pods took 14 minutes; the defaults (10,000 kwok
-Nodes) take well over half an hour; the smallest run (2 x 20 Nodes, 200 pods) about three.
+Nodes) take well over half an hour; the smallest run (2 x 20 Nodes, 200 pods) about three;
+--quick (that scale, configuration b only, 100 pods a latency round) about four.
 """
 
 from __future__ import annotations
@@ -45,8 +54,10 @@ from pathlib import Path
 from typing import Any
 
 import fleet_build as build
+import fleet_latency as latency
 import fleet_plan as plan
 import fleet_scheduler as upper_scheduler
+import fleet_slo as slo
 import harness
 
 from devcluster import processes
@@ -98,6 +109,14 @@ class Result:
     throughput: float | None = None
     extender_p50: float | None = None
     extender_p99: float | None = None
+    extender_cpu_p99: float | None = None
+    """The extender's own CPU time per call (its duration less this: waiting)."""
+    loop_lag_p99: float | None = None
+    """The extender's event loop lag."""
+    gc_slow_pauses: float | None = None
+    """The extender's garbage collector pauses over 5 ms."""
+    probe_lag_p99: float | None = None
+    """The event loop lag of a process doing nothing meanwhile: the machine's share."""
     slice_admitted: float | None = None
     slice_refused: float | None = None
     cpu: dict[str, float] = field(default_factory=dict)
@@ -252,6 +271,7 @@ async def run_config(bench: Bench, config: Config, say: Any, *, last: bool) -> R
         else None
     )
     scheduler: upper_scheduler.UpperScheduler | None = None
+    probe = upper_scheduler.LagProbe()
     programs: dict[str, Program | None] = {
         **{f"virtual node {n.name}": n for n in bench.virtual_nodes},
         "webhook": bench.webhook,
@@ -285,10 +305,13 @@ async def run_config(bench: Bench, config: Config, say: Any, *, last: bool) -> R
             )
             t0 = time.monotonic()
             programs["upper scheduler"] = scheduler
+            if extender is not None:
+                probe.start()
             scheduler.start()
             result.all_running = await settle(
                 bench, tracker, work.pods, t0=t0, say=say, config=config
             )
+            result.probe_lag_p99 = probe.stop().get("p99")
             cpu, rss = meter.stop(process_ids(fleet, programs))
             result.cpu, result.rss = cpu, rss
             _, running, pending, _ = tracker.state()
@@ -312,6 +335,13 @@ async def run_config(bench: Bench, config: Config, say: Any, *, last: bool) -> R
         if extender is not None:
             text = extender.metrics()
             result.extender_p50, result.extender_p99 = upper_scheduler.extender_latency(text)
+            _, result.extender_cpu_p99 = upper_scheduler.extender_latency(
+                text, upper_scheduler.EXTENDER_CPU
+            )
+            _, result.loop_lag_p99 = upper_scheduler.extender_latency(
+                text, upper_scheduler.LOOP_LAG
+            )
+            result.gc_slow_pauses = upper_scheduler.slow_pauses(text)
             admissions = harness.samples(text, "tensile_scheduler_quota_slice_admissions_total")
             result.slice_admitted = sum(
                 v for k, v in admissions.items() if ("outcome", "admitted") in k
@@ -320,6 +350,7 @@ async def run_config(bench: Bench, config: Config, say: Any, *, last: bool) -> R
                 v for k, v in admissions.items() if ("outcome", "refused") in k
             )
     finally:
+        probe.stop()
         for program in (scheduler, extender, descheduler):
             if program is not None:
                 program.stop()
@@ -519,6 +550,10 @@ def report(results: list[Result], say: Any) -> None:
         ("upper binds/s", [r.throughput for r in results], ".1f"),
         ("extender p50 ms", [_ms(r.extender_p50) for r in results], ".2f"),
         ("extender p99 ms", [_ms(r.extender_p99) for r in results], ".2f"),
+        ("extender CPU per call p99 ms", [_ms(r.extender_cpu_p99) for r in results], ".2f"),
+        ("extender loop lag p99 ms", [_ms(r.loop_lag_p99) for r in results], ".2f"),
+        ("extender GC pauses > 5 ms", [r.gc_slow_pauses for r in results], ".0f"),
+        ("idle process loop lag p99 ms", [_ms(r.probe_lag_p99) for r in results], ".2f"),
         ("slice admissions", [r.slice_admitted for r in results], ".0f"),
         ("slice refusals", [r.slice_refused for r in results], ".0f"),
     ]
@@ -546,6 +581,21 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1000
 
 
+def _ms_text(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f}"
+
+
+QUICK = (
+    "--lower-clusters=2",
+    "--nodes-per-cluster=20",
+    "--pods=200",
+    "--configs=b",
+    "--slo-pods=100",
+    "--slo-rate=20",
+)
+"""--quick: two lower clusters, the extender's configuration, 100 pods a latency round."""
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench/fleet.py", description=__doc__.split("\n")[0])
     parser.add_argument("--lower-clusters", type=int, default=10)
@@ -563,15 +613,38 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--eviction-rate", type=float, default=20.0, help="descheduler moves per second"
     )
+    parser.add_argument(
+        "--slo-pods",
+        type=int,
+        default=2000,
+        help="pods of each round of the latency objectives (below alone, upstairs alone, "
+        "through tensile); 0: not measured",
+    )
+    parser.add_argument(
+        "--slo-rate", type=float, default=40.0, help="pods per second the latency rounds make"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"the smallest run, as a smoke test: {' '.join(QUICK)} (flags given win)",
+    )
     parser.add_argument("--timeout", type=float, default=1800.0, help="bound of each wait, seconds")
     parser.add_argument(
         "--keep-logs", type=Path, default=None, help="copy every log here at the end"
     )
-    args = parser.parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(given)
+    if args.quick:  # the flags given on the command line win over the quick run's
+        args = parser.parse_args([*QUICK, *given])
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     unknown = [c for c in configs if c not in CONFIGS]
-    if unknown or not configs or len(set(configs)) != len(configs):
-        parser.error(f"--configs: a comma-separated list of distinct a, b, c; got {args.configs!r}")
+    if unknown or len(set(configs)) != len(configs) or not (configs or args.slo_pods):
+        parser.error(
+            f"--configs: a comma-separated list of distinct a, b, c (empty only with "
+            f"--slo-pods); got {args.configs!r}"
+        )
+    if args.slo_pods < 0 or args.slo_rate <= 0:
+        parser.error("--slo-pods must be >= 0 and --slo-rate > 0")
     args.configs = configs
     for flag in ("unschedulable_timeout", "descheduling_interval", "timeout"):
         if getattr(args, flag) <= 0:
@@ -634,6 +707,30 @@ async def run(
             "offers (CPU): " + ", ".join(f"{k} {v / 1000:.0f}" for k, v in offers.items())
         )
         fleet.stop_component(FLEET_SCHEDULER)  # the benchmark runs its own, per configuration
+        slo_lines: list[str] = []
+        if args.slo_pods:
+            say(f"\nlatency objectives: {args.slo_pods} pods each round, at {args.slo_rate:g}/s")
+            measured = await latency.run(
+                fleet,
+                pods=args.slo_pods,
+                rate=args.slo_rate,
+                lower_nodes={
+                    name: [n.name for n in cluster_nodes if not n.disk]
+                    for name, cluster_nodes in nodes.items()
+                },
+                virtual_nodes={f"vn-{lower.name}": lower.name for lower in fleet.lowers},
+                timeout=args.timeout,
+                say=say,
+            )
+            slo_lines = slo.report(measured.stages, measured.baselines, pods=measured.pods)
+            slo_lines.append(
+                f"the benchmark's own event loop lag meanwhile (how late it may have seen a "
+                f"change): p50 {_ms_text(slo.quantile(measured.own_lag, 0.5))} ms, p99 "
+                f"{_ms_text(slo.quantile(measured.own_lag, 0.99))} ms"
+            )
+            say("")
+            for line in slo_lines:
+                say(line)
         bench = Bench(
             fleet=fleet,
             scale=scale,
@@ -652,6 +749,10 @@ async def run(
             last = name == args.configs[-1]
             results.append(await run_config(bench, config, say, last=last))
             report(results, say)  # so far: a run cut short still shows what it measured
+        if slo_lines and results:  # again at the end, beside the placement table
+            say("")
+            for line in slo_lines:
+                say(line)
         return results
     finally:
         for program in programs:

@@ -10,6 +10,9 @@ take the name below too, where no scheduler of that name runs.
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import fleet_plan as plan
@@ -86,12 +89,59 @@ def extender(fleet: Fleet, *, config: str, slices: bool, log_dir: Path) -> Progr
 EXTENDER_HISTOGRAM = "tensile_scheduler_extender_duration_seconds"
 
 
-def extender_latency(metrics: str) -> tuple[float | None, float | None]:
-    """(p50, p99) seconds of the extender's calls, from its request duration histogram in
-    its `metrics` text (every verb together)."""
+EXTENDER_CPU = "tensile_scheduler_extender_cpu_seconds"
+LOOP_LAG = "tensile_scheduler_event_loop_lag_seconds"
+GC_PAUSES = "tensile_scheduler_gc_pause_seconds"
+
+
+def extender_latency(
+    metrics: str, histogram: str = EXTENDER_HISTOGRAM
+) -> tuple[float | None, float | None]:
+    """(p50, p99) seconds of the extender's `histogram` (default: its calls' duration),
+    from its `metrics` text, every label together."""
     buckets: dict[float, float] = {}
-    for labels, value in harness.samples(metrics, EXTENDER_HISTOGRAM + "_bucket").items():
+    for labels, value in harness.samples(metrics, histogram + "_bucket").items():
         le = dict(labels)["le"]
         bound = float("inf") if le == "+Inf" else float(le)
         buckets[bound] = buckets.get(bound, 0.0) + value
     return plan.histogram_quantile(0.5, buckets), plan.histogram_quantile(0.99, buckets)
+
+
+def slow_pauses(metrics: str, *, over: float = 0.005) -> float | None:
+    """How many of the extender's garbage collector pauses took longer than `over` seconds
+    (a bucket bound of its histogram), from its `metrics` text; None without the metric."""
+    total = below = 0.0
+    found = False
+    for labels, value in harness.samples(metrics, GC_PAUSES + "_bucket").items():
+        le = dict(labels)["le"]
+        found = True
+        if le == "+Inf":
+            total += value
+        elif float(le) == over:
+            below += value
+    return total - below if found else None
+
+
+class LagProbe:
+    """`lag_probe.py` as a child process: the event loop lag of a process that does
+    nothing, on the same machine at the same time as the extender (its baseline)."""
+
+    def __init__(self) -> None:
+        self._process: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("lag_probe.py"))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def stop(self) -> dict[str, float]:
+        """End it; return what it measured ({} when it was not started)."""
+        if self._process is None:
+            return {}
+        out, _ = self._process.communicate(input="", timeout=30)
+        self._process = None
+        found: dict[str, float] = json.loads(out or "{}")
+        return found

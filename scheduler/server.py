@@ -197,7 +197,7 @@ def _fallback(verb: str, call: extender.Call) -> Any:
 
 def _handler(verb: str, decide: Decide) -> Callable[[web.Request], Any]:
     async def handle(request: web.Request) -> web.Response:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         result = "bad_request"
         try:
             if request.content_type != "application/json":
@@ -223,5 +223,6 @@ def _handler(verb: str, decide: Decide) -> Callable[[web.Request], Any]:
         finally:
             metrics.CALLS.labels(verb, result).inc()
             metrics.LATENCY.labels(verb).observe(time.perf_counter() - started)
+            metrics.CPU.labels(verb).observe(time.thread_time() - cpu)
 
     return handle

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from scheduler import metrics
+from scheduler.latency import GcPauses, LoopLag
 from scheduler.server import Judge, make_app
 from scheduler.settings import Settings
 from scheduler.slices.controller import SliceController
@@ -118,7 +119,9 @@ class Extender:
             health.add_check(
                 "quota-slices", lambda: None if slices.ready() else "quota slices not listed"
             )
-            await self._runner.run([server, slices])
+            # Where a call's time goes besides its own work, and short collections
+            # (`scheduler.latency`).
+            await self._runner.run([GcPauses(), server, slices, LoopLag()])
 
 
 class VirtualNodes:

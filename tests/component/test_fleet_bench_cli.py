@@ -40,6 +40,8 @@ def test_the_benchmark_runs_as_a_script_and_describes_its_flags() -> None:
         (["--configs", "a,x"], "--configs: a comma-separated list of distinct a, b, c"),
         (["--configs", "a,a"], "--configs: a comma-separated list of distinct a, b, c"),
         (["--unschedulable-timeout", "0"], "--unschedulable-timeout must be > 0"),
+        (["--configs=", "--slo-pods=0"], "empty only with --slo-pods"),
+        (["--slo-rate", "0"], "--slo-rate > 0"),
     ],
 )
 def test_a_run_it_cannot_do_is_refused_before_anything_starts(
@@ -55,3 +57,15 @@ def test_the_defaults_are_the_full_scale_run() -> None:
     args = fleet.parse([])
     assert (args.lower_clusters, args.nodes_per_cluster, args.pods) == (10, 1000, 10_000)
     assert args.configs == ["a", "b", "c"]
+    assert (args.slo_pods, args.slo_rate) == (2000, 40.0)
+
+
+def test_quick_is_the_smallest_run_and_flags_given_win() -> None:
+    args = fleet.parse(["--quick", "--slo-pods", "50"])
+    assert (args.lower_clusters, args.nodes_per_cluster, args.pods) == (2, 20, 200)
+    assert args.configs == ["b"]
+    assert (args.slo_pods, args.slo_rate) == (50, 20.0)
+
+
+def test_the_latency_objectives_may_run_alone() -> None:
+    assert fleet.parse(["--configs="]).configs == []
