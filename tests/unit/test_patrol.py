@@ -15,6 +15,7 @@ from prometheus_client import REGISTRY
 
 from tensile.kube import errors
 from tensile.kube.cacheaudit import Suspect, confirmed, page_suspects, repaired, unlisted_suspects
+from tensile.kube.client import ApiClient
 from tensile.kube.mirror.decide import (
     Action,
     Create,
@@ -159,20 +160,20 @@ def test_upper_pod_drift(row: PodRow) -> None:
 
 
 @pytest.mark.parametrize(
-    ("uid_now", "deleting", "in_hand", "expect"),
+    ("upper_exists", "deleting", "in_hand", "expect"),
     [
-        (None, False, False, "orphan_below"),  # its upper pod is gone
-        ("u1", False, False, None),  # its upper pod is there
-        ("u2", False, False, None),  # a pod of the same name again: its own sync decides
-        (None, True, False, None),  # the controller still deletes it
-        (None, False, True, None),  # in hand
+        (False, False, False, "orphan_below"),  # its upper pod is gone
+        # Its upper pod is there, or a pod of the same name again: its own sync decides.
+        (True, False, False, None),
+        (False, True, False, None),  # the controller still deletes it
+        (False, False, True, None),  # in hand
     ],
 )
 def test_backend_pod_drift(
-    uid_now: str | None, deleting: bool, in_hand: bool, expect: str | None
+    upper_exists: bool, deleting: bool, in_hand: bool, expect: str | None
 ) -> None:
     found = backend_pod_drift(
-        upper_uid="u1", upper_uid_now=uid_now, deleting=deleting, in_hand=in_hand
+        upper_uid="u1", upper_exists=upper_exists, deleting=deleting, in_hand=in_hand
     )
     assert found == expect
 
@@ -440,7 +441,10 @@ async def test_the_mirror_check_leaves_queued_keys_to_their_worker_undecided() -
 
 
 class Answering:
-    """The patrol's client of a cluster (a stub: only `request` is called), raising `error`."""
+    """The patrol's client of a cluster (a stub of `request`, raising `error`, under the
+    client's own pager)."""
+
+    pages = ApiClient.pages
 
     def __init__(self, error: Exception) -> None:
         self._error = error

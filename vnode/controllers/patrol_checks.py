@@ -80,10 +80,9 @@ class PodCheck:
         if book is None:
             return
         async for key, uid in paced(book.owned_backend_pods()):
-            upper = store.get(key)
             reason = patrol_decisions.backend_pod_drift(
                 upper_uid=uid,
-                upper_uid_now=None if upper is None else uid_of(upper),
+                upper_exists=store.version(key) is not None,  # decodes nothing
                 deleting=self._pods.deleting(key),
                 in_hand=self._in_hand(key) or book.backend_writing(uid),
             )
