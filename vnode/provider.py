@@ -90,6 +90,16 @@ class BackendPodLister(Protocol):
         over only for a moment."""
 
 
+@runtime_checkable
+class BackendStatusOf(Protocol):
+    """A provider that can tell an upper pod's status from a backend pod already in hand
+    (optional): the patrol, which has just read the backend pod, then does not look it up
+    (and, in a provider whose cache is encoded, decode it) a second time."""
+
+    def status_of(self, pod: Obj, *, backend: Obj) -> dict[str, Any]:
+        """Return what `pod_status(pod)` returns while `backend_pod(pod)` is `backend`."""
+
+
 class PodProvider(PodLifecycleHandler, PodNotifier, Protocol):
     """What the pod controller needs of a provider."""
 

@@ -595,10 +595,16 @@ class K2KProvider:
     def pod_status(self, pod: Obj) -> dict[str, Any] | None:
         """Return the upper status mirrored from the lower pod, or None if there is none."""
         lower = self.backend_pod(pod)
-        if lower is None:
-            return None
+        return None if lower is None else self.status_of(pod, backend=lower)
+
+    def status_of(self, pod: Obj, *, backend: Obj) -> dict[str, Any]:
+        """Return the upper status mirrored from `backend`, the lower pod `backend_pod(pod)`
+        returned (`BackendStatusOf`: the patrol reads it once)."""
         return translate.upper_status(
-            lower, upper=pod, node_ip=self._node_ip, refused=self._refused_resizes.get(uid_of(pod))
+            backend,
+            upper=pod,
+            node_ip=self._node_ip,
+            refused=self._refused_resizes.get(uid_of(pod)),
         )
 
     def vanished(self, pod: Obj) -> bool:
