@@ -6,7 +6,7 @@ run against real clusters in tests/e2e/test_patrol.py).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Container
 from dataclasses import dataclass
 from typing import Any
 
@@ -323,7 +323,8 @@ class Book:
 
     def backend_pod(self, pod: dict[str, Any]) -> dict[str, Any] | None:
         status = self._backend.get(f"ns/{pod['metadata']['name']}")
-        return None if status is None else {"metadata": {}, "status": status}
+        meta = {"namespace": "below", "name": pod["metadata"]["name"]}
+        return None if status is None else {"metadata": meta, "status": status}
 
     def pod_status(self, pod: dict[str, Any]) -> dict[str, Any] | None:
         return self._backend.get(f"ns/{pod['metadata']['name']}")
@@ -334,8 +335,10 @@ class Book:
     def notify_pods(self, callback: Callable[[str], None]) -> None:
         pass
 
-    def owned_backend_pods(self) -> list[tuple[str, str]]:
-        return [(k, f"u-{k[3:]}") for k in self._backend] + self._owned
+    def owned_backend_pods(self, *, besides: Container[str] = frozenset()) -> list[tuple[str, str]]:
+        self.passed_over = besides
+        backend = [(k, f"u-{k[3:]}") for k in self._backend if f"below/{k[3:]}" not in besides]
+        return backend + self._owned
 
     def backend_writing(self, upper_uid: str) -> bool:
         return upper_uid in self._writing
@@ -376,6 +379,9 @@ async def test_the_pod_check_finds_each_drift_and_hands_it_to_its_queue() -> Non
         Mismatch(kind="pods", reason="orphan_below", key="ns/orphan"),
         # ns/leaving: its delete is in flight
     ]
+    assert provider.passed_over == {"below/a", "below/b"}, (
+        "the backend pods found with their upper pods are not looked at again"
+    )
     for mismatch in found:
         check.repair(mismatch)
     assert pods.status_from_lower.pending("ns/b")

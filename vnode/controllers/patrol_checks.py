@@ -66,6 +66,9 @@ class PodCheck:
         store = self._pods.informer.store
         book = self._provider if isinstance(self._provider, BackendPodLister) else None
         statuses = self._provider if isinstance(self._provider, BackendStatusOf) else None
+        # Keys of the backend pods found with their upper pods: no orphans, so the look for
+        # orphans passes over them (an upper pod deleted since is the next run's to find).
+        matched: set[str] = set()
         async for pod in paced(store):
             key = object_key(pod)
             backend = self._provider.backend_pod(pod)
@@ -76,6 +79,8 @@ class PodCheck:
                 desired = statuses.status_of(pod, backend=backend)  # not read twice
             else:
                 desired = self._provider.pod_status(pod)
+            if backend is not None:
+                matched.add(object_key(backend))
             reason = patrol_decisions.upper_pod_drift(
                 pod,
                 backend=backend,
@@ -86,7 +91,7 @@ class PodCheck:
                 yield Mismatch(kind="pods", reason=reason, key=key)
         if book is None:
             return
-        async for key, uid in paced(book.owned_backend_pods()):
+        async for key, uid in paced(book.owned_backend_pods(besides=matched)):
             reason = patrol_decisions.backend_pod_drift(
                 upper_uid=uid,
                 upper_exists=store.version(key) is not None,  # decodes nothing

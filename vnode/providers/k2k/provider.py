@@ -13,6 +13,7 @@ import logging
 from collections.abc import (
     AsyncGenerator,
     Callable,
+    Container,
     Iterable,
     Iterator,
     Mapping,
@@ -611,11 +612,18 @@ class K2KProvider:
         """Tell whether the lower pod of `pod` was deleted by someone other than us."""
         return self.book.vanished(uid_of(pod))
 
-    def owned_backend_pods(self) -> Iterator[tuple[str, str]]:
+    def owned_backend_pods(
+        self, *, besides: Container[str] = frozenset()
+    ) -> Iterator[tuple[str, str]]:
         """(upper "namespace/name", upper UID) of every lower pod of ours that is not being
-        deleted (the patrol looks for those without their upper pod)."""
-        for lower in self.pods.store:
-            if not self._ours(lower) or deletion_timestamp_of(lower):
+        deleted (the patrol looks for those without their upper pod), but those whose lower
+        key is in `besides` (not even read: the cache decodes each pod it hands out)."""
+        store = self.pods.store
+        for lower_key in store.keys():
+            if lower_key in besides:
+                continue
+            lower = store.get(lower_key)  # None: deleted since the keys were taken
+            if lower is None or not self._ours(lower) or deletion_timestamp_of(lower):
                 continue
             key = naming.upper_key_of(lower, prefix=self.policy.namespace_prefix)
             if key is not None:
