@@ -19,6 +19,12 @@ On one local fleet (kwok nodes with room for every pod), in one run:
    the runs found in a steady state (target: nothing).
 
     .venv/bin/python bench/scale.py [--pods 10000] [--lower-nodes 10] [--patrol-runs 4]
+        [--patrol-only] [--patrol-baseline PYTHON]
+
+`--patrol-only` skips phases 2 and 3. `--patrol-baseline PYTHON` measures phase 4 first
+with the node run by another interpreter (another checkout's virtualenv, e.g. the main
+branch's), then with this one, on the same pods in the same run: a before/after that the
+machine's load cannot tilt.
 
 Uses the fleet of TENSILE_DEVCLUSTER_DIR if set, else starts (and stops) its own. Expect
 about 10-20 minutes on 2 cores.
@@ -29,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import os
 import secrets
 import time
 from collections.abc import Callable
@@ -171,11 +178,19 @@ def wait_runs(node: VirtualNodeProcess, *, at_least: float, timeout: float) -> f
 
 
 def patrol(
-    node: VirtualNodeProcess, *, pods: int, period: float, runs: int, say: Callable[[str], None]
+    node: VirtualNodeProcess,
+    *,
+    pods: int,
+    period: float,
+    runs: int,
+    say: Callable[[str], None],
+    label: str = "",
 ) -> None:
-    """Phase 4 (see the module docstring)."""
+    """Phase 4 (see the module docstring); `label` names the node's interpreter when two
+    are compared."""
     node.stop()
-    node.argv.append(f"--patrol-period={period:g}s")  # the last one wins
+    if f"--patrol-period={period:g}s" not in node.argv:
+        node.argv.append(f"--patrol-period={period:g}s")  # the last one wins
     node.start(timeout=300)
     wait_process_ready(node)
     harness.wait_reconciled(node, keys=pods)
@@ -212,7 +227,7 @@ def patrol(
     patrol_requests = sum(v for (c, _, _), v in requests.items() if c.endswith("-patrol"))
     share = per_run / DEFAULT_PATROL_PERIOD
     verdict = "met" if share < PATROL_TARGET and not found else "MISSED"
-    say(f"\npatrol ({runs} runs every {period:g} s over {pods} pods)")
+    say(f"\npatrol ({runs} runs every {period:g} s over {pods} pods){label}")
     say(f"  idle node CPU             {idle * 100:6.2f} % of one core")
     say(f"  CPU per run               {per_run:6.2f} s (minus idle), {duration:.2f} s wall")
     say(f"  CPU while a run was on    {during:6.2f} s per run (its own metric, a cross-check)")
@@ -232,7 +247,17 @@ def main() -> None:
     parser.add_argument("--lower-nodes", type=int, default=10)
     parser.add_argument("--patrol-period", type=float, default=30.0, help="seconds, phase 4")
     parser.add_argument("--patrol-runs", type=int, default=4, help="runs measured, phase 4")
+    parser.add_argument("--patrol-only", action="store_true", help="skip phases 2 and 3")
+    parser.add_argument(
+        "--patrol-baseline",
+        metavar="PYTHON",
+        help="measure phase 4 first with the node run by this interpreter (a baseline)",
+    )
     args = parser.parse_args()
+    if args.patrol_baseline:
+        # Each interpreter imports the checkout it was installed from, not the one in the
+        # working directory (which `python -m` would otherwise put first on sys.path).
+        os.environ["PYTHONSAFEPATH"] = "1"
     fleet, attached = harness.fleet_for_pods(
         pods=args.pods, lower_nodes=args.lower_nodes, prefix="tensile-scale-"
     )
@@ -283,85 +308,109 @@ def main() -> None:
             f"pods: {(full - idle) * 1024 / args.pods / 1000:.1f} KB per pod"
         )
 
-        # -- a crash ---------------------------------------------------------------------
-        wait_idle(node)  # nothing pending: whatever the restart writes, it should not have
-        statuses = asyncio.run(upper_statuses(fleet, namespace))
-        node.kill()
-        started = time.monotonic()
-        log_size = node.log.stat().st_size
-        assert node.process is not None
-        node.process.restart()
-        # The upper Node still shows Ready from before the kill (its Lease has not lapsed):
-        # the new process is ready when its own /readyz says so (caches synced, controllers
-        # running).
-        ready = wait_process_ready(node) - started
-        reconciled = harness.wait_reconciled(node, keys=args.pods) - started
-        synced = synced_after(node, since=log_size)
-        wait_idle(node)
-        assert node.process is not None
-        written = writes(node)
-        creates, deletes = lower_pod_writes(written)
-        changed = changed_fields(statuses, asyncio.run(upper_statuses(fleet, namespace)))
-        rss = harness.rss_kib(node.process.pid)
-        verdict = (
-            "met" if reconciled < RECONCILE_TARGET and not creates and not deletes else "MISSED"
-        )
-        say("\nSIGKILL and restart")
-        say(f"  node ready (its /readyz)  {ready:6.1f} s after the new process started")
-        if synced is not None:
-            say(f"  caches synced             {synced:6.1f} s after (the lists done)")
-        say(
-            f"  every key reconciled      {reconciled:6.1f} s   [< {RECONCILE_TARGET:.0f} s, "
-            f"0 creates, 0 deletes: {verdict}]"
-        )
-        say(f"  lower creates / deletes   {creates:.0f} / {deletes:.0f}")
-        say(f"  writes (cluster verb code: n)  {dict(written) or 'none'}")
-        say(f"  upper pod status fields the restart changed (field: pods)  {changed or 'none'}")
-        say(
-            f"  RSS after the relist      {rss // 1024} MiB: "
-            f"{(rss - idle) * 1024 / args.pods / 1000:.1f} KB per pod"
-        )
-
-        # -- the lower apiserver restarts; its watches cannot resume ---------------------
-        relisted_before = harness.relists(node, "lower-pods")
-        handled_before = harness.queue_state(node.metrics(), "pods_from_upper")[0]
-        before = writes(node)
-        assert node.process is not None
-        # While the node is paused, the lower apiserver restarts, history moves on and is
-        # compacted: when the node wakes, its watches' resourceVersions are gone (410), so
-        # its lower caches must list again (a restart alone could let them resume).
-        node.process.pause()
-        try:
-            fleet.stop_component("lower-apiserver")
-            fleet.start_component("lower-apiserver", timeout=300)
-            asyncio.run(churn(fleet, namespace))
-            fleet.compact_etcd()
-        finally:
-            node.process.resume()
-        back = time.monotonic()
-        deadline = back + 600
-        while harness.relists(node, "lower-pods") <= relisted_before:
-            if time.monotonic() > deadline:
-                raise TimeoutError("the lower pod cache did not list again")
-            time.sleep(0.05)
-        relisted = time.monotonic() - back
-        settled = wait_idle(node) - back
-        handled = harness.queue_state(node.metrics(), "pods_from_upper")[0] - handled_before
-        after = harness.difference(writes(node), before)
-        creates, deletes = lower_pod_writes(after)
-        verdict = "met" if not creates and not deletes else "MISSED"
-        say("\nlower apiserver restart (etcd compacted: the watches must list again)")
-        say(f"  lower pods listed again   {relisted:6.1f} s after the node woke")
-        say(f"  queues idle again         {settled:6.1f} s after ({handled:.0f} pod keys handled)")
-        say(f"  lower creates / deletes   {creates:.0f} / {deletes:.0f}   [0 / 0: {verdict}]")
-        say(f"  writes (cluster verb code: n)  {dict(after) or 'none'}")
+        if not args.patrol_only:
+            restarts(node, fleet=fleet, namespace=namespace, pods=args.pods, idle=idle, say=say)
 
         # -- the patrol --------------------------------------------------------------------
-        patrol(node, pods=args.pods, period=args.patrol_period, runs=args.patrol_runs, say=say)
+        measure = {"period": args.patrol_period, "runs": args.patrol_runs, "say": say}
+        if args.patrol_baseline:
+            here = node.argv[0]
+            node.argv[0] = args.patrol_baseline
+            patrol(node, pods=args.pods, label=f" [baseline: {args.patrol_baseline}]", **measure)
+            node.argv[0] = here
+        patrol(
+            node,
+            pods=args.pods,
+            label=f" [{node.argv[0]}]" if args.patrol_baseline else "",
+            **measure,
+        )
     finally:
         node.stop()
         node.delete_node()
         harness.release_fleet(fleet, attached=attached, namespaces=[namespace])
+
+
+def restarts(
+    node: VirtualNodeProcess,
+    *,
+    fleet: Fleet,
+    namespace: str,
+    pods: int,
+    idle: int,
+    say: Callable[[str], None],
+) -> None:
+    """Phases 2 and 3 (see the module docstring); `idle` is the node's RSS before the pods
+    were created, in KiB."""
+    # -- a crash ---------------------------------------------------------------------
+    wait_idle(node)  # nothing pending: whatever the restart writes, it should not have
+    statuses = asyncio.run(upper_statuses(fleet, namespace))
+    node.kill()
+    started = time.monotonic()
+    log_size = node.log.stat().st_size
+    assert node.process is not None
+    node.process.restart()
+    # The upper Node still shows Ready from before the kill (its Lease has not lapsed):
+    # the new process is ready when its own /readyz says so (caches synced, controllers
+    # running).
+    ready = wait_process_ready(node) - started
+    reconciled = harness.wait_reconciled(node, keys=pods) - started
+    synced = synced_after(node, since=log_size)
+    wait_idle(node)
+    assert node.process is not None
+    written = writes(node)
+    creates, deletes = lower_pod_writes(written)
+    changed = changed_fields(statuses, asyncio.run(upper_statuses(fleet, namespace)))
+    rss = harness.rss_kib(node.process.pid)
+    verdict = "met" if reconciled < RECONCILE_TARGET and not creates and not deletes else "MISSED"
+    say("\nSIGKILL and restart")
+    say(f"  node ready (its /readyz)  {ready:6.1f} s after the new process started")
+    if synced is not None:
+        say(f"  caches synced             {synced:6.1f} s after (the lists done)")
+    say(
+        f"  every key reconciled      {reconciled:6.1f} s   [< {RECONCILE_TARGET:.0f} s, "
+        f"0 creates, 0 deletes: {verdict}]"
+    )
+    say(f"  lower creates / deletes   {creates:.0f} / {deletes:.0f}")
+    say(f"  writes (cluster verb code: n)  {dict(written) or 'none'}")
+    say(f"  upper pod status fields the restart changed (field: pods)  {changed or 'none'}")
+    say(
+        f"  RSS after the relist      {rss // 1024} MiB: "
+        f"{(rss - idle) * 1024 / pods / 1000:.1f} KB per pod"
+    )
+
+    # -- the lower apiserver restarts; its watches cannot resume ---------------------
+    relisted_before = harness.relists(node, "lower-pods")
+    handled_before = harness.queue_state(node.metrics(), "pods_from_upper")[0]
+    before = writes(node)
+    assert node.process is not None
+    # While the node is paused, the lower apiserver restarts, history moves on and is
+    # compacted: when the node wakes, its watches' resourceVersions are gone (410), so
+    # its lower caches must list again (a restart alone could let them resume).
+    node.process.pause()
+    try:
+        fleet.stop_component("lower-apiserver")
+        fleet.start_component("lower-apiserver", timeout=300)
+        asyncio.run(churn(fleet, namespace))
+        fleet.compact_etcd()
+    finally:
+        node.process.resume()
+    back = time.monotonic()
+    deadline = back + 600
+    while harness.relists(node, "lower-pods") <= relisted_before:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the lower pod cache did not list again")
+        time.sleep(0.05)
+    relisted = time.monotonic() - back
+    settled = wait_idle(node) - back
+    handled = harness.queue_state(node.metrics(), "pods_from_upper")[0] - handled_before
+    after = harness.difference(writes(node), before)
+    creates, deletes = lower_pod_writes(after)
+    verdict = "met" if not creates and not deletes else "MISSED"
+    say("\nlower apiserver restart (etcd compacted: the watches must list again)")
+    say(f"  lower pods listed again   {relisted:6.1f} s after the node woke")
+    say(f"  queues idle again         {settled:6.1f} s after ({handled:.0f} pod keys handled)")
+    say(f"  lower creates / deletes   {creates:.0f} / {deletes:.0f}   [0 / 0: {verdict}]")
+    say(f"  writes (cluster verb code: n)  {dict(after) or 'none'}")
 
 
 if __name__ == "__main__":

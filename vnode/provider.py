@@ -11,7 +11,15 @@ composes a list of them and a `lifecycle.Runner` owns their life (start, sync, r
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    Callable,
+    Container,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -80,14 +88,28 @@ class BackendPodLister(Protocol):
     the patrol then finds backend pods whose upper pod is gone, and leaves a pod whose
     create or delete is on its way alone."""
 
-    def owned_backend_pods(self) -> Iterator[tuple[str, str]]:
+    def owned_backend_pods(
+        self, *, besides: Container[str] = frozenset()
+    ) -> Iterator[tuple[str, str]]:
         """Yield (upper "namespace/name", upper UID) of every backend pod of this node that
-        is not being deleted."""
+        is not being deleted, but those whose own key ("namespace/name" of the object
+        `backend_pod` returns) is in `besides`: the patrol passes the backend pods it just
+        found with their upper pods, which it need not look at again."""
 
     def backend_writing(self, upper_uid: str) -> bool:
         """Tell whether a create or delete of the backend pod of `upper_uid` is in flight
         (sent, and not shown by the backend's cache yet): its pod may be missing or left
         over only for a moment."""
+
+
+@runtime_checkable
+class BackendStatusOf(Protocol):
+    """A provider that can tell an upper pod's status from a backend pod already in hand
+    (optional): the patrol, which has just read the backend pod, then does not look it up
+    (and, in a provider whose cache is encoded, decode it) a second time."""
+
+    def status_of(self, pod: Obj, *, backend: Obj) -> dict[str, Any]:
+        """Return what `pod_status(pod)` returns while `backend_pod(pod)` is `backend`."""
 
 
 class PodProvider(PodLifecycleHandler, PodNotifier, Protocol):

@@ -3,7 +3,7 @@
 An informer's store is what the event path decides on; a watch event it never got (a bug,
 a proxy that lost a line, a fault) leaves it wrong for good, since a watch resumed from a
 later resourceVersion never replays it. The audit lists the informer's selection again
-from the server, metadata only (PartialObjectMetadataList, in pages: limit/continue), and
+from the server, metadata only (PartialObjectMetadataList, in pages: `ApiClient.pages`), and
 compares keys and resourceVersions with the store page by page (`page_suspects`,
 `unlisted_suspects`: pure), holding the listed keys only, never a second copy of the
 objects. A difference may just be an event on its way: each suspect is confirmed by a
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from tensile.contracts.objects import meta_of, resource_version_of
+from tensile.contracts.objects import resource_version_of
 from tensile.kube.client import METADATA_LIST, ApiClient
 from tensile.kube.informer import Informer
 from tensile.kube.resources import object_key
@@ -115,19 +115,21 @@ async def audit(informer: Informer, *, client: ApiClient, settings: AuditSetting
     selection = informer.selection
     store = informer.store
     path = selection.resource.path(namespace=selection.namespace)
-    params = {**selection.selectors, "limit": str(settings.page_size)}
     listed: set[str] = set()
     suspects: list[Suspect] = []
-    while True:
-        page = await client.request("GET", path, params=params, accept=METADATA_LIST)
-        pairs = [(object_key(item), resource_version_of(item)) for item in page.get("items") or []]
+    async for page in client.pages(
+        path, limit=settings.page_size, params=selection.selectors, accept=METADATA_LIST
+    ):
+        if page.restarted:
+            # The continue token expired and the list began again (`ApiClient.pages`):
+            # compare the store with the new list only.
+            listed.clear()
+            suspects.clear()
+        pairs = [(object_key(item), resource_version_of(item)) for item in page.items]
         listed.update(key for key, _ in pairs)
         suspects += page_suspects(pairs, store.version)
-        token = meta_of(page).get("continue")
-        if not token:
-            break
-        params["continue"] = token
-        await asyncio.sleep(0)  # let the watches and workers run between pages
+        if not page.last:
+            await asyncio.sleep(0)  # let the watches and workers run between pages
     suspects += unlisted_suspects(store.keys(), listed, store.version)
     del listed
     if not suspects:

@@ -22,10 +22,12 @@ import copy
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import aiohttp
 
+from tensile.contracts.objects import Obj, meta_of
 from tensile.kube import codec, errors, metrics
 from tensile.kube.backoff import ExponentialBackoff, TokenBucket, jittered
 from tensile.kube.config import ConnectionInfo
@@ -295,6 +297,68 @@ class ApiClient:
                     raise
                 await asyncio.sleep(jittered(_RETRY_BACKOFF.delay(failures - 1)))
 
+    async def pages(
+        self,
+        path: str,
+        *,
+        limit: int,
+        params: Mapping[str, str] | None = None,
+        accept: str = JSON,
+        restarts: int = 3,
+    ) -> AsyncIterator[Page]:
+        """List `path` in pages of at most `limit` items (limit/continue) and yield each
+        page as it arrives; the last has `last` set and the list's resourceVersion.
+
+        `params`: the list's other parameters (labelSelector, fieldSelector); `accept` as
+        `request`'s (`METADATA_LIST` for metadata only).
+
+        An expired continue token: the apiserver keeps a list's snapshot only as long as
+        etcd keeps its revision (compaction, every five minutes by default) and then answers
+        the next page with 410 Gone (reason Expired) and a token that would go on from the
+        current state instead ("API concepts: retrieving large results sets in chunks").
+        Pages from two states make an inconsistent list, whose resourceVersion a watch
+        cannot resume from, and whose missing items would read as deletions. So the list
+        starts over from its first page, as client-go's pager does (it lists again in
+        full, unpaged; here the pages keep their bound on memory): the next page comes with
+        `restarted` set, telling the caller to forget what the abandoned list's pages
+        named. After `restarts` such restarts in a row (a list slower than compaction),
+        the 410 is raised.
+
+        Raises errors.Gone for a 410 on the first page (a resourceVersion or a proxy the
+        caller must back off from) or after `restarts` restarts; other errors as `request`.
+        """
+        query = {**(params or {}), "limit": str(limit)}
+        restarted = False
+        left = restarts
+        while True:
+            try:
+                answer = await self.request("GET", path, params=query, accept=accept)
+            except errors.Gone:
+                if "continue" not in query or left <= 0:
+                    raise
+                left -= 1
+                logger.info(
+                    "%s: the continue token of a list of %s expired; listing again", self.name, path
+                )
+                del query["continue"]
+                restarted = True
+                continue
+            meta = meta_of(answer)
+            token = meta.get("continue")
+            items = answer.get("items")
+            page = Page(
+                items=items if isinstance(items, list) else [],
+                last=not token,
+                resource_version=str(meta.get("resourceVersion") or ""),
+                restarted=restarted,
+            )
+            del answer, items
+            restarted = False
+            yield page
+            if page.last:
+                return
+            query["continue"] = str(token)
+
     async def _once(
         self,
         method: str,
@@ -411,6 +475,22 @@ class ApiClient:
             if code == 0:
                 self._count("WATCH", 0)
             raise errors.ApiUnavailable(self._unreachable("GET", path, exc)) from exc
+
+
+@dataclass(frozen=True, kw_only=True)
+class Page:
+    """One page of a list (`ApiClient.pages`)."""
+
+    items: list[Obj]
+    """The page's objects (the caller's to consume: nothing else holds them)."""
+    last: bool
+    """Whether the list ends with this page."""
+    resource_version: str
+    """The list's resourceVersion (ListMeta), "" when the server sent none; a watch of the
+    same selection resumes from the last page's."""
+    restarted: bool
+    """Whether this page begins the list again after an expired continue token: what the
+    pages before it named belongs to an abandoned list."""
 
 
 ERROR_BODY_LIMIT = 64 * 1024

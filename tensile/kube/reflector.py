@@ -1,7 +1,8 @@
 """Reflector: keep a Store equal to the server's state of one resource, by list then watch.
 
 What client-go's reflector does, with the lessons of the Python clients' watch bugs:
-- list in pages, then watch from the list's resourceVersion with bookmarks and a
+- list in pages (`ApiClient.pages`, which starts a list over when its continue token
+  expires), then watch from the list's resourceVersion with bookmarks and a
   server-side timeout (jittered, so many watches do not expire together); each page goes
   into the store as it arrives, and objects no page named are deleted after the last one,
   so a relist of 10,000 pods never holds more than one page of full objects (client-go's
@@ -27,7 +28,7 @@ from typing import Any, Literal
 
 import aiohttp
 
-from tensile.contracts.objects import Obj, meta_of, resource_version_of
+from tensile.contracts.objects import Obj, resource_version_of
 from tensile.kube import codec, errors, metrics
 from tensile.kube.backoff import ExponentialBackoff, jittered
 from tensile.kube.client import ApiClient
@@ -233,27 +234,19 @@ class Reflector:
     async def _list(self) -> None:
         metrics.RELISTS.labels(self.name).inc()
         seen: set[str] = set()
-        params = {**self._selectors, "limit": str(self._settings.page_size)}
-        while True:
-            try:
-                page = await self._client.request("GET", self._path, params=params)
-            except errors.Gone:
-                if "continue" not in params:
-                    raise  # the first page: `run` backs off before listing again
-                # The continue token expired mid-list: start the list over. What the pages
-                # so far stored stays (it is newer than what it replaced); only objects the
-                # new list does not name again are deleted at its end.
-                params.pop("continue", None)
+        # An expired continue token starts the list over (`ApiClient.pages`); a 410 on the
+        # first page is raised, and `run` backs off before listing again.
+        async for page in self._client.pages(
+            self._path, limit=self._settings.page_size, params=self._selectors
+        ):
+            if page.restarted:
+                # What the pages so far stored stays (it is newer than what it replaced);
+                # only objects the new list does not name again are deleted at its end.
                 seen.clear()
-                continue
-            self._store_page(page.get("items") or [], seen=seen)
-            meta = meta_of(page)
-            token = meta.get("continue")
-            if not token:
+            self._store_page(page.items, seen=seen)
+            if page.last:
                 self._delete_unseen(seen)
-                self._rv = str(meta.get("resourceVersion") or "")
-                return
-            params["continue"] = token
+                self._rv = page.resource_version
 
     def _store_page(self, items: list[Obj], *, seen: set[str]) -> None:
         # Each decoded object is let go as soon as it is stored, so the memory of the page

@@ -7,7 +7,9 @@ An `encoded` store keeps each object as compact JSON (bytes) and decodes it on e
 a quarter of the memory of the dicts, for caches that are large and read a few times per
 object (all pods of a node, all pods of a lower cluster, all ConfigMaps of a cluster), at
 about 20 microseconds per read of a pod. Questions asked of every object (which pods use a
-ConfigMap) are answered from indexes, which hold keys only and decode nothing.
+ConfigMap) are answered from indexes, which hold keys only and decode nothing. Each
+object's resourceVersion is kept beside its encoded text, so `version` (the patrol's cache
+audit asks it of every object) decodes nothing either.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class Store:
         self, *, indexers: Mapping[str, IndexFunc] | None = None, encoded: bool = False
     ) -> None:
         self._items: dict[str, Obj | bytes] = {}
+        self._versions: dict[str, str] = {}
+        """An encoded store's resourceVersions by key (a plain store reads its dicts)."""
         self._encoded = encoded
         self._indexers = dict(indexers or {})
         self._indexes: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
@@ -55,9 +59,12 @@ class Store:
 
     def version(self, key: str) -> str | None:
         """Return the resourceVersion of the object with `key` ("" if it has none), or None
-        when there is no such object (an encoded store decodes it)."""
+        when there is no such object. Nothing is decoded: an encoded store keeps it beside
+        the text."""
+        if self._encoded:
+            return self._versions.get(key)
         value = self._items.get(key)
-        return None if value is None else _version(_decoded(value))
+        return None if value is None else _version(value)
 
     def keys(self) -> list[str]:
         """Return every key."""
@@ -101,8 +108,7 @@ class Store:
             old = self.get(key)
         if old is not None:
             self._unindex(key, old)
-        self._items[key] = codec.packed(obj) if self._encoded else obj
-        self._index(key, obj)
+        self._put(key, obj, codec.packed(obj) if self._encoded else obj)
         return old
 
     def update(self, obj: Obj) -> tuple[bool, Obj | bytes | None]:
@@ -124,8 +130,7 @@ class Store:
                 return False, previous
         if previous is not None and self._indexers:
             self._unindex(key, _decoded(previous))
-        self._items[key] = value
-        self._index(key, obj)
+        self._put(key, obj, value)
         return True, previous
 
     def delete(self, key: str) -> Obj | None:
@@ -133,9 +138,17 @@ class Store:
         value = self._items.pop(key, None)
         if value is None:
             return None
+        self._versions.pop(key, None)
         old = _decoded(value)
         self._unindex(key, old)
         return old
+
+    def _put(self, key: str, obj: Obj, value: Obj | bytes) -> None:
+        """Store `value`, `obj` as kept (its encoded text in an encoded store), and index it."""
+        self._items[key] = value
+        if self._encoded:
+            self._versions[key] = resource_version_of(obj)
+        self._index(key, obj)
 
     def _index(self, key: str, obj: Obj) -> None:
         for name, func in self._indexers.items():

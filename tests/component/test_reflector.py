@@ -32,7 +32,7 @@ from prometheus_client import REGISTRY
 from tensile.contracts.objects import Obj
 from tensile.kube import cacheaudit, errors, reflector
 from tensile.kube.backoff import ExponentialBackoff
-from tensile.kube.client import ApiClient
+from tensile.kube.client import METADATA_LIST, ApiClient, Page
 from tensile.kube.config import ConnectionInfo
 from tensile.kube.informer import Handlers, Informer, compact
 from tensile.kube.reflector import Event, Reflector, ReflectorSettings
@@ -90,6 +90,8 @@ class FakeApiServer:
         self.list_requests: list[dict[str, str]] = []
         self.watch_requests: list[dict[str, str]] = []
         self.paths: list[str] = []
+        self.accepts: list[str] = []
+        """The Accept header of every request."""
         self.released = asyncio.Event()
         """Set at close: streams that hold end."""
         app = web.Application()
@@ -115,6 +117,7 @@ class FakeApiServer:
 
     async def _pods(self, request: web.Request) -> web.StreamResponse:
         self.paths.append(request.path)
+        self.accepts.append(request.headers.get("Accept", ""))
         query = dict(request.query)
         if query.get("watch") in ("1", "true"):
             self.watch_requests.append(query)
@@ -485,6 +488,161 @@ async def test_gone_on_a_continue_token_restarts_the_list(fake: FakeApiServer) -
     ]
     assert fake.watch_requests[0]["resourceVersion"] == "12"
     assert relists(name) == 1, "one list, restarted inside"
+
+
+# --- the pager -------------------------------------------------------------------------------
+
+CONTINUE_EXPIRED = status_body(410, "Expired", "The provided continue parameter is too old")
+
+PageSeen = tuple[list[str], bool, bool, str]
+"""(item names, restarted, last, resourceVersion) of a page the pager yielded."""
+
+PAGER_TABLE: list[
+    tuple[str, list[tuple[str, Any]], int, list[PageSeen], list[str | None], bool]
+] = [
+    # (case, the server's answers, restarts allowed, pages yielded, continue sent, raises 410)
+    (
+        "one page",
+        [("page", ([pod("a", "1")], "10", ""))],
+        3,
+        [(["a"], False, True, "10")],
+        [None],
+        False,
+    ),
+    (
+        "pages follow their tokens",
+        [
+            ("page", ([pod("a", "1")], "10", "t1")),
+            ("page", ([pod("b", "2")], "10", "t2")),
+            ("page", ([], "10", "")),
+        ],
+        3,
+        [(["a"], False, False, "10"), (["b"], False, False, "10"), ([], False, True, "10")],
+        [None, "t1", "t2"],
+        False,
+    ),
+    (
+        "an expired token starts the list over, once per expiry",
+        [
+            ("page", ([pod("a", "1")], "10", "t1")),
+            ("410", CONTINUE_EXPIRED),
+            ("page", ([pod("a", "11")], "20", "t2")),
+            ("410", CONTINUE_EXPIRED),
+            ("page", ([pod("a", "11")], "30", "t3")),
+            ("page", ([pod("b", "12")], "30", "")),
+        ],
+        3,
+        [
+            (["a"], False, False, "10"),
+            (["a"], True, False, "20"),
+            (["a"], True, False, "30"),
+            (["b"], False, True, "30"),
+        ],
+        [None, "t1", None, "t2", None, "t3"],
+        False,
+    ),
+    (
+        "a 410 on the first page is the caller's",
+        [("410", EXPIRED)],
+        3,
+        [],
+        [None],
+        True,
+    ),
+    (
+        "a list slower than compaction gives up after its restarts",
+        [
+            ("page", ([pod("a", "1")], "10", "t1")),
+            ("410", CONTINUE_EXPIRED),
+            ("page", ([pod("a", "1")], "20", "t2")),
+            ("410", CONTINUE_EXPIRED),
+        ],
+        1,
+        [(["a"], False, False, "10"), (["a"], True, False, "20")],
+        [None, "t1", None, "t2"],
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("answers", "restarts", "pages", "tokens", "gone"),
+    [row[1:] for row in PAGER_TABLE],
+    ids=[row[0] for row in PAGER_TABLE],
+)
+async def test_the_pager(
+    fake: FakeApiServer,
+    answers: list[tuple[str, Any]],
+    restarts: int,
+    pages: list[PageSeen],
+    tokens: list[str | None],
+    gone: bool,
+) -> None:
+    """`ApiClient.pages` against the fake: an expired continue token is a fault a real
+    apiserver gives only after etcd compacts the list's revision mid-list (minutes by
+    default), so the fake scripts it at a chosen page."""
+    for kind, script in answers:
+        if kind == "page":
+            items, version, token = script
+            fake.lists.append(fake.page(items, rv=version, cont=token))
+        else:
+            fake.lists.append(reply(410, script))
+    seen: list[Page] = []
+    async with client_for(fake.url) as client:
+        listing = client.pages(
+            "/api/v1/pods",
+            limit=2,
+            params={"labelSelector": "app=web"},
+            accept=METADATA_LIST,
+            restarts=restarts,
+        )
+
+        async def read() -> None:
+            async for page in listing:
+                seen.append(page)
+
+        if gone:
+            with pytest.raises(errors.Gone):
+                await read()
+        else:
+            await read()
+    assert [
+        ([o["metadata"]["name"] for o in p.items], p.restarted, p.last, p.resource_version)
+        for p in seen
+    ] == pages
+    assert [r.get("continue") for r in fake.list_requests] == tokens
+    assert all(r["limit"] == "2" and r["labelSelector"] == "app=web" for r in fake.list_requests), (
+        "every page asks the same list"
+    )
+    assert set(fake.accepts) == {METADATA_LIST}
+
+
+async def test_an_audit_whose_list_expires_compares_the_new_list_only(
+    fake: FakeApiServer,
+) -> None:
+    """The cache audit's continue token expires (scripted on the fake: see `test_the_pager`):
+    the list starts over, and what only the abandoned pages named is no suspect."""
+    fake.lists.append(fake.page([pod("a", "1"), pod("b", "2")], rv="10"))
+    informer = Informer(client_for(fake.url), PODS, name=informer_name(), settings=FAST)
+    async with informer.selection.client as client, running(informer):
+        await informer.wait_synced(timeout=2)
+        fake.lists.extend(
+            [
+                # The abandoned list: "x" existed then (deleted since), "a" at another version.
+                fake.page([pod("a", "0"), pod("x", "3")], rv="20", cont="t1"),
+                reply(410, CONTINUE_EXPIRED),
+                fake.page([pod("a", "1")], rv="30", cont="t2"),
+                fake.page([pod("b", "2")], rv="30"),
+            ]
+        )
+        drift = await cacheaudit.audit(
+            informer, client=client, settings=cacheaudit.AuditSettings(settle=0.0)
+        )
+    assert drift == []
+    audit_lists = fake.list_requests[1:]
+    assert [q.get("continue") for q in audit_lists] == [None, "t1", None, "t2"], (
+        "the list started over, and no suspect was looked up again"
+    )
 
 
 # --- silent streams -----------------------------------------------------------------------

@@ -6,7 +6,7 @@ run against real clusters in tests/e2e/test_patrol.py).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Container
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +15,7 @@ from prometheus_client import REGISTRY
 
 from tensile.kube import errors
 from tensile.kube.cacheaudit import Suspect, confirmed, page_suspects, repaired, unlisted_suspects
+from tensile.kube.client import ApiClient
 from tensile.kube.mirror.decide import (
     Action,
     Create,
@@ -159,20 +160,20 @@ def test_upper_pod_drift(row: PodRow) -> None:
 
 
 @pytest.mark.parametrize(
-    ("uid_now", "deleting", "in_hand", "expect"),
+    ("upper_exists", "deleting", "in_hand", "expect"),
     [
-        (None, False, False, "orphan_below"),  # its upper pod is gone
-        ("u1", False, False, None),  # its upper pod is there
-        ("u2", False, False, None),  # a pod of the same name again: its own sync decides
-        (None, True, False, None),  # the controller still deletes it
-        (None, False, True, None),  # in hand
+        (False, False, False, "orphan_below"),  # its upper pod is gone
+        # Its upper pod is there, or a pod of the same name again: its own sync decides.
+        (True, False, False, None),
+        (False, True, False, None),  # the controller still deletes it
+        (False, False, True, None),  # in hand
     ],
 )
 def test_backend_pod_drift(
-    uid_now: str | None, deleting: bool, in_hand: bool, expect: str | None
+    upper_exists: bool, deleting: bool, in_hand: bool, expect: str | None
 ) -> None:
     found = backend_pod_drift(
-        upper_uid="u1", upper_uid_now=uid_now, deleting=deleting, in_hand=in_hand
+        upper_uid="u1", upper_exists=upper_exists, deleting=deleting, in_hand=in_hand
     )
     assert found == expect
 
@@ -322,7 +323,8 @@ class Book:
 
     def backend_pod(self, pod: dict[str, Any]) -> dict[str, Any] | None:
         status = self._backend.get(f"ns/{pod['metadata']['name']}")
-        return None if status is None else {"metadata": {}, "status": status}
+        meta = {"namespace": "below", "name": pod["metadata"]["name"]}
+        return None if status is None else {"metadata": meta, "status": status}
 
     def pod_status(self, pod: dict[str, Any]) -> dict[str, Any] | None:
         return self._backend.get(f"ns/{pod['metadata']['name']}")
@@ -333,8 +335,10 @@ class Book:
     def notify_pods(self, callback: Callable[[str], None]) -> None:
         pass
 
-    def owned_backend_pods(self) -> list[tuple[str, str]]:
-        return [(k, f"u-{k[3:]}") for k in self._backend] + self._owned
+    def owned_backend_pods(self, *, besides: Container[str] = frozenset()) -> list[tuple[str, str]]:
+        self.passed_over = besides
+        backend = [(k, f"u-{k[3:]}") for k in self._backend if f"below/{k[3:]}" not in besides]
+        return backend + self._owned
 
     def backend_writing(self, upper_uid: str) -> bool:
         return upper_uid in self._writing
@@ -375,6 +379,9 @@ async def test_the_pod_check_finds_each_drift_and_hands_it_to_its_queue() -> Non
         Mismatch(kind="pods", reason="orphan_below", key="ns/orphan"),
         # ns/leaving: its delete is in flight
     ]
+    assert provider.passed_over == {"below/a", "below/b"}, (
+        "the backend pods found with their upper pods are not looked at again"
+    )
     for mismatch in found:
         check.repair(mismatch)
     assert pods.status_from_lower.pending("ns/b")
@@ -440,7 +447,10 @@ async def test_the_mirror_check_leaves_queued_keys_to_their_worker_undecided() -
 
 
 class Answering:
-    """The patrol's client of a cluster (a stub: only `request` is called), raising `error`."""
+    """The patrol's client of a cluster (a stub of `request`, raising `error`, under the
+    client's own pager)."""
+
+    pages = ApiClient.pages
 
     def __init__(self, error: Exception) -> None:
         self._error = error

@@ -178,6 +178,35 @@ def test_an_encoded_store_returns_fresh_decoded_dicts() -> None:
     assert b": " not in raw
 
 
+def test_version_follows_upserts_updates_and_deletes_without_decoding(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.upsert(pod("a", rv="1"))
+    store.update(pod("b", rv="5"))
+    store.upsert({"metadata": {"name": "n1"}, "kind": "Node"})
+
+    def no_decoding(data: object) -> object:
+        raise AssertionError("version decoded a stored object")
+
+    # The patrol's cache audit asks every object's resourceVersion: an encoded store
+    # answers from what it keeps beside the text, not by decoding the object.
+    monkeypatch.setattr("tensile.kube.codec.loads", no_decoding)
+    assert store.version("default/a") == "1"
+    assert store.version("default/b") == "5"
+    assert store.version("n1") == "", "an object without one has an empty resourceVersion"
+    assert store.version("default/nope") is None
+    monkeypatch.undo()
+
+    store.upsert(pod("a", rv="2"))
+    assert store.update(pod("b", rv="6"))[0]
+    assert not store.update(pod("b", rv="6"))[0]
+    store.delete("n1")
+    monkeypatch.setattr("tensile.kube.codec.loads", no_decoding)
+    assert store.version("default/a") == "2"
+    assert store.version("default/b") == "6"
+    assert store.version("n1") is None, "a deleted object has no version"
+
+
 # --- backoff -------------------------------------------------------------------------------
 
 

@@ -16,7 +16,7 @@ from tensile.kube.resources import object_key
 from vnode.controllers import patrol_decisions
 from vnode.controllers.patrol_decisions import Mismatch
 from vnode.controllers.pods import PodController
-from vnode.provider import BackendPodLister, PodProvider
+from vnode.provider import BackendPodLister, BackendStatusOf, PodProvider
 
 _T = TypeVar("_T")
 _PACE = 200
@@ -65,25 +65,36 @@ class PodCheck:
         backend pods whose upper pod is gone."""
         store = self._pods.informer.store
         book = self._provider if isinstance(self._provider, BackendPodLister) else None
+        statuses = self._provider if isinstance(self._provider, BackendStatusOf) else None
+        # Keys of the backend pods found with their upper pods: no orphans, so the look for
+        # orphans passes over them (an upper pod deleted since is the next run's to find).
+        matched: set[str] = set()
         async for pod in paced(store):
             key = object_key(pod)
             backend = self._provider.backend_pod(pod)
             uid = uid_of(pod)
+            if backend is None:
+                desired = None
+            elif statuses is not None:
+                desired = statuses.status_of(pod, backend=backend)  # not read twice
+            else:
+                desired = self._provider.pod_status(pod)
+            if backend is not None:
+                matched.add(object_key(backend))
             reason = patrol_decisions.upper_pod_drift(
                 pod,
                 backend=backend,
-                desired_status=self._provider.pod_status(pod) if backend is not None else None,
+                desired_status=desired,
                 in_hand=self._in_hand(key) or (book is not None and book.backend_writing(uid)),
             )
             if reason is not None:
                 yield Mismatch(kind="pods", reason=reason, key=key)
         if book is None:
             return
-        async for key, uid in paced(book.owned_backend_pods()):
-            upper = store.get(key)
+        async for key, uid in paced(book.owned_backend_pods(besides=matched)):
             reason = patrol_decisions.backend_pod_drift(
                 upper_uid=uid,
-                upper_uid_now=None if upper is None else uid_of(upper),
+                upper_exists=store.version(key) is not None,  # decodes nothing
                 deleting=self._pods.deleting(key),
                 in_hand=self._in_hand(key) or book.backend_writing(uid),
             )

@@ -67,15 +67,16 @@ def _status_differs(pod: Mapping[str, Any], desired: Mapping[str, Any] | None) -
 
 
 def backend_pod_drift(
-    *, upper_uid: str, upper_uid_now: str | None, deleting: bool, in_hand: bool
+    *, upper_uid: str, upper_exists: bool, deleting: bool, in_hand: bool
 ) -> str | None:
     """Compare a backend pod of ours, made for the upper pod of UID `upper_uid`, with the
-    upper pod of its key now (`upper_uid_now`, None when there is none). `deleting`: the
-    pod controller still waits for that key's deletion below; `in_hand`: its queues hold
-    the key. "orphan_below": a backend pod whose upper pod is gone (a deletion lost)."""
-    if in_hand or deleting or upper_uid_now is not None:
-        # A different UID is a pod of the same name made again: the controller's own sync
-        # of that pod decides (the old backend pod is not its backend pod).
+    upper pods now: `upper_exists` says whether one has its key. `deleting`: the pod
+    controller still waits for that key's deletion below; `in_hand`: its queues hold the
+    key. "orphan_below": a backend pod whose upper pod is gone (a deletion lost)."""
+    if in_hand or deleting or upper_exists:
+        # An upper pod of another UID is a pod of the same name made again: the
+        # controller's own sync of that pod decides (the old backend pod is not its
+        # backend pod), so the UID of the one there is not needed.
         return None
     return "orphan_below" if upper_uid else None
 

@@ -13,6 +13,7 @@ import logging
 from collections.abc import (
     AsyncGenerator,
     Callable,
+    Container,
     Iterable,
     Iterator,
     Mapping,
@@ -595,21 +596,34 @@ class K2KProvider:
     def pod_status(self, pod: Obj) -> dict[str, Any] | None:
         """Return the upper status mirrored from the lower pod, or None if there is none."""
         lower = self.backend_pod(pod)
-        if lower is None:
-            return None
+        return None if lower is None else self.status_of(pod, backend=lower)
+
+    def status_of(self, pod: Obj, *, backend: Obj) -> dict[str, Any]:
+        """Return the upper status mirrored from `backend`, the lower pod `backend_pod(pod)`
+        returned (`BackendStatusOf`: the patrol reads it once)."""
         return translate.upper_status(
-            lower, upper=pod, node_ip=self._node_ip, refused=self._refused_resizes.get(uid_of(pod))
+            backend,
+            upper=pod,
+            node_ip=self._node_ip,
+            refused=self._refused_resizes.get(uid_of(pod)),
         )
 
     def vanished(self, pod: Obj) -> bool:
         """Tell whether the lower pod of `pod` was deleted by someone other than us."""
         return self.book.vanished(uid_of(pod))
 
-    def owned_backend_pods(self) -> Iterator[tuple[str, str]]:
+    def owned_backend_pods(
+        self, *, besides: Container[str] = frozenset()
+    ) -> Iterator[tuple[str, str]]:
         """(upper "namespace/name", upper UID) of every lower pod of ours that is not being
-        deleted (the patrol looks for those without their upper pod)."""
-        for lower in self.pods.store:
-            if not self._ours(lower) or deletion_timestamp_of(lower):
+        deleted (the patrol looks for those without their upper pod), but those whose lower
+        key is in `besides` (not even read: the cache decodes each pod it hands out)."""
+        store = self.pods.store
+        for lower_key in store.keys():
+            if lower_key in besides:
+                continue
+            lower = store.get(lower_key)  # None: deleted since the keys were taken
+            if lower is None or not self._ours(lower) or deletion_timestamp_of(lower):
                 continue
             key = naming.upper_key_of(lower, prefix=self.policy.namespace_prefix)
             if key is not None:
