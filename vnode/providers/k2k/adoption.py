@@ -273,17 +273,12 @@ class TensileKubeAdoption:
         namespace: str | None = None,
     ) -> list[Obj]:
         items: list[Obj] = []
-        query = dict(params or {})
-        query["limit"] = "500"
-        while True:
-            page = await client.request("GET", resource.path(namespace=namespace), params=query)
-            for item in page.get("items") or []:
-                if isinstance(item, dict):
-                    items.append(item)
-            token = meta_of(page).get("continue")
-            if not token:
-                return items
-            query["continue"] = str(token)
+        path = resource.path(namespace=namespace)
+        async for page in client.pages(path, limit=500, params=params):
+            if page.restarted:
+                items.clear()  # an expired continue token: the list began again
+            items += (item for item in page.items if isinstance(item, dict))
+        return items
 
 
 def _key(obj: Obj) -> str:
