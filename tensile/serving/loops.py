@@ -45,8 +45,8 @@ def add_flag(parser: argparse.ArgumentParser) -> None:
         "--event-loop",
         choices=EVENT_LOOPS,
         default=None,
-        help=f"the event loop: uvloop (C, libuv) or asyncio (the standard library's); "
-        f"default {default()} (uvloop when installed)",
+        help="the event loop: uvloop (libuv, in C) or asyncio (the standard library's); "
+        "default uvloop when it is installed, else asyncio",
     )
 
 

@@ -205,7 +205,10 @@ def _main(program: Program[S, L], argv: list[str]) -> int:
         return EXIT_USAGE
     failures: tuple[type[Exception], ...] = (StartupError, *program.failures)
     try:
-        loops.run(run(program, settings, loaded), loop=program.event_loop(settings))
+        loop = program.event_loop(settings)
+        if program.logging is not None:
+            logger.info("%s runs on the %s event loop", program.name, loop)
+        loops.run(run(program, settings, loaded), loop=loop)
     except failures as exc:
         if program.logging is None:
             print(f"{program.name}: error: {exc}", file=sys.stderr)

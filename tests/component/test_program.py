@@ -68,6 +68,7 @@ def test_a_start_failure_exits_1_with_one_error_line(capsys: pytest.CaptureFixtu
     assert [line.split(" ", 2)[2] for line in err.splitlines()] == [
         "WARNING tensile.serving.program: --log-dir is ignored",
         "ERROR   tensile.serving.program: INSECURE: a note at its level",
+        f"INFO    tensile.serving.program: stand-in runs on the {_loop} event loop",
         "ERROR   tensile.serving.program: stand-in stopped: cannot listen on :1 (--port)",
     ]
 
