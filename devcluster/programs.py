@@ -55,8 +55,10 @@ class ChildProcess:
 class Program(ChildProcess):
     """One of tensile's commands as a child process; `start()` returns once it is ready.
 
-    `endpoint` is the base URL where it answers `/metrics` (and `/readyz`, `/healthz`);
-    an HTTPS one is not verified, as a kubelet's probe does not verify.
+    `endpoint` is the base URL where it answers `/readyz` and `/healthz`, and `/metrics`
+    unless `metrics_endpoint` names another (a program whose HTTPS port serves `/metrics`
+    only to callers the cluster allows also serves it on a loopback port of its own); an
+    HTTPS one is not verified, as a kubelet's probe does not verify.
     """
 
     def __init__(
@@ -66,16 +68,19 @@ class Program(ChildProcess):
         argv: Sequence[str],
         log: Path,
         endpoint: str,
+        metrics_endpoint: str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__()
-        if not endpoint.startswith(("http://", "https://")):
-            raise ValueError(f"endpoint must be an http(s) URL, got {endpoint!r}")
+        for url in (endpoint, metrics_endpoint or endpoint):
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"endpoint must be an http(s) URL, got {url!r}")
         self.process_name = process_name
         self.argv = list(argv)
         """Its command line."""
         self.log = log
         self.endpoint = endpoint
+        self.metrics_endpoint = metrics_endpoint or endpoint
         self._env = dict(env) if env is not None else None
 
     def ready(self) -> bool:
@@ -119,15 +124,16 @@ class Program(ChildProcess):
         self.process.restart()
         self.wait_ready(timeout=timeout)
 
-    def get(self, path: str) -> tuple[int, str]:
-        """GET `path` from its endpoint; return the status and the body (0 and "": nothing
-        answers)."""
+    def get(self, path: str, *, endpoint: str | None = None) -> tuple[int, str]:
+        """GET `path` from its endpoint (or `endpoint`); return the status and the body (0
+        and "": nothing answers)."""
+        base = endpoint or self.endpoint
         context = None
-        if self.endpoint.startswith("https:"):
+        if base.startswith("https:"):
             context = ssl.create_default_context()
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
-        url = self.endpoint + path  # http(s): checked when made
+        url = base + path  # http(s): checked when made
         try:
             with urllib.request.urlopen(url, context=context, timeout=5) as r:  # noqa: S310
                 return r.status, r.read().decode(errors="replace")
@@ -138,7 +144,7 @@ class Program(ChildProcess):
 
     def metrics(self) -> str:
         """Return its Prometheus metrics text. Raises RuntimeError unless it answers 200."""
-        status, text = self.get("/metrics")
+        status, text = self.get("/metrics", endpoint=self.metrics_endpoint)
         if status != 200:
             raise RuntimeError(f"{self.process_name}: /metrics answered {status}")
         return text

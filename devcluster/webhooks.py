@@ -54,6 +54,7 @@ class WebhookProcess(programs.Program):
         self.secret = f"{secret_namespace}/{name}-tls"
         self.configuration = configuration
         """The MutatingWebhookConfiguration whose caBundle it sets."""
+        self.metrics_port = ports.pick()
         argv = [
             sys.executable, "-m", "webhook",
             f"--kubeconfig={kubeconfig or self.upper.kubeconfig}",
@@ -64,6 +65,9 @@ class WebhookProcess(programs.Program):
             f"--webhook-configuration={configuration}",
             "--shutdown-delay=0",
             "--log-level=debug",
+            # /metrics on the HTTPS port is for callers the cluster allows; the tests read
+            # the plain loopback copy.
+            f"--metrics-addr={ports.LOOPBACK}:{self.metrics_port}",
             *args,
         ]  # fmt: skip
         super().__init__(
@@ -71,6 +75,7 @@ class WebhookProcess(programs.Program):
             argv=argv,
             log=log_dir / f"webhook-{name}.log",
             endpoint=f"https://{fleet.node_ip}:{self.port}",
+            metrics_endpoint=f"http://{ports.LOOPBACK}:{self.metrics_port}",
             env=env,
         )
 

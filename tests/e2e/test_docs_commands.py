@@ -97,6 +97,10 @@ def helm() -> Path:
     return binaries.ensure(preexec_fn=netns.in_host_network())["helm"]
 
 
+PAGES_NAMESPACE = "tensile-system"
+"""The namespace the pages install tensile into (`kubectl create namespace`)."""
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_the_runnable_commands_of_a_page_work(
     page: str, fleet: Fleet, docs_node: str, helm: Path, tmp_path: Path
@@ -110,6 +114,16 @@ def test_the_runnable_commands_of_a_page_work(
         "PATH": os.pathsep.join((str(Path(sys.executable).parent), str(helm.parent),
                                  os.environ.get("PATH", ""))),
     }  # fmt: skip
+    # The pages start where a reader starts, without tensile's namespace: earlier tests on
+    # the session fleet may have left one (they make it when absent and keep it).
+    left = [(c, PAGES_NAMESPACE) for c in (fleet.upper, fleet.lower)]
+    for cluster, name in left:
+        delete_if_present(cluster.rest(), f"/api/v1/namespaces/{name}")
+    wait_for(
+        f"{PAGES_NAMESPACE} gone before {page}",
+        lambda: all(get(c.rest(), f"/api/v1/namespaces/{n}") is None for c, n in left),
+        timeout=60,
+    )
     before = _namespaces(fleet)
     try:
         for number, block in enumerate(runnable_blocks((DOCS / page).read_text()), start=1):

@@ -89,7 +89,7 @@ def test_exec_stdin_is_piped_and_its_end_reaches_the_command(
 def test_a_large_output_arrives_whole(
     fleet: Fleet, namespace: str, running_pod: str, websockets: str
 ) -> None:
-    code, out, _ = _exec(
+    code, out, err = _exec(
         fleet,
         namespace,
         websockets,
@@ -101,7 +101,7 @@ def test_a_large_output_arrives_whole(
         "-c",
         "head -c 3000000 /dev/zero | tr '\\0' 'a'",
     )
-    assert code == 0
+    assert code == 0, f"kubectl exec exited {code} after {len(out)} bytes: {err}"
     assert out == "a" * 3_000_000
 
 
