@@ -19,7 +19,7 @@ On one local fleet, in one run:
    same single pod on an idle node.
 
     .venv/bin/python bench/forwarding.py [--pods 500] [--rounds 2] [--burst 2000]
-                                         [--profile FILE] [--trace] [--event-loop asyncio]
+                                         [--profile FILE] [--trace]
 
 --trace runs the via node with `--trace-exporter otlp` (every pod sampled) sending to a
 receiver in this process (devcluster.otlp), and says how many spans and traces came: the
@@ -288,11 +288,6 @@ def main() -> None:
         "--profile", type=Path, help="record the via node with py-spy (raw collapsed stacks)"
     )
     parser.add_argument(
-        "--event-loop",
-        choices=("uvloop", "asyncio"),
-        help="the event loop of both virtual nodes (default: theirs, uvloop when installed)",
-    )
-    parser.add_argument(
         "--trace",
         action="store_true",
         help="the via node traces every pod to a receiver in this process (--trace-exporter otlp)",
@@ -300,7 +295,6 @@ def main() -> None:
     args = parser.parse_args()
     if args.profile and shutil.which("py-spy") is None:
         parser.error("--profile needs py-spy on PATH: .venv/bin/pip install -e '.[bench]'")
-    node_args = [*NODE_ARGS, *([f"--event-loop={args.event_loop}"] if args.event_loop else [])]
     existing = os.environ.get("TENSILE_DEVCLUSTER_DIR")
     room = max(2 * args.pods, args.burst + 200)
     if existing:
@@ -327,7 +321,7 @@ def main() -> None:
         fleet,
         name=mock_name,
         log_dir=log_dir,
-        args=[*node_args, "--provider=mock", f"--provider-config={mock_config}"],
+        args=[*NODE_ARGS, "--provider=mock", f"--provider-config={mock_config}"],
     )
     receiver = OtlpReceiver()
     stack = contextlib.ExitStack()
@@ -338,7 +332,7 @@ def main() -> None:
         traced = ["--trace-exporter=otlp", "--trace-sample-rate=always"]
         env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
     node = VirtualNodeProcess(
-        fleet, name=f"bench-via-{suffix}", log_dir=log_dir, args=[*node_args, *traced], env=env
+        fleet, name=f"bench-via-{suffix}", log_dir=log_dir, args=[*NODE_ARGS, *traced], env=env
     )
     runs: dict[str, list[Run]] = {mode: [] for mode in MODES}
     mem: Memory | None = None

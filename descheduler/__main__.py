@@ -87,7 +87,6 @@ PROGRAM = program.Program(
     name="tensile-descheduler",
     parse=_parse,
     logging=program.logging_of,
-    event_loop=program.event_loop_of,
     load=_load,
     run=_run,
     failures=(errors.ApiUnavailable, errors.ApiError, OSError, PreflightFailed),

@@ -14,7 +14,7 @@ from descheduler.mover import MoveSettings
 from descheduler.policy import POD_SELECTOR, Criteria
 from descheduler.settings import Settings
 from tensile.contracts import avoidance, selectors
-from tensile.serving import election_flags, flags, loops, metrics_flags
+from tensile.serving import election_flags, flags, metrics_flags
 from tensile.serving.flags import UsageError
 
 DEFAULT_LEASE = "tensile-system/tensile-descheduler"
@@ -102,7 +102,6 @@ def _parser() -> argparse.ArgumentParser:
     a("--kube-api-burst", type=int, default=100, help="upper cluster client burst (default 100)")
     metrics_flags.add_flags(a, healthz=True)
     flags.add_logging_flags(p)
-    loops.add_flag(p)
     # client-go's leader election (component-base's flag names)
     election_flags.add_flags(
         p,
@@ -187,7 +186,6 @@ def parse(argv: Sequence[str], *, holder: str | None = None) -> tuple[Settings, 
         healthz_addr=metrics_flags.healthz_addr(args),
         log_level=log_choice.level,
         log_format=log_choice.format,
-        event_loop=loops.chosen(args),
         notes=log_choice.notes,
     )
     return settings, policy.warnings

@@ -40,8 +40,6 @@ class Settings:
     """host:port of /healthz and /readyz only, for probes ("" : not served)."""
     log_level: str = "info"
     log_format: str = "text"
-    event_loop: str = "uvloop"
-    """--event-loop: uvloop or asyncio (`tensile.serving.loops`)."""
     notes: tuple[str, ...] = ()
     """Flags given that are accepted but ignored, and the policy file's warnings, one
     sentence each (logged at start)."""

@@ -12,7 +12,7 @@ from scheduler.settings import DEFAULT_SERVER, Settings
 from scheduler.slices.flags import add_slice_flags, slice_settings
 from tensile.contracts import selectors
 from tensile.contracts.labels import DEFAULT_TAINT_KEY, VIRTUAL_NODE_SELECTOR
-from tensile.serving import flags, loops, metrics_flags
+from tensile.serving import flags, metrics_flags
 from tensile.serving.flags import UsageError
 from tensile.serving.https import ServerSettings
 
@@ -86,7 +86,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_slice_flags(p, headroom=False)  # the quota slices keep the same --headroom free
     flags.add_logging_flags(p)
-    loops.add_flag(p)
     return p
 
 
@@ -137,6 +136,5 @@ def parse(argv: Sequence[str]) -> Settings:
         slices=slice_settings(args),
         log_level=log_choice.level,
         log_format=log_choice.format,
-        event_loop=loops.chosen(args),
         notes=log_choice.notes,
     )

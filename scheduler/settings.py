@@ -44,7 +44,5 @@ class Settings:
     --headroom)."""
     log_level: str = "info"
     log_format: str = "text"
-    event_loop: str = "uvloop"
-    """--event-loop: uvloop or asyncio (`tensile.serving.loops`)."""
     notes: tuple[str, ...] = ()
     """Flags given that are accepted but ignored, one sentence each (logged at start)."""

@@ -411,7 +411,6 @@ PROGRAM = program.Program(
     name=PROGRAM_NAME,
     parse=_parse,
     logging=program.logging_of,
-    event_loop=program.event_loop_of,
     notes=_notes,
     load=_load,
     run=_run,

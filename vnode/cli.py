@@ -16,7 +16,7 @@ from typing import Any
 from tensile.contracts import names, podpolicy, selectors
 from tensile.contracts.labels import DEFAULT_TAINT_KEY, is_label_value
 from tensile.kube import timestamps
-from tensile.serving import election_flags, flags, loops, metrics_flags, tracing
+from tensile.serving import election_flags, flags, metrics_flags, tracing
 from tensile.serving.flags import UsageError, boolean, duration
 from vnode.api.certificates import MAX_EXPIRATION_SECONDS, MIN_EXPIRATION_SECONDS
 from vnode.api.certstore import CertificateStore
@@ -246,7 +246,6 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     _add_migration_flags(p)
     _add_serviceaccount_flags(p)
     flags.add_logging_flags(p)
-    loops.add_flag(p)
     tracing.add_flags(p)
     a("--shutdown-timeout", type=duration, default=10.0, help="bound of a graceful stop")
     _add_lower_kubelet_flags(p)
@@ -762,7 +761,6 @@ def parse(
         healthz_addr=metrics_flags.healthz_addr(args),
         log_level=log_choice.level,
         log_format=log_choice.format,
-        event_loop=loops.chosen(args),
         notes=(*log_choice.notes, *notes, *trace_notes),
         startup_timeout=args.startup_timeout,
         shutdown_timeout=args.shutdown_timeout,

@@ -355,8 +355,6 @@ class Settings:
     """--log-level: debug, info, warn, error."""
     log_format: str = "text"
     """--log-format: text or json."""
-    event_loop: str = "uvloop"
-    """--event-loop: uvloop or asyncio (`tensile.serving.loops`)."""
     notes: tuple[str, ...] = ()
     """Flags given that are accepted but ignored, one sentence each (logged at start)."""
     startup_timeout: float = 0.0

@@ -44,7 +44,6 @@ PROGRAM = program.Program(
     name="tensile-webhook",
     parse=cli.parse,
     logging=program.logging_of,
-    event_loop=program.event_loop_of,
     load=_load,
     run=_run,
 )

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from tensile.contracts import avoidance, clusterselector, names, selectors
 from tensile.contracts.labels import DEFAULT_TAINT_KEY, VIRTUAL_NODE_SELECTOR
-from tensile.serving import flags, loops, metrics_flags
+from tensile.serving import flags, metrics_flags
 from tensile.serving.bootstrap import SecretSettings
 from tensile.serving.flags import UsageError
 from tensile.serving.https import ServerSettings
@@ -164,7 +164,6 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         help="then give in-flight calls this long (default 10s)",
     )
     flags.add_logging_flags(p)
-    loops.add_flag(p)
     return p
 
 
@@ -231,7 +230,6 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings
         avoid_configmap=avoid_configmap,
         log_level=log_choice.level,
         log_format=log_choice.format,
-        event_loop=loops.chosen(args),
         notes=log_choice.notes,
     )
 

@@ -53,7 +53,5 @@ class Settings:
     """(namespace, name) of the descheduler's avoidance record (--avoid-configmap)."""
     log_level: str = "info"
     log_format: str = "text"
-    event_loop: str = "uvloop"
-    """--event-loop: uvloop or asyncio (`tensile.serving.loops`)."""
     notes: tuple[str, ...] = ()
     """Flags given that are accepted but ignored, one sentence each (logged at start)."""

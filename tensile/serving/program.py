@@ -14,9 +14,7 @@ tensile-scheduler, kubectl-tensile), as aiohttp's `run_app` does for an applicat
    (flags accepted but ignored, warnings about what was chosen).
 3. `program.load(settings)`: the kubeconfigs (and other files) read once at start; one
    that cannot be loaded is a usage error: the same line, exit 2.
-4. `program.run(settings, loaded, stopping)` on an event loop of its own, of the kind
-   `program.event_loop(settings)` names (`tensile.serving.loops`: uvloop unless a server's
-   `--event-loop=asyncio` says otherwise or uvloop is not installed). A server stops
+4. `program.run(settings, loaded, stopping)` on an event loop of its own. A server stops
    on SIGTERM or SIGINT: inside `stopping.calls(stop)` a signal calls `stop` (a graceful
    stop: in-flight work drains within the program's bound); before that block (the
    program is still connecting or assembling, nothing serves yet) a signal cancels the
@@ -41,7 +39,7 @@ from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from tensile.kube import config
-from tensile.serving import flags, logs, loops, shutdown, version
+from tensile.serving import flags, logs, shutdown, version
 from tensile.serving.lifecycle import StartupError
 
 logger = logging.getLogger(__name__)
@@ -85,24 +83,6 @@ def logging_of(settings: Logged) -> flags.LoggingChoice:
 
 def _no_notes(_settings: object) -> Iterable[Note]:
     return ()
-
-
-class LoopChosen(Protocol):
-    """What a server's settings say about its event loop (`loops.add_flag`)."""
-
-    @property
-    def event_loop(self) -> str:
-        """uvloop or asyncio (`loops.EVENT_LOOPS`)."""
-
-
-def event_loop_of(settings: LoopChosen) -> str:
-    """Return the event loop a server's `settings` ask for (`Program.event_loop` of a
-    server with `--event-loop`)."""
-    return settings.event_loop
-
-
-def _default_loop(_settings: object) -> str:
-    return loops.default()
 
 
 class Stopping:
@@ -165,9 +145,6 @@ class Program(Generic[S, L]):
     failures: tuple[type[Exception], ...] = ()
     """The program's own errors that mean it cannot start or lost its cluster: exit 1,
     as StartupError."""
-    event_loop: Callable[[S], str] = _default_loop
-    """The event loop the program runs on (`loops.EVENT_LOOPS`; `event_loop_of` for a
-    server with `--event-loop`); default `loops.default()`."""
 
 
 def main(program: Program[S, L], argv: Sequence[str] | None = None) -> int:
@@ -205,10 +182,7 @@ def _main(program: Program[S, L], argv: list[str]) -> int:
         return EXIT_USAGE
     failures: tuple[type[Exception], ...] = (StartupError, *program.failures)
     try:
-        loop = program.event_loop(settings)
-        if program.logging is not None:
-            logger.info("%s runs on the %s event loop", program.name, loop)
-        loops.run(run(program, settings, loaded), loop=loop)
+        asyncio.run(run(program, settings, loaded))
     except failures as exc:
         if program.logging is None:
             print(f"{program.name}: error: {exc}", file=sys.stderr)

@@ -1,7 +1,7 @@
 """The one `main` of every program (`tensile.serving.program`) around a stand-in assembly:
 what a start failure, a declared failure and a usage error exit with and say, and what
 SIGTERM and Ctrl-C do before, during and after a graceful stop (real signals, sent to this
-process). Every test runs on both event loops a program can choose (`--event-loop`)."""
+process)."""
 
 from __future__ import annotations
 
@@ -15,16 +15,8 @@ from typing import Any
 import pytest
 
 from tensile.kube import config
-from tensile.serving import flags, loops, program
+from tensile.serving import flags, program
 from tensile.serving.lifecycle import StartupError
-
-_loop = loops.ASYNCIO
-"""The event loop the stand-in runs on in the current test (`_both_loops`)."""
-
-
-@pytest.fixture(autouse=True, params=loops.EVENT_LOOPS)
-def _both_loops(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(f"{__name__}._loop", request.param)
 
 
 class Lost(Exception):
@@ -51,7 +43,6 @@ def _stand_in(
         logging=(lambda settings: settings) if server else None,
         notes=lambda _settings: [(logging.ERROR, "INSECURE: a note at its level")],
         failures=(Lost,),
-        event_loop=lambda _settings: _loop,
     )
 
 
@@ -68,7 +59,6 @@ def test_a_start_failure_exits_1_with_one_error_line(capsys: pytest.CaptureFixtu
     assert [line.split(" ", 2)[2] for line in err.splitlines()] == [
         "WARNING tensile.serving.program: --log-dir is ignored",
         "ERROR   tensile.serving.program: INSECURE: a note at its level",
-        f"INFO    tensile.serving.program: stand-in runs on the {_loop} event loop",
         "ERROR   tensile.serving.program: stand-in stopped: cannot listen on :1 (--port)",
     ]
 
@@ -145,28 +135,3 @@ def test_a_second_ctrl_c_exits_130() -> None:
     # The handlers are gone with the loop: Python's defaults are back.
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
-
-
-def test_it_runs_on_the_event_loop_it_chose() -> None:
-    ran_on: list[str] = []
-
-    async def run(_settings: Any, _loaded: str, _stopping: program.Stopping) -> None:
-        ran_on.append(type(asyncio.get_running_loop()).__module__.split(".")[0])
-
-    assert program.main(_stand_in(run), []) == 0
-    assert ran_on == [_loop]
-
-
-def test_event_loop_flag(monkeypatch: pytest.MonkeyPatch) -> None:
-    parser = flags.Parser(prog="stand-in")
-    loops.add_flag(parser)
-    assert loops.chosen(parser.parse_args([])) == loops.UVLOOP  # installed with tensile
-    assert loops.chosen(parser.parse_args(["--event-loop=asyncio"])) == loops.ASYNCIO
-    with pytest.raises(flags.UsageError, match="--event-loop"):
-        parser.parse_args(["--event-loop=trio"])
-    # Where uvloop cannot be imported, the standard loop is the default and asking for
-    # uvloop is a usage error naming the flag.
-    monkeypatch.setattr(loops, "available", lambda name: name == loops.ASYNCIO)
-    assert loops.chosen(parser.parse_args([])) == loops.ASYNCIO
-    with pytest.raises(flags.UsageError, match="--event-loop=uvloop: uvloop is not installed"):
-        loops.chosen(parser.parse_args(["--event-loop=uvloop"]))
