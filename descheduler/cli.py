@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import ipaddress
 import math
 from collections.abc import Sequence
 
@@ -16,8 +17,14 @@ from descheduler.settings import Settings
 from tensile.contracts import avoidance, selectors
 from tensile.serving import election_flags, flags, metrics_flags
 from tensile.serving.flags import UsageError
+from tensile.serving.https import FlagNames, ServerSettings
 
 DEFAULT_LEASE = "tensile-system/tensile-descheduler"
+SECURE_PORT = 10260
+"""Default --secure-port: the Kubernetes descheduler's own 10258 and kube-scheduler's 10259
+are where tensile's manifests have long served the descheduler's plain /metrics and probes,
+and 10260 is used by no other tensile program (the virtual node: 10250/10450-10456, the
+webhook and the extender: 8443)."""
 MAX_AVOID_TTL = 365 * 86400.0
 """Longest --avoid-ttl (seconds): an avoidance is for a lower cluster that is full now, and
 its expiry must stay a time RFC 3339 (and Python) can write."""
@@ -100,6 +107,27 @@ def _parser() -> argparse.ArgumentParser:
     a("--eviction-burst", type=int, default=10, help="moves at once above the rate (default 10)")
     a("--kube-api-qps", type=float, default=50.0, help="upper cluster client QPS (default 50)")
     a("--kube-api-burst", type=int, default=100, help="upper cluster client burst (default 100)")
+    # kube-controller-manager's and the Kubernetes descheduler's secure serving flags
+    a(
+        "--secure-port",
+        type=int,
+        default=SECURE_PORT,
+        help="HTTPS port of /metrics (for callers the upper cluster allows get on the "
+        "non-resource URL /metrics), /healthz and /readyz "
+        f"(default {SECURE_PORT}; 0: no HTTPS port)",
+    )
+    a(
+        "--bind-address",
+        default="0.0.0.0",  # noqa: S104 - Prometheus scrapes it from wherever it runs
+        help="IP address --secure-port listens on (default 0.0.0.0: all)",
+    )
+    a(
+        "--tls-cert-file",
+        default="",
+        help="serving certificate file of --secure-port (reloaded when it changes; default: a "
+        "self-signed certificate made at start)",
+    )
+    a("--tls-private-key-file", default="", help="its private key file")
     metrics_flags.add_flags(a, healthz=True)
     flags.add_logging_flags(p)
     # client-go's leader election (component-base's flag names)
@@ -126,6 +154,35 @@ def _check_limits(args: argparse.Namespace) -> None:
         raise UsageError("--kube-api-burst must be >= 1")
     if not 0 < args.avoid_ttl <= MAX_AVOID_TTL:
         raise UsageError("--avoid-ttl must be greater than 0 and at most 365 days")
+
+
+def _secure_serving(args: argparse.Namespace) -> ServerSettings | None:
+    """The HTTPS server of --secure-port (None: 0, none). Raises UsageError naming the flag."""
+    if bool(args.tls_cert_file) != bool(args.tls_private_key_file):
+        raise UsageError(
+            "--tls-cert-file and --tls-private-key-file go together (or neither: a "
+            "self-signed certificate)"
+        )
+    if not 0 <= args.secure_port < 65536:
+        raise UsageError(
+            f"--secure-port must be 0-65535 (0: no HTTPS port), got {args.secure_port}"
+        )
+    try:
+        bind = str(ipaddress.ip_address(args.bind_address.strip()))
+    except ValueError:
+        raise UsageError(
+            f"--bind-address must be an IP address, got {args.bind_address!r}"
+        ) from None
+    if args.secure_port == 0:
+        return None
+    return ServerSettings(
+        address=bind,
+        port=args.secure_port,
+        cert_file=args.tls_cert_file,
+        key_file=args.tls_private_key_file,
+        require_client_certificate=False,
+        flags=FlagNames(port="--secure-port"),
+    )
 
 
 def parse(argv: Sequence[str], *, holder: str | None = None) -> tuple[Settings, tuple[str, ...]]:
@@ -182,6 +239,7 @@ def parse(argv: Sequence[str], *, holder: str | None = None) -> tuple[Settings, 
         leader_election=election,
         qps=args.kube_api_qps,
         burst=args.kube_api_burst,
+        server=_secure_serving(args),
         metrics_addr=metrics_flags.metrics_addr(args),
         healthz_addr=metrics_flags.healthz_addr(args),
         log_level=log_choice.level,

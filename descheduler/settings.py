@@ -8,6 +8,7 @@ from descheduler.mover import MoveSettings
 from descheduler.policy import Criteria
 from tensile.contracts import avoidance
 from tensile.kube.leaderelection import LeaderElectionSettings
+from tensile.serving.https import ServerSettings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +34,10 @@ class Settings:
     """Upper cluster client requests per second (--kube-api-qps)."""
     burst: int = 100
     """Upper cluster client burst (--kube-api-burst)."""
+    server: ServerSettings | None = None
+    """The HTTPS port of /metrics (behind TokenReview and SubjectAccessReview), /healthz and
+    /readyz (--secure-port, --bind-address, --tls-cert-file, --tls-private-key-file; no
+    certificate files: a self-signed certificate); None: --secure-port=0, none."""
     metrics_addr: str = ""
     """host:port of /metrics, /healthz and /readyz ("" : not served; loopback unless
     --metrics-insecure: `tensile.serving.metrics_flags`)."""

@@ -30,13 +30,17 @@ class DeschedulerProcess(programs.Program):
         args: Sequence[str] = (),
     ) -> None:
         """`kubeconfig` defaults to the cluster's admin kubeconfig; `args` are added to
-        `--kubeconfig` and `--metrics-addr` (a free loopback port)."""
+        `--kubeconfig`, `--metrics-addr` (a free loopback port) and `--secure-port` (another
+        one, on loopback: `secure_port`; not the default, which another may hold)."""
         self.name = name
         self.metrics_port = ports.pick()
+        self.secure_port = ports.pick(taken={self.metrics_port})
         argv = [
             sys.executable, "-m", "descheduler",
             f"--kubeconfig={kubeconfig or fleet.cluster(upper).kubeconfig}",
             f"--metrics-addr=127.0.0.1:{self.metrics_port}",
+            f"--secure-port={self.secure_port}",
+            "--bind-address=127.0.0.1",
             "--log-level=debug",
             *args,
         ]  # fmt: skip

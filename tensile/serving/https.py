@@ -27,7 +27,7 @@ import contextlib
 import logging
 import socket
 import ssl
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -306,3 +306,21 @@ class HttpsServer:
         logger.info(
             "%s on https://%s:%s%s", self._label, settings.address, settings.port, self._routes
         )
+
+
+@contextlib.asynccontextmanager
+async def serving(server: HttpsServer) -> AsyncIterator[HttpsServer]:
+    """Serve with `server` for the body of an `async with`, for a program whose other parts
+    end by themselves (the descheduler's one round) and so cannot share a `lifecycle.Runner`
+    with a server that runs until stopped: `start()` on entry (raises its StartupError),
+    `run()` as an owned task named after it, and on exit `shut_down()` and that task awaited
+    (what it raised is raised then)."""
+    await server.start()
+    task: asyncio.Task[None] | None = None
+    try:
+        task = asyncio.create_task(server.run(), name=server.name)
+        yield server
+    finally:
+        await server.shut_down()
+        if task is not None:
+            await task

@@ -10,7 +10,8 @@ SubjectAccessReview (`tensile.serving.delegated`; the virtual node: the kubelet 
 `nodes/metrics`). `--healthz-addr` serves only `/healthz` and `/readyz` (kube-proxy's
 --healthz-bind-address), on any address: what kubelet probes need of a program whose
 HTTPS port cannot answer them (the virtual node's kubelet API authorizes every call and
-listens only once its certificate is issued; the descheduler has no HTTPS port).
+listens only once its certificate is issued; the descheduler's probes stay where they were
+before it served `/metrics` on its `--secure-port`).
 """
 
 from __future__ import annotations

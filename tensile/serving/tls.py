@@ -35,7 +35,8 @@ FILE_CHECK_INTERVAL = 10.0
 CERTIFICATE_EXPIRY = Gauge(
     "tensile_serving_certificate_expiry_timestamp_seconds",
     "When the serving certificate in use expires (Unix time), by server (kubelet API, "
-    "webhook, extender): files, bootstrapped or CSR-issued, set each time one is loaded.",
+    "webhook, extender, descheduler): files, bootstrapped, CSR-issued or self-signed, set "
+    "each time one is loaded.",
     ["server"],
 )
 

@@ -368,7 +368,7 @@ def test_service_monitors_scrape_each_program_over_https_with_prometheus_token(
         },
     )
     monitors = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ServiceMonitor"}
-    parts = ("virtual-node", "webhook", "scheduler")
+    parts = ("virtual-node", "webhook", "scheduler", "descheduler")
     assert set(monitors) == {f"{FULLNAME}-{part}" for part in parts}
     token = "/var/run/secrets/kubernetes.io/serviceaccount/token"
     for part in parts:
@@ -380,7 +380,8 @@ def test_service_monitors_scrape_each_program_over_https_with_prometheus_token(
             "/metrics",
             token,
         )
-        assert not endpoint["tlsConfig"].get("insecureSkipVerify")
+        # The descheduler's certificate is self-signed without descheduler.tlsSecret.
+        assert bool(endpoint["tlsConfig"].get("insecureSkipVerify")) is (part == "descheduler")
         assert endpoint["honorLabels"] is (part == "scheduler")  # its `namespace` label
         # The Service it selects is the program's, at the port named.
         selector = monitor["spec"]["selector"]["matchLabels"]
@@ -390,6 +391,25 @@ def test_service_monitors_scrape_each_program_over_https_with_prometheus_token(
             if o["kind"] == "Service" and selector.items() <= o["metadata"]["labels"].items()
         ]
         assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    # With a serving Secret, the descheduler's is verified with its CA, and served.
+    tls_secret = render(
+        helm,
+        {
+            **TWO_NODES,
+            "descheduler": {"enabled": True, "tlsSecret": "descheduler-tls"},
+            "monitoring": {"serviceMonitor": {"enabled": True}},
+        },
+    )
+    [endpoint] = by_kind(tls_secret, "ServiceMonitor", f"{FULLNAME}-descheduler")["spec"][
+        "endpoints"
+    ]
+    assert endpoint["tlsConfig"] == {
+        "ca": {"secret": {"name": "descheduler-tls", "key": "ca.crt"}},
+        "serverName": f"{FULLNAME}-descheduler.{NAMESPACE}.svc",
+    }
+    pod = by_kind(tls_secret, "Deployment", f"{FULLNAME}-descheduler")["spec"]["template"]
+    assert {"name": "tls", "secret": {"secretName": "descheduler-tls"}} in pod["spec"]["volumes"]
+    assert "--tls-cert-file=/etc/tensile/tls/tls.crt" in pod["spec"]["containers"][0]["args"]
     role = by_kind(objects, "ClusterRole", f"{FULLNAME}-metrics-reader")
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["nodes/metrics"], "verbs": ["get"]},
@@ -634,6 +654,7 @@ def installed(
             "replicas": 1,
             "metricsPort": ports.pick(taken=taken),
             "healthzPort": ports.pick(host=host, taken=taken),
+            "securePort": ports.pick(host=host, taken=taken),
         },
         "scheduler": {"enabled": True, "replicas": 1, "port": ports.pick(host=host, taken=taken)},
         "monitoring": {"metricsReaders": [{"name": METRICS_READER, "namespace": NAMESPACE}]},
@@ -798,7 +819,8 @@ def test_an_installed_chart_runs_a_virtual_node_webhook_descheduler_and_schedule
 
 def _metrics_only_to_readers(upper: Cluster, host: str, values_file: Path) -> None:
     """The installed programs' metrics on the host's (non-loopback) address: the virtual
-    node's on its kubelet port, the webhook's on its HTTPS port, each 401 without a token,
+    node's on its kubelet port, the webhook's and the descheduler's on their HTTPS ports
+    (the descheduler's certificate self-signed), each 401 without a token,
     403 with the token of an account the chart did not list in `monitoring.metricsReaders`,
     200 with that of one it did (ClusterRole <fullname>-metrics-reader, reviewed by the
     upper cluster with the chart's RBAC); plain HTTP serves them on loopback only."""
@@ -815,6 +837,10 @@ def _metrics_only_to_readers(upper: Cluster, host: str, values_file: Path) -> No
             "tensile_virtual_node_info",
         ),
         (f"https://{host}:{installed['webhook']['port']}/metrics", "tensile_webhook_"),
+        (
+            f"https://{host}:{installed['descheduler']['securePort']}/metrics",
+            "tensile_descheduler_",
+        ),
     ):
         assert wait_for(f"{url} to answer", lambda u=url: _scrape(u), timeout=30) == (
             401,

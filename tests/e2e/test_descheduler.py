@@ -14,13 +14,18 @@ stops and restarts the upper kube-apiserver.
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
+import ssl
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
 
 from descheduler import move_objects
 from devcluster import webhooks
@@ -774,6 +779,9 @@ def test_the_manifests_apply_and_the_account_can_do_what_it_needs_only(
         return answer.stdout.strip()
 
     assert can("create", "pods", "--subresource=eviction", "-n", "shop") == "yes"
+    # Who may read its /metrics.
+    assert can("create", "tokenreviews.authentication.k8s.io") == "yes"
+    assert can("create", "subjectaccessreviews.authorization.k8s.io") == "yes"
     assert can("patch", "pods", "-n", "shop") == "yes"
     assert can("watch", "poddisruptionbudgets.policy") == "yes"
     assert can("watch", "persistentvolumes") == "yes"
@@ -896,3 +904,76 @@ def test_the_leader_stops_while_the_upper_apiserver_is_down_and_leads_again_afte
     )
     assert event["source"]["host"] == lease["spec"]["holderIdentity"]
     assert leader.metric("tensile_descheduler_pods_recreated_total") == 1
+
+
+def _secure_get(port: int, path: str, *, token: str = "") -> tuple[int, str]:
+    """GET `path` of a descheduler's --secure-port at 127.0.0.1 with a bearer `token` (no
+    certificate verified: what is checked is who may read)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(f"https://127.0.0.1:{port}{path}", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as response:
+            return int(response.status), response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_the_metrics_on_the_https_port_are_only_for_callers_allowed_to_read_them(
+    topology: Topology, ns: str, deschedulers: Callable[..., DeschedulerProcess]
+) -> None:
+    """/metrics on --secure-port, as kube-controller-manager serves its own: without a
+    token 401; a token the upper cluster does not allow `get` on the non-resource URL
+    /metrics 403; one bound to a ClusterRole that allows it (the chart's metrics-reader
+    rule) 200 with the descheduler's metrics. The reviews are made with
+    manifests/descheduler/rbac.yaml's rights. Without certificate files the port serves a
+    self-signed certificate naming the host's loopback address."""
+    descheduler = deschedulers()
+    port = descheduler.secure_port
+    upper = topology.fleet.upper
+    role = f"tensile-test-metrics-{ns}"
+    for account in ("reader", "not-a-reader"):
+        upper.kubectl("create", "serviceaccount", account, "-n", ns)
+    upper.kubectl("create", "clusterrole", role, "--verb=get", "--non-resource-url=/metrics")
+    try:
+        upper.kubectl(
+            "create", "clusterrolebinding", role, f"--clusterrole={role}",
+            f"--serviceaccount={ns}:reader",
+        )  # fmt: skip
+        reader, other = (
+            upper.kubectl("create", "token", a, "-n", ns).stdout.strip()
+            for a in ("reader", "not-a-reader")
+        )
+        assert _secure_get(port, "/metrics") == (401, "Unauthorized")
+        status, body = _secure_get(port, "/metrics", token=other)
+        assert status == 403, body
+        assert "path=/metrics" in body
+        status, body = _secure_get(port, "/metrics", token=reader)
+        assert status == 200, body
+        assert "tensile_descheduler_" in body
+        # The probes' endpoints stay open.
+        assert _secure_get(port, "/readyz")[0] == 200
+    finally:
+        upper.kubectl("delete", "clusterrolebinding,clusterrole", role, "--ignore-not-found")
+    served = x509.load_pem_x509_certificate(
+        ssl.get_server_certificate(("127.0.0.1", port), timeout=10).encode()
+    )
+    names = served.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert ipaddress.ip_address("127.0.0.1") in names.get_values_for_type(x509.IPAddress)
+    assert served.issuer != served.subject  # signed by a CA of its own, made at start
+
+
+def test_one_round_serves_its_https_port_for_the_round_and_exits_0(
+    topology: Topology, deschedulers: Callable[..., DeschedulerProcess]
+) -> None:
+    """--descheduling-interval=0 makes one round and exits 0: the HTTPS port starts and
+    stops with the program, and holds nothing back."""
+    once = deschedulers("--descheduling-interval=0", "--leader-elect=false", wait=False)
+    process = once.process
+    assert process is not None
+    wait_for("the one round to end", lambda: not process.alive(), timeout=60)
+    log = once.log.read_text()
+    assert process.returncode == 0, log
+    assert f"descheduler on https://127.0.0.1:{once.secure_port}" in log

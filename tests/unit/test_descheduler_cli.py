@@ -137,3 +137,38 @@ def test_a_missing_kubeconfig_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFi
 
 def test_identities_are_unique_per_process() -> None:
     assert election_flags.identity() != election_flags.identity()
+
+
+def test_metrics_go_to_the_network_on_an_https_port_of_their_own_by_default() -> None:
+    """kube-controller-manager's secure serving: on by default, on every address, a
+    self-signed certificate unless files are given; 0 serves none."""
+    settings, _ = cli.parse([], holder="me")
+    server = settings.server
+    assert server is not None
+    assert (server.address, server.port, server.from_files) == ("0.0.0.0", cli.SECURE_PORT, False)
+    assert server.flags.port == "--secure-port"
+    assert settings.metrics_addr == ""
+    files = ["--tls-cert-file=/tls/tls.crt", "--tls-private-key-file=/tls/tls.key"]
+    settings, _ = cli.parse(["--secure-port=10443", "--bind-address=::1", *files], holder="me")
+    server = settings.server
+    assert server is not None
+    assert (server.address, server.port) == ("::1", 10443)
+    assert (server.cert_file, server.key_file) == ("/tls/tls.crt", "/tls/tls.key")
+    assert cli.parse(["--secure-port=0"], holder="me")[0].server is None
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--secure-port=65536"], "--secure-port must be 0-65535"),
+        (["--secure-port=-1"], "--secure-port must be 0-65535"),
+        (["--bind-address=example.com"], "--bind-address must be an IP address"),
+        (["--tls-cert-file=/c"], "--tls-cert-file and --tls-private-key-file go together"),
+        (["--tls-private-key-file=/k"], "--tls-cert-file and --tls-private-key-file go together"),
+    ],
+)
+def test_unusable_secure_serving_flags_are_refused_naming_the_flag(
+    args: list[str], message: str
+) -> None:
+    with pytest.raises(UsageError, match=message):
+        cli.parse(args, holder="me")

@@ -199,7 +199,9 @@ def test_the_webhook_rbac_is_what_it_needs_and_nothing_more() -> None:
 def test_the_descheduler_deployment_is_highly_available_and_hardened() -> None:
     container = hardened_deployment("descheduler", "tensile-descheduler")
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"healthz": 10259}
+    assert ports == {"https": 10260, "healthz": 10259}
+    # /metrics to the network over HTTPS, behind the reviews of its callers.
+    assert "--secure-port=10260" in container["args"]
     # Metrics over plain HTTP stay on the pod's loopback; the probes have their own port.
     assert "--metrics-addr=127.0.0.1:10258" in container["args"]
     assert "--healthz-addr=:10259" in container["args"]
@@ -226,6 +228,8 @@ def test_the_descheduler_rbac_is_what_it_needs_and_nothing_more() -> None:
         "/persistentvolumeclaims: list watch",
         "/persistentvolumes: list watch",
         "/events: create patch",
+        "authentication.k8s.io/tokenreviews: create",
+        "authorization.k8s.io/subjectaccessreviews: create",
     )
     role = one("descheduler", "Role", "tensile-descheduler")
     assert role["metadata"]["namespace"] == "tensile-system"

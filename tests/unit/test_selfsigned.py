@@ -1,8 +1,10 @@
 """Bootstrapped certificates (`tensile.serving.selfsigned`): what the CA and a serving
-certificate hold, and when one can no longer be served."""
+certificate hold, and when one can no longer be served; the one a server without
+certificate files makes at start (`tensile.serving.generated`)."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import ssl
 from pathlib import Path
@@ -12,9 +14,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID
+from prometheus_client import REGISTRY
 
-from tensile.serving import selfsigned
+from tensile.serving import generated, selfsigned
 from tensile.serving.selfsigned import SubjectNames
+from tensile.serving.tls import RotatingTls
 
 NOW = dt.datetime(2026, 11, 25, tzinfo=dt.UTC)
 DAY = dt.timedelta(days=1)
@@ -113,3 +117,29 @@ def test_only_a_ca_certificate_with_its_own_ecdsa_key_can_issue() -> None:
         (selfsigned.KeyPair(cert_pem=b"x", key_pem=AUTHORITY.key_pem), "unusable"),
     ]:
         assert reason in str(selfsigned.issuing_problem(pair))
+
+
+def test_a_server_without_certificate_files_serves_one_made_at_start_for_its_names() -> None:
+    """`generated.GeneratedCertificate`: a certificate for the host's names and the listen
+    address (not a wildcard one), signed by a CA of its own, loaded into the server's
+    context, its expiry exported."""
+    assert generated.host_names("0.0.0.0")[1:] == ("localhost", "127.0.0.1")
+    assert generated.host_names("10.1.2.3")[-1] == "10.1.2.3"
+    served: list[ssl.SSLContext] = []
+
+    async def serve(context: ssl.SSLContext) -> None:
+        served.append(context)
+
+    async def load() -> None:
+        tls = RotatingTls(client_ca_file="", serve=serve, name="test-generated")
+        source = generated.GeneratedCertificate(
+            names=("host-a", "localhost", "127.0.0.1"), label="test-generated", now=lambda: NOW
+        )
+        await source.load(tls)
+
+    asyncio.run(load())
+    assert len(served) == 1
+    expiry = REGISTRY.get_sample_value(
+        "tensile_serving_certificate_expiry_timestamp_seconds", {"server": "test-generated"}
+    )
+    assert expiry == (NOW + generated.LIFETIME).timestamp()
