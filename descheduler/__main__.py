@@ -29,7 +29,7 @@ from descheduler.loop import Descheduler
 from descheduler.settings import Settings
 from tensile.kube import config, errors
 from tensile.kube.client import ApiClient
-from tensile.serving import auth, delegated, election_flags, endpoints, generated, program
+from tensile.serving import delegated, election_flags, endpoints, generated, program
 from tensile.serving.endpoints import Health, healthz_server, metrics_server
 from tensile.serving.https import HttpsServer, certificate_files, serving
 from tensile.serving.lifecycle import Runner
@@ -90,14 +90,7 @@ async def _run(settings: Settings, info: config.ConnectionInfo, stopping: progra
         client.sibling(
             name="upper-events", qps=10.0, burst=50, timeout=30.0, connections=2
         ) as events,
-        # Reviews of /metrics' callers wait behind nothing else (the other programs' too).
-        client.sibling(
-            name="upper-reviews",
-            qps=0,
-            burst=1,
-            timeout=auth.REVIEW_TIMEOUT,
-            connections=auth.REVIEWS_IN_FLIGHT,
-        ) as reviews,
+        delegated.review_client(client) as reviews,
     ):
         await client.request("GET", "/version")  # reachable at start, or exit 1
         await preflight.ensure(client, settings)  # the Lease and the record can be kept, or exit 1

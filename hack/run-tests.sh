@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole suite at once on a 2-core machine: the e2e tests in E2E_WORKERS pytest-xdist
-# worker processes (default 2; whole files per worker, so a module's fleet is started once),
-# and beside them the pure and component tests (CPU-bound, about 90 s of one core). The e2e
+# worker processes (default 3: they mostly wait on the clusters, and a third worker took
+# the e2e run from about 16.7 to 13.3 minutes; whole files per worker, so a module's fleet
+# is started once, longest files first), and beside them the pure and component tests (CPU-bound, about 90 s of one core). The e2e
 # tests mostly wait on the real clusters, so the cores stay busy: the wall time is about
 # the busier e2e worker's. Each worker enters its own private network namespace and starts
 # its own session fleet (tests/fixtures.py), so the workers share nothing but the disk.
@@ -15,12 +16,12 @@ if [[ $# -gt 0 ]]; then
   exec pytest "$@"
 fi
 
-workers="${E2E_WORKERS:-2}"
+workers="${E2E_WORKERS:-3}"
 
 # inotify instances: every kube-apiserver of a fleet holds 6 and every controller-manager 5
 # (certificate and configuration file watches), and kwok takes one more for each `kubectl
-# logs -f` or `attach` it serves. Two workers' session fleets plus one test's own fleet
-# come to about 125, and the kernel's default limit per user is 128: past it kwok fails
+# logs -f` or `attach` it serves. Three workers' session fleets plus one test's own fleet
+# come to about 190, and the kernel's default limit per user is 128: past it kwok fails
 # with "failed to create fsnotify watcher: too many open files". So the limit is raised
 # for the run where we may (root), and said; elsewhere a warning says what to do.
 inotify_limit=/proc/sys/fs/inotify/max_user_instances

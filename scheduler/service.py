@@ -30,7 +30,7 @@ from tensile.kube.config import ConnectionInfo
 from tensile.kube.informer import Handlers, Informer
 from tensile.kube.resources import NODES
 from tensile.placement import summary
-from tensile.serving import auth, delegated, endpoints, lifecycle
+from tensile.serving import delegated, endpoints, lifecycle
 from tensile.serving.https import HttpsServer, certificate_files
 
 logger = logging.getLogger(__name__)
@@ -73,14 +73,7 @@ class Extender:
             ApiClient(
                 self._upper, name="upper", qps=20.0, burst=40, user_agent="tensile-scheduler"
             ) as client,
-            # Reviews of /metrics' callers wait behind nothing else (the virtual node's too).
-            client.sibling(
-                name="upper-reviews",
-                qps=0,
-                burst=1,
-                timeout=auth.REVIEW_TIMEOUT,
-                connections=auth.REVIEWS_IN_FLIGHT,
-            ) as reviews,
+            delegated.review_client(client) as reviews,
         ):
             nodes = VirtualNodes(client, selector=settings.virtual_node_selector)
             slices = SliceController(

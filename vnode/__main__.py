@@ -31,7 +31,7 @@ from tensile.kube import config, errors, retry
 from tensile.kube.client import ApiClient, WriteGate
 from tensile.kube.informer_factory import InformerFactory
 from tensile.kube.leaderelection import LeaderElector, LeaseLost
-from tensile.serving import auth, flags, program, tracing
+from tensile.serving import delegated, flags, program, tracing
 from tensile.serving.preflight import PreflightFailed
 from vnode import cli, preflight
 from vnode.controllers.node_objects import node_labels
@@ -151,13 +151,7 @@ async def _run(settings: Settings, loaded: Loaded, stopping: program.Stopping) -
             timeout=30.0,
             connections=4,
         ) as events,
-        upper.sibling(
-            name="upper-reviews",
-            qps=0,
-            burst=1,
-            timeout=auth.REVIEW_TIMEOUT,
-            connections=auth.REVIEWS_IN_FLIGHT,
-        ) as reviews,
+        delegated.review_client(upper) as reviews,
         upper.sibling(
             name="upper-patrol",
             qps=settings.patrol.qps,

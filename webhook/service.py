@@ -20,7 +20,7 @@ import logging
 
 from tensile.kube.client import ApiClient
 from tensile.kube.config import ConnectionInfo
-from tensile.serving import auth, delegated, endpoints, lifecycle
+from tensile.serving import delegated, endpoints, lifecycle
 from tensile.serving.bootstrap import SecretBootstrap
 from tensile.serving.https import HttpsServer, certificate_files
 from tensile.serving.tls import TlsSource
@@ -55,14 +55,7 @@ class Webhook:
             ApiClient(
                 self._upper, name="upper", qps=20.0, burst=40, user_agent="tensile-webhook"
             ) as client,
-            # Reviews of /metrics' callers wait behind nothing else (the virtual node's too).
-            client.sibling(
-                name="upper-reviews",
-                qps=0,
-                burst=1,
-                timeout=auth.REVIEW_TIMEOUT,
-                connections=auth.REVIEWS_IN_FLIGHT,
-            ) as reviews,
+            delegated.review_client(client) as reviews,
         ):
             caches = Caches(
                 client,

@@ -36,6 +36,20 @@ class Reviews:
     authorizer: auth.Authorizer
 
 
+def review_client(upper: ApiClient) -> ApiClient:
+    """Return the client (not yet open) a server's TokenReviews and SubjectAccessReviews go
+    through: a sibling of `upper` with no rate limit, `auth.REVIEW_TIMEOUT` seconds per
+    request and `auth.REVIEWS_IN_FLIGHT` connections, so a caller's check never waits
+    behind the server's own traffic (the kubelet's reviews are not throttled either)."""
+    return upper.sibling(
+        name="upper-reviews",
+        qps=0,
+        burst=1,
+        timeout=auth.REVIEW_TIMEOUT,
+        connections=auth.REVIEWS_IN_FLIGHT,
+    )
+
+
 def reviews(upper: ApiClient, *, anonymous: bool = False) -> Reviews:
     """Return the checks of a server whose callers `upper` reviews, with the kubelet's cache
     lifetimes (tokens 2 min, allowed 5 min, denied 30 s); `anonymous`: a caller without
