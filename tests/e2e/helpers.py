@@ -7,6 +7,8 @@ import base64
 import http.client
 import ssl
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,6 +227,24 @@ def kubelet_request(
         return response.status, response.read().decode()
     finally:
         conn.close()
+
+
+def scrape(url: str, *, token: str = "") -> tuple[int, str] | None:
+    """GET `url` over HTTPS with a bearer `token` (none: no credentials), verifying no
+    certificate (what a test checks is who may read); return (status, body), or None while
+    nothing answers there."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as response:
+            return int(response.status), response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError:
+        return None
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from tests.e2e.helpers import (
     node_csrs,
     phase,
     pod_manifest,
+    scrape,
     token_kubeconfig,
     wait_for,
 )
@@ -560,23 +561,6 @@ METRICS_READER = "metrics-reader"
 """The ServiceAccount the installed chart lets read metrics (`monitoring.metricsReaders`)."""
 
 
-def _scrape(url: str, *, token: str = "") -> tuple[int, str] | None:
-    """GET `url` (HTTPS, no certificate verified: what is checked is who may read) with a
-    bearer `token`, or None while nothing answers there: (status, body)."""
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    request = urllib.request.Request(url, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=10, context=context) as response:
-            return int(response.status), response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except OSError:
-        return None
-
-
 def _probe(cluster: Cluster, host: str, pod_name: str, probe: str) -> int | None:
     """The HTTP status `probe` (readinessProbe, livenessProbe) of the installed pod
     `pod_name` answers at `host` (hostNetwork or not, its process runs here), or None
@@ -842,14 +826,14 @@ def _metrics_only_to_readers(upper: Cluster, host: str, values_file: Path) -> No
             "tensile_descheduler_",
         ),
     ):
-        assert wait_for(f"{url} to answer", lambda u=url: _scrape(u), timeout=30) == (
+        assert wait_for(f"{url} to answer", lambda u=url: scrape(u), timeout=30) == (
             401,
             "Unauthorized",
         )
-        refused = _scrape(url, token=tokens["not-a-reader"])
+        refused = scrape(url, token=tokens["not-a-reader"])
         assert refused is not None
         assert refused[0] == 403, refused
-        scraped = _scrape(url, token=tokens[METRICS_READER])
+        scraped = scrape(url, token=tokens[METRICS_READER])
         assert scraped is not None
         assert scraped[0] == 200, scraped
         assert metric in scraped[1]

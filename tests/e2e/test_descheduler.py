@@ -17,8 +17,6 @@ import datetime as dt
 import ipaddress
 import ssl
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +34,7 @@ from devcluster.rest import RestClient
 from devcluster.vnodes import VirtualNodeProcess
 from devcluster.webhooks import WebhookProcess
 from tensile.contracts import avoidance, descheduling
-from tests.e2e.helpers import events_for, get, pod, token_kubeconfig, wait_for
+from tests.e2e.helpers import events_for, get, pod, scrape, token_kubeconfig, wait_for
 from tests.fixtures import create_namespace, delete_namespace, long_lived_pids
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests" / "descheduler"
@@ -907,18 +905,11 @@ def test_the_leader_stops_while_the_upper_apiserver_is_down_and_leads_again_afte
 
 
 def _secure_get(port: int, path: str, *, token: str = "") -> tuple[int, str]:
-    """GET `path` of a descheduler's --secure-port at 127.0.0.1 with a bearer `token` (no
-    certificate verified: what is checked is who may read)."""
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    request = urllib.request.Request(f"https://127.0.0.1:{port}{path}", headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=10, context=context) as response:
-            return int(response.status), response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+    """GET `path` of a descheduler's --secure-port at 127.0.0.1 with a bearer `token`
+    (`scrape`); it answers."""
+    answer = scrape(f"https://127.0.0.1:{port}{path}", token=token)
+    assert answer is not None, f"nothing answers on 127.0.0.1:{port}"
+    return answer
 
 
 def test_the_metrics_on_the_https_port_are_only_for_callers_allowed_to_read_them(

@@ -36,7 +36,7 @@ from devcluster.vnodes import VirtualNodeProcess
 from tensile.contracts import clusterselector
 from tensile.contracts.quotaslices import SLICES_ANNOTATION
 from tensile.placement import summary
-from tests.e2e.helpers import events_for, get, pod, token_kubeconfig, wait_for
+from tests.e2e.helpers import events_for, get, pod, scrape, token_kubeconfig, wait_for
 from tests.fixtures import create_namespace, delete_namespace, long_lived_pids
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests" / "scheduler"
@@ -201,18 +201,10 @@ def test_the_failed_scheduling_event_says_why_no_lower_node_fits(
 
 
 def _extender_get(port: int, path: str, *, token: str = "") -> tuple[int, str]:
-    """GET `path` of the extender at 127.0.0.1:`port` over HTTPS, without a client
-    certificate (no server certificate verified: what is checked is who may read)."""
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    request = urllib.request.Request(f"https://127.0.0.1:{port}{path}", headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=10, context=context) as response:
-            return int(response.status), response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+    """GET `path` of the extender at 127.0.0.1 with a bearer `token` (`scrape`); it answers."""
+    answer = scrape(f"https://127.0.0.1:{port}{path}", token=token)
+    assert answer is not None, f"nothing answers on 127.0.0.1:{port}"
+    return answer
 
 
 def test_the_extenders_metrics_are_only_for_callers_allowed_to_read_them(
