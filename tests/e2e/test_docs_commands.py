@@ -20,6 +20,7 @@ import pytest
 
 from devcluster import binaries, netns
 from devcluster.__main__ import env_values
+from devcluster.cluster import Cluster
 from devcluster.fleet import Fleet
 from devcluster.vnodes import VirtualNodeProcess
 from tests.e2e.helpers import delete_if_present, get, wait_for
@@ -116,13 +117,9 @@ def test_the_runnable_commands_of_a_page_work(
     }  # fmt: skip
     # The pages start where a reader starts, without tensile's namespace: earlier tests on
     # the session fleet may have left one (they make it when absent and keep it).
-    left = [(c, PAGES_NAMESPACE) for c in (fleet.upper, fleet.lower)]
-    for cluster, name in left:
-        delete_if_present(cluster.rest(), f"/api/v1/namespaces/{name}")
-    wait_for(
-        f"{PAGES_NAMESPACE} gone before {page}",
-        lambda: all(get(c.rest(), f"/api/v1/namespaces/{n}") is None for c, n in left),
-        timeout=60,
+    _delete_namespaces(
+        [(c, PAGES_NAMESPACE) for c in (fleet.upper, fleet.lower)],
+        what=f"{PAGES_NAMESPACE} gone before {page}",
     )
     before = _namespaces(fleet)
     try:
@@ -147,10 +144,16 @@ def test_the_runnable_commands_of_a_page_work(
         after = _namespaces(fleet)
         made = [(fleet.upper, n) for n in after["upper"] - before["upper"]]
         made += [(fleet.lower, n) for n in after["lower"] - before["lower"]]
-        for cluster, name in made:
-            delete_if_present(cluster.rest(), f"/api/v1/namespaces/{name}")
-        wait_for(
-            f"the namespaces {page} made gone",
-            lambda: all(get(c.rest(), f"/api/v1/namespaces/{n}") is None for c, n in made),
-            timeout=60,
-        )
+        _delete_namespaces(made, what=f"the namespaces {page} made gone")
+
+
+def _delete_namespaces(namespaces: list[tuple[Cluster, str]], *, what: str) -> None:
+    """Delete each (cluster, namespace) and wait until all are gone, not Terminating (the
+    apiserver refuses to make a namespace of that name again until then)."""
+    for cluster, name in namespaces:
+        delete_if_present(cluster.rest(), f"/api/v1/namespaces/{name}")
+    wait_for(
+        what,
+        lambda: all(get(c.rest(), f"/api/v1/namespaces/{n}") is None for c, n in namespaces),
+        timeout=60,
+    )
