@@ -2,17 +2,39 @@
 
 A port is chosen by binding it, so it was free a moment ago; a component that still
 loses the race fails to bind and the harness restarts it on another port
-(see `processes.Component.start`).
+(see `processes.Component.start`). Programs whose port is fixed before they start (a
+chart's values) cannot be restarted elsewhere, so ports are chosen outside the kernel's
+ephemeral range (`net.ipv4.ip_local_port_range`): a port from inside it can be taken, between
+the choice and the bind, as the local port of any outgoing connection, which then makes the
+program's bind fail with EADDRINUSE.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import socket
+from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
+CHOSEN = range(20000, 30000)
+"""Where `pick` chooses: below the kernel's default ephemeral range (32768-60999) and
+below kube-apiserver's default NodePort range (30000-32767)."""
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+# Unseeded by tests (a plugin that seeds `random` alike in every worker would have them all
+# try the same ports in the same order).
+_RANDOM = random.SystemRandom()
+
+
+def _ephemeral() -> range:
+    """The kernel's ephemeral port range (the default when it cannot be read)."""
+    try:
+        low, high = (int(part) for part in EPHEMERAL_RANGE.read_text().split())
+    except (OSError, ValueError):
+        return range(32768, 61000)
+    return range(low, high + 1)
 
 
 def is_free(port: int, *, host: str = LOOPBACK) -> bool:
@@ -35,7 +57,10 @@ def is_listening(port: int, *, host: str = LOOPBACK, timeout: float = 0.2) -> bo
 
 
 def pick(preferred: int = 0, *, host: str = LOOPBACK, taken: set[int] | None = None) -> int:
-    """Return a free port: `preferred` if it is free, otherwise one the kernel hands out.
+    """Return a free port: `preferred` if it is free, otherwise one chosen at random in
+    `CHOSEN` outside the kernel's ephemeral range (see the module docstring), or, when the
+    ephemeral range covers all of `CHOSEN`, one the kernel hands out. Raises OSError when
+    no port is free.
 
     `taken` holds ports already promised to other components of the same start-up, which
     are not bound yet and so look free; they are never returned, and the result is added.
@@ -46,6 +71,12 @@ def pick(preferred: int = 0, *, host: str = LOOPBACK, taken: set[int] | None = N
         return preferred
     if preferred:
         logger.warning("port %d on %s is in use; choosing another", preferred, host)
+    ephemeral = _ephemeral()
+    candidates = [p for p in CHOSEN if not ephemeral.start <= p < ephemeral.stop]
+    for port in _RANDOM.sample(candidates, min(len(candidates), 200)):
+        if port not in taken and is_free(port, host=host):
+            taken.add(port)
+            return port
     for _ in range(100):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind((host, 0))

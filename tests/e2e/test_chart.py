@@ -774,7 +774,7 @@ def test_an_installed_chart_runs_a_virtual_node_webhook_descheduler_and_schedule
 
         wait_for("the webhook's caBundle", ca_bundle, timeout=30)
         assert get(upper.rest(), f"/api/v1/namespaces/{NAMESPACE}/secrets/{webhook}-tls")
-        _metrics_only_to_readers(upper, host, installed)
+        _metrics_only_to_readers(upper, host, installed, serving=local[:3])
         # The descheduler holds its Lease.
         lease_path = (
             f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{FULLNAME}-descheduler"
@@ -801,13 +801,17 @@ def test_an_installed_chart_runs_a_virtual_node_webhook_descheduler_and_schedule
         upper.kubectl("delete", "namespace", "chart-e2e-pods", "--wait=false", "--ignore-not-found")
 
 
-def _metrics_only_to_readers(upper: Cluster, host: str, values_file: Path) -> None:
+def _metrics_only_to_readers(
+    upper: Cluster, host: str, values_file: Path, *, serving: list[LocalPod]
+) -> None:
     """The installed programs' metrics on the host's (non-loopback) address: the virtual
     node's on its kubelet port, the webhook's and the descheduler's on their HTTPS ports
     (the descheduler's certificate self-signed), each 401 without a token,
     403 with the token of an account the chart did not list in `monitoring.metricsReaders`,
     200 with that of one it did (ClusterRole <fullname>-metrics-reader, reviewed by the
-    upper cluster with the chart's RBAC); plain HTTP serves them on loopback only."""
+    upper cluster with the chart's RBAC); plain HTTP serves them on loopback only.
+    `serving`: the node's, the webhook's and the descheduler's local pods, in that order (one
+    that exited fails the wait with its log's tail)."""
     assert not ipaddress.ip_address(host).is_loopback
     values = yaml.safe_load(VALUES.read_text())
     installed = yaml.safe_load(values_file.read_text())
@@ -815,21 +819,22 @@ def _metrics_only_to_readers(upper: Cluster, host: str, values_file: Path) -> No
     for account in (METRICS_READER, "not-a-reader"):
         upper.kubectl("create", "serviceaccount", account, "-n", NAMESPACE)
         tokens[account] = upper.kubectl("create", "token", account, "-n", NAMESPACE).stdout.strip()
-    for url, metric in (
+    for pod, url, metric in zip(
+        serving,
         (
             f"https://{host}:{values['virtualNode']['kubeletPort']}/metrics",
-            "tensile_virtual_node_info",
-        ),
-        (f"https://{host}:{installed['webhook']['port']}/metrics", "tensile_webhook_"),
-        (
+            f"https://{host}:{installed['webhook']['port']}/metrics",
             f"https://{host}:{installed['descheduler']['securePort']}/metrics",
-            "tensile_descheduler_",
         ),
+        ("tensile_virtual_node_info", "tensile_webhook_", "tensile_descheduler_"),
+        strict=True,
     ):
-        assert wait_for(f"{url} to answer", lambda u=url: scrape(u), timeout=30) == (
-            401,
-            "Unauthorized",
-        )
+
+        def answered(pod: LocalPod = pod, url: str = url) -> tuple[int, str] | None:
+            pod.check()  # an exited program: its log's tail, not a timeout
+            return scrape(url)
+
+        assert wait_for(f"{url} to answer", answered, timeout=30) == (401, "Unauthorized")
         refused = scrape(url, token=tokens["not-a-reader"])
         assert refused is not None
         assert refused[0] == 403, refused

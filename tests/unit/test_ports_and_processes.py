@@ -32,6 +32,23 @@ def test_a_free_preferred_port_is_used_and_never_handed_out_twice() -> None:
     assert len(taken) == 2
 
 
+def test_chosen_ports_are_outside_the_kernels_ephemeral_range(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An outgoing connection's local port comes from the ephemeral range, and can take a
+    port chosen for a program between the choice and its bind (the chart's webhook once
+    failed to listen that way): no port handed out lies in it, whatever the kernel's range."""
+    ephemeral = ports._ephemeral()
+    chosen = [ports.pick() for _ in range(50)]
+    assert not [port for port in chosen if port in ephemeral]
+    assert all(port in ports.CHOSEN for port in chosen)
+    # A host whose ephemeral range starts lower still gets ports outside it.
+    narrowed = tmp_path / "ip_local_port_range"
+    narrowed.write_text("25000\t60999\n")
+    monkeypatch.setattr(ports, "EPHEMERAL_RANGE", narrowed)
+    assert all(ports.pick() < 25000 for _ in range(50))
+
+
 def test_a_dead_component_is_reported_with_its_log_tail(tmp_path: Path) -> None:
     proc = processes.Process(
         name="doomed", argv=["sh", "-c", "echo starting; echo 'fatal: no etcd'; exit 7"],
