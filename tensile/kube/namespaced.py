@@ -107,6 +107,7 @@ class NamespacedInformer(Informer):
         self._held = False
         self._synced = asyncio.Event()
         self._cached = metrics.CACHED_OBJECTS.labels(name)
+        self._counted = -1
         self._client = client
         self._resource = resource
         self._label_selector = label_selector

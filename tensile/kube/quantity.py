@@ -20,6 +20,7 @@ Grammar accepted by `parse_quantity` (the apiserver's, minus its degenerate corn
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -107,6 +108,14 @@ def parse_quantity(text: str | int) -> Fraction:
         raise TypeError(f"quantity must be a str or an int, not {type(text).__name__}")
     if isinstance(text, int):
         return Fraction(text)
+    return _parse_text(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(text: str) -> Fraction:
+    # Cached: a cluster's pods repeat a few dozen quantities ("100m", "128Mi"), and every
+    # watch event of a lower pod sums its requests again (the capacity ledger). A Fraction
+    # is immutable; a refusal raises, and is not cached.
     match = _QUANTITY.fullmatch(text) if len(text) <= MAX_LENGTH else None
     if match is None or not (match["whole"] or match["fraction"]):
         raise ValueError(_explain(text))
