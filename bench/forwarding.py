@@ -23,9 +23,10 @@ On one local fleet, in one run:
 
 --baseline PYTHON (another checkout's venv python, e.g. ../before/.venv/bin/python) adds
 a before/after comparison that a busy machine does not blur: this code's forwarding node and
-one started by PYTHON run side by side, --rounds times, each sent --pods pods at the same
-time; each node's CPU per pod and the ratio are printed (both pay alike for the machine's
-load, and each for the other's pods where it watches them).
+one started by PYTHON run side by side, --pairs times (3), each sent --pods pods at the same
+time, whose creates start first alternating; each node's CPU per pod and the ratio are
+printed (both pay alike for the machine's load, and each for the other's pods where it
+watches them).
 
 --trace runs the via node with `--trace-exporter otlp` (every pod sampled) sending to a
 receiver in this process (devcluster.otlp), and says how many spans and traces came: the
@@ -122,11 +123,14 @@ def side_by_side(
     ours: VirtualNodeProcess,
     theirs: VirtualNodeProcess,
     args: argparse.Namespace,
+    ours_first: bool,
 ) -> tuple[float, float]:
     """Send --pods pods to each of two forwarding nodes at the same time (a namespace
-    each); return each node's CPU per pod in ms (ours, theirs)."""
+    each, the creates of `ours` started first when `ours_first`: rounds alternate, as
+    whichever goes first runs first); return each node's CPU per pod in ms (ours, theirs)."""
     meter = CpuMeter(lambda: harness.fleet_pids(fleet, ours, theirs))
     namespaces = [harness.new_namespace(), harness.new_namespace()]
+    order = (ours, theirs) if ours_first else (theirs, ours)
 
     async def both() -> None:
         await asyncio.gather(
@@ -138,7 +142,7 @@ def side_by_side(
                     concurrency=max(1, args.concurrency // 2),
                     node=vn.name,
                 )
-                for namespace, vn in zip(namespaces, (ours, theirs), strict=True)
+                for namespace, vn in zip(namespaces, order, strict=True)
             )
         )
 
@@ -333,6 +337,7 @@ def main() -> None:
         metavar="PYTHON",
         help="also run this code's forwarding node and one of PYTHON's checkout side by side",
     )
+    parser.add_argument("--pairs", type=int, default=3, help="side-by-side rounds with --baseline")
     parser.add_argument(
         "--trace",
         action="store_true",
@@ -423,8 +428,16 @@ def main() -> None:
         if baseline is not None:
             baseline.start(timeout=300)
             time.sleep(2)
-            for round_ in range(max(1, args.rounds)):
-                paired.append(side_by_side(fleet=fleet, ours=node, theirs=baseline, args=args))
+            for round_ in range(args.pairs):
+                paired.append(
+                    side_by_side(
+                        fleet=fleet,
+                        ours=node,
+                        theirs=baseline,
+                        args=args,
+                        ours_first=round_ % 2 == 0,
+                    )
+                )
                 print(
                     f"  round {round_ + 1} side by side: node CPU per pod "
                     f"{paired[-1][0]:.2f} ms (this code), {paired[-1][1]:.2f} ms (baseline)",
@@ -531,12 +544,13 @@ def report_side_by_side(args: argparse.Namespace, paired: list[tuple[float, floa
         f"\nside by side with {args.baseline} ({args.pods} pods to each node at once), "
         "node CPU per forwarded pod (ms)"
     )
-    print(f"  {'round':8}{'this code':>12}{'baseline':>12}{'ratio':>10}")
+    print(f"  {'round':14}{'this code':>12}{'baseline':>12}{'ratio':>10}")
     for i, (ours, theirs) in enumerate(paired, 1):
-        print(f"  {i:<8}{ours:12.2f}{theirs:12.2f}{ours / theirs:9.2f}x")
+        first = "this first" if i % 2 else "base first"
+        print(f"  {i} {first:12}{ours:12.2f}{theirs:12.2f}{ours / theirs:9.2f}x")
     ours, theirs = (min(p[i] for p in paired) for i in (0, 1))
     print(
-        f"  cheapest{ours:12.2f}{theirs:12.2f}{ours / theirs:9.2f}x   "
+        f"  {'cheapest':14}{ours:12.2f}{theirs:12.2f}{ours / theirs:9.2f}x   "
         f"[<= {TARGETS['node CPU per pod (ms)']} ms]"
     )
 
