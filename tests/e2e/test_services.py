@@ -1017,3 +1017,66 @@ def test_an_ingress_is_copied_with_its_class_mapped_and_tls_secret_and_refused_o
     theirs = get(lower, f"{services_path}/payments")
     assert theirs is not None
     assert not ownership.same_cluster(theirs, owner=node.owner)
+
+
+# -- which upper pods a node caches ----------------------------------------------------------
+
+ENDPOINT_PODS = 'tensile_informer_cached_objects{informer="upper-endpoint-pods"}'
+
+
+def _endpoint_pods_cached(node: VirtualNodeProcess) -> int:
+    for line in node.metrics().splitlines():
+        if line.startswith(ENDPOINT_PODS + " "):
+            return int(float(line.split()[-1]))
+    raise AssertionError(f"{ENDPOINT_PODS} is not among the node's metrics")
+
+
+def _steady(node: VirtualNodeProcess) -> int:
+    """The cached count once it held for 2 s (earlier tests' namespaces may still be going)."""
+    last, since = _endpoint_pods_cached(node), time.monotonic()
+    deadline = since + 60
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = _endpoint_pods_cached(node)
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= 2:
+            return last
+    raise AssertionError("the node's upper endpoint pod cache never held still for 2 s")
+
+
+def test_only_pods_of_namespaces_with_a_selecting_service_are_cached(
+    fleet: Fleet, virtual_node: VirtualNodeProcess, namespace: str
+) -> None:
+    """The upper pods the EndpointSlice mirror verifies endpoints against are watched only in
+    namespaces holding a Service with a selector: pods elsewhere cost the node nothing
+    (the watch was cluster-wide: every node decoded every upper pod's every change). A
+    namespace joins with its first such Service, whose endpoints then cross, and leaves with
+    its last."""
+    upper, lower = fleet.upper.rest(), fleet.lower.rest()
+    # Pending pods (no node has their label): never terminal, so the cache would take them.
+    parked = {"nodeSelector": {"tensile.io/no-such-node": "true"}}
+    for i in range(3):
+        create(upper, namespace, pod_manifest(f"idle-{i}", node=virtual_node.name, spec=parked))
+    before = _steady(virtual_node)
+    # A Service selecting nothing that exists yet brings the namespace's pods in.
+    upper.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/services",
+        body={**service("front"), "spec": {**service("front")["spec"], "selector": {"x": "y"}}},
+    )
+    wait_for(
+        "the namespace's pods cached", lambda: _endpoint_pods_cached(virtual_node) >= before + 3
+    )
+    # Its endpoints cross as before.
+    create(upper, namespace, pod_manifest("web", node=virtual_node.name))
+    upper.request("POST", f"/api/v1/namespaces/{namespace}/services", body=service("web"))
+    ip = wait_for("the pod IP", lambda: pod_ip(upper, namespace, "web"))
+    wait_for("the endpoint below", lambda: mirrored_ips(lower, namespace, "web") == {ip})
+    # The last selecting Service gone, the namespace's pods leave the cache.
+    cached = _endpoint_pods_cached(virtual_node)
+    for name in ("front", "web"):
+        upper.request("DELETE", f"/api/v1/namespaces/{namespace}/services/{name}")
+    wait_for(
+        "the pods gone from the cache", lambda: _endpoint_pods_cached(virtual_node) <= cached - 4
+    )

@@ -410,6 +410,26 @@ def test_a_slice_is_found_by_its_service_and_by_the_pods_it_names() -> None:
     assert endpointslices.pods_of_slice({"metadata": {"namespace": "app"}, "endpoints": None}) == []
 
 
+@pytest.mark.parametrize(
+    ("service", "selects"),
+    [
+        (upper_service(), True),
+        (upper_service(selector={}), False),  # selector-less: its slices name no pods we verify
+        ({**upper_service(), "spec": None}, False),
+        ({**upper_service(), "spec": {"selector": None}}, False),
+    ],
+)
+def test_only_a_service_with_a_selector_has_its_namespaces_pods_watched(
+    service: Obj, selects: bool
+) -> None:
+    """The upper pod cache covers the namespaces of such Services (the assembly's
+    `_selecting_namespaces`), not every namespace; every other Service's slices are judged
+    without reading a pod (selector-less)."""
+    assert endpointslices.selects_pods(service) is selects
+    view = caches(service=service, copy_=service_copy(of=service))
+    assert judge(upper_slice(GOOD), view).selectorless is not selects
+
+
 def test_the_pod_cache_keeps_what_the_decision_reads() -> None:
     full = {
         "metadata": {

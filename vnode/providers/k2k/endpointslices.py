@@ -151,6 +151,12 @@ def copy_serves(
     return ours and ownership.upper_uid_of(copy) == uid_of(upper_service)
 
 
+def selects_pods(service: Mapping[str, Any]) -> bool:
+    """Tell whether an upper Service selects pods (a non-empty `spec.selector`): only such
+    a Service's slices name endpoints that are verified against the upper pods."""
+    return bool((service.get("spec") or {}).get("selector"))
+
+
 def selects(selector: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
     """Tell whether a Service's `spec.selector` (equality on every key, core/v1 ServiceSpec)
     selects a pod of `labels`; an empty selector selects none (a selector-less Service)."""
