@@ -344,6 +344,10 @@ def main() -> None:
         help="the via node traces every pod to a receiver in this process (--trace-exporter otlp)",
     )
     args = parser.parse_args()
+    if args.baseline:
+        # Each interpreter imports the checkout it was installed from, not the one in the
+        # working directory (which `python -m` would otherwise put first on sys.path).
+        os.environ["PYTHONSAFEPATH"] = "1"
     if args.profile and shutil.which("py-spy") is None:
         parser.error("--profile needs py-spy on PATH: .venv/bin/pip install -e '.[bench]'")
     existing = os.environ.get("TENSILE_DEVCLUSTER_DIR")

@@ -77,6 +77,9 @@ class Fleet:
         self.forward_port = forward_port
         """Loopback port every lower pod port forwards to (serves FORWARD_TARGET_TEXT)."""
         self._processes = dict(processes_ or {})
+        self._stopped: set[str] = set()
+        """Components stopped on purpose (`stop_component`), until started again: `check`
+        does not report them."""
         self._owns_directory = owns_directory
 
     # -- the clusters ----------------------------------------------------------------------
@@ -242,9 +245,11 @@ class Fleet:
             remove_created(self.directory, owns_directory=self._owns_directory)
 
     def check(self) -> None:
-        """Raise ComponentDied if a component this process started has exited."""
-        for proc in self._processes.values():
-            proc.check()
+        """Raise ComponentDied if a component this process started has exited, but one
+        stopped on purpose (`stop_component`)."""
+        for name, proc in self._processes.items():
+            if name not in self._stopped:
+                proc.check()
 
     # -- faults, for tests ------------------------------------------------------------------
 
@@ -256,13 +261,16 @@ class Fleet:
             raise KeyError(f"{name}: not a component this process started") from None
 
     def stop_component(self, name: str) -> None:
-        """Stop one component (e.g. "lower-apiserver") as a crash or an outage would."""
+        """Stop one component (e.g. "lower-apiserver") as a crash or an outage would;
+        `check` leaves it out until `start_component`."""
         self.component(name).stop()
+        self._stopped.add(name)
 
     def start_component(self, name: str, *, timeout: float = 60.0) -> None:
         """Start a stopped component again on the same port; for an apiserver, wait for /readyz."""
         proc = self.component(name)
         proc.restart()
+        self._stopped.discard(name)
         self.refs[name] = proc.ref
         if name.endswith("-apiserver"):
             client = self.cluster(name.removesuffix("-apiserver")).rest()

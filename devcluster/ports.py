@@ -22,10 +22,28 @@ LOOPBACK = "127.0.0.1"
 CHOSEN = range(20000, 30000)
 """Where `pick` chooses: below the kernel's default ephemeral range (32768-60999) and
 below kube-apiserver's default NodePort range (30000-32767)."""
+NODE_PORTS = range(30000, 32768)
+"""kube-apiserver's default --service-node-port-range."""
+KUBE_PORTS = range(10000, 11000)
+"""Where Kubernetes programs listen by default (kubelet 10250, 10255; schedulers 10259;
+tensile's programs near them): left to them."""
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 # Unseeded by tests (a plugin that seeds `random` alike in every worker would have them all
 # try the same ports in the same order).
 _RANDOM = random.SystemRandom()
+
+
+def _candidates(ephemeral: range) -> list[int]:
+    """The ports `pick` chooses among: `CHOSEN` outside `ephemeral`, or, where `ephemeral`
+    covers it all, any unprivileged port outside `ephemeral` and the NodePort range."""
+    chosen = [port for port in CHOSEN if port not in ephemeral]
+    if chosen:
+        return chosen
+    return [
+        port
+        for port in range(1024, 65536)
+        if port not in ephemeral and port not in NODE_PORTS and port not in KUBE_PORTS
+    ]
 
 
 def _ephemeral() -> range:
@@ -71,12 +89,17 @@ def pick(preferred: int = 0, *, host: str = LOOPBACK, taken: set[int] | None = N
         return preferred
     if preferred:
         logger.warning("port %d on %s is in use; choosing another", preferred, host)
-    ephemeral = _ephemeral()
-    candidates = [p for p in CHOSEN if not ephemeral.start <= p < ephemeral.stop]
+    candidates = _candidates(_ephemeral())
     for port in _RANDOM.sample(candidates, min(len(candidates), 200)):
         if port not in taken and is_free(port, host=host):
             taken.add(port)
             return port
+    logger.warning(
+        "no free port on %s outside the ephemeral range (%s); taking one the kernel "
+        "hands out, which an outgoing connection may take first",
+        host,
+        EPHEMERAL_RANGE,
+    )
     for _ in range(100):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind((host, 0))

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tensile.contracts import ownership
-from tensile.contracts.objects import Obj, annotations_of
+from tensile.contracts.objects import Obj, annotations_of, namespace_of
 from tensile.kube.informer import Informer
 from tensile.kube.mirror.decide import Create, Delete, Nothing, Update, UpToDate, decide
 from tensile.kube.mirror.engine import Mirror
@@ -410,24 +410,35 @@ def test_a_slice_is_found_by_its_service_and_by_the_pods_it_names() -> None:
     assert endpointslices.pods_of_slice({"metadata": {"namespace": "app"}, "endpoints": None}) == []
 
 
+ALL_MIRRORED = services.ServiceSelection()
+
+
+def _in(namespace: str, service: Obj) -> Obj:
+    return {**service, "metadata": {**service["metadata"], "namespace": namespace}}
+
+
 @pytest.mark.parametrize(
-    ("service", "selects"),
+    ("service", "selection", "selects"),
     [
-        (upper_service(), True),
-        (upper_service(selector={}), False),  # selector-less: its slices name no pods we verify
-        ({**upper_service(), "spec": None}, False),
-        ({**upper_service(), "spec": {"selector": None}}, False),
+        (upper_service(), ALL_MIRRORED, True),
+        (upper_service(selector={}), ALL_MIRRORED, False),  # selector-less: no pod is read
+        ({**upper_service(), "spec": None}, ALL_MIRRORED, False),
+        ({**upper_service(), "spec": {"selector": None}}, ALL_MIRRORED, False),
+        (_in("kube-system", upper_service()), ALL_MIRRORED, False),  # never mirrored
+        (upper_service(), services.ServiceSelection(namespaces=frozenset({"other"})), False),
+        (upper_service(), services.ServiceSelection(namespaces=frozenset({"app"})), True),
     ],
 )
-def test_only_a_service_with_a_selector_has_its_namespaces_pods_watched(
-    service: Obj, selects: bool
+def test_only_a_mirrored_service_with_a_selector_has_its_namespaces_pods_watched(
+    service: Obj, selection: services.ServiceSelection, selects: bool
 ) -> None:
     """The upper pod cache covers the namespaces of such Services (the assembly's
-    `_selecting_namespaces`), not every namespace; every other Service's slices are judged
-    without reading a pod (selector-less)."""
-    assert endpointslices.selects_pods(service) is selects
-    view = caches(service=service, copy_=service_copy(of=service))
-    assert judge(upper_slice(GOOD), view).selectorless is not selects
+    `_selecting_namespaces`), not every namespace; every other mirrored Service's slices
+    are judged without reading a pod (selector-less)."""
+    assert endpointslices.selects_pods(service, selection=selection) is selects
+    if selection.covers("app", "web") and namespace_of(service) == "app":
+        view = caches(service=service, copy_=service_copy(of=service))
+        assert judge(upper_slice(GOOD), view).selectorless is not selects
 
 
 def test_the_pod_cache_keeps_what_the_decision_reads() -> None:
@@ -603,3 +614,41 @@ def test_a_siblings_slice_of_a_selecting_service_is_shared_whatever_the_names() 
     spec = slice_spec(view, named=WEB_NAMED)
     assert spec.sibling_conflict is not None
     assert spec.sibling_conflict(their_copy, upper) is None
+
+
+class _Services:
+    """Stands for the upper Services' informer: records the handlers it is given."""
+
+    def __init__(self) -> None:
+        self.given: list[tuple[Any, bool]] = []
+
+    def add_handlers(self, handlers: Any, *, always: bool = False) -> None:
+        self.given.append((handlers, always))
+
+
+def test_the_watched_namespaces_follow_the_services_that_select_and_a_standby_keeps_them() -> None:
+    """Which namespaces' upper pods the node caches (vnode.providers.k2k.assembly): a
+    namespace joins with its first mirrored Service that selects, stays while one is left,
+    leaves with the last (deleted, or its selector removed); the handlers are told in a
+    standby too (`always`), or a replica taking over would judge slices with no pods."""
+    from vnode.providers.k2k import assembly  # noqa: PLC0415 - the assembly's own helper
+
+    informer = _Services()
+    watched = assembly._selecting_namespaces(informer, selection=ALL_MIRRORED)  # type: ignore[arg-type]
+    [(handlers, always)] = informer.given
+    assert always
+    web, api = upper_service(), {**upper_service(), "metadata": {"name": "api", "namespace": "app"}}
+    handlers.on_add(_in("kube-system", upper_service()))
+    handlers.on_add(upper_service(selector={}))
+    assert watched.names() == frozenset()
+    handlers.on_add(web)
+    handlers.on_add(api)
+    assert watched.names() == {"app"}
+    handlers.on_delete(web)
+    assert watched.names() == {"app"}
+    handlers.on_modify({**api, "spec": {"ports": []}})  # its selector removed
+    assert watched.names() == frozenset()
+    handlers.on_modify(api)
+    assert watched.names() == {"app"}
+    handlers.on_delete(api)
+    assert watched.names() == frozenset()

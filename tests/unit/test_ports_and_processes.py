@@ -32,21 +32,37 @@ def test_a_free_preferred_port_is_used_and_never_handed_out_twice() -> None:
     assert len(taken) == 2
 
 
+@pytest.mark.parametrize(
+    ("kernel_range", "ephemeral"),
+    [
+        ("32768\t60999\n", range(32768, 61000)),  # Linux's default
+        ("25000\t60999\n", range(25000, 61000)),  # lower than the default
+        ("15000\t29999\n", range(15000, 30000)),  # covering all of ports.CHOSEN
+    ],
+)
 def test_chosen_ports_are_outside_the_kernels_ephemeral_range(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel_range: str, ephemeral: range
 ) -> None:
     """An outgoing connection's local port comes from the ephemeral range, and can take a
     port chosen for a program between the choice and its bind (the chart's webhook once
-    failed to listen that way): no port handed out lies in it, whatever the kernel's range."""
-    ephemeral = ports._ephemeral()
+    failed to listen that way): no port handed out lies in it, whatever the kernel's range,
+    nor in the NodePort range or among the ports Kubernetes programs listen on."""
+    path = tmp_path / "ip_local_port_range"
+    path.write_text(kernel_range)
+    monkeypatch.setattr(ports, "EPHEMERAL_RANGE", path)
     chosen = [ports.pick() for _ in range(50)]
-    assert not [port for port in chosen if port in ephemeral]
-    assert all(port in ports.CHOSEN for port in chosen)
-    # A host whose ephemeral range starts lower still gets ports outside it.
-    narrowed = tmp_path / "ip_local_port_range"
-    narrowed.write_text("25000\t60999\n")
-    monkeypatch.setattr(ports, "EPHEMERAL_RANGE", narrowed)
-    assert all(ports.pick() < 25000 for _ in range(50))
+    assert not [p for p in chosen if p in ephemeral or p in ports.NODE_PORTS]
+    assert not [p for p in chosen if p in ports.KUBE_PORTS]
+
+
+def test_a_host_whose_ephemeral_range_covers_every_port_gets_a_kernel_port_and_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "ip_local_port_range"
+    path.write_text("1024\t65535\n")
+    monkeypatch.setattr(ports, "EPHEMERAL_RANGE", path)
+    assert ports.is_free(ports.pick())
+    assert "outside the ephemeral range" in caplog.text
 
 
 def test_a_dead_component_is_reported_with_its_log_tail(tmp_path: Path) -> None:

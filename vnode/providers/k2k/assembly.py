@@ -411,7 +411,9 @@ def _service_mirrors(
         PODS,
         name="upper-endpoint-pods",
         namespace=namespace,
-        namespaces=None if namespace is not None else _selecting_namespaces(upper_services),
+        namespaces=None
+        if namespace is not None
+        else _selecting_namespaces(upper_services, selection=selection),
         field_selector=endpointslices.UPPER_POD_FIELD_SELECTOR,
         transform=endpointslices.slim_upper_pod,
         encoded=True,
@@ -565,16 +567,23 @@ _INGRESS_BY_SERVICE = "ingresses-by-service"
 _INGRESS_BY_SECRET = "ingresses-by-secret"  # noqa: S105 - an index name
 
 
-def _selecting_namespaces(upper_services: Informer) -> NamespaceSet:
-    """The upper namespaces that hold a Service with a selector (`upper_services`' view,
-    kept up to date by its handlers): the only ones whose pods an EndpointSlice this node
-    copies can name as verified endpoints (`endpointslices.judge`). The set is synced with
-    the Services' informer; a namespace joins when its first selecting Service is seen,
-    before the Service mirror has made its copy below, so its pods are listed by the time
-    the copy's slices are judged."""
+def _selecting_namespaces(
+    upper_services: Informer, *, selection: services.ServiceSelection
+) -> NamespaceSet:
+    """The upper namespaces that hold a mirrored Service with a selector
+    (`endpointslices.selects_pods`), as `upper_services` shows them: the only ones whose
+    pods an EndpointSlice this node copies can name as verified endpoints
+    (`endpointslices.judge`). The set is synced with the Services' informer, whose initial
+    list fills it, so at start every such namespace's pods are listed before the slice mirror
+    judges a slice. A namespace that joins later is listed from then on: a slice judged
+    before its pods arrive loses endpoints for that moment and is looked at again as each
+    pod arrives (the slice mirror's pod handlers); a Service's copy below, beside which its
+    slices cross, usually comes after that list, a round trip to the lower cluster later.
+    Kept in a standby too (its handlers are never held), so a replica that takes over has
+    the pods listed already."""
     namespaces = NamespaceSet(source=upper_services)
     selecting: dict[str, set[str]] = {}
-    """Upper namespace -> the names of its Services with a selector."""
+    """Upper namespace -> the names of its Services that select pods."""
 
     def gone(service: Obj) -> None:
         namespace = namespace_of(service)
@@ -587,14 +596,14 @@ def _selecting_namespaces(upper_services: Informer) -> NamespaceSet:
             namespaces.discard(namespace)
 
     def seen(service: Obj) -> None:
-        if not endpointslices.selects_pods(service):
+        if not endpointslices.selects_pods(service, selection=selection):
             gone(service)  # its selector was removed
             return
         namespace = namespace_of(service)
         selecting.setdefault(namespace, set()).add(name_of(service))
         namespaces.add(namespace)
 
-    upper_services.add_handlers(Handlers(on_add=seen, on_modify=seen, on_delete=gone))
+    upper_services.add_handlers(Handlers(on_add=seen, on_modify=seen, on_delete=gone), always=True)
     return namespaces
 
 

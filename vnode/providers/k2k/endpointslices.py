@@ -151,10 +151,15 @@ def copy_serves(
     return ours and ownership.upper_uid_of(copy) == uid_of(upper_service)
 
 
-def selects_pods(service: Mapping[str, Any]) -> bool:
-    """Tell whether an upper Service selects pods (a non-empty `spec.selector`): only such
-    a Service's slices name endpoints that are verified against the upper pods."""
-    return bool((service.get("spec") or {}).get("selector"))
+def selects_pods(service: Mapping[str, Any], *, selection: services.ServiceSelection) -> bool:
+    """Tell whether the endpoints of an upper Service's slices are checked against upper
+    pods: it is mirrored (`selection.covers`) and selects pods (a non-empty
+    `spec.selector`; a selector-less Service's slices name no pod `judge` reads). Only the
+    namespaces of such Services have their upper pods cached."""
+    meta = service.get("metadata") or {}
+    return selection.covers(str(meta.get("namespace", "")), str(meta.get("name", ""))) and bool(
+        (service.get("spec") or {}).get("selector")
+    )
 
 
 def selects(selector: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
