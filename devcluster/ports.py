@@ -31,6 +31,12 @@ EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 # Unseeded by tests (a plugin that seeds `random` alike in every worker would have them all
 # try the same ports in the same order).
 _RANDOM = random.SystemRandom()
+_next: int | None = None
+"""Where this process's next choice starts among the candidates: a random place at first,
+then just past the last port chosen, so a process hands a port out again only after going
+round the whole range (a port chosen but not bound yet looks free; choosing at random every
+time would hand one out twice within a few dozen choices), and processes starting at
+different places seldom meet."""
 
 
 def _candidates(ephemeral: range) -> list[int]:
@@ -75,10 +81,10 @@ def is_listening(port: int, *, host: str = LOOPBACK, timeout: float = 0.2) -> bo
 
 
 def pick(preferred: int = 0, *, host: str = LOOPBACK, taken: set[int] | None = None) -> int:
-    """Return a free port: `preferred` if it is free, otherwise one chosen at random in
-    `CHOSEN` outside the kernel's ephemeral range (see the module docstring), or, when the
-    ephemeral range covers all of `CHOSEN`, one the kernel hands out. Raises OSError when
-    no port is free.
+    """Return a free port: `preferred` if it is free, otherwise the next free one of
+    `_candidates` (`CHOSEN` outside the kernel's ephemeral range, see the module docstring)
+    after this process's last choice, or, when there is none, one the kernel hands out.
+    Raises OSError when no port is free.
 
     `taken` holds ports already promised to other components of the same start-up, which
     are not bound yet and so look free; they are never returned, and the result is added.
@@ -89,11 +95,17 @@ def pick(preferred: int = 0, *, host: str = LOOPBACK, taken: set[int] | None = N
         return preferred
     if preferred:
         logger.warning("port %d on %s is in use; choosing another", preferred, host)
+    global _next  # noqa: PLW0603 - one cursor per process, as the kernel keeps one
     candidates = _candidates(_ephemeral())
-    for port in _RANDOM.sample(candidates, min(len(candidates), 200)):
-        if port not in taken and is_free(port, host=host):
-            taken.add(port)
-            return port
+    if candidates:
+        if _next is None:
+            _next = _RANDOM.randrange(len(candidates))
+        for step in range(min(len(candidates), 1000)):
+            port = candidates[(_next + step) % len(candidates)]
+            if port not in taken and is_free(port, host=host):
+                _next = (_next + step + 1) % len(candidates)
+                taken.add(port)
+                return port
     logger.warning(
         "no free port on %s outside the ephemeral range (%s); taking one the kernel "
         "hands out, which an outgoing connection may take first",

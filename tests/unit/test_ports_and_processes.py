@@ -55,6 +55,14 @@ def test_chosen_ports_are_outside_the_kernels_ephemeral_range(
     assert not [p for p in chosen if p in ports.KUBE_PORTS]
 
 
+def test_a_process_hands_no_port_out_twice_before_going_round_the_range() -> None:
+    """Ports are chosen before they are bound (a fleet picks dozens, then starts its
+    programs): chosen at random each time, two of 300 would share a port almost surely
+    (a virtual node of the fleet benchmark once found its metrics port taken)."""
+    chosen = [ports.pick() for _ in range(300)]
+    assert len(set(chosen)) == len(chosen)
+
+
 def test_a_host_whose_ephemeral_range_covers_every_port_gets_a_kernel_port_and_a_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
