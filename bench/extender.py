@@ -48,7 +48,7 @@ from aiohttp import web
 
 from devcluster.pki import CertificateAuthority, KeyPair
 from scheduler import extender
-from scheduler.server import Judge, make_app
+from scheduler.server import Callers, Judge, make_app
 from scheduler.summaries import Summaries
 from tensile.contracts.labels import NODE_TYPE_LABEL, VIRTUAL_NODE_TYPE
 from tensile.contracts.objects import name_of
@@ -201,8 +201,12 @@ def serve(texts: dict[str, str], pair: KeyPair, port_out: Any) -> None:
         summaries = Summaries()
         for name, text in texts.items():
             summaries.put(virtual_node(name, text))
+        # No client certificate: the benchmark's client presents none (the extender's
+        # default asks for one, and answers 401 without it).
         app = make_app(
-            Judge(summaries=summaries, policy=extender.Policy()), health=endpoints.Health()
+            Judge(summaries=summaries, policy=extender.Policy()),
+            health=endpoints.Health(),
+            callers=Callers(client_certificates=False),
         )
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()

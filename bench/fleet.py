@@ -29,9 +29,14 @@ Before the configurations, the latency objectives (`fleet_latency`, reported by
 `fleet_slo`): --slo-pods pods through the virtual nodes at --slo-rate pods per second, and
 the same done by each control plane alone at the same time; p50/p99 per lower cluster and
 overall of upper bind -> lower pod created, lower Running -> upper Running, upper delete ->
-lower pod gone, against the baseline, with the objective p99 <= 1 s beyond it. With an
-extender, where its calls' time goes: its CPU per call, its event loop's lag, its garbage
-collector's pauses, and the loop lag of a process doing nothing (the machine's share).
+lower pod gone, against the baseline, with the objective p99 <= 1 s beyond it; beside
+them the upper's own delivery of the writes to its watchers, and the virtual nodes' queue
+waits, handling and request durations meanwhile (`fleet_inside`: what of a stage is
+tensile's). With an extender, where its calls' time goes: its CPU per call, its event
+loop's lag, its garbage collector's pauses, the loop lag of a process doing nothing (the
+machine's share), and a baseline extender kube-scheduler calls for every pod right after
+it: the same program judging nothing (`fleet_scheduler.baseline_extender`); the target,
+p99 <= 5 ms, is met by the extender's p99 alone or by what it adds to the baseline's.
 
     .venv/bin/python bench/fleet.py [--lower-clusters 10] [--nodes-per-cluster 1000]
         [--pods 10000] [--configs a,b,c] [--slo-pods 2000] [--slo-rate 40] [--quick]
@@ -54,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 import fleet_build as build
+import fleet_inside as inside
 import fleet_latency as latency
 import fleet_plan as plan
 import fleet_scheduler as upper_scheduler
@@ -117,6 +123,11 @@ class Result:
     """The extender's garbage collector pauses over 5 ms."""
     probe_lag_p99: float | None = None
     """The event loop lag of a process doing nothing meanwhile: the machine's share."""
+    baseline_p50: float | None = None
+    baseline_p99: float | None = None
+    """The baseline extender's calls (`fleet_scheduler.baseline_extender`): the same
+    program and calls, judging nothing."""
+    baseline_cpu_p99: float | None = None
     slice_admitted: float | None = None
     slice_refused: float | None = None
     cpu: dict[str, float] = field(default_factory=dict)
@@ -270,6 +281,11 @@ async def run_config(bench: Bench, config: Config, say: Any, *, last: bool) -> R
         if config.extender
         else None
     )
+    baseline = (
+        upper_scheduler.baseline_extender(fleet, config=config.name, log_dir=bench.log_dir)
+        if config.extender
+        else None
+    )
     scheduler: upper_scheduler.UpperScheduler | None = None
     probe = upper_scheduler.LagProbe()
     programs: dict[str, Program | None] = {
@@ -277,11 +293,14 @@ async def run_config(bench: Bench, config: Config, say: Any, *, last: bool) -> R
         "webhook": bench.webhook,
         "descheduler": descheduler,
         "extender": extender,
+        "extender baseline": baseline,  # the benchmark's yardstick: in no group's CPU
     }
     try:
         descheduler.start(timeout=args.timeout)
         if extender is not None:
             extender.start(timeout=args.timeout)
+        if baseline is not None:
+            baseline.start(timeout=args.timeout)
         await make_volumes(bench, config.name)
         async with (
             harness.client_for(fleet.upper.kubeconfig) as client,
@@ -301,7 +320,11 @@ async def run_config(bench: Bench, config: Config, say: Any, *, last: bool) -> R
             # they are bound: the scheduler's throughput is measured without them.
             first_wave = {uid_of(p) for p in tracker.live() if not _claims(p)}
             scheduler = upper_scheduler.UpperScheduler(
-                fleet, config=config.name, extender=config.extender, log_dir=bench.log_dir
+                fleet,
+                config=config.name,
+                extender=config.extender,
+                log_dir=bench.log_dir,
+                baseline_port=None if baseline is None else baseline.port,
             )
             t0 = time.monotonic()
             programs["upper scheduler"] = scheduler
@@ -342,6 +365,14 @@ async def run_config(bench: Bench, config: Config, say: Any, *, last: bool) -> R
                 text, upper_scheduler.LOOP_LAG
             )
             result.gc_slow_pauses = upper_scheduler.slow_pauses(text)
+            if baseline is not None:
+                text_of_baseline = baseline.metrics()
+                result.baseline_p50, result.baseline_p99 = upper_scheduler.extender_latency(
+                    text_of_baseline
+                )
+                _, result.baseline_cpu_p99 = upper_scheduler.extender_latency(
+                    text_of_baseline, upper_scheduler.EXTENDER_CPU
+                )
             admissions = harness.samples(text, "tensile_scheduler_quota_slice_admissions_total")
             result.slice_admitted = sum(
                 v for k, v in admissions.items() if ("outcome", "admitted") in k
@@ -351,7 +382,7 @@ async def run_config(bench: Bench, config: Config, say: Any, *, last: bool) -> R
             )
     finally:
         probe.stop()
-        for program in (scheduler, extender, descheduler):
+        for program in (scheduler, extender, baseline, descheduler):
             if program is not None:
                 program.stop()
     if not last:  # after the last one the fleet goes anyway
@@ -553,6 +584,9 @@ def report(results: list[Result], say: Any) -> None:
         ("extender CPU per call p99 ms", [_ms(r.extender_cpu_p99) for r in results], ".2f"),
         ("extender loop lag p99 ms", [_ms(r.loop_lag_p99) for r in results], ".2f"),
         ("extender GC pauses > 5 ms", [r.gc_slow_pauses for r in results], ".0f"),
+        ("baseline extender p50 ms", [_ms(r.baseline_p50) for r in results], ".2f"),
+        ("baseline extender p99 ms", [_ms(r.baseline_p99) for r in results], ".2f"),
+        ("baseline CPU per call p99 ms", [_ms(r.baseline_cpu_p99) for r in results], ".2f"),
         ("idle process loop lag p99 ms", [_ms(r.probe_lag_p99) for r in results], ".2f"),
         ("slice admissions", [r.slice_admitted for r in results], ".0f"),
         ("slice refusals", [r.slice_refused for r in results], ".0f"),
@@ -569,6 +603,9 @@ def report(results: list[Result], say: Any) -> None:
     say("")
     for line in plan.table(rows, names):
         say(line)
+    for r in results:
+        if r.extender_p99 is not None:
+            say(f"({r.config.name}) {upper_scheduler.verdict(r.extender_p99, r.baseline_p99)}")
     for r in results:
         if r.stranded_pods:
             say(
@@ -710,6 +747,7 @@ async def run(
         slo_lines: list[str] = []
         if args.slo_pods:
             say(f"\nlatency objectives: {args.slo_pods} pods each round, at {args.slo_rate:g}/s")
+            inside_before = [n.metrics() for n in virtual_nodes]
             measured = await latency.run(
                 fleet,
                 pods=args.slo_pods,
@@ -722,7 +760,14 @@ async def run(
                 timeout=args.timeout,
                 say=say,
             )
-            slo_lines = slo.report(measured.stages, measured.baselines, pods=measured.pods)
+            inside_after = [n.metrics() for n in virtual_nodes]
+            slo_lines = slo.report(
+                measured.stages,
+                measured.baselines,
+                pods=measured.pods,
+                delivery=measured.delivery,
+            )
+            slo_lines += ["", *inside.report(inside_before, inside_after), ""]
             slo_lines.append(
                 f"the benchmark's own event loop lag meanwhile (how late it may have seen a "
                 f"change): p50 {_ms_text(slo.quantile(measured.own_lag, 0.5))} ms, p99 "

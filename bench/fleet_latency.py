@@ -130,17 +130,47 @@ class Seen:
 
 
 class Watches:
-    """One pod informer per cluster on this phase's pods, as an async context."""
+    """The pod informers of this phase, as an async context: one per lower cluster; upstairs
+    one for the baseline's pods and one per virtual node for the pods bound to it, selected
+    as the virtual node selects its own (spec.nodeName), so that the benchmark learns of a
+    bind about when the virtual node does: one watch carrying every pod of the phase lagged
+    seconds behind the virtual nodes' own on a loaded machine, and a stage begun at its
+    sight would have credited that lag to tensile."""
 
-    def __init__(self, clients: Mapping[str, ApiClient], seen: Mapping[str, Seen]) -> None:
+    def __init__(
+        self,
+        clients: Mapping[str, ApiClient],
+        seen: Mapping[str, Seen],
+        *,
+        upper: str,
+        virtual_nodes: Sequence[str],
+    ) -> None:
         self._informers = []
         for cluster, client in clients.items():
-            informer = Informer(client, PODS, name=f"slo-{cluster}", label_selector=LABEL)
+            selections: list[tuple[str, str | None, str | None]]
+            if cluster != upper:
+                selections = [(f"slo-{cluster}", None, None)]
+            else:
+                selections = [(f"slo-{cluster}-baseline", BASE_NAMESPACE, None)] + [
+                    (f"slo-{cluster}-{node}", VIA_NAMESPACE, f"spec.nodeName={node}")
+                    for node in virtual_nodes
+                ]
             s = seen[cluster]
-            informer.add_handlers(
-                Handlers(on_add=s.seen, on_update=lambda _o, n, s=s: s.seen(n), on_delete=s.gone)
-            )
-            self._informers.append(informer)
+            for name, namespace, field_selector in selections:
+                informer = Informer(
+                    client,
+                    PODS,
+                    name=name,
+                    namespace=namespace,
+                    label_selector=LABEL,
+                    field_selector=field_selector,
+                )
+                informer.add_handlers(
+                    Handlers(
+                        on_add=s.seen, on_update=lambda _o, n, s=s: s.seen(n), on_delete=s.gone
+                    )
+                )
+                self._informers.append(informer)
         self._tasks: list[asyncio.Task[None]] = []
 
     async def __aenter__(self) -> Watches:
@@ -288,6 +318,8 @@ class Measured:
 
     stages: dict[str, dict[str, list[float]]]
     baselines: dict[str, dict[str, list[float]]]
+    delivery: dict[str, dict[str, list[float]]]
+    """The upper's own part before the stages (`fleet_slo.upper_delivery`)."""
     pods: int
     own_lag: list[float]
     """The benchmark's own event loop lag meanwhile (seconds, ten samples a second): how
@@ -366,7 +398,7 @@ async def run(
         own_lag: list[float] = []
         sampler = asyncio.create_task(_sample_lag(own_lag), name="fleet-slo-own-lag")
         stack.push_async_callback(_cancelled, sampler)
-        async with Watches(clients, seen):
+        async with Watches(clients, seen, upper=upper, virtual_nodes=nodes):
             await asyncio.gather(
                 _round(
                     below,
@@ -404,6 +436,7 @@ async def run(
         upper_lines = {upper: list(seen[upper].by_name.values())}
         return Measured(
             stages=slo.stage_samples(list(crossings.values())),
+            delivery=slo.upper_delivery(list(crossings.values())),
             baselines={
                 **slo.baseline_samples(lower_lines, side="lower"),
                 **slo.baseline_samples(upper_lines, side="upper"),

@@ -31,7 +31,17 @@ class UpperScheduler(Program):
     configuration less its `extenders`. Ready when its /readyz answers (always allowed
     without credentials)."""
 
-    def __init__(self, fleet: Fleet, *, config: str, extender: bool, log_dir: Path) -> None:
+    def __init__(
+        self,
+        fleet: Fleet,
+        *,
+        config: str,
+        extender: bool,
+        log_dir: Path,
+        baseline_port: int | None = None,
+    ) -> None:
+        """`baseline_port`: with the extender, also call the baseline extender
+        (`baseline_extender`) listening there, configured as the extender is."""
         kubeconfig = fleet.directory / "pki" / "upper-scheduler.kubeconfig"
         settings = yaml.safe_load(
             components.scheduler_configuration(
@@ -43,6 +53,12 @@ class UpperScheduler(Program):
         )
         if not extender:
             del settings["extenders"]
+        elif baseline_port is not None:
+            # Called for every pod as the extender is, right after it: the same requests
+            # at the same load of the machine.
+            twin = dict(settings["extenders"][0])
+            twin["urlPrefix"] = f"https://{LOOPBACK}:{baseline_port}"
+            settings["extenders"].append(twin)
         path = log_dir / f"upper-scheduler-{config}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(settings))
@@ -86,7 +102,48 @@ def extender(fleet: Fleet, *, config: str, slices: bool, log_dir: Path) -> Progr
     )
 
 
+def baseline_extender(
+    fleet: Fleet, *, config: str, log_dir: Path
+) -> schedulers.SchedulerExtenderProcess:
+    """The extender's baseline for configuration `config`: the same program, serving the
+    same calls from the same kube-scheduler over HTTPS the same way, but judging no
+    candidate. Its Node informer reads the first lower cluster (kwok Nodes only) with a
+    virtual-node selector nothing matches, so it holds no summary and every candidate
+    passes unjudged; pointed upstairs, its quota slice controller would write records the
+    extender's disagree with. Not started yet; its port is `.port`."""
+    return schedulers.SchedulerExtenderProcess(
+        fleet,
+        log_dir=log_dir,
+        name=f"extender-baseline-{config}",
+        kubeconfig=fleet.lowers[0].kubeconfig,
+        port=ports.pick(),
+        args=["--log-level=info", f"--virtual-node-selector={BASELINE_SELECTOR}"],
+    )
+
+
+BASELINE_SELECTOR = "tensile.bench/extender-baseline=judges-nothing"
+"""A label no Node carries."""
+
 EXTENDER_HISTOGRAM = "tensile_scheduler_extender_duration_seconds"
+
+EXTENDER_TARGET = 0.005
+"""Seconds: the extender's p99 under the fleet benchmark (issue 37), or what it adds to
+the baseline's p99 in the same run (what remains beyond is not the extender's)."""
+
+
+def verdict(p99: float, baseline_p99: float | None) -> str:
+    """The extender's p99 (seconds) against `EXTENDER_TARGET`: met by itself, or by what
+    it adds to the baseline extender's p99 in the same run."""
+    if p99 <= EXTENDER_TARGET:
+        return f"extender p99 {p99 * 1000:.2f} ms [<= {EXTENDER_TARGET * 1000:.0f} ms: met]"
+    if baseline_p99 is None:
+        return f"extender p99 {p99 * 1000:.2f} ms [<= {EXTENDER_TARGET * 1000:.0f} ms: MISSED]"
+    added = p99 - baseline_p99
+    met = "met" if added <= EXTENDER_TARGET else "MISSED"
+    return (
+        f"extender p99 {p99 * 1000:.2f} ms, the baseline's {baseline_p99 * 1000:.2f} ms: "
+        f"{added * 1000:+.2f} ms its own [<= {EXTENDER_TARGET * 1000:.0f} ms: {met}]"
+    )
 
 
 EXTENDER_CPU = "tensile_scheduler_extender_cpu_seconds"

@@ -15,8 +15,8 @@ On one local fleet (kwok nodes with room for every pod), in one run:
 4. the patrol: the node restarted with --patrol-period=PERIOD (default 30 s), its CPU
    during N patrol runs (from the end of one run to the end of the N-th after it) minus
    its idle CPU (measured between two runs), per run; divided by the command's default
-   period (300 s) it is the patrol's average share of one core (target < 1 %), and what
-   the runs found in a steady state (target: nothing).
+   period (300 s) it is the patrol's average share of one core (target <= 0.3 %), and
+   what the runs found in a steady state (target: nothing).
 
     .venv/bin/python bench/scale.py [--pods 10000] [--lower-nodes 10] [--patrol-runs 4]
         [--patrol-only] [--patrol-baseline PYTHON]
@@ -50,7 +50,7 @@ from tensile.contracts.objects import name_of
 RECONCILE_TARGET = 10.0
 DEFAULT_PATROL_PERIOD = 300.0
 """--patrol-period's default, seconds."""
-PATROL_TARGET = 0.01
+PATROL_TARGET = 0.003
 """The patrol's average CPU at the default period, as a share of one core."""
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 NODE_ARGS = ["--kube-api-qps=500", "--kube-api-burst=1000", "--log-level=info"]
@@ -226,7 +226,7 @@ def patrol(
     requests = harness.difference(harness.requests_by_verb(text1), harness.requests_by_verb(text0))
     patrol_requests = sum(v for (c, _, _), v in requests.items() if c.endswith("-patrol"))
     share = per_run / DEFAULT_PATROL_PERIOD
-    verdict = "met" if share < PATROL_TARGET and not found else "MISSED"
+    verdict = "met" if share <= PATROL_TARGET and not found else "MISSED"
     say(f"\npatrol ({runs} runs every {period:g} s over {pods} pods){label}")
     say(f"  idle node CPU             {idle * 100:6.2f} % of one core")
     say(f"  CPU per run               {per_run:6.2f} s (minus idle), {duration:.2f} s wall")
@@ -234,7 +234,7 @@ def patrol(
     say(f"  API requests per run      {patrol_requests / runs:6.1f} (the patrol's clients)")
     say(
         f"  average at {DEFAULT_PATROL_PERIOD:g} s (default) {share * 100:6.2f} % of one core; "
-        f"at {period:g} s {per_run / period * 100:.2f} %   [< {PATROL_TARGET:.0%}, "
+        f"at {period:g} s {per_run / period * 100:.2f} %   [<= {PATROL_TARGET:.1%}, "
         f"nothing found: {verdict}]"
     )
     say(f"  mismatches found (kind, reason: n)  {dict(found) or 'none'}")

@@ -47,12 +47,15 @@ class SchedulerExtenderProcess(programs.Program):
         name: str = "tensile-scheduler",
         upper: str = "upper",
         kubeconfig: Path | None = None,
+        port: int | None = None,
         args: Sequence[str] = (),
     ) -> None:
-        """`kubeconfig` defaults to the cluster's admin kubeconfig; `args` are added to the
-        flags the fleet dictates (port, certificate, `--metrics-addr` on a free loopback
-        port). Raises KeyError when the fleet reserved no extender port for `upper`."""
-        port = fleet.ports[f"{upper}-scheduler-extender"]
+        """`kubeconfig` defaults to the cluster's admin kubeconfig; `port` to the one the
+        fleet reserved for `upper`'s extender (its certificate names the loopback address,
+        not a port, so another serves as well); `args` are added to the flags the fleet
+        dictates (port, certificate, `--metrics-addr` on a free loopback port). Raises
+        KeyError when the fleet reserved no extender port for `upper`."""
+        port = fleet.ports[f"{upper}-scheduler-extender"] if port is None else port
         pki = fleet.directory / "pki"
         self.name = name
         self.port = port

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import fleet_inside
 import fleet_scheduler
 import fleet_slo as slo
 
@@ -90,3 +91,58 @@ def test_the_extenders_slow_collector_pauses_are_counted_from_its_histogram() ->
     )
     assert fleet_scheduler.slow_pauses(text) == 3.0
     assert fleet_scheduler.slow_pauses("") is None
+
+
+def test_the_stages_begin_when_a_watch_could_know_and_the_upper_share_is_reported_apart() -> None:
+    # The create was answered at 0 but the upper told its watchers at 3 (a loaded
+    # apiserver): the 3 s are the upper's, not the virtual node's.
+    slow = slo.Crossing(
+        cluster="lower",
+        upper=slo.Timeline(
+            committed=0.0, seen=3.0, running=6.0, delete_committed=10.0, deleting=12.0
+        ),
+        lower=slo.Timeline(seen=3.5, running=5.0, gone=12.5),
+    )
+    stages = slo.stage_samples([slow])
+    assert stages["created"] == {"lower": [0.5]}
+    assert stages["deleted"] == {"lower": [0.5]}
+    assert stages["end to end"] == {"lower": [6.0]}  # what a user waits: from the answer
+    delivery = slo.upper_delivery([slow])
+    assert delivery == {"bound": {"lower": [3.0]}, "deleting": {"lower": [2.0]}}
+    lines = slo.report(stages, {}, pods=1, delivery=delivery)
+    share = [line for line in lines if line.startswith("upper bind answered -> seen")]
+    assert len(share) == 1
+    assert share[0].split()[-2:] == ["3000", "3000"]
+
+
+def test_the_extender_meets_its_target_alone_or_by_what_it_adds_to_its_baseline() -> None:
+    assert fleet_scheduler.verdict(0.004, None).endswith("met]")
+    assert fleet_scheduler.verdict(0.030, None).endswith("MISSED]")
+    assert fleet_scheduler.verdict(0.030, 0.027).endswith("+3.00 ms its own [<= 5 ms: met]")
+    assert fleet_scheduler.verdict(0.030, 0.020).endswith("MISSED]")
+
+
+def test_inside_the_virtual_nodes_counts_the_rounds_samples_of_every_node() -> None:
+    def text(fast: float, slow: float) -> str:
+        name = "tensile_workqueue_queue_duration_seconds_bucket"
+        return "\n".join(
+            [
+                f'{name}{{le="0.1",queue="pods_from_upper"}} {fast}',
+                f'{name}{{le="+Inf",queue="pods_from_upper"}} {fast + slow}',
+                f'{name}{{le="0.1",queue="status_from_lower"}} 1000.0',
+                f'{name}{{le="+Inf",queue="status_from_lower"}} 1000.0',
+            ]
+        )
+
+    before = [text(5, 0), text(0, 0)]
+    after = [text(55, 0), text(100, 2)]  # 150 quick and 2 slow keys in the round
+    buckets = fleet_inside.round_buckets(
+        before,
+        after,
+        "tensile_workqueue_queue_duration_seconds",
+        {"queue": "pods_from_upper"},
+    )
+    assert buckets == {0.1: 150.0, float("inf"): 152.0}
+    lines = fleet_inside.report(before, after)
+    assert lines[1].split()[-3:] == ["152", "51", "100"]  # count, p50, p99 (ms), interpolated
+    assert lines[3].split()[-3:] == ["0", "-", "-"]  # nothing of status_from_lower moved
