@@ -11,6 +11,7 @@ program's bind fail with EADDRINUSE.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import socket
@@ -39,17 +40,18 @@ time would hand one out twice within a few dozen choices), and processes startin
 different places seldom meet."""
 
 
-def _candidates(ephemeral: range) -> list[int]:
+@functools.cache  # one list per ephemeral range, not 10,000 ports built per choice
+def _candidates(ephemeral: range) -> tuple[int, ...]:
     """The ports `pick` chooses among: `CHOSEN` outside `ephemeral`, or, where `ephemeral`
     covers it all, any unprivileged port outside `ephemeral` and the NodePort range."""
-    chosen = [port for port in CHOSEN if port not in ephemeral]
+    chosen = tuple(port for port in CHOSEN if port not in ephemeral)
     if chosen:
         return chosen
-    return [
+    return tuple(
         port
         for port in range(1024, 65536)
         if port not in ephemeral and port not in NODE_PORTS and port not in KUBE_PORTS
-    ]
+    )
 
 
 def _ephemeral() -> range:

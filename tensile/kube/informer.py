@@ -63,17 +63,7 @@ class Informer:
     ) -> None:
         """`transform` trims objects before they are cached (default: `compact`); `encoded`
         keeps them as JSON text (see `Store`)."""
-        self.name = name
-        self.store = Store(indexers=indexers, encoded=encoded)
-        self._handlers: list[Handlers] = []
-        self._always: list[Handlers] = []
-        self._held = False
-        """While True the store is kept but no handler is told (a standby replica)."""
-        self._synced = asyncio.Event()
-        self._cached = metrics.CACHED_OBJECTS.labels(name)  # looked up once
-        self._counted = -1
-        """The count `_cached` was last set to: most events change no count, and setting a
-        gauge takes a lock (3 % of the node's samples when set on every event)."""
+        self._init_cache(name=name, indexers=indexers, encoded=encoded)
         self._reflector = Reflector(
             client,
             resource,
@@ -87,6 +77,23 @@ class Informer:
             settings=settings or ReflectorSettings(),
             transform=transform,
         )
+
+    def _init_cache(
+        self, *, name: str, indexers: Mapping[str, IndexFunc] | None, encoded: bool
+    ) -> None:
+        """The store, the handlers and the sync state: every informer's, however many
+        reflectors fill its store (`NamespacedInformer` has one per namespace)."""
+        self.name = name
+        self.store = Store(indexers=indexers, encoded=encoded)
+        self._handlers: list[Handlers] = []
+        self._always: list[Handlers] = []
+        self._held = False
+        """While True the store is kept but no handler is told (a standby replica)."""
+        self._synced = asyncio.Event()
+        self._cached = metrics.CACHED_OBJECTS.labels(name)  # looked up once
+        self._counted = -1
+        """The count `_cached` was last set to: most events change no count, and setting a
+        gauge takes a lock (3 % of the node's samples when set on every event)."""
 
     def add_handlers(self, handlers: Handlers, *, always: bool = False) -> None:
         """Register callbacks; add them before `run` so the initial list reaches them.

@@ -19,12 +19,10 @@ import logging
 from collections.abc import Callable
 
 from tensile.contracts.objects import Obj
-from tensile.kube import metrics
 from tensile.kube.client import ApiClient
 from tensile.kube.informer import Informer, compact
 from tensile.kube.reflector import Event, Reflector, ReflectorSettings, Selection
 from tensile.kube.resources import Resource
-from tensile.kube.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -99,15 +97,9 @@ class NamespacedInformer(Informer):
         encoded: bool = False,
     ) -> None:
         """As `Informer`, with `namespaces` for its one namespace."""
-        # The parent's reflector is not made: this informer has one per namespace.
-        self.name = name
-        self.store = Store(encoded=encoded)
-        self._handlers = []
-        self._always = []
-        self._held = False
-        self._synced = asyncio.Event()
-        self._cached = metrics.CACHED_OBJECTS.labels(name)
-        self._counted = -1
+        # Not the parent's __init__: its one reflector is not made, this informer has one
+        # per namespace.
+        self._init_cache(name=name, indexers=None, encoded=encoded)
         self._client = client
         self._resource = resource
         self._label_selector = label_selector
