@@ -11,6 +11,7 @@ from tests.unit.test_translate import NOW, deployment_pod, running_upper, unchan
 from vnode.controllers.node_objects import node_status, node_status_news
 from vnode.controllers.pod_decisions import (
     GONE_CONTAINER_MESSAGE,
+    already_written,
     nothing_to_tell,
     provider_failed_status,
 )
@@ -146,6 +147,36 @@ def test_a_backend_pod_just_created_or_scheduled_costs_no_write(status: dict[str
 )
 def test_what_a_backend_says_beyond_scheduling_is_written(status: dict[str, Any]) -> None:
     assert not nothing_to_tell(status)
+
+
+# -- a status write the cache has not seen yet is not sent again ------------------------------
+
+_RUNNING = {"phase": "Running", "conditions": [_SCHEDULED], "podIP": "10.0.0.1"}
+_STALE = {"metadata": {"resourceVersion": "7"}, "status": {"phase": "Pending"}}
+_CAUGHT_UP = {"metadata": {"resourceVersion": "8"}, "status": _RUNNING}
+
+
+@pytest.mark.parametrize(
+    ("pod", "desired", "written", "again"),
+    [
+        # The pod synced again before the watch brought our write back: the API says it.
+        (_STALE, _RUNNING, ("7", _RUNNING), True),
+        # Something new to say since that write: written, against the cache as ever.
+        (_STALE, {**_RUNNING, "podIP": "10.0.0.2"}, ("7", _RUNNING), False),
+        # The cache shows another version (ours came back, or another writer's): as usual.
+        (_CAUGHT_UP, _RUNNING, ("7", _RUNNING), False),
+        ({**_STALE, "metadata": {}}, _RUNNING, ("", _RUNNING), False),
+        (_STALE, _RUNNING, None, False),
+    ],
+    ids=["stale-cache-same", "stale-cache-new", "caught-up", "no-version", "never-written"],
+)
+def test_a_status_write_is_not_sent_again_before_the_cache_sees_it(
+    pod: dict[str, Any],
+    desired: dict[str, Any],
+    written: tuple[str, dict[str, Any]] | None,
+    again: bool,
+) -> None:
+    assert already_written(pod, desired, written) is again
 
 
 # -- node status: written when it says something new ----------------------------------------

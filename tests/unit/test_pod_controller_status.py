@@ -136,3 +136,40 @@ async def test_a_pod_the_backend_cannot_take_now_waits_and_is_never_given_up() -
     [status] = written
     assert (status["phase"], status["reason"]) == ("Pending", "ProviderFailed")
     assert "429" in status["message"]
+
+
+class Started:
+    """A provider whose only pod runs below, the same status at each look."""
+
+    def backend_pod(self, pod: Obj) -> Obj | None:
+        return {"status": {"phase": "Running"}}
+
+    def pod_status(self, pod: Obj) -> dict[str, Any] | None:
+        return {"phase": "Running", "podIP": "10.0.0.1"}
+
+    def notify_pods(self, callback: Callable[[str], None]) -> None:
+        pass
+
+
+async def test_a_status_sent_is_not_sent_again_while_the_cache_lags() -> None:
+    """Syncs of a pod before the watch brings its status write back (a backend that tells
+    of several changes, the pod added and started at once) send that status once; a status
+    that says something new is still sent, and once the cache shows another version the
+    pod is compared as ever."""
+    upper = failing_upper(None)
+    controller = _controller(upper, provider=Started(), phase="Pending")
+    for _ in range(3):
+        await controller._sync_status("ns/job")
+    assert len(upper.requests_of("PATCH")) == 1
+    controller._provider.pod_status = lambda pod: {"phase": "Running", "podIP": "10.0.0.2"}  # type: ignore[attr-defined]
+    await controller._sync_status("ns/job")
+    await controller._sync_status("ns/job")
+    assert len(upper.requests_of("PATCH")) == 2
+    # The cache moves on (the watch brought another version, not our write): written again.
+    old = controller.informer.store.get("ns/job")
+    assert old is not None
+    new = {**old, "metadata": {**old["metadata"], "resourceVersion": "2"}}
+    controller.informer.store.upsert(new)
+    controller._updated(old, new)
+    await controller._sync_status("ns/job")
+    assert len(upper.requests_of("PATCH")) == 3

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tensile.contracts.objects import meta_of
+from tensile.contracts.objects import meta_of, resource_version_of
 from tensile.kube.resources import TERMINAL_PHASES
 
 _MUTABLE_SPEC = ("containers", "initContainers", "activeDeadlineSeconds", "tolerations")
@@ -104,6 +104,26 @@ def status_patch(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict
     body: dict[str, Any] = {k: v for k, v in desired.items() if current.get(k) != v}
     body.update({k: None for k in current if k not in desired})
     return {"status": body}
+
+
+def already_written(
+    pod: Mapping[str, Any],
+    desired: Mapping[str, Any],
+    written: tuple[str, Mapping[str, Any]] | None,
+) -> bool:
+    """Tell whether writing status `desired` to upper pod `pod` (as the cache shows it) would
+    send again the patch a write of ours already sent: `written` (the resourceVersion that
+    write started from, and the status it wrote) is for the version the cache still shows,
+    and wrote `desired`. The API says it already; only a cache the watch has not yet brought
+    that write to says otherwise (the pod synced again in between, e.g. the backend told of
+    a change that made no difference). Once the cache shows another version, the pod's
+    status there is compared as usual."""
+    return (
+        written is not None
+        and bool(written[0])
+        and written[0] == resource_version_of(pod)
+        and dict(written[1]) == dict(desired)
+    )
 
 
 def provider_failed_status(

@@ -19,7 +19,13 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from tensile.contracts.objects import Obj, deletion_timestamp_of, meta_of, uid_of
+from tensile.contracts.objects import (
+    Obj,
+    deletion_timestamp_of,
+    meta_of,
+    resource_version_of,
+    uid_of,
+)
 from tensile.kube import errors, timestamps
 from tensile.kube.backoff import ExponentialBackoff
 from tensile.kube.client import MERGE_PATCH, ApiClient
@@ -106,6 +112,9 @@ class PodController:
         backend pod is gone: a deletion is state until the backend confirms it."""
         self._moved: set[str] = set()
         """Pods whose backend pod changed since the status worker last looked at them."""
+        self._written: dict[str, tuple[str, dict[str, Any]]] = {}
+        """Upper key -> (the resourceVersion a status write of ours started from, the status
+        it wrote), until the cache shows another version (`pod_decisions.already_written`)."""
         self.informer.add_handlers(
             Handlers(on_add=self._added, on_update=self._updated, on_delete=self._deleted)
         )
@@ -118,16 +127,21 @@ class PodController:
             self.status_from_lower.add(key)
 
     def _updated(self, old: Obj, new: Obj) -> None:
+        key = object_key(new)
         if pod_is_terminal(new):
-            self.slices.forget(object_key(new))  # it holds nothing of its slices any more
+            self.slices.forget(key)  # it holds nothing of its slices any more
+        if key in self._written:
+            # Our status write came back (or another one came first): the cache holds the
+            # newer version now.
+            del self._written[key]
         if pod_decisions.spec_changed(old, new):
-            key = object_key(new)
             self.pods_from_upper.add(key)
             self._traces.queued(key)
 
     def _deleted(self, pod: Obj) -> None:
         key = object_key(pod)
         self.slices.forget(key)
+        self._written.pop(key, None)
         self._gone[key] = pod
         self.pods_from_upper.add(key)
         self._traces.gone(key)
@@ -418,10 +432,13 @@ class PodController:
                 raise Requeue(_STATUS_RETRY, str(exc)) from exc
 
     async def _write_status(self, pod: Obj, desired: dict[str, Any]) -> None:
+        key, version = object_key(pod), resource_version_of(pod)
+        if pod_decisions.already_written(pod, desired, self._written.get(key)):
+            return
         patch = pod_decisions.status_patch(pod.get("status") or {}, desired)
         if patch is None:
             return
-        namespace, name = split_key(object_key(pod))
+        namespace, name = split_key(key)
         logger.debug("pod %s/%s: writing status %s", namespace, name, sorted(patch["status"]))
         try:
             await self._upper.request(
@@ -431,4 +448,8 @@ class PodController:
                 content_type=MERGE_PATCH,
             )
         except errors.NotFound:
-            pass  # deleted meanwhile
+            self._written.pop(key, None)
+            return  # deleted meanwhile
+        if version and self.informer.store.version(key) == version:
+            # Until the watch brings this write back (`_updated` then forgets it).
+            self._written[key] = (version, desired)
