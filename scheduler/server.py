@@ -23,6 +23,7 @@ scores 0) and is logged and counted: the scheduler goes on either way (`ignorabl
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -169,9 +170,11 @@ def _filter(judge: Judge, call: extender.Call) -> dict[str, Any]:
     verdicts = extender.judge(
         call, summaries=judge.summaries, policy=judge.policy, recent=judge.recent
     )
-    for verdict in verdicts:
-        label = "passed" if not verdict.virtual else ("fit" if verdict.fits else "unfit")
-        metrics.NODES.labels(label).inc()
+    counted = collections.Counter(
+        "passed" if not v.virtual else ("fit" if v.fits else "unfit") for v in verdicts
+    )
+    for label, count in counted.items():  # one labelled child per verdict, not per node
+        metrics.NODES.labels(label).inc(count)
     result = extender.filter_result(call, verdicts)
     if judge.slices is not None:  # a quota'd namespace's pods only within its slices
         fitting = [v.name for v in verdicts if v.virtual and v.fits]

@@ -211,14 +211,23 @@ def unfit_room(need: PodNeed, room: NodeRoom) -> tuple[str, ...]:
     """Return every reason the node's free room or host ports refuse the pod (NodePorts,
     then NodeResourcesFit's "Too many pods" and "Insufficient <name>" in resource-name
     order), or () when it fits."""
+    return unfit_free(need, free=room.free, host_ports=room.host_ports)
+
+
+def unfit_free(
+    need: PodNeed, *, free: Mapping[str, int], host_ports: frozenset[HostPort]
+) -> tuple[str, ...]:
+    """`unfit_room` of a node given by its `free` room (resource name -> units) and the
+    host ports it holds alone: what a summary's rows carry, judged without a `NodeRoom`
+    each (a filter explaining why none of thousands of rows fits builds none)."""
     reasons: list[str] = []
-    if need.host_ports and _ports_conflict(need.host_ports, room.host_ports):
+    if need.host_ports and _ports_conflict(need.host_ports, host_ports):
         reasons.append(REASON_PORTS)
-    if room.free.get("pods", 0) < 1:
+    if free.get("pods", 0) < 1:
         reasons.append(REASON_TOO_MANY_PODS)
     for name in sorted(need.requests):
         amount = need.requests[name]
-        if name != "pods" and amount > 0 and room.free.get(name, 0) < amount:
+        if name != "pods" and amount > 0 and free.get(name, 0) < amount:
             reasons.append(f"Insufficient {name}")
     return tuple(reasons)
 

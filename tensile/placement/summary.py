@@ -28,11 +28,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from tensile.contracts.labels import HOSTNAME_LABEL
+from tensile.kube import codec
 from tensile.placement.fit import (
     HostPort,
     NodeRoom,
     PodNeed,
     tightness,
+    unfit_free,
     unfit_placement,
     unfit_room,
 )
@@ -113,6 +115,9 @@ class _Class:
     """Free cpu of its rows, ascending (for bisect)."""
     rows: list[_Row]
     """In the order of `cpus`."""
+    most: dict[str, int]
+    """The largest free amount of each resource over its rows (0 without rows): a need
+    above one of them fits none of its rows, whichever the room."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,11 +208,17 @@ class Summary:
             free={},
         )
         rows = sorted(rows, key=lambda r: r.free.get("cpu", 0))
+        most: dict[str, int] = {}
+        for row in rows:
+            for name, amount in row.free.items():
+                if amount > most.get(name, 0):
+                    most[name] = amount
         return _Class(
             template=template,
             hostname=bool(kind.get("hostname")),
             cpus=[r.free.get("cpu", 0) for r in rows],
             rows=rows,
+            most=most,
         )
 
     def rows(self) -> list[NodeRoom]:
@@ -234,6 +245,8 @@ class Summary:
         best: tuple[float, str] | None = None
         wanted = [(n, a) for n, a in need.requests.items() if a > 0 and n != "pods"]
         for kind in self._classes:
+            if kind.most.get("pods", 0) < 1 or any(a > kind.most.get(n, 0) for n, a in wanted):
+                continue  # no row of the class has the room (a pod too large: no scan)
             if need.names_node:
                 candidates = [
                     r for r in kind.rows if unfit_placement(need, self._room(kind, r)) is None
@@ -262,10 +275,21 @@ class Summary:
             if shared is not None:
                 counted[shared] += len(kind.rows)
                 continue
+            if need.names_node:
+                for row in kind.rows:
+                    room = self._room(kind, row)
+                    placement = unfit_placement(need, room)
+                    counted.update((placement,) if placement else unfit_room(need, room))
+                continue
+            # The class passed the placement: a row is judged on its room alone, and rows
+            # of equal room give equal reasons (a cluster of few node sizes has few).
+            seen: dict[tuple[tuple[int, ...], frozenset[HostPort]], tuple[str, ...]] = {}
             for row in kind.rows:
-                room = self._room(kind, row)
-                placement = unfit_placement(need, room) if need.names_node else None
-                counted.update((placement,) if placement else unfit_room(need, room))
+                key = (tuple(row.free.values()), row.ports)
+                found = seen.get(key)
+                if found is None:
+                    found = seen[key] = unfit_free(need, free=row.free, host_ports=row.ports)
+                counted.update(found)
         return dict(counted)
 
     @staticmethod
@@ -301,7 +325,7 @@ def _room_fits(wanted: list[tuple[str, int]], need: PodNeed, row: _Row) -> bool:
 def parse(text: str) -> Summary:
     """Parse an annotation value. Raises SummaryError (not JSON, or not the shape)."""
     try:
-        raw = json.loads(text)
+        raw = codec.loads(text)
     except (ValueError, RecursionError) as exc:
         raise SummaryError(f"not JSON: {exc}") from exc
     return Summary(raw)

@@ -289,6 +289,38 @@ def test_the_summary_agrees_with_unfit_node_by_node() -> None:
         assert (choice.node is not None) == (not reasons), what
 
 
+def test_the_summarys_reasons_are_the_node_by_node_reasons_counted() -> None:
+    """Rows of equal room are judged once; the counts are still every node's, host ports
+    included (two rows of equal free room, one holding the pod's port)."""
+    rooms = [
+        _room(_node("a1", cpu="1", memory="8Gi")),
+        _room(_node("a2", cpu="1", memory="8Gi")),
+        _room(_node("a3", cpu="1", memory="8Gi")),
+        _room(_node("b1", cpu="4", memory="1Gi")),
+        _room(_node("b2", cpu="4", memory="1Gi"), ports=[("0.0.0.0", "TCP", 8080)]),
+        _room(_node("c1", cpu="4", memory="8Gi", pods="1"), {"pods": "1"}),
+    ]
+    spec = {
+        "containers": [
+            {**_container("2", "2Gi"), "ports": [{"containerPort": 80, "hostPort": 8080}]}
+        ]
+    }
+    need = fit.need_of(spec)
+    choice = _summary(*rooms).best_fit(need)
+    expected: dict[str, int] = {}
+    for room in rooms:
+        for reason in fit.unfit(need, room):
+            expected[reason] = expected.get(reason, 0) + 1
+    assert choice.node is None
+    assert choice.reasons == expected
+    assert expected == {
+        "Insufficient cpu": 3,
+        "Insufficient memory": 2,
+        fit.REASON_PORTS: 1,
+        fit.REASON_TOO_MANY_PODS: 1,
+    }
+
+
 def test_headroom_is_the_share_kept_free() -> None:
     rooms = _summary(_room(_node("a", cpu="10", memory="10Gi")))
     need = fit.need_of({"containers": [_container("8")]})
