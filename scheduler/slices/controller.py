@@ -142,6 +142,11 @@ class SliceController:
             name="upper-bound-pods",
             field_selector=BOUND_PODS,
             transform=slim_pod,
+            # As JSON text: only the handlers read these pods (what they request is summed
+            # in `BoundPods` at each event), and bytes are no work for the garbage
+            # collector, which walked every slim pod's dicts in each full collection, with
+            # the extender's calls waiting.
+            encoded=True,
         )
         self.queue = WorkQueue(name="quota_slices")
         self._bound = BoundPods()

@@ -10,7 +10,7 @@ import time
 
 from prometheus_client import REGISTRY
 
-from scheduler.latency import GcPauses, LoopLag
+from scheduler.latency import YOUNG_THRESHOLD, GcPauses, LoopLag
 
 
 def _value(name: str, labels: dict[str, str] | None = None) -> float:
@@ -53,13 +53,16 @@ def test_gc_pauses_are_timed_by_generation_while_installed() -> None:
 
 async def test_once_the_caches_synced_what_is_there_is_frozen_out_of_full_collections() -> None:
     pauses = GcPauses()
+    python = gc.get_threshold()
     await pauses.start()
     task = asyncio.create_task(pauses.run(), name="test-gc")
     try:
         await asyncio.sleep(0)
         await asyncio.sleep(0)
         assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, *python[1:])
     finally:
         await pauses.shut_down()
         await asyncio.wait_for(task, timeout=5)
         gc.unfreeze()
+    assert gc.get_threshold() == python
