@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from tensile.contracts.objects import Obj, meta_of
-from tensile.kube import codec, errors, metrics
+from tensile.kube import codec, errors, metadata_protobuf, metrics
 from tensile.kube.backoff import ExponentialBackoff, TokenBucket, jittered
 from tensile.kube.config import ConnectionInfo
 
@@ -40,7 +40,10 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json"
 """Accept header of a GET answered with the object's metadata only (PartialObjectMetadata,
 as client-go's metadata client asks; plain JSON from a server that cannot)."""
-METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, application/json"
+METADATA_LIST = (
+    f"{metadata_protobuf.PROTOBUF};as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, "
+    "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, application/json"
+)
 """Accept header of a list answered with its items' metadata only."""
 
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -393,7 +396,10 @@ class ApiClient:
                 code = response.status
                 payload = await response.read()
                 json_body = response.content_type in ("application/json", "")
+                protobuf_body = response.content_type == metadata_protobuf.PROTOBUF
                 if code >= 400:
+                    if protobuf_body:  # a Status, in the encoding the request preferred
+                        payload = _status_as_json(payload)
                     raise errors.from_response(
                         code=code, body=payload, retry_after=response.headers.get("Retry-After")
                     )
@@ -402,6 +408,9 @@ class ApiClient:
         finally:
             self._count(method, code)
             self._latency(method).observe(time.monotonic() - started)
+        if payload and protobuf_body:
+            # Only a request whose Accept named it (`METADATA_LIST`) is answered so.
+            return metadata_protobuf.decode(payload)
         if not payload or not json_body:
             return {}  # e.g. /readyz answers "ok": success is all a caller learns
         result = codec.loads(payload)
@@ -526,3 +535,12 @@ async def _refused_upgrade(response: aiohttp.ClientResponse) -> None:
         raise errors.from_response(
             code=response.status, body=body, retry_after=response.headers.get("Retry-After")
         )
+
+
+def _status_as_json(payload: bytes) -> bytes:
+    """An error answer in Kubernetes' protobuf encoding as the JSON Status `errors` reads;
+    the bytes unchanged when they are not one (`errors.from_response` then quotes them)."""
+    try:
+        return codec.dumps(metadata_protobuf.decode(payload))
+    except ValueError:
+        return payload

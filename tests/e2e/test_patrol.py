@@ -24,6 +24,8 @@ from devcluster import missed_events
 from devcluster.fleet import Fleet
 from devcluster.vnodes import VirtualNodeProcess
 from tensile.contracts import ownership
+from tensile.kube import config, metadata_protobuf
+from tensile.kube.client import METADATA_LIST, ApiClient
 from tests.e2e.helpers import create, get, phase, pod, pod_manifest, wait_for
 
 PATROL_PERIOD = 3.0
@@ -242,3 +244,44 @@ def test_a_node_in_step_shows_no_drift(
     for client in ("upper-patrol", "lower-patrol"):
         series = f'tensile_api_requests_total{{cluster="{client}",code="200",verb="GET"}}'
         assert _metric(patrolled, series) > 0, series
+
+
+async def test_the_audits_lists_come_in_protobuf_and_say_what_json_says(
+    fleet: Fleet, namespace: str
+) -> None:
+    """The audit's metadata-only list (`METADATA_LIST`) is answered in Kubernetes' protobuf
+    encoding by a real apiserver, and reads as the JSON list does: the same keys and
+    resourceVersions, page by page, with the same continue tokens' effect."""
+    for i in range(3):
+        made = _config_map(f"audited-{i}", str(i))
+        made["metadata"] = {"name": f"audited-{i}", "labels": {"audit-check": "yes"}}
+        create(fleet.upper.rest(), namespace, made)
+    only = {"labelSelector": "audit-check=yes"}
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+    json_list = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+
+    def keys(page: dict[str, object]) -> list[tuple[str, str]]:
+        items = page.get("items") or []
+        assert isinstance(items, list)
+        return [(i["metadata"]["name"], i["metadata"]["resourceVersion"]) for i in items]
+
+    async with ApiClient(config.load(str(fleet.upper.kubeconfig)), name="audit-check") as client:
+        raw = await client.session.get(
+            client.url(path),
+            params={**only, "limit": "2"},
+            headers=client.headers({"Accept": METADATA_LIST}),
+            server_hostname=client.info.tls_server_name,
+        )
+        assert raw.content_type == metadata_protobuf.PROTOBUF
+        raw.release()
+        listed: dict[str, list[list[tuple[str, str]]]] = {}
+        for accept in (METADATA_LIST, json_list):
+            listed[accept] = [
+                keys({"items": page.items})
+                async for page in client.pages(path, limit=2, accept=accept)
+            ]
+    assert listed[METADATA_LIST] == listed[json_list]
+    assert [len(page) for page in listed[METADATA_LIST]] == [
+        2,
+        2,
+    ]  # 3 ConfigMaps + kube-root-ca.crt
