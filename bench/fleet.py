@@ -618,10 +618,6 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1000
 
 
-def _ms_text(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1000:.0f}"
-
-
 QUICK = (
     "--lower-clusters=2",
     "--nodes-per-cluster=20",
@@ -770,8 +766,8 @@ async def run(
             slo_lines += ["", *inside.report(inside_before, inside_after), ""]
             slo_lines.append(
                 f"the benchmark's own event loop lag meanwhile (how late it may have seen a "
-                f"change): p50 {_ms_text(slo.quantile(measured.own_lag, 0.5))} ms, p99 "
-                f"{_ms_text(slo.quantile(measured.own_lag, 0.99))} ms"
+                f"change): p50 {slo.ms(slo.quantile(measured.own_lag, 0.5))} ms, p99 "
+                f"{slo.ms(slo.quantile(measured.own_lag, 0.99))} ms"
             )
             say("")
             for line in slo_lines:

@@ -15,6 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 import fleet_plan as plan
+import fleet_slo as slo
 import harness
 
 SERIES: tuple[tuple[str, str, Mapping[str, str]], ...] = (
@@ -78,13 +79,5 @@ def report(before: Sequence[str], after: Sequence[str]) -> list[str]:
         count = buckets.get(math.inf, 0.0)
         p50 = plan.histogram_quantile(0.5, buckets)
         p99 = plan.histogram_quantile(0.99, buckets)
-        rows.append((title, f"{count:.0f}", _ms(p50), _ms(p99)))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    return [
-        "  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r))
-        for r in rows
-    ]
-
-
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1000:.0f}"
+        rows.append((title, f"{count:.0f}", slo.ms(p50), slo.ms(p99)))
+    return slo.columns(rows, left=1)

@@ -188,7 +188,8 @@ def quantile(values: Sequence[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
-def _ms(value: float | None) -> str:
+def ms(value: float | None) -> str:
+    """Seconds as whole milliseconds; "-" for None."""
     return "-" if value is None else f"{value * 1000:.0f}"
 
 
@@ -259,14 +260,14 @@ def report(
                     STAGE_TITLES[stage],
                     cluster,
                     str(len(values)),
-                    _ms(quantile(values, 0.5)),
-                    _ms(p99),
-                    _ms(quantile(base_values, 0.5)),
-                    _ms(b99),
+                    ms(quantile(values, 0.5)),
+                    ms(p99),
+                    ms(quantile(base_values, 0.5)),
+                    ms(b99),
                     "-" if p99 is None or b99 is None else f"{(p99 - b99) * 1000:+.0f}",
                 ]
             )
-    lines = _columns(rows)
+    lines = columns(rows)
     lines.append("")
     base_rows = [["baseline (each cluster alone)", "cluster", "pods", "p50 ms", "p99 ms"]]
     for title in BASELINE_TITLES:
@@ -278,38 +279,40 @@ def report(
                     title,
                     cluster,
                     str(len(values)),
-                    _ms(quantile(values, 0.5)),
-                    _ms(quantile(values, 0.99)),
+                    ms(quantile(values, 0.5)),
+                    ms(quantile(values, 0.99)),
                 ]
             )
-    lines += _columns(base_rows)
+    lines += columns(base_rows)
     lines.append("")
     if delivery is not None:
         rows = [["before a stage: the upper's own (not tensile's)", "pods", "p50 ms", "p99 ms"]]
         for key, title in DELIVERY_TITLES.items():
             values = _flat(delivery.get(key, {}))
             rows.append(
-                [title, str(len(values)), _ms(quantile(values, 0.5)), _ms(quantile(values, 0.99))]
+                [title, str(len(values)), ms(quantile(values, 0.5)), ms(quantile(values, 0.99))]
             )
-        lines += _columns(rows)
+        lines += columns(rows, left=1)
         lines.append("")
     for v in verdicts(stages, baselines):
         counted = len(_flat(stages.get(v.stage, {})))
         lost = f", {pods - counted} of {pods} pods not seen through it" if counted < pods else ""
         beyond = "-" if v.beyond is None else f"{v.beyond * 1000:+.0f} ms"
         lines.append(
-            f"SLO {STAGE_TITLES[v.stage]}: p99 {_ms(v.p99)} ms, baseline "
-            f"({BASELINE_OF[v.stage]}) {_ms(v.baseline_p99)} ms, beyond {beyond} "
+            f"SLO {STAGE_TITLES[v.stage]}: p99 {ms(v.p99)} ms, baseline "
+            f"({BASELINE_OF[v.stage]}) {ms(v.baseline_p99)} ms, beyond {beyond} "
             f"(objective <= {OBJECTIVE * 1000:.0f} ms): {'met' if v.met else 'NOT met'}{lost}"
         )
     return lines
 
 
-def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
+def columns(rows: Sequence[Sequence[str]], *, left: int = 2) -> list[str]:
+    """`rows` as lines of aligned columns: the first `left` to the left (names), the rest
+    to the right (figures)."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return [
         "  ".join(
-            cell.ljust(widths[i]) if i < 2 else cell.rjust(widths[i]) for i, cell in enumerate(r)
+            cell.ljust(widths[i]) if i < left else cell.rjust(widths[i]) for i, cell in enumerate(r)
         )
         for r in rows
     ]
