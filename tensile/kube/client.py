@@ -44,7 +44,9 @@ METADATA_LIST = (
     f"{metadata_protobuf.PROTOBUF};as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, "
     "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, application/json"
 )
-"""Accept header of a list answered with its items' metadata only."""
+"""Accept header of a list answered with its items' metadata only: in Kubernetes' protobuf
+encoding where the server has it (decoded to the few fields the cache audit compares,
+`metadata_protobuf`), else in JSON (custom resources, older servers)."""
 
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 """The verbs a fenced client sends only while its gate allows (every other verb reads)."""
