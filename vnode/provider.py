@@ -15,6 +15,7 @@ from collections.abc import (
     AsyncGenerator,
     Callable,
     Container,
+    Hashable,
     Iterable,
     Iterator,
     Mapping,
@@ -110,6 +111,22 @@ class BackendStatusOf(Protocol):
 
     def status_of(self, pod: Obj, *, backend: Obj) -> dict[str, Any]:
         """Return what `pod_status(pod)` returns while `backend_pod(pod)` is `backend`."""
+
+
+@runtime_checkable
+class BackendStamp(Protocol):
+    """A provider that can say, without reading the backend pod, whether what it answers for
+    an upper pod may have changed (optional): the patrol then passes over the pods it found
+    clean last time and whose upper and backend pods have not moved since, instead of
+    decoding both and translating the status again."""
+
+    def backend_stamp(self, pod_key: str, *, upper_uid: str) -> Hashable:
+        """Return a value that stays equal while `backend_pod` and `status_of` answer the
+        same for the upper pod `pod_key` ("namespace/name") of UID `upper_uid` at one
+        resourceVersion: built of what they read (the backend pod's resourceVersion, what
+        the provider recorded of it, its own inputs), none of it decoded. Equal stamps for
+        the same upper resourceVersion must mean equal answers; a stamp that changes when
+        nothing did only costs a look."""
 
 
 class PodProvider(PodLifecycleHandler, PodNotifier, Protocol):

@@ -314,6 +314,32 @@ async def test_a_create_in_doubt_for_a_pod_of_another_uid_is_not_deleted() -> No
     assert setup.lower.requests_of("DELETE", "pods") == []
 
 
+async def test_the_backend_stamp_moves_with_whatever_the_pods_status_is_read_from() -> None:
+    setup = Setup()
+    await setup.provider.create_pod(upper_pod())
+    created = setup.lower.get(PODS, "web", namespace="team")
+    assert created is not None
+    setup.lower_pod_seen(created)
+    stamp = setup.provider.backend_stamp("team/web", upper_uid="uid-web")
+    assert setup.provider.backend_stamp("team/web", upper_uid="uid-web") == stamp
+
+    # The lower pod changes (a new resourceVersion): so may the status told upstairs.
+    setup.lower_pod_seen({**created, "status": {"phase": "Running"}})
+    moved = setup.provider.backend_stamp("team/web", upper_uid="uid-web")
+    assert moved != stamp
+
+    # Gone, then made again by someone else with our marks (another lower UID): a stamp
+    # of neither earlier state, and not the node's pod.
+    setup.provider.pods.store.delete("team/web")
+    setup.provider.lower_pod_deleted(created)
+    gone = setup.provider.backend_stamp("team/web", upper_uid="uid-web")
+    assert gone not in (stamp, moved)
+    copied = {**created, "metadata": {**created["metadata"], "uid": "someone-elses"}}
+    setup.lower_pod_seen(copied)
+    assert setup.provider.backend_stamp("team/web", upper_uid="uid-web") not in (stamp, moved, gone)
+    assert setup.provider.backend_pod(upper_pod()) is None
+
+
 async def test_a_dangling_lower_pod_of_ours_is_deleted_and_no_other() -> None:
     setup = Setup()
     setup.lower_pod_seen(translate.lower_pod(upper_pod(), policy=POLICY))

@@ -6,7 +6,7 @@ run against real clusters in tests/e2e/test_patrol.py).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Container
+from collections.abc import AsyncIterator, Callable, Container, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,7 @@ from vnode.controllers.patrol_decisions import (
     Mismatch,
     backend_pod_drift,
     copy_drift,
+    stale_fields,
     upper_pod_drift,
 )
 
@@ -388,6 +389,99 @@ async def test_the_pod_check_finds_each_drift_and_hands_it_to_its_queue() -> Non
     assert not pods.pods_from_upper.pending("ns/b")
     assert pods.pods_from_upper.pending("ns/d")
     assert pods.pods_from_upper.pending("ns/orphan")
+
+
+class StampedBook(Book):
+    """`Book` with `BackendStamp`: each backend pod's stamp is its entry in `stamps` (the
+    test moves it as a backend pod's resourceVersion would move), and the pods looked up
+    are counted."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stamps: dict[str, int] = {}
+        self.looked_up: list[str] = []
+
+    def backend_pod(self, pod: dict[str, Any]) -> dict[str, Any] | None:
+        self.looked_up.append(pod["metadata"]["name"])
+        return super().backend_pod(pod)
+
+    def backend_stamp(self, pod_key: str, *, upper_uid: str) -> Hashable:
+        return (pod_key, upper_uid, self.stamps.get(pod_key, 0))
+
+
+async def test_the_pod_check_passes_over_pods_found_clean_until_either_side_moves() -> None:
+    from tensile.kube.events import EventRecorder  # noqa: PLC0415
+    from tensile.kube.informer_factory import InformerFactory  # noqa: PLC0415
+    from vnode.controllers.patrol_checks import PodCheck  # noqa: PLC0415
+    from vnode.controllers.pods import PodController  # noqa: PLC0415
+    from vnode.testing.fakeapi import FakeApi  # noqa: PLC0415
+
+    upper = FakeApi(name="upper")  # never called: the check reads caches only
+    backend = {"ns/a": RUNNING, "ns/b": RUNNING, "ns/c": RUNNING, "ns/q": RUNNING}
+    provider = StampedBook(backend, owned=[], writing=set())
+    pods = PodController(
+        upper=upper,
+        informers=InformerFactory(),
+        provider=provider,  # type: ignore[arg-type]
+        node_name="vn",
+        namespace=None,
+        workers=1,
+        recorder=EventRecorder(upper, component="vn/pod-controller", host="vn"),
+    )
+
+    def put(name: str, *, version: str, status: dict[str, Any]) -> None:
+        meta = {"namespace": "ns", "name": name, "uid": f"u-{name}", "resourceVersion": version}
+        pods.informer.store.upsert({"metadata": meta, "spec": {}, "status": status})
+
+    for name in ("a", "b", "c", "q"):
+        put(name, version="1", status=RUNNING)
+    put("s", version="1", status=RUNNING)  # no backend pod: missing below
+    pods.status_from_lower.add("ns/q")  # in hand: no verdict on it, so not remembered
+    check = PodCheck(pods=pods, provider=provider)  # type: ignore[arg-type]
+
+    async def run() -> list[Mismatch]:
+        provider.looked_up.clear()
+        return [m async for m in check.mismatches()]
+
+    assert await run() == [Mismatch(kind="pods", reason="missing_below", key="ns/s")]
+    assert sorted(provider.looked_up) == ["a", "b", "c", "q", "s"]
+
+    # Nothing moved: the clean pods are passed over, their backend pods still matched.
+    assert await run() == [Mismatch(kind="pods", reason="missing_below", key="ns/s")]
+    assert sorted(provider.looked_up) == ["q", "s"], "only the pods not found clean"
+    assert provider.passed_over == {"below/a", "below/b", "below/c", "below/q"}
+
+    # The backend pod of b moved (its status with it); the upper pod c moved.
+    backend["ns/b"] = {**RUNNING, "message": "new below"}
+    provider.stamps["ns/b"] = 1
+    put("c", version="2", status={**RUNNING, "message": "edited above"})
+    assert await run() == [
+        Mismatch(kind="pods", reason="stale_status", key="ns/b"),
+        Mismatch(kind="pods", reason="stale_status", key="ns/c"),
+        Mismatch(kind="pods", reason="missing_below", key="ns/s"),
+    ]
+    assert sorted(provider.looked_up) == ["b", "c", "q", "s"]
+
+    # A stale pod is not remembered: found again until repaired; the log says what differs.
+    found = {m.key: m.detail async for m in check.mismatches()}
+    assert found == {"ns/b": "message", "ns/c": "message", "ns/s": ""}
+
+
+@pytest.mark.parametrize(
+    ("upper_status", "desired", "fields"),
+    [
+        (RUNNING, RUNNING, ()),
+        (RUNNING, None, ()),
+        (RUNNING, {**RUNNING, "message": "m"}, ("message",)),
+        ({**RUNNING, "reason": "r"}, {**RUNNING, "phase": "Failed"}, ("phase", "reason")),
+        ({}, RUNNING, tuple(sorted(RUNNING))),
+    ],
+)
+def test_stale_fields_are_those_a_status_write_would_change(
+    upper_status: dict[str, Any], desired: dict[str, Any] | None, fields: tuple[str, ...]
+) -> None:
+    pod = upper(status=upper_status)
+    assert stale_fields(pod, desired) == fields
 
 
 # --- the mirror check -----------------------------------------------------------------------

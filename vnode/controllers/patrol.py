@@ -224,10 +224,11 @@ class Patrol:
         for mismatch in found.keys() - self._outstanding.keys():
             FOUND.labels(mismatch.kind, mismatch.reason).inc()
             logger.info(
-                "patrol: %s %s: %s; queued for repair",
+                "patrol: %s %s: %s%s; queued for repair",
                 mismatch.kind,
                 mismatch.key,
                 mismatch.reason,
+                f" ({mismatch.detail})" if mismatch.detail else "",
             )
         for mismatch in self._outstanding.keys() - found.keys():
             REPAIRED.labels(mismatch.kind, mismatch.reason).inc()

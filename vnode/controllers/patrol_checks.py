@@ -7,7 +7,8 @@ ownership checks (the patrol never writes an object itself).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Hashable, Iterable
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from tensile.contracts.objects import uid_of
@@ -16,7 +17,7 @@ from tensile.kube.resources import object_key
 from vnode.controllers import patrol_decisions
 from vnode.controllers.patrol_decisions import Mismatch
 from vnode.controllers.pods import PodController
-from vnode.provider import BackendPodLister, BackendStatusOf, PodProvider
+from vnode.provider import BackendPodLister, BackendStamp, BackendStatusOf, PodProvider
 
 _T = TypeVar("_T")
 _PACE = 200
@@ -48,10 +49,28 @@ async def paced(items: Iterable[_T]) -> AsyncIterator[_T]:
         yield item
 
 
+@dataclass(frozen=True, slots=True)
+class _Compared:
+    """What an upper pod was compared on: its resourceVersion and UID and the provider's
+    `BackendStamp.backend_stamp` for it, with the key of its backend pod (None without one)
+    for the look for orphans."""
+
+    version: str
+    uid: str
+    stamp: Hashable
+    backend_key: str | None
+
+
 class PodCheck:
     """Upper pods bound to the node against their backend pods, and backend pods of ours
     against upper pods (when the provider can name them: `BackendPodLister`). A pod whose
-    key a queue holds, or whose backend create or delete is in flight, is in hand."""
+    key a queue holds, or whose backend create or delete is in flight, is in hand.
+
+    With a provider that stamps its answers (`BackendStamp`), a pod found clean is
+    remembered with what it was judged on, and the next run passes over it without decoding
+    either pod while its upper resourceVersion and the stamp are unchanged: the comparison
+    is a pure function of those (`patrol_decisions.upper_pod_drift` of the upper pod, the
+    backend pod and the status translated from both), so it would find it clean again."""
 
     name = "pods"
 
@@ -59,36 +78,38 @@ class PodCheck:
         """`pods`: the pod controller (its cache and queues); `provider`: its provider."""
         self._pods = pods
         self._provider = provider
+        # The optional roles, asked once (a Protocol's isinstance costs microseconds).
+        self._book = provider if isinstance(provider, BackendPodLister) else None
+        self._statuses = provider if isinstance(provider, BackendStatusOf) else None
+        self._stamps = provider if isinstance(provider, BackendStamp) else None
+        self._clean: dict[str, _Compared] = {}
+        """Upper pod key -> what it was found clean on, by the last run (only pods found
+        clean by a run, so a key deleted since is gone at the next)."""
 
     async def mismatches(self) -> AsyncIterator[Mismatch]:
         """Yield upper pods missing below, with a stale status or a lost deletion, then
         backend pods whose upper pod is gone."""
-        store = self._pods.informer.store
-        book = self._provider if isinstance(self._provider, BackendPodLister) else None
-        statuses = self._provider if isinstance(self._provider, BackendStatusOf) else None
+        store, book, stamps = self._pods.informer.store, self._book, self._stamps
+        before, self._clean = self._clean, {}
         # Keys of the backend pods found with their upper pods: no orphans, so the look for
         # orphans passes over them (an upper pod deleted since is the next run's to find).
         matched: set[str] = set()
-        async for pod in paced(store):
-            key = object_key(pod)
-            backend = self._provider.backend_pod(pod)
-            uid = uid_of(pod)
-            if backend is None:
-                desired = None
-            elif statuses is not None:
-                desired = statuses.status_of(pod, backend=backend)  # not read twice
+        async for key in paced(store.keys()):
+            version = store.version(key)  # decodes nothing
+            known = before.get(key)
+            if (
+                known is not None
+                and stamps is not None
+                and known.version == version
+                and stamps.backend_stamp(key, upper_uid=known.uid) == known.stamp
+            ):
+                self._clean[key] = known
             else:
-                desired = self._provider.pod_status(pod)
-            if backend is not None:
-                matched.add(object_key(backend))
-            reason = patrol_decisions.upper_pod_drift(
-                pod,
-                backend=backend,
-                desired_status=desired,
-                in_hand=self._in_hand(key) or (book is not None and book.backend_writing(uid)),
-            )
-            if reason is not None:
-                yield Mismatch(kind="pods", reason=reason, key=key)
+                mismatch, known = self._compare(key)
+                if mismatch is not None:
+                    yield mismatch
+            if known is not None and known.backend_key is not None:
+                matched.add(known.backend_key)
         if book is None:
             return
         async for key, uid in paced(book.owned_backend_pods(besides=matched)):
@@ -100,6 +121,46 @@ class PodCheck:
             )
             if reason is not None:
                 yield Mismatch(kind="pods", reason=reason, key=key)
+
+    def _compare(self, key: str) -> tuple[Mismatch | None, _Compared | None]:
+        """Compare the upper pod `key` with its backend pod: (the drift found or None, what
+        was compared), (None, None) when the key is gone. What was compared is remembered
+        for the next run when the pod is clean on its own merits, not only because a queue
+        holds it."""
+        store, book, stamps = self._pods.informer.store, self._book, self._stamps
+        version, pod = store.version(key), store.get(key)
+        if version is None or pod is None:
+            return None, None  # deleted since the keys were taken
+        uid = uid_of(pod)
+        # Taken before the backend pod is read, and nothing is awaited before the verdict:
+        # the verdict is of what the stamp describes.
+        stamp = stamps.backend_stamp(key, upper_uid=uid) if stamps is not None else None
+        backend = self._provider.backend_pod(pod)
+        if backend is None:
+            desired = None
+        elif self._statuses is not None:
+            desired = self._statuses.status_of(pod, backend=backend)  # not read twice
+        else:
+            desired = self._provider.pod_status(pod)
+        in_hand = self._in_hand(key) or (book is not None and book.backend_writing(uid))
+        reason = patrol_decisions.upper_pod_drift(
+            pod, backend=backend, desired_status=desired, in_hand=in_hand
+        )
+        compared = _Compared(
+            version=version,
+            uid=uid,
+            stamp=stamp,
+            backend_key=None if backend is None else object_key(backend),
+        )
+        if reason == "stale_status":
+            fields = patrol_decisions.stale_fields(pod, desired)
+
+            return Mismatch(kind="pods", reason=reason, key=key, detail=", ".join(fields)), compared
+        if reason is not None:
+            return Mismatch(kind="pods", reason=reason, key=key), compared
+        if not in_hand and stamps is not None:
+            self._clean[key] = compared
+        return None, compared
 
     def _in_hand(self, key: str) -> bool:
         return self._pods.pods_from_upper.pending(key) or self._pods.status_from_lower.pending(key)

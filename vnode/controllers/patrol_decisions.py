@@ -9,7 +9,7 @@ worked on, due after a backoff) is never drift: its worker is about to look at i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tensile.contracts.objects import deletion_timestamp_of
@@ -26,6 +26,9 @@ class Mismatch:
     kind: str
     reason: str
     key: str
+    detail: str = field(default="", compare=False)
+    """What differs, for the log (e.g. the status fields of a stale status); not part of
+    the mismatch's identity from one run to the next."""
 
 
 def upper_pod_drift(
@@ -57,6 +60,15 @@ def upper_pod_drift(
     if backend is None:
         return "missing_below"
     return "stale_status" if _status_differs(pod, desired_status) else None
+
+
+def stale_fields(pod: Mapping[str, Any], desired: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The upper pod's status fields a status write of `desired` would change (sorted; empty
+    when it would write nothing): what a "stale_status" is about."""
+    if desired is None:
+        return ()
+    patch = pod_decisions.status_patch(pod.get("status") or {}, desired)
+    return () if patch is None else tuple(sorted(patch["status"]))
 
 
 def _status_differs(pod: Mapping[str, Any], desired: Mapping[str, Any] | None) -> bool:

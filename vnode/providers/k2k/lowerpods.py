@@ -98,6 +98,11 @@ class LowerPodBook:
         recorded = self._made.get(str(ownership.upper_uid_of(lower)))
         return recorded is None or recorded == uid_of(lower)
 
+    def made_for(self, upper_uid: str) -> str | None:
+        """The UID of the lower pod recorded as made for `upper_uid` (what `made` compares
+        with), or None while none is recorded."""
+        return self._made.get(upper_uid)
+
     # -- the provider's writes -------------------------------------------------------------
 
     def create_sent(self, *, upper_uid: str, lower_key: str) -> None:

@@ -14,6 +14,7 @@ from collections.abc import (
     AsyncGenerator,
     Callable,
     Container,
+    Hashable,
     Iterable,
     Iterator,
     Mapping,
@@ -606,6 +607,20 @@ class K2KProvider:
             upper=pod,
             node_ip=self._node_ip,
             refused=self._refused_resizes.get(uid_of(pod)),
+        )
+
+    def backend_stamp(self, pod_key: str, *, upper_uid: str) -> Hashable:
+        """What `backend_pod` and `status_of` read besides the upper pod, undecoded
+        (`BackendStamp`): the lower pod's key and resourceVersion (its marks, UID and status
+        go with it), the lower UID the book recorded for `upper_uid`, the resize the lower
+        cluster refused for it, and the node's IP."""
+        lower_key = naming.lower_key(pod_key, prefix=self.policy.namespace_prefix)
+        return (
+            lower_key,
+            self.pods.store.version(lower_key),
+            self.book.made_for(upper_uid),
+            self._refused_resizes.get(upper_uid),
+            self._node_ip,
         )
 
     def vanished(self, pod: Obj) -> bool:
