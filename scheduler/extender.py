@@ -137,17 +137,42 @@ RecentKey = tuple[bytes, str, int]
 """(`judged` of the pod, virtual node name, summary generation)."""
 
 
+_JUDGED_CONTAINER_FIELDS: Final = ("resources", "ports", "restartPolicy")
+"""What a verdict reads of a container: its requests and limits (`requests.pod_requests`,
+which also tells sidecars by `restartPolicy`) and its host ports (`fit.host_ports`)."""
+
+
 def judged(pod: Mapping[str, Any]) -> bytes:
-    """A digest (BLAKE2b, 16 bytes) of everything of `pod` a verdict depends on: its whole
-    spec (requests, nodeSelector, affinity, tolerations, ports, overhead...) and its
+    """A digest (BLAKE2b, 16 bytes) of everything of `pod` a verdict depends on: its spec
+    (requests, nodeSelector, affinity, tolerations, overhead...) but its volumes and, of its
+    containers and init containers, all but `_JUDGED_CONTAINER_FIELDS`, and its
     clusterSelector annotation. Two calls with equal digests are judged alike, whatever
     UID or resourceVersion they name, so a call cannot leave a verdict behind for another
-    pod: at most for a pod exactly like its own, which would be judged the same."""
-    spec = pod.get("spec")
+    pod: at most for a pod alike in all a verdict reads, which would be judged the same.
+    What is left out differs between the pods of one Deployment (each pod's service account
+    token volume has a name of its own, which its containers mount), so their verdicts are
+    shared for as long as the summary stays the same."""
+    spec = as_mapping(pod.get("spec"))
     annotations = as_mapping(meta_of(pod).get("annotations"))
     selector = annotations.get(clusterselector.ANNOTATION)
-    body = codec.canonical([spec, selector if isinstance(selector, str) else None])
+    body = codec.canonical([_judged_spec(spec), selector if isinstance(selector, str) else None])
     return hashlib.blake2b(body, digest_size=16).digest()
+
+
+def _judged_spec(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`spec` without what `judged` leaves out; `spec` itself when its containers are not
+    lists of objects (a malformed pod is digested whole)."""
+    kept = {key: value for key, value in spec.items() if key != "volumes"}
+    for field in ("containers", "initContainers"):
+        containers = spec.get(field)
+        if containers is None:
+            continue
+        if not isinstance(containers, list) or not all(isinstance(c, Mapping) for c in containers):
+            return spec
+        kept[field] = [
+            {name: c[name] for name in _JUDGED_CONTAINER_FIELDS if name in c} for c in containers
+        ]
+    return kept
 
 
 class Recent:

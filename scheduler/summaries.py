@@ -77,7 +77,7 @@ class Summaries:
                 )
             return
         try:
-            parsed = summary.parse(text)
+            parsed = summary.parse(text, previous=known.summary if known is not None else None)
         except summary.SummaryError as exc:
             self._nodes.pop(name, None)
             self.unreadable[name] = str(exc)

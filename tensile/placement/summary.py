@@ -25,9 +25,10 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from tensile.contracts.labels import HOSTNAME_LABEL
+from tensile.contracts.objects import as_list, as_mapping
 from tensile.kube import codec
 from tensile.placement.fit import (
     HostPort,
@@ -99,15 +100,19 @@ def render(summary: Mapping[str, Any]) -> str:
     return json.dumps(summary, separators=(",", ":"))
 
 
-@dataclass(frozen=True)
-class _Row:
+class _Row(NamedTuple):
+    """One lower node of a summary (a tuple: a summary of thousands of nodes is parsed on
+    every change of the annotation, on the extender's event loop)."""
+
     name: str
     free: dict[str, int]
     ports: frozenset[HostPort]
 
 
-@dataclass(frozen=True)
-class _Class:
+class _Class(NamedTuple):
+    """Nodes of equal labels (but for their hostname), taints and state (a tuple, like
+    `_Row`: one per node where each node has a label of its own)."""
+
     template: NodeRoom
     """Its labels (no hostname), taints and state; name "" and no room."""
     hostname: bool
@@ -118,6 +123,36 @@ class _Class:
     most: dict[str, int]
     """The largest free amount of each resource over its rows (0 without rows): a need
     above one of them fits none of its rows, whichever the room."""
+    state: bytes
+    """Its readiness, schedulability and taints, encoded: classes equal in these and in the
+    labels a pod asks about are judged alike (`_Group`)."""
+
+
+@dataclass(frozen=True)
+class _Group:
+    """The classes of equal state and taints and equal values of the labels a pod's
+    placement reads (its nodeSelector's and required node affinity's keys; not node names),
+    which its placement therefore judges alike: once for them all, then their rows in one
+    list by free cpu. A cluster whose nodes each carry a label of their own (a node index,
+    an instance ID) has a class per node but, for most pods, a group or two."""
+
+    template: NodeRoom
+    """The state and taints of its classes, and the labels of the first (those the pod
+    reads are its classes' own)."""
+    cpus: list[int]
+    """Free cpu of every row of its classes, ascending (for bisect)."""
+    rows: list[_Row]
+    """In the order of `cpus` (within a class, in the class's own order)."""
+    kinds: list[int]
+    """The class index of each row."""
+    most: dict[str, int]
+    """As `_Class.most`, over all its rows."""
+    memories: list[int]
+    """Free memory of each row (as `cpus`: read without a dict per row on the hot path)."""
+    pods: list[int]
+    """Free pod slots of each row."""
+    members: list[int]
+    """The indexes of its classes."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,8 +178,10 @@ class Choice:
 class Summary:
     """A parsed summary, indexed to answer `best_fit` for many pods."""
 
-    def __init__(self, raw: Mapping[str, Any]) -> None:
-        """Index `raw` (as `summarize` returns or JSON gives). Raises SummaryError."""
+    def __init__(self, raw: Mapping[str, Any], *, previous: Summary | None = None) -> None:
+        """Index `raw` (as `summarize` returns or JSON gives). Raises SummaryError.
+        `previous`: the summary this one replaces, whose classes are taken over where they
+        are equal (a new summary usually differs from the last in free room only)."""
         if not isinstance(raw, Mapping) or raw.get("v") != VERSION:
             raise SummaryError(f"not a version {VERSION} placement summary")
         columns = raw.get("res")
@@ -162,35 +199,58 @@ class Summary:
             kind, entry = self._row(index, row, classes=len(kinds))
             grouped[kind].append(entry)
         self.node_count = len(rows)
-        self._classes = [self._class(i, kind, grouped[i]) for i, kind in enumerate(kinds)]
+        self._kinds: list[Any] = kinds
+        """The classes as given (what a next summary compares its own with)."""
+        taken: list[_Class] = previous._classes if previous is not None else []
+        before: list[Any] = previous._kinds if previous is not None else []
+        self._classes: list[_Class] = [
+            self._class(i, kind, grouped[i])
+            if i >= len(before) or before[i] != kind
+            else self._same_class(taken[i], grouped[i])
+            for i, kind in enumerate(kinds)
+        ]
+        self._grouped: dict[frozenset[str], list[_Group]] = {}
+        """`_groups` by the label keys a pod's placement reads: made when first asked, or
+        here for the keys `previous` was last asked about (`_PREPARED`; off the extender's
+        call path: a new summary comes with a Node event), from its membership when the
+        classes are the same."""
+        if previous is not None:
+            same = before == kinds
+            for keys, groups in list(previous._grouped.items())[-_PREPARED:]:
+                self._grouped[keys] = _groups(self._classes, keys, like=groups if same else None)
         self.alloc = self._vector("alloc", raw.get("alloc"))
         """Allocatable over the Ready schedulable nodes, per resource (units)."""
         self.free = self._vector("free", raw.get("free"))
         """Free over the same nodes, per resource (units; each node counted at least 0)."""
 
     def _row(self, index: int, row: object, *, classes: int) -> tuple[int, _Row]:
-        if not isinstance(row, list) or len(row) not in (3, 4):
+        # Checked by exact type, in plain loops: the cost of a parse is per row.
+        if type(row) is not list or len(row) not in (3, 4):
             raise SummaryError(f"nodes[{index}] must be [name, class, free, ports?]")
         name, kind, free = row[0], row[1], row[2]
-        if not isinstance(name, str) or not isinstance(kind, int) or not 0 <= kind < classes:
+        if type(name) is not str or type(kind) is not int or not 0 <= kind < classes:
             raise SummaryError(f"nodes[{index}]: bad name or class")
-        ports: set[HostPort] = set()
-        for port in row[3] if len(row) == 4 and isinstance(row[3], list) else ():
-            ip, _, rest = str(port).partition("/")
-            protocol, _, number = rest.partition("/")
-            if not number.isdigit():
-                raise SummaryError(f"nodes[{index}]: bad host port {port!r}")
-            ports.add((ip, protocol, int(number)))
-        return kind, _Row(name, self._vector(f"nodes[{index}]", free), frozenset(ports))
+        if not self._integers(free):
+            raise SummaryError(f"nodes[{index}]: expected {len(self.columns)} integers")
+        ports: frozenset[HostPort] = _NO_PORTS
+        if len(row) == 4 and isinstance(row[3], list) and row[3]:
+            ports = frozenset(_host_port(index, port) for port in row[3])
+        # `_integers` checked the length.
+        return kind, _Row(name, dict(zip(self.columns, free, strict=False)), ports)
+
+    def _integers(self, values: object) -> bool:
+        """Whether `values` is a list of one integer (not a bool) per column."""
+        if type(values) is not list or len(values) != len(self.columns):
+            return False
+        for value in values:  # noqa: SIM110 - a plain loop: no generator made per row
+            if type(value) is not int:
+                return False
+        return True
 
     def _vector(self, where: str, values: object) -> dict[str, int]:
-        if (
-            not isinstance(values, list)
-            or len(values) != len(self.columns)
-            or not all(isinstance(v, int) for v in values)
-        ):
+        if not self._integers(values):
             raise SummaryError(f"{where}: expected {len(self.columns)} integers")
-        return dict(zip(self.columns, values, strict=True))
+        return dict(zip(self.columns, values, strict=False))  # type: ignore[call-overload]
 
     @staticmethod
     def _class(index: int, kind: object, rows: list[_Row]) -> _Class:
@@ -207,18 +267,37 @@ class Summary:
             unschedulable=bool(kind.get("unschedulable", False)),
             free={},
         )
-        rows = sorted(rows, key=lambda r: r.free.get("cpu", 0))
+        return Summary._same_class(
+            _Class(
+                template=template,
+                hostname=bool(kind.get("hostname")),
+                cpus=[],
+                rows=[],
+                most={},
+                state=codec.canonical(
+                    [template.ready, template.unschedulable, list(template.taints)]
+                ),
+            ),
+            rows,
+        )
+
+    @staticmethod
+    def _same_class(kind: _Class, rows: list[_Row]) -> _Class:
+        """`kind` (its labels, taints and state) with `rows` instead of its own."""
+        if len(rows) > 1:
+            rows = sorted(rows, key=_free_cpu)
         most: dict[str, int] = {}
         for row in rows:
             for name, amount in row.free.items():
                 if amount > most.get(name, 0):
                     most[name] = amount
         return _Class(
-            template=template,
-            hostname=bool(kind.get("hostname")),
-            cpus=[r.free.get("cpu", 0) for r in rows],
+            template=kind.template,
+            hostname=kind.hostname,
+            cpus=[_free_cpu(r) for r in rows],
             rows=rows,
             most=most,
+            state=kind.state,
         )
 
     def rows(self) -> list[NodeRoom]:
@@ -241,13 +320,29 @@ class Summary:
 
         Within a class of nodes the tightest is the first that fits in ascending free cpu
         (a bisect to the first with enough cpu, then a scan); between classes, the one of
-        greatest `fit.tightness` (cpu and memory)."""
-        best: tuple[float, str] | None = None
+        greatest `fit.tightness` (cpu and memory), the first class on a tie. A pod that
+        names no nodes is judged by group (`_Group`), with the same answer."""
         wanted = [(n, a) for n, a in need.requests.items() if a > 0 and n != "pods"]
-        for kind in self._classes:
-            if kind.most.get("pods", 0) < 1 or any(a > kind.most.get(n, 0) for n, a in wanted):
+        keys = _label_keys(need)
+        if keys is None:
+            best = self._best_by_class(need, wanted)
+        else:
+            best = self._best_by_group(need, wanted, self._groups(keys))
+        if best is not None:
+            return Choice(node=best[2], tightness=best[0], reasons={}, nodes=self.node_count)
+        reasons = self.reasons(need) if explain else {}
+        return Choice(node=None, tightness=0.0, reasons=reasons, nodes=self.node_count)
+
+    def _best_by_class(
+        self, need: PodNeed, wanted: list[tuple[str, int]]
+    ) -> tuple[float, int, str] | None:
+        """(tightness, class index, node name) of the best fit, class by class."""
+        best: tuple[float, int, str] | None = None
+        names_node = need.names_node
+        for index, kind in enumerate(self._classes):
+            if _too_large(kind.most, wanted):
                 continue  # no row of the class has the room (a pod too large: no scan)
-            if need.names_node:
+            if names_node:
                 candidates = [
                     r for r in kind.rows if unfit_placement(need, self._room(kind, r)) is None
                 ]
@@ -260,31 +355,91 @@ class Summary:
                 if _room_fits(wanted, need, row):
                     share = tightness(need, row.free)
                     if best is None or share > best[0]:
-                        best = (share, row.name)
+                        best = (share, index, row.name)
                     break
-        if best is not None:
-            return Choice(node=best[1], tightness=best[0], reasons={}, nodes=self.node_count)
-        reasons = self.reasons(need) if explain else {}
-        return Choice(node=None, tightness=0.0, reasons=reasons, nodes=self.node_count)
+        return best
+
+    def _groups(self, keys: frozenset[str]) -> list[_Group]:
+        """The classes grouped for a pod whose placement reads the labels `keys`."""
+        groups = self._grouped.get(keys)
+        if groups is None:
+            if len(self._grouped) >= _GROUPINGS:
+                self._grouped.clear()  # pods of many different selectors: bounded memory
+            groups = self._grouped[keys] = _groups(self._classes, keys)
+        return groups
+
+    @staticmethod
+    def _best_by_group(
+        need: PodNeed, wanted: list[tuple[str, int]], groups: list[_Group]
+    ) -> tuple[float, int, str] | None:
+        """`_best_by_class`'s answer for a pod that names no nodes: per group, the rows in
+        ascending free cpu, each class's first fit, and no further than a row whose free
+        cpu already bounds its tightness below the best found."""
+        best: tuple[float, int, str] | None = None
+        cpu, memory = need.requests.get("cpu", 0), need.requests.get("memory", 0)
+        # Most pods ask for cpu and memory alone: their rows are judged on the group's
+        # lists, with `_room_fits` and `tightness` written out (the same arithmetic).
+        plain = not need.host_ports and all(name in ("cpu", "memory") for name, _ in wanted)
+        for group in groups:
+            if _too_large(group.most, wanted) or unfit_placement(need, group.template):
+                continue
+            cpus, memories, pods, kinds = group.cpus, group.memories, group.pods, group.kinds
+            seen: set[int] = set()
+            classes = len(group.members)
+            for i in range(bisect.bisect_left(cpus, cpu), len(cpus)):  # cpu fits from here
+                if best is not None and cpu > 0:
+                    # A fitting row takes cpu/free of its cpu and at most all its memory:
+                    # rows further on (more free cpu) cannot be tighter than this bound.
+                    share_of_cpu = cpu / cpus[i]
+                    bound = (share_of_cpu + 1) / 2 if memory > 0 else share_of_cpu
+                    if min(1.0, bound) < best[0]:
+                        break
+                kind = kinds[i]
+                if kind in seen:
+                    continue
+                if plain:
+                    if pods[i] < 1 or memories[i] < memory:
+                        continue
+                    share = _plain_tightness(cpu, memory, cpus[i], memories[i])
+                elif _room_fits(wanted, need, group.rows[i]):
+                    share = tightness(need, group.rows[i].free)
+                else:
+                    continue
+                seen.add(kind)  # the class's first fit: its later rows are not its answer
+                if best is None or share > best[0] or (share == best[0] and kind < best[1]):
+                    best = (share, kind, group.rows[i].name)
+                if len(seen) == classes:
+                    break  # every class of the group has its answer
+        return best
 
     def reasons(self, need: PodNeed) -> dict[str, int]:
         """Return reason -> number of lower nodes that refuse `need` for it (every node)."""
         counted: Counter[str] = Counter()
-        for kind in self._classes:
-            shared = None if need.names_node else unfit_placement(need, kind.template)
+        keys = _label_keys(need)
+        units: list[tuple[NodeRoom, list[_Row], _Class | None]]
+        if keys is None:
+            units = [(kind.template, kind.rows, kind) for kind in self._classes]
+        else:  # the placement judged once per group
+            units = [(group.template, group.rows, None) for group in self._groups(keys)]
+        names_node = keys is None
+        for template, rows, kind in units:
+            if not rows:
+                continue  # a class without nodes refuses none
+            shared = None if names_node else unfit_placement(need, template)
             if shared is not None:
-                counted[shared] += len(kind.rows)
+                counted[shared] += len(rows)
                 continue
-            if need.names_node:
-                for row in kind.rows:
+            if names_node:
+                assert kind is not None
+                for row in rows:
                     room = self._room(kind, row)
                     placement = unfit_placement(need, room)
                     counted.update((placement,) if placement else unfit_room(need, room))
                 continue
-            # The class passed the placement: a row is judged on its room alone, and rows
-            # of equal room give equal reasons (a cluster of few node sizes has few).
+            # The placement passed: a row is judged on its room alone, and rows of equal
+            # room give equal reasons (a cluster of few node sizes has few).
             seen: dict[tuple[tuple[int, ...], frozenset[HostPort]], tuple[str, ...]] = {}
-            for row in kind.rows:
+            for row in rows:
                 key = (tuple(row.free.values()), row.ports)
                 found = seen.get(key)
                 if found is None:
@@ -307,6 +462,104 @@ class Summary:
         )
 
 
+_NO_PORTS: Final[frozenset[HostPort]] = frozenset()
+
+
+def _plain_tightness(cpu: int, memory: int, free_cpu: int, free_memory: int) -> float:
+    """`fit.tightness` of a pod asking for `cpu` and `memory` alone on a row it fits (so
+    each free amount asked for is at least the request, and above 0)."""
+    if cpu > 0:
+        share = cpu / free_cpu
+        return min(1.0, (share + memory / free_memory) / 2 if memory > 0 else share)
+    return min(1.0, memory / free_memory) if memory > 0 else 0.0
+
+
+def _free_cpu(row: _Row) -> int:
+    return row.free.get("cpu", 0)
+
+
+def _too_large(most: Mapping[str, int], wanted: list[tuple[str, int]]) -> bool:
+    """Whether no row under `most` (the largest free amounts) can take a pod: no pod slot,
+    or more of a resource than any row has free."""
+    if most.get("pods", 0) < 1:
+        return True
+    for name, amount in wanted:  # noqa: SIM110 - a plain loop: no generator per class
+        if amount > most.get(name, 0):
+            return True
+    return False
+
+
+_GROUPINGS: Final = 32
+"""Groupings a summary keeps (one per set of label keys that pods' placements read)."""
+_PREPARED: Final = 4
+"""Groupings of the summary it replaces that a new summary makes at once (the latest made):
+pods of many different selectors cost their calls a grouping each, not every Node event
+many."""
+
+
+def _label_keys(need: PodNeed) -> frozenset[str] | None:
+    """The node label keys `fit.unfit_placement` reads for `need` (its nodeSelector's and
+    its required node affinity's matchExpressions'), or None when it reads node names
+    (`PodNeed.names_node`: then each row is judged)."""
+    if need.names_node:
+        return None
+    keys = set(need.node_selector)
+    for term in as_list((need.required or {}).get("nodeSelectorTerms")):
+        for expression in as_list(as_mapping(term).get("matchExpressions")):
+            key = as_mapping(expression).get("key")
+            if isinstance(key, str):
+                keys.add(key)
+    return frozenset(keys)
+
+
+def _groups(
+    classes: list[_Class], keys: frozenset[str], *, like: list[_Group] | None = None
+) -> list[_Group]:
+    """The classes of equal state, taints and values of the labels `keys`, as `_Group`s
+    (in the order of their first class). `like`: groups of the same classes (equal labels,
+    taints and state; their rows may differ), whose membership is taken over."""
+    if like is not None:
+        membership = [group.members for group in like]
+    else:
+        ordered = sorted(keys)
+        found: dict[tuple[bytes, tuple[str | None, ...]], list[int]] = {}
+        for index, kind in enumerate(classes):
+            labels = kind.template.labels
+            found.setdefault((kind.state, tuple(labels.get(k) for k in ordered)), []).append(index)
+        membership = list(found.values())
+    groups = []
+    for indexes in membership:
+        flat = [(row.free.get("cpu", 0), row, i) for i in indexes for row in classes[i].rows]
+        flat.sort(key=lambda entry: entry[0])  # stable: a class's rows keep their order
+        most: dict[str, int] = {}
+        for i in indexes:
+            for name, amount in classes[i].most.items():
+                if amount > most.get(name, 0):
+                    most[name] = amount
+        groups.append(
+            _Group(
+                template=classes[indexes[0]].template,
+                cpus=[entry[0] for entry in flat],
+                rows=[entry[1] for entry in flat],
+                kinds=[entry[2] for entry in flat],
+                most=most,
+                memories=[entry[1].free.get("memory", 0) for entry in flat],
+                pods=[entry[1].free.get("pods", 0) for entry in flat],
+                members=indexes,
+            )
+        )
+    return groups
+
+
+def _host_port(index: int, port: object) -> HostPort:
+    """Parse a row's "ip/protocol/port". Raises SummaryError."""
+    ip, _, rest = str(port).partition("/")
+    protocol, _, number = rest.partition("/")
+    if not number.isdigit():
+        raise SummaryError(f"nodes[{index}]: bad host port {port!r}")
+    return ip, protocol, int(number)
+
+
 def _room_fits(wanted: list[tuple[str, int]], need: PodNeed, row: _Row) -> bool:
     """`fit.unfit_room(...) == ()` for one row, without building its NodeRoom (the hot
     path: `wanted` is need.requests without "pods" and zeros)."""
@@ -322,10 +575,11 @@ def _room_fits(wanted: list[tuple[str, int]], need: PodNeed, row: _Row) -> bool:
     return True
 
 
-def parse(text: str) -> Summary:
-    """Parse an annotation value. Raises SummaryError (not JSON, or not the shape)."""
+def parse(text: str, *, previous: Summary | None = None) -> Summary:
+    """Parse an annotation value (`previous`: the summary it replaces, see `Summary`).
+    Raises SummaryError (not JSON, or not the shape)."""
     try:
         raw = codec.loads(text)
     except (ValueError, RecursionError) as exc:
         raise SummaryError(f"not JSON: {exc}") from exc
-    return Summary(raw)
+    return Summary(raw, previous=previous)

@@ -4,6 +4,8 @@ summary that carries a lower cluster's nodes to the scheduler extender
 
 from __future__ import annotations
 
+import json
+import random
 from fractions import Fraction
 from typing import Any
 
@@ -335,8 +337,127 @@ def test_headroom_is_the_share_kept_free() -> None:
         ('{"v": 2}', "version 1"),
         ('{"v": 1, "res": ["cpu"], "classes": [], "nodes": [["a", 0, [1]]]}', "bad name or class"),
         ('{"v": 1, "res": ["cpu"], "classes": [{}], "nodes": [["a", 0, ["x"]]]}', "1 integers"),
+        ('{"v": 1, "res": ["cpu"], "classes": [{}], "nodes": [["a", 0, [1.5]]]}', "1 integers"),
+        ('{"v": 1, "res": ["cpu"], "classes": [{}], "nodes": [["a", 0, [true]]]}', "1 integers"),
+        ('{"v": 1, "res": ["cpu"], "classes": [{}], "nodes": [["a", 0, [1, 2]]]}', "1 integers"),
+        ('{"v": 1, "res": ["cpu"], "classes": [{}], "nodes": [["a", true, [1]]]}', "bad name"),
+        ('{"v": 1, "res": ["cpu"], "classes": [{}], "nodes": [{"a": 0}]}', "must be \\[name"),
+        ('{"v": 1, "res": ["cpu"], "classes": [{}], "nodes": [["a", 0, [1], ["x/TCP"]]]}', "port"),
+        ('{"v": 1, "res": ["cpu"], "classes": [{}], "nodes": [], "alloc": [1.0]}', "alloc"),
     ],
 )
 def test_a_malformed_summary_is_refused_with_its_reason(text: str, error: str) -> None:
     with pytest.raises(summary.SummaryError, match=error):
         summary.parse(text)
+
+
+def _reference_best_fit(raw: dict[str, Any], need: fit.PodNeed) -> tuple[str | None, float]:
+    """The summary's rule written plainly, node by node with `fit.unfit`: per class, its
+    first node in ascending free cpu that fits; of those, the greatest tightness, the first
+    class on a tie."""
+    parsed = summary.Summary(raw)
+    rooms = {room.name: room for room in parsed.rows()}
+    best: tuple[float, str] | None = None
+    for index in range(len(raw["classes"])):
+        rows = sorted(
+            (row for row in raw["nodes"] if row[1] == index), key=lambda row: row[2][0]
+        )  # stable: ties keep the summary's order, as the class does
+        for row in rows:
+            room = rooms[row[0]]
+            if not fit.unfit(need, room):
+                share = fit.tightness(need, room.free)
+                if best is None or share > best[0]:
+                    best = (share, row[0])
+                break
+    return (None, 0.0) if best is None else (best[1], best[0])
+
+
+def _random_summary(rng: random.Random) -> dict[str, Any]:
+    """Nodes of few sizes, some of a label of their own (a class each), some cordoned,
+    not ready or tainted, with some pods on them."""
+    rooms = []
+    for i in range(rng.randint(1, 40)):
+        labels = {"zone": rng.choice(("a", "b")), "disk": rng.choice(("ssd", "hdd"))}
+        if rng.random() < 0.5:
+            labels["index"] = str(i)
+        taints = [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]
+        node = _node(
+            f"n{i}",
+            cpu=rng.choice(("2", "4", "8")),
+            memory=rng.choice(("4Gi", "8Gi", "16Gi")),
+            labels=labels,
+            taints=taints if rng.random() < 0.2 else None,
+            ready=rng.choice(("True", "True", "True", "False")),
+            unschedulable=rng.random() < 0.1,
+            pods=rng.choice(("1", "110", "110")),
+        )
+        used = {
+            "pods": str(rng.randint(0, 1)),
+            "cpu": str(rng.choice((0, 0.5, 1, 1.5))),
+            "memory": str(rng.randint(0, 3) * 2**30),
+        }
+        ports = [("0.0.0.0", "TCP", 8080)] if rng.random() < 0.2 else []
+        rooms.append(_room(node, used, ports))
+    return summary.summarize(rooms)
+
+
+def _random_need(rng: random.Random) -> fit.PodNeed:
+    spec: dict[str, Any] = {
+        "containers": [
+            _container(
+                rng.choice(("100m", "500m", "1", "2", "3", None)),
+                rng.choice(("256Mi", "1Gi", "4Gi", "9Gi", None)),
+            )
+        ]
+    }
+    if rng.random() < 0.2:
+        spec["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
+    if rng.random() < 0.3:
+        spec["nodeSelector"] = {"zone": rng.choice(("a", "b"))}
+    if rng.random() < 0.3:
+        expression = {"key": "disk", "operator": "In", "values": [rng.choice(("ssd", "hdd"))]}
+        spec["affinity"] = {
+            "nodeAffinity": {
+                fit.REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}
+            }
+        }
+    if rng.random() < 0.2:
+        spec["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
+    if rng.random() < 0.1:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": f"n{rng.randint(0, 10)}"}
+    return fit.need_of(spec)
+
+
+def _check_against_the_rule(
+    parsed: summary.Summary, raw: dict[str, Any], rng: random.Random
+) -> None:
+    for _ in range(25):
+        need = _random_need(rng)
+        choice = parsed.best_fit(need)
+        assert (choice.node, choice.tightness) == _reference_best_fit(raw, need)
+        if choice.node is None:
+            expected: dict[str, int] = {}
+            for room in parsed.rows():
+                for reason in fit.unfit(need, room):
+                    expected[reason] = expected.get(reason, 0) + 1
+            assert choice.reasons == expected
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_summarys_best_fit_and_reasons_are_the_rule_node_by_node(seed: int) -> None:
+    rng = random.Random(seed)
+    raw = _random_summary(rng)
+    parsed = summary.parse(summary.render(raw))
+    _check_against_the_rule(parsed, raw, rng)
+
+    # The next summary, parsed with this one as `previous` (whose classes and groupings
+    # it takes over where they still hold): its room moved, and sometimes its classes.
+    moved = json.loads(summary.render(raw))
+    for row in moved["nodes"]:
+        row[2][0] = max(0, row[2][0] + rng.choice((-500, 0, 500)))
+    if rng.random() < 0.5:
+        moved["classes"][0]["labels"]["zone"] = "c"
+    if rng.random() < 0.3:
+        moved["classes"].append({"labels": {"zone": "a"}, "taints": [], "ready": True})
+        moved["nodes"][-1][1] = len(moved["classes"]) - 1
+    _check_against_the_rule(summary.Summary(moved, previous=parsed), moved, rng)

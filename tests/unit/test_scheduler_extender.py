@@ -209,3 +209,60 @@ def test_the_informer_keeps_only_whether_the_lower_control_plane_answers() -> No
         "conditions": [{"type": "LowerControlPlaneReachable", "status": "False"}]
     }
     assert "status" not in service.slim_node(node)
+
+
+def _replica(token: str, **changes: Any) -> dict[str, Any]:
+    """A pod of one Deployment as kube-scheduler sends it: each replica's service account
+    token volume (and its mount) has a name of its own."""
+    container = {
+        "name": "main",
+        "image": "nginx",
+        "resources": {"requests": {"cpu": "500m"}},
+        "ports": [{"containerPort": 80, "hostPort": 8080}],
+        "volumeMounts": [{"name": f"kube-api-access-{token}", "mountPath": "/var/run"}],
+    }
+    spec: dict[str, Any] = {
+        "containers": [container],
+        "initContainers": [{"name": "init", "image": "busybox", "restartPolicy": "Always"}],
+        "volumes": [{"name": f"kube-api-access-{token}", "projected": {"sources": []}}],
+        "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
+    }
+    for path, value in changes.items():
+        *parents, last = path.split(".")
+        target: Any = spec
+        for part in parents:
+            target = target[int(part)] if part.isdigit() else target[part]
+        target[last] = value
+    return {"metadata": {"name": f"web-{token}", "uid": token}, "spec": spec}
+
+
+def test_replicas_of_one_deployment_share_their_verdicts() -> None:
+    assert extender.judged(_replica("abcde")) == extender.judged(_replica("fghij"))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"containers.0.resources": {"requests": {"cpu": "600m"}}},
+        {"containers.0.resources": {"limits": {"memory": "1Gi"}}},
+        {"containers.0.ports": [{"containerPort": 80, "hostPort": 9090}]},
+        {"initContainers.0.restartPolicy": "OnFailure"},
+        {"initContainers.0.resources": {"requests": {"cpu": "1"}}},
+        {"nodeSelector": {"disk": "ssd"}},
+        {"affinity": {"nodeAffinity": {}}},
+        {"tolerations": []},
+        {"overhead": {"cpu": "100m"}},
+        {"resources": {"requests": {"cpu": "2"}}},
+        {"hostname": "web-0"},
+    ],
+)
+def test_a_pod_differing_in_what_a_verdict_reads_is_judged_on_its_own(
+    change: dict[str, Any],
+) -> None:
+    assert extender.judged(_replica("abcde", **change)) != extender.judged(_replica("abcde"))
+
+
+def test_a_pod_whose_containers_are_not_objects_is_digested_whole() -> None:
+    odd = _replica("abcde", containers=["not an object"])
+    other = _replica("fghij", containers=["not an object"])
+    assert extender.judged(odd) != extender.judged(other), "its volumes count then"
