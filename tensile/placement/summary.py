@@ -153,6 +153,8 @@ class _Group:
     """Free pod slots of each row."""
     members: list[int]
     """The indexes of its classes."""
+    filled: int
+    """How many of its classes have nodes."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -211,9 +213,9 @@ class Summary:
         ]
         self._grouped: dict[frozenset[str], list[_Group]] = {}
         """`_groups` by the label keys a pod's placement reads: made when first asked, or
-        here for the keys `previous` was last asked about (`_PREPARED`; off the extender's
-        call path: a new summary comes with a Node event), from its membership when the
-        classes are the same."""
+        here for the keys of the groupings `previous` made last (`_PREPARED`; off the
+        extender's call path: a new summary comes with a Node event), from its membership
+        when the classes are the same."""
         if previous is not None:
             same = before == kinds
             for keys, groups in list(previous._grouped.items())[-_PREPARED:]:
@@ -347,8 +349,7 @@ class Summary:
                     r for r in kind.rows if unfit_placement(need, self._room(kind, r)) is None
                 ]
             elif unfit_placement(need, kind.template) is None:
-                start = bisect.bisect_left(kind.cpus, need.requests.get("cpu", 0))
-                candidates = kind.rows[start:]
+                candidates = kind.rows[_first_row(kind.cpus, need.requests.get("cpu", 0)) :]
             else:
                 continue
             for row in candidates:
@@ -385,8 +386,7 @@ class Summary:
                 continue
             cpus, memories, pods, kinds = group.cpus, group.memories, group.pods, group.kinds
             seen: set[int] = set()
-            classes = len(group.members)
-            for i in range(bisect.bisect_left(cpus, cpu), len(cpus)):  # cpu fits from here
+            for i in range(_first_row(cpus, cpu), len(cpus)):  # cpu fits from here
                 if best is not None and cpu > 0:
                     # A fitting row takes cpu/free of its cpu and at most all its memory:
                     # rows further on (more free cpu) cannot be tighter than this bound.
@@ -398,8 +398,8 @@ class Summary:
                 if kind in seen:
                     continue
                 if plain:
-                    if pods[i] < 1 or memories[i] < memory:
-                        continue
+                    if pods[i] < 1 or (memory > 0 and memories[i] < memory):
+                        continue  # (free memory may be below 0: checked only if asked for)
                     share = _plain_tightness(cpu, memory, cpus[i], memories[i])
                 elif _room_fits(wanted, need, group.rows[i]):
                     share = tightness(need, group.rows[i].free)
@@ -408,8 +408,8 @@ class Summary:
                 seen.add(kind)  # the class's first fit: its later rows are not its answer
                 if best is None or share > best[0] or (share == best[0] and kind < best[1]):
                     best = (share, kind, group.rows[i].name)
-                if len(seen) == classes:
-                    break  # every class of the group has its answer
+                if len(seen) == group.filled:
+                    break  # every class of the group with nodes has its answer
         return best
 
     def reasons(self, need: PodNeed) -> dict[str, int]:
@@ -472,6 +472,13 @@ def _plain_tightness(cpu: int, memory: int, free_cpu: int, free_memory: int) -> 
         share = cpu / free_cpu
         return min(1.0, (share + memory / free_memory) / 2 if memory > 0 else share)
     return min(1.0, memory / free_memory) if memory > 0 else 0.0
+
+
+def _first_row(cpus: list[int], cpu: int) -> int:
+    """The first of rows in ascending free `cpus` that has the `cpu` a pod asks for: a pod
+    that asks for none is not held to it (free cpu may be below 0), as fit.go's check is
+    made only for a request above 0."""
+    return bisect.bisect_left(cpus, cpu) if cpu > 0 else 0
 
 
 def _free_cpu(row: _Row) -> int:
@@ -546,6 +553,7 @@ def _groups(
                 memories=[entry[1].free.get("memory", 0) for entry in flat],
                 pods=[entry[1].free.get("pods", 0) for entry in flat],
                 members=indexes,
+                filled=sum(1 for i in indexes if classes[i].rows),
             )
         )
     return groups
@@ -555,7 +563,7 @@ def _host_port(index: int, port: object) -> HostPort:
     """Parse a row's "ip/protocol/port". Raises SummaryError."""
     ip, _, rest = str(port).partition("/")
     protocol, _, number = rest.partition("/")
-    if not number.isdigit():
+    if not (number.isascii() and number.isdigit()):
         raise SummaryError(f"nodes[{index}]: bad host port {port!r}")
     return ip, protocol, int(number)
 

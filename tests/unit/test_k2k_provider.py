@@ -83,12 +83,18 @@ async def test_a_create_posts_the_translated_pod() -> None:
     assert (write.verb, write.lower_key) == ("create", "team/web")
 
 
-async def test_a_create_is_in_flight_until_the_informer_shows_the_pod() -> None:
-    setup = Setup()
+async def _created_and_seen(setup: Setup) -> Obj:
+    """Create the lower pod of `upper_pod()` and have the informer show it; return it."""
     await setup.provider.create_pod(upper_pod())
     created = setup.lower.get(PODS, "web", namespace="team")
     assert created is not None
     setup.lower_pod_seen(created)
+    return created
+
+
+async def test_a_create_is_in_flight_until_the_informer_shows_the_pod() -> None:
+    setup = Setup()
+    await _created_and_seen(setup)
     assert not setup.provider.book.writing(upper_uid="uid-web")
     assert setup.provider.backend_pod(upper_pod()) is not None
 
@@ -316,10 +322,7 @@ async def test_a_create_in_doubt_for_a_pod_of_another_uid_is_not_deleted() -> No
 
 async def test_the_backend_stamp_moves_with_whatever_the_pods_status_is_read_from() -> None:
     setup = Setup()
-    await setup.provider.create_pod(upper_pod())
-    created = setup.lower.get(PODS, "web", namespace="team")
-    assert created is not None
-    setup.lower_pod_seen(created)
+    created = await _created_and_seen(setup)
     stamp = setup.provider.backend_stamp("team/web", upper_uid="uid-web")
     assert setup.provider.backend_stamp("team/web", upper_uid="uid-web") == stamp
 

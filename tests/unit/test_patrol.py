@@ -345,20 +345,15 @@ class Book:
         return upper_uid in self._writing
 
 
-async def test_the_pod_check_finds_each_drift_and_hands_it_to_its_queue() -> None:
+def _pod_controller(provider: Book) -> Any:
+    """A pod controller on `provider`, its informer not running (the test fills its cache)."""
     from tensile.kube.events import EventRecorder  # noqa: PLC0415
     from tensile.kube.informer_factory import InformerFactory  # noqa: PLC0415
-    from vnode.controllers.patrol_checks import PodCheck  # noqa: PLC0415
     from vnode.controllers.pods import PodController  # noqa: PLC0415
     from vnode.testing.fakeapi import FakeApi  # noqa: PLC0415
 
     upper = FakeApi(name="upper")  # never called: the check reads caches only
-    provider = Book(
-        {"ns/a": RUNNING, "ns/b": RUNNING},
-        owned=[("ns/orphan", "u-orphan"), ("ns/leaving", "u-leaving")],
-        writing={"u-c", "u-leaving"},
-    )
-    pods = PodController(
+    return PodController(
         upper=upper,
         informers=InformerFactory(),
         provider=provider,  # type: ignore[arg-type]
@@ -367,6 +362,17 @@ async def test_the_pod_check_finds_each_drift_and_hands_it_to_its_queue() -> Non
         workers=1,
         recorder=EventRecorder(upper, component="vn/pod-controller", host="vn"),
     )
+
+
+async def test_the_pod_check_finds_each_drift_and_hands_it_to_its_queue() -> None:
+    from vnode.controllers.patrol_checks import PodCheck  # noqa: PLC0415
+
+    provider = Book(
+        {"ns/a": RUNNING, "ns/b": RUNNING},
+        owned=[("ns/orphan", "u-orphan"), ("ns/leaving", "u-leaving")],
+        writing={"u-c", "u-leaving"},
+    )
+    pods = _pod_controller(provider)
     statuses = {"a": RUNNING, "b": {**RUNNING, "message": "stale"}, "c": {}, "d": {}}
     for name, status in statuses.items():
         meta = {"namespace": "ns", "name": name, "uid": f"u-{name}", "resourceVersion": "1"}
@@ -410,24 +416,11 @@ class StampedBook(Book):
 
 
 async def test_the_pod_check_passes_over_pods_found_clean_until_either_side_moves() -> None:
-    from tensile.kube.events import EventRecorder  # noqa: PLC0415
-    from tensile.kube.informer_factory import InformerFactory  # noqa: PLC0415
     from vnode.controllers.patrol_checks import PodCheck  # noqa: PLC0415
-    from vnode.controllers.pods import PodController  # noqa: PLC0415
-    from vnode.testing.fakeapi import FakeApi  # noqa: PLC0415
 
-    upper = FakeApi(name="upper")  # never called: the check reads caches only
     backend = {"ns/a": RUNNING, "ns/b": RUNNING, "ns/c": RUNNING, "ns/q": RUNNING}
     provider = StampedBook(backend, owned=[], writing=set())
-    pods = PodController(
-        upper=upper,
-        informers=InformerFactory(),
-        provider=provider,  # type: ignore[arg-type]
-        node_name="vn",
-        namespace=None,
-        workers=1,
-        recorder=EventRecorder(upper, component="vn/pod-controller", host="vn"),
-    )
+    pods = _pod_controller(provider)
 
     def put(name: str, *, version: str, status: dict[str, Any]) -> None:
         meta = {"namespace": "ns", "name": name, "uid": f"u-{name}", "resourceVersion": version}

@@ -343,6 +343,10 @@ def test_headroom_is_the_share_kept_free() -> None:
         ('{"v": 1, "res": ["cpu"], "classes": [{}], "nodes": [["a", true, [1]]]}', "bad name"),
         ('{"v": 1, "res": ["cpu"], "classes": [{}], "nodes": [{"a": 0}]}', "must be \\[name"),
         ('{"v": 1, "res": ["cpu"], "classes": [{}], "nodes": [["a", 0, [1], ["x/TCP"]]]}', "port"),
+        (
+            '{"v": 1, "res": ["cpu"], "classes": [{}], "nodes": [["a", 0, [1], ["x/TCP/\u00b2"]]]}',
+            "port",
+        ),
         ('{"v": 1, "res": ["cpu"], "classes": [{}], "nodes": [], "alloc": [1.0]}', "alloc"),
     ],
 )
@@ -373,11 +377,15 @@ def _reference_best_fit(raw: dict[str, Any], need: fit.PodNeed) -> tuple[str | N
 
 
 def _random_summary(rng: random.Random) -> dict[str, Any]:
-    """Nodes of few sizes, some of a label of their own (a class each), some cordoned,
-    not ready or tainted, with some pods on them."""
+    """Nodes of few sizes, some of a label of their own (a class each), some without the
+    disk label, some with a GPU, some cordoned, not ready or tainted, with some pods on them
+    (more than fits, on some: free room below 0, as static pods and shrunk allocatable
+    make it)."""
     rooms = []
     for i in range(rng.randint(1, 40)):
         labels = {"zone": rng.choice(("a", "b")), "disk": rng.choice(("ssd", "hdd"))}
+        if rng.random() < 0.2:
+            del labels["disk"]
         if rng.random() < 0.5:
             labels["index"] = str(i)
         taints = [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]
@@ -390,11 +398,12 @@ def _random_summary(rng: random.Random) -> dict[str, Any]:
             ready=rng.choice(("True", "True", "True", "False")),
             unschedulable=rng.random() < 0.1,
             pods=rng.choice(("1", "110", "110")),
+            extra={"example.com/gpu": "2"} if rng.random() < 0.3 else None,
         )
         used = {
             "pods": str(rng.randint(0, 1)),
-            "cpu": str(rng.choice((0, 0.5, 1, 1.5))),
-            "memory": str(rng.randint(0, 3) * 2**30),
+            "cpu": str(rng.choice((0, 0.5, 1, 1.5, 9))),
+            "memory": str(rng.choice((0, 1, 2, 3, 20)) * 2**30),
         }
         ports = [("0.0.0.0", "TCP", 8080)] if rng.random() < 0.2 else []
         rooms.append(_room(node, used, ports))
@@ -412,15 +421,23 @@ def _random_need(rng: random.Random) -> fit.PodNeed:
     }
     if rng.random() < 0.2:
         spec["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
+    if rng.random() < 0.15:
+        spec["containers"][0]["resources"]["requests"]["example.com/gpu"] = "1"
     if rng.random() < 0.3:
         spec["nodeSelector"] = {"zone": rng.choice(("a", "b"))}
     if rng.random() < 0.3:
-        expression = {"key": "disk", "operator": "In", "values": [rng.choice(("ssd", "hdd"))]}
-        spec["affinity"] = {
-            "nodeAffinity": {
-                fit.REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}
-            }
-        }
+        disk = rng.choice(("ssd", "hdd"))
+        expression = rng.choice(
+            (
+                {"key": "disk", "operator": "In", "values": [disk]},
+                {"key": "disk", "operator": "NotIn", "values": [disk]},
+                {"key": "disk", "operator": rng.choice(("Exists", "DoesNotExist"))},
+            )
+        )
+        terms = [{"matchExpressions": [expression]}]
+        if rng.random() < 0.3:
+            terms.append({"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]})
+        spec["affinity"] = {"nodeAffinity": {fit.REQUIRED: {"nodeSelectorTerms": terms}}}
     if rng.random() < 0.2:
         spec["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
     if rng.random() < 0.1:
@@ -435,6 +452,8 @@ def _check_against_the_rule(
         need = _random_need(rng)
         choice = parsed.best_fit(need)
         assert (choice.node, choice.tightness) == _reference_best_fit(raw, need)
+        quiet = parsed.best_fit(need, explain=False)
+        assert (quiet.node, quiet.tightness, quiet.reasons) == (choice.node, choice.tightness, {})
         if choice.node is None:
             expected: dict[str, int] = {}
             for room in parsed.rows():
@@ -454,7 +473,7 @@ def test_the_summarys_best_fit_and_reasons_are_the_rule_node_by_node(seed: int) 
     # it takes over where they still hold): its room moved, and sometimes its classes.
     moved = json.loads(summary.render(raw))
     for row in moved["nodes"]:
-        row[2][0] = max(0, row[2][0] + rng.choice((-500, 0, 500)))
+        row[2][0] += rng.choice((-500, 0, 500))  # below 0 on some
     if rng.random() < 0.5:
         moved["classes"][0]["labels"]["zone"] = "c"
     if rng.random() < 0.3:
