@@ -174,7 +174,8 @@ async def test_a_quotad_namespace_gets_its_slices_and_keeps_them_right(setup: Se
         return await record() == value
 
     await until("the record placed", lambda: record_is(placed))
-    assert "QuotaSlicesPlaced" in await s.reasons()
+    # The Event is written after the record (a separate request): wait for it too.
+    await until("its event", lambda: _has(s, "QuotaSlicesPlaced"))
 
     # cleared by hand: computed again
     await s.annotate(None)
