@@ -205,10 +205,9 @@ class Summary:
         """The classes as given (what a next summary compares its own with)."""
         taken: list[_Class] = previous._classes if previous is not None else []
         before: list[Any] = previous._kinds if previous is not None else []
+        equal = [i < len(before) and before[i] == kind for i, kind in enumerate(kinds)]
         self._classes: list[_Class] = [
-            self._class(i, kind, grouped[i])
-            if i >= len(before) or before[i] != kind
-            else self._same_class(taken[i], grouped[i])
+            self._same_class(taken[i], grouped[i]) if equal[i] else self._class(i, kind, grouped[i])
             for i, kind in enumerate(kinds)
         ]
         self._grouped: dict[frozenset[str], list[_Group]] = {}
@@ -217,7 +216,7 @@ class Summary:
         extender's call path: a new summary comes with a Node event), from its membership
         when the classes are the same."""
         if previous is not None:
-            same = before == kinds
+            same = len(before) == len(kinds) and all(equal)  # the classes compared once
             for keys, groups in list(previous._grouped.items())[-_PREPARED:]:
                 self._grouped[keys] = _groups(self._classes, keys, like=groups if same else None)
         self.alloc = self._vector("alloc", raw.get("alloc"))
