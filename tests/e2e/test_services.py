@@ -241,8 +241,8 @@ def test_a_service_reaches_below_without_a_selector_and_its_endpoints_follow_sca
         ],
     )
     nodes.append(node.start())
-    code, readiness = node.get("/readyz?verbose")
-    assert code == 200
+    # Ready at start; on a loaded machine a check may flip for a moment (a lower ping late).
+    readiness = _ready(node)
     assert "services_to_lower" in readiness
     assert "endpointslices_to_lower" in readiness
     assert "volume-provisioner" not in readiness
@@ -905,8 +905,8 @@ def test_an_ingress_is_copied_with_its_class_mapped_and_tls_secret_and_refused_o
         ],
     )
     nodes.append(node.start())
-    code, readiness = node.get("/readyz?verbose")
-    assert code == 200
+    # Ready at start; on a loaded machine a check may flip for a moment (a lower ping late).
+    readiness = _ready(node)
     assert "ingresses_to_lower" in readiness
     services_path = f"/api/v1/namespaces/{namespace}/services"
     secrets_path = f"/api/v1/namespaces/{namespace}/secrets"
@@ -1080,3 +1080,13 @@ def test_only_pods_of_namespaces_with_a_selecting_service_are_cached(
     wait_for(
         "the pods gone from the cache", lambda: _endpoint_pods_cached(virtual_node) <= cached - 4
     )
+
+
+def _ready(node: VirtualNodeProcess) -> str:
+    """The node's verbose /readyz text, once it answers 200."""
+
+    def answer() -> str | None:
+        code, text = node.get("/readyz?verbose")
+        return text if code == 200 else None
+
+    return wait_for("the node's /readyz to answer 200", answer)
