@@ -302,10 +302,11 @@ def test_a_deployments_pods_move_to_the_virtual_node_whose_cluster_fits_them(
     first = {p["metadata"]["name"] for p in pods_of(upper, ns, "web")}
     descheduler = deschedulers()
     started = time.monotonic()
-    most, fewest = 0, replicas
+    most_live = 0
     while True:
         pods = pods_of(upper, ns, "web")
-        most, fewest = max(most, len(pods)), min(fewest, len(pods))
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        most_live = max(most_live, len(live))
         moved = [
             p
             for p in pods
@@ -318,9 +319,13 @@ def test_a_deployments_pods_move_to_the_virtual_node_whose_cluster_fits_them(
             for p in pods
         ]
         time.sleep(1.0)
-    # Sampled every second: never a surplus pod beyond the one going away, none lost.
-    assert most <= replicas + 1
-    assert fewest >= replicas
+    # Sampled every second: never a live pod beyond the Deployment's replicas (the
+    # descheduler evicts owned pods and re-creates none of them itself). The count with the
+    # terminating pods is not held to a floor: it dips whenever the virtual node finishes an
+    # evicted pod before kube-controller-manager's ReplicaSet controller has made its
+    # replacement, which is that controller's timing (seen as 1 of 2 in a CI run on a loaded
+    # machine); none lost is the end state below and exactly `replicas` evictions.
+    assert most_live <= replicas
     assert not first & {p["metadata"]["name"] for p in moved}
     # Each replacement went through the webhook: kept off vn-a upstairs, nothing below.
     for replacement in moved:
