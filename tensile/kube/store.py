@@ -10,6 +10,14 @@ about 20 microseconds per read of a pod. Questions asked of every object (which 
 ConfigMap) are answered from indexes, which hold keys only and decode nothing. Each
 object's resourceVersion is kept beside its encoded text, so `version` (the patrol's cache
 audit asks it of every object) decodes nothing either.
+
+The objects in motion are read far more often than the rest: a forwarded pod is read by
+its status sync, its backend lookup and its next watch event's handlers within a second
+of each event, then rarely for hours. So an encoded store also keeps the last `hot`
+objects it was given or read as dicts (a bounded, least recently used set): those reads
+decode nothing, and neither does the next event's old state. Memory stays bounded by
+`hot`, not by the number of objects. A kept dict is shared like a plain store's, so the
+read-only rule above holds for both kinds.
 """
 
 from __future__ import annotations
@@ -21,6 +29,11 @@ from tensile.kube import codec
 from tensile.kube.resources import object_key
 
 IndexFunc = Callable[[Obj], Iterable[str]]
+
+HOT = 256
+"""Objects an encoded store keeps decoded by default: about the pods a node has in flight
+at once (bench/forwarding.py's 64 concurrent creates, each moving for a few seconds), some
+3-4 MiB of dicts per store."""
 
 
 class _Unread:
@@ -34,9 +47,19 @@ class Store:
     """Keyed objects plus indexes: `by_index(name, value)` finds objects by a derived value."""
 
     def __init__(
-        self, *, indexers: Mapping[str, IndexFunc] | None = None, encoded: bool = False
+        self,
+        *,
+        indexers: Mapping[str, IndexFunc] | None = None,
+        encoded: bool = False,
+        hot: int = HOT,
     ) -> None:
+        """`encoded`: keep objects as compact JSON; `hot`: how many of them an encoded store
+        also keeps decoded, the most recently given or read (0: none)."""
         self._items: dict[str, Obj | bytes] = {}
+        self._hot: dict[str, Obj] = {}
+        """An encoded store's recently used objects, decoded, by key, the most recent last:
+        each the decoded form of what `_items` holds under its key."""
+        self._hot_size = hot if encoded else 0
         self._versions: dict[str, str] = {}
         """An encoded store's resourceVersions by key (a plain store reads its dicts)."""
         self._encoded = encoded
@@ -49,13 +72,22 @@ class Store:
     def __iter__(self) -> Iterator[Obj]:
         # Over the objects stored when iteration began; an encoded store decodes one at a
         # time, so walking 10,000 pods never holds them all decoded at once.
-        for value in list(self._items.values()):
-            yield _decoded(value)
+        # A walk does not make what it reads hot: it would push out the objects in motion.
+        hot = self._hot
+        for key, value in list(self._items.items()):
+            yield hot.get(key) or _decoded(value)
 
     def get(self, key: str) -> Obj | None:
         """Return the object with `key`, or None."""
         value = self._items.get(key)
-        return None if value is None else _decoded(value)
+        if value is None or not isinstance(value, bytes):
+            return value
+        hot = self._hot
+        obj = hot.pop(key, None)
+        if obj is None:
+            obj = codec.loads(value)
+        self._keep(key, obj)
+        return obj
 
     def version(self, key: str) -> str | None:
         """Return the resourceVersion of the object with `key` ("" if it has none), or None
@@ -90,7 +122,8 @@ class Store:
         Raises KeyError for an index that was not configured.
         """
         keys = self._indexes[index].get(value, ())
-        return [_decoded(self._items[k]) for k in keys]
+        hot = self._hot
+        return [hot.get(k) or _decoded(self._items[k]) for k in keys]
 
     def index_keys(self, index: str, value: str) -> frozenset[str]:
         """Return the keys of the objects whose indexer `index` yields `value` (nothing is
@@ -115,15 +148,19 @@ class Store:
         """Insert or replace `obj` unless the store holds it already; return (changed, what
         it replaced). Nothing is decoded to decide: an encoded store compares the encoded
         text (an object whose resourceVersion moved always differs), a plain store the
-        resourceVersions. What it replaced is as it was stored (bytes in an encoded store:
-        `decoded` reads them), None when `obj` is new.
+        resourceVersions. What it replaced is as it was stored (in an encoded store its bytes,
+        or its dict while kept decoded: `decoded` reads either), None when `obj` is new.
         """
         key = object_key(obj)
         previous = self._items.get(key)
         if self._encoded:
             value: Obj | bytes = codec.packed(obj)
-            if previous is not None and previous == value:
-                return False, previous
+            if previous is not None:
+                unchanged = previous == value
+                # Handed back decoded when kept so: the old state needs no decoding then.
+                previous = self._hot.get(key, previous)
+                if unchanged:
+                    return False, previous
         else:
             value = obj
             if previous is not None and _version(previous) == _version(obj):
@@ -139,7 +176,8 @@ class Store:
         if value is None:
             return None
         self._versions.pop(key, None)
-        old = _decoded(value)
+        kept = self._hot.pop(key, None)
+        old = kept if kept is not None else _decoded(value)
         self._unindex(key, old)
         return old
 
@@ -148,7 +186,19 @@ class Store:
         self._items[key] = value
         if self._encoded:
             self._versions[key] = resource_version_of(obj)
+            self._hot.pop(key, None)
+            self._keep(key, obj)
         self._index(key, obj)
+
+    def _keep(self, key: str, obj: Obj) -> None:
+        """Keep `obj` (the decoded form of what is stored under `key`, not in `_hot` now)
+        as the most recently used, dropping the least recently used beyond the bound."""
+        if self._hot_size <= 0:
+            return
+        hot = self._hot
+        hot[key] = obj
+        if len(hot) > self._hot_size:
+            del hot[next(iter(hot))]
 
     def _index(self, key: str, obj: Obj) -> None:
         for name, func in self._indexers.items():

@@ -897,7 +897,9 @@ async def test_an_encoded_informer_sees_the_same_events(fake: FakeApiServer) -> 
         ("DELETED", "b", "12"),
     ]
     assert contents(informer.store) == {"a": "11"}
-    assert informer.store.get("default/a") is not informer.store.get("default/a")
+    # Kept as JSON, and the object just written also as a dict (read without decoding).
+    assert isinstance(informer.store._items["default/a"], bytes)
+    assert informer.store.get("default/a") is informer.store.get("default/a")
 
 
 async def test_an_encoded_store_decodes_the_old_state_only_for_who_asks(
@@ -909,7 +911,7 @@ async def test_an_encoded_store_decodes_the_old_state_only_for_who_asks(
         fake.watches.append(fake.stream(ev("MODIFIED", same), ev("MODIFIED", pod("a", "11"))))
     events: list[Event] = []
     modified: list[str] = []
-    store = Store(encoded=True)
+    store = Store(encoded=True, hot=0)  # nothing kept decoded: the old state is read back
     async with client_for(fake.url) as client:
         reflector = Reflector(
             client, PODS, name=informer_name(), store=store, on_event=events.append
@@ -923,6 +925,31 @@ async def test_an_encoded_store_decodes_the_old_state_only_for_who_asks(
     assert changed.type == "MODIFIED"
     assert isinstance(changed.previous, bytes), "kept as the store held it"
     assert changed.old == pod("a", "1")
+
+
+async def test_a_request_told_not_to_decode_skips_the_body_of_a_success_not_of_an_error(
+    fake: FakeApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake.lists.extend(
+        [
+            fake.page([pod("a", "1")], rv="10"),
+            fake.page([pod("a", "1")], rv="10"),
+            reply(404, status_body(404, "NotFound", 'pods "a" not found')),
+        ]
+    )
+    decoded: list[object] = []
+    real_loads = json.loads
+    monkeypatch.setattr(
+        "tensile.kube.codec.loads", lambda data: decoded.append(data) or real_loads(data)
+    )
+    async with client_for(fake.url) as client:
+        answer = await client.request("GET", "/api/v1/pods")
+        assert [item["metadata"]["name"] for item in answer["items"]] == ["a"]
+        assert len(decoded) == 1
+        assert await client.request("GET", "/api/v1/pods", decode=False) == {}
+        assert len(decoded) == 1, "a success's body was decoded"
+        with pytest.raises(errors.NotFound, match='pods "a" not found'):
+            await client.request("GET", "/api/v1/pods", decode=False)
 
 
 # --- failure counting -------------------------------------------------------------------

@@ -153,8 +153,8 @@ def test_a_plain_store_shares_its_objects() -> None:
     assert next(iter(store)) is a
 
 
-def test_an_encoded_store_returns_fresh_decoded_dicts() -> None:
-    store = Store(indexers={"node": by_node}, encoded=True)
+def test_an_encoded_store_without_kept_objects_returns_fresh_decoded_dicts() -> None:
+    store = Store(indexers={"node": by_node}, encoded=True, hot=0)
     a = pod("a", node="n1", app="web")
     store.upsert(a)
     a["metadata"]["labels"]["app"] = "changed after the upsert"
@@ -176,6 +176,68 @@ def test_an_encoded_store_returns_fresh_decoded_dicts() -> None:
     assert json.loads(raw) == pod("a", node="n1", app="web")
     assert b", " not in raw
     assert b": " not in raw
+
+
+def test_an_encoded_store_keeps_its_most_recently_used_objects_decoded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = Store(indexers={"node": by_node}, encoded=True, hot=2)
+    decodes: list[object] = []
+    real_loads = json.loads
+
+    def counted(data: Any) -> Any:
+        decodes.append(data)
+        return real_loads(data)
+
+    monkeypatch.setattr("tensile.kube.codec.loads", counted)
+    a1, b1, c1 = pod("a", node="n1"), pod("b", node="n1"), pod("c", node="n2")
+    for obj in (a1, b1, c1):
+        assert store.update(obj)[0]
+    # The last two given are kept as given; the first was pushed out and is decoded.
+    assert store.get("default/c") is c1
+    assert store.get("default/b") is b1
+    assert decodes == []
+    a_read = store.get("default/a")
+    assert a_read == a1
+    assert a_read is not a1
+    assert len(decodes) == 1
+    # Reading `a` made it the most recent: `c` (least recently used) was pushed out.
+    assert store.get("default/a") is a_read
+    assert len(decodes) == 1
+    c_read = store.get("default/c")
+    assert c_read == c1
+    assert len(decodes) == 2
+    # The next state's old one is handed back decoded while kept: no decoding.
+    decodes.clear()
+    c2 = pod("c", node="n1", rv="2")
+    changed, previous = store.update(c2)
+    assert changed
+    assert previous is c_read
+    assert decodes == []
+    assert store.get("default/c") is c2
+    assert sorted(o["metadata"]["name"] for o in store.by_index("node", "n1")) == ["a", "b", "c"]
+    assert len(decodes) == 1  # `b` only
+    # An unchanged state changes nothing, and hands back what is kept.
+    assert store.update(pod("c", node="n1", rv="2")) == (False, c2)
+    # A walk reads kept objects as kept and does not make the others kept.
+    decodes.clear()
+    assert sorted(o["metadata"]["name"] for o in store) == ["a", "b", "c"]
+    assert len(decodes) == 1  # `b`
+    assert store.get("default/a") is a_read
+    assert len(decodes) == 1
+    # A deletion hands back the kept dict, and forgets it.
+    assert store.delete("default/c") is c2
+    assert store.get("default/c") is None
+    assert store.version("default/c") is None
+    # An old state no longer kept is handed back as stored (bytes), for `decoded`.
+    changed, previous = store.update(pod("b", node="n2", rv="3"))
+    assert changed
+    assert isinstance(previous, bytes)
+    assert real_loads(previous) == b1
+    # What is stored is still the compact text, whatever is kept.
+    raw = store._items["default/a"]
+    assert isinstance(raw, bytes)
+    assert real_loads(raw) == a1
 
 
 def test_version_follows_upserts_updates_and_deletes_without_decoding(

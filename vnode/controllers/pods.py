@@ -403,7 +403,10 @@ class PodController:
         }
         try:
             await self._upper.request(
-                "DELETE", PODS.path(namespace=meta["namespace"], name=meta["name"]), body=body
+                "DELETE",
+                PODS.path(namespace=meta["namespace"], name=meta["name"]),
+                body=body,
+                decode=False,
             )
         except (errors.NotFound, errors.Conflict):
             pass  # gone already, or a new pod of the same name: not ours to delete
@@ -446,6 +449,7 @@ class PodController:
                 PODS.path(namespace=namespace, name=name, subresource="status"),
                 body=patch,
                 content_type=MERGE_PATCH,
+                decode=False,  # the watch brings the written pod; the answer is not read
             )
         except errors.NotFound:
             self._written.pop(key, None)

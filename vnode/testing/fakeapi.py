@@ -280,9 +280,11 @@ class FakeApi(ApiClient):
         timeout: float | None = None,
         retry_throttled: bool = True,
         accept: str = JSON,
+        decode: bool = True,
     ) -> dict[str, Any]:
         """Answer as an apiserver would (see the class docstring); raises the ApiError of
-        the case, or an injected fault. Returns a copy: the caller may keep or change it.
+        the case, or an injected fault. Returns a copy: the caller may keep or change it
+        (`{}` for a success with `decode=False`, as the real client).
         `accept` is ignored: whole objects answer a metadata-only request too (their
         metadata is what the caller reads). A write a fenced view's gate refuses raises
         `errors.Fenced` and is not recorded (`ApiClient.fenced`: nothing was sent)."""
@@ -302,7 +304,8 @@ class FakeApi(ApiClient):
             return copy.deepcopy(self._answers[(method, path)])
         if not target.api:
             raise status_error(404, reason="NotFound", message=f"the server could not find {path}")
-        return copy.deepcopy(self._serve(method, target, params=params or {}, body=body))
+        answer = self._serve(method, target, params=params or {}, body=body)
+        return copy.deepcopy(answer) if decode else {}
 
     @contextlib.asynccontextmanager
     async def stream(

@@ -513,7 +513,10 @@ class K2KProvider:
             body["gracePeriodSeconds"] = grace_period
         try:
             await self._lower.request(
-                "DELETE", PODS.path(namespace=meta["namespace"], name=meta["name"]), body=body
+                "DELETE",
+                PODS.path(namespace=meta["namespace"], name=meta["name"]),
+                body=body,
+                decode=False,  # the informer shows the deletion; the answer is not read
             )
         except (errors.NotFound, errors.Conflict):
             self.book.delete_answered_gone(str(ownership.upper_uid_of(lower)))
