@@ -101,9 +101,13 @@ class Ledger:
     def __len__(self) -> int:
         return len(self._pods)
 
-    def put(self, key: str, pod: Mapping[str, Any]) -> bool:
+    def put(
+        self, key: str, pod: Mapping[str, Any], *, requests: dict[str, Fraction] | None = None
+    ) -> bool:
         """Count `pod` (stored under `key`, replacing what was counted for it) if it
         `counts`, else stop counting `key`. The caller leaves out pods of its own.
+        `requests`: `pod_requests(pod)` when the caller has it already (two ledgers fed
+        the same pod compute it once); kept, so not to be changed afterwards.
 
         Returns whether the figures changed. Raises ValueError for a malformed quantity
         (the figures are then unchanged).
@@ -111,7 +115,8 @@ class Ledger:
         if not counts(pod):
             return self.remove(key)
         node = str((pod.get("spec") or {}).get("nodeName"))
-        requests = pod_requests(pod)
+        if requests is None:
+            requests = pod_requests(pod)
         if self._pods.get(key) == (node, requests):
             return False
         self.remove(key)

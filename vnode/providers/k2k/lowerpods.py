@@ -19,6 +19,7 @@ from tensile.contracts import ownership
 from tensile.contracts.objects import Obj, name_of, uid_of
 from tensile.kube.resources import object_key
 from tensile.placement import fit
+from tensile.placement.requests import pod_requests
 from vnode.providers.k2k import capacity
 
 logger = logging.getLogger(__name__)
@@ -154,7 +155,7 @@ class LowerPodBook:
         moved. A pod of ours ends its create in flight; others' are counted (a malformed
         quantity, which the lower apiserver does not let through, is logged and not)."""
         key = object_key(lower)
-        self._count_on_node(key, lower)
+        requests = self._count_on_node(key, lower)
         if self.ours(lower):
             uid = str(ownership.upper_uid_of(lower))
             if (write := self._creates.get(uid)) is not None and write.lower_key == key:
@@ -167,7 +168,7 @@ class LowerPodBook:
                 self._made.setdefault(uid, uid_of(lower))
             return self._others.remove(key)
         try:
-            return self._others.put(key, lower)
+            return self._others.put(key, lower, requests=requests)
         except ValueError as exc:
             logger.warning("lower pod %s: not counted against the capacity: %s", key, exc)
             return self._others.remove(key)
@@ -242,17 +243,25 @@ class LowerPodBook:
             + len(self._made)
         )
 
-    def _count_on_node(self, key: str, lower: Obj) -> None:
+    def _count_on_node(self, key: str, lower: Obj) -> dict[str, Fraction] | None:
+        """Count `lower` on its node; return its requests when it counts (None when it does
+        not, or its quantities are malformed), for the other ledger to reuse."""
+        counted = capacity.counts(lower)
+        requests = None
         try:
-            self._all.put(key, lower)
+            if counted:
+                requests = pod_requests(lower)
+            self._all.put(key, lower, requests=requests)
         except ValueError:
+            requests = None
             self._all.remove(key)  # logged by `seen` when it is another's; ours were admitted
         spec = lower.get("spec") or {}
-        ports = fit.host_ports(spec) if capacity.counts(lower) else frozenset()
+        ports = fit.host_ports(spec) if counted else frozenset()
         if ports:
             self._ports[key] = (str(spec.get("nodeName")), ports)
         else:
             self._ports.pop(key, None)
+        return requests
 
     def rooms(self, nodes: Iterable[Mapping[str, Any]]) -> list[fit.NodeRoom]:
         """Return each of the lower `nodes` as the scheduler's filters see it, with what
