@@ -3,7 +3,7 @@
 Synchronous and single-threaded (one event loop). Objects are the API's dicts and are
 shared with readers: callers must treat them as read-only.
 
-An `encoded` store keeps each object as compact JSON (bytes) and decodes it on every read:
+An `encoded` store keeps each object as compact JSON (bytes) and decodes it when read:
 a quarter of the memory of the dicts, for caches that are large and read a few times per
 object (all pods of a node, all pods of a lower cluster, all ConfigMaps of a cluster), at
 about 20 microseconds per read of a pod. Questions asked of every object (which pods use a
@@ -22,6 +22,7 @@ read-only rule above holds for both kinds.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from tensile.contracts.objects import Obj, resource_version_of
@@ -56,9 +57,11 @@ class Store:
         """`encoded`: keep objects as compact JSON; `hot`: how many of them an encoded store
         also keeps decoded, the most recently given or read (0: none)."""
         self._items: dict[str, Obj | bytes] = {}
-        self._hot: dict[str, Obj] = {}
+        self._hot: OrderedDict[str, Obj] = OrderedDict()
         """An encoded store's recently used objects, decoded, by key, the most recent last:
-        each the decoded form of what `_items` holds under its key."""
+        each the decoded form of what `_items` holds under its key. Ordered as a linked
+        list: a plain dict whose oldest entries are popped over and over leaves holes that
+        each next look for the oldest walks over again."""
         self._hot_size = hot if encoded else 0
         self._versions: dict[str, str] = {}
         """An encoded store's resourceVersions by key (a plain store reads its dicts)."""
@@ -83,11 +86,13 @@ class Store:
         if value is None or not isinstance(value, bytes):
             return value
         hot = self._hot
-        obj = hot.pop(key, None)
-        if obj is None:
-            obj = codec.loads(value)
-        self._keep(key, obj)
-        return obj
+        obj = hot.get(key)
+        if obj is not None:
+            hot.move_to_end(key)
+            return obj
+        fresh: Obj = codec.loads(value)
+        self._keep(key, fresh)
+        return fresh
 
     def version(self, key: str) -> str | None:
         """Return the resourceVersion of the object with `key` ("" if it has none), or None
@@ -186,19 +191,19 @@ class Store:
         self._items[key] = value
         if self._encoded:
             self._versions[key] = resource_version_of(obj)
-            self._hot.pop(key, None)
             self._keep(key, obj)
         self._index(key, obj)
 
     def _keep(self, key: str, obj: Obj) -> None:
-        """Keep `obj` (the decoded form of what is stored under `key`, not in `_hot` now)
-        as the most recently used, dropping the least recently used beyond the bound."""
+        """Keep `obj` (the decoded form of what is stored under `key`) as the most recently
+        used, dropping the least recently used beyond the bound."""
         if self._hot_size <= 0:
             return
         hot = self._hot
         hot[key] = obj
+        hot.move_to_end(key)
         if len(hot) > self._hot_size:
-            del hot[next(iter(hot))]
+            hot.popitem(last=False)
 
     def _index(self, key: str, obj: Obj) -> None:
         for name, func in self._indexers.items():
