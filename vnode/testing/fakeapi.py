@@ -301,10 +301,11 @@ class FakeApi(ApiClient):
         target = parse_path(path)
         await self._inject(method, target)
         if (method, path) in self._answers:
-            return copy.deepcopy(self._answers[(method, path)])
-        if not target.api:
+            answer = self._answers[(method, path)]
+        elif not target.api:
             raise status_error(404, reason="NotFound", message=f"the server could not find {path}")
-        answer = self._serve(method, target, params=params or {}, body=body)
+        else:
+            answer = self._serve(method, target, params=params or {}, body=body)
         return copy.deepcopy(answer) if decode else {}
 
     @contextlib.asynccontextmanager
