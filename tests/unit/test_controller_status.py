@@ -11,9 +11,11 @@ from tests.unit.test_translate import NOW, deployment_pod, running_upper, unchan
 from vnode.controllers.node_objects import node_status, node_status_news
 from vnode.controllers.pod_decisions import (
     GONE_CONTAINER_MESSAGE,
+    StatusWrite,
     already_written,
     nothing_to_tell,
     provider_failed_status,
+    write_unseen,
 )
 from vnode.controllers.pod_decisions import vanished_status as lower_pod_gone_status
 from vnode.settings import NodeSettings
@@ -156,16 +158,20 @@ _STALE = {"metadata": {"resourceVersion": "7"}, "status": {"phase": "Pending"}}
 _CAUGHT_UP = {"metadata": {"resourceVersion": "8"}, "status": _RUNNING}
 
 
+def _wrote(version: str, status: dict[str, Any], *, answered: float = 0.0) -> StatusWrite:
+    return StatusWrite(cached=version, status=status, answered=answered)
+
+
 @pytest.mark.parametrize(
     ("pod", "desired", "written", "again"),
     [
         # The pod synced again before the watch brought our write back: the API says it.
-        (_STALE, _RUNNING, ("7", _RUNNING), True),
+        (_STALE, _RUNNING, _wrote("7", _RUNNING), True),
         # Something new to say since that write: written, against the cache as ever.
-        (_STALE, {**_RUNNING, "podIP": "10.0.0.2"}, ("7", _RUNNING), False),
+        (_STALE, {**_RUNNING, "podIP": "10.0.0.2"}, _wrote("7", _RUNNING), False),
         # The cache shows another version (ours came back, or another writer's): as usual.
-        (_CAUGHT_UP, _RUNNING, ("7", _RUNNING), False),
-        ({**_STALE, "metadata": {}}, _RUNNING, ("", _RUNNING), False),
+        (_CAUGHT_UP, _RUNNING, _wrote("7", _RUNNING), False),
+        ({**_STALE, "metadata": {}}, _RUNNING, _wrote("", _RUNNING), False),
         (_STALE, _RUNNING, None, False),
     ],
     ids=["stale-cache-same", "stale-cache-new", "caught-up", "no-version", "never-written"],
@@ -173,10 +179,35 @@ _CAUGHT_UP = {"metadata": {"resourceVersion": "8"}, "status": _RUNNING}
 def test_a_status_write_is_not_sent_again_before_the_cache_sees_it(
     pod: dict[str, Any],
     desired: dict[str, Any],
-    written: tuple[str, dict[str, Any]] | None,
+    written: StatusWrite | None,
     again: bool,
 ) -> None:
     assert already_written(pod, desired, written) is again
+
+
+_PENDING_AT_8 = {"metadata": {"resourceVersion": "8"}, "status": {"phase": "Pending"}}
+
+
+@pytest.mark.parametrize(
+    ("pod", "written", "now", "unseen"),
+    [
+        # Answered a moment ago, the cache still at the version it showed then.
+        (_STALE, _wrote("7", _RUNNING, answered=100.0), 100.5, True),
+        # Another event came (an earlier write's), not this write: still on its way.
+        (_PENDING_AT_8, _wrote("7", _RUNNING, answered=100.0), 100.5, True),
+        # The watch brought it: the cache is compared.
+        (_CAUGHT_UP, _wrote("7", _RUNNING, answered=100.0), 100.5, False),
+        # Past the bound: a write the cache never showed hides nothing any more.
+        (_STALE, _wrote("7", _RUNNING, answered=100.0), 130.0, False),
+        (_STALE, None, 100.5, False),
+        (None, _wrote("7", _RUNNING, answered=100.0), 100.5, False),
+    ],
+    ids=["on-its-way", "behind-another-event", "seen", "past-the-bound", "never-written", "gone"],
+)
+def test_a_status_write_is_on_its_way_until_the_cache_shows_it_or_the_bound_passes(
+    pod: dict[str, Any] | None, written: StatusWrite | None, now: float, unseen: bool
+) -> None:
+    assert write_unseen(pod, written, now=now, within=30.0) is unseen
 
 
 # -- node status: written when it says something new ----------------------------------------

@@ -64,7 +64,9 @@ class _Compared:
 class PodCheck:
     """Upper pods bound to the node against their backend pods, and backend pods of ours
     against upper pods (when the provider can name them: `BackendPodLister`). A pod whose
-    key a queue holds, or whose backend create or delete is in flight, is in hand.
+    key a queue holds, whose status write the upper cache does not show yet
+    (`PodController.status_unseen`), or whose backend create or delete is in flight, is in
+    hand.
 
     With a provider that stamps its answers (`BackendStamp`), a pod found clean is
     remembered with what it was judged on, and the next run passes over it without decoding
@@ -163,7 +165,15 @@ class PodCheck:
         return None, compared
 
     def _in_hand(self, key: str) -> bool:
-        return self._pods.pods_from_upper.pending(key) or self._pods.status_from_lower.pending(key)
+        pods = self._pods
+        # A status write the watch has not brought to the cache yet is in hand too: the
+        # cached status is older than the pod's, and comparing it would find drift that is
+        # not there (a loaded upper apiserver's watch lags its answers by most of a second).
+        return (
+            pods.pods_from_upper.pending(key)
+            or pods.status_from_lower.pending(key)
+            or pods.status_unseen(key)
+        )
 
     def in_hand(self, mismatch: Mismatch) -> bool:
         """Whether either pod queue still holds `mismatch`'s key."""

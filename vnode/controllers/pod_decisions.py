@@ -7,6 +7,7 @@ No I/O and no mutation of inputs; `pods.py` acts on these.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from tensile.contracts.objects import meta_of, resource_version_of
@@ -106,23 +107,61 @@ def status_patch(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict
     return {"status": body}
 
 
+@dataclass(frozen=True, kw_only=True)
+class StatusWrite:
+    """A status write of ours to an upper pod, answered by the apiserver, that the cache may
+    not show yet."""
+
+    cached: str
+    """The resourceVersion the cache showed when the answer came: the write is not in that
+    version, or that version is the write's own event (come before its answer)."""
+    status: Mapping[str, Any]
+    """The status it wrote."""
+    answered: float
+    """When the apiserver answered it, on the monotonic clock (seconds)."""
+
+
 def already_written(
     pod: Mapping[str, Any],
     desired: Mapping[str, Any],
-    written: tuple[str, Mapping[str, Any]] | None,
+    written: StatusWrite | None,
 ) -> bool:
     """Tell whether writing status `desired` to upper pod `pod` (as the cache shows it) would
-    send again the patch a write of ours already sent: `written` (the resourceVersion that
-    write started from, and the status it wrote) is for the version the cache still shows,
-    and wrote `desired`. The API says it already; only a cache the watch has not yet brought
-    that write to says otherwise (the pod synced again in between, e.g. the backend told of
-    a change that made no difference). Once the cache shows another version, the pod's
-    status there is compared as usual."""
+    send again the patch a write of ours already sent: `written` was answered while the
+    cache showed the version it still shows, and wrote `desired`. The API says it already;
+    only a cache the watch has not yet brought that write to says otherwise (the pod synced
+    again in between, e.g. the backend told of a change that made no difference). Once the
+    cache shows another version, the pod's status there is compared as usual."""
     return (
         written is not None
-        and bool(written[0])
-        and written[0] == resource_version_of(pod)
-        and dict(written[1]) == dict(desired)
+        and bool(written.cached)
+        and written.cached == resource_version_of(pod)
+        and dict(written.status) == dict(desired)
+    )
+
+
+def shows_write(pod: Mapping[str, Any], written: StatusWrite) -> bool:
+    """Tell whether upper pod `pod` (as the cache shows it) shows the status `written` wrote."""
+    return dict(pod.get("status") or {}) == dict(written.status)
+
+
+def write_unseen(
+    pod: Mapping[str, Any] | None, written: StatusWrite | None, *, now: float, within: float
+) -> bool:
+    """Tell whether a status write of ours is still on its way to the cache: `written` was
+    answered less than `within` seconds before `now` (monotonic seconds), and the cached
+    pod `pod` does not show its status (`shows_write`). Until the watch brings it, the
+    cached status is older than the pod's: comparing it with the backend would find drift
+    that is not there. That holds whatever events came meanwhile (under load, an earlier
+    write's event arrives while the next write is on its way). Past `within`, a write the
+    cache never showed (one the apiserver made nothing of, or another writer's status
+    after it) no longer hides what the cache shows. A pod gone from the cache has nothing
+    on its way."""
+    return (
+        written is not None
+        and pod is not None
+        and now - written.answered < within
+        and not shows_write(pod, written)
     )
 
 

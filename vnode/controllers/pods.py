@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -23,7 +24,6 @@ from tensile.contracts.objects import (
     Obj,
     deletion_timestamp_of,
     meta_of,
-    resource_version_of,
     uid_of,
 )
 from tensile.kube import errors, timestamps
@@ -50,6 +50,11 @@ _DEPENDENCY_RETRY = 20.0
 # often (seconds), without limit; the current status is read again at each try.
 _STATUS_RETRY = 2.0
 _POD_BACKOFF = ExponentialBackoff(base=0.5, cap=120.0)
+STATUS_SEEN_WITHIN = 30.0
+"""Seconds a status write of ours the upper cache does not show yet counts as on its way
+(`PodController.status_unseen`). A loaded upper apiserver delivered writes to the watch
+0.7 s after answering them in the fleet benchmark; a write no event follows for this long
+is one the apiserver made nothing of, and the cache's status is the pod's again."""
 
 
 class PodController:
@@ -70,18 +75,22 @@ class PodController:
         fairness: FairQueuing | None = None,
         sync_timeout: float = 60.0,
         status_coalesce: float = 0.1,
+        status_seen_within: float = STATUS_SEEN_WITHIN,
         traces: PodTraces = NO_POD_TRACES,
         taints: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         """`fairness` weighs namespaces in both queues (default: all equal);
         `sync_timeout` (seconds) bounds one provider call, so a hung backend cannot pin a
         worker forever; `status_coalesce` (seconds) is how long a provider notification
-        waits for more of the same pod before its status is written; `traces` makes each
+        waits for more of the same pod before its status is written; `status_seen_within`
+        (seconds) is how long a status write the cache does not show yet counts as on its
+        way (`status_unseen`); `traces` makes each
         pod's forwarding a trace (`pod_traces`; default: none); `taints` are the node's own,
         which a pod must tolerate to be created below (`pod_admission`)."""
         fairness = fairness or FairQueuing()
         self._traces = traces
         self._coalesce = status_coalesce
+        self._seen_within = status_seen_within
         self._upper = upper
         self._provider = provider
         self._workers = workers
@@ -112,9 +121,9 @@ class PodController:
         backend pod is gone: a deletion is state until the backend confirms it."""
         self._moved: set[str] = set()
         """Pods whose backend pod changed since the status worker last looked at them."""
-        self._written: dict[str, tuple[str, dict[str, Any]]] = {}
-        """Upper key -> (the resourceVersion a status write of ours started from, the status
-        it wrote), until the cache shows another version (`pod_decisions.already_written`)."""
+        self._written: dict[str, pod_decisions.StatusWrite] = {}
+        """Upper key -> our last status write, until the cache shows its status
+        (`pod_decisions.already_written`, `status_unseen`)."""
         self.informer.add_handlers(
             Handlers(on_add=self._added, on_update=self._updated, on_delete=self._deleted)
         )
@@ -130,9 +139,10 @@ class PodController:
         key = object_key(new)
         if pod_is_terminal(new):
             self.slices.forget(key)  # it holds nothing of its slices any more
-        if key in self._written:
-            # Our status write came back (or another one came first): the cache holds the
-            # newer version now.
+        written = self._written.get(key)
+        if written is not None and pod_decisions.shows_write(new, written):
+            # Our last status write came back. (An event of another write, an earlier one
+            # of ours under load included, leaves it on its way.)
             del self._written[key]
         if pod_decisions.spec_changed(old, new):
             self.pods_from_upper.add(key)
@@ -163,6 +173,21 @@ class PodController:
             self.status_from_lower.add(key)
         for key in list(self._gone):  # deletions waiting for the backend
             self.pods_from_upper.add(key)
+
+    def status_unseen(self, key: str) -> bool:
+        """Tell whether our last status write to upper pod `key`, answered less than
+        `status_seen_within` seconds ago, is not in the cache yet (`pod_decisions.write_unseen`):
+        the cached status is older than the pod's until the watch brings it, so the patrol
+        holds its verdict. Reads the cached pod only when such a write was made."""
+        written = self._written.get(key)
+        if written is None:
+            return False
+        return pod_decisions.write_unseen(
+            self.informer.store.get(key),
+            written,
+            now=time.monotonic(),
+            within=self._seen_within,
+        )
 
     def deleting(self, key: str) -> bool:
         """Tell whether the deletion of upper pod `key`, gone from the API, still waits
@@ -435,7 +460,7 @@ class PodController:
                 raise Requeue(_STATUS_RETRY, str(exc)) from exc
 
     async def _write_status(self, pod: Obj, desired: dict[str, Any]) -> None:
-        key, version = object_key(pod), resource_version_of(pod)
+        key = object_key(pod)
         if pod_decisions.already_written(pod, desired, self._written.get(key)):
             return
         patch = pod_decisions.status_patch(pod.get("status") or {}, desired)
@@ -454,6 +479,11 @@ class PodController:
         except errors.NotFound:
             self._written.pop(key, None)
             return  # deleted meanwhile
-        if version and self.informer.store.version(key) == version:
-            # Until the watch brings this write back (`_updated` then forgets it).
-            self._written[key] = (version, desired)
+        # Until the watch brings this write (`_updated` forgets it at the pod's next event).
+        # The version the cache shows now, not the one the write started from: an event
+        # that came while the write was on its way (an earlier write of ours, under load) is
+        # in the cache, and this write is still to come after it.
+        if cached := self.informer.store.version(key):
+            self._written[key] = pod_decisions.StatusWrite(
+                cached=cached, status=desired, answered=time.monotonic()
+            )
