@@ -11,11 +11,13 @@ from tests.unit.test_translate import NOW, deployment_pod, running_upper, unchan
 from vnode.controllers.node_objects import node_status, node_status_news
 from vnode.controllers.pod_decisions import (
     GONE_CONTAINER_MESSAGE,
+    FinalDelete,
     StatusWrite,
     already_written,
+    deletion_unseen,
     nothing_to_tell,
     provider_failed_status,
-    write_unseen,
+    status_unseen,
 )
 from vnode.controllers.pod_decisions import vanished_status as lower_pod_gone_status
 from vnode.settings import NodeSettings
@@ -207,7 +209,29 @@ _PENDING_AT_8 = {"metadata": {"resourceVersion": "8"}, "status": {"phase": "Pend
 def test_a_status_write_is_on_its_way_until_the_cache_shows_it_or_the_bound_passes(
     pod: dict[str, Any] | None, written: StatusWrite | None, now: float, unseen: bool
 ) -> None:
-    assert write_unseen(pod, written, now=now, within=30.0) is unseen
+    assert status_unseen(pod, written, now=now, within=30.0) is unseen
+
+
+_DELETING = {"metadata": {"uid": "u1", "deletionTimestamp": NOW}, "status": _RUNNING}
+
+
+@pytest.mark.parametrize(
+    ("pod", "deleted", "now", "unseen"),
+    [
+        (_DELETING, FinalDelete(uid="u1", answered=100.0), 100.5, True),
+        # A pod of the same name made again: the deletion was of another pod.
+        ({"metadata": {"uid": "u2"}}, FinalDelete(uid="u1", answered=100.0), 100.5, False),
+        # The watch brought it: the cache has no such pod.
+        (None, FinalDelete(uid="u1", answered=100.0), 100.5, False),
+        (_DELETING, FinalDelete(uid="u1", answered=100.0), 130.0, False),
+        (_DELETING, None, 100.5, False),
+    ],
+    ids=["on-its-way", "made-again", "seen", "past-the-bound", "never-deleted"],
+)
+def test_a_final_deletion_is_on_its_way_until_the_cache_drops_the_pod_or_the_bound_passes(
+    pod: dict[str, Any] | None, deleted: FinalDelete | None, now: float, unseen: bool
+) -> None:
+    assert deletion_unseen(pod, deleted, now=now, within=30.0) is unseen
 
 
 # -- node status: written when it says something new ----------------------------------------

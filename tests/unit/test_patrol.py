@@ -414,7 +414,7 @@ async def test_a_status_write_the_watch_has_not_brought_yet_is_not_drift(
     patrol compared 0.03-0.7 s after such answers, and called those pods stale; a loaded
     apiserver also delivered an earlier write's event while the next write was on its way).
     The cached status is older than the pod's: the check holds its verdict until the cache
-    moves, or until `status_seen_within` has passed (a write no event follows hides
+    moves, or until `write_seen_within` has passed (a write no event follows hides
     nothing)."""
     from vnode.controllers.patrol_checks import PodCheck  # noqa: PLC0415
     from vnode.testing.fakeapi import FakeApi  # noqa: PLC0415
@@ -426,7 +426,7 @@ async def test_a_status_write_the_watch_has_not_brought_yet_is_not_drift(
         return {"metadata": meta, "spec": {}, "status": status}
 
     upper = FakeApi(name="upper", objects=[(PODS, version(1, {"phase": "Pending"}))])
-    pods = _pod_controller(provider, upper, status_seen_within=seen_within)
+    pods = _pod_controller(provider, upper, write_seen_within=seen_within)
     pods.informer.store.upsert(version(1, {"phase": "Pending"}))
     check = PodCheck(pods=pods, provider=provider)  # type: ignore[arg-type]
     stale = Mismatch(kind="pods", reason="stale_status", key="ns/a")
@@ -462,6 +462,53 @@ async def test_a_status_write_the_watch_has_not_brought_yet_is_not_drift(
     deliver(version(4, RUNNING))
     assert [m async for m in check.mismatches()] == []
     assert not check.in_hand(stale)
+
+
+class GoneBelow(Book):
+    """`Book` whose backend pods are all gone: a deletion below is done at once."""
+
+    async def delete_pod(self, pod: dict[str, Any], *, grace_period: int | None) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("seen_within", [30.0, 0.0], ids=["on-its-way", "past-the-bound"])
+async def test_a_final_deletion_the_watch_has_not_brought_yet_is_not_a_lost_one(
+    seen_within: float,
+) -> None:
+    """The pod controller finished an upper pod's deletion (its backend pod gone, the upper
+    pod deleted with grace 0) and the apiserver answered, but the watch has not brought the
+    deletion yet: the cache shows a pod being deleted with nothing below, which is what a
+    lost deletion looks like (under the fleet benchmark the patrol reported 75 of them
+    while 2,000 pods were deleted). It is in hand until the cache drops the pod."""
+    from vnode.controllers.patrol_checks import PodCheck  # noqa: PLC0415
+    from vnode.testing.fakeapi import FakeApi  # noqa: PLC0415
+
+    provider = GoneBelow({}, owned=[], writing=set())
+    meta = {
+        "namespace": "ns",
+        "name": "a",
+        "uid": "u-a",
+        "resourceVersion": "5",
+        "deletionTimestamp": "2026-11-28T20:44:00Z",
+        "deletionGracePeriodSeconds": 30,
+    }
+    deleting = {"metadata": meta, "spec": {}, "status": RUNNING}
+    upper = FakeApi(name="upper", objects=[(PODS, deleting)])
+    pods = _pod_controller(provider, upper, write_seen_within=seen_within)
+    pods.informer.store.upsert(deleting)
+    check = PodCheck(pods=pods, provider=provider)  # type: ignore[arg-type]
+    lost = Mismatch(kind="pods", reason="lost_deletion", key="ns/a")
+
+    await pods._sync_pod_now("ns/a")  # the pod worker: gone below, so deleted upstairs
+    assert upper.get(PODS, "a", namespace="ns") is None
+    found = [m async for m in check.mismatches()]
+    assert found == ([] if seen_within else [lost])
+    assert check.in_hand(lost) is bool(seen_within)
+
+    # The watch brings the deletion: nothing left to compare.
+    pods.informer.store.delete("ns/a")
+    pods._deleted(deleting)
+    assert [m async for m in check.mismatches()] == []
 
 
 class StampedBook(Book):

@@ -64,8 +64,8 @@ class _Compared:
 class PodCheck:
     """Upper pods bound to the node against their backend pods, and backend pods of ours
     against upper pods (when the provider can name them: `BackendPodLister`). A pod whose
-    key a queue holds, whose status write the upper cache does not show yet
-    (`PodController.status_unseen`), or whose backend create or delete is in flight, is in
+    key a queue holds, with a write of ours the upper cache does not show yet
+    (`PodController.write_unseen`), or whose backend create or delete is in flight, is in
     hand.
 
     With a provider that stamps its answers (`BackendStamp`), a pod found clean is
@@ -166,13 +166,14 @@ class PodCheck:
 
     def _in_hand(self, key: str) -> bool:
         pods = self._pods
-        # A status write the watch has not brought to the cache yet is in hand too: the
-        # cached status is older than the pod's, and comparing it would find drift that is
-        # not there (a loaded upper apiserver's watch lags its answers by most of a second).
+        # A write the watch has not brought to the cache yet (a status, the pod's final
+        # deletion) is in hand too: the cached pod is older than the pod, and comparing it
+        # would find drift that is not there (a loaded upper apiserver's watch lags its
+        # answers by a second and more).
         return (
             pods.pods_from_upper.pending(key)
             or pods.status_from_lower.pending(key)
-            or pods.status_unseen(key)
+            or pods.write_unseen(key)
         )
 
     def in_hand(self, mismatch: Mismatch) -> bool:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tensile.contracts.objects import meta_of, resource_version_of
+from tensile.contracts.objects import meta_of, resource_version_of, uid_of
 from tensile.kube.resources import TERMINAL_PHASES
 
 _MUTABLE_SPEC = ("containers", "initContainers", "activeDeadlineSeconds", "tolerations")
@@ -145,7 +145,7 @@ def shows_write(pod: Mapping[str, Any], written: StatusWrite) -> bool:
     return dict(pod.get("status") or {}) == dict(written.status)
 
 
-def write_unseen(
+def status_unseen(
     pod: Mapping[str, Any] | None, written: StatusWrite | None, *, now: float, within: float
 ) -> bool:
     """Tell whether a status write of ours is still on its way to the cache: `written` was
@@ -162,6 +162,33 @@ def write_unseen(
         and pod is not None
         and now - written.answered < within
         and not shows_write(pod, written)
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinalDelete:
+    """The node's own deletion of an upper pod (grace 0, its backend pod gone), answered by
+    the apiserver, that the cache may not show yet."""
+
+    uid: str
+    """The UID of the upper pod deleted (its DELETE's precondition)."""
+    answered: float
+    """When the apiserver answered it, on the monotonic clock (seconds)."""
+
+
+def deletion_unseen(
+    pod: Mapping[str, Any] | None, deleted: FinalDelete | None, *, now: float, within: float
+) -> bool:
+    """Tell whether the node's final deletion of upper pod `pod` (as the cache shows it) is
+    still on its way to the cache: `deleted` is of that pod's UID and was answered less than
+    `within` seconds before `now` (monotonic seconds). Until the watch brings the deletion,
+    the cache shows a pod being deleted upstairs whose backend pod is gone, which is what a
+    lost deletion looks like. A pod of the same name made again has another UID."""
+    return (
+        deleted is not None
+        and pod is not None
+        and uid_of(pod) == deleted.uid
+        and now - deleted.answered < within
     )
 
 

@@ -50,11 +50,12 @@ _DEPENDENCY_RETRY = 20.0
 # often (seconds), without limit; the current status is read again at each try.
 _STATUS_RETRY = 2.0
 _POD_BACKOFF = ExponentialBackoff(base=0.5, cap=120.0)
-STATUS_SEEN_WITHIN = 30.0
-"""Seconds a status write of ours the upper cache does not show yet counts as on its way
-(`PodController.status_unseen`). A loaded upper apiserver delivered writes to the watch
-0.7 s after answering them in the fleet benchmark; a write no event follows for this long
-is one the apiserver made nothing of, and the cache's status is the pod's again."""
+WRITE_SEEN_WITHIN = 30.0
+"""Seconds a write of ours to an upper pod (a status, its final deletion) that the cache
+does not show yet counts as on its way (`PodController.write_unseen`). Under the fleet
+benchmark the patrol compared such pods up to 1.6 s after the writes' answers; a write the
+cache does not show after this long is one the apiserver made nothing of, or another
+writer's came after it, and the cache is compared again."""
 
 
 class PodController:
@@ -75,22 +76,22 @@ class PodController:
         fairness: FairQueuing | None = None,
         sync_timeout: float = 60.0,
         status_coalesce: float = 0.1,
-        status_seen_within: float = STATUS_SEEN_WITHIN,
+        write_seen_within: float = WRITE_SEEN_WITHIN,
         traces: PodTraces = NO_POD_TRACES,
         taints: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         """`fairness` weighs namespaces in both queues (default: all equal);
         `sync_timeout` (seconds) bounds one provider call, so a hung backend cannot pin a
         worker forever; `status_coalesce` (seconds) is how long a provider notification
-        waits for more of the same pod before its status is written; `status_seen_within`
-        (seconds) is how long a status write the cache does not show yet counts as on its
-        way (`status_unseen`); `traces` makes each
+        waits for more of the same pod before its status is written; `write_seen_within`
+        (seconds) is how long a write of ours the cache does not show yet counts as on its
+        way (`write_unseen`); `traces` makes each
         pod's forwarding a trace (`pod_traces`; default: none); `taints` are the node's own,
         which a pod must tolerate to be created below (`pod_admission`)."""
         fairness = fairness or FairQueuing()
         self._traces = traces
         self._coalesce = status_coalesce
-        self._seen_within = status_seen_within
+        self._seen_within = write_seen_within
         self._upper = upper
         self._provider = provider
         self._workers = workers
@@ -123,7 +124,10 @@ class PodController:
         """Pods whose backend pod changed since the status worker last looked at them."""
         self._written: dict[str, pod_decisions.StatusWrite] = {}
         """Upper key -> our last status write, until the cache shows its status
-        (`pod_decisions.already_written`, `status_unseen`)."""
+        (`pod_decisions.already_written`, `write_unseen`)."""
+        self._deletes: dict[str, pod_decisions.FinalDelete] = {}
+        """Upper key -> our final deletion of the pod, until the watch brings it
+        (`write_unseen`)."""
         self.informer.add_handlers(
             Handlers(on_add=self._added, on_update=self._updated, on_delete=self._deleted)
         )
@@ -152,6 +156,7 @@ class PodController:
         key = object_key(pod)
         self.slices.forget(key)
         self._written.pop(key, None)
+        self._deletes.pop(key, None)
         self._gone[key] = pod
         self.pods_from_upper.add(key)
         self._traces.gone(key)
@@ -174,20 +179,19 @@ class PodController:
         for key in list(self._gone):  # deletions waiting for the backend
             self.pods_from_upper.add(key)
 
-    def status_unseen(self, key: str) -> bool:
-        """Tell whether our last status write to upper pod `key`, answered less than
-        `status_seen_within` seconds ago, is not in the cache yet (`pod_decisions.write_unseen`):
-        the cached status is older than the pod's until the watch brings it, so the patrol
+    def write_unseen(self, key: str) -> bool:
+        """Tell whether a write of ours to upper pod `key`, answered less than
+        `write_seen_within` seconds ago, is not in the cache yet: its last status write
+        (`pod_decisions.status_unseen`) or its final deletion (`pod_decisions.deletion_unseen`).
+        Until the watch brings it, the cache shows the pod as it was before, so the patrol
         holds its verdict. Reads the cached pod only when such a write was made."""
-        written = self._written.get(key)
-        if written is None:
+        written, deleted = self._written.get(key), self._deletes.get(key)
+        if written is None and deleted is None:
             return False
-        return pod_decisions.write_unseen(
-            self.informer.store.get(key),
-            written,
-            now=time.monotonic(),
-            within=self._seen_within,
-        )
+        pod, now, within = self.informer.store.get(key), time.monotonic(), self._seen_within
+        return pod_decisions.status_unseen(
+            pod, written, now=now, within=within
+        ) or pod_decisions.deletion_unseen(pod, deleted, now=now, within=within)
 
     def deleting(self, key: str) -> bool:
         """Tell whether the deletion of upper pod `key`, gone from the API, still waits
@@ -426,6 +430,7 @@ class PodController:
             "gracePeriodSeconds": 0,
             "preconditions": {"uid": meta["uid"]},
         }
+        key = object_key(pod)
         try:
             await self._upper.request(
                 "DELETE",
@@ -433,8 +438,15 @@ class PodController:
                 body=body,
                 decode=False,
             )
-        except (errors.NotFound, errors.Conflict):
-            pass  # gone already, or a new pod of the same name: not ours to delete
+        except errors.Conflict:
+            return  # a new pod of the same name: not ours to delete
+        except errors.NotFound:
+            pass  # gone already: its deletion is on its way to the cache too
+        # Until the watch brings the deletion (`_deleted` forgets it).
+        if self.informer.store.version(key) is not None:
+            self._deletes[key] = pod_decisions.FinalDelete(
+                uid=str(meta["uid"]), answered=time.monotonic()
+            )
 
     # -- provider -> upper status --------------------------------------------------------
 
