@@ -188,6 +188,7 @@ def test_a_status_write_is_not_sent_again_before_the_cache_sees_it(
 
 
 _PENDING_AT_8 = {"metadata": {"resourceVersion": "8"}, "status": {"phase": "Pending"}}
+_WITH_MESSAGE = {"metadata": {"resourceVersion": "9"}, "status": {**_RUNNING, "message": "x"}}
 
 
 @pytest.mark.parametrize(
@@ -199,12 +200,22 @@ _PENDING_AT_8 = {"metadata": {"resourceVersion": "8"}, "status": {"phase": "Pend
         (_PENDING_AT_8, _wrote("7", _RUNNING, answered=100.0), 100.5, True),
         # The watch brought it: the cache is compared.
         (_CAUGHT_UP, _wrote("7", _RUNNING, answered=100.0), 100.5, False),
+        # It came with another writer's field (theirs before or after ours): it is in.
+        (_WITH_MESSAGE, _wrote("7", _RUNNING, answered=100.0), 100.5, False),
         # Past the bound: a write the cache never showed hides nothing any more.
         (_STALE, _wrote("7", _RUNNING, answered=100.0), 130.0, False),
         (_STALE, None, 100.5, False),
         (None, _wrote("7", _RUNNING, answered=100.0), 100.5, False),
     ],
-    ids=["on-its-way", "behind-another-event", "seen", "past-the-bound", "never-written", "gone"],
+    ids=[
+        "on-its-way",
+        "behind-another-event",
+        "seen",
+        "seen-with-another-field",
+        "past-the-bound",
+        "never-written",
+        "gone",
+    ],
 )
 def test_a_status_write_is_on_its_way_until_the_cache_shows_it_or_the_bound_passes(
     pod: dict[str, Any] | None, written: StatusWrite | None, now: float, unseen: bool

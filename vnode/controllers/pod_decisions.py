@@ -141,8 +141,11 @@ def already_written(
 
 
 def shows_write(pod: Mapping[str, Any], written: StatusWrite) -> bool:
-    """Tell whether upper pod `pod` (as the cache shows it) shows the status `written` wrote."""
-    return dict(pod.get("status") or {}) == dict(written.status)
+    """Tell whether upper pod `pod` (as the cache shows it) shows the status `written` wrote:
+    every field of it, whatever else the status holds (another writer's field, written
+    before or after ours, is the patrol's to compare, not a write still on its way)."""
+    status = pod.get("status") or {}
+    return all(status.get(key) == value for key, value in written.status.items())
 
 
 def status_unseen(
