@@ -158,10 +158,11 @@ def test_what_a_backend_says_beyond_scheduling_is_written(status: dict[str, Any]
 _RUNNING = {"phase": "Running", "conditions": [_SCHEDULED], "podIP": "10.0.0.1"}
 _STALE = {"metadata": {"resourceVersion": "7"}, "status": {"phase": "Pending"}}
 _CAUGHT_UP = {"metadata": {"resourceVersion": "8"}, "status": _RUNNING}
+_OTHERS_AT_8 = {"metadata": {"resourceVersion": "8"}, "status": {**_RUNNING, "phase": "Failed"}}
 
 
 def _wrote(version: str, status: dict[str, Any], *, answered: float = 0.0) -> StatusWrite:
-    return StatusWrite(cached=version, status=status, answered=answered)
+    return StatusWrite(started=version, status=status, answered=answered)
 
 
 @pytest.mark.parametrize(
@@ -173,10 +174,20 @@ def _wrote(version: str, status: dict[str, Any], *, answered: float = 0.0) -> St
         (_STALE, {**_RUNNING, "podIP": "10.0.0.2"}, _wrote("7", _RUNNING), False),
         # The cache shows another version (ours came back, or another writer's): as usual.
         (_CAUGHT_UP, _RUNNING, _wrote("7", _RUNNING), False),
+        # Another writer's event came while ours was on its way (it may have undone ours):
+        # the cache is compared, and ours written again where it differs.
+        (_OTHERS_AT_8, _RUNNING, _wrote("7", _RUNNING), False),
         ({**_STALE, "metadata": {}}, _RUNNING, _wrote("", _RUNNING), False),
         (_STALE, _RUNNING, None, False),
     ],
-    ids=["stale-cache-same", "stale-cache-new", "caught-up", "no-version", "never-written"],
+    ids=[
+        "stale-cache-same",
+        "stale-cache-new",
+        "caught-up",
+        "another-writer-meanwhile",
+        "no-version",
+        "never-written",
+    ],
 )
 def test_a_status_write_is_not_sent_again_before_the_cache_sees_it(
     pod: dict[str, Any],

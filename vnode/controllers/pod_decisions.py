@@ -112,9 +112,9 @@ class StatusWrite:
     """A status write of ours to an upper pod, answered by the apiserver, that the cache may
     not show yet."""
 
-    cached: str
-    """The resourceVersion the cache showed when the answer came: the write is not in that
-    version, or that version is the write's own event (come before its answer)."""
+    started: str
+    """The resourceVersion of the upper pod the write was made against (as the cache showed
+    it): its patch says what that version lacked."""
     status: Mapping[str, Any]
     """The status it wrote."""
     answered: float
@@ -127,15 +127,16 @@ def already_written(
     written: StatusWrite | None,
 ) -> bool:
     """Tell whether writing status `desired` to upper pod `pod` (as the cache shows it) would
-    send again the patch a write of ours already sent: `written` was answered while the
-    cache showed the version it still shows, and wrote `desired`. The API says it already;
-    only a cache the watch has not yet brought that write to says otherwise (the pod synced
-    again in between, e.g. the backend told of a change that made no difference). Once the
-    cache shows another version, the pod's status there is compared as usual."""
+    send again the patch a write of ours already sent: `written` was made against the
+    version the cache still shows, and wrote `desired`. The API says it already; only a
+    cache the watch has not yet brought that write to says otherwise (the pod synced again
+    in between, e.g. the backend told of a change that made no difference). Once the cache
+    shows another version (ours, or another writer's, which may have changed what ours
+    wrote), the pod's status there is compared as usual."""
     return (
         written is not None
-        and bool(written.cached)
-        and written.cached == resource_version_of(pod)
+        and bool(written.started)
+        and written.started == resource_version_of(pod)
         and dict(written.status) == dict(desired)
     )
 

@@ -24,6 +24,7 @@ from tensile.contracts.objects import (
     Obj,
     deletion_timestamp_of,
     meta_of,
+    resource_version_of,
     uid_of,
 )
 from tensile.kube import errors, timestamps
@@ -491,11 +492,9 @@ class PodController:
         except errors.NotFound:
             self._written.pop(key, None)
             return  # deleted meanwhile
-        # Until the watch brings this write (`_updated` forgets it at the pod's next event).
-        # The version the cache shows now, not the one the write started from: an event
-        # that came while the write was on its way (an earlier write of ours, under load) is
-        # in the cache, and this write is still to come after it.
-        if cached := self.informer.store.version(key):
+        # Until the cache shows what it wrote (`_updated`), also when another event came while
+        # it was on its way (under load, an earlier write's of ours): this one is still to come.
+        if self.informer.store.version(key) is not None:
             self._written[key] = pod_decisions.StatusWrite(
-                cached=cached, status=desired, answered=time.monotonic()
+                started=resource_version_of(pod), status=desired, answered=time.monotonic()
             )
