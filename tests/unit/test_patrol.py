@@ -464,6 +464,30 @@ async def test_a_status_write_the_watch_has_not_brought_yet_is_not_drift(
     assert not check.in_hand(stale)
 
 
+async def test_a_status_write_whose_event_came_before_its_answer_is_not_kept() -> None:
+    """The watch can bring a write before the apiserver's answer does (a light load): then
+    no event follows it, and a write kept until one came would stay for the pod's life."""
+    from vnode.testing.fakeapi import FakeApi  # noqa: PLC0415
+
+    provider = Book({"ns/a": RUNNING}, owned=[], writing=set())
+    meta = {"namespace": "ns", "name": "a", "uid": "u-a", "resourceVersion": "1"}
+    pending = {"metadata": meta, "spec": {}, "status": {"phase": "Pending"}}
+    upper = FakeApi(name="upper", objects=[(PODS, pending)])
+    pods = _pod_controller(provider, upper)
+    pods.informer.store.upsert(pending)
+    answer = asyncio.Event()
+    upper.delay("PATCH", "pods", until=answer, times=1)
+    write = asyncio.create_task(pods._sync_status("ns/a"))
+    await asyncio.sleep(0.01)
+    written = {"metadata": {**meta, "resourceVersion": "2"}, "spec": {}, "status": RUNNING}
+    pods.informer.store.upsert(written)  # its event, before its answer
+    pods._updated(pending, written)
+    answer.set()
+    await write
+    assert not pods.write_unseen("ns/a")
+    assert pods._written == {}, "nothing kept for an event that already came"
+
+
 class GoneBelow(Book):
     """`Book` whose backend pods are all gone: a deletion below is done at once."""
 

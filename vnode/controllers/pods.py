@@ -492,9 +492,14 @@ class PodController:
         except errors.NotFound:
             self._written.pop(key, None)
             return  # deleted meanwhile
-        # Until the cache shows what it wrote (`_updated`), also when another event came while
-        # it was on its way (under load, an earlier write's of ours): this one is still to come.
-        if self.informer.store.version(key) is not None:
-            self._written[key] = pod_decisions.StatusWrite(
-                started=resource_version_of(pod), status=desired, answered=time.monotonic()
-            )
+        # Kept until the cache shows what it wrote (`_updated`), also when another event came
+        # while it was on its way (under load, an earlier write's of ours): this one is still
+        # to come. Not kept when its event came before its answer: none follows.
+        write = pod_decisions.StatusWrite(
+            started=resource_version_of(pod), status=desired, answered=time.monotonic()
+        )
+        cached = self.informer.store.get(key)
+        if cached is not None and not pod_decisions.shows_write(cached, write):
+            self._written[key] = write
+        else:
+            self._written.pop(key, None)
