@@ -111,14 +111,22 @@ class AuditSettings:
     benchmark measured 4.6 s at p99 between an answer and its watch event), and only a
     store that has not moved for this long is relisted."""
     max_confirm: int = 20
-    """Suspects looked up at most per audit: one confirmed is enough to relist, which
-    corrects them all."""
+    """Suspects looked up at most per look (the first look's; later looks take only those
+    still disagreeing): one confirmed is enough to relist, which corrects them all."""
 
 
-async def audit(informer: Informer, *, client: ApiClient, settings: AuditSettings) -> list[Suspect]:
+async def audit(
+    informer: Informer,
+    *,
+    client: ApiClient,
+    settings: AuditSettings,
+    stopped: Callable[[], bool] = lambda: False,
+) -> list[Suspect]:
     """List `informer`'s selection through `client` (metadata only, in pages) and return
     the confirmed drift of its store (at most `settings.max_confirm`). Raises kube errors
-    when the server cannot be listed (the store is then left alone)."""
+    when the server cannot be listed (the store is then left alone). Once `stopped()` says
+    so (the caller shuts down), no suspect is looked at again: what is confirmed so far is
+    returned."""
     selection = informer.selection
     store = informer.store
     path = selection.resource.path(namespace=selection.namespace)
@@ -141,15 +149,23 @@ async def audit(informer: Informer, *, client: ApiClient, settings: AuditSetting
     del listed
     if not suspects:
         return []
-    return await _confirmed(suspects[: settings.max_confirm], informer, client, settings)
+    return await _confirmed(
+        suspects[: settings.max_confirm], informer, client, settings, stopped=stopped
+    )
 
 
 async def _confirmed(
-    suspects: list[Suspect], informer: Informer, client: ApiClient, settings: AuditSettings
+    suspects: list[Suspect],
+    informer: Informer,
+    client: ApiClient,
+    settings: AuditSettings,
+    *,
+    stopped: Callable[[], bool],
 ) -> list[Suspect]:
     """The `suspects` still drift after the watch had its time: looked up after
     `settings.settle` seconds, and those still disagreeing again after waits that double,
-    until `settings.settle_max` seconds in all (one look when `settle` is 0)."""
+    until `settings.settle_max` seconds in all (one look when `settle` is 0, none more once
+    `stopped()`)."""
     waited, wait = 0.0, settings.settle
     while True:
         await asyncio.sleep(wait)
@@ -160,7 +176,7 @@ async def _confirmed(
             if confirmed(suspect, server=server, cached_now=informer.store.version(suspect.key)):
                 drift.append(suspect)
         left = settings.settle_max - waited
-        if not drift or wait <= 0 or left <= 0:
+        if not drift or wait <= 0 or left <= 0 or stopped():
             return drift
         suspects, wait = drift, min(2 * wait, left)
 

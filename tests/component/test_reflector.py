@@ -1137,3 +1137,22 @@ async def test_the_cache_audit_waits_longer_for_a_watch_that_lags_past_its_first
     assert lookups == ["metadata.name=a", "metadata.name=b"] * 2 + ["metadata.name=b"], (
         "each suspect still disagreeing is looked at again, the store's catch-up ends it"
     )
+
+
+async def test_a_cache_audit_told_to_stop_looks_no_more(fake: FakeApiServer) -> None:
+    """A patrol shutting down (`stopped`) waits for no second look: what the first look
+    confirmed is returned."""
+    fake.lists.append(fake.page([pod("a", "1")], rv="10"))
+    informer = Informer(client_for(fake.url), PODS, name=informer_name(), settings=FAST)
+    async with informer.selection.client as client, running(informer):
+        await informer.wait_synced(timeout=2)
+        fake.lists.extend(
+            [fake.page([pod("a", "5")], rv="20"), fake.page([pod("a", "5")], rv="21")]
+        )
+        settings = cacheaudit.AuditSettings(settle=0.01, settle_max=60.0)
+        drift = await asyncio.wait_for(
+            cacheaudit.audit(informer, client=client, settings=settings, stopped=lambda: True),
+            5,
+        )
+    assert drift == [cacheaudit.Suspect(key="default/a", reason="missed_update", cached="1")]
+    assert len(fake.list_requests) == 3, "the list and one look"

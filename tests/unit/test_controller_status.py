@@ -156,13 +156,22 @@ def test_what_a_backend_says_beyond_scheduling_is_written(status: dict[str, Any]
 # -- a status write the cache has not seen yet is not sent again ------------------------------
 
 _RUNNING = {"phase": "Running", "conditions": [_SCHEDULED], "podIP": "10.0.0.1"}
-_STALE = {"metadata": {"resourceVersion": "7"}, "status": {"phase": "Pending"}}
-_CAUGHT_UP = {"metadata": {"resourceVersion": "8"}, "status": _RUNNING}
-_OTHERS_AT_8 = {"metadata": {"resourceVersion": "8"}, "status": {**_RUNNING, "phase": "Failed"}}
+_STALE = {"metadata": {"uid": "u1", "resourceVersion": "7"}, "status": {"phase": "Pending"}}
+_CAUGHT_UP = {"metadata": {"uid": "u1", "resourceVersion": "8"}, "status": _RUNNING}
+_OTHERS_AT_8 = {
+    "metadata": {"uid": "u1", "resourceVersion": "8"},
+    "status": {**_RUNNING, "phase": "Failed"},
+}
 
 
-def _wrote(version: str, status: dict[str, Any], *, answered: float = 0.0) -> StatusWrite:
-    return StatusWrite(started=version, status=status, answered=answered)
+def _wrote(
+    version: str,
+    status: dict[str, Any],
+    *,
+    answered: float = 0.0,
+    removed: frozenset[str] = frozenset(),
+) -> StatusWrite:
+    return StatusWrite(uid="u1", started=version, status=status, removed=removed, answered=answered)
 
 
 @pytest.mark.parametrize(
@@ -198,8 +207,13 @@ def test_a_status_write_is_not_sent_again_before_the_cache_sees_it(
     assert already_written(pod, desired, written) is again
 
 
-_PENDING_AT_8 = {"metadata": {"resourceVersion": "8"}, "status": {"phase": "Pending"}}
-_WITH_MESSAGE = {"metadata": {"resourceVersion": "9"}, "status": {**_RUNNING, "message": "x"}}
+_PENDING_AT_8 = {"metadata": {"uid": "u1", "resourceVersion": "8"}, "status": {"phase": "Pending"}}
+_WITH_MESSAGE = {
+    "metadata": {"uid": "u1", "resourceVersion": "9"},
+    "status": {**_RUNNING, "message": "x"},
+}
+_MSG = frozenset({"message"})
+_MADE_AGAIN = {"metadata": {"uid": "u2", "resourceVersion": "9"}, "status": {"phase": "Pending"}}
 
 
 @pytest.mark.parametrize(
@@ -213,6 +227,11 @@ _WITH_MESSAGE = {"metadata": {"resourceVersion": "9"}, "status": {**_RUNNING, "m
         (_CAUGHT_UP, _wrote("7", _RUNNING, answered=100.0), 100.5, False),
         # It came with another writer's field (theirs before or after ours): it is in.
         (_WITH_MESSAGE, _wrote("7", _RUNNING, answered=100.0), 100.5, False),
+        # A write that removed the message: not in while the cache still has one.
+        (_WITH_MESSAGE, _wrote("7", _RUNNING, answered=100.0, removed=_MSG), 100.5, True),
+        (_CAUGHT_UP, _wrote("7", _RUNNING, answered=100.0, removed=_MSG), 100.5, False),
+        # A pod of the same name made again: the write was to another pod.
+        (_MADE_AGAIN, _wrote("7", _RUNNING, answered=100.0), 100.5, False),
         # Past the bound: a write the cache never showed hides nothing any more.
         (_STALE, _wrote("7", _RUNNING, answered=100.0), 130.0, False),
         (_STALE, None, 100.5, False),
@@ -223,6 +242,9 @@ _WITH_MESSAGE = {"metadata": {"resourceVersion": "9"}, "status": {**_RUNNING, "m
         "behind-another-event",
         "seen",
         "seen-with-another-field",
+        "a-removal-not-in-yet",
+        "a-removal-in",
+        "made-again",
         "past-the-bound",
         "never-written",
         "gone",

@@ -130,10 +130,24 @@ class PodRow:
     desired: dict[str, Any] | None
     expect: str | None
     in_hand: bool = False
+    status_unseen: bool = False
+    deletion_unseen: bool = False
 
 
 POD_ROWS = {
     "in step": PodRow(upper(), LOWER, RUNNING, None),
+    "status differs, a status write of ours on its way": PodRow(
+        upper(status={"phase": "Pending"}), LOWER, RUNNING, None, status_unseen=True
+    ),
+    "no backend pod, a status write of ours on its way": PodRow(
+        upper(), None, None, "missing_below", status_unseen=True
+    ),
+    "deleting, backend pod gone, our deletion on its way": PodRow(
+        upper(**DELETING), None, None, None, deletion_unseen=True
+    ),
+    "status differs, our deletion on its way": PodRow(
+        upper(status={"phase": "Pending"}), LOWER, RUNNING, "stale_status", deletion_unseen=True
+    ),
     "no backend pod": PodRow(upper(), None, None, "missing_below"),
     "no backend pod, in hand": PodRow(upper(), None, None, None, in_hand=True),
     "status differs": PodRow(
@@ -157,7 +171,12 @@ POD_ROWS = {
 @pytest.mark.parametrize("row", POD_ROWS.values(), ids=POD_ROWS.keys())
 def test_upper_pod_drift(row: PodRow) -> None:
     found = upper_pod_drift(
-        row.pod, backend=row.backend, desired_status=row.desired, in_hand=row.in_hand
+        row.pod,
+        backend=row.backend,
+        desired_status=row.desired,
+        in_hand=row.in_hand,
+        status_unseen=row.status_unseen,
+        deletion_unseen=row.deletion_unseen,
     )
     assert found == row.expect
 
@@ -414,7 +433,7 @@ async def test_a_status_write_the_watch_has_not_brought_yet_is_not_drift(
     patrol compared 0.03-0.7 s after such answers, and called those pods stale; a loaded
     apiserver also delivered an earlier write's event while the next write was on its way).
     The cached status is older than the pod's: the check holds its verdict until the cache
-    moves, or until `write_seen_within` has passed (a write no event follows hides
+    shows the write, or until `write_seen_within` has passed (a write no event follows hides
     nothing)."""
     from vnode.controllers.patrol_checks import PodCheck  # noqa: PLC0415
     from vnode.testing.fakeapi import FakeApi  # noqa: PLC0415
@@ -441,6 +460,7 @@ async def test_a_status_write_the_watch_has_not_brought_yet_is_not_drift(
     await write
     assert upper.get(PODS, "a", namespace="ns")["status"] == RUNNING  # type: ignore[index]
     assert pods.informer.store.get("ns/a")["status"]["phase"] == "Pending", "not seen yet"
+    assert pods._written["ns/a"].started == "1", "sent again only while the cache shows 1"
     found = [m async for m in check.mismatches()]
     if seen_within:
         assert found == [], "a write on its way is not drift"
@@ -462,6 +482,7 @@ async def test_a_status_write_the_watch_has_not_brought_yet_is_not_drift(
     deliver(version(4, RUNNING))
     assert [m async for m in check.mismatches()] == []
     assert not check.in_hand(stale)
+    assert pods._written == {}, "a write the cache shows is forgotten"
 
 
 async def test_a_status_write_whose_event_came_before_its_answer_is_not_kept() -> None:
@@ -484,7 +505,7 @@ async def test_a_status_write_whose_event_came_before_its_answer_is_not_kept() -
     pods._updated(pending, written)
     answer.set()
     await write
-    assert not pods.write_unseen("ns/a")
+    assert not pods.status_unseen("ns/a")
     assert pods._written == {}, "nothing kept for an event that already came"
 
 
@@ -495,9 +516,13 @@ class GoneBelow(Book):
         return True
 
 
-@pytest.mark.parametrize("seen_within", [30.0, 0.0], ids=["on-its-way", "past-the-bound"])
+@pytest.mark.parametrize(
+    ("seen_within", "refused"),
+    [(30.0, False), (0.0, False), (30.0, True)],
+    ids=["on-its-way", "past-the-bound", "refused-another-pod-of-the-name"],
+)
 async def test_a_final_deletion_the_watch_has_not_brought_yet_is_not_a_lost_one(
-    seen_within: float,
+    seen_within: float, refused: bool
 ) -> None:
     """The pod controller finished an upper pod's deletion (its backend pod gone, the upper
     pod deleted with grace 0) and the apiserver answered, but the watch has not brought the
@@ -523,16 +548,25 @@ async def test_a_final_deletion_the_watch_has_not_brought_yet_is_not_a_lost_one(
     check = PodCheck(pods=pods, provider=provider)  # type: ignore[arg-type]
     lost = Mismatch(kind="pods", reason="lost_deletion", key="ns/a")
 
+    if refused:  # the UID precondition: the name holds another pod now
+        upper.fail("DELETE", "pods", error=errors.Conflict(code=409, status={"message": "uid"}))
     await pods._sync_pod_now("ns/a")  # the pod worker: gone below, so deleted upstairs
-    assert upper.get(PODS, "a", namespace="ns") is None
+    assert (upper.get(PODS, "a", namespace="ns") is None) is not refused
     found = [m async for m in check.mismatches()]
-    assert found == ([] if seen_within else [lost])
-    assert check.in_hand(lost) is bool(seen_within)
+    on_its_way = bool(seen_within) and not refused
+    assert found == ([] if on_its_way else [lost])
+    assert check.in_hand(lost) is on_its_way
+    assert not check.in_hand(Mismatch(kind="pods", reason="stale_status", key="ns/a")), (
+        "a deletion on its way explains a lost deletion only"
+    )
+    if refused:
+        return
 
-    # The watch brings the deletion: nothing left to compare.
+    # The watch brings the deletion: nothing left to compare, nothing kept.
     pods.informer.store.delete("ns/a")
     pods._deleted(deleting)
     assert [m async for m in check.mismatches()] == []
+    assert pods._deletes == {}
 
 
 class StampedBook(Book):

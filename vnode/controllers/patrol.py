@@ -157,7 +157,8 @@ class Patrol:
                 found[mismatch] = check
                 check.repair(mismatch)
         # Drift not found again only because its key is still in its queue (a repair that
-        # failed and waits for its retry, or not worked yet) is not repaired: it stays.
+        # failed and waits for its retry, or not worked yet), or because a write of the
+        # repair's is not in the cache yet, is not repaired: it stays.
         held = {
             mismatch: check
             for mismatch, check in self._outstanding.items()
@@ -183,7 +184,10 @@ class Patrol:
         kind = informer.selection.resource.plural
         try:
             drift = await cacheaudit.audit(
-                informer, client=audit.client, settings=self._audit_settings
+                informer,
+                client=audit.client,
+                settings=self._audit_settings,
+                stopped=self._stop.is_set,  # a shut-down waits for no more looks
             )
         except (errors.ApiError, errors.ApiUnavailable, ValueError) as exc:
             # ValueError: an answer that is not JSON (a proxy's page), as the reflector

@@ -64,9 +64,10 @@ class _Compared:
 class PodCheck:
     """Upper pods bound to the node against their backend pods, and backend pods of ours
     against upper pods (when the provider can name them: `BackendPodLister`). A pod whose
-    key a queue holds, with a write of ours the upper cache does not show yet
-    (`PodController.write_unseen`), or whose backend create or delete is in flight, is in
-    hand.
+    key a queue holds, or whose backend create or delete is in flight, is in hand; so is
+    a stale status or lost deletion that a status write or final deletion of the pod
+    controller's, answered and not in the upper cache yet, explains
+    (`PodController.status_unseen`, `deletion_unseen`).
 
     With a provider that stamps its answers (`BackendStamp`), a pod found clean is
     remembered with what it was judged on, and the next run passes over it without decoding
@@ -145,9 +146,17 @@ class PodCheck:
         else:
             desired = self._provider.pod_status(pod)
         in_hand = self._in_hand(key) or (book is not None and book.backend_writing(uid))
+        status_unseen, deletion_unseen = self._unseen(key)
         reason = patrol_decisions.upper_pod_drift(
-            pod, backend=backend, desired_status=desired, in_hand=in_hand
+            pod,
+            backend=backend,
+            desired_status=desired,
+            in_hand=in_hand,
+            status_unseen=status_unseen,
+            deletion_unseen=deletion_unseen,
         )
+        # A verdict held for a write on its way is no verdict: not remembered as clean.
+        in_hand = in_hand or status_unseen or deletion_unseen
         compared = _Compared(
             version=version,
             uid=uid,
@@ -165,20 +174,24 @@ class PodCheck:
         return None, compared
 
     def _in_hand(self, key: str) -> bool:
-        pods = self._pods
-        # A write the watch has not brought to the cache yet (a status, the pod's final
-        # deletion) is in hand too: the cached pod is older than the pod, and comparing it
-        # would find drift that is not there (a loaded upper apiserver's watch lags its
-        # answers by a second and more).
-        return (
-            pods.pods_from_upper.pending(key)
-            or pods.status_from_lower.pending(key)
-            or pods.write_unseen(key)
-        )
+        return self._pods.pods_from_upper.pending(key) or self._pods.status_from_lower.pending(key)
+
+    def _unseen(self, key: str) -> tuple[bool, bool]:
+        """Whether a status write / the final deletion of the pod controller's for `key`,
+        answered, is not in the cache yet: the cached pod is older than the pod, and
+        comparing it would find drift that is not there (a loaded upper apiserver's watch
+        lags its answers by a second and more)."""
+        return self._pods.status_unseen(key), self._pods.deletion_unseen(key)
 
     def in_hand(self, mismatch: Mismatch) -> bool:
-        """Whether either pod queue still holds `mismatch`'s key."""
-        return self._in_hand(mismatch.key)
+        """Whether either pod queue still holds `mismatch`'s key, or a write of the pod
+        controller's that the cache does not show yet explains it."""
+        if self._in_hand(mismatch.key):
+            return True
+        status_unseen, deletion_unseen = self._unseen(mismatch.key)
+        return patrol_decisions.unseen_write_explains(
+            mismatch.reason, status_unseen=status_unseen, deletion_unseen=deletion_unseen
+        )
 
     def repair(self, mismatch: Mismatch) -> None:
         """A stale status goes to the status queue, everything else to the pod queue."""

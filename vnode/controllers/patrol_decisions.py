@@ -37,12 +37,17 @@ def upper_pod_drift(
     backend: Mapping[str, Any] | None,
     desired_status: Mapping[str, Any] | None,
     in_hand: bool,
+    status_unseen: bool = False,
+    deletion_unseen: bool = False,
 ) -> str | None:
     """Compare an upper pod bound to the node with its backend pod.
 
     `backend`: the provider's pod for it (same UID), None if it has none; `desired_status`:
     the status the provider says the upper pod should show (None without a backend pod);
-    `in_hand`: whether the pod controller's queues hold the key. Reasons:
+    `in_hand`: whether the pod controller's queues hold the key; `status_unseen` /
+    `deletion_unseen`: whether a status write / the final deletion of the node's, answered,
+    is not in the cache yet (`PodController.status_unseen`, `deletion_unseen`): the cached
+    pod does not say it yet, so no stale status / lost deletion is told. Reasons:
     "missing_below" (a live pod without a backend pod: a create lost, or a backend pod
     deleted behind the node's back that the upper pod does not show yet), "lost_deletion"
     (an upper deletion the backend has not been told of, or that finished below but not
@@ -54,12 +59,22 @@ def upper_pod_drift(
     deleting = bool(deletion_timestamp_of(pod))
     if deleting:
         below_deleting = backend is not None and deletion_timestamp_of(backend)
-        return None if below_deleting else "lost_deletion"
+        return None if below_deleting or deletion_unseen else "lost_deletion"
     if pod_is_terminal(pod):
         return None
     if backend is None:
         return "missing_below"
-    return "stale_status" if _status_differs(pod, desired_status) else None
+    stale = not status_unseen and _status_differs(pod, desired_status)
+    return "stale_status" if stale else None
+
+
+def unseen_write_explains(reason: str, *, status_unseen: bool, deletion_unseen: bool) -> bool:
+    """Tell whether a write of the node's that the cache does not show yet explains drift of
+    `reason` (a status write a stale status, the final deletion a lost deletion): the patrol
+    holds such drift, as it holds drift whose key a queue holds."""
+    return (reason == "stale_status" and status_unseen) or (
+        reason == "lost_deletion" and deletion_unseen
+    )
 
 
 def stale_fields(pod: Mapping[str, Any], desired: Mapping[str, Any] | None) -> tuple[str, ...]:

@@ -112,11 +112,15 @@ class StatusWrite:
     """A status write of ours to an upper pod, answered by the apiserver, that the cache may
     not show yet."""
 
+    uid: str
+    """The UID of the upper pod written (a pod of the same name made again is another)."""
     started: str
     """The resourceVersion of the upper pod the write was made against (as the cache showed
     it): its patch says what that version lacked."""
     status: Mapping[str, Any]
     """The status it wrote."""
+    removed: frozenset[str]
+    """The status fields its patch removed (set to null)."""
     answered: float
     """When the apiserver answered it, on the monotonic clock (seconds)."""
 
@@ -143,27 +147,30 @@ def already_written(
 
 def shows_write(pod: Mapping[str, Any], written: StatusWrite) -> bool:
     """Tell whether upper pod `pod` (as the cache shows it) shows the status `written` wrote:
-    every field of it, whatever else the status holds (another writer's field, written
-    before or after ours, is the patrol's to compare, not a write still on its way)."""
+    every field it set, none it removed, whatever else the status holds (another writer's
+    field, set before or after ours, is the patrol's to compare, not a write on its way)."""
     status = pod.get("status") or {}
-    return all(status.get(key) == value for key, value in written.status.items())
+    return all(status.get(key) == value for key, value in written.status.items()) and not any(
+        key in status for key in written.removed
+    )
 
 
 def status_unseen(
     pod: Mapping[str, Any] | None, written: StatusWrite | None, *, now: float, within: float
 ) -> bool:
-    """Tell whether a status write of ours is still on its way to the cache: `written` was
-    answered less than `within` seconds before `now` (monotonic seconds), and the cached
-    pod `pod` does not show its status (`shows_write`). Until the watch brings it, the
-    cached status is older than the pod's: comparing it with the backend would find drift
-    that is not there. That holds whatever events came meanwhile (under load, an earlier
-    write's event arrives while the next write is on its way). Past `within`, a write the
-    cache never showed (one the apiserver made nothing of, or another writer's status
-    after it) no longer hides what the cache shows. A pod gone from the cache has nothing
-    on its way."""
+    """Tell whether a status write of ours is still on its way to the cache: `written` is of
+    the cached pod `pod` (its UID), was answered less than `within` seconds before `now`
+    (monotonic seconds), and `pod` does not show it (`shows_write`). Until the watch brings
+    it, the cached status is older than the pod's: comparing it with the backend would find
+    drift that is not there. That holds whatever events came meanwhile (under load, an
+    earlier write's event arrives while the next write is on its way). Past `within`, a
+    write the cache never showed (one the apiserver made something else of, or another
+    writer's status after it) no longer hides what the cache shows. A pod gone from the
+    cache has nothing on its way."""
     return (
         written is not None
         and pod is not None
+        and uid_of(pod) == written.uid
         and now - written.answered < within
         and not shows_write(pod, written)
     )

@@ -53,10 +53,10 @@ _STATUS_RETRY = 2.0
 _POD_BACKOFF = ExponentialBackoff(base=0.5, cap=120.0)
 WRITE_SEEN_WITHIN = 30.0
 """Seconds a write of ours to an upper pod (a status, its final deletion) that the cache
-does not show yet counts as on its way (`PodController.write_unseen`). Under the fleet
-benchmark the patrol compared such pods up to 1.6 s after the writes' answers; a write the
-cache does not show after this long is one the apiserver made nothing of, or another
-writer's came after it, and the cache is compared again."""
+does not show yet counts as on its way (`PodController.status_unseen`, `deletion_unseen`).
+Under the fleet benchmark the patrol compared such pods up to 1.6 s after the writes'
+answers; a write the cache does not show after this long is one the apiserver made
+something else of, or another writer's came after it, and the cache is compared again."""
 
 
 class PodController:
@@ -86,7 +86,7 @@ class PodController:
         worker forever; `status_coalesce` (seconds) is how long a provider notification
         waits for more of the same pod before its status is written; `write_seen_within`
         (seconds) is how long a write of ours the cache does not show yet counts as on its
-        way (`write_unseen`); `traces` makes each
+        way (`status_unseen`, `deletion_unseen`); `traces` makes each
         pod's forwarding a trace (`pod_traces`; default: none); `taints` are the node's own,
         which a pod must tolerate to be created below (`pod_admission`)."""
         fairness = fairness or FairQueuing()
@@ -124,11 +124,11 @@ class PodController:
         self._moved: set[str] = set()
         """Pods whose backend pod changed since the status worker last looked at them."""
         self._written: dict[str, pod_decisions.StatusWrite] = {}
-        """Upper key -> our last status write, until the cache shows its status
-        (`pod_decisions.already_written`, `write_unseen`)."""
+        """Upper key -> our last status write, until the cache shows it, or an event comes
+        after `write_seen_within` (`pod_decisions.already_written`, `status_unseen`)."""
         self._deletes: dict[str, pod_decisions.FinalDelete] = {}
         """Upper key -> our final deletion of the pod, until the watch brings it
-        (`write_unseen`)."""
+        (`deletion_unseen`)."""
         self.informer.add_handlers(
             Handlers(on_add=self._added, on_update=self._updated, on_delete=self._deleted)
         )
@@ -145,9 +145,14 @@ class PodController:
         if pod_is_terminal(new):
             self.slices.forget(key)  # it holds nothing of its slices any more
         written = self._written.get(key)
-        if written is not None and pod_decisions.shows_write(new, written):
-            # Our last status write came back. (An event of another write, an earlier one
-            # of ours under load included, leaves it on its way.)
+        if written is not None and (
+            pod_decisions.shows_write(new, written)
+            or uid_of(new) != written.uid
+            or time.monotonic() - written.answered >= self._seen_within
+        ):
+            # Our last status write came back, or the pod is another, or the write is past
+            # the time it may be on its way. (An event of another write, an earlier one of
+            # ours under load included, leaves it on its way.)
             del self._written[key]
         if pod_decisions.spec_changed(old, new):
             self.pods_from_upper.add(key)
@@ -180,19 +185,31 @@ class PodController:
         for key in list(self._gone):  # deletions waiting for the backend
             self.pods_from_upper.add(key)
 
-    def write_unseen(self, key: str) -> bool:
-        """Tell whether a write of ours to upper pod `key`, answered less than
-        `write_seen_within` seconds ago, is not in the cache yet: its last status write
-        (`pod_decisions.status_unseen`) or its final deletion (`pod_decisions.deletion_unseen`).
-        Until the watch brings it, the cache shows the pod as it was before, so the patrol
-        holds its verdict. Reads the cached pod only when such a write was made."""
-        written, deleted = self._written.get(key), self._deletes.get(key)
-        if written is None and deleted is None:
+    def status_unseen(self, key: str) -> bool:
+        """Tell whether our last status write to upper pod `key`, answered less than
+        `write_seen_within` seconds ago, is not in the cache yet
+        (`pod_decisions.status_unseen`): until the watch brings it, the cached status is
+        older than the pod's, so the patrol holds its verdict on the status. Reads the
+        cached pod only when such a write was made."""
+        written = self._written.get(key)
+        if written is None:
             return False
-        pod, now, within = self.informer.store.get(key), time.monotonic(), self._seen_within
         return pod_decisions.status_unseen(
-            pod, written, now=now, within=within
-        ) or pod_decisions.deletion_unseen(pod, deleted, now=now, within=within)
+            self.informer.store.get(key), written, now=time.monotonic(), within=self._seen_within
+        )
+
+    def deletion_unseen(self, key: str) -> bool:
+        """Tell whether our final deletion of upper pod `key`, answered less than
+        `write_seen_within` seconds ago, is not in the cache yet
+        (`pod_decisions.deletion_unseen`): until the watch brings it, the cache shows a pod
+        being deleted with nothing below, so the patrol holds its verdict on the deletion.
+        Reads the cached pod only when such a deletion was made."""
+        deleted = self._deletes.get(key)
+        if deleted is None:
+            return False
+        return pod_decisions.deletion_unseen(
+            self.informer.store.get(key), deleted, now=time.monotonic(), within=self._seen_within
+        )
 
     def deleting(self, key: str) -> bool:
         """Tell whether the deletion of upper pod `key`, gone from the API, still waits
@@ -444,7 +461,8 @@ class PodController:
         except errors.NotFound:
             pass  # gone already: its deletion is on its way to the cache too
         # Until the watch brings the deletion (`_deleted` forgets it).
-        if self.informer.store.version(key) is not None:
+        cached = self.informer.store.get(key)
+        if cached is not None and uid_of(cached) == meta["uid"]:
             self._deletes[key] = pod_decisions.FinalDelete(
                 uid=str(meta["uid"]), answered=time.monotonic()
             )
@@ -496,10 +514,18 @@ class PodController:
         # while it was on its way (under load, an earlier write's of ours): this one is still
         # to come. Not kept when its event came before its answer: none follows.
         write = pod_decisions.StatusWrite(
-            started=resource_version_of(pod), status=desired, answered=time.monotonic()
+            uid=uid_of(pod),
+            started=resource_version_of(pod),
+            status=desired,
+            removed=frozenset(k for k, v in patch["status"].items() if v is None),
+            answered=time.monotonic(),
         )
         cached = self.informer.store.get(key)
-        if cached is not None and not pod_decisions.shows_write(cached, write):
+        if (
+            cached is not None
+            and uid_of(cached) == write.uid
+            and not pod_decisions.shows_write(cached, write)
+        ):
             self._written[key] = write
         else:
             self._written.pop(key, None)
