@@ -533,9 +533,13 @@ async def test_fair_workers_serve_a_single_key_before_a_long_backlog(harness: Ha
         q.add(f"burst/p-{i}")
     harness.run(q, workers=4, handler=handler)
     await wait_until(lambda: len(handled) >= 20)
+    # Counted when the key comes, not from the wait's 20: on a loaded machine the wait
+    # sees the count late, and the workers handle more meanwhile (CI saw 26).
+    before = len(handled)
     q.add("single/p-0")
     await wait_until(lambda: "single/p-0" in handled, timeout=5.0)
-    assert handled.index("single/p-0") < 20 + 4 + 2, "the single key waited for the burst"
+    # The four workers busy when it came finish theirs; then it is the next one handed out.
+    assert handled.index("single/p-0") < before + 4 + 2, "the single key waited for the burst"
 
 
 def test_weights_below_one_are_refused() -> None:
